@@ -1,0 +1,32 @@
+# `make run`: install and start the gateway on its embedded Pulsar broker.
+# `make test`: install everything the tests need and run them all.
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+ARGS   ?=
+
+.PHONY: run test lint bench clean
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e .
+	touch $@
+
+$(VENV)/.installed-test: $(VENV)/.installed pyproject.toml
+	$(BIN)/pip install -q -e '.[test]'
+	touch $@
+
+run: $(VENV)/.installed
+	$(BIN)/pulsar-gateway run $(ARGS)
+
+test: $(VENV)/.installed-test
+	./scripts/install-system-packages
+	$(BIN)/ruff check gateway handlers tests bench
+	$(BIN)/python -m pytest -q -p no:cacheprovider $(ARGS)
+
+bench: $(VENV)/.installed-test
+	$(BIN)/python -m bench.kafka_throughput $(ARGS)
+
+clean:
+	rm -rf $(VENV) data

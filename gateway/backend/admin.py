@@ -1,0 +1,67 @@
+"""Apache Pulsar's admin REST API v2, for what the binary protocol cannot do.
+
+Only used when the gateway fronts a real cluster (`pulsar.admin_url`); the
+embedded broker has no admin API at all, which `capabilities` reports.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    partitioned_topics: bool
+    delete_storage: bool
+    retention: bool
+
+
+EMBEDDED_CAPABILITIES = Capabilities(partitioned_topics=False, delete_storage=False, retention=False)
+CLUSTER_CAPABILITIES = Capabilities(partitioned_topics=True, delete_storage=True, retention=True)
+
+
+class AdminError(Exception):
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(f"admin API {status}: {message}")
+        self.status = status
+
+
+def _path(topic: str) -> str:
+    """persistent://t/ns/name -> persistent/t/ns/name"""
+    scheme, _, rest = topic.partition("://")
+    return f"{scheme}/{rest}"
+
+
+class PulsarAdmin:
+    def __init__(self, admin_url: str, timeout: float = 10.0) -> None:
+        self.base = admin_url.rstrip("/") + "/admin/v2/"
+        self.timeout = timeout
+
+    def _call(self, method: str, path: str, body: object | None = None) -> object:
+        data = None if body is None else json.dumps(body).encode()
+        request = urllib.request.Request(self.base + path, data=data, method=method)
+        request.add_header("Content-Type", "application/json")
+        try:
+            with urllib.request.urlopen(request, timeout=self.timeout) as response:  # noqa: S310
+                text = response.read()
+        except urllib.error.HTTPError as exc:
+            raise AdminError(exc.code, exc.read().decode(errors="replace")) from exc
+        except OSError as exc:
+            raise AdminError(0, str(exc)) from exc
+        return json.loads(text) if text else None
+
+    async def call(self, method: str, path: str, body: object | None = None) -> object:
+        return await asyncio.to_thread(self._call, method, path, body)
+
+    async def create_partitioned_topic(self, topic: str, partitions: int) -> None:
+        await self.call("PUT", f"{_path(topic)}/partitions", partitions)
+
+    async def update_partitions(self, topic: str, partitions: int) -> None:
+        await self.call("POST", f"{_path(topic)}/partitions", partitions)
+
+    async def delete_partitioned_topic(self, topic: str) -> None:
+        await self.call("DELETE", f"{_path(topic)}/partitions?force=true")

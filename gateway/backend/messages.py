@@ -1,0 +1,34 @@
+"""The two message shapes that cross the seam between handlers and Pulsar.
+
+Handlers never see pulsar-client objects: they hand over `OutMessage`s and get
+`StoredMessage`s back, so protocol code stays testable without a broker.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import NamedTuple
+
+# (ledger_id, entry_id, batch_index): Pulsar's order of messages within one topic.
+MessageKey = tuple[int, int, int]
+
+
+@dataclass(slots=True)
+class OutMessage:
+    payload: bytes | None
+    key: str | None = None
+    properties: dict[str, str] | None = None
+    event_time: int = 0
+
+
+class StoredMessage(NamedTuple):
+    id: MessageKey
+    payload: bytes | None
+    key: str
+    properties: dict[str, str]
+    event_time: int
+    publish_time: int
+
+    @property
+    def size(self) -> int:
+        return len(self.payload or b"") + len(self.key) + 16

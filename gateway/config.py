@@ -1,0 +1,176 @@
+"""Settings: `conf/gateway.toml`, then environment variables, then CLI flags.
+
+One model per section so that a bad value is reported with its full dotted name
+(`kafka.port`), whichever of the three sources it came from.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+ENV_PREFIX = "PULSAR_GATEWAY_"
+DEFAULT_CONFIG_PATH = Path("conf/gateway.toml")
+
+
+class ConfigError(Exception):
+    """Start-up stops with this; the message names every offending setting."""
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class GatewaySection(_Section):
+    data_dir: Path = Path("data")
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+
+
+class KafkaSection(_Section):
+    enabled: bool = True
+    host: str = "127.0.0.1"
+    port: int = Field(9092, ge=0, le=65535)
+    advertised_host: str = ""
+    tenant: str = "public"
+    namespace: str = "default"
+    auto_create_topics: bool = True
+    default_partitions: int = Field(1, ge=1, le=10000)
+    max_frame_bytes: int = Field(100 * 1024 * 1024, ge=1024)
+    max_connections: int = Field(10000, ge=1)
+    node_id: int = Field(0, ge=0)
+    cluster_id: str = "pulsar-gateway"
+    index_interval: int = Field(1000, ge=1)
+    tail_cache_records: int = Field(20000, ge=0)
+    idle_close_seconds: float = Field(60.0, gt=0)
+    max_in_flight_sends: int = Field(50000, ge=1)
+
+    @field_validator("tenant", "namespace")
+    @classmethod
+    def _no_slash(cls, value: str) -> str:
+        if not value or "/" in value:
+            raise ValueError("must be a non-empty name without '/'")
+        return value
+
+
+class AmqpSection(_Section):
+    enabled: bool = False
+    host: str = "127.0.0.1"
+    port: int = Field(5672, ge=0, le=65535)
+    tenant: str = "public"
+
+
+class PulsarSection(_Section):
+    service_url: str = ""
+    admin_url: str = ""
+    operation_timeout_seconds: int = Field(10, ge=1)
+    metadata_namespace: str = "public/__gateway"
+
+    @field_validator("service_url")
+    @classmethod
+    def _pulsar_scheme(cls, value: str) -> str:
+        if value and not value.startswith(("pulsar://", "pulsar+ssl://")):
+            raise ValueError("must start with pulsar:// or pulsar+ssl://")
+        return value
+
+    @field_validator("admin_url")
+    @classmethod
+    def _http_scheme(cls, value: str) -> str:
+        if value and not value.startswith(("http://", "https://")):
+            raise ValueError("must start with http:// or https://")
+        return value
+
+
+class EmbeddedSection(_Section):
+    port: int = Field(0, ge=0, le=65535)
+    data_dir: str = ""
+    start_timeout_seconds: float = Field(20.0, gt=0)
+    restart_limit: int = Field(5, ge=0)
+    log_level: Literal["error", "warn", "info", "debug", "trace"] = "warn"
+
+
+class MetricsSection(_Section):
+    enabled: bool = True
+    host: str = "127.0.0.1"
+    port: int = Field(9404, ge=0, le=65535)
+
+
+class Settings(_Section):
+    gateway: GatewaySection = GatewaySection()
+    kafka: KafkaSection = KafkaSection()
+    amqp: AmqpSection = AmqpSection()
+    pulsar: PulsarSection = PulsarSection()
+    embedded: EmbeddedSection = EmbeddedSection()
+    metrics: MetricsSection = MetricsSection()
+
+    @property
+    def embedded_mode(self) -> bool:
+        return not self.pulsar.service_url
+
+    @property
+    def embedded_data_dir(self) -> Path:
+        if self.embedded.data_dir:
+            return Path(self.embedded.data_dir)
+        return self.gateway.data_dir / "pulsar"
+
+
+def _set_dotted(tree: dict[str, Any], dotted: str, value: Any) -> None:
+    section, _, key = dotted.partition(".")
+    if not key:
+        raise ConfigError(f"setting '{dotted}': expected section.key")
+    node = tree.setdefault(section, {})
+    if not isinstance(node, dict):
+        raise ConfigError(f"setting '{section}': is not a section")
+    node[key] = value
+
+
+def _env_overrides(environ: dict[str, str]) -> dict[str, str]:
+    """PULSAR_GATEWAY_KAFKA__PORT=9093 -> {"kafka.port": "9093"}."""
+    found = {}
+    for name, value in environ.items():
+        if name.startswith(ENV_PREFIX) and "__" in name:
+            section, _, key = name[len(ENV_PREFIX):].lower().partition("__")
+            found[f"{section}.{key}"] = value
+    return found
+
+
+def _describe(error: ValidationError) -> str:
+    lines = []
+    for item in error.errors():
+        where = ".".join(str(part) for part in item["loc"])
+        lines.append(f"setting '{where}': {item['msg']} (got {item.get('input')!r})")
+    return "invalid configuration:\n  " + "\n  ".join(lines)
+
+
+def load_settings(
+    path: Path | None = None,
+    overrides: dict[str, Any] | None = None,
+    environ: dict[str, str] | None = None,
+) -> Settings:
+    """Merge file, environment and explicit overrides, then validate once."""
+    environ = dict(os.environ) if environ is None else environ
+    if path is None:
+        env_path = environ.get(ENV_PREFIX + "CONFIG")
+        path = Path(env_path) if env_path else DEFAULT_CONFIG_PATH
+        required = bool(env_path)
+    else:
+        required = True
+    tree: dict[str, Any] = {}
+    if path.exists():
+        try:
+            tree = tomllib.loads(path.read_text())
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"config file {path}: {exc}") from exc
+    elif required:
+        raise ConfigError(f"config file {path}: not found")
+    for dotted, value in _env_overrides(environ).items():
+        _set_dotted(tree, dotted, value)
+    for dotted, value in (overrides or {}).items():
+        _set_dotted(tree, dotted, value)
+    try:
+        return Settings.model_validate(tree)
+    except ValidationError as exc:
+        raise ConfigError(_describe(exc)) from None

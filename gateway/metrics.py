@@ -1,0 +1,91 @@
+"""Prometheus metrics and the health endpoint, on one loopback HTTP port.
+
+`/metrics` is Prometheus text; `/health` answers 200 once every listener is up
+and the backend is reachable, 503 otherwise, so orchestrators can gate traffic.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Callable
+
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    generate_latest,
+)
+
+log = logging.getLogger("gateway.metrics")
+
+REGISTRY = CollectorRegistry()
+
+CONNECTIONS = Gauge(
+    "gateway_connections", "Open client connections", ["protocol"], registry=REGISTRY
+)
+CONNECTIONS_TOTAL = Counter(
+    "gateway_connections_total", "Client connections accepted", ["protocol"], registry=REGISTRY
+)
+REQUESTS = Counter(
+    "gateway_requests_total", "Requests handled, by API and error", ["protocol", "api", "error"],
+    registry=REGISTRY,
+)
+BYTES_IN = Counter("gateway_bytes_in_total", "Record bytes in, per topic", ["topic"], registry=REGISTRY)
+BYTES_OUT = Counter("gateway_bytes_out_total", "Record bytes out, per topic", ["topic"], registry=REGISTRY)
+RECORDS_IN = Counter(
+    "gateway_records_in_total", "Records in, per topic", ["topic"], registry=REGISTRY
+)
+RECORDS_OUT = Counter(
+    "gateway_records_out_total", "Records out, per topic", ["topic"], registry=REGISTRY
+)
+BAD_INPUT = Counter(
+    "gateway_bad_input_total", "Malformed or refused frames", ["protocol", "reason"],
+    registry=REGISTRY,
+)
+OPEN_PARTITIONS = Gauge("gateway_open_partitions", "Partition logs open", registry=REGISTRY)
+BACKEND_UP = Gauge("gateway_backend_up", "1 when the Pulsar backend is reachable", registry=REGISTRY)
+
+
+class MetricsServer:
+    def __init__(self, host: str, port: int, health: Callable[[], dict[str, object]]) -> None:
+        self.host = host
+        self.port = port
+        self.health = health
+        self._server: asyncio.base_events.Server | None = None
+
+    async def start(self) -> None:
+        self._server = await asyncio.start_server(self._serve, self.host, self.port)
+        self.port = self._server.sockets[0].getsockname()[1]
+        log.info("metrics and health on http://%s:%d", self.host, self.port)
+
+    async def stop(self) -> None:
+        if self._server:
+            self._server.close()
+            await self._server.wait_closed()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            request = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5)
+            path = request.split(b" ", 2)[1].decode(errors="replace")
+            if path.startswith("/metrics"):
+                status, kind, body = "200 OK", CONTENT_TYPE_LATEST, generate_latest(REGISTRY)
+            elif path.startswith("/health"):
+                state = self.health()
+                status = "200 OK" if state.get("ok") else "503 Service Unavailable"
+                kind, body = "application/json", json.dumps(state).encode()
+            else:
+                status, kind, body = "404 Not Found", "text/plain", b"not found\n"
+            writer.write(
+                f"HTTP/1.1 {status}\r\nContent-Type: {kind}\r\nContent-Length: {len(body)}\r\n"
+                "Connection: close\r\n\r\n".encode() + body
+            )
+            await writer.drain()
+        except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, TimeoutError, IndexError):
+            pass
+        except ConnectionError:
+            pass
+        finally:
+            writer.close()

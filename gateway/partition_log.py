@@ -1,0 +1,357 @@
+"""One Kafka partition over one Pulsar topic, with dense and stable offsets.
+
+Pulsar message ids are not offsets (ledgers roll, batches nest), so each open
+partition is tailed in order by one reader and every message, whoever wrote it,
+gets the next offset. Every `index_interval` offsets a checkpoint (offset ->
+message id) goes to the metadata store; a reopened partition resumes counting
+from its last checkpoint, and a read below the in-memory tail starts a reader at
+the nearest checkpoint and counts forward. The same messages in the same order
+always get the same offsets, across gateway and broker restarts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+import contextlib
+import heapq
+import itertools
+import logging
+import time
+from typing import Any
+
+from gateway.backend.messages import MessageKey, OutMessage, StoredMessage
+from gateway.backend.pulsar_backend import BackendError, PulsarBackend
+from gateway.backend.reader_stream import EARLIEST, ReaderStream
+from gateway.metadata_store import MetadataStore
+
+log = logging.getLogger("gateway.partition")
+
+INDEX_PREFIX = "offset-index/"
+
+
+class OffsetOutOfRange(Exception):
+    pass
+
+
+class _Cursor:
+    """A reader below the tail, positioned by counting from a checkpoint."""
+
+    def __init__(self, stream: ReaderStream, next_offset: int) -> None:
+        self.stream = stream
+        self.next_offset = next_offset
+        self.last_used = time.monotonic()
+
+
+class PartitionLog:
+    def __init__(
+        self,
+        backend: PulsarBackend,
+        metadata: MetadataStore,
+        topic: str,
+        index_interval: int = 1000,
+        tail_records: int = 20000,
+        tail_bytes: int = 64 * 1024 * 1024,
+    ) -> None:
+        self.backend = backend
+        self.metadata = metadata
+        self.topic = topic
+        self.index_interval = index_interval
+        self.tail_records = tail_records
+        self.tail_bytes = tail_bytes
+        self.log_start = 0
+        self.next_offset = 0
+        self.last_used = time.monotonic()
+        self._checkpoint_offsets: list[int] = []
+        self._checkpoint_ids: list[MessageKey] = []
+        self._tail: list[StoredMessage] = []
+        self._tail_head = 0
+        self._tail_base = 0  # offset of self._tail[self._tail_head]
+        self._tail_size = 0
+        self._last_id: MessageKey | None = None
+        # (message id, tie-breaker, future): resolved by the first message indexed at or after it
+        self._id_waiters: list[tuple[MessageKey, int, asyncio.Future[int]]] = []
+        self._waiter_seq = itertools.count()
+        self._data_waiters: list[asyncio.Future[None]] = []
+        self._stream: ReaderStream | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._cursors: dict[int, _Cursor] = {}
+        self._ready = asyncio.Event()
+        self._failure: BaseException | None = None
+
+    # ---- lifecycle -------------------------------------------------------------------------
+
+    def _load_checkpoints(self) -> None:
+        prefix = f"{INDEX_PREFIX}{self.topic}/"
+        pairs = sorted(
+            (int(key[len(prefix):]), tuple(value)) for key, value in self.metadata.items(prefix)
+        )
+        self._checkpoint_offsets = [offset for offset, _ in pairs]
+        self._checkpoint_ids = [mid for _, mid in pairs]  # type: ignore[misc]
+
+    async def open(self) -> None:
+        self._load_checkpoints()
+        if self._checkpoint_offsets:
+            self.next_offset = self._checkpoint_offsets[-1]
+            start = self._checkpoint_ids[-1]
+        else:
+            self.next_offset = 0
+            start = EARLIEST
+        self._tail_base = self.next_offset
+        self._stream = await self.backend.open_reader(self.topic, start, receiver_queue_size=2000)
+        self._task = asyncio.create_task(self._tail_loop(), name=f"tail {self.topic}")
+        # The partition is ready once it has caught up with what is already stored.
+        await self._catch_up()
+
+    async def _catch_up(self) -> None:
+        """Wait until the tailer has indexed everything stored before now."""
+        assert self._stream is not None
+        while await self._stream.has_more():
+            if self._failure:
+                raise self._failure
+            await asyncio.wait([self.data_future()], timeout=0.5)
+        self._ready.set()
+
+    async def close(self) -> None:
+        if self._task:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._task
+        if self._stream:
+            await self._stream.close()
+        for cursor in self._cursors.values():
+            await cursor.stream.close()
+        self._cursors.clear()
+        self._fail_waiters(BackendError("partition closed"))
+        self._wake_data_waiters()
+
+    # ---- tailing ---------------------------------------------------------------------------
+
+    async def _tail_loop(self) -> None:
+        assert self._stream is not None
+        try:
+            while True:
+                batch = await self._stream.read_batch(2000)
+                self._index(batch)
+        except asyncio.CancelledError:
+            raise
+        except BaseException as exc:  # noqa: BLE001 - surfaced to every waiter
+            log.error("tailing %s failed: %s", self.topic, exc)
+            self._failure = exc
+            self._fail_waiters(BackendError(f"partition {self.topic} failed: {exc}"))
+            self._wake_data_waiters()
+
+    def _fail_waiters(self, error: Exception) -> None:
+        for _, _, future in self._id_waiters:
+            if not future.done():
+                future.set_exception(error)
+        self._id_waiters.clear()
+
+    def _index(self, batch: list[StoredMessage]) -> None:
+        offset = self.next_offset
+        waiters = self._id_waiters
+        interval = self.index_interval
+        for message in batch:
+            if offset % interval == 0 and (
+                not self._checkpoint_offsets or self._checkpoint_offsets[-1] < offset
+            ):
+                self._checkpoint(offset, message.id)
+            self._tail.append(message)
+            self._tail_size += message.size
+            while waiters and waiters[0][0] <= message.id:
+                future = heapq.heappop(waiters)[2]
+                if not future.done():
+                    future.set_result(offset)
+            offset += 1
+        if batch:
+            self._last_id = batch[-1].id
+        self.next_offset = offset
+        self._trim_tail()
+        self._wake_data_waiters()
+
+    def _checkpoint(self, offset: int, mid: MessageKey) -> None:
+        self._checkpoint_offsets.append(offset)
+        self._checkpoint_ids.append(mid)
+        task = asyncio.ensure_future(
+            self.metadata.put(f"{INDEX_PREFIX}{self.topic}/{offset:020d}", list(mid))
+        )
+        task.add_done_callback(_log_failure)
+
+    def _trim_tail(self) -> None:
+        tail = self._tail
+        while self._tail_head < len(tail) and (
+            len(tail) - self._tail_head > self.tail_records or self._tail_size > self.tail_bytes
+        ):
+            self._tail_size -= tail[self._tail_head].size
+            tail[self._tail_head] = None  # type: ignore[call-overload]
+            self._tail_head += 1
+            self._tail_base += 1
+        if self._tail_head > 4096 and self._tail_head * 2 > len(tail):
+            del tail[: self._tail_head]
+            self._tail_head = 0
+
+    def _wake_data_waiters(self) -> None:
+        waiters, self._data_waiters = self._data_waiters, []
+        for future in waiters:
+            if not future.done():
+                future.set_result(None)
+
+    # ---- writing ---------------------------------------------------------------------------
+
+    async def append(self, messages: list[OutMessage]) -> int:
+        """Store messages; returns the offset of the first, as the tailer numbered it."""
+        self.last_used = time.monotonic()
+        first, _ = await self.backend.send(self.topic, messages)
+        return await self.offset_of(first)
+
+    async def offset_of(self, mid: MessageKey) -> int:
+        """Offset of the first message at or after `mid` (a send callback's id)."""
+        if self._failure:
+            raise BackendError(f"partition {self.topic} failed: {self._failure}")
+        if self._last_id is not None and mid <= self._last_id:
+            found = self._find_in_tail(mid)
+            return found if found is not None else await self._offset_by_scan(mid)
+        future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        heapq.heappush(self._id_waiters, (mid, next(self._waiter_seq), future))
+        return await asyncio.shield(future)
+
+    def _find_in_tail(self, mid: MessageKey) -> int | None:
+        tail = self._tail
+        if self._tail_head >= len(tail) or tail[self._tail_head].id > mid:
+            return None
+        low, high = self._tail_head, len(tail)
+        while low < high:
+            middle = (low + high) // 2
+            if tail[middle].id < mid:
+                low = middle + 1
+            else:
+                high = middle
+        return self._tail_base + low - self._tail_head
+
+    async def _offset_by_scan(self, mid: MessageKey) -> int:
+        """Slow path: the id fell out of the tail before its producer asked for it."""
+        position = bisect.bisect_right(self._checkpoint_ids, mid) - 1
+        if position >= 0:
+            offset, start = self._checkpoint_offsets[position], self._checkpoint_ids[position]
+        else:
+            offset, start = 0, EARLIEST
+        stream = await self.backend.open_reader(self.topic, start)
+        try:
+            while True:
+                batch = await stream.read_batch(1000, timeout=10)
+                if not batch:
+                    raise BackendError(f"offset of {mid} not found in {self.topic}")
+                for message in batch:
+                    if message.id >= mid:
+                        return offset
+                    offset += 1
+        finally:
+            await stream.close()
+
+    # ---- reading ---------------------------------------------------------------------------
+
+    async def wait_for_data(self, offset: int, timeout: float) -> None:
+        """Return when `next_offset > offset` or after `timeout` seconds."""
+        if self.next_offset > offset or timeout <= 0:
+            return
+        future = asyncio.get_running_loop().create_future()
+        self._data_waiters.append(future)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(future, timeout)
+
+    def data_future(self) -> asyncio.Future[None]:
+        future = asyncio.get_running_loop().create_future()
+        self._data_waiters.append(future)
+        return future
+
+    async def read(self, offset: int, max_bytes: int) -> list[StoredMessage]:
+        """Messages from `offset` on (at least one if any), up to about `max_bytes`."""
+        self.last_used = time.monotonic()
+        if offset < self.log_start or offset > self.next_offset:
+            raise OffsetOutOfRange(offset)
+        if offset == self.next_offset:
+            return []
+        if offset >= self._tail_base:
+            return self._read_tail(offset, max_bytes)
+        return await self._read_history(offset, max_bytes)
+
+    def _read_tail(self, offset: int, max_bytes: int) -> list[StoredMessage]:
+        tail = self._tail
+        index = self._tail_head + offset - self._tail_base
+        out = []
+        size = 0
+        end = len(tail)
+        while index < end:
+            message = tail[index]
+            size += message.size
+            if out and size > max_bytes:
+                break
+            out.append(message)
+            index += 1
+        return out
+
+    async def _read_history(self, offset: int, max_bytes: int) -> list[StoredMessage]:
+        cursor = self._cursors.pop(offset, None)
+        if cursor is None:
+            cursor = await self._open_cursor(offset)
+        out: list[StoredMessage] = []
+        size = 0
+        limit = min(self._tail_base, self.next_offset)
+        try:
+            while cursor.next_offset < limit:
+                batch = await cursor.stream.read_batch(1000, timeout=10)
+                if not batch:
+                    raise BackendError(f"history read of {self.topic} stalled at {cursor.next_offset}")
+                for message in batch:
+                    if cursor.next_offset >= limit:
+                        break
+                    if cursor.next_offset >= offset:
+                        out.append(message)
+                        size += message.size
+                    cursor.next_offset += 1
+                if out and size >= max_bytes:
+                    break
+        except BaseException:
+            await cursor.stream.close()
+            raise
+        if cursor.next_offset < limit and len(self._cursors) < 16:
+            cursor.last_used = time.monotonic()
+            self._cursors[cursor.next_offset] = cursor
+        else:
+            await cursor.stream.close()
+        return out
+
+    async def _open_cursor(self, offset: int) -> _Cursor:
+        position = bisect.bisect_right(self._checkpoint_offsets, offset) - 1
+        if position >= 0:
+            start_offset = self._checkpoint_offsets[position]
+            start_id = self._checkpoint_ids[position]
+        else:
+            start_offset, start_id = 0, EARLIEST
+        stream = await self.backend.open_reader(self.topic, start_id)
+        return _Cursor(stream, start_offset)
+
+    async def close_idle_cursors(self, idle_seconds: float) -> None:
+        now = time.monotonic()
+        for key, cursor in list(self._cursors.items()):
+            if now - cursor.last_used > idle_seconds:
+                del self._cursors[key]
+                await cursor.stream.close()
+
+    def offset_for_time(self, timestamp: int) -> int | None:
+        """First offset in the tail whose timestamp is >= `timestamp` (None if not in the tail)."""
+        tail = self._tail
+        for index in range(self._tail_head, len(tail)):
+            message = tail[index]
+            if (message.event_time or message.publish_time) >= timestamp:
+                return self._tail_base + index - self._tail_head
+        return None
+
+    @property
+    def tail_start(self) -> int:
+        return self._tail_base
+
+
+def _log_failure(task: Any) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        log.error("offset checkpoint failed: %s", task.exception())

@@ -1,0 +1,41 @@
+"""Kafka topic names <-> Pulsar topic names, as KoP maps them.
+
+`orders` -> `persistent://{tenant}/{namespace}/orders`; `tenant/ns/orders` and
+`persistent://tenant/ns/orders` are taken as given; partition i is the Pulsar
+topic `<topic>-partition-<i>`.
+"""
+
+from __future__ import annotations
+
+import re
+
+_LEGAL = re.compile(r"^[A-Za-z0-9._-]+$")
+MAX_NAME = 249
+
+
+class InvalidTopicName(ValueError):
+    pass
+
+
+def validate_kafka_name(name: str) -> None:
+    """Kafka's own rules for the short name, plus the tenant/ns/topic form."""
+    parts = name.removeprefix("persistent://").split("/")
+    if len(parts) not in (1, 3):
+        raise InvalidTopicName(f"'{name}' must be a name or tenant/namespace/name")
+    for part in parts:
+        if not part or part in (".", "..") or len(part) > MAX_NAME or not _LEGAL.match(part):
+            raise InvalidTopicName(f"'{name}' has an illegal part '{part}'")
+    if re.search(r"-partition-\d+$", parts[-1]):
+        raise InvalidTopicName(f"'{name}' ends like a Pulsar partition name")
+
+
+def pulsar_topic(name: str, tenant: str, namespace: str) -> str:
+    if name.startswith("persistent://"):
+        return name
+    if name.count("/") == 2:
+        return f"persistent://{name}"
+    return f"persistent://{tenant}/{namespace}/{name}"
+
+
+def partition_topic(full_topic: str, partition: int) -> str:
+    return f"{full_topic}-partition-{partition}"

@@ -1,0 +1,64 @@
+"""Settings: file, environment and flags, and start-up refusing a bad value by name."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from gateway.config import ConfigError, Settings, load_settings
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_shipped_file_lists_every_setting_with_its_default() -> None:
+    import tomllib
+
+    shipped = tomllib.loads((REPO / "conf/gateway.toml").read_text())
+    defaults = Settings().model_dump(mode="json")
+    assert shipped == defaults
+
+
+def test_environment_then_flags_override_the_file(tmp_path: Path) -> None:
+    conf = tmp_path / "g.toml"
+    conf.write_text("[kafka]\nport = 9100\ndefault_partitions = 2\n")
+    env = {"PULSAR_GATEWAY_KAFKA__PORT": "9200", "PULSAR_GATEWAY_KAFKA__TENANT": "acme"}
+    settings = load_settings(conf, {"kafka.port": "9300"}, environ=env)
+    assert settings.kafka.port == 9300
+    assert settings.kafka.tenant == "acme"
+    assert settings.kafka.default_partitions == 2
+
+
+@pytest.mark.parametrize(
+    ("override", "named"),
+    [
+        ({"kafka.port": "ninety"}, "kafka.port"),
+        ({"kafka.port": "70000"}, "kafka.port"),
+        ({"pulsar.service_url": "http://x"}, "pulsar.service_url"),
+        ({"kafka.namespace": "a/b"}, "kafka.namespace"),
+        ({"kafka.no_such_setting": "1"}, "kafka.no_such_setting"),
+        ({"gateway.log_level": "loud"}, "gateway.log_level"),
+    ],
+)
+def test_bad_values_name_the_setting(override: dict[str, str], named: str) -> None:
+    with pytest.raises(ConfigError, match=named.replace(".", r"\.")):
+        load_settings(REPO / "conf/gateway.toml", override, environ={})
+
+
+def test_cli_refuses_to_start_with_a_bad_value() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "gateway.cli", "run", "--kafka-port", "abc"],
+        capture_output=True, text=True, cwd=REPO, timeout=60,
+    )
+    assert result.returncode == 2
+    assert "kafka.port" in result.stderr
+
+
+def test_help_explains_how_to_run() -> None:
+    result = subprocess.run([sys.executable, "-m", "gateway.cli", "run", "--help"],
+                            capture_output=True, text=True, cwd=REPO, timeout=60)
+    assert result.returncode == 0
+    for words in ("--pulsar-url", "--kafka-port", "PULSAR_GATEWAY_", "conf/gateway.toml"):
+        assert words in result.stdout
