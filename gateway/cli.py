@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -44,11 +45,16 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--amqp-port", dest="amqp.port", help="AMQP listener port (5672)")
     run.add_argument("--pulsar-url", dest="pulsar.service_url", help="pulsar:// URL of a cluster")
     run.add_argument("--admin-url", dest="pulsar.admin_url", help="http:// admin URL of a cluster")
-    run.add_argument("--data-dir", dest="gateway.data_dir", help="where the embedded broker keeps data")
+    run.add_argument(
+        "--data-dir", dest="gateway.data_dir", help="where the embedded broker keeps data"
+    )
     run.add_argument("--metrics-port", dest="metrics.port", help="/metrics and /health port (9404)")
     run.add_argument("--log-level", dest="gateway.log_level", help="debug, info, warning, error")
     run.add_argument(
-        "--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
+        "--set",
+        action="append",
+        default=[],
+        metavar="SECTION.KEY=VALUE",
         help="any setting, repeatable",
     )
     return parser
@@ -88,7 +94,13 @@ def main(argv: list[str] | None = None) -> int:
         runner: Any = uvloop.run
     except ImportError:  # pragma: no cover - uvloop is a dependency
         runner = asyncio.run
-    return runner(_run(settings))
+    code = runner(_run(settings))
+    # Everything is closed by now; skip interpreter teardown, where pulsar-client's C++
+    # threads can abort the process (seen as "terminate called without an active exception").
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 async def _run(settings: Any) -> int:

@@ -132,7 +132,7 @@ def _env_overrides(environ: dict[str, str]) -> dict[str, str]:
     found = {}
     for name, value in environ.items():
         if name.startswith(ENV_PREFIX) and "__" in name:
-            section, _, key = name[len(ENV_PREFIX):].lower().partition("__")
+            section, _, key = name[len(ENV_PREFIX) :].lower().partition("__")
             found[f"{section}.{key}"] = value
     return found
 

@@ -24,6 +24,19 @@ class MetadataStore:
         self.backend = backend
         self.topic = f"persistent://{namespace}/metadata"
         self._table: dict[str, Any] = {}
+        # keys grouped by everything up to their last "/", so that listing one partition's
+        # checkpoints does not scan every key of every partition
+        self._groups: dict[str, dict[str, Any]] = {}
+
+    def _set(self, key: str, value: Any) -> None:
+        self._table[key] = value
+        self._groups.setdefault(key[: key.rfind("/") + 1], {})[key] = value
+
+    def _unset(self, key: str) -> None:
+        self._table.pop(key, None)
+        group = self._groups.get(key[: key.rfind("/") + 1])
+        if group is not None:
+            group.pop(key, None)
 
     async def load(self) -> None:
         """Replay the changelog up to its current end."""
@@ -45,9 +58,9 @@ class MetadataStore:
                 for message in batch:
                     count += 1
                     if message.properties.get("deleted"):
-                        self._table.pop(message.key, None)
+                        self._unset(message.key)
                     else:
-                        self._table[message.key] = json.loads(message.payload or b"null")
+                        self._set(message.key, json.loads(message.payload or b"null"))
                 if batch[-1].id >= marker:
                     break
         finally:
@@ -57,6 +70,10 @@ class MetadataStore:
     def get(self, key: str, default: Any = None) -> Any:
         return self._table.get(key, default)
 
+    def children(self, folder: str) -> list[tuple[str, Any]]:
+        """Keys directly below `folder` (which ends with "/"), without scanning the rest."""
+        return list(self._groups.get(folder, {}).items())
+
     def items(self, prefix: str) -> Iterator[tuple[str, Any]]:
         for key, value in list(self._table.items()):
             if key.startswith(prefix):
@@ -64,12 +81,10 @@ class MetadataStore:
 
     async def put(self, key: str, value: Any) -> None:
         """Durable once this returns."""
-        self._table[key] = value
+        self._set(key, value)
         payload = json.dumps(value, separators=(",", ":")).encode()
         await self.backend.send(self.topic, [OutMessage(payload, key=key)])
 
     async def delete(self, key: str) -> None:
-        self._table.pop(key, None)
-        await self.backend.send(
-            self.topic, [OutMessage(b"", key=key, properties={"deleted": "1"})]
-        )
+        self._unset(key)
+        await self.backend.send(self.topic, [OutMessage(b"", key=key, properties={"deleted": "1"})])

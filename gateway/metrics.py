@@ -24,17 +24,23 @@ log = logging.getLogger("gateway.metrics")
 REGISTRY = CollectorRegistry()
 
 CONNECTIONS = Gauge(
-    "gateway_connections", "Open client connections", ["protocol"], registry=REGISTRY
+    "gateway_open_connections", "Open client connections", ["protocol"], registry=REGISTRY
 )
 CONNECTIONS_TOTAL = Counter(
     "gateway_connections_total", "Client connections accepted", ["protocol"], registry=REGISTRY
 )
 REQUESTS = Counter(
-    "gateway_requests_total", "Requests handled, by API and error", ["protocol", "api", "error"],
+    "gateway_requests_total",
+    "Requests handled, by API and error",
+    ["protocol", "api", "error"],
     registry=REGISTRY,
 )
-BYTES_IN = Counter("gateway_bytes_in_total", "Record bytes in, per topic", ["topic"], registry=REGISTRY)
-BYTES_OUT = Counter("gateway_bytes_out_total", "Record bytes out, per topic", ["topic"], registry=REGISTRY)
+BYTES_IN = Counter(
+    "gateway_bytes_in_total", "Record bytes in, per topic", ["topic"], registry=REGISTRY
+)
+BYTES_OUT = Counter(
+    "gateway_bytes_out_total", "Record bytes out, per topic", ["topic"], registry=REGISTRY
+)
 RECORDS_IN = Counter(
     "gateway_records_in_total", "Records in, per topic", ["topic"], registry=REGISTRY
 )
@@ -42,11 +48,15 @@ RECORDS_OUT = Counter(
     "gateway_records_out_total", "Records out, per topic", ["topic"], registry=REGISTRY
 )
 BAD_INPUT = Counter(
-    "gateway_bad_input_total", "Malformed or refused frames", ["protocol", "reason"],
+    "gateway_bad_input_total",
+    "Malformed or refused frames",
+    ["protocol", "reason"],
     registry=REGISTRY,
 )
 OPEN_PARTITIONS = Gauge("gateway_open_partitions", "Partition logs open", registry=REGISTRY)
-BACKEND_UP = Gauge("gateway_backend_up", "1 when the Pulsar backend is reachable", registry=REGISTRY)
+BACKEND_UP = Gauge(
+    "gateway_backend_up", "1 when the Pulsar backend is reachable", registry=REGISTRY
+)
 
 
 class MetricsServer:
@@ -80,7 +90,8 @@ class MetricsServer:
                 status, kind, body = "404 Not Found", "text/plain", b"not found\n"
             writer.write(
                 f"HTTP/1.1 {status}\r\nContent-Type: {kind}\r\nContent-Length: {len(body)}\r\n"
-                "Connection: close\r\n\r\n".encode() + body
+                "Connection: close\r\n\r\n".encode()
+                + body
             )
             await writer.drain()
         except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, TimeoutError, IndexError):

@@ -23,6 +23,7 @@ from typing import Any
 from gateway.backend.messages import MessageKey, OutMessage, StoredMessage
 from gateway.backend.pulsar_backend import BackendError, PulsarBackend
 from gateway.backend.reader_stream import EARLIEST, ReaderStream
+from gateway.backend.resend_filter import ResendFilter
 from gateway.metadata_store import MetadataStore
 
 log = logging.getLogger("gateway.partition")
@@ -37,9 +38,10 @@ class OffsetOutOfRange(Exception):
 class _Cursor:
     """A reader below the tail, positioned by counting from a checkpoint."""
 
-    def __init__(self, stream: ReaderStream, next_offset: int) -> None:
+    def __init__(self, stream: ReaderStream, next_offset: int, resends: ResendFilter) -> None:
         self.stream = stream
         self.next_offset = next_offset
+        self.resends = resends
         self.last_used = time.monotonic()
 
 
@@ -64,6 +66,9 @@ class PartitionLog:
         self.last_used = time.monotonic()
         self._checkpoint_offsets: list[int] = []
         self._checkpoint_ids: list[MessageKey] = []
+        self._checkpoint_states: list[dict[str, int]] = []
+        self._resends = ResendFilter()
+        self._resent_ids: dict[MessageKey, int] = {}  # recent resends -> first copy's offset
         self._tail: list[StoredMessage] = []
         self._tail_head = 0
         self._tail_base = 0  # offset of self._tail[self._tail_head]
@@ -83,17 +88,19 @@ class PartitionLog:
 
     def _load_checkpoints(self) -> None:
         prefix = f"{INDEX_PREFIX}{self.topic}/"
-        pairs = sorted(
-            (int(key[len(prefix):]), tuple(value)) for key, value in self.metadata.items(prefix)
+        entries = sorted(
+            (int(key[len(prefix) :]), value) for key, value in self.metadata.children(prefix)
         )
-        self._checkpoint_offsets = [offset for offset, _ in pairs]
-        self._checkpoint_ids = [mid for _, mid in pairs]  # type: ignore[misc]
+        self._checkpoint_offsets = [offset for offset, _ in entries]
+        self._checkpoint_ids = [tuple(value["id"]) for _, value in entries]  # type: ignore[misc]
+        self._checkpoint_states = [value["resends"] for _, value in entries]
 
     async def open(self) -> None:
         self._load_checkpoints()
         if self._checkpoint_offsets:
             self.next_offset = self._checkpoint_offsets[-1]
             start = self._checkpoint_ids[-1]
+            self._resends = ResendFilter(self._checkpoint_states[-1])
         else:
             self.next_offset = 0
             start = EARLIEST
@@ -131,8 +138,13 @@ class PartitionLog:
         assert self._stream is not None
         try:
             while True:
-                batch = await self._stream.read_batch(2000)
-                self._index(batch)
+                batch = await self._stream.read_batch(2000, timeout=2.0)
+                if batch:
+                    self._index(batch)
+                elif not self._stream.connected:
+                    # the client's reconnect backoff can reach a minute after a broker restart
+                    log.warning("tailer of %s disconnected; reopening it", self.topic)
+                    await self._stream.reopen()
         except asyncio.CancelledError:
             raise
         except BaseException as exc:  # noqa: BLE001 - surfaced to every waiter
@@ -151,11 +163,25 @@ class PartitionLog:
         offset = self.next_offset
         waiters = self._id_waiters
         interval = self.index_interval
+        resends = self._resends
         for message in batch:
-            if offset % interval == 0 and (
+            due = offset % interval == 0 and (
                 not self._checkpoint_offsets or self._checkpoint_offsets[-1] < offset
-            ):
-                self._checkpoint(offset, message.id)
+            )
+            before = resends.snapshot() if due else None
+            original = resends.original_offset(message, offset)
+            if original is not None:
+                # a resend of a message already numbered: no offset of its own
+                self._resent_ids[message.id] = original
+                if len(self._resent_ids) > 10000:
+                    self._resent_ids.pop(next(iter(self._resent_ids)))
+                while waiters and waiters[0][0] <= message.id:
+                    future = heapq.heappop(waiters)[2]
+                    if not future.done():
+                        future.set_result(original)
+                continue
+            if before is not None:
+                self._checkpoint(offset, message.id, before)
             self._tail.append(message)
             self._tail_size += message.size
             while waiters and waiters[0][0] <= message.id:
@@ -169,11 +195,15 @@ class PartitionLog:
         self._trim_tail()
         self._wake_data_waiters()
 
-    def _checkpoint(self, offset: int, mid: MessageKey) -> None:
+    def _checkpoint(self, offset: int, mid: MessageKey, resends: dict[str, int]) -> None:
+        """Where offset `offset` is, and the resend filter's state just before it."""
         self._checkpoint_offsets.append(offset)
         self._checkpoint_ids.append(mid)
+        self._checkpoint_states.append(resends)
         task = asyncio.ensure_future(
-            self.metadata.put(f"{INDEX_PREFIX}{self.topic}/{offset:020d}", list(mid))
+            self.metadata.put(
+                f"{INDEX_PREFIX}{self.topic}/{offset:020d}", {"id": list(mid), "resends": resends}
+            )
         )
         task.add_done_callback(_log_failure)
 
@@ -209,6 +239,8 @@ class PartitionLog:
         if self._failure:
             raise BackendError(f"partition {self.topic} failed: {self._failure}")
         if self._last_id is not None and mid <= self._last_id:
+            if mid in self._resent_ids:
+                return self._resent_ids[mid]
             found = self._find_in_tail(mid)
             return found if found is not None else await self._offset_by_scan(mid)
         future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
@@ -231,22 +263,20 @@ class PartitionLog:
     async def _offset_by_scan(self, mid: MessageKey) -> int:
         """Slow path: the id fell out of the tail before its producer asked for it."""
         position = bisect.bisect_right(self._checkpoint_ids, mid) - 1
-        if position >= 0:
-            offset, start = self._checkpoint_offsets[position], self._checkpoint_ids[position]
-        else:
-            offset, start = 0, EARLIEST
-        stream = await self.backend.open_reader(self.topic, start)
+        cursor = await self._cursor_at(position)
         try:
             while True:
-                batch = await stream.read_batch(1000, timeout=10)
+                batch = await cursor.stream.read_batch(1000, timeout=10)
                 if not batch:
                     raise BackendError(f"offset of {mid} not found in {self.topic}")
                 for message in batch:
+                    original = cursor.resends.original_offset(message, cursor.next_offset)
                     if message.id >= mid:
-                        return offset
-                    offset += 1
+                        return cursor.next_offset if original is None else original
+                    if original is None:
+                        cursor.next_offset += 1
         finally:
-            await stream.close()
+            await cursor.stream.close()
 
     # ---- reading ---------------------------------------------------------------------------
 
@@ -301,10 +331,14 @@ class PartitionLog:
             while cursor.next_offset < limit:
                 batch = await cursor.stream.read_batch(1000, timeout=10)
                 if not batch:
-                    raise BackendError(f"history read of {self.topic} stalled at {cursor.next_offset}")
+                    raise BackendError(
+                        f"history read of {self.topic} stalled at {cursor.next_offset}"
+                    )
                 for message in batch:
                     if cursor.next_offset >= limit:
                         break
+                    if cursor.resends.original_offset(message, cursor.next_offset) is not None:
+                        continue
                     if cursor.next_offset >= offset:
                         out.append(message)
                         size += message.size
@@ -322,14 +356,19 @@ class PartitionLog:
         return out
 
     async def _open_cursor(self, offset: int) -> _Cursor:
-        position = bisect.bisect_right(self._checkpoint_offsets, offset) - 1
+        return await self._cursor_at(bisect.bisect_right(self._checkpoint_offsets, offset) - 1)
+
+    async def _cursor_at(self, position: int) -> _Cursor:
+        """A reader at checkpoint `position` (-1: the start), counting as the tailer did."""
         if position >= 0:
-            start_offset = self._checkpoint_offsets[position]
-            start_id = self._checkpoint_ids[position]
-        else:
-            start_offset, start_id = 0, EARLIEST
-        stream = await self.backend.open_reader(self.topic, start_id)
-        return _Cursor(stream, start_offset)
+            stream = await self.backend.open_reader(self.topic, self._checkpoint_ids[position])
+            return _Cursor(
+                stream,
+                self._checkpoint_offsets[position],
+                ResendFilter(self._checkpoint_states[position]),
+            )
+        stream = await self.backend.open_reader(self.topic, EARLIEST)
+        return _Cursor(stream, 0, ResendFilter())
 
     async def close_idle_cursors(self, idle_seconds: float) -> None:
         now = time.monotonic()

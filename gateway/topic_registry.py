@@ -68,7 +68,7 @@ class TopicRegistry:
         records = []
         for key, value in self.metadata.items(PREFIX):
             if not value.get("deleted"):
-                records.append(self._record(key[len(PREFIX):], value))
+                records.append(self._record(key[len(PREFIX) :], value))
         return sorted(records, key=lambda record: record.name)
 
     async def save(self, record: TopicRecord) -> None:

@@ -12,8 +12,9 @@ from tests.support.gateway_process import GatewayProcess
 
 @pytest.fixture(scope="session")
 def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess]:
-    process = GatewayProcess(tmp_path_factory.mktemp("gateway"),
-                             extra=["--set", "kafka.default_partitions=1"])
+    process = GatewayProcess(
+        tmp_path_factory.mktemp("gateway"), extra=["--set", "kafka.default_partitions=1"]
+    )
     process.start()
     yield process
     code = process.stop()

@@ -20,7 +20,9 @@ class Capabilities:
     retention: bool
 
 
-EMBEDDED_CAPABILITIES = Capabilities(partitioned_topics=False, delete_storage=False, retention=False)
+EMBEDDED_CAPABILITIES = Capabilities(
+    partitioned_topics=False, delete_storage=False, retention=False
+)
 CLUSTER_CAPABILITIES = Capabilities(partitioned_topics=True, delete_storage=True, retention=True)
 
 

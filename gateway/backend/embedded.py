@@ -90,10 +90,14 @@ class EmbeddedBroker:
         try:
             self._process = await asyncio.create_subprocess_exec(
                 str(broker_binary()),
-                "--addr", f"127.0.0.1:{self.port}",
-                "--db-path", str(self.data_dir / "db"),
-                "--config", str(config_path),
-                "--log-level", self.log_level,
+                "--addr",
+                f"127.0.0.1:{self.port}",
+                "--db-path",
+                str(self.data_dir / "db"),
+                "--config",
+                str(config_path),
+                "--log-level",
+                self.log_level,
                 stdout=log_file,
                 stderr=log_file,
                 stdin=asyncio.subprocess.DEVNULL,

@@ -28,6 +28,7 @@ class StoredMessage(NamedTuple):
     properties: dict[str, str]
     event_time: int
     publish_time: int
+    producer: str = ""
 
     @property
     def size(self) -> int:

@@ -18,6 +18,7 @@ from typing import Any
 
 import _pulsar
 
+from gateway.backend.loop_bridge import to_loop
 from gateway.backend.messages import MessageKey, StoredMessage
 
 log = logging.getLogger("gateway.reader")
@@ -41,6 +42,7 @@ def to_stored(msg: Any) -> StoredMessage:
         msg.properties(),
         msg.event_timestamp(),
         msg.publish_timestamp(),
+        msg.producer_name(),
     )
 
 
@@ -119,12 +121,14 @@ class ReaderStream:
                 else:
                     future.set_exception(ConnectionError(f"pulsar read failed: {result}"))
 
-            loop.call_soon_threadsafe(complete)
+            to_loop(loop, complete)
 
         self._reader.read_next_async(done)
         return future
 
-    async def read_batch(self, limit: int = 1000, timeout: float | None = None) -> list[StoredMessage]:
+    async def read_batch(
+        self, limit: int = 1000, timeout: float | None = None
+    ) -> list[StoredMessage]:
         """Up to `limit` new messages, waiting up to `timeout` (None: forever) for the first."""
         out: list[StoredMessage] = []
         try:
@@ -170,6 +174,14 @@ class ReaderStream:
         start = self._last if self._last is not None else self._floor
         self._reader = await self._reopen(start)
 
+    @property
+    def connected(self) -> bool:
+        return bool(self._reader.is_connected())
+
+    async def reopen(self) -> None:
+        """Replace a reader stuck in the client's reconnect backoff."""
+        await self._repair(GapDetected("reader disconnected"))
+
     async def has_more(self) -> bool:
         """Whether the topic holds messages this reader has not returned yet.
 
@@ -179,9 +191,7 @@ class ReaderStream:
         loop = self._loop
 
         def done(result: Any, available: bool) -> None:
-            loop.call_soon_threadsafe(
-                lambda: None if future.done() else future.set_result((result, available))
-            )
+            to_loop(loop, lambda: None if future.done() else future.set_result((result, available)))
 
         self._reader.has_message_available_async(done)
         result, available = await asyncio.wait_for(future, 30)
@@ -201,9 +211,7 @@ class ReaderStream:
             future = self._loop.create_future()
 
             def closed(result: Any) -> None:
-                self._loop.call_soon_threadsafe(
-                    lambda: None if future.done() else future.set_result(result)
-                )
+                to_loop(self._loop, lambda: None if future.done() else future.set_result(result))
 
             self._reader.close_async(closed)
             await asyncio.wait_for(future, 5)

@@ -76,8 +76,10 @@ def test_one_callback_stands_for_a_group(broker_url) -> None:
         backend = PulsarBackend(broker_url)
         await backend.start()
         topic = f"persistent://public/default/group-{time.time_ns()}"
-        groups = [[OutMessage(f"{g}:{i}".encode(), key=f"k{i % 5}") for i in range(500)]
-                  for g in range(20)]
+        groups = [
+            [OutMessage(f"{g}:{i}".encode(), key=f"k{i % 5}") for i in range(500)]
+            for g in range(20)
+        ]
         results = await asyncio.gather(*(backend.send(topic, group) for group in groups))
         for first, last in results:
             assert first < last
@@ -102,8 +104,9 @@ def test_group_fails_as_a_whole_when_the_broker_is_gone(tmp_path: Path) -> None:
     async def scenario() -> None:
         broker = EmbeddedBroker(tmp_path / "b", restart_limit=0)
         await broker.start()
-        backend = PulsarBackend(broker.service_url, operation_timeout_seconds=3,
-                                send_timeout_ms=3000)
+        backend = PulsarBackend(
+            broker.service_url, operation_timeout_seconds=3, send_timeout_ms=3000
+        )
         await backend.start()
         topic = f"persistent://public/default/gone-{time.time_ns()}"
         await backend.send(topic, [OutMessage(b"warm-up")])
@@ -135,13 +138,23 @@ def test_reader_is_complete_and_in_order_under_load(broker_url) -> None:
         topic = f"persistent://public/default/replay-{time.time_ns()}"
         for queue in (20, 100, 1000):
             stream = await backend.open_reader(topic, receiver_queue_size=queue)
-            sender = asyncio.ensure_future(asyncio.gather(*(
-                backend.send(topic, [OutMessage(f"{queue}:{g}:{i}".encode()) for i in range(250)])
-                for g in range(20))))
+            sender = asyncio.ensure_future(
+                asyncio.gather(
+                    *(
+                        backend.send(
+                            topic, [OutMessage(f"{queue}:{g}:{i}".encode()) for i in range(250)]
+                        )
+                        for g in range(20)
+                    )
+                )
+            )
             got = []
             while len(got) < 5000:
-                got += [m for m in await stream.read_batch(1000, timeout=10)
-                        if m.payload.startswith(f"{queue}:".encode())]
+                got += [
+                    m
+                    for m in await stream.read_batch(1000, timeout=10)
+                    if m.payload.startswith(f"{queue}:".encode())
+                ]
             await sender
             ids = [m.id for m in got]
             assert ids == sorted(set(ids)), f"queue {queue}: duplicates or disorder"
@@ -160,7 +173,7 @@ def test_chunked_message_is_never_skipped(broker_url) -> None:
         topic = f"persistent://public/default/chunks-{time.time_ns()}"
         stream = await backend.open_reader(topic)
         big = b"B" * (6 * 1024 * 1024)
-        for round_ in range(3):
+        for _ in range(3):
             await backend.send(topic, [OutMessage(b"a"), OutMessage(big), OutMessage(b"c")])
         got = []
         while len(got) < 9:

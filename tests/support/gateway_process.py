@@ -24,8 +24,9 @@ def free_port() -> int:
 class GatewayProcess:
     """One gateway with its embedded broker, in a data directory of its own."""
 
-    def __init__(self, data_dir: Path, extra: list[str] | None = None,
-                 broker_port: int | None = None) -> None:
+    def __init__(
+        self, data_dir: Path, extra: list[str] | None = None, broker_port: int | None = None
+    ) -> None:
         self.data_dir = data_dir
         self.kafka_port = free_port()
         self.metrics_port = free_port()
@@ -41,16 +42,24 @@ class GatewayProcess:
     def start(self, timeout: float = 60) -> GatewayProcess:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         command = [
-            sys.executable, "-m", "gateway.cli", "run",
-            "--kafka-port", str(self.kafka_port),
-            "--metrics-port", str(self.metrics_port),
-            "--data-dir", str(self.data_dir),
-            "--set", f"embedded.port={self.broker_port}",
+            sys.executable,
+            "-m",
+            "gateway.cli",
+            "run",
+            "--kafka-port",
+            str(self.kafka_port),
+            "--metrics-port",
+            str(self.metrics_port),
+            "--data-dir",
+            str(self.data_dir),
+            "--set",
+            f"embedded.port={self.broker_port}",
             *self.extra,
         ]
         log = open(self.log_path, "ab")  # noqa: SIM115 - closed with the process
-        self.process = subprocess.Popen(command, stdout=log, stderr=log, cwd=REPO,
-                                        env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        self.process = subprocess.Popen(
+            command, stdout=log, stderr=log, cwd=REPO, env={**os.environ, "PYTHONUNBUFFERED": "1"}
+        )
         log.close()
         deadline = time.time() + timeout
         while time.time() < deadline:
@@ -85,8 +94,11 @@ class GatewayProcess:
 
     def broker_pid(self) -> int:
         """The embedded pulsar-lite child of this gateway."""
-        out = subprocess.run(["pgrep", "-P", str(self.process.pid), "-f", "pulsar-lite"],
-                             capture_output=True, text=True)
+        out = subprocess.run(
+            ["pgrep", "-P", str(self.process.pid), "-f", "pulsar-lite"],
+            capture_output=True,
+            text=True,
+        )
         return int(out.stdout.split()[0])
 
     def stop(self, sig: int = signal.SIGTERM, timeout: float = 30) -> int | None:

@@ -36,13 +36,15 @@ def new_librdkafka_dir(scratch: Path) -> Path:
     return target
 
 
-def run_kcat(args: list[str], lib_dir: Path | None = None, stdin: bytes | None = None,
-             timeout: float = 60) -> subprocess.CompletedProcess[bytes]:
+def run_kcat(
+    args: list[str], lib_dir: Path | None = None, stdin: bytes | None = None, timeout: float = 60
+) -> subprocess.CompletedProcess[bytes]:
     env = dict(os.environ)
     if lib_dir is not None:
         env["LD_LIBRARY_PATH"] = str(lib_dir)
-    return subprocess.run([kcat_binary(), *args], input=stdin, capture_output=True,
-                          timeout=timeout, env=env)
+    return subprocess.run(
+        [kcat_binary(), *args], input=stdin, capture_output=True, timeout=timeout, env=env
+    )
 
 
 def librdkafka_version(lib_dir: Path | None) -> str:

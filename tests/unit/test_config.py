@@ -50,15 +50,23 @@ def test_bad_values_name_the_setting(override: dict[str, str], named: str) -> No
 def test_cli_refuses_to_start_with_a_bad_value() -> None:
     result = subprocess.run(
         [sys.executable, "-m", "gateway.cli", "run", "--kafka-port", "abc"],
-        capture_output=True, text=True, cwd=REPO, timeout=60,
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=60,
     )
     assert result.returncode == 2
     assert "kafka.port" in result.stderr
 
 
 def test_help_explains_how_to_run() -> None:
-    result = subprocess.run([sys.executable, "-m", "gateway.cli", "run", "--help"],
-                            capture_output=True, text=True, cwd=REPO, timeout=60)
+    result = subprocess.run(
+        [sys.executable, "-m", "gateway.cli", "run", "--help"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=60,
+    )
     assert result.returncode == 0
     for words in ("--pulsar-url", "--kafka-port", "PULSAR_GATEWAY_", "conf/gateway.toml"):
         assert words in result.stdout

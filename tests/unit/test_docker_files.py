@@ -12,7 +12,9 @@ REPO = Path(__file__).resolve().parents[2]
 def test_compose_file_is_valid() -> None:
     result = subprocess.run(
         ["docker-compose", "-f", str(REPO / "docker/compose.yaml"), "config"],
-        capture_output=True, text=True, timeout=60,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert result.returncode == 0, result.stderr
     assert "apachepulsar/pulsar" in result.stdout

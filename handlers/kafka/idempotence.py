@@ -1,0 +1,87 @@
+"""Idempotent producers: per (producer id, partition) sequence checks, as Kafka does them.
+
+pulsar-lite has no deduplication, so the gateway drops retried batches itself. A
+batch whose sequence range was already accepted gets the first attempt's base
+offset back (awaiting it if that attempt is still in flight); a gap gets
+OUT_OF_ORDER_SEQUENCE_NUMBER; an older epoch gets INVALID_PRODUCER_EPOCH.
+State is in memory: after a gateway restart a producer's next batch is accepted
+whatever its sequence, as Kafka does for an unknown producer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from dataclasses import dataclass, field
+
+from handlers.kafka import errors
+
+KEEP_BATCHES = 5  # Kafka's max.in.flight.requests.per.connection ceiling for idempotence
+SEQUENCE_WRAP = 1 << 31
+
+
+@dataclass
+class _Batch:
+    first: int
+    last: int
+    base_offset: asyncio.Future[int]
+
+
+@dataclass
+class _ProducerState:
+    epoch: int
+    next_sequence: int | None = None
+    batches: deque[_Batch] = field(default_factory=lambda: deque(maxlen=KEEP_BATCHES))
+
+
+class SequenceCheck:
+    """What to do with one idempotent batch: append it, return a duplicate, or refuse."""
+
+    def __init__(
+        self,
+        code: int = errors.NONE,
+        duplicate: asyncio.Future[int] | None = None,
+        accepted: _Batch | None = None,
+    ) -> None:
+        self.code = code
+        self.duplicate = duplicate
+        self.accepted = accepted
+
+
+class ProducerSequences:
+    def __init__(self) -> None:
+        self._states: dict[tuple[int, str], _ProducerState] = {}
+
+    def check(
+        self, producer_id: int, epoch: int, partition: str, first: int, count: int
+    ) -> SequenceCheck:
+        key = (producer_id, partition)
+        state = self._states.get(key)
+        if state is None or epoch > state.epoch:
+            state = self._states[key] = _ProducerState(epoch)
+        elif epoch < state.epoch:
+            return SequenceCheck(errors.INVALID_PRODUCER_EPOCH)
+        last = (first + count - 1) % SEQUENCE_WRAP
+        for batch in state.batches:
+            if batch.first == first and batch.last == last:
+                return SequenceCheck(duplicate=batch.base_offset)
+        if state.next_sequence is not None and first != state.next_sequence:
+            return SequenceCheck(errors.OUT_OF_ORDER_SEQUENCE_NUMBER)
+        batch = _Batch(first, last, asyncio.get_running_loop().create_future())
+        state.batches.append(batch)
+        state.next_sequence = (last + 1) % SEQUENCE_WRAP
+        return SequenceCheck(accepted=batch)
+
+    def settle(
+        self, producer_id: int, partition: str, batch: _Batch, base_offset: int | None
+    ) -> None:
+        """Record the outcome; a failed batch is forgotten so that its retry is accepted."""
+        if base_offset is not None:
+            batch.base_offset.set_result(base_offset)
+            return
+        batch.base_offset.cancel()
+        state = self._states.get((producer_id, partition))
+        if state is not None and batch in state.batches:
+            state.batches.remove(batch)
+            if state.next_sequence == (batch.last + 1) % SEQUENCE_WRAP:
+                state.next_sequence = batch.first

@@ -1,0 +1,145 @@
+"""Kafka records and Pulsar messages, both ways, with the KoP mapping."""
+
+from __future__ import annotations
+
+import time
+
+import pulsar
+from confluent_kafka import Consumer, Producer, TopicPartition
+
+
+def _pulsar_client(gateway) -> pulsar.Client:
+    return pulsar.Client(
+        f"pulsar://127.0.0.1:{gateway.broker_port}",
+        logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Warn),
+    )
+
+
+def test_kafka_record_read_by_pulsar_consumer(gateway, topic_name) -> None:
+    producer = Producer({"bootstrap.servers": gateway.bootstrap})
+    producer.produce(
+        topic_name,
+        b"value-1",
+        b"user-42",
+        timestamp=1_700_000_000_123,
+        headers=[("trace", b"abc"), ("n", b"1")],
+    )
+    producer.produce(topic_name, None, b"tombstone", timestamp=1_700_000_000_124)
+    producer.produce(
+        topic_name,
+        b"bin",
+        b"\xff\x00key",
+        timestamp=1_700_000_000_125,
+        headers=[("raw", b"\x00\xff"), ("raw", b"again"), ("nul", None)],
+    )
+    producer.produce(topic_name, b"no key")
+    assert producer.flush(30) == 0
+
+    client = _pulsar_client(gateway)
+    reader = client.create_reader(
+        f"persistent://public/default/{topic_name}-partition-0", pulsar.MessageId.earliest
+    )
+    messages = [reader.read_next(10000) for _ in range(4)]
+    client.close()
+    first, tombstone, binary, keyless = messages
+    assert first.data() == b"value-1"
+    assert first.partition_key() == "user-42" and first.ordering_key() == "user-42"
+    assert {k: v for k, v in first.properties().items() if not k.startswith("__")} == {
+        "trace": "abc",
+        "n": "1",
+    }
+    assert first.event_timestamp() == 1_700_000_000_123
+    assert tombstone._message.has_null_value()
+    assert tombstone.partition_key() == "tombstone"
+    assert binary.event_timestamp() == 1_700_000_000_125
+    assert "__kafka.headers" in binary.properties()
+    assert keyless.partition_key() == ""
+
+    # and the same records read back through Kafka are exactly what was sent
+    consumer = Consumer(
+        {"bootstrap.servers": gateway.bootstrap, "group.id": "x", "enable.auto.commit": False}
+    )
+    consumer.assign([TopicPartition(topic_name, 0, 0)])
+    got = []
+    deadline = time.time() + 30
+    while len(got) < 4 and time.time() < deadline:
+        msg = consumer.poll(1)
+        if msg is not None and not msg.error():
+            got.append(msg)
+    consumer.close()
+    assert [m.key() for m in got] == [b"user-42", b"tombstone", b"\xff\x00key", None]
+    assert [m.value() for m in got] == [b"value-1", None, b"bin", b"no key"]
+    assert got[0].headers() == [("trace", b"abc"), ("n", b"1")]
+    assert got[2].headers() == [("raw", b"\x00\xff"), ("raw", b"again"), ("nul", None)]
+    assert got[0].timestamp()[1] == 1_700_000_000_123
+
+
+def test_pulsar_message_fetched_by_kafka_clients(gateway, topic_name) -> None:
+    # the topic must exist for Kafka clients: auto-created on first metadata request
+    producer = Producer({"bootstrap.servers": gateway.bootstrap})
+    producer.produce(topic_name, b"from-kafka")
+    assert producer.flush(30) == 0
+    client = _pulsar_client(gateway)
+    direct = client.create_producer(f"persistent://public/default/{topic_name}-partition-0")
+    direct.send(
+        b"from-pulsar",
+        partition_key="pk",
+        properties={"h1": "v1"},
+        event_timestamp=1_650_000_000_000,
+    )
+    direct.send(b"no-event-time")
+    client.close()
+
+    consumer = Consumer(
+        {"bootstrap.servers": gateway.bootstrap, "group.id": "y", "enable.auto.commit": False}
+    )
+    consumer.assign([TopicPartition(topic_name, 0, 0)])
+    got = []
+    deadline = time.time() + 30
+    while len(got) < 3 and time.time() < deadline:
+        msg = consumer.poll(1)
+        if msg is not None and not msg.error():
+            got.append(msg)
+    consumer.close()
+    assert [m.value() for m in got] == [b"from-kafka", b"from-pulsar", b"no-event-time"]
+    assert got[1].key() == b"pk"
+    assert got[1].headers() == [("h1", b"v1")]
+    assert got[1].timestamp()[1] == 1_650_000_000_000
+    # publish time stands in for a missing event time
+    assert abs(got[2].timestamp()[1] - time.time() * 1000) < 120_000
+    assert [m.offset() for m in got] == [0, 1, 2]
+
+
+def test_six_mib_record_round_trips(gateway, topic_name) -> None:
+    big = bytes(range(256)) * (6 * 1024 * 1024 // 256)
+    producer = Producer(
+        {
+            "bootstrap.servers": gateway.bootstrap,
+            "message.max.bytes": 10_000_000,
+            "compression.type": "none",
+        }
+    )
+    producer.produce(topic_name, b"small-before")
+    producer.produce(topic_name, big, b"big")
+    producer.produce(topic_name, b"small-after")
+    assert producer.flush(60) == 0
+    consumer = Consumer(
+        {
+            "bootstrap.servers": gateway.bootstrap,
+            "group.id": "z",
+            "enable.auto.commit": False,
+            "fetch.message.max.bytes": 10_000_000,
+            "fetch.max.bytes": 10_000_000,
+            "receive.message.max.bytes": 20_000_000,
+        }
+    )
+    consumer.assign([TopicPartition(topic_name, 0, 0)])
+    got = []
+    deadline = time.time() + 60
+    while len(got) < 3 and time.time() < deadline:
+        msg = consumer.poll(1)
+        if msg is not None and not msg.error():
+            got.append(msg)
+    consumer.close()
+    assert [m.value() for m in got] == [b"small-before", big, b"small-after"]
+    assert [m.offset() for m in got] == [0, 1, 2]
