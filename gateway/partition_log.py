@@ -370,6 +370,15 @@ class PartitionLog:
         stream = await self.backend.open_reader(self.topic, EARLIEST)
         return _Cursor(stream, 0, ResendFilter())
 
+    async def message_id_at(self, offset: int) -> MessageKey:
+        """The Pulsar message id holding `offset` (for moving subscriptions to an offset)."""
+        if not self.log_start <= offset < self.next_offset:
+            raise OffsetOutOfRange(offset)
+        messages = await self.read(offset, 1)
+        if not messages:
+            raise OffsetOutOfRange(offset)
+        return messages[0].id
+
     async def close_idle_cursors(self, idle_seconds: float) -> None:
         now = time.monotonic()
         for key, cursor in list(self._cursors.items()):

@@ -109,6 +109,15 @@ def test_confluent_kafka(gateway, topic_name) -> None:
     assert future[0].offset == -1
     consumer.close()
 
+    # configs and cluster
+    from confluent_kafka.admin import ConfigResource
+
+    resource = ConfigResource(ConfigResource.Type.TOPIC, topic_name)
+    configs = admin.describe_configs([resource])[resource].result(30)
+    assert configs["cleanup.policy"].value == "delete"
+    cluster = admin.describe_cluster().result(30)
+    assert [node.port for node in cluster.nodes] == [gateway.kafka_port]
+
     # grow and delete
     admin.create_partitions([NewPartitions(topic_name, 4)])[topic_name].result(30)
     assert len(admin.list_topics(topic_name, timeout=10).topics[topic_name].partitions) == 4
