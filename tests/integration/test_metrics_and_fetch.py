@@ -55,7 +55,7 @@ def _fetch(
 
 def test_metrics_count_records_bytes_requests(gateway, topic_name) -> None:
     producer = Producer({"bootstrap.servers": gateway.bootstrap})
-    for i in range(25):
+    for _ in range(25):
         producer.produce(topic_name, b"x" * 10)
     assert producer.flush(30) == 0
     text = gateway.metrics()
@@ -105,7 +105,7 @@ def test_fetch_long_poll_waits_for_data_and_honours_max_bytes(gateway, topic_nam
 
     # partition_max_bytes bounds the answer, but the first record always comes back
     producer = Producer({"bootstrap.servers": gateway.bootstrap, "linger.ms": 50})
-    for i in range(200):
+    for _ in range(200):
         producer.produce(topic_name, b"y" * 100)
     assert producer.flush(30) == 0
     small = _call(gateway, 1, 12, _fetch(topic_name, 0, 0, 1, 1 << 20, 1000))
