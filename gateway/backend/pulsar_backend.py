@@ -205,11 +205,15 @@ class PulsarBackend:
         if writer is None:
             writer = self._writers[topic] = _TopicWriter(topic)
         writer.last_used = time.monotonic()
-        await self._acquire(len(messages))
+        acquired = False
         try:
             first_future: asyncio.Future[Any] | None = None
             last_future: asyncio.Future[Any] | None = None
+            # The lock is first-come first-served: waiting for send capacity inside it keeps
+            # the partition's order even when a later, smaller request would fit sooner.
             async with writer.lock:
+                await self._acquire(len(messages))
+                acquired = True
                 start = 0
                 while start < len(messages):
                     big = _is_big(messages[start])
@@ -244,7 +248,8 @@ class PulsarBackend:
         except Exception as exc:
             raise BackendError(f"send to {topic} failed: {exc}") from exc
         finally:
-            self._release(len(messages))
+            if acquired:
+                self._release(len(messages))
 
     # ---- reading ---------------------------------------------------------------------------
 

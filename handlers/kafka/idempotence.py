@@ -72,16 +72,25 @@ class ProducerSequences:
         state.next_sequence = (last + 1) % SEQUENCE_WRAP
         return SequenceCheck(accepted=batch)
 
-    def settle(
-        self, producer_id: int, partition: str, batch: _Batch, base_offset: int | None
-    ) -> None:
-        """Record the outcome; a failed batch is forgotten so that its retry is accepted."""
+    def settle(self, producer_id: int, partition: str, batch: _Batch,
+               base_offset: int | None) -> None:
+        """Record the outcome. A failed batch is forgotten with every batch after it (a
+        Pulsar send failure fails everything queued behind it), so that the client's
+        retries, which start again at the failed batch, are accepted in order."""
         if base_offset is not None:
-            batch.base_offset.set_result(base_offset)
+            if not batch.base_offset.done():
+                batch.base_offset.set_result(base_offset)
             return
-        batch.base_offset.cancel()
         state = self._states.get((producer_id, partition))
-        if state is not None and batch in state.batches:
-            state.batches.remove(batch)
-            if state.next_sequence == (batch.last + 1) % SEQUENCE_WRAP:
-                state.next_sequence = batch.first
+        if state is None or batch not in state.batches:
+            return
+        kept: deque[_Batch] = deque(maxlen=KEEP_BATCHES)
+        for item in state.batches:
+            if item is batch:
+                break
+            kept.append(item)
+        for item in list(state.batches)[len(kept):]:
+            if not item.base_offset.done():
+                item.base_offset.cancel()
+        state.batches = kept
+        state.next_sequence = batch.first

@@ -1,5 +1,8 @@
 """Nothing acknowledged is lost: 100k records with acks=all while the embedded broker is
-killed with SIGKILL mid-stream and restarted by the gateway."""
+killed with SIGKILL mid-stream and restarted by the gateway.
+
+The producer is idempotent, which is how a Kafka application asks for retries that keep
+order and write once (without it, Kafka itself may reorder or duplicate on retry)."""
 
 from __future__ import annotations
 
