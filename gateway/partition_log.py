@@ -145,6 +145,11 @@ class PartitionLog:
                     # the client's reconnect backoff can reach a minute after a broker restart
                     log.warning("tailer of %s disconnected; reopening it", self.topic)
                     await self._stream.reopen()
+                elif (self._id_waiters or self._data_waiters) and await self._stream.has_more():
+                    # connected, data waiting, nothing dispatched: pulsar-lite stops
+                    # dispatching to readers whose connection it dropped (BACKEND.md, acks)
+                    log.warning("tailer of %s stalled; reopening it", self.topic)
+                    await self._stream.reopen()
         except asyncio.CancelledError:
             raise
         except BaseException as exc:  # noqa: BLE001 - surfaced to every waiter
@@ -231,7 +236,9 @@ class PartitionLog:
     async def append(self, messages: list[OutMessage]) -> int:
         """Store messages; returns the offset of the first, as the tailer numbered it."""
         self.last_used = time.monotonic()
-        first, _ = await self.backend.send(self.topic, messages)
+        # Unbatched: a pulsar-lite reader's own cumulative ack of a batched entry makes the
+        # broker drop the client connection, after which its readers get nothing more.
+        first, _ = await self.backend.send(self.topic, messages, batching=False)
         return await self.offset_of(first)
 
     async def offset_of(self, mid: MessageKey) -> int:

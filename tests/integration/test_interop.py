@@ -143,3 +143,39 @@ def test_six_mib_record_round_trips(gateway, topic_name) -> None:
     consumer.close()
     assert [m.value() for m in got] == [b"small-before", big, b"small-after"]
     assert [m.offset() for m in got] == [0, 1, 2]
+
+
+def test_batching_pulsar_producer_does_not_stall_the_partition(gateway, topic_name) -> None:
+    """pulsar-lite drops a client connection when a reader acks a batched entry, and its
+    readers then get nothing more: the gateway must notice and reopen its tailer."""
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": gateway.bootstrap})
+    admin.create_topics([NewTopic(topic_name, 1, 1)])[topic_name].result(30)
+    consumer = Consumer({"bootstrap.servers": gateway.bootstrap, "group.id": "b",
+                         "enable.auto.commit": False})
+    consumer.assign([TopicPartition(topic_name, 0, 0)])
+    consumer.poll(1)  # the partition is open and tailed from here on
+    client = _pulsar_client(gateway)
+    batching = client.create_producer(
+        f"persistent://public/default/{topic_name}-partition-0",
+        batching_enabled=True, batching_max_publish_delay_ms=1)
+    expected = []
+    for round_ in range(4):
+        for i in range(50):
+            batching.send_async(f"p{round_}-{i}".encode(), None)
+            expected.append(f"p{round_}-{i}".encode())
+        batching.flush()
+        time.sleep(1.0)  # the tailer's reader acks the previous batch entry
+    client.close()
+    producer = Producer({"bootstrap.servers": gateway.bootstrap})
+    producer.produce(topic_name, b"k1")
+    assert producer.flush(30) == 0, "a produce after Pulsar batches stalled"
+    got = []
+    deadline = time.time() + 30
+    while len(got) < len(expected) + 1 and time.time() < deadline:
+        msg = consumer.poll(1)
+        if msg is not None and not msg.error():
+            got.append(msg.value())
+    consumer.close()
+    assert got == expected + [b"k1"]
