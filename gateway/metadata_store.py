@@ -52,7 +52,7 @@ class MetadataStore:
         count = 0
         try:
             while True:
-                batch = await stream.read_batch(5000, timeout=30)
+                batch = await stream.read_batch(5000, timeout=10, expect_more=True)
                 if not batch:
                     raise TimeoutError(f"metadata store {self.topic} did not reach its end")
                 for message in batch:

@@ -238,8 +238,13 @@ class PartitionLog:
         self.last_used = time.monotonic()
         # Unbatched: a pulsar-lite reader's own cumulative ack of a batched entry makes the
         # broker drop the client connection, after which its readers get nothing more.
-        first, _ = await self.backend.send(self.topic, messages, batching=False)
-        return await self.offset_of(first)
+        first, last = await self.backend.send(self.topic, messages, batching=False)
+        base = await self.offset_of(first)
+        if last != first:
+            # Kafka's high watermark covers every acknowledged record: answer only once the
+            # tailer has numbered the last one too, or a fetch right after sees a short log.
+            await self.offset_of(last)
+        return base
 
     async def offset_of(self, mid: MessageKey) -> int:
         """Offset of the first message at or after `mid` (a send callback's id)."""
@@ -273,7 +278,7 @@ class PartitionLog:
         cursor = await self._cursor_at(position)
         try:
             while True:
-                batch = await cursor.stream.read_batch(1000, timeout=10)
+                batch = await cursor.stream.read_batch(1000, timeout=5, expect_more=True)
                 if not batch:
                     raise BackendError(f"offset of {mid} not found in {self.topic}")
                 for message in batch:
@@ -336,7 +341,7 @@ class PartitionLog:
         limit = min(self._tail_base, self.next_offset)
         try:
             while cursor.next_offset < limit:
-                batch = await cursor.stream.read_batch(1000, timeout=10)
+                batch = await cursor.stream.read_batch(1000, timeout=5, expect_more=True)
                 if not batch:
                     raise BackendError(
                         f"history read of {self.topic} stalled at {cursor.next_offset}"

@@ -27,6 +27,7 @@ EARLIEST: MessageKey = (-1, -1, -1)
 # A chunked message spans several entries and carries the last chunk's id; its chunks
 # are at most this big, so an entry gap is legitimate only behind a payload this large.
 CHUNK_BYTES = 4 * 1024 * 1024
+COALESCE_SECONDS = 0.001
 
 
 class GapDetected(Exception):
@@ -127,38 +128,58 @@ class ReaderStream:
         return future
 
     async def read_batch(
-        self, limit: int = 1000, timeout: float | None = None
+        self, limit: int = 1000, timeout: float | None = None, expect_more: bool = False
     ) -> list[StoredMessage]:
-        """Up to `limit` new messages, waiting up to `timeout` (None: forever) for the first."""
+        """Up to `limit` new messages, waiting up to `timeout` (None: forever) for the first.
+
+        `expect_more`: the caller knows messages are stored past this reader (a history
+        read, a load to a marker). A wait that times out empty then asks the broker,
+        and a reader that has stopped short of stored messages (pulsar-lite, seen with
+        chunked messages) is reopened at the last message it passed on.
+        """
         out: list[StoredMessage] = []
-        try:
-            await self._read_into(out, limit, timeout)
-        except GapDetected as gap:
-            if self._reopen is None:
-                raise
-            await self._repair(gap)
-            if not out:
-                return await self.read_batch(limit, timeout)
+        for _ in range(3):
+            try:
+                await self._read_into(out, limit, timeout)
+            except GapDetected as gap:
+                if self._reopen is None:
+                    raise
+                await self._repair(gap)
+                if not out:
+                    continue
+            if out or not expect_more or self._reopen is None or not await self.has_more():
+                return out
+            await self._repair(GapDetected("reader stopped with messages left"))
         return out
 
     async def _read_into(self, out: list[StoredMessage], limit: int, timeout: float | None) -> None:
-        if self._pending is None:
-            self._drain(out, limit)
-            if out:
+        """Fill `out`; returns once something was accepted or `timeout` ran out (replays
+        that the filter drops do not end the wait)."""
+        deadline = None if timeout is None else self._loop.time() + timeout
+        while not out:
+            if self._pending is None:
+                self._drain(out, limit)
+                if out:
+                    return
+                self._pending = self._arm()
+            left = None if deadline is None else max(0.0, deadline - self._loop.time())
+            try:
+                msg = await asyncio.wait_for(asyncio.shield(self._pending), left)
+            except TimeoutError:
                 return
-            self._pending = self._arm()
-        try:
-            msg = await asyncio.wait_for(asyncio.shield(self._pending), timeout)
-        except TimeoutError:
-            return
-        except ConnectionError:
+            except ConnectionError:
+                self._pending = None
+                raise
             self._pending = None
-            raise
-        self._pending = None
-        stored = to_stored(msg)
-        if self._accept(stored):
-            out.append(stored)
-        self._drain(out, limit)
+            stored = to_stored(msg)
+            if self._accept(stored):
+                out.append(stored)
+            # Let more arrive before draining: an empty non-blocking read costs ~100 us,
+            # and without a pause every message of a steady stream would cost a wake-up.
+            await asyncio.sleep(COALESCE_SECONDS)
+            self._drain(out, limit)
+            if deadline is not None and self._loop.time() >= deadline:
+                return
 
     async def _repair(self, gap: GapDetected) -> None:
         """Reopen at the last message passed on; the filter drops it again on arrival."""

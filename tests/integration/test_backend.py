@@ -176,8 +176,9 @@ def test_chunked_message_is_never_skipped(broker_url) -> None:
         for _ in range(3):
             await backend.send(topic, [OutMessage(b"a"), OutMessage(big), OutMessage(b"c")])
         got = []
-        while len(got) < 9:
-            got += await stream.read_batch(100, timeout=20)
+        deadline = time.monotonic() + 60
+        while len(got) < 9 and time.monotonic() < deadline:
+            got += await stream.read_batch(100, timeout=2, expect_more=True)
         assert [len(m.payload) for m in got] == [1, len(big), 1] * 3
         await stream.close()
         await backend.close()

@@ -25,6 +25,7 @@ def test_acknowledged_records_survive_broker_kill(tmp_path, topic_name) -> None:
             {
                 "bootstrap.servers": gw.bootstrap,
                 "acks": "all",
+                "enable.idempotence": True,
                 "linger.ms": 5,
                 "message.timeout.ms": 120000,
                 "retries": 1000000,
