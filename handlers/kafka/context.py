@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from gateway.config import KafkaSection
 from gateway.topic_names import pulsar_topic
 from gateway.topics import TopicService
+
+if TYPE_CHECKING:
+    from gateway.group_offsets import GroupOffsetStore
+    from handlers.kafka.group_coordinator import GroupCoordinator
 
 
 @dataclass
@@ -24,6 +29,8 @@ class KafkaContext:
         self.settings = settings
         self.topics = topics
         self.identity = identity
+        self.groups: GroupCoordinator | None = None
+        self.offsets: GroupOffsetStore | None = None
         self._short_prefix = f"persistent://{settings.tenant}/{settings.namespace}/"
 
     def pulsar_name(self, kafka_name: str) -> str:

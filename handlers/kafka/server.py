@@ -15,10 +15,12 @@ from typing import Any
 
 from gateway import metrics
 from gateway.config import KafkaSection
+from gateway.group_offsets import GroupOffsetStore
 from gateway.topics import TopicService
 from handlers.kafka import protocol
 from handlers.kafka.apis import api_versions, registry, versions
 from handlers.kafka.context import BrokerIdentity, KafkaContext
+from handlers.kafka.group_coordinator import GroupCoordinator
 
 log = logging.getLogger("gateway.kafka")
 
@@ -33,9 +35,21 @@ class ConnectionClosing(Exception):
 class KafkaServer:
     name = "kafka"
 
-    def __init__(self, settings: KafkaSection, topics: TopicService) -> None:
+    def __init__(
+        self,
+        settings: KafkaSection,
+        topics: TopicService,
+        group_offsets: GroupOffsetStore | None = None,
+    ) -> None:
         self.settings = settings
         self.topics = topics
+        self.group_offsets = group_offsets
+        self.groups = GroupCoordinator(
+            group_offsets,
+            min_session_ms=settings.group_min_session_timeout_ms,
+            max_session_ms=settings.group_max_session_timeout_ms,
+            initial_rebalance_delay_ms=settings.group_initial_rebalance_delay_ms,
+        )
         self._server: asyncio.base_events.Server | None = None
         self._connections: set[asyncio.Task[None]] = set()
         self.context: KafkaContext | None = None
@@ -52,12 +66,19 @@ class KafkaServer:
         )
         host, port = self.address
         advertised = self.settings.advertised_host or host
-        identity = BrokerIdentity(self.settings.node_id, advertised, port, self.settings.cluster_id)
+        identity = BrokerIdentity(
+            self.settings.node_id, advertised, self.settings.advertised_port or port,
+            self.settings.cluster_id,
+        )
         self.context = KafkaContext(self.settings, self.topics, identity)
+        self.context.groups = self.groups
+        self.context.offsets = self.group_offsets
+        self.groups.start()
 
     async def stop(self) -> None:
         if self._server:
             self._server.close()
+        await self.groups.close()
         for task in list(self._connections):
             task.cancel()
         if self._connections:

@@ -17,12 +17,23 @@ HIGHEST: dict[int, int] = {
     1: 12,  # Fetch
     2: 8,  # ListOffsets
     3: 12,  # Metadata
+    8: 8,  # OffsetCommit (v9 is for KIP-848 member epochs)
+    9: 8,  # OffsetFetch (v8: several groups at once; v9 is KIP-848)
+    10: 4,  # FindCoordinator (v4: batched keys; v5+ add share groups)
+    11: 9,  # JoinGroup
+    12: 4,  # Heartbeat
+    13: 5,  # LeaveGroup
+    14: 5,  # SyncGroup
+    15: 5,  # DescribeGroups
+    16: 5,  # ListGroups
     18: 3,  # ApiVersions
     19: 7,  # CreateTopics
     20: 5,  # DeleteTopics
     22: 4,  # InitProducerId
     32: 4,  # DescribeConfigs
     37: 3,  # CreatePartitions
+    42: 2,  # DeleteGroups
+    47: 0,  # OffsetDelete
     60: 1,  # DescribeCluster
 }
 LOWEST: dict[int, int] = {0: 3, 1: 4}
