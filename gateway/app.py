@@ -12,8 +12,11 @@ from gateway import metrics
 from gateway.backend.admin import PulsarAdmin
 from gateway.backend.embedded import EmbeddedBroker
 from gateway.backend.pulsar_backend import PulsarBackend
+from gateway.backend.subscription_mirror import SubscriptionMirror
 from gateway.config import Settings
+from gateway.group_offsets import GroupOffsetStore
 from gateway.metadata_store import MetadataStore
+from gateway.subscription_position import ack_position
 from gateway.topics import TopicService
 
 log = logging.getLogger("gateway")
@@ -37,6 +40,8 @@ class Gateway:
         self.backend: PulsarBackend | None = None
         self.metadata: MetadataStore | None = None
         self.topics: TopicService | None = None
+        self.group_offsets: GroupOffsetStore | None = None
+        self.mirror: SubscriptionMirror | None = None
         self.listeners: list[Listener] = []
         self.metrics_server: metrics.MetricsServer | None = None
         self._fatal: asyncio.Future[str] | None = None
@@ -80,11 +85,50 @@ class Gateway:
             idle_close_seconds=settings.kafka.idle_close_seconds,
         )
         self.topics.start()
+        self.group_offsets = GroupOffsetStore(self.metadata)
+        self.group_offsets.load()
+        if settings.kafka.group_offset_mirror:
+            topics = self.topics
+
+            async def locate(partition_topic: str, offset: int) -> tuple[int, int, int] | None:
+                return await ack_position(topics, partition_topic, offset)
+
+            self.mirror = SubscriptionMirror(
+                service_url,
+                locate,
+                interval=settings.kafka.group_mirror_interval_seconds,
+                idle_close=settings.kafka.group_mirror_idle_seconds,
+                operation_timeout_seconds=min(5, settings.pulsar.operation_timeout_seconds),
+            )
+            await self.mirror.start()
+            self.group_offsets.on_commit = self.mirror.request
         metrics.BACKEND_UP.set(1)
         if settings.kafka.enabled:
             from handlers.kafka.server import KafkaServer
 
-            self.listeners.append(KafkaServer(settings.kafka, self.topics))
+            self.listeners.append(KafkaServer(settings.kafka, self.topics, self.group_offsets))
+        if settings.amqp.enabled:
+            from gateway.amqp_store import PulsarAmqpStore
+            from handlers.amqp.connection_settings import ConnectionSettings
+            from handlers.amqp.server import AmqpServer
+
+            amqp = settings.amqp
+            store = PulsarAmqpStore(self.backend, self.metadata, amqp.tenant)
+            self.listeners.append(
+                AmqpServer(
+                    amqp.host,
+                    amqp.port,
+                    store,
+                    users=amqp.users,
+                    settings=ConnectionSettings(
+                        frame_max=amqp.frame_max,
+                        channel_max=amqp.channel_max,
+                        heartbeat=amqp.heartbeat_seconds,
+                    ),
+                    max_connections=amqp.max_connections,
+                    reader_idle_seconds=amqp.reader_idle_seconds,
+                )
+            )
         for listener in self.listeners:
             await listener.start()
             host, port = listener.address
@@ -119,6 +163,9 @@ class Gateway:
         for listener in reversed(self.listeners):
             with contextlib.suppress(Exception):
                 await listener.stop()
+        if self.mirror:
+            with contextlib.suppress(Exception):
+                await self.mirror.close()
         if self.topics:
             await self.topics.close()
         if self.backend:

@@ -35,6 +35,7 @@ class KafkaSection(_Section):
     host: str = "127.0.0.1"
     port: int = Field(9092, ge=0, le=65535)
     advertised_host: str = ""
+    advertised_port: int = Field(0, ge=0, le=65535)
     tenant: str = "public"
     namespace: str = "default"
     auto_create_topics: bool = True
@@ -47,6 +48,12 @@ class KafkaSection(_Section):
     tail_cache_records: int = Field(20000, ge=0)
     idle_close_seconds: float = Field(60.0, gt=0)
     max_in_flight_sends: int = Field(50000, ge=1)
+    group_min_session_timeout_ms: int = Field(6000, ge=1)
+    group_max_session_timeout_ms: int = Field(1800000, ge=1)
+    group_initial_rebalance_delay_ms: int = Field(0, ge=0)
+    group_offset_mirror: bool = True
+    group_mirror_interval_seconds: float = Field(1.0, gt=0)
+    group_mirror_idle_seconds: float = Field(2.0, gt=0)
 
     @field_validator("tenant", "namespace")
     @classmethod
@@ -57,10 +64,16 @@ class KafkaSection(_Section):
 
 
 class AmqpSection(_Section):
-    enabled: bool = False
+    enabled: bool = True
     host: str = "127.0.0.1"
     port: int = Field(5672, ge=0, le=65535)
     tenant: str = "public"
+    max_connections: int = Field(10000, ge=1)
+    reader_idle_seconds: float = Field(30.0, gt=0)
+    heartbeat_seconds: int = Field(60, ge=0, le=65535)
+    frame_max: int = Field(131072, ge=4096)
+    channel_max: int = Field(2047, ge=1, le=65535)
+    users: dict[str, str] = Field(default_factory=lambda: {"guest": "guest"})
 
 
 class PulsarSection(_Section):

@@ -81,6 +81,7 @@ class _TopicWriter:
         self.sequence = 0  # stamped on every message: resends are recognised by it
         self.last_used = time.monotonic()
         self.lock = asyncio.Lock()
+        self.single: Any = None  # batching off: one entry per message (AMQP queues)
 
 
 class PulsarBackend:
@@ -197,8 +198,16 @@ class PulsarBackend:
 
         return future, done
 
-    async def send(self, topic: str, messages: list[OutMessage]) -> tuple[MessageKey, MessageKey]:
-        """Append messages in order; returns the ids of the first and last once all are stored."""
+    async def send(
+        self, topic: str, messages: list[OutMessage], batching: bool = True
+    ) -> tuple[MessageKey, MessageKey]:
+        """Append messages in order; returns the ids of the first and last once all are stored.
+
+        `batching=False` writes one entry per message, without the batching delay:
+        for queues whose messages are acknowledged one by one (AMQP), where a batch
+        is redelivered whole after a reconnect (batch index acks are off, BACKEND.md)
+        and a client waiting for each confirm would wait out the delay every time.
+        """
         if not messages:
             raise ValueError("nothing to send")
         writer = self._writers.get(topic)
@@ -220,7 +229,7 @@ class PulsarBackend:
                     end = start + 1
                     while end < len(messages) and _is_big(messages[end]) == big:
                         end += 1
-                    kind = "chunking" if big else "batching"
+                    kind = "chunking" if big else ("batching" if batching else "single")
                     producer = await self._producer(writer, kind)
                     if writer.last_kind != kind and writer.last_group is not None:
                         # keep partition order across the two producers
@@ -306,7 +315,7 @@ class PulsarBackend:
     # ---- housekeeping ----------------------------------------------------------------------
 
     async def _close_writer(self, writer: _TopicWriter) -> None:
-        for kind in ("batching", "chunking"):
+        for kind in ("batching", "chunking", "single"):
             producer = getattr(writer, kind)
             if producer is not None:
                 setattr(writer, kind, None)
@@ -326,7 +335,8 @@ class PulsarBackend:
     @property
     def producers_open(self) -> int:
         return sum(
-            (w.batching is not None) + (w.chunking is not None) for w in self._writers.values()
+            (w.batching is not None) + (w.chunking is not None) + (w.single is not None)
+            for w in self._writers.values()
         )
 
 

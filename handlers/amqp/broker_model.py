@@ -1,18 +1,20 @@
 """The one seam between the AMQP broker layer and storage (Pulsar, or a fake).
 
-The broker layer (channels, consumers, confirms) will call only these
-methods; the Pulsar implementation lives in `gateway/` and maps them as the
-design says: a queue is a Pulsar topic with one durable Shared subscription
-that all its AMQP consumers share; a publish is written to every routed
-queue's topic; ack -> acknowledge, requeue -> negative-acknowledge
-(redelivered later, `redelivered` set); exchanges, queues and bindings are
-metadata-store records. Dead-lettering and TTL are broker-layer logic built
-from `publish` + `ack`, so storage needs no AMQP knowledge beyond these shapes.
+The broker layer (channels, consumers, confirms) calls only these methods;
+the Pulsar implementation lives in `gateway/amqp_store.py` and maps them as
+the design says: a queue is a Pulsar topic with one durable Shared
+subscription that all its AMQP consumers share; a publish is written to every
+routed queue's topic; ack -> acknowledge; a requeue keeps the message unacked
+in Pulsar and puts it back in its place in the broker layer (`redelivered`
+set); exchanges, queues and bindings are metadata-store records.
+Dead-lettering, TTL, max-length, purge and message counts are broker-layer
+logic built from `publish`, `fetch` and `ack`, so storage needs no AMQP
+knowledge beyond these shapes.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Hashable, Iterable
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
@@ -41,11 +43,12 @@ class AmqpMessage:
 class StoredDelivery:
     """A message read back from a queue, with the id used to ack or requeue it.
 
-    `message_id` is opaque to the broker layer (Pulsar's serialized MessageId).
+    `message_id` is opaque to the broker layer (the store's handle on the
+    Pulsar message); `redelivery_count` is what Pulsar counted.
     """
 
     queue: str
-    message_id: bytes
+    message_id: Hashable
     message: AmqpMessage
     redelivery_count: int = 0
 
@@ -55,27 +58,26 @@ class StoredDelivery:
 
 
 @runtime_checkable
-class QueueSubscription(Protocol):
-    """One consumer on a queue's shared subscription (a Pulsar Shared consumer).
+class QueueReader(Protocol):
+    """The one Pulsar consumer of a queue in this process (a Shared consumer).
 
-    The broker layer bounds unacked deliveries (basic.qos) by how often it
-    calls `receive`; unacked messages are redelivered when this is closed.
+    The broker layer hands what it fetches to its AMQP consumers itself
+    (round robin, basic.qos, requeue in place), so a queue needs only one
+    consumer per gateway process, and basic.get sees the same messages as
+    basic.consume. Messages fetched and not acked are redelivered by Pulsar
+    when the reader closes or the process dies.
     """
 
-    async def receive(self) -> StoredDelivery:
-        """The next message, waiting until there is one."""
+    async def fetch(self, limit: int, timeout: float | None) -> list[StoredDelivery]:
+        """Up to `limit` messages, waiting up to `timeout` seconds for the first."""
         ...
 
-    async def poll(self) -> StoredDelivery | None:
-        """The next message if one is ready now (basic.get), else None."""
+    def ack(self, message_ids: Iterable[Hashable]) -> None:
+        """Done with: never delivered again."""
         ...
 
-    async def ack(self, message_ids: Sequence[bytes]) -> None:
-        """Acknowledge: the messages are done with and never redelivered."""
-        ...
-
-    async def requeue(self, message_ids: Sequence[bytes]) -> None:
-        """Negative-acknowledge: deliver them again, to any consumer."""
+    async def nudge(self) -> None:
+        """Make the broker dispatch again: messages are expected and none arrive."""
         ...
 
     async def close(self) -> None: ...
@@ -90,7 +92,7 @@ class BrokerStore(Protocol):
         ...
 
     async def load_topology(self, vhost: str) -> Topology:
-        """The vhost's exchanges, queues and bindings as last saved."""
+        """The vhost's durable exchanges, queues and bindings as last saved."""
         ...
 
     async def save_exchange(self, vhost: str, exchange: Exchange) -> None: ...
@@ -98,7 +100,7 @@ class BrokerStore(Protocol):
     async def remove_exchange(self, vhost: str, name: str) -> None: ...
 
     async def save_queue(self, vhost: str, queue: Queue) -> None:
-        """Record the queue and create its topic and durable subscription."""
+        """Record the queue (if durable) and create its topic and an empty subscription."""
         ...
 
     async def remove_queue(self, vhost: str, name: str) -> None:
@@ -114,14 +116,14 @@ class BrokerStore(Protocol):
         which is when a publisher confirm may be sent."""
         ...
 
-    async def purge(self, vhost: str, queue: str) -> int:
-        """Drop every ready message (skip the subscription to the end); the count."""
+    async def open_queue(self, vhost: str, queue: str) -> QueueReader:
+        """The queue's consumer on its shared subscription."""
         ...
 
-    async def message_count(self, vhost: str, queue: str) -> int:
-        """Messages not yet acknowledged (the subscription backlog)."""
+    def load_count(self, vhost: str, queue: str) -> int:
+        """The queue's message count as last saved (messages not yet acknowledged)."""
         ...
 
-    async def subscribe(self, vhost: str, queue: str) -> QueueSubscription:
-        """A new consumer on the queue's shared subscription (one per AMQP consumer)."""
+    async def save_count(self, vhost: str, queue: str, count: int) -> None:
+        """Keep the count durable (written now and then, not on every change)."""
         ...

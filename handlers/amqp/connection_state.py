@@ -280,6 +280,11 @@ class AmqpConnection:
         self._heartbeat_queued = False
         return data
 
+    @property
+    def pending_bytes(self) -> int:
+        """Bytes queued and not yet taken by `data_to_send`."""
+        return len(self._out)
+
     def send_method(self, channel: int, method: base.Frame) -> bool:
         """Queue a reply or server-initiated method on an open channel.
 

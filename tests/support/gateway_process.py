@@ -30,10 +30,15 @@ class GatewayProcess:
         self.data_dir = data_dir
         self.kafka_port = free_port()
         self.metrics_port = free_port()
+        self.amqp_port = free_port()
         self.broker_port = broker_port or free_port()
         self.extra = extra or []
         self.process: subprocess.Popen[bytes] | None = None
         self.log_path = data_dir / "gateway.log"
+
+    @property
+    def amqp_url(self) -> str:
+        return f"amqp://guest:guest@127.0.0.1:{self.amqp_port}/%2F"
 
     @property
     def bootstrap(self) -> str:
@@ -50,6 +55,10 @@ class GatewayProcess:
             str(self.kafka_port),
             "--metrics-port",
             str(self.metrics_port),
+            "--amqp-port",
+            str(self.amqp_port),
+            "--set",
+            "amqp.enabled=true",
             "--data-dir",
             str(self.data_dir),
             "--set",
