@@ -22,6 +22,20 @@ def _connect(url: str) -> pika.BlockingConnection:
     return pika.BlockingConnection(pika.URLParameters(url))
 
 
+def _settled_count(ch, queue: str) -> int:
+    """The queue's message count once it stops moving: RabbitMQ applies nack and reject
+    asynchronously, so a count read right after them may not include the requeues yet."""
+    last, same, deadline = -1, 0, time.time() + 2
+    while time.time() < deadline:
+        count = ch.queue_declare(queue, passive=True).method.message_count
+        same = same + 1 if count == last else 0
+        if same >= 2:
+            break
+        last = count
+        time.sleep(0.05)
+    return last
+
+
 def _get_all(ch, queue: str, settle: bool = True, wait: float = 3.0) -> Transcript:
     out: Transcript = []
     deadline = time.time() + wait
@@ -109,7 +123,7 @@ def settle_and_requeue(url: str, p: str) -> Transcript:
     ch.basic_reject(tags[4], requeue=True)
     ch.basic_nack(tags[3], requeue=False)
     ch.basic_ack(tags[0])
-    log.append(("count", ch.queue_declare(q, passive=True).method.message_count))
+    log.append(("count", _settled_count(ch, q)))
     ch.basic_nack(0, multiple=True, requeue=True)  # the rest back: m2, m5
     log.extend(_get_all(ch, q))
     log.append(("count", ch.queue_declare(q, passive=True).method.message_count))
