@@ -4,6 +4,12 @@ Why the care: pulsar-lite silently ignores its whole config file if one value is
 invalid, reads `./pulsar-lite.toml` when `--config` is missing, and binds a
 metrics port on 0.0.0.0:8080 by default (BACKEND.md). So the file is always
 written here, from validated values only, and always passed.
+
+The child is started with `subprocess.Popen` from a worker thread, not with the event
+loop's subprocess support: uvloop runs Python after-fork hooks in the child before
+exec, and with pulsar-client's threads running, that child can deadlock before it
+ever becomes pulsar-lite (seen when restarting a killed broker: the gateway froze).
+CPython's own fork-exec runs no Python code in the child.
 """
 
 from __future__ import annotations
@@ -14,6 +20,7 @@ import logging
 import os
 import signal
 import socket
+import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
@@ -66,7 +73,7 @@ class EmbeddedBroker:
         self.on_fatal = on_fatal
         self.restarts = 0
         self.generation = 0  # counts successful starts
-        self._process: asyncio.subprocess.Process | None = None
+        self._process: subprocess.Popen[bytes] | None = None
         self._watch: asyncio.Task[None] | None = None
         self._stopping = False
 
@@ -86,26 +93,31 @@ class EmbeddedBroker:
         self._watch = asyncio.create_task(self._watch_process(config_path))
 
     async def _spawn(self, config_path: Path) -> None:
-        log_file = open(self.data_dir / "broker.log", "ab")  # noqa: SIM115 - owned by the child
-        try:
-            self._process = await asyncio.create_subprocess_exec(
-                str(broker_binary()),
-                "--addr",
-                f"127.0.0.1:{self.port}",
-                "--db-path",
-                str(self.data_dir / "db"),
-                "--config",
-                str(config_path),
-                "--log-level",
-                self.log_level,
-                stdout=log_file,
-                stderr=log_file,
-                stdin=asyncio.subprocess.DEVNULL,
-                cwd=str(self.data_dir),
-                start_new_session=True,
-            )
-        finally:
-            log_file.close()
+        command = [
+            str(broker_binary()),
+            "--addr",
+            f"127.0.0.1:{self.port}",
+            "--db-path",
+            str(self.data_dir / "db"),
+            "--config",
+            str(config_path),
+            "--log-level",
+            self.log_level,
+        ]
+
+        def spawn() -> subprocess.Popen[bytes]:
+            with open(self.data_dir / "broker.log", "ab") as log_file:
+                return subprocess.Popen(
+                    command,
+                    stdout=log_file,
+                    stderr=log_file,
+                    stdin=subprocess.DEVNULL,
+                    cwd=str(self.data_dir),
+                    start_new_session=True,
+                    close_fds=True,
+                )
+
+        self._process = await asyncio.to_thread(spawn)
         await self._wait_ready()
         self.generation += 1
         log.info("embedded pulsar-lite pid %s ready on %s", self._process.pid, self.service_url)
@@ -114,7 +126,7 @@ class EmbeddedBroker:
         assert self._process is not None
         deadline = asyncio.get_running_loop().time() + self.start_timeout
         while True:
-            if self._process.returncode is not None:
+            if self._process.poll() is not None:
                 raise RuntimeError(
                     f"pulsar-lite exited with {self._process.returncode} during start-up; "
                     f"see {self.data_dir / 'broker.log'}"
@@ -134,7 +146,7 @@ class EmbeddedBroker:
     async def _watch_process(self, config_path: Path) -> None:
         while not self._stopping:
             assert self._process is not None
-            code = await self._process.wait()
+            code = await _wait(self._process)
             if self._stopping:
                 return
             self.restarts += 1
@@ -153,16 +165,16 @@ class EmbeddedBroker:
 
     async def _terminate(self) -> None:
         process = self._process
-        if process is None or process.returncode is not None:
+        if process is None or process.poll() is not None:
             return
         with contextlib.suppress(ProcessLookupError):
             process.send_signal(signal.SIGTERM)
         try:
-            await asyncio.wait_for(process.wait(), 10)
+            await asyncio.wait_for(_wait(process), 10)
         except TimeoutError:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(process.pid, signal.SIGKILL)
-            await process.wait()
+            await _wait(process)
 
     async def stop(self) -> None:
         self._stopping = True
@@ -172,3 +184,12 @@ class EmbeddedBroker:
                 await self._watch
         await self._terminate()
         log.info("embedded pulsar-lite stopped")
+
+
+async def _wait(process: subprocess.Popen[bytes]) -> int:
+    """The exit code, polled: a thread blocked in wait() would outlive a cancelled task."""
+    while True:
+        code = process.poll()
+        if code is not None:
+            return code
+        await asyncio.sleep(0.05)
