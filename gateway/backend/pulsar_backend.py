@@ -15,12 +15,14 @@ import contextlib
 import logging
 import time
 import uuid
+from pathlib import Path
 from typing import Any
 
 import _pulsar
 import pulsar
 import pulsar.asyncio as pulsar_asyncio
 
+from gateway.backend.client_logging import client_logger
 from gateway.backend.loop_bridge import to_loop
 from gateway.backend.messages import MessageKey, OutMessage
 from gateway.backend.reader_stream import EARLIEST, ReaderStream
@@ -30,14 +32,6 @@ log = logging.getLogger("gateway.backend")
 
 # pulsar-lite's largest message; anything bigger goes through a chunking producer.
 MAX_UNCHUNKED_BYTES = 5 * 1024 * 1024 - 64 * 1024
-
-
-class _ExpectedNoise(logging.Filter):
-    """pulsar-lite answers UnknownError for an empty topic; the gateway expects that."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        text = record.getMessage()
-        return "Topic has no messages" not in text and "getLastMessageId: UnknownError" not in text
 
 
 class BackendError(Exception):
@@ -92,8 +86,10 @@ class PulsarBackend:
         max_in_flight: int = 50000,
         idle_close_seconds: float = 60.0,
         send_timeout_ms: int = 30000,
+        client_log: Path | None = None,
     ) -> None:
         self.service_url = service_url
+        self.client_log = client_log
         self.send_timeout_ms = send_timeout_ms
         self.operation_timeout_seconds = operation_timeout_seconds
         self.max_in_flight = max_in_flight
@@ -106,15 +102,10 @@ class PulsarBackend:
         self.readers_open = 0
 
     async def start(self) -> None:
-        logger = logging.getLogger("pulsar.client")
-        if logger.level == logging.NOTSET:
-            logger.setLevel(logging.WARNING)
-        if not any(isinstance(f, _ExpectedNoise) for f in logger.filters):
-            logger.addFilter(_ExpectedNoise())
         self._client = pulsar_asyncio.Client(
             self.service_url,
             operation_timeout_seconds=self.operation_timeout_seconds,
-            logger=logger,
+            logger=client_logger(self.client_log),
             io_threads=1,
         )
         self._reaper = asyncio.create_task(self._reap_idle())

@@ -31,12 +31,14 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import _pulsar
 import pulsar
 import pulsar.asyncio as pulsar_asyncio
 
+from gateway.backend.client_logging import client_logger
 from gateway.backend.messages import MessageKey
 
 log = logging.getLogger("gateway.mirror")
@@ -61,8 +63,10 @@ class SubscriptionMirror:
         busy_retry: float = 30.0,
         operation_timeout_seconds: int = 5,
         concurrency: int = 8,
+        client_log: Path | None = None,
     ) -> None:
         self.service_url = service_url
+        self.client_log = client_log
         self.locate = locate
         self.interval = interval
         self.idle_close = idle_close
@@ -82,7 +86,7 @@ class SubscriptionMirror:
         self._client = pulsar_asyncio.Client(
             self.service_url,
             operation_timeout_seconds=self.operation_timeout_seconds,
-            logger=logging.getLogger("pulsar.client"),
+            logger=client_logger(self.client_log),
             io_threads=1,
         )
         self._task = asyncio.create_task(self._run(), name="subscription mirror")
