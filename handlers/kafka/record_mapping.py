@@ -5,8 +5,9 @@ headers <-> properties; timestamp <-> event time (publish time when absent).
 Pulsar keys and properties are strings, Kafka's are bytes, so what a string
 cannot hold goes into reserved `__kafka.*` properties:
 - a key that is not UTF-8, or is empty: base64 in the partition key, `__kafka.key.b64`;
-- headers with non-UTF-8 or null values, repeated names, or reserved names: all of
-  them, in order, as JSON in `__kafka.headers`;
+- headers with non-UTF-8 or null values, repeated names, or reserved names (`__kafka.`,
+  and `__gw.`, the gateway's own stamps): all of them, in order, as JSON in
+  `__kafka.headers`;
 - plain headers stay plain properties, but Pulsar keeps properties sorted by name, so
   when the names were not in that order their order goes in `__kafka.header-order`.
 Messages written by plain Pulsar producers have none of these and map naturally.
@@ -24,6 +25,12 @@ KEY_B64 = "__kafka.key.b64"
 HEADERS = "__kafka.headers"
 HEADER_ORDER = "__kafka.header-order"
 RESERVED = "__kafka."
+# the gateway's own stamps on every message it writes (the resend filter's `__gw.seq`)
+GATEWAY_RESERVED = "__gw."
+
+
+def _reserved(name: str) -> bool:
+    return name.startswith(RESERVED) or name.startswith(GATEWAY_RESERVED)
 
 Header = tuple[str, bytes | None]
 
@@ -32,7 +39,7 @@ def _plain_headers(headers: Sequence[Header]) -> dict[str, str] | None:
     """Headers as plain properties, or None when that would lose something."""
     props: dict[str, str] = {}
     for name, value in headers:
-        if value is None or name in props or name.startswith(RESERVED):
+        if value is None or name in props or _reserved(name):
             return None
         try:
             name.encode("utf-8")  # surrogate-escaped names cannot be Pulsar properties
@@ -93,7 +100,7 @@ def headers_of(message: StoredMessage) -> list[Header]:
     return [
         (name, value.encode("utf-8"))
         for name, value in sorted(props.items())
-        if not name.startswith(RESERVED)
+        if not _reserved(name)
     ]
 
 

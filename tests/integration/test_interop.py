@@ -71,6 +71,7 @@ def test_kafka_record_read_by_pulsar_consumer(gateway, topic_name) -> None:
     assert [m.value() for m in got] == [b"value-1", None, b"bin", b"no key"]
     assert got[0].headers() == [("trace", b"abc"), ("n", b"1")]
     assert got[2].headers() == [("raw", b"\x00\xff"), ("raw", b"again"), ("nul", None)]
+    assert got[1].headers() is None and got[3].headers() is None  # no gateway stamps leak
     assert got[0].timestamp()[1] == 1_700_000_000_123
 
 

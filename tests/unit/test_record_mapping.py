@@ -7,21 +7,25 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from gateway.backend.messages import OutMessage, StoredMessage
+from gateway.backend.resend_filter import SEQ
 from handlers.kafka.record_mapping import headers_of, key_of, timestamp_of, to_message
 
 
 def _stored(message: OutMessage, publish_time: int = 5) -> StoredMessage:
+    """As read back from Pulsar: the backend stamps every message it writes (SEQ)."""
     return StoredMessage(
         (0, 0, -1),
         message.payload,
         message.key or "",
-        dict(message.properties or {}),
+        {**(message.properties or {}), SEQ: "7"},
         message.event_time,
         publish_time,
     )
 
 
-header_names = st.text(min_size=0, max_size=12)
+header_names = st.one_of(
+    st.text(min_size=0, max_size=12), st.sampled_from(["__gw.seq", "__gw.x", "__kafka.y"])
+)
 header_values = st.one_of(st.none(), st.binary(max_size=20))
 
 
@@ -54,3 +58,9 @@ def test_messages_from_pulsar_producers_map_naturally() -> None:
     assert headers_of(stored) == [("x", b"y")]
     assert timestamp_of(stored) == 1234  # publish time stands in for a missing event time
     assert key_of(StoredMessage((1, 2, -1), b"p", "", {}, 0, 1)) is None
+
+
+def test_gateway_stamps_are_not_headers() -> None:
+    stored = _stored(to_message(b"k", b"v", 1, [("a", b"1")]))
+    assert headers_of(stored) == [("a", b"1")]
+    assert headers_of(_stored(to_message(b"k", b"v", 1, []))) == []
