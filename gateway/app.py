@@ -71,6 +71,7 @@ class Gateway:
             operation_timeout_seconds=settings.pulsar.operation_timeout_seconds,
             max_in_flight=settings.kafka.max_in_flight_sends,
             idle_close_seconds=settings.kafka.idle_close_seconds,
+            client_log=settings.gateway.data_dir / "pulsar-client.log",
         )
         await self.backend.start()
         self.metadata = MetadataStore(self.backend, settings.pulsar.metadata_namespace)
@@ -99,6 +100,7 @@ class Gateway:
                 interval=settings.kafka.group_mirror_interval_seconds,
                 idle_close=settings.kafka.group_mirror_idle_seconds,
                 operation_timeout_seconds=min(5, settings.pulsar.operation_timeout_seconds),
+                client_log=settings.gateway.data_dir / "pulsar-client.log",
             )
             await self.mirror.start()
             self.group_offsets.on_commit = self.mirror.request
@@ -150,6 +152,13 @@ class Gateway:
             "embedded": self.broker is not None,
             "broker_restarts": self.broker.restarts if self.broker else 0,
             "open_partitions": self.topics.open_partitions if self.topics else 0,
+            # where tools beside the gateway (migrate, parity) find its Pulsar side
+            "pulsar": {
+                "service_url": self.backend.service_url if self.backend else "",
+                "metadata_namespace": self.settings.pulsar.metadata_namespace,
+                "kafka_tenant": self.settings.kafka.tenant,
+                "kafka_namespace": self.settings.kafka.namespace,
+            },
         }
 
     async def wait(self) -> str:

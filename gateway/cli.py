@@ -1,4 +1,5 @@
-"""`pulsar-gateway`: run the gateway (more commands come with migration)."""
+"""`pulsar-gateway`: run the gateway; migrate a Kafka cluster into it; check parity;
+import RabbitMQ definitions."""
 
 from __future__ import annotations
 
@@ -57,7 +58,103 @@ def _parser() -> argparse.ArgumentParser:
         metavar="SECTION.KEY=VALUE",
         help="any setting, repeatable",
     )
+    _add_migrate(commands)
+    _add_parity(commands)
+    _add_amqp(commands)
     return parser
+
+
+def _add_gateway_link(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--gateway-health",
+        default="http://127.0.0.1:9404",
+        help="the gateway's metrics/health URL, where it says where its Pulsar is "
+        "(default http://127.0.0.1:9404)",
+    )
+    parser.add_argument(
+        "--pulsar-url", help="the gateway's Pulsar service URL (instead of asking the gateway)"
+    )
+    parser.add_argument(
+        "--metadata-namespace",
+        default="public/__gateway",
+        help="with --pulsar-url: the gateway's metadata namespace",
+    )
+
+
+def _add_migrate(commands: Any) -> None:
+    migrate = commands.add_parser(
+        "migrate",
+        help="copy topics and consumer-group offsets from a Kafka cluster into the gateway",
+        description="Copy topics (partition, key, value, headers, timestamp) and committed "
+        "group offsets from a running Kafka cluster into a running gateway. Resumable: run "
+        "it again after an interruption.",
+    )
+    migrate.add_argument("--source", required=True, help="bootstrap servers of the old cluster")
+    migrate.add_argument(
+        "--target", default="127.0.0.1:9092", help="the gateway's Kafka listener (127.0.0.1:9092)"
+    )
+    migrate.add_argument("--topics", default="", help="comma-separated topic names")
+    migrate.add_argument("--topic-regex", help="also every topic whose name matches this")
+    migrate.add_argument(
+        "--group-regex", default=".*", help="consumer groups whose offsets to translate (all)"
+    )
+    migrate.add_argument("--no-groups", action="store_true", help="copy no group offsets")
+    migrate.add_argument(
+        "--name", help="name of the translation table (default: the source bootstrap servers)"
+    )
+    migrate.add_argument("--parallel", type=int, default=4, help="partitions copied at once (4)")
+    _add_gateway_link(migrate)
+
+
+def _add_parity(commands: Any) -> None:
+    parity = commands.add_parser(
+        "parity",
+        help="check with Spark that the gateway holds exactly what the source cluster holds",
+        description="A PySpark job comparing a source Kafka cluster with the gateway, per "
+        "partition: counts, missing, extra, duplicates, per-key order, value and header "
+        "mismatches, timestamp drift, group offset drift. Writes JSON and HTML; exits 0 "
+        "only on parity.",
+    )
+    parity.add_argument("--source", required=True, help="bootstrap servers of the old cluster")
+    parity.add_argument(
+        "--target", default="127.0.0.1:9092", help="the gateway's Kafka listener (127.0.0.1:9092)"
+    )
+    parity.add_argument(
+        "--target-via",
+        choices=["pulsar", "kafka"],
+        default="pulsar",
+        help="read the target from its Pulsar topics (default) or through the gateway",
+    )
+    parity.add_argument("--topics", default="", help="comma-separated topic names")
+    parity.add_argument("--topic-regex", help="also every source topic whose name matches this")
+    parity.add_argument("--group-regex", default=".*", help="groups whose offsets to check")
+    parity.add_argument("--name", help="the migration's translation table (as given to migrate)")
+    parity.add_argument("--master", default="local[*]", help="Spark master (local[*])")
+    parity.add_argument(
+        "--conf", action="append", default=[], metavar="KEY=VALUE", help="Spark setting"
+    )
+    parity.add_argument(
+        "--report", default="reports/parity", help="report path without suffix (reports/parity)"
+    )
+    _add_gateway_link(parity)
+
+
+def _add_amqp(commands: Any) -> None:
+    amqp = commands.add_parser("amqp", help="AMQP tools")
+    tools = amqp.add_subparsers(dest="amqp_command", metavar="TOOL")
+    load = tools.add_parser(
+        "import-definitions",
+        help="load a RabbitMQ definitions export (vhosts, exchanges, queues, bindings)",
+        description="Declare the vhosts, exchanges, queues (with arguments) and bindings of "
+        "a RabbitMQ definitions export on a running gateway. Everything is checked first; "
+        "on any failure nothing stays imported.",
+    )
+    load.add_argument("file", type=Path, help="definitions JSON (rabbitmqctl export_definitions)")
+    load.add_argument(
+        "--url",
+        default="amqp://guest:guest@127.0.0.1:5672/",
+        help="the gateway's AMQP URL; its vhost is replaced by each imported one",
+    )
 
 
 def _overrides(args: argparse.Namespace) -> dict[str, Any]:
@@ -76,6 +173,10 @@ def _overrides(args: argparse.Namespace) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
+    if args.command in ("migrate", "parity", "amqp"):
+        from gateway.tools_cli import run_tool
+
+        return run_tool(args)
     if args.command != "run":
         parser.print_help()
         return 0 if args.command is None else 2

@@ -1,0 +1,1 @@
+"""Copying a Kafka cluster into the gateway: `pulsar-gateway migrate`."""

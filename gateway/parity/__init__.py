@@ -1,0 +1,1 @@
+"""Migration parity: PySpark jobs that compare a source Kafka cluster with the gateway."""
