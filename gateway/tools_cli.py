@@ -97,5 +97,5 @@ def _import_definitions(args: argparse.Namespace, console: Console) -> int:
     except DefinitionsError as exc:
         console.print(f"[red]import-definitions: nothing imported[/]\n{exc}")
         return 1
-    console.print(done)
+    print(done)
     return 0
