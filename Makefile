@@ -5,7 +5,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 ARGS   ?=
 
-.PHONY: run test lint bench clean
+.PHONY: run test lint bench bench-migration clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -27,6 +27,12 @@ test: $(VENV)/.installed-test
 
 bench: $(VENV)/.installed-test
 	$(BIN)/python -m bench.kafka_throughput $(ARGS)
+	$(BIN)/python -m bench.kafka_groups
+	$(BIN)/python -m bench.amqp_throughput
+
+# about half an hour: migrate and parity at 1M and 10M records
+bench-migration: $(VENV)/.installed-test
+	$(BIN)/python -m bench.migration_parity $(ARGS)
 
 clean:
 	rm -rf $(VENV) data
