@@ -67,17 +67,17 @@ class GroupOffsetStore:
         return dict(self._offsets.get(group_id, {}))
 
     async def commit(self, group_id: str, entries: dict[str, CommittedOffset]) -> None:
-        """Durable once this returns; one metadata record per partition, written together."""
+        """Durable once this returns; one metadata record per partition, all in one send."""
         now = int(time.time() * 1000)
         folder = _offsets_folder(group_id)
-        writes = []
+        writes = {}
         stored = self._offsets.setdefault(group_id, {})
         for topic, entry in entries.items():
             if entry.commit_time <= 0:
                 entry.commit_time = now
             stored[topic] = entry
-            writes.append(self.metadata.put(folder + quote(topic, safe=""), asdict(entry)))
-        await asyncio.gather(*writes)
+            writes[folder + quote(topic, safe="")] = asdict(entry)
+        await self.metadata.put_many(writes)
         if self.on_commit is not None:
             for topic, entry in entries.items():
                 self.on_commit(topic, group_id, entry.offset)

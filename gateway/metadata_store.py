@@ -3,7 +3,9 @@
 A keyed changelog topic in a system namespace: loaded into memory at start
 (table-view style, last write per key wins) and appended to on every change, so
 the state survives a gateway restart and can be shared by several gateways.
-Values are JSON; a delete is a message with the `deleted` property.
+Values are JSON; a delete is a message with the `deleted` property. Writes are not
+batched: a commit or a declare waits for them, and the batching delay would be most
+of that wait.
 """
 
 from __future__ import annotations
@@ -83,8 +85,21 @@ class MetadataStore:
         """Durable once this returns."""
         self._set(key, value)
         payload = json.dumps(value, separators=(",", ":")).encode()
-        await self.backend.send(self.topic, [OutMessage(payload, key=key)])
+        await self.backend.send(self.topic, [OutMessage(payload, key=key)], batching=False)
+
+    async def put_many(self, items: dict[str, Any]) -> None:
+        """Several keys in one append (one round trip); durable once this returns."""
+        if not items:
+            return
+        messages = []
+        for key, value in items.items():
+            self._set(key, value)
+            payload = json.dumps(value, separators=(",", ":")).encode()
+            messages.append(OutMessage(payload, key=key))
+        await self.backend.send(self.topic, messages, batching=False)
 
     async def delete(self, key: str) -> None:
         self._unset(key)
-        await self.backend.send(self.topic, [OutMessage(b"", key=key, properties={"deleted": "1"})])
+        await self.backend.send(
+            self.topic, [OutMessage(b"", key=key, properties={"deleted": "1"})], batching=False
+        )
