@@ -109,6 +109,52 @@ def _keys(ids: Iterable[Hashable]) -> list[MessageKey]:
     return [key for key in ids if isinstance(key, tuple)]
 
 
+class GroupedSends:
+    """Publishes to one queue topic within one loop iteration go out as one group.
+
+    A send of one message costs a Python callback and a loop wake-up from the
+    client's thread; a group costs one for all (BACKEND.md: the last message's
+    outcome stands for its group). A socket read carries many publish frames, so
+    groups form without waiting; each publisher still hears of its own message.
+    """
+
+    def __init__(self, backend: PulsarBackend) -> None:
+        self.backend = backend
+        self._pending: dict[str, list[tuple[OutMessage, asyncio.Future[None]]]] = {}
+        self._scheduled = False
+
+    def submit(self, topic: str, message: OutMessage) -> asyncio.Future[None]:
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[None] = loop.create_future()
+        self._pending.setdefault(topic, []).append((message, future))
+        if not self._scheduled:
+            self._scheduled = True
+            loop.call_soon(self._flush)
+        return future
+
+    def _flush(self) -> None:
+        self._scheduled = False
+        pending, self._pending = self._pending, {}
+        for topic, items in pending.items():
+            task = asyncio.ensure_future(
+                self.backend.send(topic, [message for message, _ in items], batching=False)
+            )
+            task.add_done_callback(lambda done, items=items: _settle(done, items))
+
+
+def _settle(
+    done: asyncio.Future[Any], items: list[tuple[OutMessage, asyncio.Future[None]]]
+) -> None:
+    error = done.exception() if not done.cancelled() else asyncio.CancelledError()
+    for _, future in items:
+        if future.done():
+            continue
+        if error is None:
+            future.set_result(None)
+        else:
+            future.set_exception(error)
+
+
 class PulsarAmqpStore:
     """Implements `handlers.amqp.broker_model.BrokerStore` on Pulsar."""
 
@@ -123,6 +169,7 @@ class PulsarAmqpStore:
         self.metadata = metadata
         self.tenant = tenant
         self.consumers = QueueConsumers(backend, receiver_queue_size)
+        self.sends = GroupedSends(backend)
 
     # --- names ------------------------------------------------------------------------
 
@@ -134,8 +181,10 @@ class PulsarAmqpStore:
 
     @staticmethod
     def _key(vhost: str, kind: str, name: str = "") -> str:
-        return f"{PREFIX}{escape(vhost)}/{kind}/{escape(name)}" if name else (
-            f"{PREFIX}{escape(vhost)}/{kind}/"
+        return (
+            f"{PREFIX}{escape(vhost)}/{kind}/{escape(name)}"
+            if name
+            else (f"{PREFIX}{escape(vhost)}/{kind}/")
         )
 
     # --- topology ---------------------------------------------------------------------
@@ -252,11 +301,9 @@ class PulsarAmqpStore:
         out = OutMessage(message.body, properties=properties)
         if len(queues) == 1:
             for queue in queues:
-                await self.backend.send(self.topic(vhost, queue), [out], batching=False)
+                await self.sends.submit(self.topic(vhost, queue), out)
             return
-        await asyncio.gather(
-            *(self.backend.send(self.topic(vhost, q), [out], batching=False) for q in queues)
-        )
+        await asyncio.gather(*(self.sends.submit(self.topic(vhost, q), out) for q in queues))
 
     async def open_queue(self, vhost: str, queue: str) -> QueueReader:
         consumer = await self.consumers.open(self.topic(vhost, queue), SUBSCRIPTION)
