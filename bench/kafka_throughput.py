@@ -1,5 +1,6 @@
-"""Kafka produce and fetch throughput: the gateway beside tansu and beside pulsar-client
-writing straight to the embedded broker, in one run, with ratios.
+"""Kafka produce and fetch throughput: the gateway (topics in the `pulsar` and in the
+`kafka` entry format) beside tansu and beside pulsar-client writing straight to the
+embedded broker, in one run, with ratios.
 
     python -m bench.kafka_throughput [--records 200000] [--size 100]
 """
@@ -107,9 +108,11 @@ def pulsar_direct(service_url: str, records: int, size: int) -> tuple[float, flo
     return produce, consume
 
 
-def create_topic(bootstrap: str, partitions: int) -> None:
+def create_topic(
+    bootstrap: str, partitions: int, name: str = "bench", config: dict[str, str] | None = None
+) -> None:
     admin = AdminClient({"bootstrap.servers": bootstrap})  # must outlive the future
-    admin.create_topics([NewTopic("bench", partitions, 1)])["bench"].result(30)
+    admin.create_topics([NewTopic(name, partitions, 1, config=config or {})])[name].result(30)
 
 
 def start_tansu(port: int) -> subprocess.Popen[bytes]:
@@ -157,7 +160,7 @@ def main() -> None:
         "environment": {"cpus": os.cpu_count(), "python": platform.python_version()},
     }
     with tempfile.TemporaryDirectory() as scratch, Progress(console=console) as progress:
-        task = progress.add_task("gateway", total=3)
+        task = progress.add_task("gateway", total=4)
         gateway = GatewayProcess(Path(scratch) / "gw").start()
         try:
             time.sleep(1)
@@ -173,6 +176,16 @@ def main() -> None:
                 "consume_s": consume,
                 "rss_idle_mib": idle,
                 "rss_load_mib": peak,
+            }
+            progress.advance(task)
+            # the same, on a topic in the `kafka` entry format (a message per batch)
+            create_topic(gateway.bootstrap, parts, "bench-kf", {"pulsar.entry.format": "kafka"})
+            produce = kafka_produce(gateway.bootstrap, "bench-kf", n, size)
+            consume = kafka_consume(gateway.bootstrap, "bench-kf", parts, n)
+            results["peers"]["gateway, kafka format"] = {
+                "produce_s": produce,
+                "consume_s": consume,
+                "rss_load_mib": max(peak, rss_mib(gateway.process.pid)),
             }
             progress.advance(task)
             direct_p, direct_c = pulsar_direct(f"pulsar://127.0.0.1:{gateway.broker_port}", n, size)
@@ -226,6 +239,13 @@ def main() -> None:
         "gateway/direct fetch": gw["consume_rps"]
         / results["peers"]["pulsar-client direct"]["consume_rps"],
     }
+    kf = results["peers"]["gateway, kafka format"]
+    ratios["gateway kafka format/tansu produce"] = (
+        kf["produce_rps"] / results["peers"]["tansu"]["produce_rps"]
+    )
+    ratios["gateway kafka format/tansu fetch"] = (
+        kf["consume_rps"] / results["peers"]["tansu"]["consume_rps"]
+    )
     results["ratios"] = ratios
     for name, ratio in ratios.items():
         console.print(f"{name}: {ratio:.2f}x")

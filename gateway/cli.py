@@ -103,6 +103,12 @@ def _add_migrate(commands: Any) -> None:
         "--name", help="name of the translation table (default: the source bootstrap servers)"
     )
     migrate.add_argument("--parallel", type=int, default=4, help="partitions copied at once (4)")
+    migrate.add_argument(
+        "--entry-format",
+        choices=["pulsar", "kafka"],
+        help="entry format of the topics migrate creates (default: the gateway's); kafka "
+        "is a Pulsar message per record batch: fastest, for topics only Kafka clients read",
+    )
     _add_gateway_link(migrate)
 
 

@@ -48,6 +48,7 @@ class KafkaSection(_Section):
     tail_cache_records: int = Field(20000, ge=0)
     idle_close_seconds: float = Field(60.0, gt=0)
     max_in_flight_sends: int = Field(50000, ge=1)
+    entry_format: Literal["pulsar", "kafka"] = "pulsar"
     group_min_session_timeout_ms: int = Field(6000, ge=1)
     group_max_session_timeout_ms: int = Field(1800000, ge=1)
     group_initial_rebalance_delay_ms: int = Field(0, ge=0)

@@ -2,7 +2,8 @@
 
 Pulsar message ids are not offsets (ledgers roll, batches nest), so each open
 partition is tailed in order by one reader and every message, whoever wrote it,
-gets the next offset. Every `index_interval` offsets a checkpoint (offset ->
+gets the next offset (a message holding a stored Kafka record batch gets as many
+offsets as it has records: `records_in`). Every `index_interval` offsets a checkpoint (offset ->
 message id) goes to the metadata store; a reopened partition resumes counting
 from its last checkpoint, and a read below the in-memory tail starts a reader at
 the nearest checkpoint and counts forward. The same messages in the same order
@@ -20,7 +21,7 @@ import logging
 import time
 from typing import Any
 
-from gateway.backend.messages import MessageKey, OutMessage, StoredMessage
+from gateway.backend.messages import LogEntry, MessageKey, OutMessage, StoredMessage, records_in
 from gateway.backend.pulsar_backend import BackendError, PulsarBackend
 from gateway.backend.reader_stream import EARLIEST, ReaderStream
 from gateway.backend.resend_filter import ResendFilter
@@ -70,6 +71,7 @@ class PartitionLog:
         self._resends = ResendFilter()
         self._resent_ids: dict[MessageKey, int] = {}  # recent resends -> first copy's offset
         self._tail: list[StoredMessage] = []
+        self._tail_offsets: list[int] = []  # offset of each tail message's first record
         self._tail_head = 0
         self._tail_base = 0  # offset of self._tail[self._tail_head]
         self._tail_size = 0
@@ -169,10 +171,10 @@ class PartitionLog:
         waiters = self._id_waiters
         interval = self.index_interval
         resends = self._resends
+        checkpoints = self._checkpoint_offsets
         for message in batch:
-            due = offset % interval == 0 and (
-                not self._checkpoint_offsets or self._checkpoint_offsets[-1] < offset
-            )
+            # one checkpoint per `interval` offsets, at the first message starting past it
+            due = offset // interval > (checkpoints[-1] // interval if checkpoints else -1)
             before = resends.snapshot() if due else None
             original = resends.original_offset(message, offset)
             if original is not None:
@@ -188,15 +190,18 @@ class PartitionLog:
             if before is not None:
                 self._checkpoint(offset, message.id, before)
             self._tail.append(message)
+            self._tail_offsets.append(offset)
             self._tail_size += message.size
             while waiters and waiters[0][0] <= message.id:
                 future = heapq.heappop(waiters)[2]
                 if not future.done():
                     future.set_result(offset)
-            offset += 1
+            offset += records_in(message)
         if batch:
             self._last_id = batch[-1].id
         self.next_offset = offset
+        if self._tail_head == len(self._tail):
+            self._tail_base = offset
         self._trim_tail()
         self._wake_data_waiters()
 
@@ -213,16 +218,21 @@ class PartitionLog:
         task.add_done_callback(_log_failure)
 
     def _trim_tail(self) -> None:
-        tail = self._tail
+        tail, offsets = self._tail, self._tail_offsets
+        if self._tail_head < len(tail):
+            self._tail_base = offsets[self._tail_head]
         while self._tail_head < len(tail) and (
             len(tail) - self._tail_head > self.tail_records or self._tail_size > self.tail_bytes
         ):
             self._tail_size -= tail[self._tail_head].size
             tail[self._tail_head] = None  # type: ignore[call-overload]
             self._tail_head += 1
-            self._tail_base += 1
+            self._tail_base = (
+                offsets[self._tail_head] if self._tail_head < len(tail) else self.next_offset
+            )
         if self._tail_head > 4096 and self._tail_head * 2 > len(tail):
             del tail[: self._tail_head]
+            del offsets[: self._tail_head]
             self._tail_head = 0
 
     def _wake_data_waiters(self) -> None:
@@ -270,7 +280,7 @@ class PartitionLog:
                 low = middle + 1
             else:
                 high = middle
-        return self._tail_base + low - self._tail_head
+        return self._tail_offsets[low]
 
     async def _offset_by_scan(self, mid: MessageKey) -> int:
         """Slow path: the id fell out of the tail before its producer asked for it."""
@@ -286,7 +296,7 @@ class PartitionLog:
                     if message.id >= mid:
                         return cursor.next_offset if original is None else original
                     if original is None:
-                        cursor.next_offset += 1
+                        cursor.next_offset += records_in(message)
         finally:
             await cursor.stream.close()
 
@@ -306,8 +316,9 @@ class PartitionLog:
         self._data_waiters.append(future)
         return future
 
-    async def read(self, offset: int, max_bytes: int) -> list[StoredMessage]:
-        """Messages from `offset` on (at least one if any), up to about `max_bytes`."""
+    async def read(self, offset: int, max_bytes: int) -> list[LogEntry]:
+        """Messages from the one holding `offset` on (at least one if any), up to about
+        `max_bytes`, each with the offset of its first record."""
         self.last_used = time.monotonic()
         if offset < self.log_start or offset > self.next_offset:
             raise OffsetOutOfRange(offset)
@@ -317,9 +328,9 @@ class PartitionLog:
             return self._read_tail(offset, max_bytes)
         return await self._read_history(offset, max_bytes)
 
-    def _read_tail(self, offset: int, max_bytes: int) -> list[StoredMessage]:
-        tail = self._tail
-        index = self._tail_head + offset - self._tail_base
+    def _read_tail(self, offset: int, max_bytes: int) -> list[LogEntry]:
+        tail, offsets = self._tail, self._tail_offsets
+        index = bisect.bisect_right(offsets, offset, self._tail_head) - 1
         out = []
         size = 0
         end = len(tail)
@@ -328,15 +339,15 @@ class PartitionLog:
             size += message.size
             if out and size > max_bytes:
                 break
-            out.append(message)
+            out.append(LogEntry(offsets[index], message))
             index += 1
         return out
 
-    async def _read_history(self, offset: int, max_bytes: int) -> list[StoredMessage]:
+    async def _read_history(self, offset: int, max_bytes: int) -> list[LogEntry]:
         cursor = self._cursors.pop(offset, None)
         if cursor is None:
             cursor = await self._open_cursor(offset)
-        out: list[StoredMessage] = []
+        out: list[LogEntry] = []
         size = 0
         limit = min(self._tail_base, self.next_offset)
         try:
@@ -351,10 +362,11 @@ class PartitionLog:
                         break
                     if cursor.resends.original_offset(message, cursor.next_offset) is not None:
                         continue
-                    if cursor.next_offset >= offset:
-                        out.append(message)
+                    count = records_in(message)
+                    if cursor.next_offset + count > offset:
+                        out.append(LogEntry(cursor.next_offset, message))
                         size += message.size
-                    cursor.next_offset += 1
+                    cursor.next_offset += count
                 if out and size >= max_bytes:
                     break
         except BaseException:
@@ -382,14 +394,18 @@ class PartitionLog:
         stream = await self.backend.open_reader(self.topic, EARLIEST)
         return _Cursor(stream, 0, ResendFilter())
 
-    async def message_id_at(self, offset: int) -> MessageKey:
-        """The Pulsar message id holding `offset` (for moving subscriptions to an offset)."""
+    async def entry_at(self, offset: int) -> LogEntry:
+        """The message holding `offset`, with the offset of its first record."""
         if not self.log_start <= offset < self.next_offset:
             raise OffsetOutOfRange(offset)
-        messages = await self.read(offset, 1)
-        if not messages:
+        entries = await self.read(offset, 1)
+        if not entries:
             raise OffsetOutOfRange(offset)
-        return messages[0].id
+        return entries[0]
+
+    async def message_id_at(self, offset: int) -> MessageKey:
+        """The Pulsar message id holding `offset` (for moving subscriptions to an offset)."""
+        return (await self.entry_at(offset)).message.id
 
     async def close_idle_cursors(self, idle_seconds: float) -> None:
         now = time.monotonic()
@@ -397,15 +413,6 @@ class PartitionLog:
             if now - cursor.last_used > idle_seconds:
                 del self._cursors[key]
                 await cursor.stream.close()
-
-    def offset_for_time(self, timestamp: int) -> int | None:
-        """First offset in the tail whose timestamp is >= `timestamp` (None if not in the tail)."""
-        tail = self._tail
-        for index in range(self._tail_head, len(tail)):
-            message = tail[index]
-            if (message.event_time or message.publish_time) >= timestamp:
-                return self._tail_base + index - self._tail_head
-        return None
 
     @property
     def tail_start(self) -> int:

@@ -7,7 +7,7 @@ message BEFORE the entry that holds offset N. A Pulsar consumer on the subscript
 then receives every record from N on, and, when N is in the middle of a batch entry,
 also the earlier records of that one entry (never fewer records than the group has
 yet to read: at least once, never a gap). Records produced one per entry, as
-separate sends, give an exact position.
+separate sends, give an exact position; a stored Kafka record batch is one entry.
 """
 
 from __future__ import annotations
@@ -48,19 +48,19 @@ async def entry_start_position(log: PartitionLog, offset: int) -> MessageKey | N
         return None
     if end == log.next_offset:
         return await log.message_id_at(end - 1)  # its entry is complete: ack it whole
-    holder = await log.message_id_at(end)
-    if holder[2] <= 0:
-        return await log.message_id_at(end - 1)  # N opens its entry
-    first = end - holder[2]
-    if first >= log.log_start:
-        opener = await log.message_id_at(first)
-        if opener[:2] == holder[:2] and opener[2] == 0:
-            return None if first <= log.log_start else await log.message_id_at(first - 1)
-    # offsets and batch indexes disagree (a resent copy inside the entry): walk back
-    current = end - 1
-    while current >= log.log_start:
-        found = await log.message_id_at(current)
-        if found[:2] != holder[:2]:
-            return found
-        current -= 1
+    # the last message before the Pulsar entry that holds offset `end`: that entry may
+    # hold earlier records too (a Pulsar batch, or a stored Kafka record batch)
+    holder = await log.entry_at(end)
+    start = holder.offset
+    index = holder.message.id[2]
+    if index > 0 and start - index >= log.log_start:
+        # in a Pulsar batch of one-record messages: jump to its first message
+        opener = await log.entry_at(start - index)
+        if opener.message.id[:2] == holder.message.id[:2] and opener.message.id[2] == 0:
+            start = opener.offset
+    while start > log.log_start:
+        previous = await log.entry_at(start - 1)
+        if previous.message.id[:2] != holder.message.id[:2]:
+            return previous.message.id
+        start = previous.offset
     return None

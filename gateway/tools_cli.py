@@ -52,6 +52,7 @@ def _migrate(args: argparse.Namespace, console: Console) -> int:
         topic_pattern=args.topic_regex,
         group_pattern=None if args.no_groups else args.group_regex,
         parallel=max(1, args.parallel),
+        entry_format=args.entry_format,
     )
     try:
         summary = asyncio.run(migrate(plan, console))

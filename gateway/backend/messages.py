@@ -33,3 +33,20 @@ class StoredMessage(NamedTuple):
     @property
     def size(self) -> int:
         return len(self.payload or b"") + len(self.key) + 16
+
+
+# A message that holds several log records (a Kafka record batch stored as sent) says
+# how many; it takes that many offsets. Messages without it hold one.
+RECORDS = "__gw.records"
+
+
+def records_in(message: StoredMessage) -> int:
+    count = message.properties.get(RECORDS)
+    return int(count) if count else 1
+
+
+class LogEntry(NamedTuple):
+    """A message of a partition log and the offset of its first record."""
+
+    offset: int
+    message: StoredMessage

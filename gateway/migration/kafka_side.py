@@ -107,7 +107,9 @@ class KafkaCluster:
         consumer.unsubscribe()
         return found
 
-    async def create_topics(self, counts: dict[str, int]) -> list[str]:
+    async def create_topics(
+        self, counts: dict[str, int], configs: dict[str, str] | None = None
+    ) -> list[str]:
         """Create what is missing with the given partition counts; an existing topic must
         have the same count. Returns the names created."""
         present = set(await self.admin.list_topics())
@@ -121,7 +123,11 @@ class KafkaCluster:
             ]
             if wrong:
                 raise MigrationError("target topics differ from the source: " + ", ".join(wrong))
-        new = [NewTopic(name, count, 1) for name, count in counts.items() if name not in present]
+        new = [
+            NewTopic(name, count, 1, topic_configs=dict(configs or {}))
+            for name, count in counts.items()
+            if name not in present
+        ]
         if new:
             try:
                 await self.admin.create_topics(new)

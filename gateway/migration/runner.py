@@ -47,6 +47,7 @@ class MigrationPlan:
     topic_pattern: str | None = None
     group_pattern: str | None = ".*"
     parallel: int = 4
+    entry_format: str | None = None  # for topics migrate creates; None: the gateway's default
 
 
 @dataclass
@@ -93,7 +94,8 @@ async def migrate(plan: MigrationPlan, console: Console | None = None) -> Migrat
         if not topics:
             raise MigrationError("no topics to migrate (give --topics or --topic-regex)")
         counts = await source.partition_counts(topics)
-        created = await target.create_topics(counts)
+        configs = {"pulsar.entry.format": plan.entry_format} if plan.entry_format else None
+        created = await target.create_topics(counts, configs)
         if created:
             console.print(f"created on the gateway: {', '.join(created)}")
         tps = [TopicPartition(t, p) for t in topics for p in range(counts[t])]

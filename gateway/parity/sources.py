@@ -4,7 +4,8 @@
   offset range per partition, read with confluent-kafka;
 - `parity_pulsar`: the gateway's Pulsar topics read with pulsar-client, numbered
   exactly as the gateway numbers them (its resend filter, from its offset-index
-  checkpoints), through the in-order reader with BACKEND.md's defences.
+  checkpoints; stored Kafka batches count their records), through the in-order
+  reader with BACKEND.md's defences.
 
 Rows carry digests, never payloads (fingerprint.py), and leave as Arrow batches.
 """
@@ -214,10 +215,11 @@ class PulsarPartitionReader(_RangesReader):
 def read_pulsar_range(service_url: str, spec: dict[str, Any]) -> Iterator[pa.RecordBatch]:
     """Number the partition's messages from a checkpoint as the gateway's tailer does
     and emit offsets [start, end)."""
+    from gateway.backend.messages import LogEntry, records_in
     from gateway.backend.pulsar_backend import PulsarBackend
     from gateway.backend.reader_stream import EARLIEST
     from gateway.backend.resend_filter import ResendFilter
-    from handlers.kafka.record_mapping import headers_of, key_of, timestamp_of
+    from handlers.kafka.stored_records import records_of
 
     start, end = int(spec["start"]), int(spec["end"])
     if start >= end:
@@ -243,15 +245,12 @@ def read_pulsar_range(service_url: str, spec: dict[str, Any]) -> Iterator[pa.Rec
             for message in batch:
                 if resends.original_offset(message, offset) is not None:
                     continue
-                if start <= offset < end:
-                    rows.add(
-                        offset,
-                        key_of(message),
-                        message.payload,
-                        headers_of(message),
-                        timestamp_of(message),
-                    )
-                offset += 1
+                count = records_in(message)
+                if offset + count > start:
+                    for number, key, value, headers, ts in records_of(LogEntry(offset, message)):
+                        if start <= number < end:
+                            rows.add(number, key, value, headers, ts)
+                offset += count
                 if offset >= end:
                     break
             if len(rows) >= BATCH_ROWS:

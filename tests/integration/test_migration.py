@@ -130,9 +130,11 @@ def _migrate_command(gateway: GatewayProcess, tansu: TansuProcess, topic: str, n
     ]
 
 
-def _migrate(gateway: GatewayProcess, tansu: TansuProcess, topic: str, name: str) -> str:
+def _migrate(
+    gateway: GatewayProcess, tansu: TansuProcess, topic: str, name: str, *extra: str
+) -> str:
     done = subprocess.run(
-        _migrate_command(gateway, tansu, topic, name),
+        _migrate_command(gateway, tansu, topic, name) + list(extra),
         cwd=REPO,
         capture_output=True,
         text=True,
@@ -351,3 +353,23 @@ def test_a_run_that_died_before_saving_is_recorded_not_rewritten(gateway, tansu)
     target = _read_all(gateway.bootstrap, topic, 1)
     assert [r[1] for r in target[0]] == list(range(500))
     assert finished["runs"] == [[0, 0, 500]]
+
+
+def test_migrate_into_the_kafka_entry_format_then_parity(gateway, tansu, spark, tmp_path) -> None:
+    """Batches stored as sent: parity's Pulsar reader counts and opens them."""
+    from confluent_kafka.admin import ConfigResource
+
+    topic = f"batched-{uuid.uuid4().hex[:8]}"
+    _fill_source(tansu, topic, 2, 2000)
+    _migrate(gateway, tansu, topic, topic, "--entry-format", "kafka")
+    admin = AdminClient({"bootstrap.servers": gateway.bootstrap})
+    resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
+    configs = admin.describe_configs([resource])[resource].result(30)
+    assert configs["pulsar.entry.format"].value == "kafka"
+    source = _read_all(tansu.bootstrap, topic, 2)
+    target = _read_all(gateway.bootstrap, topic, 2)
+    for partition in range(2):
+        assert [r[1:] for r in target[partition]] == [r[1:] for r in source[partition]]
+    verdict = _parity(gateway, tansu, spark, topic, topic, tmp_path)
+    assert verdict.passed, [p.to_json() for p in verdict.partitions if not p.ok]
+    assert sum(p.target_records for p in verdict.partitions) == 2000

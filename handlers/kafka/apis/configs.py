@@ -23,6 +23,7 @@ TOPIC_DEFAULTS: dict[str, str] = {
     "min.insync.replicas": "1",
 }
 _ENUMS = {
+    "pulsar.entry.format": {"pulsar", "kafka"},
     "cleanup.policy": {"delete", "compact", "compact,delete", "delete,compact"},
     "compression.type": {"producer", "uncompressed", "gzip", "snappy", "lz4", "zstd"},
     "message.timestamp.type": {"CreateTime", "LogAppendTime"},
@@ -50,8 +51,10 @@ def validate_configs(configs: dict[str, str | None]) -> str | None:
     return None
 
 
-def topic_configs(record: TopicRecord) -> dict[str, str]:
+def topic_configs(record: TopicRecord, entry_format: str = "pulsar") -> dict[str, str]:
+    """Kafka's defaults, the gateway's entry format, then what the topic set."""
     merged = dict(TOPIC_DEFAULTS)
+    merged["pulsar.entry.format"] = entry_format
     merged.update(record.configs)
     return merged
 
@@ -78,7 +81,7 @@ async def describe_configs(
                     error_message=f"Topic {name} does not exist",
                 )
             else:
-                values = topic_configs(record)
+                values = topic_configs(record, context.settings.entry_format)
                 result["configs"] = [
                     _entry(key, value, key not in record.configs)
                     for key, value in sorted(values.items())

@@ -1,7 +1,7 @@
 """Fetch: records from any offset, long-polled up to max_wait for min_bytes.
 
-Each partition's answer is one RecordBatch v2 built from the stored messages,
-with consecutive offsets from the fetch offset (offsets are dense). Fetch
+Each partition's answer is record batches built from the stored entries
+(stored_records.py): stored batches as sent, one-record messages re-encoded. Fetch
 sessions are not kept: session id 0 tells clients to send full requests.
 """
 
@@ -16,8 +16,7 @@ from gateway.backend.pulsar_backend import BackendError
 from gateway.partition_log import OffsetOutOfRange, PartitionLog
 from handlers.kafka import errors
 from handlers.kafka.context import KafkaContext
-from handlers.kafka.record_batch import encode_batch
-from handlers.kafka.record_mapping import headers_of, key_of, timestamp_of
+from handlers.kafka.stored_records import encode_entries
 from handlers.kafka.topic_lookup import find_topic
 
 
@@ -88,9 +87,9 @@ async def _collect(
                     code = errors.KAFKA_STORAGE_ERROR
                     messages = []
                 if messages:
-                    records = _encode(offset, messages)
+                    records, count = encode_entries(messages)
                     total += len(records)
-                    metrics.RECORDS_OUT.labels(name).inc(len(messages))
+                    metrics.RECORDS_OUT.labels(name).inc(count)
                     metrics.BYTES_OUT.labels(name).inc(len(records))
             out.append(_partition(index, code, log.next_offset, log.log_start, records))
         responses.append({"topic": name, "partitions": out})
@@ -109,11 +108,3 @@ def _partition(index: int, code: int, high: int, start: int, records: Any) -> di
         "preferred_read_replica": -1,
         "records": records,
     }
-
-
-def _encode(base_offset: int, messages: list[Any]) -> bytes:
-    records = [
-        (delta, timestamp_of(message), key_of(message), message.payload, headers_of(message))
-        for delta, message in enumerate(messages)
-    ]
-    return encode_batch(base_offset, records)

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from gateway.backend.messages import records_in
 from gateway.backend.pulsar_backend import BackendError
 from gateway.partition_log import PartitionLog
 from handlers.kafka import errors
 from handlers.kafka.context import KafkaContext
-from handlers.kafka.record_mapping import timestamp_of
+from handlers.kafka.stored_records import record_times
 from handlers.kafka.topic_lookup import find_topic
 
 LATEST, EARLIEST, MAX_TIMESTAMP = -1, -2, -3
@@ -62,11 +63,12 @@ async def _first_at(log: PartitionLog, wanted: int) -> tuple[int, int]:
     """
     offset = log.log_start
     while offset < log.next_offset:
-        messages = await log.read(offset, 1 << 20)
-        for message in messages:
-            if timestamp_of(message) >= wanted:
-                return offset, timestamp_of(message)
-            offset += 1
+        entries = await log.read(offset, 1 << 20)
+        for entry in entries:
+            for record_offset, stamp in record_times(entry):
+                if record_offset >= offset and stamp >= wanted:
+                    return record_offset, stamp
+            offset = max(offset, entry.offset + records_in(entry.message))
     return -1, -1
 
 
@@ -74,9 +76,9 @@ async def _max_timestamp(log: PartitionLog) -> tuple[int, int]:
     best_offset, best_time = -1, -1
     offset = log.log_start
     while offset < log.next_offset:
-        for message in await log.read(offset, 1 << 20):
-            stamp = timestamp_of(message)
-            if stamp > best_time:
-                best_offset, best_time = offset, stamp
-            offset += 1
+        for entry in await log.read(offset, 1 << 20):
+            for record_offset, stamp in record_times(entry):
+                if record_offset >= offset and stamp > best_time:
+                    best_offset, best_time = record_offset, stamp
+            offset = max(offset, entry.offset + records_in(entry.message))
     return best_offset, best_time

@@ -1,4 +1,5 @@
-"""Produce: record batches in, one Pulsar message per record, real base offsets out.
+"""Produce: record batches in, one Pulsar message per record (or per batch, for topics
+in the `kafka` entry format: stored_records.py), real base offsets out.
 
 All partitions of a request are appended concurrently; the response waits until
 each partition's tailer has numbered the first appended message, so the base
@@ -18,6 +19,7 @@ from handlers.kafka.context import KafkaContext
 from handlers.kafka.idempotence import ProducerSequences
 from handlers.kafka.record_batch import RecordBatchError, check_produce_batches, decode_batches
 from handlers.kafka.record_mapping import to_message
+from handlers.kafka.stored_records import FORMAT_CONFIG, batch_message
 from handlers.kafka.topic_lookup import find_topic
 
 log = logging.getLogger("gateway.kafka.produce")
@@ -72,6 +74,11 @@ async def handle(
     return {"responses": responses, "throttle_time_ms": 0}
 
 
+def entry_format(context: KafkaContext, record: Any) -> str:
+    """The topic's own `pulsar.entry.format`, else the gateway's default."""
+    return str(record.configs.get(FORMAT_CONFIG) or context.settings.entry_format)
+
+
 async def _fail(code: int) -> tuple[int, int, int, str | None]:
     return code, -1, -1, None
 
@@ -94,7 +101,14 @@ async def _append(
         return exc.code, -1, -1, str(exc)
     messages = []
     size = 0
+    count = 0
+    as_batches = entry_format(context, record) == "kafka"
     for batch in batches:
+        count += batch.record_count
+        if as_batches:
+            messages.append(batch_message(batch))
+            size += len(batch.raw)
+            continue
         for item in batch.records:
             messages.append(to_message(item.key, item.value, item.timestamp, item.headers))
             size += len(item.value or b"")
@@ -109,7 +123,7 @@ async def _append(
         base = await _store_once(partition, messages, name, index, batch)
     if base < 0:
         return -base, -1, -1, None
-    metrics.RECORDS_IN.labels(name).inc(len(messages))
+    metrics.RECORDS_IN.labels(name).inc(count)
     metrics.BYTES_IN.labels(name).inc(size)
     return errors.NONE, base, partition.log_start, None
 

@@ -88,7 +88,7 @@ async def create_topics(
                     "config_source": 5,
                     "is_sensitive": False,
                 }
-                for key, value in topic_configs(record).items()
+                for key, value in topic_configs(record, context.settings.entry_format).items()
             ],
         )
     return {"throttle_time_ms": 0, "topics": results}
