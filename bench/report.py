@@ -1,4 +1,7 @@
-"""Self-contained HTML reports (inline SVG bar charts, no network) beside the JSON."""
+"""Self-contained HTML reports (inline SVG bar charts, no network) beside the JSON.
+
+Charts come from gateway/html_report.py, which the parity report uses too.
+"""
 
 from __future__ import annotations
 
@@ -7,29 +10,9 @@ import json
 from pathlib import Path
 from typing import Any
 
+from gateway.html_report import bar_chart
 
-def bar_chart(title: str, bars: list[tuple[str, float]], unit: str) -> str:
-    width, row, left = 640, 34, 190
-    top = max((value for _, value in bars), default=1) or 1
-    height = row * len(bars) + 40
-    parts = [
-        f'<svg width="{width}" height="{height}" xmlns="http://www.w3.org/2000/svg" '
-        f'role="img" aria-label="{html.escape(title)}">',
-        f'<text x="4" y="18" font-size="14" font-weight="bold">{html.escape(title)}</text>',
-    ]
-    for index, (label, value) in enumerate(bars):
-        y = 30 + index * row
-        length = (width - left - 110) * value / top
-        parts.append(f'<text x="4" y="{y + 17}" font-size="12">{html.escape(label)}</text>')
-        parts.append(
-            f'<rect x="{left}" y="{y + 4}" width="{length:.1f}" height="20" fill="#3b6ea5"/>'
-        )
-        parts.append(
-            f'<text x="{left + length + 6:.1f}" y="{y + 18}" font-size="12">'
-            f"{value:,.0f} {html.escape(unit)}</text>"
-        )
-    parts.append("</svg>")
-    return "\n".join(parts)
+__all__ = ["bar_chart", "write_report"]
 
 
 def write_report(
