@@ -624,8 +624,6 @@ def test_huge_lengths_in_headers_and_responses() -> None:
 
 
 def test_generated_module_is_up_to_date(tmp_path: Path) -> None:
-    if not generator.DEFAULT_SPEC_DIR.is_dir():
-        pytest.skip(f"Kafka specs not found at {generator.DEFAULT_SPEC_DIR}")
     output = tmp_path / "messages.py"
     assert generator.main([str(generator.DEFAULT_SPEC_DIR), "--output", str(output)]) == 0
     committed = Path(messages.__file__).read_text(encoding="utf-8")

@@ -8,7 +8,9 @@ field list: a new Kafka version costs a regeneration.
 
     python -m handlers.kafka.protocol.generator [SPEC_DIR] [-o OUTPUT]
 
-SPEC_DIR defaults to ../shared/kafka-protocol beside the repository. messages.py is committed;
+SPEC_DIR defaults to spec/ beside this file: the broker APIs' definitions, copied unchanged
+from Kafka's clients/src/main/resources/common/message (Apache-2.0, headers kept) so that a
+clean clone regenerates and checks without anything outside it. messages.py is committed;
 ``tests/unit/test_kafka_protocol.py`` fails when it differs from what this script writes.
 """
 
@@ -22,8 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-REPO_ROOT = Path(__file__).resolve().parents[3]
-DEFAULT_SPEC_DIR = REPO_ROOT.parent / "shared" / "kafka-protocol"
+DEFAULT_SPEC_DIR = Path(__file__).with_name("spec")
 DEFAULT_OUTPUT = Path(__file__).with_name("messages.py")
 LISTENER = "broker"  # the APIs a broker answers; controller-only RPCs are left out
 
