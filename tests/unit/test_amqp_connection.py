@@ -1057,7 +1057,7 @@ def summary(events: list[Event]) -> list[tuple[Any, ...]]:
 
 
 def test_pika_runs_against_the_core_and_its_bytes_replay() -> None:
-    pika = pytest.importorskip("pika")
+    import pika
     server = TinyServer()
     params = pika.ConnectionParameters(
         host="127.0.0.1",
@@ -1111,7 +1111,7 @@ def test_pika_runs_against_the_core_and_its_bytes_replay() -> None:
 
 
 def test_aiormq_runs_against_the_core() -> None:
-    aiormq = pytest.importorskip("aiormq")
+    import aiormq
     server = TinyServer()
 
     async def client() -> None:
