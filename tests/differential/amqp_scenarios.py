@@ -93,8 +93,15 @@ def routing_and_returns(url: str, p: str) -> Transcript:
         except pika.exceptions.UnroutableError as error:
             returned = error.messages[0]
             log.append(
-                ("returned", i, returned.method.reply_code, returned.method.reply_text,
-                 returned.method.exchange, returned.method.routing_key, returned.body)
+                (
+                    "returned",
+                    i,
+                    returned.method.reply_code,
+                    returned.method.reply_text,
+                    returned.method.exchange,
+                    returned.method.routing_key,
+                    returned.body,
+                )
             )
         except pika.exceptions.NackError:
             log.append(("nacked", i))
@@ -242,8 +249,15 @@ def _dead(ch, queue: str) -> Transcript:
             continue
         death = props.headers["x-death"][0]
         out.append(
-            ("dead", body, method.routing_key, death["reason"], death["count"],
-             death["routing-keys"], props.headers.get("x-first-death-reason"))
+            (
+                "dead",
+                body,
+                method.routing_key,
+                death["reason"],
+                death["count"],
+                death["routing-keys"],
+                props.headers.get("x-first-death-reason"),
+            )
         )
     return sorted(out)
 
@@ -264,8 +278,13 @@ def errors(url: str, p: str) -> Transcript:
         ("default-exchange", lambda ch: ch.exchange_delete("")),
         ("unknown-tag", lambda ch: (ch.basic_ack(7), ch.queue_declare(f"{p}.errq", True))),
         ("bad-arg", lambda ch: ch.queue_declare(f"{p}.q2", arguments={"x-max-length": "x"})),
-        ("publish-missing", lambda ch: (ch.basic_publish(f"{p}.nope", "k", b""),
-                                        ch.queue_declare(f"{p}.errq", True))),
+        (
+            "publish-missing",
+            lambda ch: (
+                ch.basic_publish(f"{p}.nope", "k", b""),
+                ch.queue_declare(f"{p}.errq", True),
+            ),
+        ),
     ]
     for name, action in actions:
         ch = conn.channel()
@@ -317,8 +336,9 @@ def consumers_round_robin_and_cancel(url: str, p: str) -> Transcript:
     while len(seen) < 6 and time.time() < deadline:
         conn.process_data_events(time_limit=0.1)
     log.append(sorted(seen))
-    log.append(("per-consumer", sorted((w, sum(1 for x, _ in seen if x == w)) for w in
-                                       ("one", "two"))))
+    log.append(
+        ("per-consumer", sorted((w, sum(1 for x, _ in seen if x == w)) for w in ("one", "two")))
+    )
     cancelled: Transcript = []
     ch.add_on_cancel_callback(lambda frame: cancelled.append(frame.method.consumer_tag))
     other = conn.channel()

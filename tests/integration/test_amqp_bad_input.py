@@ -52,13 +52,19 @@ class RawClient:
     def open(self) -> RawClient:
         self.send(PROTOCOL_HEADER)
         self.expect(commands.Connection.Start)
-        self.method(0, commands.Connection.StartOk(
-            client_properties={}, mechanism="PLAIN", response="\0guest\0guest", locale="en_US"
-        ))
+        self.method(
+            0,
+            commands.Connection.StartOk(
+                client_properties={}, mechanism="PLAIN", response="\0guest\0guest", locale="en_US"
+            ),
+        )
         tune = self.expect(commands.Connection.Tune)
-        self.method(0, commands.Connection.TuneOk(
-            channel_max=tune.channel_max, frame_max=tune.frame_max, heartbeat=0
-        ))
+        self.method(
+            0,
+            commands.Connection.TuneOk(
+                channel_max=tune.channel_max, frame_max=tune.frame_max, heartbeat=0
+            ),
+        )
         self.method(0, commands.Connection.Open(virtual_host="/"))
         self.expect(commands.Connection.OpenOk)
         return self
@@ -156,13 +162,19 @@ def test_silent_peer_is_dropped_after_missed_heartbeats(gateway: GatewayProcess)
     client = RawClient(gateway.amqp_port)
     client.send(PROTOCOL_HEADER)
     client.expect(commands.Connection.Start)
-    client.method(0, commands.Connection.StartOk(
-        client_properties={}, mechanism="PLAIN", response="\0guest\0guest", locale="en_US"
-    ))
+    client.method(
+        0,
+        commands.Connection.StartOk(
+            client_properties={}, mechanism="PLAIN", response="\0guest\0guest", locale="en_US"
+        ),
+    )
     tune = client.expect(commands.Connection.Tune)
-    client.method(0, commands.Connection.TuneOk(
-        channel_max=tune.channel_max, frame_max=tune.frame_max, heartbeat=1
-    ))
+    client.method(
+        0,
+        commands.Connection.TuneOk(
+            channel_max=tune.channel_max, frame_max=tune.frame_max, heartbeat=1
+        ),
+    )
     client.method(0, commands.Connection.Open(virtual_host="/"))
     client.expect(commands.Connection.OpenOk)
     client.sock.settimeout(10)

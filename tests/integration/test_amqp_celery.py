@@ -17,10 +17,20 @@ def test_celery_worker_runs_tasks_through_gateway(gateway: GatewayProcess, tmp_p
     log = open(tmp_path / "worker.log", "wb")  # noqa: SIM115 - closed below
     worker = subprocess.Popen(
         [
-            sys.executable, "-m", "celery", "-A", "tests.support.celery_app", "worker",
-            "--pool=solo", "--concurrency=1", "--loglevel=INFO",
+            sys.executable,
+            "-m",
+            "celery",
+            "-A",
+            "tests.support.celery_app",
+            "worker",
+            "--pool=solo",
+            "--concurrency=1",
+            "--loglevel=INFO",
         ],
-        cwd=REPO, env=env, stdout=log, stderr=log,
+        cwd=REPO,
+        env=env,
+        stdout=log,
+        stderr=log,
     )
     try:
         os.environ["GATEWAY_AMQP_URL"] = url

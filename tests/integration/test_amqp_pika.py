@@ -68,7 +68,10 @@ def test_publish_get_consume_properties_and_counts(conn, name) -> None:
     assert body == b"m0" and not method.redelivered and method.message_count == 9
     assert got.headers == {"n": 1, "s": "x", "l": [1, "a"]}
     assert (got.content_type, got.correlation_id, got.reply_to, got.priority) == (
-        "text/plain", "c1", "r", 3
+        "text/plain",
+        "c1",
+        "r",
+        3,
     )
     ch.basic_ack(method.delivery_tag)
     bodies = []

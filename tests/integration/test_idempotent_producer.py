@@ -66,15 +66,25 @@ def test_idempotent_producer_survives_cut_connections(tmp_path, topic_name) -> N
     gw.extra = ["--set", f"kafka.advertised_port={proxy.port}"]
     gw.start()
     try:
-        producer = Producer({"bootstrap.servers": f"127.0.0.1:{proxy.port}", "acks": "all",
-                             "enable.idempotence": True, "linger.ms": 2,
-                             "batch.num.messages": 500, "message.timeout.ms": 120000})
+        producer = Producer(
+            {
+                "bootstrap.servers": f"127.0.0.1:{proxy.port}",
+                "acks": "all",
+                "enable.idempotence": True,
+                "linger.ms": 2,
+                "batch.num.messages": 500,
+                "message.timeout.ms": 120000,
+            }
+        )
         failed = []
         for i in range(TOTAL):
             while True:
                 try:
-                    producer.produce(topic_name, f"{i:07d}".encode(),
-                                     on_delivery=lambda e, m: e and failed.append(e))
+                    producer.produce(
+                        topic_name,
+                        f"{i:07d}".encode(),
+                        on_delivery=lambda e, m: e and failed.append(e),
+                    )
                     break
                 except BufferError:
                     producer.poll(0.01)
@@ -86,8 +96,14 @@ def test_idempotent_producer_survives_cut_connections(tmp_path, topic_name) -> N
         assert failed == []
         assert proxy.cuts >= 40
 
-        consumer = Consumer({"bootstrap.servers": gw.bootstrap, "group.id": "idem",
-                             "enable.auto.commit": False, "enable.partition.eof": True})
+        consumer = Consumer(
+            {
+                "bootstrap.servers": gw.bootstrap,
+                "group.id": "idem",
+                "enable.auto.commit": False,
+                "enable.partition.eof": True,
+            }
+        )
         consumer.assign([TopicPartition(topic_name, 0, 0)])
         values = []
         deadline = time.time() + 60
@@ -123,19 +139,41 @@ def test_a_resent_idempotent_batch_is_written_once(gateway, topic_name) -> None:
     sequence. It gets the first attempt's offset back; a gap gets OUT_OF_ORDER (45)."""
     from handlers.kafka.record_batch import encode_batch
 
-    init = _call(gateway.kafka_port, 22, 4, {"transactional_id": None,
-                                             "transaction_timeout_ms": 60000,
-                                             "producer_id": -1, "producer_epoch": -1})
+    init = _call(
+        gateway.kafka_port,
+        22,
+        4,
+        {
+            "transactional_id": None,
+            "transaction_timeout_ms": 60000,
+            "producer_id": -1,
+            "producer_epoch": -1,
+        },
+    )
     assert init["error_code"] == 0
     pid, epoch = init["producer_id"], init["producer_epoch"]
 
     def produce(sequence: int, values: list[bytes]) -> dict:
-        batch = encode_batch(0, [(i, 1000, None, v, []) for i, v in enumerate(values)],
-                             producer_id=pid, producer_epoch=epoch, base_sequence=sequence)
-        response = _call(gateway.kafka_port, 0, 9, {
-            "transactional_id": None, "acks": -1, "timeout_ms": 10000,
-            "topic_data": [{"name": topic_name,
-                            "partition_data": [{"index": 0, "records": bytes(batch)}]}]})
+        batch = encode_batch(
+            0,
+            [(i, 1000, None, v, []) for i, v in enumerate(values)],
+            producer_id=pid,
+            producer_epoch=epoch,
+            base_sequence=sequence,
+        )
+        response = _call(
+            gateway.kafka_port,
+            0,
+            9,
+            {
+                "transactional_id": None,
+                "acks": -1,
+                "timeout_ms": 10000,
+                "topic_data": [
+                    {"name": topic_name, "partition_data": [{"index": 0, "records": bytes(batch)}]}
+                ],
+            },
+        )
         return response["responses"][0]["partition_responses"][0]
 
     first = produce(0, [b"a", b"b"])
@@ -145,8 +183,14 @@ def test_a_resent_idempotent_batch_is_written_once(gateway, topic_name) -> None:
     assert produce(5, [b"gap"])["error_code"] == 45
     third = produce(2, [b"c"])
     assert third["error_code"] == 0 and third["base_offset"] == first["base_offset"] + 2
-    consumer = Consumer({"bootstrap.servers": gateway.bootstrap, "group.id": "idem2",
-                         "enable.auto.commit": False, "enable.partition.eof": True})
+    consumer = Consumer(
+        {
+            "bootstrap.servers": gateway.bootstrap,
+            "group.id": "idem2",
+            "enable.auto.commit": False,
+            "enable.partition.eof": True,
+        }
+    )
     consumer.assign([TopicPartition(topic_name, 0, 0)])
     values = []
     deadline = time.time() + 30

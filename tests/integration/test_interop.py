@@ -153,14 +153,17 @@ def test_batching_pulsar_producer_does_not_stall_the_partition(gateway, topic_na
 
     admin = AdminClient({"bootstrap.servers": gateway.bootstrap})
     admin.create_topics([NewTopic(topic_name, 1, 1)])[topic_name].result(30)
-    consumer = Consumer({"bootstrap.servers": gateway.bootstrap, "group.id": "b",
-                         "enable.auto.commit": False})
+    consumer = Consumer(
+        {"bootstrap.servers": gateway.bootstrap, "group.id": "b", "enable.auto.commit": False}
+    )
     consumer.assign([TopicPartition(topic_name, 0, 0)])
     consumer.poll(1)  # the partition is open and tailed from here on
     client = _pulsar_client(gateway)
     batching = client.create_producer(
         f"persistent://public/default/{topic_name}-partition-0",
-        batching_enabled=True, batching_max_publish_delay_ms=1)
+        batching_enabled=True,
+        batching_max_publish_delay_ms=1,
+    )
     expected = []
     for round_ in range(4):
         for i in range(50):

@@ -239,17 +239,30 @@ def _swap(records: list[Row], a: int, b: int) -> list[Row]:
 
 # (name, how the target is damaged, partition, kind, (source offset, target offset))
 DAMAGE = {
-    "drop a record": (lambda rows: {0: rows[0], 1: rows[1][:17] + rows[1][18:]}, 1, "missing",
-                      (17, None)),
-    "duplicate a record": (lambda rows: {0: rows[0][:11] + rows[0][10:], 1: rows[1]}, 0,
-                           "duplicate", (None, 11)),
+    "drop a record": (
+        lambda rows: {0: rows[0], 1: rows[1][:17] + rows[1][18:]},
+        1,
+        "missing",
+        (17, None),
+    ),
+    "duplicate a record": (
+        lambda rows: {0: rows[0][:11] + rows[0][10:], 1: rows[1]},
+        0,
+        "duplicate",
+        (None, 11),
+    ),
     # offsets 3 and 16 of partition 0 hold the same key (k6)
-    "swap two records of one key": (lambda rows: {0: _swap(rows[0], 3, 16), 1: rows[1]}, 0,
-                                    "order_break", (3, 16)),
+    "swap two records of one key": (
+        lambda rows: {0: _swap(rows[0], 3, 16), 1: rows[1]},
+        0,
+        "order_break",
+        (3, 16),
+    ),
     "change a header": (
         lambda rows: {
             0: rows[0],
-            1: rows[1][:5] + [rows[1][5][:4] + ([("trace", b"changed")],) + rows[1][5][5:]]
+            1: rows[1][:5]
+            + [rows[1][5][:4] + ([("trace", b"changed")],) + rows[1][5][5:]]
             + rows[1][6:],
         },
         1,
