@@ -182,16 +182,19 @@ def _rss_mib(pid: int, field_name: str = "VmRSS") -> float:
 
 
 def _descendants(pid: int) -> list[int]:
+    """Every process below `pid`. A process's children are listed per thread that forked
+    them, and the JVM starts Python workers from threads other than its main one."""
     found, todo = [], [pid]
     while todo:
         parent = todo.pop()
-        try:
-            children = Path(f"/proc/{parent}/task/{parent}/children").read_text().split()
-        except OSError:
-            continue
-        for child in children:
-            found.append(int(child))
-            todo.append(int(child))
+        for children_file in Path(f"/proc/{parent}/task").glob("*/children"):
+            try:
+                children = children_file.read_text().split()
+            except OSError:
+                continue
+            for child in children:
+                found.append(int(child))
+                todo.append(int(child))
     return found
 
 
