@@ -18,11 +18,13 @@ $(VENV)/.installed-test: $(VENV)/.installed pyproject.toml
 	touch $@
 
 run: $(VENV)/.installed
+	@./scripts/install-system-packages clients || echo "kcat and amqp-tools not installed (apt failed); the gateway runs without them"
 	$(BIN)/pulsar-gateway run $(ARGS)
 
 test: $(VENV)/.installed-test
 	./scripts/install-system-packages
 	$(BIN)/ruff check gateway handlers tests bench
+	$(BIN)/ruff format --check gateway handlers tests bench
 	$(BIN)/python -m pytest -q -p no:cacheprovider $(ARGS)
 
 bench: $(VENV)/.installed-test
