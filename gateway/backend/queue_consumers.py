@@ -24,7 +24,7 @@ from typing import Any
 import _pulsar
 import pulsar
 
-from gateway.backend.loop_bridge import to_loop
+from gateway.backend.loop_bridge import message_future, to_loop
 from gateway.backend.messages import MessageKey
 from gateway.backend.pulsar_backend import BackendError, PulsarBackend
 
@@ -87,20 +87,9 @@ class QueueConsumer:
                 out.append(taken)
 
     def _arm(self) -> asyncio.Future[Any]:
-        future: asyncio.Future[Any] = self._loop.create_future()
-        loop = self._loop
-
-        def done(result: Any, msg: Any) -> None:
-            def complete() -> None:
-                if future.done():
-                    return
-                if result == _pulsar.Result.Ok:
-                    future.set_result(msg)
-                else:
-                    future.set_exception(BackendError(f"receive failed: {result}"))
-
-            to_loop(loop, complete)
-
+        future, done = message_future(
+            self._loop, lambda result: BackendError(f"receive failed: {result}")
+        )
         self._raw.receive_async(done)
         return future
 
@@ -147,24 +136,25 @@ class QueueConsumer:
             if mid is not None and not self.closed:
                 self._raw.negative_acknowledge(mid)
 
-    async def close(self) -> None:
-        """Close; what was received and not acknowledged is redelivered by Pulsar."""
+    def _mark_closed(self) -> bool:
+        """Stop local work once; False when it was already closed."""
         if self.closed:
-            return
+            return False
         self.closed = True
         if self._pending is not None and not self._pending.done():
             self._pending.cancel()
         self._ids.clear()
-        await _call_async(self._loop, self._raw.close_async)
+        return True
+
+    async def close(self) -> None:
+        """Close; what was received and not acknowledged is redelivered by Pulsar."""
+        if self._mark_closed():
+            await _call_async(self._loop, self._raw.close_async)
 
     async def unsubscribe(self) -> None:
         """Delete the subscription itself (its cursor and backlog go with it)."""
-        if self.closed:
+        if not self._mark_closed():
             return
-        self.closed = True
-        if self._pending is not None and not self._pending.done():
-            self._pending.cancel()
-        self._ids.clear()
         await _call_async(self._loop, self._raw.unsubscribe_async)
         with contextlib.suppress(Exception):
             await _call_async(self._loop, self._raw.close_async)

@@ -18,7 +18,7 @@ from typing import Any
 
 import _pulsar
 
-from gateway.backend.loop_bridge import to_loop
+from gateway.backend.loop_bridge import message_future, to_loop
 from gateway.backend.messages import MessageKey, StoredMessage
 
 log = logging.getLogger("gateway.reader")
@@ -110,20 +110,9 @@ class ReaderStream:
                 out.append(stored)
 
     def _arm(self) -> asyncio.Future[Any]:
-        future = self._loop.create_future()
-        loop = self._loop
-
-        def done(result: Any, msg: Any) -> None:
-            def complete() -> None:
-                if future.done():
-                    return
-                if result == _pulsar.Result.Ok:
-                    future.set_result(msg)
-                else:
-                    future.set_exception(ConnectionError(f"pulsar read failed: {result}"))
-
-            to_loop(loop, complete)
-
+        future, done = message_future(
+            self._loop, lambda result: ConnectionError(f"pulsar read failed: {result}")
+        )
         self._reader.read_next_async(done)
         return future
 

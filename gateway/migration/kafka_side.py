@@ -143,8 +143,8 @@ class KafkaCluster:
             names = [name for name in names if regex.fullmatch(name)]
         return names
 
-    async def committed(self, group: str, tps: list[TopicPartition]) -> dict[TopicPartition, int]:
-        """The group's committed offsets (next record to read) on these partitions."""
+    async def _group_client(self, group: str) -> AIOKafkaConsumer:
+        """A consumer that only reads or writes the group's commits: it never joins."""
         consumer = AIOKafkaConsumer(
             bootstrap_servers=self.bootstrap,
             client_id=self.client_id,
@@ -152,6 +152,11 @@ class KafkaCluster:
             enable_auto_commit=False,
         )
         await consumer.start()
+        return consumer
+
+    async def committed(self, group: str, tps: list[TopicPartition]) -> dict[TopicPartition, int]:
+        """The group's committed offsets (next record to read) on these partitions."""
+        consumer = await self._group_client(group)
         try:
             found = {}
             for tp in tps:
@@ -164,13 +169,7 @@ class KafkaCluster:
 
     async def commit(self, group: str, offsets: dict[TopicPartition, int]) -> None:
         """Commit as a group with no members (Kafka's 'simple' commit, generation -1)."""
-        consumer = AIOKafkaConsumer(
-            bootstrap_servers=self.bootstrap,
-            client_id=self.client_id,
-            group_id=group,
-            enable_auto_commit=False,
-        )
-        await consumer.start()
+        consumer = await self._group_client(group)
         try:
             consumer.assign(list(offsets))
             await consumer.commit({tp: OffsetAndMetadata(o, "") for tp, o in offsets.items()})

@@ -182,9 +182,7 @@ class VhostState:
             key = engine.queue.dead_letter_routing_key or message.routing_key
             raw, headers = _dead_letter_properties(message, engine.queue.name, reason)
             try:
-                queues = route(
-                    self.topology, dlx, key, headers, sender_selected_keys(headers)
-                )
+                queues = route(self.topology, dlx, key, headers, sender_selected_keys(headers))
             except AmqpError:
                 continue
             copy = AmqpMessage(
@@ -377,7 +375,9 @@ class ConnectionBroker:
             except Exception as exc:  # a backend failure: the client gets 541, we go on
                 log.exception(
                     "amqp %s: %s on channel %d failed",
-                    self.peer, type(event.method).__name__, event.channel,
+                    self.peer,
+                    type(event.method).__name__,
+                    event.channel,
                 )
                 await self._fail(event.channel, AmqpError(ReplyCode.INTERNAL_ERROR, str(exc)))
         elif isinstance(event, ContentReceived):
@@ -472,7 +472,12 @@ class ConnectionBroker:
         vh = self.state
         async with vh.lock:
             binding = check_bind(
-                vh.topology, source, destination, kind, routing_key, arguments,
+                vh.topology,
+                source,
+                destination,
+                kind,
+                routing_key,
+                arguments,
                 connection_id=self.id,
             )
             if not vh.topology.has_binding(binding):
@@ -491,7 +496,12 @@ class ConnectionBroker:
         vh = self.state
         async with vh.lock:
             binding = check_unbind(
-                vh.topology, source, destination, kind, routing_key, arguments,
+                vh.topology,
+                source,
+                destination,
+                kind,
+                routing_key,
+                arguments,
                 connection_id=self.id,
             )
             if binding is not None:
@@ -714,7 +724,10 @@ class ConnectionBroker:
         properties = event.properties
         headers = properties.headers if isinstance(properties.headers, dict) else None
         queues = route(
-            vh.topology, method.exchange, method.routing_key, headers,
+            vh.topology,
+            method.exchange,
+            method.routing_key,
+            headers,
             sender_selected_keys(headers),
         )
         expiration = _expiration(properties.expiration)
@@ -802,9 +815,7 @@ class ConnectionBroker:
 
     async def confirm_select(self, channel: Channel, m: commands.Confirm.Select) -> None:
         if channel.tx is not None:
-            raise AmqpError(
-                ReplyCode.PRECONDITION_FAILED, "cannot switch from tx to confirm mode"
-            )
+            raise AmqpError(ReplyCode.PRECONDITION_FAILED, "cannot switch from tx to confirm mode")
         channel.confirm = True
         self.reply(channel, commands.Confirm.SelectOk(), m.nowait)
 
@@ -812,9 +823,7 @@ class ConnectionBroker:
 
     async def tx_select(self, channel: Channel, m: commands.Tx.Select) -> None:
         if channel.confirm:
-            raise AmqpError(
-                ReplyCode.PRECONDITION_FAILED, "cannot switch from confirm to tx mode"
-            )
+            raise AmqpError(ReplyCode.PRECONDITION_FAILED, "cannot switch from confirm to tx mode")
         if channel.tx is None:
             channel.tx = TxBuffer()
         self.send(channel.number, _T.SelectOk())
@@ -906,9 +915,7 @@ def _expiration(value: Any) -> int | None:
     try:
         number = int(text)
     except ValueError:
-        raise AmqpError(
-            ReplyCode.PRECONDITION_FAILED, f"invalid expiration '{text}'"
-        ) from None
+        raise AmqpError(ReplyCode.PRECONDITION_FAILED, f"invalid expiration '{text}'") from None
     if number < 0:
         raise AmqpError(ReplyCode.PRECONDITION_FAILED, f"invalid expiration '{text}'")
     return number

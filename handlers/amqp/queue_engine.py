@@ -508,4 +508,3 @@ class QueueEngine:
 def _order(delivery: StoredDelivery) -> tuple[int, ...]:
     key = delivery.message_id
     return key if isinstance(key, tuple) else (0,)
-

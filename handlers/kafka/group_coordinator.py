@@ -86,6 +86,19 @@ class SyncResult:
     assignment: bytes = b""
 
 
+@dataclass(frozen=True)
+class JoinRequest:
+    """What a JoinGroup says about the member, apart from its ids: kept together because
+    every join path (new, known, static replacement) builds or updates a member from it."""
+
+    client_id: str
+    client_host: str
+    session_ms: int
+    rebalance_ms: int
+    protocol_type: str
+    protocols: Protocols
+
+
 @dataclass
 class Member:
     member_id: str
@@ -278,59 +291,58 @@ class GroupCoordinator:
         if not group.supports(protocol_type, names):
             self._forget_if_unused(group)
             return JoinResult(INCONSISTENT_GROUP_PROTOCOL, member_id)
-        member_args = (client_id, client_host, session_ms, rebalance_ms, protocol_type, protocols)
+        request = JoinRequest(
+            client_id, client_host, session_ms, rebalance_ms, protocol_type, protocols
+        )
         if not member_id:
             new_id = f"{client_id}-{uuid.uuid4()}"
             if instance_id:
                 if instance_id in group.static:
-                    return await self._replace_static(group, instance_id, new_id, *member_args)
-                return await self._add_and_rebalance(group, new_id, instance_id, *member_args)
+                    return await self._replace_static(group, instance_id, new_id, request)
+                return await self._add_and_rebalance(group, new_id, instance_id, request)
             if require_known_member:
                 group.pending[new_id] = self.clock() + session_ms / 1000
                 return JoinResult(MEMBER_ID_REQUIRED, new_id)
-            return await self._add_and_rebalance(group, new_id, None, *member_args)
-        return await self._join_known(group, member_id, instance_id, *member_args)
+            return await self._add_and_rebalance(group, new_id, None, request)
+        return await self._join_known(group, member_id, instance_id, request)
+
+    def _new_member(
+        self, member_id: str, instance_id: str | None, request: JoinRequest, **kept: Any
+    ) -> Member:
+        return Member(
+            member_id,
+            instance_id,
+            request.client_id,
+            request.client_host,
+            request.session_ms / 1000,
+            request.rebalance_ms / 1000,
+            request.protocol_type,
+            request.protocols,
+            self.clock(),
+            **kept,
+        )
 
     async def _join_known(
-        self,
-        group: Group,
-        member_id: str,
-        instance_id: str | None,
-        client_id: str,
-        client_host: str,
-        session_ms: int,
-        rebalance_ms: int,
-        protocol_type: str,
-        protocols: Protocols,
+        self, group: Group, member_id: str, instance_id: str | None, request: JoinRequest
     ) -> JoinResult:
         if group.is_fenced(member_id, instance_id):
             return JoinResult(FENCED_INSTANCE_ID, member_id)
         if member_id in group.pending:
             del group.pending[member_id]
-            return await self._add_and_rebalance(
-                group,
-                member_id,
-                instance_id,
-                client_id,
-                client_host,
-                session_ms,
-                rebalance_ms,
-                protocol_type,
-                protocols,
-            )
+            return await self._add_and_rebalance(group, member_id, instance_id, request)
         member = group.members.get(member_id)
         if member is None or group.state in (EMPTY, DEAD):
             return JoinResult(UNKNOWN_MEMBER_ID, member_id)
         member.last_heartbeat = self.clock()
-        unchanged = member.protocols == protocols
+        unchanged = member.protocols == request.protocols
         if group.state == COMPLETING and unchanged:
             return self._current_join_result(group, member, with_members=True)
         if group.state == STABLE and unchanged and member_id != group.leader:
             return self._current_join_result(group, member, with_members=False)
         future = self._await_join(member)
-        member.protocols = protocols
-        member.session_seconds = session_ms / 1000
-        member.rebalance_seconds = rebalance_ms / 1000
+        member.protocols = request.protocols
+        member.session_seconds = request.session_ms / 1000
+        member.rebalance_seconds = request.rebalance_ms / 1000
         if group.state == PREPARING:
             self._maybe_complete_join(group)
         else:
@@ -363,31 +375,12 @@ class GroupCoordinator:
         return future
 
     async def _add_and_rebalance(
-        self,
-        group: Group,
-        member_id: str,
-        instance_id: str | None,
-        client_id: str,
-        client_host: str,
-        session_ms: int,
-        rebalance_ms: int,
-        protocol_type: str,
-        protocols: Protocols,
+        self, group: Group, member_id: str, instance_id: str | None, request: JoinRequest
     ) -> JoinResult:
-        member = Member(
-            member_id,
-            instance_id,
-            client_id,
-            client_host,
-            session_ms / 1000,
-            rebalance_ms / 1000,
-            protocol_type,
-            protocols,
-            self.clock(),
-        )
+        member = self._new_member(member_id, instance_id, request)
         future = self._await_join(member)
         if not group.members:
-            group.protocol_type = protocol_type
+            group.protocol_type = request.protocol_type
         group.members[member_id] = member
         if instance_id:
             group.static[instance_id] = member_id
@@ -405,16 +398,7 @@ class GroupCoordinator:
         return await future
 
     async def _replace_static(
-        self,
-        group: Group,
-        instance_id: str,
-        new_id: str,
-        client_id: str,
-        client_host: str,
-        session_ms: int,
-        rebalance_ms: int,
-        protocol_type: str,
-        protocols: Protocols,
+        self, group: Group, instance_id: str, new_id: str, request: JoinRequest
     ) -> JoinResult:
         """A known group.instance.id rejoined without its member id: the new id replaces the
         old one, keeping its assignment; no rebalance when the selected protocol stays."""
@@ -422,18 +406,8 @@ class GroupCoordinator:
         old = group.members.pop(old_id)
         _finish(old.join_future, JoinResult(FENCED_INSTANCE_ID, old_id))
         _finish(old.sync_future, SyncResult(FENCED_INSTANCE_ID))
-        member = Member(
-            new_id,
-            instance_id,
-            client_id,
-            client_host,
-            session_ms / 1000,
-            rebalance_ms / 1000,
-            protocol_type,
-            protocols,
-            self.clock(),
-            assignment=old.assignment,
-            is_new=False,
+        member = self._new_member(
+            new_id, instance_id, request, assignment=old.assignment, is_new=False
         )
         group.members[new_id] = member
         group.static[instance_id] = new_id

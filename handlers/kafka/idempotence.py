@@ -72,8 +72,9 @@ class ProducerSequences:
         state.next_sequence = (last + 1) % SEQUENCE_WRAP
         return SequenceCheck(accepted=batch)
 
-    def settle(self, producer_id: int, partition: str, batch: _Batch,
-               base_offset: int | None) -> None:
+    def settle(
+        self, producer_id: int, partition: str, batch: _Batch, base_offset: int | None
+    ) -> None:
         """Record the outcome. A failed batch is forgotten with every batch after it (a
         Pulsar send failure fails everything queued behind it), so that the client's
         retries, which start again at the failed batch, are accepted in order."""
@@ -89,7 +90,7 @@ class ProducerSequences:
             if item is batch:
                 break
             kept.append(item)
-        for item in list(state.batches)[len(kept):]:
+        for item in list(state.batches)[len(kept) :]:
             if not item.base_offset.done():
                 item.base_offset.cancel()
         state.batches = kept

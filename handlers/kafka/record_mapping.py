@@ -32,6 +32,7 @@ GATEWAY_RESERVED = "__gw."
 def _reserved(name: str) -> bool:
     return name.startswith(RESERVED) or name.startswith(GATEWAY_RESERVED)
 
+
 Header = tuple[str, bytes | None]
 
 

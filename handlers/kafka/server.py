@@ -67,7 +67,9 @@ class KafkaServer:
         host, port = self.address
         advertised = self.settings.advertised_host or host
         identity = BrokerIdentity(
-            self.settings.node_id, advertised, self.settings.advertised_port or port,
+            self.settings.node_id,
+            advertised,
+            self.settings.advertised_port or port,
             self.settings.cluster_id,
         )
         self.context = KafkaContext(self.settings, self.topics, identity)

@@ -1058,6 +1058,7 @@ def summary(events: list[Event]) -> list[tuple[Any, ...]]:
 
 def test_pika_runs_against_the_core_and_its_bytes_replay() -> None:
     import pika
+
     server = TinyServer()
     params = pika.ConnectionParameters(
         host="127.0.0.1",
@@ -1112,6 +1113,7 @@ def test_pika_runs_against_the_core_and_its_bytes_replay() -> None:
 
 def test_aiormq_runs_against_the_core() -> None:
     import aiormq
+
     server = TinyServer()
 
     async def client() -> None:
