@@ -159,3 +159,17 @@ def test_group_commit_inside_a_batch_is_mirrored_without_a_gap(gateway, topic_na
     client.close()
     assert numbers == list(range(numbers[0], 200)) and numbers[0] <= 150
     assert numbers[0] >= 100  # the batch holding 150, not everything
+
+
+def test_idempotent_producer_sequences_count_records_not_batches(gateway, topic_name) -> None:
+    """Sequence numbers advance by records; a stored batch is one message but many records."""
+    _create(gateway.bootstrap, topic_name)
+    acked = _produce(
+        gateway.bootstrap,
+        topic_name,
+        0,
+        2000,
+        **{"enable.idempotence": True, "batch.num.messages": 100},
+    )
+    assert sorted(offset for _, offset, _ in acked) == list(range(2000))
+    assert _read(gateway.bootstrap, topic_name, 0, 2000) == _expected(0, 2000)

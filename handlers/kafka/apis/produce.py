@@ -120,7 +120,7 @@ async def _append(
     if batch.producer_id < 0:
         base = await _store(partition, messages, name, index)
     else:
-        base = await _store_once(partition, messages, name, index, batch)
+        base = await _store_once(partition, messages, count, name, index, batch)
     if base < 0:
         return -base, -1, -1, None
     metrics.RECORDS_IN.labels(name).inc(count)
@@ -138,10 +138,11 @@ async def _store(partition: Any, messages: list[Any], name: str, index: int) -> 
 
 
 async def _store_once(
-    partition: Any, messages: list[Any], name: str, index: int, batch: Any
+    partition: Any, messages: list[Any], records: int, name: str, index: int, batch: Any
 ) -> int:
+    """Sequence numbers count records: in the `kafka` format a message holds many."""
     check = SEQUENCES.check(
-        batch.producer_id, batch.producer_epoch, partition.topic, batch.base_sequence, len(messages)
+        batch.producer_id, batch.producer_epoch, partition.topic, batch.base_sequence, records
     )
     if check.code:
         return -check.code
