@@ -73,7 +73,6 @@ class PartitionLog:
         self._tail: list[StoredMessage] = []
         self._tail_offsets: list[int] = []  # offset of each tail message's first record
         self._tail_head = 0
-        self._tail_base = 0  # offset of self._tail[self._tail_head]
         self._tail_size = 0
         self._last_id: MessageKey | None = None
         # (message id, tie-breaker, future): resolved by the first message indexed at or after it
@@ -106,7 +105,6 @@ class PartitionLog:
         else:
             self.next_offset = 0
             start = EARLIEST
-        self._tail_base = self.next_offset
         self._stream = await self.backend.open_reader(self.topic, start, receiver_queue_size=2000)
         self._task = asyncio.create_task(self._tail_loop(), name=f"tail {self.topic}")
         # The partition is ready once it has caught up with what is already stored.
@@ -200,8 +198,6 @@ class PartitionLog:
         if batch:
             self._last_id = batch[-1].id
         self.next_offset = offset
-        if self._tail_head == len(self._tail):
-            self._tail_base = offset
         self._trim_tail()
         self._wake_data_waiters()
 
@@ -219,17 +215,12 @@ class PartitionLog:
 
     def _trim_tail(self) -> None:
         tail, offsets = self._tail, self._tail_offsets
-        if self._tail_head < len(tail):
-            self._tail_base = offsets[self._tail_head]
         while self._tail_head < len(tail) and (
             len(tail) - self._tail_head > self.tail_records or self._tail_size > self.tail_bytes
         ):
             self._tail_size -= tail[self._tail_head].size
             tail[self._tail_head] = None  # type: ignore[call-overload]
             self._tail_head += 1
-            self._tail_base = (
-                offsets[self._tail_head] if self._tail_head < len(tail) else self.next_offset
-            )
         if self._tail_head > 4096 and self._tail_head * 2 > len(tail):
             del tail[: self._tail_head]
             del offsets[: self._tail_head]
@@ -324,7 +315,7 @@ class PartitionLog:
             raise OffsetOutOfRange(offset)
         if offset == self.next_offset:
             return []
-        if offset >= self._tail_base:
+        if offset >= self.tail_start:
             return self._read_tail(offset, max_bytes)
         return await self._read_history(offset, max_bytes)
 
@@ -349,7 +340,7 @@ class PartitionLog:
             cursor = await self._open_cursor(offset)
         out: list[LogEntry] = []
         size = 0
-        limit = min(self._tail_base, self.next_offset)
+        limit = self.tail_start
         try:
             while cursor.next_offset < limit:
                 batch = await cursor.stream.read_batch(1000, timeout=5, expect_more=True)
@@ -416,7 +407,10 @@ class PartitionLog:
 
     @property
     def tail_start(self) -> int:
-        return self._tail_base
+        """Offset of the first record still in memory (next_offset when none is)."""
+        if self._tail_head < len(self._tail):
+            return self._tail_offsets[self._tail_head]
+        return self.next_offset
 
 
 def _log_failure(task: Any) -> None:
