@@ -641,20 +641,28 @@ def rewrite_base_offset(
     batch: bytes | bytearray | memoryview,
     base_offset: int,
     partition_leader_epoch: int | None = None,
-) -> bytes:
+    *,
+    out: bytearray | None = None,
+) -> bytes | bytearray:
     """Return ``batch`` re-based at ``base_offset`` without touching its CRC.
 
     baseOffset (and partitionLeaderEpoch) precede the CRC'd range, so a stored batch can be
-    served at whatever offset the log assigns it at the cost of one copy.
+    served at whatever offset the log assigns it at the cost of one copy. With ``out`` (a
+    Fetch response being assembled) that copy is the append to ``out``, which is returned.
     """
     view = memoryview(batch)
     if len(view) < HEADER_SIZE:
         raise RecordBatchError(f"batch of {len(view)} bytes is shorter than its header")
-    if partition_leader_epoch is None:
-        return b"".join((_I64.pack(base_offset), view[8:]))
-    return b"".join(
-        (_I64.pack(base_offset), view[8:12], _I32.pack(partition_leader_epoch), view[16:])
+    head = _I64.pack(base_offset) + (
+        view[8:16]
+        if partition_leader_epoch is None
+        else bytes(view[8:12]) + _I32.pack(partition_leader_epoch)
     )
+    if out is None:
+        return b"".join((head, view[16:]))
+    out += head
+    out += view[16:]
+    return out
 
 
 def check_produce_batches(batches: Sequence[DecodedBatch], api_version: int) -> None:

@@ -41,7 +41,7 @@ def batch_message(batch: DecodedBatch) -> OutMessage:
     )
 
 
-def encode_entries(entries: Sequence[LogEntry]) -> tuple[bytes, int]:
+def encode_entries(entries: Sequence[LogEntry]) -> tuple[bytearray, int]:
     """Fetch's records bytes for these entries, and how many records they hold.
 
     Runs of one-record messages become one batch each; stored batches are served
@@ -69,25 +69,19 @@ def encode_entries(entries: Sequence[LogEntry]) -> tuple[bytes, int]:
     for entry in entries:
         if is_batch(entry.message):
             flush()
-            out += rewrite_base_offset(entry.message.payload or b"", entry.offset)
+            rewrite_base_offset(entry.message.payload or b"", entry.offset, out=out)
             count += int(entry.message.properties[RECORDS])
         else:
             run.append(entry)
             count += 1
     flush()
-    return bytes(out), count
+    return out, count
 
 
 def record_times(entry: LogEntry) -> Iterator[tuple[int, int]]:
     """(offset, timestamp) of each record of an entry (ListOffsets by time)."""
-    message = entry.message
-    if not is_batch(message):
-        yield entry.offset, timestamp_of(message)
-        return
-    for batch in decode_batches(message.payload or b"", verify_crc=False):
-        for record in batch.records:
-            stamp = batch.max_timestamp if batch.timestamp_type else record.timestamp
-            yield entry.offset + record.offset_delta, stamp
+    for offset, _key, _value, _headers, stamp in records_of(entry):
+        yield offset, stamp
 
 
 def records_of(
