@@ -100,27 +100,9 @@ def spark_session(master: str, conf: dict[str, str]) -> Any:
 
 
 def frames(spark: Any, plan: ParityPlan, facts: Facts) -> tuple[Any, Any]:
-    source_ranges = [
-        {"topic": t, "partition": p, "start": s, "end": e}
-        for (t, p), (s, e) in sorted(facts.source_ranges.items())
-    ]
-    source = (
-        spark.read.format("parity_kafka")
-        .option("bootstrap", plan.source)
-        .option("ranges", json.dumps(source_ranges))
-        .load()
-    )
+    source = _kafka_frame(spark, plan.source, facts.source_ranges)
     if plan.target_via == "kafka":
-        target_ranges = [
-            {"topic": t, "partition": p, "start": s, "end": e}
-            for (t, p), (s, e) in sorted(facts.target_ranges.items())
-        ]
-        target = (
-            spark.read.format("parity_kafka")
-            .option("bootstrap", plan.target)
-            .option("ranges", json.dumps(target_ranges))
-            .load()
-        )
+        target = _kafka_frame(spark, plan.target, facts.target_ranges)
     else:
         target = (
             spark.read.format("parity_pulsar")
@@ -129,6 +111,20 @@ def frames(spark: Any, plan: ParityPlan, facts: Facts) -> tuple[Any, Any]:
             .load()
         )
     return source, target
+
+
+def _kafka_frame(spark: Any, bootstrap: str, ranges: dict[tuple[str, int], tuple[int, int]]) -> Any:
+    """A Kafka-protocol cluster read by offset range, one Spark partition per Kafka one."""
+    specs = [
+        {"topic": t, "partition": p, "start": s, "end": e}
+        for (t, p), (s, e) in sorted(ranges.items())
+    ]
+    return (
+        spark.read.format("parity_kafka")
+        .option("bootstrap", bootstrap)
+        .option("ranges", json.dumps(specs))
+        .load()
+    )
 
 
 class MemoryWatch:
