@@ -181,11 +181,7 @@ class PulsarAmqpStore:
 
     @staticmethod
     def _key(vhost: str, kind: str, name: str = "") -> str:
-        return (
-            f"{PREFIX}{escape(vhost)}/{kind}/{escape(name)}"
-            if name
-            else (f"{PREFIX}{escape(vhost)}/{kind}/")
-        )
+        return f"{PREFIX}{escape(vhost)}/{kind}/{escape(name) if name else ''}"
 
     # --- topology ---------------------------------------------------------------------
 

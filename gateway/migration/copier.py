@@ -81,8 +81,7 @@ class PartitionCopier:
             index = 0
             if behind:
                 taken = min(behind, len(chunk))
-                for record in chunk[:taken]:
-                    state.add(record.offset, state.next_target)
+                state.add_range([r.offset for r in chunk[:taken]], state.next_target)
                 behind -= taken
                 index = taken
                 result.recovered += taken
