@@ -23,8 +23,8 @@ run: $(VENV)/.installed
 
 test: $(VENV)/.installed-test
 	./scripts/install-system-packages
-	$(BIN)/ruff check gateway handlers tests bench
-	$(BIN)/ruff format --check gateway handlers tests bench
+	$(BIN)/ruff check pulsar_gateway tests bench
+	$(BIN)/ruff format --check pulsar_gateway tests bench
 	$(BIN)/python -m pytest -q -p no:cacheprovider $(ARGS)
 
 bench: $(VENV)/.installed-test

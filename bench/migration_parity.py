@@ -28,7 +28,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 from rich.table import Table
 
-from gateway import html_report
+from pulsar_gateway.tools import html_report
 from tests.support.gateway_process import REPO, GatewayProcess
 from tests.support.tansu_process import TansuProcess
 
@@ -72,7 +72,7 @@ def fill(bootstrap: str, topic: str, partitions: int, records: int, size: int) -
 
 def run_command(args: list[str]) -> float:
     started = time.perf_counter()
-    done = subprocess.run([sys.executable, "-m", "gateway.cli", *args], cwd=REPO)
+    done = subprocess.run([sys.executable, "-m", "pulsar_gateway.cli", *args], cwd=REPO)
     if done.returncode != 0:
         raise RuntimeError(f"{args[0]} exited {done.returncode}")
     return time.perf_counter() - started

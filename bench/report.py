@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from gateway.html_report import bar_chart
+from pulsar_gateway.tools.html_report import bar_chart
 
 __all__ = ["bar_chart", "write_report"]
 

@@ -12,7 +12,7 @@ import pika
 import pytest
 from pamqp import commands, frame
 
-from handlers.amqp.frames import PROTOCOL_HEADER, encode_method
+from pulsar_gateway.handlers.amqp.frames import PROTOCOL_HEADER, encode_method
 from tests.support.gateway_process import GatewayProcess
 
 

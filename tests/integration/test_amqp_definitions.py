@@ -89,7 +89,7 @@ def _export(rabbitmq: RabbitMQProcess, path: Path) -> dict:
 def _import(gateway: GatewayProcess, path: Path) -> subprocess.CompletedProcess[str]:
     base = f"amqp://guest:guest@127.0.0.1:{gateway.amqp_port}/"
     return subprocess.run(
-        [sys.executable, "-m", "gateway.cli", "amqp", "import-definitions", str(path)]
+        [sys.executable, "-m", "pulsar_gateway.cli", "amqp", "import-definitions", str(path)]
         + ["--url", base],
         cwd=REPO,
         capture_output=True,

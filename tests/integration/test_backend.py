@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from gateway.backend.embedded import EmbeddedBroker
-from gateway.backend.messages import OutMessage
-from gateway.backend.pulsar_backend import BackendError, PulsarBackend
+from pulsar_gateway.gateway.backend.embedded import EmbeddedBroker
+from pulsar_gateway.gateway.backend.pulsar_backend import BackendError, PulsarBackend
+from pulsar_gateway.gateway.messages import OutMessage
 
 
 def _listening_ports(pid: int) -> set[int]:

@@ -11,7 +11,7 @@ import time
 import pytest
 from confluent_kafka import Producer
 
-from handlers.kafka import protocol
+from pulsar_gateway.kafka_codec import protocol
 
 
 def _connect(gateway) -> socket.socket:
@@ -97,7 +97,7 @@ def test_unsupported_api_versions_version_gets_v0_answer(gateway) -> None:
 
 
 def test_corrupt_batch_gets_corrupt_message(gateway, topic_name) -> None:
-    from handlers.kafka.record_batch import encode_batch
+    from pulsar_gateway.kafka_codec.record_batch import encode_batch
 
     batch = bytearray(encode_batch(0, [(0, 1000, b"k", b"v", [])]))
     batch[-1] ^= 0xFF  # break the CRC

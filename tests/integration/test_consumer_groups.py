@@ -24,7 +24,7 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from handlers.kafka import protocol
+from pulsar_gateway.kafka_codec import protocol
 from tests.support.gateway_process import REPO, GatewayProcess
 
 PARTITIONS = 6

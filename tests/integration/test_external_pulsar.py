@@ -9,7 +9,7 @@ import subprocess
 
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from gateway.backend.embedded import EmbeddedBroker
+from pulsar_gateway.gateway.backend.embedded import EmbeddedBroker
 from tests.support.gateway_process import GatewayProcess
 
 

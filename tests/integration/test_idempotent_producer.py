@@ -123,7 +123,7 @@ def test_idempotent_producer_survives_cut_connections(tmp_path, topic_name) -> N
 
 
 def _call(port: int, api_key: int, version: int, body: dict) -> dict:
-    from handlers.kafka import protocol
+    from pulsar_gateway.kafka_codec import protocol
 
     with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
         sock.sendall(protocol.encode_request(api_key, version, 1, "test", body))
@@ -137,7 +137,7 @@ def _call(port: int, api_key: int, version: int, body: dict) -> dict:
 def test_a_resent_idempotent_batch_is_written_once(gateway, topic_name) -> None:
     """The exact retry a client makes after losing a response: same producer id, epoch and
     sequence. It gets the first attempt's offset back; a gap gets OUT_OF_ORDER (45)."""
-    from handlers.kafka.record_batch import encode_batch
+    from pulsar_gateway.kafka_codec.record_batch import encode_batch
 
     init = _call(
         gateway.kafka_port,

@@ -9,7 +9,7 @@ import time
 
 from confluent_kafka import Producer
 
-from handlers.kafka import protocol
+from pulsar_gateway.kafka_codec import protocol
 
 
 def _call(gateway, api_key: int, version: int, body: dict) -> dict:

@@ -18,8 +18,8 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from gateway.gateway_link import discover
-from gateway.parity.job import ParityPlan, Verdict, run_parity, spark_session
+from pulsar_gateway.tools.gateway_link import discover
+from pulsar_gateway.tools.parity.job import ParityPlan, Verdict, run_parity, spark_session
 from tests.support.gateway_process import REPO, GatewayProcess
 from tests.support.tansu_process import TansuProcess
 
@@ -115,7 +115,7 @@ def _migrate_command(gateway: GatewayProcess, tansu: TansuProcess, topic: str, n
     return [
         sys.executable,
         "-m",
-        "gateway.cli",
+        "pulsar_gateway.cli",
         "migrate",
         "--source",
         tansu.bootstrap,
@@ -338,9 +338,9 @@ def test_a_run_that_died_before_saving_is_recorded_not_rewritten(gateway, tansu)
     again."""
     import asyncio
 
-    from gateway.backend.pulsar_backend import PulsarBackend
-    from gateway.metadata_store import MetadataStore
-    from gateway.migration.translation import PartitionTranslation, partition_key
+    from pulsar_gateway.gateway.backend.pulsar_backend import PulsarBackend
+    from pulsar_gateway.gateway.metadata_store import MetadataStore
+    from pulsar_gateway.tools.migration.translation import PartitionTranslation, partition_key
 
     topic = f"resume-{uuid.uuid4().hex[:8]}"
     _fill_source(tansu, topic, 1, 500)

@@ -6,10 +6,10 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from gateway.backend.embedded import EmbeddedBroker
-from gateway.backend.messages import OutMessage
-from gateway.backend.pulsar_backend import PulsarBackend
-from gateway.backend.queue_consumers import QueueConsumers
+from pulsar_gateway.gateway.backend.embedded import EmbeddedBroker
+from pulsar_gateway.gateway.backend.pulsar_backend import PulsarBackend
+from pulsar_gateway.gateway.backend.queue_consumers import QueueConsumers
+from pulsar_gateway.gateway.messages import OutMessage
 
 TOPIC = "persistent://public/amqp-test/q"
 

@@ -49,7 +49,7 @@ class GatewayProcess:
         command = [
             sys.executable,
             "-m",
-            "gateway.cli",
+            "pulsar_gateway.cli",
             "run",
             "--kafka-port",
             str(self.kafka_port),

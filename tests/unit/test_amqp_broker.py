@@ -9,11 +9,11 @@ from collections.abc import Collection, Hashable, Iterable
 
 from pamqp import commands
 
-from handlers.amqp import broker as broker_module
-from handlers.amqp.broker import AmqpBroker, ConnectionBroker
-from handlers.amqp.broker_model import AmqpMessage, StoredDelivery
-from handlers.amqp.events import ConnectionOpened
-from handlers.amqp.topology import Binding, Exchange, Queue, Topology
+from pulsar_gateway.handlers.amqp import broker as broker_module
+from pulsar_gateway.handlers.amqp.broker import AmqpBroker, ConnectionBroker
+from pulsar_gateway.handlers.amqp.broker_model import AmqpMessage, StoredDelivery
+from pulsar_gateway.handlers.amqp.events import ConnectionOpened
+from pulsar_gateway.handlers.amqp.topology import Binding, Exchange, Queue, Topology
 from tests.unit.test_amqp_connection import Peer, open_peer
 
 

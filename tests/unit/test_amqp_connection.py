@@ -19,11 +19,11 @@ from hypothesis import strategies as st
 from pamqp import base, commands, encode, frame, header
 from pamqp import body as pamqp_body
 
-from handlers.amqp.authentication import Authenticator, is_loopback, parse_plain
-from handlers.amqp.connection_settings import ConnectionSettings, VhostAccess
-from handlers.amqp.connection_state import AmqpConnection, ConnectionState
-from handlers.amqp.errors import AmqpError, ReplyCode
-from handlers.amqp.events import (
+from pulsar_gateway.handlers.amqp.authentication import Authenticator, is_loopback, parse_plain
+from pulsar_gateway.handlers.amqp.connection_settings import ConnectionSettings, VhostAccess
+from pulsar_gateway.handlers.amqp.connection_state import AmqpConnection, ConnectionState
+from pulsar_gateway.handlers.amqp.errors import AmqpError, ReplyCode
+from pulsar_gateway.handlers.amqp.events import (
     ChannelClosed,
     ChannelFlowChanged,
     ChannelOpened,
@@ -33,7 +33,7 @@ from handlers.amqp.events import (
     Event,
     MethodReceived,
 )
-from handlers.amqp.frames import (
+from pulsar_gateway.handlers.amqp.frames import (
     HEARTBEAT_FRAME,
     PROTOCOL_HEADER,
     FrameReader,

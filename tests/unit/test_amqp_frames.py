@@ -15,8 +15,8 @@ from hypothesis import strategies as st
 from pamqp import body as pamqp_body
 from pamqp import commands, frame, header
 
-from handlers.amqp.errors import AmqpError, ReplyCode
-from handlers.amqp.frames import (
+from pulsar_gateway.handlers.amqp.errors import AmqpError, ReplyCode
+from pulsar_gateway.handlers.amqp.frames import (
     FRAME_MIN_SIZE,
     HEARTBEAT_FRAME,
     PROTOCOL_HEADER,

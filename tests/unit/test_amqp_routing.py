@@ -12,8 +12,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from handlers.amqp.errors import AmqpError, ReplyCode
-from handlers.amqp.exchange_routing import (
+from pulsar_gateway.handlers.amqp.errors import AmqpError, ReplyCode
+from pulsar_gateway.handlers.amqp.exchange_routing import (
     compile_topic,
     headers_match,
     route,
@@ -21,7 +21,7 @@ from handlers.amqp.exchange_routing import (
     split_topic,
     topic_matches,
 )
-from handlers.amqp.topology import (
+from pulsar_gateway.handlers.amqp.topology import (
     Binding,
     DestinationKind,
     Exchange,

@@ -16,7 +16,7 @@ FAIL_TO_CONNECT = """
 import sys
 from pathlib import Path
 import pulsar
-from gateway.backend.client_logging import client_logger
+from pulsar_gateway.gateway.backend.client_logging import client_logger
 path = Path(sys.argv[1]) if len(sys.argv) > 1 else None
 client = pulsar.Client(
     "pulsar://127.0.0.1:1",

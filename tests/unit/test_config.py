@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.config import ConfigError, Settings, load_settings
+from pulsar_gateway.gateway.config import ConfigError, Settings, load_settings
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -49,7 +49,7 @@ def test_bad_values_name_the_setting(override: dict[str, str], named: str) -> No
 
 def test_cli_refuses_to_start_with_a_bad_value() -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "gateway.cli", "run", "--kafka-port", "abc"],
+        [sys.executable, "-m", "pulsar_gateway.cli", "run", "--kafka-port", "abc"],
         capture_output=True,
         text=True,
         cwd=REPO,
@@ -61,7 +61,7 @@ def test_cli_refuses_to_start_with_a_bad_value() -> None:
 
 def test_help_explains_how_to_run() -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "gateway.cli", "run", "--help"],
+        [sys.executable, "-m", "pulsar_gateway.cli", "run", "--help"],
         capture_output=True,
         text=True,
         cwd=REPO,

@@ -23,6 +23,6 @@ def test_compose_file_is_valid() -> None:
 
 def test_dockerfile_copies_what_the_package_needs() -> None:
     text = (REPO / "docker/Dockerfile").read_text()
-    for folder in ("gateway", "handlers", "conf"):
+    for folder in ("pulsar_gateway", "conf"):
         assert f"COPY {folder} ./{folder}" in text
     assert "pip install --no-cache-dir ." in text

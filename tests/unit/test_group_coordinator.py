@@ -9,7 +9,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from handlers.kafka.group_coordinator import (
+from pulsar_gateway.handlers.kafka.group_coordinator import (
     COMPLETING,
     EMPTY,
     FENCED_INSTANCE_ID,

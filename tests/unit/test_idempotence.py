@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import asyncio
 
-from handlers.kafka import errors
-from handlers.kafka.idempotence import ProducerSequences
+from pulsar_gateway.handlers.kafka.idempotence import ProducerSequences
+from pulsar_gateway.kafka_codec import errors
 
 
 def test_sequence_rules() -> None:

@@ -17,8 +17,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import handlers.kafka.protocol as kp
-from handlers.kafka.protocol import (
+import pulsar_gateway.kafka_codec.protocol as kp
+from pulsar_gateway.kafka_codec.protocol import (
     API_NAMES,
     SUPPORTED,
     KafkaDecodeError,
@@ -623,12 +623,17 @@ def test_huge_lengths_in_headers_and_responses() -> None:
 # --------------------------------------------------------------------------------------------
 
 
+@pytest.mark.skipif(
+    not generator.DEFAULT_SPEC_DIR.is_dir(),
+    reason=f"Kafka's JSON specs are not at {generator.DEFAULT_SPEC_DIR} (they sit beside every "
+    "development and CI checkout; the project does not carry them), so messages.py is not checked",
+)
 def test_generated_module_is_up_to_date(tmp_path: Path) -> None:
     output = tmp_path / "messages.py"
     assert generator.main([str(generator.DEFAULT_SPEC_DIR), "--output", str(output)]) == 0
     committed = Path(messages.__file__).read_text(encoding="utf-8")
     assert output.read_text(encoding="utf-8") == committed, (
-        "messages.py is stale: run python -m handlers.kafka.protocol.generator"
+        "messages.py is stale: run python -m pulsar_gateway.kafka_codec.protocol.generator"
     )
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gateway.parity.fingerprint import fingerprint
+from pulsar_gateway.tools.parity.fingerprint import fingerprint
 
 keys = st.one_of(st.none(), st.binary(max_size=12))
 values = st.one_of(st.none(), st.binary(max_size=40))

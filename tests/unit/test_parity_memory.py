@@ -6,7 +6,7 @@ import os
 import subprocess
 import threading
 
-from gateway.parity.job import _descendants, _rss_mib
+from pulsar_gateway.tools.parity.job import _descendants, _rss_mib
 
 
 def test_children_started_by_any_thread_are_found() -> None:

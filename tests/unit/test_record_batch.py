@@ -27,15 +27,15 @@ from kafka.record.default_records import DefaultRecordBatch as KpBatch
 from kafka.record.default_records import DefaultRecordBatchBuilder as KpBuilder
 from kafka.record.memory_records import MemoryRecords as KpMemoryRecords
 
-from handlers.kafka import compression
-from handlers.kafka.compression import (
+from pulsar_gateway.kafka_codec import compression
+from pulsar_gateway.kafka_codec.compression import (
     CompressionError,
     DecompressionLimitError,
     UnsupportedCodecError,
     compress,
     decompress,
 )
-from handlers.kafka.record_batch import (
+from pulsar_gateway.kafka_codec.record_batch import (
     CORRUPT_MESSAGE,
     HEADER_SIZE,
     INVALID_RECORD,

@@ -6,9 +6,9 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gateway.backend.messages import OutMessage, StoredMessage
-from gateway.backend.resend_filter import SEQ
-from handlers.kafka.record_mapping import headers_of, key_of, timestamp_of, to_message
+from pulsar_gateway.gateway.backend.resend_filter import SEQ
+from pulsar_gateway.gateway.messages import OutMessage, StoredMessage
+from pulsar_gateway.kafka_codec.record_mapping import headers_of, key_of, timestamp_of, to_message
 
 
 def _stored(message: OutMessage, publish_time: int = 5) -> StoredMessage:

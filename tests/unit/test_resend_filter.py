@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from gateway.backend.messages import StoredMessage
-from gateway.backend.resend_filter import SEQ, ResendFilter
+from pulsar_gateway.gateway.backend.resend_filter import SEQ, ResendFilter
+from pulsar_gateway.gateway.messages import StoredMessage
 
 
 def _message(producer: str, sequence: int | None, entry: int) -> StoredMessage:

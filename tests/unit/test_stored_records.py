@@ -6,10 +6,15 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gateway.backend.messages import LogEntry, StoredMessage, records_in
-from handlers.kafka.record_batch import Record, decode_batches, encode_batch
-from handlers.kafka.record_mapping import to_message
-from handlers.kafka.stored_records import batch_message, encode_entries, record_times, records_of
+from pulsar_gateway.gateway.messages import LogEntry, StoredMessage, records_in
+from pulsar_gateway.kafka_codec.entry_format import (
+    batch_message,
+    encode_entries,
+    record_times,
+    records_of,
+)
+from pulsar_gateway.kafka_codec.record_batch import Record, decode_batches, encode_batch
+from pulsar_gateway.kafka_codec.record_mapping import to_message
 
 
 def _stored(out, mid: int) -> StoredMessage:

@@ -1,0 +1,209 @@
+"""The gateway process: backend first, then listeners, stopped in reverse order."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+from typing import Any, Protocol
+
+from pulsar_gateway.gateway import metrics
+from pulsar_gateway.gateway.backend.admin import PulsarAdmin
+from pulsar_gateway.gateway.backend.embedded import EmbeddedBroker
+from pulsar_gateway.gateway.backend.pulsar_backend import PulsarBackend
+from pulsar_gateway.gateway.backend.subscription_mirror import SubscriptionMirror
+from pulsar_gateway.gateway.config import Settings
+from pulsar_gateway.gateway.metadata_store import MetadataStore
+from pulsar_gateway.storage.kafka.group_offsets import GroupOffsetStore
+from pulsar_gateway.storage.kafka.subscription_position import ack_position
+from pulsar_gateway.storage.kafka.topics import TopicService
+
+log = logging.getLogger("gateway")
+
+
+class Listener(Protocol):
+    name: str
+
+    async def start(self) -> None: ...
+
+    async def stop(self) -> None: ...
+
+    @property
+    def address(self) -> tuple[str, int]: ...
+
+
+class Gateway:
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.broker: EmbeddedBroker | None = None
+        self.backend: PulsarBackend | None = None
+        self.metadata: MetadataStore | None = None
+        self.topics: TopicService | None = None
+        self.group_offsets: GroupOffsetStore | None = None
+        self.mirror: SubscriptionMirror | None = None
+        self.listeners: list[Listener] = []
+        self.metrics_server: metrics.MetricsServer | None = None
+        self._fatal: asyncio.Future[str] | None = None
+        self.ready = False
+
+    def _on_fatal(self, reason: str) -> None:
+        if self._fatal is not None and not self._fatal.done():
+            self._fatal.set_result(reason)
+
+    async def start(self) -> None:
+        settings = self.settings
+        self._fatal = asyncio.get_running_loop().create_future()
+        service_url = settings.pulsar.service_url
+        if settings.embedded_mode:
+            self.broker = EmbeddedBroker(
+                settings.embedded_data_dir,
+                port=settings.embedded.port,
+                start_timeout=settings.embedded.start_timeout_seconds,
+                restart_limit=settings.embedded.restart_limit,
+                log_level=settings.embedded.log_level,
+                on_fatal=self._on_fatal,
+            )
+            await self.broker.start()
+            service_url = self.broker.service_url
+        self.backend = PulsarBackend(
+            service_url,
+            operation_timeout_seconds=settings.pulsar.operation_timeout_seconds,
+            max_in_flight=settings.kafka.max_in_flight_sends,
+            idle_close_seconds=settings.kafka.idle_close_seconds,
+            client_log=settings.gateway.data_dir / "pulsar-client.log",
+        )
+        await self.backend.start()
+        self.metadata = MetadataStore(self.backend, settings.pulsar.metadata_namespace)
+        await self.metadata.load()
+        admin = PulsarAdmin(settings.pulsar.admin_url) if settings.pulsar.admin_url else None
+        self.topics = TopicService(
+            self.backend,
+            self.metadata,
+            admin,
+            index_interval=settings.kafka.index_interval,
+            tail_records=settings.kafka.tail_cache_records,
+            idle_close_seconds=settings.kafka.idle_close_seconds,
+        )
+        self.topics.start()
+        self.group_offsets = GroupOffsetStore(self.metadata)
+        self.group_offsets.load()
+        if settings.kafka.group_offset_mirror:
+            topics = self.topics
+
+            async def locate(partition_topic: str, offset: int) -> tuple[int, int, int] | None:
+                return await ack_position(topics, partition_topic, offset)
+
+            self.mirror = SubscriptionMirror(
+                service_url,
+                locate,
+                interval=settings.kafka.group_mirror_interval_seconds,
+                idle_close=settings.kafka.group_mirror_idle_seconds,
+                operation_timeout_seconds=min(5, settings.pulsar.operation_timeout_seconds),
+                client_log=settings.gateway.data_dir / "pulsar-client.log",
+            )
+            await self.mirror.start()
+            self.group_offsets.on_commit = self.mirror.request
+        metrics.BACKEND_UP.set(1)
+        if settings.kafka.enabled:
+            from pulsar_gateway.handlers.kafka.server import KafkaServer
+
+            self.listeners.append(KafkaServer(settings.kafka, self.topics, self.group_offsets))
+        if settings.amqp.enabled:
+            from pulsar_gateway.handlers.amqp.connection_settings import ConnectionSettings
+            from pulsar_gateway.handlers.amqp.server import AmqpServer
+            from pulsar_gateway.storage.amqp.store import PulsarAmqpStore
+
+            amqp = settings.amqp
+            store = PulsarAmqpStore(self.backend, self.metadata, amqp.tenant)
+            self.listeners.append(
+                AmqpServer(
+                    amqp.host,
+                    amqp.port,
+                    store,
+                    users=amqp.users,
+                    settings=ConnectionSettings(
+                        frame_max=amqp.frame_max,
+                        channel_max=amqp.channel_max,
+                        heartbeat=amqp.heartbeat_seconds,
+                    ),
+                    max_connections=amqp.max_connections,
+                    reader_idle_seconds=amqp.reader_idle_seconds,
+                )
+            )
+        for listener in self.listeners:
+            await listener.start()
+            host, port = listener.address
+            log.info("%s listener on %s:%d", listener.name, host, port)
+        if settings.metrics.enabled:
+            self.metrics_server = metrics.MetricsServer(
+                settings.metrics.host, settings.metrics.port, self.health
+            )
+            await self.metrics_server.start()
+        self.ready = True
+        parts = [f"{lst.name} {lst.address[0]}:{lst.address[1]}" for lst in self.listeners]
+        log.info("pulsar-gateway ready: %s (backend %s)", ", ".join(parts), service_url)
+
+    def health(self) -> dict[str, Any]:
+        broker_ok = self.broker is None or (self.broker.pid is not None)
+        return {
+            "ok": self.ready and broker_ok,
+            "listeners": {lst.name: f"{lst.address[0]}:{lst.address[1]}" for lst in self.listeners},
+            "embedded": self.broker is not None,
+            "broker_restarts": self.broker.restarts if self.broker else 0,
+            "open_partitions": self.topics.open_partitions if self.topics else 0,
+            # where tools beside the gateway (migrate, parity) find its Pulsar side
+            "pulsar": {
+                "service_url": self.backend.service_url if self.backend else "",
+                "metadata_namespace": self.settings.pulsar.metadata_namespace,
+                "kafka_tenant": self.settings.kafka.tenant,
+                "kafka_namespace": self.settings.kafka.namespace,
+            },
+        }
+
+    async def wait(self) -> str:
+        assert self._fatal is not None
+        return await self._fatal
+
+    async def stop(self) -> None:
+        self.ready = False
+        if self.metrics_server:
+            await self.metrics_server.stop()
+        for listener in reversed(self.listeners):
+            with contextlib.suppress(Exception):
+                await listener.stop()
+        if self.mirror:
+            with contextlib.suppress(Exception):
+                await self.mirror.close()
+        if self.topics:
+            await self.topics.close()
+        if self.backend:
+            await self.backend.close()
+        if self.broker:
+            await self.broker.stop()
+
+
+async def run(settings: Settings) -> int:
+    """Run until SIGINT/SIGTERM (exit 0) or a fatal backend failure (exit 1)."""
+    gateway = Gateway(settings)
+    loop = asyncio.get_running_loop()
+    stop = loop.create_future()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, lambda s=signum: stop.done() or stop.set_result(s))
+    try:
+        await gateway.start()
+    except Exception as exc:
+        log.error("start-up failed: %s", exc)
+        await gateway.stop()
+        return 1
+    fatal = asyncio.ensure_future(gateway.wait())
+    done, _ = await asyncio.wait([stop, fatal], return_when=asyncio.FIRST_COMPLETED)
+    code = 0
+    if fatal in done:
+        log.error("fatal: %s; shutting down", fatal.result())
+        code = 1
+    else:
+        fatal.cancel()
+        log.info("signal %s: shutting down", stop.result())
+    await gateway.stop()
+    return code

@@ -1,0 +1,220 @@
+"""`pulsar-gateway`: run the gateway; migrate a Kafka cluster into it; check parity;
+import RabbitMQ definitions."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from pulsar_gateway.gateway.config import ConfigError, load_settings
+
+EPILOG = """\
+examples:
+  pulsar-gateway run                      embedded Pulsar broker, Kafka on 127.0.0.1:9092
+  pulsar-gateway run --kafka-port 19092   another port
+  pulsar-gateway run --pulsar-url pulsar://pulsar:6650 --admin-url http://pulsar:8080
+  pulsar-gateway run --set kafka.default_partitions=3 --set gateway.log_level=debug
+
+settings come from conf/gateway.toml (or --config FILE, or $PULSAR_GATEWAY_CONFIG), then
+environment variables PULSAR_GATEWAY_<SECTION>__<KEY> (PULSAR_GATEWAY_KAFKA__PORT=9093),
+then flags. Every setting is listed with its default in conf/gateway.toml.
+"""
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="pulsar-gateway",
+        description="Kafka and AMQP 0-9-1 applications on Apache Pulsar, unchanged.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+    run = commands.add_parser(
+        "run",
+        help="start the gateway (embedded Pulsar unless --pulsar-url is given)",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    run.add_argument("--config", type=Path, help="settings file (default conf/gateway.toml)")
+    run.add_argument("--kafka-host", dest="kafka.host", help="Kafka listener address")
+    run.add_argument("--kafka-port", dest="kafka.port", help="Kafka listener port (9092)")
+    run.add_argument("--amqp-port", dest="amqp.port", help="AMQP listener port (5672)")
+    run.add_argument("--pulsar-url", dest="pulsar.service_url", help="pulsar:// URL of a cluster")
+    run.add_argument("--admin-url", dest="pulsar.admin_url", help="http:// admin URL of a cluster")
+    run.add_argument(
+        "--data-dir", dest="gateway.data_dir", help="where the embedded broker keeps data"
+    )
+    run.add_argument("--metrics-port", dest="metrics.port", help="/metrics and /health port (9404)")
+    run.add_argument("--log-level", dest="gateway.log_level", help="debug, info, warning, error")
+    run.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="SECTION.KEY=VALUE",
+        help="any setting, repeatable",
+    )
+    _add_migrate(commands)
+    _add_parity(commands)
+    _add_amqp(commands)
+    return parser
+
+
+def _add_gateway_link(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--gateway-health",
+        default="http://127.0.0.1:9404",
+        help="the gateway's metrics/health URL, where it says where its Pulsar is "
+        "(default http://127.0.0.1:9404)",
+    )
+    parser.add_argument(
+        "--pulsar-url", help="the gateway's Pulsar service URL (instead of asking the gateway)"
+    )
+    parser.add_argument(
+        "--metadata-namespace",
+        default="public/__gateway",
+        help="with --pulsar-url: the gateway's metadata namespace",
+    )
+
+
+def _add_migrate(commands: Any) -> None:
+    migrate = commands.add_parser(
+        "migrate",
+        help="copy topics and consumer-group offsets from a Kafka cluster into the gateway",
+        description="Copy topics (partition, key, value, headers, timestamp) and committed "
+        "group offsets from a running Kafka cluster into a running gateway. Resumable: run "
+        "it again after an interruption.",
+    )
+    migrate.add_argument("--source", required=True, help="bootstrap servers of the old cluster")
+    migrate.add_argument(
+        "--target", default="127.0.0.1:9092", help="the gateway's Kafka listener (127.0.0.1:9092)"
+    )
+    migrate.add_argument("--topics", default="", help="comma-separated topic names")
+    migrate.add_argument("--topic-regex", help="also every topic whose name matches this")
+    migrate.add_argument(
+        "--group-regex", default=".*", help="consumer groups whose offsets to translate (all)"
+    )
+    migrate.add_argument("--no-groups", action="store_true", help="copy no group offsets")
+    migrate.add_argument(
+        "--name", help="name of the translation table (default: the source bootstrap servers)"
+    )
+    migrate.add_argument("--parallel", type=int, default=4, help="partitions copied at once (4)")
+    migrate.add_argument(
+        "--entry-format",
+        choices=["pulsar", "kafka"],
+        help="entry format of the topics migrate creates (default: the gateway's); kafka "
+        "is a Pulsar message per record batch: fastest, for topics only Kafka clients read",
+    )
+    _add_gateway_link(migrate)
+
+
+def _add_parity(commands: Any) -> None:
+    parity = commands.add_parser(
+        "parity",
+        help="check with Spark that the gateway holds exactly what the source cluster holds",
+        description="A PySpark job comparing a source Kafka cluster with the gateway, per "
+        "partition: counts, missing, extra, duplicates, per-key order, value and header "
+        "mismatches, timestamp drift, group offset drift. Writes JSON and HTML; exits 0 "
+        "only on parity.",
+    )
+    parity.add_argument("--source", required=True, help="bootstrap servers of the old cluster")
+    parity.add_argument(
+        "--target", default="127.0.0.1:9092", help="the gateway's Kafka listener (127.0.0.1:9092)"
+    )
+    parity.add_argument(
+        "--target-via",
+        choices=["pulsar", "kafka"],
+        default="pulsar",
+        help="read the target from its Pulsar topics (default) or through the gateway",
+    )
+    parity.add_argument("--topics", default="", help="comma-separated topic names")
+    parity.add_argument("--topic-regex", help="also every source topic whose name matches this")
+    parity.add_argument("--group-regex", default=".*", help="groups whose offsets to check")
+    parity.add_argument("--name", help="the migration's translation table (as given to migrate)")
+    parity.add_argument("--master", default="local[*]", help="Spark master (local[*])")
+    parity.add_argument(
+        "--conf", action="append", default=[], metavar="KEY=VALUE", help="Spark setting"
+    )
+    parity.add_argument(
+        "--report", default="reports/parity", help="report path without suffix (reports/parity)"
+    )
+    _add_gateway_link(parity)
+
+
+def _add_amqp(commands: Any) -> None:
+    amqp = commands.add_parser("amqp", help="AMQP tools")
+    tools = amqp.add_subparsers(dest="amqp_command", metavar="TOOL")
+    load = tools.add_parser(
+        "import-definitions",
+        help="load a RabbitMQ definitions export (vhosts, exchanges, queues, bindings)",
+        description="Declare the vhosts, exchanges, queues (with arguments) and bindings of "
+        "a RabbitMQ definitions export on a running gateway. Everything is checked first; "
+        "on any failure nothing stays imported.",
+    )
+    load.add_argument("file", type=Path, help="definitions JSON (rabbitmqctl export_definitions)")
+    load.add_argument(
+        "--url",
+        default="amqp://guest:guest@127.0.0.1:5672/",
+        help="the gateway's AMQP URL; its vhost is replaced by each imported one",
+    )
+
+
+def _overrides(args: argparse.Namespace) -> dict[str, Any]:
+    found: dict[str, Any] = {}
+    for key, value in vars(args).items():
+        if "." in key and value is not None:
+            found[key] = value
+    for item in args.set:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise ConfigError(f"--set {item!r}: expected SECTION.KEY=VALUE")
+        found[key.strip()] = value.strip()
+    return found
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if args.command in ("migrate", "parity", "amqp"):
+        from pulsar_gateway.tools_cli import run_tool
+
+        return run_tool(args)
+    if args.command != "run":
+        parser.print_help()
+        return 0 if args.command is None else 2
+    try:
+        settings = load_settings(args.config, _overrides(args))
+    except ConfigError as exc:
+        print(f"pulsar-gateway: {exc}", file=sys.stderr)
+        return 2
+    logging.basicConfig(
+        level=settings.gateway.log_level.upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    try:
+        import uvloop
+
+        runner: Any = uvloop.run
+    except ImportError:  # pragma: no cover - uvloop is a dependency
+        runner = asyncio.run
+    code = runner(_run(settings))
+    # Everything is closed by now; skip interpreter teardown, where pulsar-client's C++
+    # threads can abort the process (seen as "terminate called without an active exception").
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
+async def _run(settings: Any) -> int:
+    from pulsar_gateway.app import run
+
+    return await run(settings)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,120 @@
+"""SASL PLAIN and AMQPLAIN against a user table, with RabbitMQ's loopback rule.
+
+PLAIN is what pika, aio-pika and aiormq send; AMQPLAIN is py-amqp's default,
+so kombu and Celery need it. Refusals carry RabbitMQ's texts because the
+connection decides from the reply code whether the client is told at all.
+"""
+
+from __future__ import annotations
+
+import hmac
+import ipaddress
+from collections.abc import Iterable, Mapping
+
+from pamqp import decode
+
+from pulsar_gateway.handlers.amqp.errors import AmqpError, ReplyCode
+
+DEFAULT_MECHANISMS = ("PLAIN", "AMQPLAIN")
+DEFAULT_LOOPBACK_USERS = ("guest",)
+
+
+def is_loopback(host: str) -> bool:
+    """True for 127.0.0.0/8, ::1 and IPv4-mapped loopback, like RabbitMQ."""
+    try:
+        address = ipaddress.ip_address(host.split("%", 1)[0])
+    except ValueError:
+        return False
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        return address.ipv4_mapped.is_loopback
+    return address.is_loopback
+
+
+def parse_plain(response: bytes) -> tuple[str, str]:
+    """RFC 4616 "\\0user\\0password"; RabbitMQ accepts no authorization id either."""
+    parts = response.split(b"\x00")
+    if len(parts) != 3 or parts[0]:
+        raise _invalid_response(response)
+    try:
+        return parts[1].decode(), parts[2].decode()
+    except UnicodeDecodeError:
+        raise _invalid_response(response) from None
+
+
+def parse_amqplain(response: bytes) -> tuple[str, str]:
+    """A field table without its length prefix holding LOGIN and PASSWORD."""
+    try:
+        _, table = decode.field_table(len(response).to_bytes(4, "big") + response)
+    except Exception:  # pamqp may raise anything on bad input
+        raise _invalid_response(response) from None
+    login, password = table.get("LOGIN"), table.get("PASSWORD")
+    if login is None or password is None:
+        raise AmqpError(
+            ReplyCode.SYNTAX_ERROR,
+            f"AMQPLAIN auth info {sorted(table)} is missing LOGIN or PASSWORD field",
+        )
+    if not isinstance(login, str) or not isinstance(password, str):
+        raise AmqpError(
+            ReplyCode.SYNTAX_ERROR,
+            "AMQPLAIN auth info uses unsupported type for LOGIN or PASSWORD field",
+        )
+    return login, password
+
+
+def _invalid_response(response: bytes) -> AmqpError:
+    # The response holds a password: never echo it back or into logs.
+    return AmqpError(ReplyCode.SYNTAX_ERROR, f"response of {len(response)} octets invalid")
+
+
+class Authenticator:
+    """Checks start-ok credentials against a fixed user table.
+
+    Users in `loopback_users` (guest, by default, as in RabbitMQ) may only log
+    in from a loopback address; the peer address is an input, never looked up.
+    """
+
+    def __init__(
+        self,
+        users: Mapping[str, str],
+        loopback_users: Iterable[str] = DEFAULT_LOOPBACK_USERS,
+        mechanisms: Iterable[str] = DEFAULT_MECHANISMS,
+    ) -> None:
+        self._users = dict(users)
+        self._loopback_users = frozenset(loopback_users)
+        self.mechanisms = tuple(mechanisms)
+        unknown = set(self.mechanisms) - set(DEFAULT_MECHANISMS)
+        if unknown:
+            raise ValueError(f"unsupported SASL mechanisms: {sorted(unknown)}")
+
+    def authenticate(self, mechanism: str, response: bytes | str, peer_host: str) -> str:
+        """The authenticated user name, or `AmqpError` (503, 502 or 403)."""
+        if mechanism not in DEFAULT_MECHANISMS:
+            raise AmqpError(
+                ReplyCode.COMMAND_INVALID, f"unknown authentication mechanism '{mechanism}'"
+            )
+        if mechanism not in self.mechanisms:
+            raise AmqpError(
+                ReplyCode.COMMAND_INVALID, f"invalid authentication mechanism '{mechanism}'"
+            )
+        raw = response.encode() if isinstance(response, str) else bytes(response)
+        parse = parse_plain if mechanism == "PLAIN" else parse_amqplain
+        username, password = parse(raw)
+        if not self._password_matches(username, password):
+            raise AmqpError(
+                ReplyCode.ACCESS_REFUSED,
+                f"{mechanism} login refused: user '{username}' - invalid credentials",
+            )
+        if username in self._loopback_users and not is_loopback(peer_host):
+            raise AmqpError(
+                ReplyCode.ACCESS_REFUSED,
+                f"{mechanism} login refused: user '{username}' can only connect via localhost",
+            )
+        return username
+
+    def _password_matches(self, username: str, password: str) -> bool:
+        stored = self._users.get(username)
+        # Compare even for unknown users so timing does not reveal who exists.
+        matches = hmac.compare_digest(
+            (stored if stored is not None else "\x00unknown").encode(), password.encode()
+        )
+        return stored is not None and bool(password) and matches

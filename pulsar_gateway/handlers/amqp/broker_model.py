@@ -1,0 +1,129 @@
+"""The one seam between the AMQP broker layer and storage (Pulsar, or a fake).
+
+The broker layer (channels, consumers, confirms) calls only these methods;
+the Pulsar implementation lives in `gateway/amqp_store.py` and maps them as
+the design says: a queue is a Pulsar topic with one durable Shared
+subscription that all its AMQP consumers share; a publish is written to every
+routed queue's topic; ack -> acknowledge; a requeue keeps the message unacked
+in Pulsar and puts it back in its place in the broker layer (`redelivered`
+set); exchanges, queues and bindings are metadata-store records.
+Dead-lettering, TTL, max-length, purge and message counts are broker-layer
+logic built from `publish`, `fetch` and `ack`, so storage needs no AMQP
+knowledge beyond these shapes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Hashable, Iterable
+from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
+
+from pulsar_gateway.handlers.amqp.topology import Binding, Exchange, Queue, Topology
+
+
+@dataclass(frozen=True, slots=True)
+class AmqpMessage:
+    """A published message as stored: content header octets kept verbatim.
+
+    `properties_raw` (flags + property values, as the client sent them) is
+    what basic.deliver sends back, so properties survive byte for byte. The
+    decoded fields a store may want for its own metadata are copied out.
+    """
+
+    exchange: str
+    routing_key: str
+    properties_raw: bytes
+    body: bytes = field(repr=False)
+    persistent: bool = False  # delivery_mode == 2
+    expiration_ms: int | None = None  # per-message TTL from the expiration property
+    timestamp_ms: int = 0  # when the gateway accepted it
+
+
+@dataclass(frozen=True, slots=True)
+class StoredDelivery:
+    """A message read back from a queue, with the id used to ack or requeue it.
+
+    `message_id` is opaque to the broker layer (the store's handle on the
+    Pulsar message); `redelivery_count` is what Pulsar counted.
+    """
+
+    queue: str
+    message_id: Hashable
+    message: AmqpMessage
+    redelivery_count: int = 0
+
+    @property
+    def redelivered(self) -> bool:
+        return self.redelivery_count > 0
+
+
+@runtime_checkable
+class QueueReader(Protocol):
+    """The one Pulsar consumer of a queue in this process (a Shared consumer).
+
+    The broker layer hands what it fetches to its AMQP consumers itself
+    (round robin, basic.qos, requeue in place), so a queue needs only one
+    consumer per gateway process, and basic.get sees the same messages as
+    basic.consume. Messages fetched and not acked are redelivered by Pulsar
+    when the reader closes or the process dies.
+    """
+
+    async def fetch(self, limit: int, timeout: float | None) -> list[StoredDelivery]:
+        """Up to `limit` messages, waiting up to `timeout` seconds for the first."""
+        ...
+
+    def ack(self, message_ids: Iterable[Hashable]) -> None:
+        """Done with: never delivered again."""
+        ...
+
+    async def nudge(self) -> None:
+        """Make the broker dispatch again: messages are expected and none arrive."""
+        ...
+
+    async def close(self) -> None: ...
+
+
+@runtime_checkable
+class BrokerStore(Protocol):
+    """Durable state of every vhost: topology records and queue contents."""
+
+    async def create_vhost(self, vhost: str) -> None:
+        """Make the vhost usable (its Pulsar namespace); idempotent."""
+        ...
+
+    async def load_topology(self, vhost: str) -> Topology:
+        """The vhost's durable exchanges, queues and bindings as last saved."""
+        ...
+
+    async def save_exchange(self, vhost: str, exchange: Exchange) -> None: ...
+
+    async def remove_exchange(self, vhost: str, name: str) -> None: ...
+
+    async def save_queue(self, vhost: str, queue: Queue) -> None:
+        """Record the queue (if durable) and create its topic and an empty subscription."""
+        ...
+
+    async def remove_queue(self, vhost: str, name: str) -> None:
+        """Forget the queue and drop its subscription (its messages go with it)."""
+        ...
+
+    async def save_binding(self, vhost: str, binding: Binding) -> None: ...
+
+    async def remove_binding(self, vhost: str, binding: Binding) -> None: ...
+
+    async def publish(self, vhost: str, queues: Collection[str], message: AmqpMessage) -> None:
+        """Append one copy to each queue; returns once every copy is stored,
+        which is when a publisher confirm may be sent."""
+        ...
+
+    async def open_queue(self, vhost: str, queue: str) -> QueueReader:
+        """The queue's consumer on its shared subscription."""
+        ...
+
+    def load_count(self, vhost: str, queue: str) -> int:
+        """The queue's message count as last saved (messages not yet acknowledged)."""
+        ...
+
+    async def save_count(self, vhost: str, queue: str, count: int) -> None:
+        """Keep the count durable (written now and then, not on every change)."""
+        ...

@@ -1,0 +1,167 @@
+"""Per-channel broker state: consumers, unacked deliveries, qos, confirms, tx.
+
+Delivery tags are per channel and count up from 1; each maps to the queue
+engine and stored message it came from, so ack/nack/reject and channel close
+act on the right Pulsar message. Publisher confirms go out in publish order
+(a run of finished publishes is acknowledged with one multiple=true ack).
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict, deque
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from pamqp import commands
+
+from pulsar_gateway.handlers.amqp.broker_model import AmqpMessage, StoredDelivery
+from pulsar_gateway.handlers.amqp.frames import make_method
+from pulsar_gateway.handlers.amqp.queue_engine import QueueEngine
+
+if TYPE_CHECKING:
+    from pulsar_gateway.handlers.amqp.broker import ConnectionBroker
+
+# A consumer without basic.qos would otherwise take the whole queue at once;
+# RabbitMQ has no such cap, but the socket's write buffer check bounds it too.
+WRITE_BUFFER_LIMIT = 4 * 1024 * 1024
+
+
+@dataclass(slots=True)
+class Unacked:
+    tag: int
+    engine: QueueEngine
+    delivery: StoredDelivery
+    consumer: Consumer | None
+
+
+class Consumer:
+    """An AMQP consumer on one channel, fed by one queue engine."""
+
+    def __init__(
+        self,
+        channel: Channel,
+        tag: str,
+        engine: QueueEngine,
+        no_ack: bool,
+        exclusive: bool,
+        prefetch: int,
+    ) -> None:
+        self.channel = channel
+        self.tag = tag
+        self.engine = engine
+        self.no_ack = no_ack
+        self.exclusive = exclusive
+        self.prefetch = prefetch
+        self.unacked = 0
+        self.active = True
+
+    def has_credit(self) -> bool:
+        channel = self.channel
+        if not self.active or not channel.can_deliver():
+            return False
+        if self.no_ack:
+            return True
+        if self.prefetch and self.unacked >= self.prefetch:
+            return False
+        return not (channel.global_prefetch and len(channel.unacked) >= channel.global_prefetch)
+
+    def deliver(self, engine: QueueEngine, delivery: StoredDelivery, redelivered: bool) -> None:
+        self.channel.deliver(self, engine, delivery, redelivered)
+
+    def cancelled_by_server(self) -> None:
+        """The queue went away: tell the client (consumer_cancel_notify) and forget us."""
+        self.active = False
+        self.channel.consumers.pop(self.tag, None)
+        if self.channel.connection.capabilities.get("consumer_cancel_notify") is True:
+            self.channel.connection.send(
+                self.channel.number, make_method(commands.Basic.Cancel, consumer_tag=self.tag)
+            )
+
+
+@dataclass(slots=True)
+class PendingConfirm:
+    seq: int
+    done: bool = False
+    ok: bool = True
+
+
+@dataclass(slots=True)
+class TxBuffer:
+    """What tx.commit applies: publishes (queues, message, mandatory) and settlements."""
+
+    publishes: list[tuple[frozenset[str], AmqpMessage, bool]] = field(default_factory=list)
+    settlements: list[tuple[str, int, bool, bool]] = field(default_factory=list)
+
+
+class Channel:
+    def __init__(self, connection: ConnectionBroker, number: int) -> None:
+        self.connection = connection
+        self.number = number
+        self.next_tag = 1
+        self.unacked: OrderedDict[int, Unacked] = OrderedDict()
+        self.consumers: dict[str, Consumer] = {}
+        self.prefetch = 0  # for consumers created from now on (global=false)
+        self.global_prefetch = 0
+        self.flow_active = True
+        self.confirm = False
+        self.publish_seq = 0
+        self.confirms: deque[PendingConfirm] = deque()
+        self.tx: TxBuffer | None = None
+        self.closed = False
+        self.consumer_seq = 0
+
+    def can_deliver(self) -> bool:
+        if self.closed or not self.flow_active:
+            return False
+        if self.connection.write_buffer_size() >= WRITE_BUFFER_LIMIT:
+            if not self.connection.throttled:
+                self.connection.throttled = True
+                self.connection.request_flush()  # the flush arranges the resume
+            return False
+        return True
+
+    def deliver(
+        self, consumer: Consumer, engine: QueueEngine, delivery: StoredDelivery, redelivered: bool
+    ) -> None:
+        tag = self.next_tag
+        self.next_tag += 1
+        if not consumer.no_ack:
+            self.unacked[tag] = Unacked(tag, engine, delivery, consumer)
+            consumer.unacked += 1
+        message = delivery.message
+        method = make_method(
+            commands.Basic.Deliver,
+            consumer_tag=consumer.tag,
+            delivery_tag=tag,
+            redelivered=redelivered,
+            exchange=message.exchange,
+            routing_key=message.routing_key,
+        )
+        self.connection.send_content(self.number, method, message.body, message.properties_raw)
+
+    def take(self, tag: int, multiple: bool) -> list[Unacked]:
+        """The unacked deliveries an ack/nack/reject names; [] when the tag is unknown."""
+        if multiple:
+            if tag == 0:
+                taken = list(self.unacked.values())
+            else:
+                taken = [u for t, u in self.unacked.items() if t <= tag]
+        else:
+            item = self.unacked.get(tag)
+            taken = [item] if item is not None else []
+        for item in taken:
+            del self.unacked[item.tag]
+            if item.consumer is not None:
+                item.consumer.unacked -= 1
+        return taken
+
+    def next_consumer_tag(self) -> str:
+        self.consumer_seq += 1
+        return f"amq.ctag-{self.connection.id}-{self.number}-{self.consumer_seq}"
+
+    def confirmed_prefix(self) -> list[PendingConfirm]:
+        """Finished confirms at the front of the queue, in order."""
+        out = []
+        while self.confirms and self.confirms[0].done:
+            out.append(self.confirms.popleft())
+        return out

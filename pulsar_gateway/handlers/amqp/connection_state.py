@@ -1,0 +1,692 @@
+"""The AMQP 0-9-1 connection as a sans-I/O state machine.
+
+Bytes go in through `receive_data`, events come out, bytes to write come
+out of `data_to_send`. There are no sockets, tasks or timers here: time is a
+monotonic clock value the driver passes in, and `tick` / `heartbeat_due` /
+`peer_dead` turn it into heartbeats and timeouts. The core owns everything
+RabbitMQ's reader owns (handshake, auth, tuning, vhost access, channel
+bookkeeping, content assembly, close handshakes, connection.blocked) and hands
+every other channel method to the broker layer as an event.
+
+Error handling follows RabbitMQ's reader: before connection.open-ok most
+errors close the socket silently (auth failures are reported only to clients
+with the `authentication_failure_close` capability); afterwards hard errors
+send connection.close and soft ones channel.close.
+"""
+
+from __future__ import annotations
+
+import sys
+from enum import Enum
+from typing import Any, Literal
+
+from pamqp import base, commands
+
+from pulsar_gateway.handlers.amqp.authentication import Authenticator
+from pulsar_gateway.handlers.amqp.connection_settings import (
+    ConnectionSettings,
+    VhostAccess,
+    VhostPolicy,
+    allow_and_create,
+)
+from pulsar_gateway.handlers.amqp.content_assembly import ContentAssembler, method_ids, unexpected
+from pulsar_gateway.handlers.amqp.errors import AmqpError, ReplyCode
+from pulsar_gateway.handlers.amqp.events import (
+    ChannelClosed,
+    ChannelFlowChanged,
+    ChannelOpened,
+    ConnectionClosed,
+    ConnectionOpened,
+    Event,
+    MethodReceived,
+)
+from pulsar_gateway.handlers.amqp.frames import (
+    FRAME_MIN_SIZE,
+    HEARTBEAT_FRAME,
+    PROTOCOL_HEADER,
+    BodyFrame,
+    Frame,
+    FrameReader,
+    HeaderCheck,
+    HeaderFrame,
+    HeartbeatFrame,
+    MethodFrame,
+    check_protocol_header,
+    encode_content,
+    encode_method,
+    encode_properties,
+    make_method,
+)
+from pulsar_gateway.handlers.amqp.heartbeat_clock import HeartbeatClock, Phase
+
+CHANNEL_MIN = 1
+
+_Connection = commands.Connection
+_Channel = commands.Channel
+_Basic = commands.Basic
+
+# Channel methods a client may send that the broker layer answers.
+BROKER_METHODS: frozenset[type[base.Frame]] = frozenset(
+    {
+        commands.Exchange.Declare,
+        commands.Exchange.Delete,
+        commands.Exchange.Bind,
+        commands.Exchange.Unbind,
+        commands.Queue.Declare,
+        commands.Queue.Bind,
+        commands.Queue.Purge,
+        commands.Queue.Delete,
+        commands.Queue.Unbind,
+        _Basic.Qos,
+        _Basic.Consume,
+        _Basic.Cancel,
+        _Basic.Get,
+        _Basic.Ack,
+        _Basic.Reject,
+        _Basic.RecoverAsync,
+        _Basic.Recover,
+        _Basic.Nack,
+        commands.Tx.Select,
+        commands.Tx.Commit,
+        commands.Tx.Rollback,
+        commands.Confirm.Select,
+    }
+)
+# Replies to methods only the server sends; RabbitMQ rejects them (503), but
+# they are harmless, and some clients answer a server-sent basic.cancel.
+_IGNORED_METHODS: frozenset[type[base.Frame]] = frozenset({_Basic.CancelOk, _Channel.FlowOk})
+
+
+class ConnectionState(Enum):
+    """Where the connection is in its life; RabbitMQ's reader has the same steps."""
+
+    AWAITING_HEADER = "awaiting-header"
+    STARTING = "starting"  # connection.start sent, awaiting start-ok
+    TUNING = "tuning"  # connection.tune sent, awaiting tune-ok
+    OPENING = "opening"  # awaiting connection.open
+    OPEN = "open"
+    CLOSING = "closing"  # connection.close sent, awaiting close-ok
+    CLOSED = "closed"  # nothing more to read; close the socket after flushing
+
+
+_PHASES = {
+    ConnectionState.AWAITING_HEADER: Phase.HANDSHAKE,
+    ConnectionState.STARTING: Phase.HANDSHAKE,
+    ConnectionState.TUNING: Phase.HANDSHAKE,
+    ConnectionState.OPENING: Phase.HANDSHAKE,
+    ConnectionState.OPEN: Phase.RUNNING,
+    ConnectionState.CLOSING: Phase.CLOSING,
+    ConnectionState.CLOSED: Phase.DONE,
+}
+_RABBIT_STATE_NAMES = {
+    ConnectionState.STARTING: "starting",
+    ConnectionState.TUNING: "tuning",
+    ConnectionState.OPENING: "opening",
+    ConnectionState.OPEN: "running",
+}
+
+
+class _ChannelState:
+    __slots__ = ("number", "closing", "flow_active", "content")
+
+    def __init__(self, number: int, max_message_size: int) -> None:
+        self.number = number
+        self.closing = False  # channel.close sent by us, close-ok awaited
+        self.flow_active = True
+        self.content = ContentAssembler(max_message_size)
+
+
+class AmqpConnection:
+    """One client connection, from protocol header to close, without I/O.
+
+    `now` values are a monotonic clock in seconds; the driver reads it once per
+    wake-up and passes it to every call that takes it.
+    """
+
+    def __init__(
+        self,
+        authenticator: Authenticator,
+        peer_host: str,
+        now: float,
+        settings: ConnectionSettings | None = None,
+        vhost_policy: VhostPolicy = allow_and_create,
+    ) -> None:
+        self.settings = settings or ConnectionSettings()
+        self.peer_host = peer_host
+        self._auth = authenticator
+        self._vhost_policy = vhost_policy
+        self._state = ConnectionState.AWAITING_HEADER
+        self._reader = FrameReader(FRAME_MIN_SIZE)
+        self._header = b""
+        self._out = bytearray()
+        self._channels: dict[int, _ChannelState] = {}
+        self._clock = HeartbeatClock(now, self.settings.handshake_timeout)
+        self._now = now
+        self._heartbeat_queued = False
+        self._finished = False  # ConnectionClosed emitted
+        self.frame_max = FRAME_MIN_SIZE
+        self.channel_max = self.settings.channel_max
+        self.heartbeat = 0
+        self.username: str | None = None
+        self.vhost: str | None = None
+        self.client_properties: dict[str, Any] = {}
+        self.capabilities: dict[str, Any] = {}
+        self.auth_mechanism: str | None = None
+        self._blocked = False
+        self._blocked_reason = ""
+        self._blocked_sent = False
+
+    # --- public state -----------------------------------------------------------------
+
+    @property
+    def state(self) -> ConnectionState:
+        return self._state
+
+    @property
+    def closed(self) -> bool:
+        """True when the socket should be closed once `data_to_send` is written."""
+        return self._state is ConnectionState.CLOSED
+
+    @property
+    def open_channels(self) -> list[int]:
+        """Channels the broker may use (open, not closing)."""
+        return sorted(n for n, c in self._channels.items() if not c.closing)
+
+    @property
+    def blocked(self) -> bool:
+        """Backpressure is on: the driver should stop reading from the socket."""
+        return self._blocked
+
+    def channel_flow_active(self, channel: int) -> bool:
+        """False after the client asked, with channel.flow, to pause deliveries."""
+        chan = self._channels.get(channel)
+        return chan is not None and not chan.closing and chan.flow_active
+
+    # --- input ------------------------------------------------------------------------
+
+    def receive_data(self, data: bytes, now: float) -> list[Event]:
+        """Feed bytes from the socket; returns what the broker layer must act on."""
+        events: list[Event] = []
+        if self._state is ConnectionState.CLOSED or not data:
+            return events
+        self._now = now
+        self._clock.received(now)
+        if self._state is ConnectionState.AWAITING_HEADER:
+            data = self._receive_header(data, events)
+            if self.state is not ConnectionState.STARTING:
+                return events
+        self._reader.feed(data)
+        while not self.closed:
+            try:
+                frame = self._reader.next_frame()
+            except AmqpError as error:
+                self._fail(0, error, events)
+                if self._reader.broken:
+                    self._set_closed()  # frame sync is lost: nothing more can be read
+                continue
+            if frame is None:
+                break
+            try:
+                self._dispatch(frame, events)
+            except AmqpError as error:
+                self._fail(frame.channel, error, events)
+        return events
+
+    def connection_lost(self) -> list[Event]:
+        """The socket is gone (EOF or error): release every channel."""
+        events: list[Event] = []
+        self._finish(0, "connection lost", "lost", events)
+        self._set_closed()
+        return events
+
+    # --- time -------------------------------------------------------------------------
+
+    def heartbeat_due(self, now: float) -> bool:
+        """True when nothing was sent for half the heartbeat interval."""
+        return self._clock.heartbeat_due(now, _PHASES[self._state])
+
+    def peer_dead(self, now: float) -> bool:
+        """True when the peer is to be given up on (see `HeartbeatClock`)."""
+        return self._clock.expired(now, _PHASES[self._state]) is not None
+
+    def next_deadline(self) -> float | None:
+        """The earliest clock value at which `tick` may have something to do."""
+        return self._clock.next_deadline(_PHASES[self._state])
+
+    def tick(self, now: float) -> list[Event]:
+        """Queue a heartbeat if one is due; give up on a dead peer."""
+        events: list[Event] = []
+        if self._state is ConnectionState.CLOSED:
+            return events
+        self._now = now
+        reason = self._clock.expired(now, _PHASES[self._state])
+        if reason is not None:
+            self._finish(0, reason, "lost", events)
+            self._set_closed()
+        elif self.heartbeat_due(now) and not self._heartbeat_queued:
+            self._out += HEARTBEAT_FRAME
+            self._heartbeat_queued = True
+        return events
+
+    # --- output -----------------------------------------------------------------------
+
+    def data_to_send(self, now: float) -> bytes:
+        """Everything queued for the socket since the last call."""
+        if not self._out:
+            return b""
+        data = bytes(self._out)
+        self._out.clear()
+        self._clock.sent(now)
+        self._heartbeat_queued = False
+        return data
+
+    @property
+    def pending_bytes(self) -> int:
+        """Bytes queued and not yet taken by `data_to_send`."""
+        return len(self._out)
+
+    def send_method(self, channel: int, method: base.Frame) -> bool:
+        """Queue a reply or server-initiated method on an open channel.
+
+        Returns False (and sends nothing) when the channel is closing or gone,
+        which is normal when a reply races a channel error.
+        """
+        if not self._usable(channel):
+            return False
+        self._out += encode_method(channel, method)
+        return True
+
+    def send_content(
+        self,
+        channel: int,
+        method: base.Frame,
+        body: bytes,
+        properties_raw: bytes | None = None,
+        properties: commands.Basic.Properties | None = None,
+    ) -> bool:
+        """Queue basic.deliver / get-ok / return with its content, split by frame_max.
+
+        Pass the stored `properties_raw` when delivering a published message.
+        """
+        if not self._usable(channel):
+            return False
+        raw = properties_raw if properties_raw is not None else encode_properties(properties)
+        self._out += encode_content(channel, method, body, raw, self.frame_max)
+        return True
+
+    def send_error(self, channel: int, error: AmqpError) -> list[Event]:
+        """Report a failed channel method: channel.close for soft errors,
+        connection.close for hard ones (RabbitMQ decides by reply code too)."""
+        events: list[Event] = []
+        self._fail(channel, error, events)
+        return events
+
+    def close(
+        self, reply_code: int = ReplyCode.CONNECTION_FORCED, explanation: str = "broker shutdown"
+    ) -> list[Event]:
+        """Server-initiated connection.close (shutdown, user kicked)."""
+        events: list[Event] = []
+        if self._state is ConnectionState.OPEN:
+            self._close_connection(AmqpError(reply_code, explanation), events)
+        elif self._state is not ConnectionState.CLOSING:
+            self._finish(int(reply_code), explanation, "server", events)
+            self._set_closed()
+        return events
+
+    def set_blocked(self, blocked: bool, reason: str = "low on resources") -> None:
+        """Backpressure on or off; tells clients with the connection.blocked capability.
+
+        connection.blocked goes out at once (after open-ok when set earlier);
+        RabbitMQ waits for the client's next publish, which only delays it.
+        The driver should also stop reading the socket while `blocked`.
+        """
+        if blocked == self._blocked:
+            return
+        self._blocked = blocked
+        self._blocked_reason = reason
+        if self._state is ConnectionState.OPEN:
+            self._send_blocked_state()
+
+    # --- handshake --------------------------------------------------------------------
+
+    def _receive_header(self, data: bytes, events: list[Event]) -> bytes:
+        self._header += data
+        check = check_protocol_header(self._header)
+        if check is HeaderCheck.INCOMPLETE:
+            return b""
+        if check is HeaderCheck.REJECTED:
+            # As RabbitMQ: answer with the header we speak, then hang up.
+            self._out += PROTOCOL_HEADER
+            self._finish(0, "bad protocol header", "server", events)
+            self._set_closed()
+            return b""
+        rest = self._header[len(PROTOCOL_HEADER) :]
+        self._header = b""
+        start = _Connection.Start(
+            version_major=0,
+            version_minor=9,
+            server_properties={
+                "product": self.settings.product,
+                "version": self.settings.version,
+                "platform": f"Python {sys.version.split()[0]}",
+                "information": "AMQP 0-9-1 on Apache Pulsar",
+                "capabilities": dict(self.settings.capabilities),
+            },
+            mechanisms=" ".join(self._auth.mechanisms),
+            locales="en_US",
+        )
+        self._out += encode_method(0, start)
+        self._state = ConnectionState.STARTING
+        return rest
+
+    def _dispatch(self, frame: Frame, events: list[Event]) -> None:
+        if self._state is ConnectionState.CLOSING:
+            self._dispatch_closing(frame)
+            return
+        if frame.channel == 0:
+            if isinstance(frame, HeartbeatFrame):
+                return
+            if isinstance(frame, MethodFrame):
+                self._method0(frame.method, events)
+                return
+            raise _unexpected_frame(frame)
+        if self._state is not ConnectionState.OPEN or isinstance(frame, HeartbeatFrame):
+            raise _unexpected_frame(frame)
+        self._channel_frame(frame, events)
+
+    def _dispatch_closing(self, frame: Frame) -> None:
+        """After our connection.close only close and close-ok matter (RabbitMQ too)."""
+        if frame.channel != 0 or not isinstance(frame, MethodFrame):
+            return
+        if isinstance(frame.method, _Connection.Close):
+            self._out += encode_method(0, _Connection.CloseOk())
+            self._set_closed()
+        elif isinstance(frame.method, _Connection.CloseOk):
+            self._set_closed()
+
+    def _method0(self, method: base.Frame, events: list[Event]) -> None:
+        state = self._state
+        if isinstance(method, _Connection.Close):
+            self._out += encode_method(0, _Connection.CloseOk())
+            self._finish(method.reply_code or 0, method.reply_text or "", "client", events)
+            self._set_closed()
+        elif state is ConnectionState.STARTING and isinstance(method, _Connection.StartOk):
+            self._start_ok(method)
+        elif state is ConnectionState.TUNING and isinstance(method, _Connection.TuneOk):
+            self._tune_ok(method)
+        elif state is ConnectionState.OPENING and isinstance(method, _Connection.Open):
+            self._open(method, events)
+        elif state is ConnectionState.OPEN and isinstance(method, _Connection.UpdateSecret):
+            # Passwords do not expire here; acknowledge so OAuth-style clients go on.
+            self._out += encode_method(0, _Connection.UpdateSecretOk())
+        else:
+            raise AmqpError(
+                ReplyCode.CHANNEL_ERROR,
+                f"unexpected method in connection state {_RABBIT_STATE_NAMES[state]}",
+                *method_ids(method),
+            )
+
+    def _start_ok(self, method: commands.Connection.StartOk) -> None:
+        properties = method.client_properties
+        self.client_properties = properties if isinstance(properties, dict) else {}
+        capabilities = self.client_properties.get("capabilities")
+        self.capabilities = capabilities if isinstance(capabilities, dict) else {}
+        self.auth_mechanism = method.mechanism
+        try:
+            self.username = self._auth.authenticate(
+                method.mechanism, method.response or b"", self.peer_host
+            )
+        except AmqpError as error:
+            raise error.blame(*method_ids(method)) from None
+        tune = _Connection.Tune(
+            channel_max=self.settings.channel_max,
+            frame_max=self.settings.frame_max,
+            heartbeat=self.settings.heartbeat,
+        )
+        self._out += encode_method(0, tune)
+        self._state = ConnectionState.TUNING
+
+    def _tune_ok(self, method: commands.Connection.TuneOk) -> None:
+        _check_negotiated("frame_max", FRAME_MIN_SIZE, self.settings.frame_max, method.frame_max)
+        _check_negotiated("channel_max", CHANNEL_MIN, self.settings.channel_max, method.channel_max)
+        self.frame_max = method.frame_max
+        self.channel_max = method.channel_max
+        self.heartbeat = method.heartbeat  # the client's choice, as RabbitMQ takes it
+        self._clock.interval = method.heartbeat
+        self._reader.frame_max = method.frame_max
+        self._state = ConnectionState.OPENING
+
+    def _open(self, method: commands.Connection.Open, events: list[Event]) -> None:
+        vhost = method.virtual_host
+        username = self.username or ""
+        access = self._vhost_policy(username, vhost)
+        if access is VhostAccess.NOT_FOUND:
+            raise AmqpError(ReplyCode.NOT_ALLOWED, f"vhost {vhost} not found", *method_ids(method))
+        if access is VhostAccess.REFUSED:
+            raise AmqpError(
+                ReplyCode.NOT_ALLOWED,
+                f"access to vhost '{vhost}' refused for user '{username}'",
+                *method_ids(method),
+            )
+        self.vhost = vhost
+        self._out += encode_method(0, _Connection.OpenOk())
+        self._state = ConnectionState.OPEN
+        events.append(
+            ConnectionOpened(
+                username=username,
+                vhost=vhost,
+                client_properties=self.client_properties,
+                capabilities=self.capabilities,
+                frame_max=self.frame_max,
+                channel_max=self.channel_max,
+                heartbeat=self.heartbeat,
+                create_vhost=access is VhostAccess.CREATE,
+            )
+        )
+        if self._blocked:
+            self._send_blocked_state()
+
+    # --- channels ---------------------------------------------------------------------
+
+    def _channel_frame(self, frame: Frame, events: list[Event]) -> None:
+        number = frame.channel
+        chan = self._channels.get(number)
+        if chan is None:
+            if not isinstance(frame, MethodFrame):
+                raise unexpected("expected method frame, got non method frame instead")
+            if not isinstance(frame.method, _Channel.Open):
+                raise AmqpError(
+                    ReplyCode.CHANNEL_ERROR, "expected 'channel.open'", *method_ids(frame.method)
+                )
+            self._open_channel(number, events)
+        elif chan.closing:
+            self._closing_channel_frame(chan, frame)
+        elif not chan.content.idle:
+            message = chan.content.add(frame)
+            if message is not None:
+                events.append(message)
+        elif isinstance(frame, MethodFrame):
+            self._channel_method(chan, frame.method, events)
+        else:
+            raise unexpected("expected method frame, got non method frame instead")
+
+    def _open_channel(self, number: int, events: list[Event]) -> None:
+        if self.channel_max and len(self._channels) >= self.channel_max:
+            raise AmqpError(
+                ReplyCode.NOT_ALLOWED,
+                f"number of channels opened ({len(self._channels)}) has reached "
+                f"the negotiated channel_max ({self.channel_max})",
+            )
+        self._channels[number] = _ChannelState(number, self.settings.max_message_size)
+        self._out += encode_method(number, make_method(_Channel.OpenOk, channel_id=""))
+        events.append(ChannelOpened(number))
+
+    def _closing_channel_frame(self, chan: _ChannelState, frame: Frame) -> None:
+        """After our channel.close only close-ok frees the number (RabbitMQ too)."""
+        if not isinstance(frame, MethodFrame):
+            return
+        if isinstance(frame.method, _Channel.CloseOk):
+            del self._channels[chan.number]
+        elif isinstance(frame.method, _Channel.Close):
+            self._out += encode_method(chan.number, _Channel.CloseOk())
+
+    def _channel_method(self, chan: _ChannelState, method: base.Frame, events: list[Event]) -> None:
+        kind = type(method)
+        if isinstance(method, _Basic.Publish):
+            chan.content.start(method)
+        elif kind in BROKER_METHODS:
+            events.append(MethodReceived(chan.number, method))
+        elif isinstance(method, _Channel.Close):
+            del self._channels[chan.number]
+            self._out += encode_method(chan.number, _Channel.CloseOk())
+            events.append(
+                ChannelClosed(chan.number, method.reply_code or 0, method.reply_text or "", True)
+            )
+        elif isinstance(method, _Channel.Flow):
+            self._channel_flow(chan, method, events)
+        elif isinstance(method, _Channel.Open):
+            raise AmqpError(
+                ReplyCode.CHANNEL_ERROR, "second 'channel.open' seen", *method_ids(method)
+            )
+        elif kind not in _IGNORED_METHODS:
+            # Server-only methods, and connection methods off channel 0.
+            raise AmqpError(ReplyCode.COMMAND_INVALID, "unimplemented method", *method_ids(method))
+
+    def _channel_flow(
+        self, chan: _ChannelState, method: commands.Channel.Flow, events: list[Event]
+    ) -> None:
+        active = bool(method.active)
+        if not active and not self.settings.support_channel_flow:
+            raise AmqpError(ReplyCode.NOT_IMPLEMENTED, "active=false", *method_ids(method))
+        self._out += encode_method(chan.number, _Channel.FlowOk(active=active))
+        if active != chan.flow_active:
+            chan.flow_active = active
+            events.append(ChannelFlowChanged(chan.number, active))
+
+    # --- errors and closing -----------------------------------------------------------
+
+    def _fail(self, channel: int, error: AmqpError, events: list[Event]) -> None:
+        """Answer a protocol error the way RabbitMQ's reader does in this state."""
+        state = self._state
+        if state in (ConnectionState.CLOSING, ConnectionState.CLOSED):
+            return
+        if state is ConnectionState.OPEN:
+            if channel and not error.hard:
+                chan = self._channels.get(channel)
+                if chan is not None and not chan.closing:
+                    self._close_channel(chan, error, events)
+                # else the channel is already closing or gone: nothing to say
+            else:
+                self._close_connection(error, events)
+        elif state is ConnectionState.OPENING:
+            self._close_connection(error, events)
+        elif (
+            state is ConnectionState.STARTING
+            and error.reply_code == ReplyCode.ACCESS_REFUSED
+            and self.capabilities.get("authentication_failure_close") is True
+        ):
+            # The real reason is for the log; the client gets RabbitMQ's safe text.
+            safe = AmqpError(
+                ReplyCode.ACCESS_REFUSED,
+                f"Login was refused using authentication mechanism {self.auth_mechanism}. "
+                "For details see the broker logfile.",
+                error.class_id,
+                error.method_id,
+            )
+            self._close_connection(safe, events)
+        elif state is ConnectionState.TUNING and error.reply_code == ReplyCode.NOT_ALLOWED:
+            self._close_connection(error, events)
+        else:
+            # Other handshake errors: RabbitMQ does not trust the client yet and
+            # drops the socket without a word.
+            self._finish(error.reply_code, error.reply_text, "server", events)
+            self._set_closed()
+
+    def _close_channel(self, chan: _ChannelState, error: AmqpError, events: list[Event]) -> None:
+        close = make_method(
+            _Channel.Close,
+            reply_code=error.reply_code,
+            reply_text=error.reply_text,
+            class_id=error.class_id,
+            method_id=error.method_id,
+        )
+        self._out += encode_method(chan.number, close)
+        chan.closing = True
+        chan.content.reset()
+        events.append(ChannelClosed(chan.number, error.reply_code, error.reply_text, False))
+
+    def _close_connection(self, error: AmqpError, events: list[Event]) -> None:
+        close = make_method(
+            _Connection.Close,
+            reply_code=error.reply_code,
+            reply_text=error.reply_text,
+            class_id=error.class_id,
+            method_id=error.method_id,
+        )
+        self._out += encode_method(0, close)
+        self._state = ConnectionState.CLOSING
+        self._clock.closing(self._now)
+        self._finish(error.reply_code, error.reply_text, "server", events)
+
+    def _finish(
+        self,
+        reply_code: int,
+        reply_text: str,
+        cause: Literal["client", "server", "lost"],
+        events: list[Event],
+    ) -> None:
+        """Release every channel and emit the one ConnectionClosed."""
+        if self._finished:
+            return
+        self._finished = True
+        for number in sorted(self._channels):
+            chan = self._channels[number]
+            if not chan.closing:
+                chan.closing = True
+                events.append(ChannelClosed(number, reply_code, reply_text, cause == "client"))
+        events.append(ConnectionClosed(reply_code, reply_text, cause))
+
+    def _set_closed(self) -> None:
+        self._state = ConnectionState.CLOSED
+        self._channels.clear()
+
+    def _usable(self, channel: int) -> bool:
+        if self._state is not ConnectionState.OPEN:
+            return False
+        chan = self._channels.get(channel)
+        return chan is not None and not chan.closing
+
+    def _send_blocked_state(self) -> None:
+        if self.capabilities.get("connection.blocked") is not True:
+            return
+        if self._blocked and not self._blocked_sent:
+            self._out += encode_method(0, _Connection.Blocked(reason=self._blocked_reason))
+            self._blocked_sent = True
+        elif not self._blocked and self._blocked_sent:
+            self._out += encode_method(0, _Connection.Unblocked())
+            self._blocked_sent = False
+
+
+def _check_negotiated(field_name: str, minimum: int, server: int, client: int) -> None:
+    """RabbitMQ's validate_negotiated_integer_value, with its texts (530)."""
+    if client != 0 and client < minimum:
+        _fail_negotiation(field_name, "lower", "minimum", minimum, client)
+    if server != 0 and (client == 0 or client > server):
+        _fail_negotiation(field_name, "higher", "maximum", server, client)
+
+
+def _fail_negotiation(
+    field_name: str, comparison: str, bound: str, limit: int, client: int
+) -> None:
+    detail = " (no limit)" if field_name == "channel_max" and client == 0 else ""
+    raise AmqpError(
+        ReplyCode.NOT_ALLOWED,
+        f"negotiated {field_name} = {client}{detail} is {comparison} than the {bound} "
+        f"allowed value ({limit})",
+        *method_ids(_Connection.Tune()),
+    )
+
+
+def _unexpected_frame(frame: Frame) -> AmqpError:
+    kind = {MethodFrame: 1, HeaderFrame: 2, BodyFrame: 3, HeartbeatFrame: 8}[type(frame)]
+    return AmqpError(ReplyCode.UNEXPECTED_FRAME, f"type {kind}, channel {frame.channel}")

@@ -1,0 +1,490 @@
+"""AMQP 0-9-1 frame splitting, decoding and encoding (sans-I/O).
+
+`FrameReader` turns a byte stream into typed frames and never raises anything
+but `AmqpError`. pamqp does the decoding, but it is lenient (a truncated
+shortstr or a table overrunning its length decodes to garbage, and some
+values raise errors it does not wrap), while RabbitMQ's decoder matches
+binaries exactly. So every method and content-header payload is first walked
+against its wire layout here; only a payload that fits exactly is handed to
+pamqp, and anything pamqp still throws becomes a 501 FRAME_ERROR.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+from enum import Enum
+from typing import TypeVar
+
+from pamqp import base, commands, encode
+from pamqp import frame as pamqp_frame
+from pamqp.header import ContentHeader
+
+from pulsar_gateway.handlers.amqp.errors import AmqpError, ReplyCode
+
+PROTOCOL_HEADER = b"AMQP\x00\x00\x09\x01"
+FRAME_METHOD = 1
+FRAME_HEADER = 2
+FRAME_BODY = 3
+FRAME_HEARTBEAT = 8
+FRAME_END = 0xCE
+FRAME_MIN_SIZE = 4096  # the spec's minimum frame_max, RabbitMQ's before tune-ok
+FRAME_HEADER_SIZE = 7
+EMPTY_FRAME_SIZE = 8  # header + end octet
+HEARTBEAT_FRAME = struct.pack(">BHIB", FRAME_HEARTBEAT, 0, 0, FRAME_END)
+MAX_TABLE_DEPTH = 64  # deeper nesting is refused rather than recursed into
+BASIC_CLASS_ID = commands.Basic.frame_id
+MethodT = TypeVar("MethodT", bound=base.Frame)
+
+_FRAME_HEADER = struct.Struct(">BHI")
+_METHOD_ID = struct.Struct(">HH")
+_CONTENT_HEADER = struct.Struct(">HHQ")
+_U16 = struct.Struct(">H")
+_U32 = struct.Struct(">I")
+
+
+class HeaderCheck(Enum):
+    """Outcome of looking at the first bytes a client sends."""
+
+    INCOMPLETE = "incomplete"
+    ACCEPTED = "accepted"
+    REJECTED = "rejected"
+
+
+def check_protocol_header(data: bytes) -> HeaderCheck:
+    """Accept only AMQP 0-9-1; refuse as soon as the bytes diverge from it.
+
+    RabbitMQ answers any other header with its own and closes; we do the same
+    but do not wait for all 8 bytes of something that is already wrong.
+    """
+    size = min(len(data), len(PROTOCOL_HEADER))
+    if data[:size] != PROTOCOL_HEADER[:size]:
+        return HeaderCheck.REJECTED
+    if size < len(PROTOCOL_HEADER):
+        return HeaderCheck.INCOMPLETE
+    return HeaderCheck.ACCEPTED
+
+
+@dataclass(frozen=True, slots=True)
+class MethodFrame:
+    """A decoded method; `method` is the pamqp command object."""
+
+    channel: int
+    method: base.Frame
+
+
+@dataclass(frozen=True, slots=True)
+class HeaderFrame:
+    """A content header; `properties_raw` is kept so deliveries resend it as is."""
+
+    channel: int
+    class_id: int
+    weight: int
+    body_size: int
+    properties: commands.Basic.Properties | None
+    properties_raw: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class BodyFrame:
+    """One slice of a message body (a body may span many frames)."""
+
+    channel: int
+    payload: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class HeartbeatFrame:
+    """Valid only on channel 0; any other channel is a 505 for the connection."""
+
+    channel: int
+
+
+Frame = MethodFrame | HeaderFrame | BodyFrame | HeartbeatFrame
+
+
+class FrameReader:
+    """Incremental frame splitter: `feed` bytes, then call `next_frame` until None.
+
+    The size check runs on the 7-byte frame header, before the payload is
+    buffered, so a peer cannot make us hold more than `frame_max` bytes per
+    frame. After an error that loses frame sync (oversized frame, bad end
+    octet) the reader is `broken` and yields nothing more.
+    """
+
+    def __init__(self, frame_max: int = FRAME_MIN_SIZE) -> None:
+        self.frame_max = frame_max
+        self.broken = False
+        self._buf = bytearray()
+        self._pos = 0
+
+    @property
+    def buffered(self) -> int:
+        """Bytes received but not yet returned as frames."""
+        return len(self._buf) - self._pos
+
+    def feed(self, data: bytes) -> None:
+        if not self.broken:
+            self._buf += data
+
+    def next_frame(self) -> Frame | None:
+        """The next complete frame, or None until more bytes arrive."""
+        if self.broken:
+            return None
+        buf, pos = self._buf, self._pos
+        available = len(buf) - pos
+        if available < FRAME_HEADER_SIZE:
+            self._compact()
+            return None
+        frame_type, channel, size = _FRAME_HEADER.unpack_from(buf, pos)
+        # RabbitMQ lets the payload reach frame_max (not frame_max - 8): many
+        # clients forget the 8 framing octets, so it adds that much slack.
+        if self.frame_max and size > self.frame_max:
+            self._break()
+            raise AmqpError(
+                ReplyCode.FRAME_ERROR,
+                f"type {frame_type}, all octets = <<>>: "
+                f"{{frame_too_large,{size},{self.frame_max - EMPTY_FRAME_SIZE}}}",
+            )
+        total = FRAME_HEADER_SIZE + size + 1
+        if available < total:
+            self._compact()
+            return None
+        payload = bytes(buf[pos + FRAME_HEADER_SIZE : pos + FRAME_HEADER_SIZE + size])
+        end = buf[pos + total - 1]
+        if end != FRAME_END:
+            self._break()
+            raise AmqpError(
+                ReplyCode.FRAME_ERROR,
+                f"type {frame_type}, {_octets(payload)}: {{invalid_frame_end_marker,{end}}}",
+            )
+        self._pos = pos + total
+        return decode_frame(frame_type, channel, payload)
+
+    def _break(self) -> None:
+        self.broken = True
+        self._buf = bytearray()
+        self._pos = 0
+
+    def _compact(self) -> None:
+        if self._pos:
+            del self._buf[: self._pos]
+            self._pos = 0
+
+
+def decode_frame(frame_type: int, channel: int, payload: bytes) -> Frame:
+    """Decode one frame payload; raises only `AmqpError` whatever the bytes."""
+    if frame_type == FRAME_METHOD:
+        return _decode_method(channel, payload)
+    if frame_type == FRAME_HEADER:
+        return _decode_header(channel, payload)
+    if frame_type == FRAME_BODY:
+        return BodyFrame(channel, payload)
+    if frame_type == FRAME_HEARTBEAT and not payload:
+        return HeartbeatFrame(channel)
+    raise AmqpError(ReplyCode.FRAME_ERROR, f"type {frame_type}, {_octets(payload)}: unknown_frame")
+
+
+def method_class(class_id: int, method_id: int) -> type[base.Frame] | None:
+    """The pamqp class of a method id pair, None when AMQP 0-9-1 has no such method."""
+    return commands.INDEX_MAPPING.get((class_id << 16) | method_id)
+
+
+def _decode_method(channel: int, payload: bytes) -> MethodFrame:
+    if len(payload) < 4:
+        raise AmqpError(
+            ReplyCode.FRAME_ERROR, f"type {FRAME_METHOD}, {_octets(payload)}: unknown_frame"
+        )
+    class_id, method_id = _METHOD_ID.unpack_from(payload)
+    cls = method_class(class_id, method_id)
+    if cls is None:
+        # RabbitMQ's reader crashes here and drops the socket without a word;
+        # we say what is missing instead.
+        raise AmqpError(
+            ReplyCode.NOT_IMPLEMENTED,
+            f"unknown method {{{class_id},{method_id}}}",
+            class_id,
+            method_id,
+        )
+    fields = payload[4:]
+    try:
+        _check_layout(fields, 0, len(fields), _method_layout(cls), 0)
+        _, _, method = pamqp_frame.unmarshal(_frame_bytes(FRAME_METHOD, channel, payload))
+    except Exception as exc:  # pamqp may raise anything on bad input
+        raise AmqpError(
+            ReplyCode.FRAME_ERROR, f"cannot decode {_erl_binary(fields[:64])}", class_id, method_id
+        ) from exc
+    assert isinstance(method, base.Frame)
+    return MethodFrame(channel, method)
+
+
+def _decode_header(channel: int, payload: bytes) -> HeaderFrame:
+    if len(payload) < _CONTENT_HEADER.size + 2:
+        raise AmqpError(
+            ReplyCode.FRAME_ERROR, f"type {FRAME_HEADER}, {_octets(payload)}: unknown_frame"
+        )
+    class_id, weight, body_size = _CONTENT_HEADER.unpack_from(payload)
+    raw = payload[_CONTENT_HEADER.size :]
+    if class_id != BASIC_CLASS_ID:
+        # Only basic has content; the assembler reports the mismatch as 505.
+        return HeaderFrame(channel, class_id, weight, body_size, None, raw)
+    try:
+        _check_properties(raw)
+        _, _, header = pamqp_frame.unmarshal(_frame_bytes(FRAME_HEADER, channel, payload))
+    except Exception as exc:  # pamqp may raise anything on bad input
+        raise AmqpError(
+            ReplyCode.FRAME_ERROR,
+            f"cannot decode content properties {_erl_binary(raw[:64])}",
+            class_id,
+        ) from exc
+    assert isinstance(header, ContentHeader)
+    return HeaderFrame(channel, class_id, weight, body_size, header.properties, raw)
+
+
+# --- wire layout checks ---------------------------------------------------------------
+
+
+class _Malformed(ValueError):
+    """Internal: the payload does not fit its layout."""
+
+
+_FIXED_SIZES = {"octet": 1, "short": 2, "long": 4, "longlong": 8, "timestamp": 8}
+# Field-table value types (RabbitMQ's errata set plus pamqp's b"\x00" void).
+_TABLE_FIXED = {
+    0x74: 1,  # t bool
+    0x62: 1,  # b int8
+    0x42: 1,  # B uint8
+    0x73: 2,  # s int16
+    0x75: 2,  # u uint16
+    0x49: 4,  # I int32
+    0x69: 4,  # i uint32
+    0x6C: 8,  # l int64
+    0x4C: 8,  # L uint64
+    0x66: 4,  # f float
+    0x64: 8,  # d double
+    0x44: 5,  # D decimal
+    0x54: 8,  # T timestamp
+    0x56: 0,  # V void
+    0x00: 0,  # void, seen in the wild
+}
+_TABLE_LONG_BYTES = {0x53, 0x78}  # S longstr, x byte array
+_LAYOUTS: dict[type[base.Frame], tuple[str, ...]] = {}
+
+
+def _method_layout(cls: type[base.Frame]) -> tuple[str, ...]:
+    """Field types in wire order; up to 8 consecutive bits share one octet."""
+    layout = _LAYOUTS.get(cls)
+    if layout is None:
+        types: list[str] = []
+        bits = 0
+        for attribute in cls.__slots__:
+            kind = cls.amqp_type(attribute)
+            if kind == "bit":
+                if bits % 8 == 0:
+                    types.append("octet")
+                bits += 1
+            else:
+                bits = 0
+                types.append(kind)
+        layout = _LAYOUTS[cls] = tuple(types)
+    return layout
+
+
+def _check_layout(data: bytes, pos: int, end: int, layout: tuple[str, ...], depth: int) -> None:
+    for kind in layout:
+        pos = _skip_field(data, pos, end, kind, depth)
+    if pos != end:
+        raise _Malformed("trailing octets")
+
+
+def _skip_field(data: bytes, pos: int, end: int, kind: str, depth: int) -> int:
+    size = _FIXED_SIZES.get(kind)
+    if size is not None:
+        new = pos + size
+    elif kind == "shortstr":
+        if pos >= end:
+            raise _Malformed("shortstr length")
+        new = pos + 1 + data[pos]
+    elif kind == "longstr":
+        new = pos + 4 + _length(data, pos, end)
+    elif kind == "table":
+        length = _length(data, pos, end)
+        new = pos + 4 + length
+        if new > end:
+            raise _Malformed("table overruns")
+        _check_table(data, pos + 4, new, depth + 1)
+    else:
+        raise _Malformed(f"unknown field type {kind}")
+    if new > end:
+        raise _Malformed(f"{kind} overruns")
+    return new
+
+
+def _length(data: bytes, pos: int, end: int) -> int:
+    if pos + 4 > end:
+        raise _Malformed("length overruns")
+    return int(_U32.unpack_from(data, pos)[0])
+
+
+def _check_table(data: bytes, pos: int, end: int, depth: int) -> None:
+    if depth > MAX_TABLE_DEPTH:
+        raise _Malformed("tables nested too deeply")
+    while pos < end:
+        key_end = pos + 1 + data[pos]
+        if key_end >= end:  # the key and at least a type octet
+            raise _Malformed("table key overruns")
+        pos = _skip_value(data, key_end, end, depth)
+
+
+def _check_array(data: bytes, pos: int, end: int, depth: int) -> None:
+    if depth > MAX_TABLE_DEPTH:
+        raise _Malformed("arrays nested too deeply")
+    while pos < end:
+        pos = _skip_value(data, pos, end, depth)
+
+
+def _skip_value(data: bytes, pos: int, end: int, depth: int) -> int:
+    kind = data[pos]
+    pos += 1
+    size = _TABLE_FIXED.get(kind)
+    if size is not None:
+        new = pos + size
+    elif kind in _TABLE_LONG_BYTES:
+        new = pos + 4 + _length(data, pos, end)
+    elif kind in (0x46, 0x41):  # F table, A array
+        new = pos + 4 + _length(data, pos, end)
+        if new > end:
+            raise _Malformed("nested value overruns")
+        if kind == 0x46:
+            _check_table(data, pos + 4, new, depth + 1)
+        else:
+            _check_array(data, pos + 4, new, depth + 1)
+    else:
+        raise _Malformed(f"unknown field value type {kind}")
+    if new > end:
+        raise _Malformed("field value overruns")
+    return new
+
+
+_PROPERTY_LAYOUT = tuple(
+    (commands.Basic.Properties.flags[name], commands.Basic.Properties.amqp_type(name))
+    for name in commands.Basic.Properties.__slots__
+)
+
+
+def _check_properties(raw: bytes) -> None:
+    """Walk basic properties exactly as RabbitMQ's decoder would match them."""
+    if len(raw) < 2:
+        raise _Malformed("no property flags")
+    flags = _U16.unpack_from(raw)[0]
+    if flags & 1:
+        # A continuation flag word: basic has 14 properties, none needs it.
+        raise _Malformed("property flags continuation")
+    pos, end = 2, len(raw)
+    for bit, kind in _PROPERTY_LAYOUT:
+        if flags & bit:
+            pos = _skip_field(raw, pos, end, kind, 0)
+    if pos != end:
+        raise _Malformed("trailing octets after properties")
+
+
+# --- encoding ------------------------------------------------------------------------
+
+
+def _frame_bytes(frame_type: int, channel: int, payload: bytes) -> bytes:
+    return b"".join((_FRAME_HEADER.pack(frame_type, channel, len(payload)), payload, b"\xce"))
+
+
+def encode_method(channel: int, method: base.Frame) -> bytes:
+    """Marshal a method frame.
+
+    pamqp's own `marshal` validates names against the spec's narrow regex,
+    but RabbitMQ (and so every client) allows any UTF-8 queue or exchange
+    name, so the fields are encoded here without that check.
+    """
+    return _frame_bytes(FRAME_METHOD, channel, _U32.pack(method.index) + _marshal_fields(method))
+
+
+def _marshal_fields(method: base.Frame) -> bytes:
+    output: list[bytes] = []
+    byte = offset = 0
+    in_bits = False
+    for attribute in method.__slots__:
+        kind = method.amqp_type(attribute)
+        value = getattr(method, attribute, 0)
+        if kind == "bit":
+            if not in_bits or offset == 8:
+                if in_bits:
+                    output.append(bytes((byte,)))
+                byte = offset = 0
+                in_bits = True
+            byte |= int(bool(value)) << offset
+            offset += 1
+            continue
+        if in_bits:
+            output.append(bytes((byte,)))
+            in_bits = False
+        output.append(encode.by_type(value, kind))
+    if in_bits:
+        output.append(bytes((byte,)))
+    return b"".join(output)
+
+
+def make_method(cls: type[MethodT], **fields: object) -> MethodT:
+    """Build a method without pamqp's constructor-time name validation.
+
+    pamqp refuses names outside the spec's narrow regex when a method is
+    constructed, but RabbitMQ accepts any UTF-8 name, so replies such as
+    queue.declare-ok or basic.deliver must be able to carry one.
+    """
+    method = cls()
+    for name, value in fields.items():
+        if name not in cls.__slots__:
+            raise TypeError(f"{cls.__name__} has no field {name!r}")
+        setattr(method, name, value)
+    return method
+
+
+def encode_properties(properties: commands.Basic.Properties | None) -> bytes:
+    """Flags and values of a content header, as pamqp encodes them."""
+    return (properties or commands.Basic.Properties()).marshal()
+
+
+def encode_content(
+    channel: int,
+    method: base.Frame,
+    body: bytes,
+    properties_raw: bytes,
+    frame_max: int,
+) -> bytes:
+    """Method, content header and body frames split to fit `frame_max`."""
+    parts = [
+        encode_method(channel, method),
+        _frame_bytes(
+            FRAME_HEADER,
+            channel,
+            _CONTENT_HEADER.pack(BASIC_CLASS_ID, 0, len(body)) + properties_raw,
+        ),
+    ]
+    chunk = frame_max - EMPTY_FRAME_SIZE if frame_max else max(len(body), 1)
+    view = memoryview(body)
+    for start in range(0, len(body), chunk):
+        parts.append(_frame_bytes(FRAME_BODY, channel, bytes(view[start : start + chunk])))
+    return b"".join(parts)
+
+
+# --- RabbitMQ-style rendering of octets in error texts --------------------------------
+
+
+def _octets(payload: bytes) -> str:
+    if len(payload) <= 16:
+        return f"all octets = {_erl_binary(payload)}"
+    return f"first 16 octets = {_erl_binary(payload[:16])}"
+
+
+def _erl_binary(data: bytes) -> str:
+    """Erlang's ~p of a binary: <<"text">> when printable, else <<1,2,3>>."""
+    if data and all(32 <= octet < 127 for octet in data):
+        text = data.decode("ascii").replace("\\", "\\\\").replace('"', '\\"')
+        return f'<<"{text}">>'
+    return "<<" + ",".join(str(octet) for octet in data) + ">>"

@@ -1,0 +1,510 @@
+"""One queue inside this gateway process: its Pulsar reader and its AMQP consumers.
+
+A queue has ONE Pulsar consumer per process (the store's `QueueReader` on the
+queue's Shared subscription); this engine hands what it fetches to the AMQP
+consumers itself. That is what lets it behave like a RabbitMQ queue: round
+robin over consumers with credit (basic.qos), single active consumer,
+basic.get from the same head as basic.consume, requeue to the message's original place
+with `redelivered` set (the message stays unacked in Pulsar meanwhile, so a
+crash still redelivers it), TTL at the head, max-length drop-head and purge.
+
+Only the pump task calls `fetch`, so a pending Pulsar receive never hands one
+message to two waiters. Everything else runs synchronously on the loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import heapq
+import logging
+import time
+from collections import deque
+from collections.abc import Hashable, Iterable
+from typing import TYPE_CHECKING, Protocol
+
+from pulsar_gateway.handlers.amqp.broker_model import BrokerStore, QueueReader, StoredDelivery
+from pulsar_gateway.handlers.amqp.topology import Queue
+
+if TYPE_CHECKING:
+    from pulsar_gateway.handlers.amqp.broker import VhostState
+
+log = logging.getLogger("gateway.amqp.queue")
+
+FETCH_BATCH = 500
+READY_LOW_WATER = 200  # fetch more when fewer than this are ready in memory
+GET_WAIT_SECONDS = 2.0  # basic.get waits this long for a message the count says exists
+COUNT_SAVE_SECONDS = 1.0
+
+
+class QueueConsumer(Protocol):
+    """What the engine needs of an AMQP consumer (see channel.Consumer)."""
+
+    tag: str
+    no_ack: bool
+    exclusive: bool
+
+    def has_credit(self) -> bool: ...
+
+    def deliver(self, engine: QueueEngine, delivery: StoredDelivery, redelivered: bool) -> None: ...
+
+    def cancelled_by_server(self) -> None: ...
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class QueueEngine:
+    def __init__(self, vhost: VhostState, queue: Queue, store: BrokerStore) -> None:
+        self.vhost = vhost
+        self.queue = queue
+        self.name = queue.name
+        self.store = store
+        self.reader: QueueReader | None = None
+        self._opening: asyncio.Task[QueueReader] | None = None
+        self.ready: deque[StoredDelivery] = deque()
+        self.consumers: list[QueueConsumer] = []
+        self._rr = 0
+        self.count = store.load_count(vhost.name, queue.name)  # stored and not acked
+        self.outstanding = 0  # delivered, not acked yet
+        self.pending_stores = 0  # publishes to this queue not confirmed by Pulsar yet
+        self._redelivered: set[Hashable] = set()
+        # fetched, never delivered, handed back to Pulsar by `release_reader`: Pulsar
+        # counts them as redelivered when they come back, AMQP must not
+        self._never_delivered: set[Hashable] = set()
+        self._held: set[Hashable] = set()  # ids in `ready` or outstanding
+        self._pump_task: asyncio.Task[None] | None = None
+        self._wake = asyncio.Event()
+        self._arrived = asyncio.Event()
+        self._demand = 0
+        self._count_dirty = False
+        self._count_task: asyncio.Task[None] | None = None
+        self._expiry_handle: asyncio.TimerHandle | None = None
+        self.closed = False
+        self.ever_consumed = False
+        self.last_used = time.monotonic()
+
+    # --- counts -----------------------------------------------------------------------
+
+    @property
+    def message_count(self) -> int:
+        """Ready messages (RabbitMQ's message_count excludes unacknowledged ones).
+
+        With x-max-length the heads beyond the limit are as good as dropped: they
+        are, as soon as the pump has fetched them (before anything is delivered).
+        """
+        ready = max(0, self.count - self.outstanding)  # `count` may briefly trail a delivery
+        limit = self.queue.max_length
+        return ready if limit is None else min(ready, limit)
+
+    @property
+    def _ready_uncapped(self) -> int:
+        return max(0, self.count - self.outstanding)
+
+    @property
+    def consumer_count(self) -> int:
+        return len(self.consumers)
+
+    def _count_changed(self) -> None:
+        if not self.queue.durable or self.closed:
+            return
+        self._count_dirty = True
+        if self._count_task is None or self._count_task.done():
+            self._count_task = asyncio.ensure_future(self._save_count())
+
+    async def _save_count(self) -> None:
+        while self._count_dirty and not self.closed:
+            await asyncio.sleep(COUNT_SAVE_SECONDS)
+            self._count_dirty = False
+            try:
+                await self.store.save_count(self.vhost.name, self.name, self.count)
+            except Exception as exc:  # a lagging count is not worth failing anything for
+                log.warning("saving count of %s failed: %s", self.name, exc)
+
+    def publishing(self, copies: int = 1) -> None:
+        """`copies` messages are on their way to the queue's topic (not stored yet):
+        the consumer may see them before `stored` counts them."""
+        self.pending_stores += copies
+
+    def publish_failed(self, copies: int = 1) -> None:
+        self.pending_stores -= copies
+
+    def stored(self, copies: int = 1) -> None:
+        """`copies` messages were stored in the queue (a confirmed publish)."""
+        self.pending_stores -= copies
+        self.count += copies
+        self._count_changed()
+        self.last_used = time.monotonic()
+        if self.queue.max_length is not None and self._ready_uncapped > self.queue.max_length:
+            self._ensure_pump()
+            self._trim()
+        if self.consumers or self.queue.message_ttl is not None:
+            self._ensure_pump()
+        self._wake.set()
+
+    # --- reader and pump --------------------------------------------------------------
+
+    async def ensure_reader(self) -> QueueReader:
+        if self.reader is not None:
+            return self.reader
+        if self._opening is None:
+            self._opening = asyncio.ensure_future(self.store.open_queue(self.vhost.name, self.name))
+        try:
+            reader = await asyncio.shield(self._opening)
+        except Exception:
+            self._opening = None
+            raise
+        if self.reader is None:
+            self.reader = reader
+        return self.reader
+
+    def _ensure_pump(self) -> None:
+        if self.closed:
+            return
+        if self._pump_task is None or self._pump_task.done():
+            self._pump_task = asyncio.ensure_future(self._pump())
+        self._wake.set()
+
+    def _need_more(self) -> bool:
+        if len(self.ready) >= READY_LOW_WATER:
+            return self._demand > 0 and not self.ready
+        if self._demand > 0:
+            return True
+        if self.queue.max_length is not None and self._ready_uncapped > self.queue.max_length:
+            return True
+        if self.queue.message_ttl is not None and self.message_count > len(self.ready):
+            return True
+        return any(c.has_credit() for c in self._active_consumers())
+
+    def _fetch_timeout(self) -> float | None:
+        expiry = self._head_expiry()
+        if expiry is None:
+            return 1.0 if self._demand else None
+        return max(0.01, (expiry - _now_ms()) / 1000)
+
+    async def _pump(self) -> None:
+        nudged = False
+        while not self.closed:
+            if not self._need_more():
+                self._wake.clear()
+                timeout = self._fetch_timeout() if self.ready else None
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), timeout)
+                self._expire()
+                self.dispatch()
+                continue
+            # The count says more is stored than this process holds: if Pulsar has
+            # nothing for a while, the count is stale (a crash lost its last save).
+            expect_more = self._ready_uncapped > len(self.ready) and not self.pending_stores
+            timeout = self._fetch_timeout()
+            if expect_more and timeout is None:
+                timeout = GET_WAIT_SECONDS
+            try:
+                reader = await self.ensure_reader()
+                batch = await reader.fetch(FETCH_BATCH, timeout)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                log.warning("queue %s: fetch failed: %s", self.name, exc)
+                await asyncio.sleep(0.5)
+                continue
+            if self.closed:
+                return
+            if not batch and expect_more and not self.ready and not self.pending_stores:
+                if not nudged:
+                    # pulsar-lite can park a message and stop dispatching (BACKEND.md)
+                    nudged = True
+                    await reader.nudge()
+                    continue
+                self.count = self.outstanding
+                self._count_changed()
+            if batch:
+                nudged = False
+            self._take(batch)
+
+    def _take(self, batch: list[StoredDelivery]) -> None:
+        for delivery in batch:
+            if delivery.message_id in self._held:
+                continue
+            self._held.add(delivery.message_id)
+            self.ready.append(delivery)
+        if self.count + self.pending_stores < len(self.ready) + self.outstanding:
+            # published around the gateway (a Pulsar producer), or a lagging saved count
+            self.count = len(self.ready) + self.outstanding - self.pending_stores
+            self._count_changed()
+        self._expire()
+        self._trim()
+        self.dispatch()
+        self._arrived.set()
+        self._arrived = asyncio.Event()
+
+    async def _wait_for_messages(self, timeout: float) -> bool:
+        """Ask the pump for messages; True when some arrived within `timeout`."""
+        self._demand += 1
+        arrived = self._arrived
+        self._ensure_pump()
+        try:
+            await asyncio.wait_for(arrived.wait(), timeout)
+            return True
+        except TimeoutError:
+            return False
+        finally:
+            self._demand -= 1
+
+    # --- head housekeeping: TTL and max-length ----------------------------------------
+
+    def _expiry_of(self, delivery: StoredDelivery) -> int | None:
+        candidates = (self.queue.message_ttl, delivery.message.expiration_ms)
+        ttls = [t for t in candidates if t is not None]
+        if not ttls:
+            return None
+        return delivery.message.timestamp_ms + min(ttls)
+
+    def _head_expiry(self) -> int | None:
+        return self._expiry_of(self.ready[0]) if self.ready else None
+
+    def _expire(self) -> None:
+        now = _now_ms()
+        expired = []
+        while self.ready:
+            expiry = self._expiry_of(self.ready[0])
+            if expiry is None or expiry > now:
+                break
+            expired.append(self.ready.popleft())
+        if expired:
+            self._drop(expired, "expired")
+        self._schedule_expiry()
+
+    def _schedule_expiry(self) -> None:
+        if self._expiry_handle is not None:
+            self._expiry_handle.cancel()
+            self._expiry_handle = None
+        expiry = self._head_expiry()
+        if expiry is not None and not self.closed:
+            delay = max(0.0, (expiry - _now_ms()) / 1000) + 0.001
+            self._expiry_handle = asyncio.get_running_loop().call_later(delay, self._on_expiry)
+
+    def _on_expiry(self) -> None:
+        self._expiry_handle = None
+        self._expire()
+        self._wake.set()
+
+    def _trim(self) -> None:
+        limit = self.queue.max_length
+        if limit is None:
+            return
+        dropped = []
+        while self.ready and self._ready_uncapped - len(dropped) > limit:
+            dropped.append(self.ready.popleft())
+        if dropped:
+            self._drop(dropped, "maxlen")
+
+    def _drop(self, deliveries: list[StoredDelivery], reason: str) -> None:
+        """Messages leave the queue unconsumed: dead-letter them if the queue says so."""
+        self.vhost.dead_letter(self, deliveries, reason)
+
+    def settle(
+        self, deliveries: Iterable[StoredDelivery], was_outstanding: bool, ack: bool = True
+    ) -> None:
+        """The messages are gone from the queue for good; acknowledged in Pulsar
+        now, or (ack=False) by `ack_stored` once their dead-letter copy is stored."""
+        ids = [d.message_id for d in deliveries]
+        if not ids:
+            return
+        for message_id in ids:
+            self._held.discard(message_id)
+            self._redelivered.discard(message_id)
+        if ack:
+            self.ack_stored(ids)
+        self.count -= len(ids)  # below zero only while the publish is being confirmed
+        if was_outstanding:
+            self.outstanding = max(0, self.outstanding - len(ids))
+        self._count_changed()
+        self._wake.set()
+
+    def ack_stored(self, ids: list[Hashable]) -> None:
+        if self.reader is not None and not self.closed:
+            self.reader.ack(ids)
+
+    def _was_delivered(self, delivery: StoredDelivery) -> bool:
+        message_id = delivery.message_id
+        if message_id in self._redelivered:
+            return True
+        if message_id in self._never_delivered:
+            self._never_delivered.discard(message_id)
+            return False
+        return delivery.redelivered
+
+    @property
+    def idle(self) -> bool:
+        """Nothing needs the Pulsar consumer: no AMQP consumer, nothing unacked."""
+        return (
+            self.reader is not None
+            and not self.consumers
+            and self.outstanding == 0
+            and self._demand == 0
+            and self.queue.message_ttl is None
+        )
+
+    async def release_reader(self) -> None:
+        """Close an idle queue's Pulsar consumer; the messages it had fetched go back
+        to the subscription (for any consumer, this gateway's next one included)."""
+        if not self.idle or self.reader is None:
+            return
+        reader, self.reader, self._opening = self.reader, None, None
+        for delivery in self.ready:
+            if delivery.message_id not in self._redelivered:
+                self._never_delivered.add(delivery.message_id)
+            self._held.discard(delivery.message_id)
+        self.ready.clear()
+        if self._pump_task is not None and not self._pump_task.done():
+            self._pump_task.cancel()
+        self._pump_task = None
+        with contextlib.suppress(Exception):
+            await reader.close()
+        log.info("amqp queue %s: idle, its Pulsar consumer closed", self.name)
+
+    # --- consumers and dispatch -------------------------------------------------------
+
+    def _active_consumers(self) -> list[QueueConsumer]:
+        if self.queue.single_active_consumer:
+            return self.consumers[:1]
+        return self.consumers
+
+    def add_consumer(self, consumer: QueueConsumer) -> None:
+        self.consumers.append(consumer)
+        self.ever_consumed = True
+        self.last_used = time.monotonic()
+        self._ensure_pump()
+        self.dispatch()
+
+    def remove_consumer(self, consumer: QueueConsumer) -> None:
+        with contextlib.suppress(ValueError):
+            self.consumers.remove(consumer)
+        self.last_used = time.monotonic()
+        self.dispatch()
+
+    def dispatch(self) -> None:
+        """Hand ready messages to consumers with credit, round robin."""
+        if self.closed:
+            return
+        if self.ready:
+            self._expire()
+        active = self._active_consumers()
+        while self.ready and active:
+            consumer = None
+            for step in range(len(active)):
+                candidate = active[(self._rr + step) % len(active)]
+                if candidate.has_credit():
+                    consumer = candidate
+                    self._rr = (self._rr + step + 1) % max(1, len(active))
+                    break
+            if consumer is None:
+                break
+            delivery = self.ready.popleft()
+            redelivered = self._was_delivered(delivery)
+            self.outstanding += 1
+            if consumer.no_ack:
+                self.settle([delivery], was_outstanding=True)
+            consumer.deliver(self, delivery, redelivered)
+            active = self._active_consumers()
+        if self._need_more():
+            self._ensure_pump()
+        self._schedule_expiry()
+
+    def kick(self) -> None:
+        """Something gained credit (an ack, qos, flow on): deliver what can go, and
+        let the pump fetch more if it went to sleep for want of credit."""
+        self.dispatch()
+        if self._pump_task is not None and not self._pump_task.done():
+            self._wake.set()
+
+    def requeue(self, deliveries: list[StoredDelivery]) -> None:
+        """Back to their original places in the queue (RabbitMQ's classic queues do
+        the same), marked redelivered."""
+        if not deliveries:
+            return
+        self.outstanding = max(0, self.outstanding - len(deliveries))
+        for delivery in deliveries:
+            self._redelivered.add(delivery.message_id)
+        returned = sorted(deliveries, key=_order)
+        self.ready = deque(heapq.merge(returned, self.ready, key=_order))
+        self.dispatch()
+
+    def reject(self, deliveries: list[StoredDelivery]) -> None:
+        """nack/reject without requeue: dead-letter (or drop) delivered messages."""
+        if deliveries:
+            self.outstanding = max(0, self.outstanding - len(deliveries))
+            self._drop(deliveries, "rejected")
+            self.dispatch()
+
+    async def get(self) -> tuple[StoredDelivery, bool] | None:
+        """basic.get: the head message and whether it was delivered before."""
+        self.last_used = time.monotonic()
+        await self.ensure_reader()
+        self._expire()
+        self._trim()
+        if not self.ready and self.message_count > 0:
+            if not await self._wait_for_messages(GET_WAIT_SECONDS) and not self.ready:
+                # The count was ahead of the subscription (a crash lost a save): correct it.
+                self.count = self.outstanding
+                self._count_changed()
+            self._expire()
+        if not self.ready:
+            return None
+        delivery = self.ready.popleft()
+        self.outstanding += 1
+        return delivery, self._was_delivered(delivery)
+
+    async def purge(self) -> int:
+        """Drop every ready message (acked in Pulsar); unacked deliveries stay."""
+        await self.ensure_reader()
+        purged = 0
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            batch = list(self.ready)
+            self.ready.clear()
+            if batch:
+                purged += len(batch)
+                self.settle(batch, was_outstanding=False)
+            if self.message_count <= 0:
+                break
+            if not await self._wait_for_messages(1.0) and not self.ready:
+                self.count = self.outstanding
+                self._count_changed()
+                break
+        return purged
+
+    def cancel_consumers(self) -> None:
+        for consumer in list(self.consumers):
+            consumer.cancelled_by_server()
+        self.consumers.clear()
+
+    async def close(self) -> None:
+        """Stop: what was fetched and not acked goes back to Pulsar."""
+        self.closed = True
+        if self._expiry_handle is not None:
+            self._expiry_handle.cancel()
+        for task in (self._pump_task, self._count_task):
+            if task is not None and not task.done():
+                task.cancel()
+        if self.reader is not None:
+            with contextlib.suppress(Exception):
+                await self.reader.close()
+        elif self._opening is not None:
+            with contextlib.suppress(BaseException):
+                reader = await self._opening
+                await reader.close()
+        self.reader = None
+        self.ready.clear()
+
+    async def flush_count(self) -> None:
+        if self.queue.durable and not self.closed:
+            with contextlib.suppress(Exception):
+                await self.store.save_count(self.vhost.name, self.name, self.count)
+
+
+def _order(delivery: StoredDelivery) -> tuple[int, ...]:
+    key = delivery.message_id
+    return key if isinstance(key, tuple) else (0,)

@@ -1,0 +1,216 @@
+"""The AMQP 0-9-1 listener: an asyncio socket loop around the sans-I/O core.
+
+Per connection: a reader task feeds socket bytes to `AmqpConnection`, hands
+the events to the `ConnectionBroker` in order and writes `data_to_send()`; a
+timer task sends heartbeats and gives up on a silent peer at the core's
+`next_deadline`. Deliveries produced elsewhere (queue engines) ask for one
+flush per loop iteration. Backpressure: while too many publishes are in flight
+the core is `blocked` (connection.blocked goes out) and the socket is not read.
+A bad frame closes only its own connection, with the protocol's reply code.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from typing import Any
+
+from pulsar_gateway.gateway import metrics
+from pulsar_gateway.handlers.amqp.authentication import Authenticator
+from pulsar_gateway.handlers.amqp.broker import AmqpBroker, ConnectionBroker
+from pulsar_gateway.handlers.amqp.broker_model import BrokerStore
+from pulsar_gateway.handlers.amqp.channel import WRITE_BUFFER_LIMIT
+from pulsar_gateway.handlers.amqp.connection_settings import ConnectionSettings
+from pulsar_gateway.handlers.amqp.connection_state import AmqpConnection
+
+log = logging.getLogger("gateway.amqp")
+
+READ_SIZE = 256 * 1024
+
+
+class AmqpServer:
+    name = "amqp"
+
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        store: BrokerStore,
+        users: dict[str, str] | None = None,
+        settings: ConnectionSettings | None = None,
+        max_connections: int = 10000,
+        reader_idle_seconds: float = 30.0,
+    ) -> None:
+        self.host = host
+        self.port = port
+        self.broker = AmqpBroker(store, reader_idle_seconds)
+        self.authenticator = Authenticator(users or {"guest": "guest"})
+        self.settings = settings or ConnectionSettings()
+        self.max_connections = max_connections
+        self._server: asyncio.base_events.Server | None = None
+        self._connections: set[asyncio.Task[None]] = set()
+
+    @property
+    def address(self) -> tuple[str, int]:
+        assert self._server is not None
+        host, port = self._server.sockets[0].getsockname()[:2]
+        return host, port
+
+    @property
+    def connection_count(self) -> int:
+        return len(self._connections)
+
+    async def start(self) -> None:
+        self._server = await asyncio.start_server(
+            self._accept, self.host, self.port, limit=READ_SIZE, backlog=1024
+        )
+
+    async def stop(self) -> None:
+        if self._server:
+            self._server.close()
+        for task in list(self._connections):
+            task.cancel()
+        if self._connections:
+            await asyncio.gather(*self._connections, return_exceptions=True)
+        await self.broker.close()
+        if self._server:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._server.wait_closed(), 5)
+
+    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        peer = writer.get_extra_info("peername") or ("?", 0)
+        if len(self._connections) >= self.max_connections:
+            log.warning("refusing %s: %d connections open", peer, len(self._connections))
+            writer.close()
+            return
+        self._connections.add(task)
+        metrics.CONNECTIONS.labels("amqp").inc()
+        metrics.CONNECTIONS_TOTAL.labels("amqp").inc()
+        try:
+            await _Session(self, reader, writer, str(peer[0]), int(peer[1])).run()
+        except asyncio.CancelledError:
+            pass
+        except Exception:
+            log.exception("amqp connection from %s failed", peer)
+        finally:
+            self._connections.discard(task)
+            metrics.CONNECTIONS.labels("amqp").dec()
+            with contextlib.suppress(Exception):
+                writer.close()
+
+
+class _Session:
+    def __init__(
+        self,
+        server: AmqpServer,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        peer_host: str,
+        peer_port: int,
+    ) -> None:
+        self.reader = reader
+        self.writer = writer
+        self.peer = peer_host
+        self.conn = AmqpConnection(
+            server.authenticator, peer_host, time.monotonic(), server.settings
+        )
+        self.broker = ConnectionBroker(
+            server.broker, self.conn, self._request_flush, self._buffer_size
+        )
+        self.broker.peer = f"{peer_host}:{peer_port}"
+        self._flush_scheduled = False
+        self._drain_task: asyncio.Task[None] | None = None
+        self._loop = asyncio.get_running_loop()
+        self._wake_timer = asyncio.Event()
+
+    def _buffer_size(self) -> int:
+        """Output not yet on the wire: the transport's buffer plus what awaits a flush."""
+        transport: Any = self.writer.transport
+        queued = int(transport.get_write_buffer_size()) if transport else 0
+        return queued + self.conn.pending_bytes
+
+    def _request_flush(self) -> None:
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            self._loop.call_soon(self._flush)
+
+    def _flush(self) -> None:
+        self._flush_scheduled = False
+        data = self.conn.data_to_send(time.monotonic())
+        if data and not self.writer.is_closing():
+            self.writer.write(data)
+        if self.broker.throttled and self._drain_task is None:
+            # deliveries were held back for a full buffer (`Channel.can_deliver`)
+            self._drain_task = asyncio.ensure_future(self._resume_after_drain())
+
+    async def _resume_after_drain(self) -> None:
+        """Deliver again once the peer has read enough of what it was sent."""
+        try:
+            while not self.writer.is_closing() and self._buffer_size() >= WRITE_BUFFER_LIMIT:
+                with contextlib.suppress(ConnectionError, OSError):
+                    await self.writer.drain()
+                if self._buffer_size() >= WRITE_BUFFER_LIMIT:
+                    await asyncio.sleep(0.01)
+        finally:
+            self._drain_task = None
+        self.broker.throttled = False
+        for channel in list(self.broker.channels.values()):
+            self.broker.kick(channel)
+
+    async def run(self) -> None:
+        timer = asyncio.ensure_future(self._timer())
+        try:
+            await self._read_loop()
+        finally:
+            timer.cancel()
+            if self._drain_task is not None:
+                self._drain_task.cancel()
+            if not self.conn.closed:
+                await self.broker.handle(self.conn.connection_lost())
+            await self.broker.connection_closed()
+            self._flush()
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self.writer.drain(), 2)
+
+    async def _read_loop(self) -> None:
+        while not self.conn.closed:
+            if self.conn.blocked:
+                await self.broker.wait_unblocked()
+                continue
+            try:
+                data = await self.reader.read(READ_SIZE)
+            except (ConnectionError, OSError):
+                data = b""
+            if not data:
+                await self.broker.handle(self.conn.connection_lost())
+                return
+            events = self.conn.receive_data(data, time.monotonic())
+            self._flush()  # the core's own replies go first
+            await self.broker.handle(events)
+            self._flush()
+            # No drain here: a client blocked writing to us must still be read,
+            # or both sides wait for each other. Deliveries, the only large
+            # output, stop by themselves while the buffer is full.
+            self._wake_timer.set()
+
+    async def _timer(self) -> None:
+        while not self.conn.closed:
+            deadline = self.conn.next_deadline()
+            timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
+            self._wake_timer.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake_timer.wait(), timeout)
+            events = self.conn.tick(time.monotonic())
+            self._flush()
+            if events:
+                await self.broker.handle(events)
+            if self.conn.closed:
+                self._flush()
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(self.writer.drain(), 2)
+                self.writer.close()
+                return

@@ -1,0 +1,30 @@
+"""DescribeCluster: this gateway is the whole cluster, and its own controller."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pulsar_gateway.handlers.kafka.context import KafkaContext
+
+
+async def describe_cluster(
+    context: KafkaContext, header: Any, request: dict[str, Any]
+) -> dict[str, Any]:
+    identity = context.identity
+    return {
+        "throttle_time_ms": 0,
+        "error_code": 0,
+        "error_message": None,
+        "endpoint_type": 1,
+        "cluster_id": identity.cluster_id,
+        "controller_id": identity.node_id,
+        "brokers": [
+            {
+                "broker_id": identity.node_id,
+                "host": identity.host,
+                "port": identity.port,
+                "rack": None,
+            }
+        ],
+        "cluster_authorized_operations": -2147483648,
+    }

@@ -1,0 +1,179 @@
+"""OffsetCommit, OffsetFetch and OffsetDelete: committed offsets of Kafka groups.
+
+Commits are fenced by the coordinator (generation, member, static instance), stored
+durably through the group offset store before the answer, and then mirrored onto the
+group's Pulsar subscriptions in the background.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+from pulsar_gateway.gateway.backend.pulsar_backend import BackendError
+from pulsar_gateway.gateway.topic_names import partition_topic
+from pulsar_gateway.handlers.kafka.apis.groups import coordinator_of
+from pulsar_gateway.handlers.kafka.context import KafkaContext
+from pulsar_gateway.handlers.kafka.group_coordinator import GROUP_ID_NOT_FOUND, INVALID_GROUP_ID
+from pulsar_gateway.handlers.kafka.topic_lookup import find_topic
+from pulsar_gateway.kafka_codec import errors
+from pulsar_gateway.storage.kafka.group_offsets import CommittedOffset, GroupOffsetStore
+from pulsar_gateway.storage.kafka.subscription_position import (
+    UnknownPartition,
+    split_partition_topic,
+)
+
+OFFSET_METADATA_TOO_LARGE = 12
+GROUP_SUBSCRIBED_TO_TOPIC = 86
+MAX_METADATA = 4096
+
+
+def _store(context: KafkaContext) -> GroupOffsetStore:
+    assert context.offsets is not None, "the gateway passes its group offset store"
+    return context.offsets
+
+
+async def offset_commit(
+    context: KafkaContext, header: Any, request: dict[str, Any]
+) -> dict[str, Any]:
+    group_id = request["group_id"]
+    group_code = coordinator_of(context).validate_commit(
+        group_id,
+        request.get("generation_id_or_member_epoch", -1),
+        request.get("member_id", ""),
+        request.get("group_instance_id"),
+    )
+    answers: list[tuple[str, list[dict[str, Any]]]] = []
+    entries: dict[str, CommittedOffset] = {}
+    stored_at: list[dict[str, Any]] = []
+    for topic in request["topics"]:
+        record = None
+        if not group_code:
+            record, _ = await find_topic(context, topic["name"], auto_create=False)
+        partitions = []
+        for partition in topic["partitions"]:
+            index = partition["partition_index"]
+            result = {"partition_index": index, "error_code": group_code}
+            metadata = partition.get("committed_metadata") or ""
+            if group_code:
+                pass
+            elif record is None or not 0 <= index < record.partitions:
+                result["error_code"] = errors.UNKNOWN_TOPIC_OR_PARTITION
+            elif len(metadata) > MAX_METADATA:
+                result["error_code"] = OFFSET_METADATA_TOO_LARGE
+            else:
+                entries[partition_topic(record.name, index)] = CommittedOffset(
+                    partition["committed_offset"],
+                    metadata,
+                    max(partition.get("commit_timestamp", -1), 0),
+                    partition.get("committed_leader_epoch", -1),
+                )
+                stored_at.append(result)
+            partitions.append(result)
+        answers.append((topic["name"], partitions))
+    if entries:
+        try:
+            await _store(context).commit(group_id, entries)
+        except BackendError:
+            for result in stored_at:
+                result["error_code"] = errors.COORDINATOR_NOT_AVAILABLE
+    return {
+        "throttle_time_ms": 0,
+        "topics": [{"name": name, "partitions": parts} for name, parts in answers],
+    }
+
+
+def _fetch_group(
+    context: KafkaContext, group_id: str, topics: list[dict[str, Any]] | None
+) -> tuple[int, list[dict[str, Any]]]:
+    store = _store(context)
+    if not group_id:
+        return INVALID_GROUP_ID, []
+    wanted: dict[str, list[int]] = defaultdict(list)
+    if topics is None:
+        for pulsar_partition in store.offsets(group_id):
+            try:
+                name, index = split_partition_topic(pulsar_partition)
+            except UnknownPartition:
+                continue
+            wanted[context.kafka_name(name)].append(index)
+    else:
+        for topic in topics:
+            wanted[topic["name"]].extend(topic["partition_indexes"])
+    out = []
+    for kafka_name, indexes in wanted.items():
+        pulsar_name = context.pulsar_name(kafka_name)
+        partitions = []
+        for index in sorted(indexes):
+            entry = store.get(group_id, partition_topic(pulsar_name, index))
+            partitions.append(
+                {
+                    "partition_index": index,
+                    "committed_offset": entry.offset if entry else -1,
+                    "committed_leader_epoch": entry.leader_epoch if entry else -1,
+                    "metadata": entry.metadata if entry else "",
+                    "error_code": errors.NONE,
+                }
+            )
+        out.append({"name": kafka_name, "partitions": partitions})
+    return errors.NONE, out
+
+
+async def offset_fetch(
+    context: KafkaContext, header: Any, request: dict[str, Any]
+) -> dict[str, Any]:
+    if header.api_version >= 8:
+        groups = []
+        for group in request["groups"]:
+            code, topics = _fetch_group(context, group["group_id"], group.get("topics"))
+            groups.append({"group_id": group["group_id"], "topics": topics, "error_code": code})
+        return {"throttle_time_ms": 0, "groups": groups}
+    code, topics = _fetch_group(context, request["group_id"], request.get("topics"))
+    if code and header.api_version < 2:
+        topics = [
+            {
+                "name": topic["name"],
+                "partitions": [
+                    {
+                        "partition_index": index,
+                        "committed_offset": -1,
+                        "metadata": "",
+                        "error_code": code,
+                    }
+                    for index in topic["partition_indexes"]
+                ],
+            }
+            for topic in request.get("topics") or []
+        ]
+    return {"throttle_time_ms": 0, "topics": topics, "error_code": code}
+
+
+async def offset_delete(
+    context: KafkaContext, header: Any, request: dict[str, Any]
+) -> dict[str, Any]:
+    group_id = request["group_id"]
+    group = coordinator_of(context).describe(group_id) if group_id else None
+    if group is None:
+        code = INVALID_GROUP_ID if not group_id else GROUP_ID_NOT_FOUND
+        return {"error_code": code, "throttle_time_ms": 0, "topics": []}
+    subscribed = group.subscribed_topics() or set()
+    store = _store(context)
+    answers = []
+    doomed: list[str] = []
+    for topic in request["topics"]:
+        record, _ = await find_topic(context, topic["name"], auto_create=False)
+        partitions = []
+        for partition in topic["partitions"]:
+            index = partition["partition_index"]
+            if record is None or not 0 <= index < record.partitions:
+                code = errors.UNKNOWN_TOPIC_OR_PARTITION
+            elif topic["name"] in subscribed:
+                code = GROUP_SUBSCRIBED_TO_TOPIC
+            else:
+                code = errors.NONE
+                doomed.append(partition_topic(record.name, index))
+            partitions.append({"partition_index": index, "error_code": code})
+        answers.append({"name": topic["name"], "partitions": partitions})
+    if doomed:
+        await store.delete(group_id, doomed)
+    return {"error_code": errors.NONE, "throttle_time_ms": 0, "topics": answers}

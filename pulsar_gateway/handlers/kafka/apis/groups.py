@@ -1,0 +1,218 @@
+"""Group APIs of the classic protocol: FindCoordinator, Join, Sync, Heartbeat, Leave,
+ListGroups, DescribeGroups and DeleteGroups. This gateway is every group's coordinator."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pulsar_gateway.handlers.kafka.context import KafkaContext
+from pulsar_gateway.handlers.kafka.group_coordinator import (
+    INVALID_GROUP_ID,
+    STABLE,
+    GroupCoordinator,
+)
+from pulsar_gateway.kafka_codec import errors
+
+GROUP_KEY, TRANSACTION_KEY = 0, 1
+NO_OPERATIONS = -2147483648
+
+
+def coordinator_of(context: KafkaContext) -> GroupCoordinator:
+    assert context.groups is not None, "the Kafka listener starts a group coordinator"
+    return context.groups
+
+
+async def find_coordinator(
+    context: KafkaContext, header: Any, request: dict[str, Any]
+) -> dict[str, Any]:
+    identity = context.identity
+    key_type = request.get("key_type", GROUP_KEY)
+
+    def answer(key: str) -> dict[str, Any]:
+        if key_type != GROUP_KEY:
+            code, message = errors.COORDINATOR_NOT_AVAILABLE, "transactions are not supported"
+        elif not key:
+            code, message = errors.INVALID_REQUEST, "empty group id"
+        else:
+            code, message = errors.NONE, None
+        found = code == errors.NONE
+        return {
+            "key": key,
+            "node_id": identity.node_id if found else -1,
+            "host": identity.host if found else "",
+            "port": identity.port if found else -1,
+            "error_code": code,
+            "error_message": message,
+        }
+
+    if header.api_version >= 4:
+        return {
+            "throttle_time_ms": 0,
+            "coordinators": [answer(key) for key in request["coordinator_keys"]],
+        }
+    single = answer(request["key"])
+    del single["key"]
+    return {"throttle_time_ms": 0, **single}
+
+
+async def join_group(context: KafkaContext, header: Any, request: dict[str, Any]) -> dict[str, Any]:
+    version = header.api_version
+    session_ms = request["session_timeout_ms"]
+    rebalance_ms = request.get("rebalance_timeout_ms", -1)
+    if rebalance_ms is None or rebalance_ms < 0:
+        rebalance_ms = session_ms
+    result = await coordinator_of(context).join(
+        request["group_id"],
+        request["member_id"],
+        request.get("group_instance_id"),
+        header.client_id or "",
+        "/127.0.0.1",
+        session_ms,
+        rebalance_ms,
+        request["protocol_type"],
+        [(p["name"], bytes(p["metadata"])) for p in request["protocols"]],
+        require_known_member=version >= 4,
+    )
+    protocol_name = result.protocol_name
+    if protocol_name is None and version < 7:
+        protocol_name = ""
+    return {
+        "throttle_time_ms": 0,
+        "error_code": result.error,
+        "generation_id": result.generation,
+        "protocol_type": result.protocol_type,
+        "protocol_name": protocol_name,
+        "leader": result.leader,
+        "skip_assignment": False,
+        "member_id": result.member_id,
+        "members": [
+            {"member_id": member_id, "group_instance_id": instance_id, "metadata": metadata}
+            for member_id, instance_id, metadata in result.members
+        ],
+    }
+
+
+async def sync_group(context: KafkaContext, header: Any, request: dict[str, Any]) -> dict[str, Any]:
+    result = await coordinator_of(context).sync(
+        request["group_id"],
+        request["generation_id"],
+        request["member_id"],
+        request.get("group_instance_id"),
+        request.get("protocol_type"),
+        request.get("protocol_name"),
+        {a["member_id"]: bytes(a["assignment"]) for a in request["assignments"]},
+    )
+    return {
+        "throttle_time_ms": 0,
+        "error_code": result.error,
+        "protocol_type": result.protocol_type,
+        "protocol_name": result.protocol_name,
+        "assignment": result.assignment,
+    }
+
+
+async def heartbeat(context: KafkaContext, header: Any, request: dict[str, Any]) -> dict[str, Any]:
+    code = coordinator_of(context).heartbeat(
+        request["group_id"],
+        request["generation_id"],
+        request["member_id"],
+        request.get("group_instance_id"),
+    )
+    return {"throttle_time_ms": 0, "error_code": code}
+
+
+async def leave_group(
+    context: KafkaContext, header: Any, request: dict[str, Any]
+) -> dict[str, Any]:
+    if header.api_version >= 3:
+        leaving = [(m["member_id"], m.get("group_instance_id")) for m in request["members"]]
+    else:
+        leaving = [(request["member_id"], None)]
+    top, codes = coordinator_of(context).leave(request["group_id"], leaving)
+    if header.api_version < 3:
+        return {"throttle_time_ms": 0, "error_code": top or codes[0]}
+    return {
+        "throttle_time_ms": 0,
+        "error_code": top,
+        "members": [
+            {"member_id": member_id, "group_instance_id": instance_id, "error_code": code}
+            for (member_id, instance_id), code in zip(leaving, codes, strict=True)
+        ],
+    }
+
+
+async def list_groups(
+    context: KafkaContext, header: Any, request: dict[str, Any]
+) -> dict[str, Any]:
+    coordinator = coordinator_of(context)
+    states = {state.lower() for state in request.get("states_filter") or []}
+    types = {kind.lower() for kind in request.get("types_filter") or []}
+    listed = []
+    if not types or "classic" in types:
+        for group_id in coordinator.known_group_ids():
+            group = coordinator.describe(group_id)
+            if group is None or (states and group.state.lower() not in states):
+                continue
+            listed.append(
+                {
+                    "group_id": group_id,
+                    "protocol_type": group.protocol_type or "",
+                    "group_state": group.state,
+                    "group_type": "classic",
+                }
+            )
+    return {"throttle_time_ms": 0, "error_code": errors.NONE, "groups": listed}
+
+
+async def describe_groups(
+    context: KafkaContext, header: Any, request: dict[str, Any]
+) -> dict[str, Any]:
+    coordinator = coordinator_of(context)
+    described = []
+    for group_id in request["groups"]:
+        entry: dict[str, Any] = {
+            "error_code": errors.NONE,
+            "group_id": group_id,
+            "group_state": "Dead",
+            "protocol_type": "",
+            "protocol_data": "",
+            "members": [],
+            "authorized_operations": NO_OPERATIONS,
+        }
+        group = coordinator.describe(group_id) if group_id else None
+        if not group_id:
+            entry["error_code"] = INVALID_GROUP_ID
+        elif group is not None:
+            stable = group.state == STABLE
+            entry.update(
+                group_state=group.state,
+                protocol_type=group.protocol_type or "",
+                protocol_data=(group.protocol_name or "") if stable else "",
+                members=[
+                    {
+                        "member_id": member.member_id,
+                        "group_instance_id": member.instance_id,
+                        "client_id": member.client_id,
+                        "client_host": member.client_host,
+                        "member_metadata": (
+                            member.metadata_for(group.protocol_name) if stable else b""
+                        ),
+                        "member_assignment": member.assignment if stable else b"",
+                    }
+                    for member in group.members.values()
+                ],
+            )
+        described.append(entry)
+    return {"throttle_time_ms": 0, "groups": described}
+
+
+async def delete_groups(
+    context: KafkaContext, header: Any, request: dict[str, Any]
+) -> dict[str, Any]:
+    coordinator = coordinator_of(context)
+    results = []
+    for group_id in request["groups_names"]:
+        results.append(
+            {"group_id": group_id, "error_code": await coordinator.delete_group(group_id)}
+        )
+    return {"throttle_time_ms": 0, "results": results}

@@ -1,0 +1,84 @@
+"""ListOffsets: earliest (-2), latest (-1), max timestamp (-3), or the first offset at a time."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pulsar_gateway.gateway.backend.pulsar_backend import BackendError
+from pulsar_gateway.gateway.messages import records_in
+from pulsar_gateway.handlers.kafka.context import KafkaContext
+from pulsar_gateway.handlers.kafka.topic_lookup import find_topic
+from pulsar_gateway.kafka_codec import errors
+from pulsar_gateway.kafka_codec.entry_format import record_times
+from pulsar_gateway.storage.kafka.partition_log import PartitionLog
+
+LATEST, EARLIEST, MAX_TIMESTAMP = -1, -2, -3
+
+
+async def handle(context: KafkaContext, header: Any, request: dict[str, Any]) -> dict[str, Any]:
+    topics = []
+    for topic in request["topics"]:
+        record, code = await find_topic(context, topic["name"], auto_create=False)
+        partitions = []
+        for partition in topic["partitions"]:
+            index = partition["partition_index"]
+            result = {
+                "partition_index": index,
+                "error_code": code,
+                "old_style_offsets": [],
+                "timestamp": -1,
+                "offset": -1,
+                "leader_epoch": 0,
+            }
+            if record is not None and not 0 <= index < record.partitions:
+                result["error_code"] = errors.UNKNOWN_TOPIC_OR_PARTITION
+            elif record is not None:
+                try:
+                    log = await context.topics.partition_of(record, index)
+                    offset, timestamp = await _lookup(log, partition["timestamp"])
+                except BackendError:
+                    result["error_code"] = errors.KAFKA_STORAGE_ERROR
+                else:
+                    result.update(offset=offset, timestamp=timestamp, old_style_offsets=[offset])
+            partitions.append(result)
+        topics.append({"name": topic["name"], "partitions": partitions})
+    return {"throttle_time_ms": 0, "topics": topics}
+
+
+async def _lookup(log: PartitionLog, wanted: int) -> tuple[int, int]:
+    if wanted == LATEST:
+        return log.next_offset, -1
+    if wanted == EARLIEST:
+        return log.log_start, -1
+    if wanted == MAX_TIMESTAMP:
+        return await _max_timestamp(log)
+    return await _first_at(log, wanted)
+
+
+async def _first_at(log: PartitionLog, wanted: int) -> tuple[int, int]:
+    """First offset whose timestamp is >= wanted; the end offset (-1 ts) when none is.
+
+    A forward scan: timestamps in a partition are not ordered, so Kafka's own answer is
+    also "first record at or after", found by its time index.
+    """
+    offset = log.log_start
+    while offset < log.next_offset:
+        entries = await log.read(offset, 1 << 20)
+        for entry in entries:
+            for record_offset, stamp in record_times(entry):
+                if record_offset >= offset and stamp >= wanted:
+                    return record_offset, stamp
+            offset = max(offset, entry.offset + records_in(entry.message))
+    return -1, -1
+
+
+async def _max_timestamp(log: PartitionLog) -> tuple[int, int]:
+    best_offset, best_time = -1, -1
+    offset = log.log_start
+    while offset < log.next_offset:
+        for entry in await log.read(offset, 1 << 20):
+            for record_offset, stamp in record_times(entry):
+                if record_offset >= offset and stamp > best_time:
+                    best_offset, best_time = record_offset, stamp
+            offset = max(offset, entry.offset + records_in(entry.message))
+    return best_offset, best_time

@@ -1,0 +1,743 @@
+"""The classic Kafka group protocol coordinator: one per gateway, all groups in memory.
+
+A group moves Empty -> PreparingRebalance -> CompletingRebalance -> Stable, back to
+PreparingRebalance whenever a member joins, leaves, changes its protocols or stops
+heart-beating, and to Dead when it is deleted. Generations count up and never go
+backwards across restarts (the last one is persisted through `GroupStateStore`).
+Protocol metadata and assignments are relayed unchanged: assignors (eager or
+cooperative-sticky) run in the clients. Errors and their order follow Apache Kafka's
+GroupCoordinator. Membership itself is not persisted: Kafka clients rejoin.
+
+Time goes through `clock` and `sweep(now)` (session and rebalance timeouts), so the
+state machine is testable without sleeping; `start()` runs the sweep every 0.25 s.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import struct
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from pulsar_gateway.kafka_codec import errors
+
+log = logging.getLogger("gateway.kafka.groups")
+
+EMPTY = "Empty"
+PREPARING = "PreparingRebalance"
+COMPLETING = "CompletingRebalance"
+STABLE = "Stable"
+DEAD = "Dead"
+
+ILLEGAL_GENERATION = 22
+INCONSISTENT_GROUP_PROTOCOL = 23
+INVALID_GROUP_ID = 24
+UNKNOWN_MEMBER_ID = 25
+INVALID_SESSION_TIMEOUT = 26
+REBALANCE_IN_PROGRESS = 27
+NON_EMPTY_GROUP = 68
+GROUP_ID_NOT_FOUND = 69
+MEMBER_ID_REQUIRED = 79
+FENCED_INSTANCE_ID = 82
+
+NEW_MEMBER_JOIN_TIMEOUT = 300.0  # Kafka's: a new member waiting in a join is kept this long
+SWEEP_SECONDS = 0.25
+
+Protocols = list[tuple[str, bytes]]
+
+
+class GroupStateStore(Protocol):
+    """What the coordinator persists: the last generation and protocol type of a group."""
+
+    def group_state(self, group_id: str) -> tuple[int, str]: ...
+
+    async def save_group_state(
+        self, group_id: str, generation: int, protocol_type: str
+    ) -> None: ...
+
+    def has_offsets(self, group_id: str) -> bool: ...
+
+    def groups_with_offsets(self) -> list[str]: ...
+
+    async def delete_group(self, group_id: str) -> None: ...
+
+
+@dataclass
+class JoinResult:
+    error: int
+    member_id: str = ""
+    generation: int = -1
+    protocol_type: str | None = None
+    protocol_name: str | None = None
+    leader: str = ""
+    members: list[tuple[str, str | None, bytes]] = field(default_factory=list)
+
+
+@dataclass
+class SyncResult:
+    error: int
+    protocol_type: str | None = None
+    protocol_name: str | None = None
+    assignment: bytes = b""
+
+
+@dataclass(frozen=True)
+class JoinRequest:
+    """What a JoinGroup says about the member, apart from its ids: kept together because
+    every join path (new, known, static replacement) builds or updates a member from it."""
+
+    client_id: str
+    client_host: str
+    session_ms: int
+    rebalance_ms: int
+    protocol_type: str
+    protocols: Protocols
+
+
+@dataclass
+class Member:
+    member_id: str
+    instance_id: str | None
+    client_id: str
+    client_host: str
+    session_seconds: float
+    rebalance_seconds: float
+    protocol_type: str
+    protocols: Protocols
+    last_heartbeat: float
+    assignment: bytes = b""
+    join_future: asyncio.Future[JoinResult] | None = None
+    sync_future: asyncio.Future[SyncResult] | None = None
+    is_new: bool = True
+    joined_at: float = 0.0
+
+    def metadata_for(self, name: str | None) -> bytes:
+        for protocol, metadata in self.protocols:
+            if protocol == name:
+                return metadata
+        return b""
+
+    @property
+    def protocol_names(self) -> list[str]:
+        return [name for name, _ in self.protocols]
+
+
+@dataclass
+class Group:
+    group_id: str
+    generation: int = 0
+    state: str = EMPTY
+    protocol_type: str | None = None
+    protocol_name: str | None = None
+    leader: str | None = None
+    members: dict[str, Member] = field(default_factory=dict)
+    pending: dict[str, float] = field(default_factory=dict)  # MEMBER_ID_REQUIRED ids -> deadline
+    static: dict[str, str] = field(default_factory=dict)  # group.instance.id -> member id
+    rebalance_deadline: float = 0.0
+    initial_until: float = 0.0
+
+    def candidate_protocols(self) -> set[str]:
+        members = list(self.members.values())
+        if not members:
+            return set()
+        common = set(members[0].protocol_names)
+        for member in members[1:]:
+            common &= set(member.protocol_names)
+        return common
+
+    def supports(self, protocol_type: str, names: list[str]) -> bool:
+        if not self.members:
+            return bool(protocol_type) and bool(names)
+        return protocol_type == self.protocol_type and bool(self.candidate_protocols() & set(names))
+
+    def select_protocol(self) -> str | None:
+        """Kafka's vote: each member votes for its first supported candidate; most votes win."""
+        candidates = self.candidate_protocols()
+        if not candidates:
+            return None
+        votes: dict[str, int] = {}
+        order: list[str] = []
+        for member in self.members.values():
+            choice = next(name for name in member.protocol_names if name in candidates)
+            if choice not in votes:
+                order.append(choice)
+            votes[choice] = votes.get(choice, 0) + 1
+        return max(order, key=lambda name: votes[name])
+
+    def all_joined(self) -> bool:
+        return not self.pending and all(m.join_future is not None for m in self.members.values())
+
+    def is_fenced(self, member_id: str, instance_id: str | None) -> bool:
+        if not instance_id:
+            return False
+        current = self.static.get(instance_id)
+        return current is not None and current != member_id
+
+    def subscribed_topics(self) -> set[str] | None:
+        """Topics of the consumer protocol subscriptions (None: not a consumer group)."""
+        if self.protocol_type != "consumer" or self.protocol_name is None:
+            return None
+        topics: set[str] = set()
+        for member in self.members.values():
+            topics.update(parse_subscription(member.metadata_for(self.protocol_name)))
+        return topics
+
+
+def parse_subscription(metadata: bytes) -> list[str]:
+    """Topic names of a ConsumerProtocolSubscription (version, [topic], ...); [] if malformed."""
+    try:
+        count = struct.unpack_from(">i", metadata, 2)[0]
+        position = 6
+        topics = []
+        for _ in range(max(count, 0)):
+            size = struct.unpack_from(">h", metadata, position)[0]
+            position += 2
+            topics.append(bytes(metadata[position : position + size]).decode())
+            position += size
+        return topics
+    except (struct.error, UnicodeDecodeError):
+        return []
+
+
+class GroupCoordinator:
+    def __init__(
+        self,
+        store: GroupStateStore | None = None,
+        min_session_ms: int = 6000,
+        max_session_ms: int = 1800000,
+        initial_rebalance_delay_ms: int = 0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.store = store
+        self.min_session_ms = min_session_ms
+        self.max_session_ms = max_session_ms
+        self.initial_delay = initial_rebalance_delay_ms / 1000
+        self.clock = clock
+        self.groups: dict[str, Group] = {}
+        self._sweeper: asyncio.Task[None] | None = None
+        self._deliveries: set[asyncio.Task[None]] = set()
+
+    # ---- lifecycle -------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._sweeper = asyncio.create_task(self._sweep_forever(), name="group sweeper")
+
+    async def close(self) -> None:
+        if self._sweeper:
+            self._sweeper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._sweeper
+        for group in self.groups.values():
+            for member in group.members.values():
+                _finish(member.join_future, JoinResult(errors.COORDINATOR_NOT_AVAILABLE))
+                _finish(member.sync_future, SyncResult(errors.COORDINATOR_NOT_AVAILABLE))
+
+    async def _sweep_forever(self) -> None:
+        while True:
+            await asyncio.sleep(SWEEP_SECONDS)
+            try:
+                self.sweep(self.clock())
+            except Exception:  # noqa: BLE001 - the sweeper must live
+                log.exception("group sweep failed")
+
+    def _group(self, group_id: str, create: bool = False) -> Group | None:
+        group = self.groups.get(group_id)
+        if group is None and create:
+            generation, protocol_type = (0, "")
+            if self.store is not None:
+                generation, protocol_type = self.store.group_state(group_id)
+            group = Group(group_id, generation=generation, protocol_type=protocol_type or None)
+            self.groups[group_id] = group
+        return group
+
+    def _forget_if_unused(self, group: Group) -> None:
+        if group.state == EMPTY and not group.members and not group.pending:
+            if self.store is None or not self.store.has_offsets(group.group_id):
+                if group.generation == 0:
+                    self.groups.pop(group.group_id, None)
+
+    # ---- JoinGroup -------------------------------------------------------------------------
+
+    async def join(
+        self,
+        group_id: str,
+        member_id: str,
+        instance_id: str | None,
+        client_id: str,
+        client_host: str,
+        session_ms: int,
+        rebalance_ms: int,
+        protocol_type: str,
+        protocols: Protocols,
+        require_known_member: bool,
+    ) -> JoinResult:
+        if not group_id:
+            return JoinResult(INVALID_GROUP_ID, member_id)
+        if not self.min_session_ms <= session_ms <= self.max_session_ms:
+            return JoinResult(INVALID_SESSION_TIMEOUT, member_id)
+        group = self._group(group_id)
+        if group is None and member_id:
+            return JoinResult(UNKNOWN_MEMBER_ID, member_id)
+        group = self._group(group_id, create=True)
+        assert group is not None
+        if group.state == DEAD:
+            return JoinResult(errors.COORDINATOR_NOT_AVAILABLE, member_id)
+        names = [name for name, _ in protocols]
+        if not group.supports(protocol_type, names):
+            self._forget_if_unused(group)
+            return JoinResult(INCONSISTENT_GROUP_PROTOCOL, member_id)
+        request = JoinRequest(
+            client_id, client_host, session_ms, rebalance_ms, protocol_type, protocols
+        )
+        if not member_id:
+            new_id = f"{client_id}-{uuid.uuid4()}"
+            if instance_id:
+                if instance_id in group.static:
+                    return await self._replace_static(group, instance_id, new_id, request)
+                return await self._add_and_rebalance(group, new_id, instance_id, request)
+            if require_known_member:
+                group.pending[new_id] = self.clock() + session_ms / 1000
+                return JoinResult(MEMBER_ID_REQUIRED, new_id)
+            return await self._add_and_rebalance(group, new_id, None, request)
+        return await self._join_known(group, member_id, instance_id, request)
+
+    def _new_member(
+        self, member_id: str, instance_id: str | None, request: JoinRequest, **kept: Any
+    ) -> Member:
+        return Member(
+            member_id,
+            instance_id,
+            request.client_id,
+            request.client_host,
+            request.session_ms / 1000,
+            request.rebalance_ms / 1000,
+            request.protocol_type,
+            request.protocols,
+            self.clock(),
+            **kept,
+        )
+
+    async def _join_known(
+        self, group: Group, member_id: str, instance_id: str | None, request: JoinRequest
+    ) -> JoinResult:
+        if group.is_fenced(member_id, instance_id):
+            return JoinResult(FENCED_INSTANCE_ID, member_id)
+        if member_id in group.pending:
+            del group.pending[member_id]
+            return await self._add_and_rebalance(group, member_id, instance_id, request)
+        member = group.members.get(member_id)
+        if member is None or group.state in (EMPTY, DEAD):
+            return JoinResult(UNKNOWN_MEMBER_ID, member_id)
+        member.last_heartbeat = self.clock()
+        unchanged = member.protocols == request.protocols
+        if group.state == COMPLETING and unchanged:
+            return self._current_join_result(group, member, with_members=True)
+        if group.state == STABLE and unchanged and member_id != group.leader:
+            return self._current_join_result(group, member, with_members=False)
+        future = self._await_join(member)
+        member.protocols = request.protocols
+        member.session_seconds = request.session_ms / 1000
+        member.rebalance_seconds = request.rebalance_ms / 1000
+        if group.state == PREPARING:
+            self._maybe_complete_join(group)
+        else:
+            self._prepare_rebalance(group, f"member {member_id} rejoined")
+        return await future
+
+    def _current_join_result(self, group: Group, member: Member, with_members: bool) -> JoinResult:
+        members = []
+        if with_members and member.member_id == group.leader:
+            members = [
+                (m.member_id, m.instance_id, m.metadata_for(group.protocol_name))
+                for m in group.members.values()
+            ]
+        return JoinResult(
+            errors.NONE,
+            member.member_id,
+            group.generation,
+            group.protocol_type,
+            group.protocol_name,
+            group.leader or "",
+            members,
+        )
+
+    def _await_join(self, member: Member) -> asyncio.Future[JoinResult]:
+        # a repeated join (a client retry) replaces the earlier one, which is told to retry
+        _finish(member.join_future, JoinResult(REBALANCE_IN_PROGRESS, member.member_id))
+        future: asyncio.Future[JoinResult] = asyncio.get_running_loop().create_future()
+        member.join_future = future
+        member.joined_at = self.clock()
+        return future
+
+    async def _add_and_rebalance(
+        self, group: Group, member_id: str, instance_id: str | None, request: JoinRequest
+    ) -> JoinResult:
+        member = self._new_member(member_id, instance_id, request)
+        future = self._await_join(member)
+        if not group.members:
+            group.protocol_type = request.protocol_type
+        group.members[member_id] = member
+        if instance_id:
+            group.static[instance_id] = member_id
+        if group.leader is None:
+            group.leader = member_id
+        if group.state == PREPARING:
+            if group.initial_until > self.clock():
+                # Kafka's initial delay: each new member extends it, up to the rebalance timeout
+                group.initial_until = min(
+                    self.clock() + self.initial_delay, group.rebalance_deadline
+                )
+            self._maybe_complete_join(group)
+        else:
+            self._prepare_rebalance(group, f"member {member_id} joined")
+        return await future
+
+    async def _replace_static(
+        self, group: Group, instance_id: str, new_id: str, request: JoinRequest
+    ) -> JoinResult:
+        """A known group.instance.id rejoined without its member id: the new id replaces the
+        old one, keeping its assignment; no rebalance when the selected protocol stays."""
+        old_id = group.static[instance_id]
+        old = group.members.pop(old_id)
+        _finish(old.join_future, JoinResult(FENCED_INSTANCE_ID, old_id))
+        _finish(old.sync_future, SyncResult(FENCED_INSTANCE_ID))
+        member = self._new_member(
+            new_id, instance_id, request, assignment=old.assignment, is_new=False
+        )
+        group.members[new_id] = member
+        group.static[instance_id] = new_id
+        if group.leader == old_id:
+            group.leader = new_id
+        log.info("group %s: static member %s is now %s", group.group_id, instance_id, new_id)
+        if group.state == STABLE and group.select_protocol() == group.protocol_name:
+            return JoinResult(
+                errors.NONE,
+                new_id,
+                group.generation,
+                group.protocol_type,
+                group.protocol_name,
+                group.leader or "",
+                [],
+            )
+        future = self._await_join(member)
+        if group.state == PREPARING:
+            self._maybe_complete_join(group)
+        else:
+            self._prepare_rebalance(group, f"static member {instance_id} rejoined")
+        return await future
+
+    # ---- rebalancing -----------------------------------------------------------------------
+
+    def _prepare_rebalance(self, group: Group, reason: str) -> None:
+        now = self.clock()
+        if group.state == COMPLETING:
+            for member in group.members.values():
+                member.assignment = b""
+                _finish(member.sync_future, SyncResult(REBALANCE_IN_PROGRESS))
+                member.sync_future = None
+        timeout = max((m.rebalance_seconds for m in group.members.values()), default=0.0)
+        group.initial_until = now + self.initial_delay if group.state == EMPTY else 0.0
+        group.rebalance_deadline = now + timeout
+        group.state = PREPARING
+        log.info(
+            "group %s rebalancing (generation %d): %s", group.group_id, group.generation, reason
+        )
+        self._maybe_complete_join(group)
+
+    def _maybe_complete_join(self, group: Group) -> None:
+        if group.state == PREPARING and group.all_joined():
+            if self.clock() >= group.initial_until:
+                self._complete_join(group)
+
+    def _complete_join(self, group: Group) -> None:
+        for member in list(group.members.values()):
+            if member.join_future is None:
+                self._remove(group, member)
+        group.generation += 1
+        if not group.members:
+            group.state = EMPTY
+            group.protocol_name = None
+            group.leader = None
+            self._persist(group, [])
+            return
+        group.protocol_name = group.select_protocol()
+        group.state = COMPLETING
+        if group.leader not in group.members:
+            group.leader = next(iter(group.members))
+        now = self.clock()
+        deliveries: list[tuple[asyncio.Future[JoinResult], JoinResult]] = []
+        everyone = [
+            (m.member_id, m.instance_id, m.metadata_for(group.protocol_name))
+            for m in group.members.values()
+        ]
+        for member in group.members.values():
+            future = member.join_future
+            assert future is not None
+            member.join_future = None
+            member.is_new = False
+            member.last_heartbeat = now
+            result = JoinResult(
+                errors.NONE,
+                member.member_id,
+                group.generation,
+                group.protocol_type,
+                group.protocol_name,
+                group.leader or "",
+                everyone if member.member_id == group.leader else [],
+            )
+            deliveries.append((future, result))
+        log.info(
+            "group %s generation %d: %d members, protocol %s",
+            group.group_id,
+            group.generation,
+            len(group.members),
+            group.protocol_name,
+        )
+        self._persist(group, deliveries)
+
+    def _persist(
+        self, group: Group, deliveries: list[tuple[asyncio.Future[JoinResult], JoinResult]]
+    ) -> None:
+        """Answer the joins once the new generation is durable (so it never goes backwards)."""
+        if self.store is None:
+            for future, result in deliveries:
+                _finish(future, result)
+            return
+        store = self.store
+
+        async def deliver() -> None:
+            try:
+                await store.save_group_state(
+                    group.group_id, group.generation, group.protocol_type or ""
+                )
+            except Exception as exc:  # noqa: BLE001 - answered anyway, logged
+                log.error("group %s: generation not persisted: %s", group.group_id, exc)
+            for future, result in deliveries:
+                _finish(future, result)
+
+        task = asyncio.ensure_future(deliver())
+        self._deliveries.add(task)
+        task.add_done_callback(self._deliveries.discard)
+
+    def _remove(self, group: Group, member: Member) -> None:
+        group.members.pop(member.member_id, None)
+        if member.instance_id and group.static.get(member.instance_id) == member.member_id:
+            del group.static[member.instance_id]
+        _finish(member.join_future, JoinResult(UNKNOWN_MEMBER_ID, member.member_id))
+        _finish(member.sync_future, SyncResult(UNKNOWN_MEMBER_ID))
+        member.join_future = member.sync_future = None
+        if group.leader == member.member_id:
+            group.leader = next(iter(group.members), None)
+
+    def _remove_and_update(self, group: Group, member: Member, reason: str) -> None:
+        self._remove(group, member)
+        if group.state in (STABLE, COMPLETING):
+            self._prepare_rebalance(group, reason)
+        elif group.state == PREPARING:
+            self._maybe_complete_join(group)
+
+    def sweep(self, now: float) -> None:
+        """Expire silent members and overdue rebalances."""
+        for group in list(self.groups.values()):
+            for pending_id, deadline in list(group.pending.items()):
+                if now > deadline:
+                    del group.pending[pending_id]
+                    self._maybe_complete_join(group)
+            for member in list(group.members.values()):
+                if member.join_future is not None:
+                    alive = not member.is_new or now - member.joined_at < NEW_MEMBER_JOIN_TIMEOUT
+                elif member.sync_future is not None:
+                    alive = True
+                else:
+                    alive = now <= member.last_heartbeat + member.session_seconds
+                if not alive and member.member_id in group.members:
+                    log.info("group %s: member %s expired", group.group_id, member.member_id)
+                    self._remove_and_update(
+                        group, member, f"member {member.member_id} session expired"
+                    )
+            if group.state == PREPARING:
+                if now >= group.rebalance_deadline:
+                    self._complete_join(group)
+                else:
+                    self._maybe_complete_join(group)
+
+    # ---- SyncGroup, Heartbeat, LeaveGroup --------------------------------------------------
+
+    def _check_member(
+        self, group: Group | None, generation: int, member_id: str, instance_id: str | None
+    ) -> int:
+        if group is None:
+            return UNKNOWN_MEMBER_ID
+        if group.state == DEAD:
+            return errors.COORDINATOR_NOT_AVAILABLE
+        if group.is_fenced(member_id, instance_id):
+            return FENCED_INSTANCE_ID
+        if member_id not in group.members:
+            return UNKNOWN_MEMBER_ID
+        if generation != group.generation:
+            return ILLEGAL_GENERATION
+        return errors.NONE
+
+    async def sync(
+        self,
+        group_id: str,
+        generation: int,
+        member_id: str,
+        instance_id: str | None,
+        protocol_type: str | None,
+        protocol_name: str | None,
+        assignments: dict[str, bytes],
+    ) -> SyncResult:
+        if not group_id:
+            return SyncResult(INVALID_GROUP_ID)
+        group = self._group(group_id)
+        code = self._check_member(group, generation, member_id, instance_id)
+        if code:
+            return SyncResult(code)
+        assert group is not None
+        if (protocol_type is not None and protocol_type != group.protocol_type) or (
+            protocol_name is not None and protocol_name != group.protocol_name
+        ):
+            return SyncResult(INCONSISTENT_GROUP_PROTOCOL)
+        member = group.members[member_id]
+        member.last_heartbeat = self.clock()
+        if group.state == EMPTY:
+            return SyncResult(UNKNOWN_MEMBER_ID)
+        if group.state == PREPARING:
+            return SyncResult(REBALANCE_IN_PROGRESS)
+        if group.state == STABLE:
+            return self._sync_result(group, member)
+        # CompletingRebalance: wait for the leader's assignments
+        _finish(member.sync_future, SyncResult(REBALANCE_IN_PROGRESS))
+        future: asyncio.Future[SyncResult] = asyncio.get_running_loop().create_future()
+        member.sync_future = future
+        if member_id == group.leader:
+            for each in group.members.values():
+                each.assignment = assignments.get(each.member_id, b"")
+            group.state = STABLE
+            now = self.clock()
+            for each in group.members.values():
+                each.last_heartbeat = now
+                if each.sync_future is not None:
+                    _finish(each.sync_future, self._sync_result(group, each))
+                    each.sync_future = None
+            log.info("group %s generation %d stable", group.group_id, group.generation)
+        return await future
+
+    @staticmethod
+    def _sync_result(group: Group, member: Member) -> SyncResult:
+        return SyncResult(errors.NONE, group.protocol_type, group.protocol_name, member.assignment)
+
+    def heartbeat(
+        self, group_id: str, generation: int, member_id: str, instance_id: str | None
+    ) -> int:
+        if not group_id:
+            return INVALID_GROUP_ID
+        group = self._group(group_id)
+        code = self._check_member(group, generation, member_id, instance_id)
+        if code:
+            return code
+        assert group is not None
+        if group.state == EMPTY:
+            return UNKNOWN_MEMBER_ID
+        group.members[member_id].last_heartbeat = self.clock()
+        if group.state == PREPARING:
+            return REBALANCE_IN_PROGRESS
+        return errors.NONE
+
+    def leave(self, group_id: str, leaving: list[tuple[str, str | None]]) -> tuple[int, list[int]]:
+        """(top-level error, one error per leaving (member id, instance id))."""
+        if not group_id:
+            return INVALID_GROUP_ID, [INVALID_GROUP_ID] * len(leaving)
+        group = self._group(group_id)
+        if group is None:
+            return errors.NONE, [UNKNOWN_MEMBER_ID] * len(leaving)
+        if group.state == DEAD:
+            return errors.COORDINATOR_NOT_AVAILABLE, [errors.COORDINATOR_NOT_AVAILABLE] * len(
+                leaving
+            )
+        codes = []
+        for member_id, instance_id in leaving:
+            if not member_id and instance_id:
+                member_id = group.static.get(instance_id, "")
+                if not member_id:
+                    codes.append(UNKNOWN_MEMBER_ID)
+                    continue
+            if group.is_fenced(member_id, instance_id):
+                codes.append(FENCED_INSTANCE_ID)
+            elif member_id in group.pending:
+                del group.pending[member_id]
+                self._maybe_complete_join(group)
+                codes.append(errors.NONE)
+            elif member_id not in group.members:
+                codes.append(UNKNOWN_MEMBER_ID)
+            else:
+                self._remove_and_update(group, group.members[member_id], f"member {member_id} left")
+                codes.append(errors.NONE)
+        return errors.NONE, codes
+
+    # ---- offsets, listing and deletion -----------------------------------------------------
+
+    def validate_commit(
+        self, group_id: str, generation: int, member_id: str, instance_id: str | None
+    ) -> int:
+        """Kafka's fencing of OffsetCommit; NONE means the offsets may be stored."""
+        if not group_id:
+            return INVALID_GROUP_ID
+        group = self._group(group_id)
+        if group is None:
+            return errors.NONE if generation < 0 else ILLEGAL_GENERATION
+        if group.state == DEAD:
+            return errors.COORDINATOR_NOT_AVAILABLE
+        if group.is_fenced(member_id, instance_id):
+            return FENCED_INSTANCE_ID
+        if generation < 0 and group.state == EMPTY:
+            return errors.NONE
+        if group.state == COMPLETING:
+            return REBALANCE_IN_PROGRESS
+        if member_id not in group.members:
+            return UNKNOWN_MEMBER_ID
+        if generation != group.generation:
+            return ILLEGAL_GENERATION
+        group.members[member_id].last_heartbeat = self.clock()
+        return errors.NONE
+
+    def known_group_ids(self) -> list[str]:
+        ids = {gid for gid, g in self.groups.items() if g.state != DEAD}
+        if self.store is not None:
+            ids.update(self.store.groups_with_offsets())
+        return sorted(ids)
+
+    def describe(self, group_id: str) -> Group | None:
+        group = self.groups.get(group_id)
+        if group is not None and group.state != DEAD:
+            return group
+        if self.store is not None and self.store.has_offsets(group_id):
+            return self._group(group_id, create=True)
+        return None
+
+    async def delete_group(self, group_id: str) -> int:
+        if not group_id:
+            return INVALID_GROUP_ID
+        group = self.groups.get(group_id)
+        has_offsets = self.store is not None and self.store.has_offsets(group_id)
+        if (group is None or group.state == DEAD) and not has_offsets:
+            return GROUP_ID_NOT_FOUND
+        if group is not None and group.state != EMPTY and group.state != DEAD:
+            return NON_EMPTY_GROUP
+        if group is not None:
+            group.state = DEAD
+            self.groups.pop(group_id, None)
+        if self.store is not None:
+            await self.store.delete_group(group_id)
+        return errors.NONE
+
+
+def _finish(future: asyncio.Future[Any] | None, result: Any) -> None:
+    if future is not None and not future.done():
+        future.set_result(result)

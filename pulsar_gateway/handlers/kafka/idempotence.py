@@ -1,0 +1,97 @@
+"""Idempotent producers: per (producer id, partition) sequence checks, as Kafka does them.
+
+pulsar-lite has no deduplication, so the gateway drops retried batches itself. A
+batch whose sequence range was already accepted gets the first attempt's base
+offset back (awaiting it if that attempt is still in flight); a gap gets
+OUT_OF_ORDER_SEQUENCE_NUMBER; an older epoch gets INVALID_PRODUCER_EPOCH.
+State is in memory: after a gateway restart a producer's next batch is accepted
+whatever its sequence, as Kafka does for an unknown producer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from dataclasses import dataclass, field
+
+from pulsar_gateway.kafka_codec import errors
+
+KEEP_BATCHES = 5  # Kafka's max.in.flight.requests.per.connection ceiling for idempotence
+SEQUENCE_WRAP = 1 << 31
+
+
+@dataclass
+class _Batch:
+    first: int
+    last: int
+    base_offset: asyncio.Future[int]
+
+
+@dataclass
+class _ProducerState:
+    epoch: int
+    next_sequence: int | None = None
+    batches: deque[_Batch] = field(default_factory=lambda: deque(maxlen=KEEP_BATCHES))
+
+
+class SequenceCheck:
+    """What to do with one idempotent batch: append it, return a duplicate, or refuse."""
+
+    def __init__(
+        self,
+        code: int = errors.NONE,
+        duplicate: asyncio.Future[int] | None = None,
+        accepted: _Batch | None = None,
+    ) -> None:
+        self.code = code
+        self.duplicate = duplicate
+        self.accepted = accepted
+
+
+class ProducerSequences:
+    def __init__(self) -> None:
+        self._states: dict[tuple[int, str], _ProducerState] = {}
+
+    def check(
+        self, producer_id: int, epoch: int, partition: str, first: int, count: int
+    ) -> SequenceCheck:
+        key = (producer_id, partition)
+        state = self._states.get(key)
+        if state is None or epoch > state.epoch:
+            state = self._states[key] = _ProducerState(epoch)
+        elif epoch < state.epoch:
+            return SequenceCheck(errors.INVALID_PRODUCER_EPOCH)
+        last = (first + count - 1) % SEQUENCE_WRAP
+        for batch in state.batches:
+            if batch.first == first and batch.last == last:
+                return SequenceCheck(duplicate=batch.base_offset)
+        if state.next_sequence is not None and first != state.next_sequence:
+            return SequenceCheck(errors.OUT_OF_ORDER_SEQUENCE_NUMBER)
+        batch = _Batch(first, last, asyncio.get_running_loop().create_future())
+        state.batches.append(batch)
+        state.next_sequence = (last + 1) % SEQUENCE_WRAP
+        return SequenceCheck(accepted=batch)
+
+    def settle(
+        self, producer_id: int, partition: str, batch: _Batch, base_offset: int | None
+    ) -> None:
+        """Record the outcome. A failed batch is forgotten with every batch after it (a
+        Pulsar send failure fails everything queued behind it), so that the client's
+        retries, which start again at the failed batch, are accepted in order."""
+        if base_offset is not None:
+            if not batch.base_offset.done():
+                batch.base_offset.set_result(base_offset)
+            return
+        state = self._states.get((producer_id, partition))
+        if state is None or batch not in state.batches:
+            return
+        kept: deque[_Batch] = deque(maxlen=KEEP_BATCHES)
+        for item in state.batches:
+            if item is batch:
+                break
+            kept.append(item)
+        for item in list(state.batches)[len(kept) :]:
+            if not item.base_offset.done():
+                item.base_offset.cancel()
+        state.batches = kept
+        state.next_sequence = batch.first

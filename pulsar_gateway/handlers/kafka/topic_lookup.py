@@ -1,0 +1,38 @@
+"""Finding (and auto-creating) the topic a request names, with Kafka's error codes."""
+
+from __future__ import annotations
+
+import uuid
+
+from pulsar_gateway.gateway.topic_names import InvalidTopicName, validate_kafka_name
+from pulsar_gateway.handlers.kafka.context import KafkaContext
+from pulsar_gateway.kafka_codec import errors
+from pulsar_gateway.storage.kafka.topic_registry import TopicRecord
+from pulsar_gateway.storage.kafka.topics import TopicExists
+
+
+async def find_topic(
+    context: KafkaContext, kafka_name: str, auto_create: bool
+) -> tuple[TopicRecord | None, int]:
+    """(record, error code) for a name; creates it when allowed and configured."""
+    try:
+        validate_kafka_name(kafka_name)
+    except InvalidTopicName:
+        return None, errors.INVALID_TOPIC_EXCEPTION
+    name = context.pulsar_name(kafka_name)
+    record = context.topics.get(name)
+    if record is not None:
+        return record, errors.NONE
+    if not (auto_create and context.settings.auto_create_topics):
+        return None, errors.UNKNOWN_TOPIC_OR_PARTITION
+    try:
+        record = await context.topics.create(name, context.settings.default_partitions)
+    except TopicExists:
+        record = context.topics.get(name)
+    return record, errors.NONE
+
+
+def topic_uuid(record: TopicRecord | None) -> uuid.UUID:
+    if record is None or not record.topic_id:
+        return uuid.UUID(int=0)
+    return uuid.UUID(record.topic_id)

@@ -1,0 +1,113 @@
+"""Kafka consumer groups' durable state: committed offsets and the last generation.
+
+Kept in the metadata store, so it survives gateway and broker restarts:
+- `kafka-group/<group>/offsets/<pulsar partition topic>` -> offset, metadata, commit time;
+- `kafka-group-state/<group>` -> the last generation and protocol type (generations
+  never go backwards after a restart).
+Group ids and topic names are percent-quoted in keys (both may hold "/"), so one
+group's offsets are a single folder of the store. `on_commit` (the subscription
+mirror) hears of every stored offset.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from urllib.parse import quote, unquote
+
+from pulsar_gateway.gateway.metadata_store import MetadataStore
+
+OFFSETS_PREFIX = "kafka-group/"
+STATE_PREFIX = "kafka-group-state/"
+
+
+@dataclass
+class CommittedOffset:
+    offset: int
+    metadata: str = ""
+    commit_time: int = 0  # milliseconds since the epoch
+    leader_epoch: int = -1
+
+
+def _offsets_folder(group_id: str) -> str:
+    return f"{OFFSETS_PREFIX}{quote(group_id, safe='')}/offsets/"
+
+
+class GroupOffsetStore:
+    def __init__(
+        self,
+        metadata: MetadataStore,
+        on_commit: Callable[[str, str, int], None] | None = None,
+    ) -> None:
+        self.metadata = metadata
+        self.on_commit = on_commit  # (pulsar partition topic, group id, offset)
+        self._offsets: dict[str, dict[str, CommittedOffset]] = {}
+        self._states: dict[str, tuple[int, str]] = {}
+
+    def load(self) -> None:
+        """Index what the (already loaded) metadata store holds."""
+        for key, value in self.metadata.items(OFFSETS_PREFIX):
+            group_part, _, rest = key[len(OFFSETS_PREFIX) :].partition("/offsets/")
+            if rest and isinstance(value, dict):
+                group = self._offsets.setdefault(unquote(group_part), {})
+                group[unquote(rest)] = CommittedOffset(**value)
+        for key, value in self.metadata.items(STATE_PREFIX):
+            if isinstance(value, dict):
+                group_id = unquote(key[len(STATE_PREFIX) :])
+                self._states[group_id] = (int(value["generation"]), value.get("protocol_type", ""))
+
+    # ---- offsets ---------------------------------------------------------------------------
+
+    def get(self, group_id: str, topic: str) -> CommittedOffset | None:
+        return self._offsets.get(group_id, {}).get(topic)
+
+    def offsets(self, group_id: str) -> dict[str, CommittedOffset]:
+        return dict(self._offsets.get(group_id, {}))
+
+    async def commit(self, group_id: str, entries: dict[str, CommittedOffset]) -> None:
+        """Durable once this returns; one metadata record per partition, all in one send."""
+        now = int(time.time() * 1000)
+        folder = _offsets_folder(group_id)
+        writes = {}
+        stored = self._offsets.setdefault(group_id, {})
+        for topic, entry in entries.items():
+            if entry.commit_time <= 0:
+                entry.commit_time = now
+            stored[topic] = entry
+            writes[folder + quote(topic, safe="")] = asdict(entry)
+        await self.metadata.put_many(writes)
+        if self.on_commit is not None:
+            for topic, entry in entries.items():
+                self.on_commit(topic, group_id, entry.offset)
+
+    async def delete(self, group_id: str, topics: list[str]) -> None:
+        stored = self._offsets.get(group_id, {})
+        folder = _offsets_folder(group_id)
+        removed = [topic for topic in topics if stored.pop(topic, None) is not None]
+        await asyncio.gather(*(self.metadata.delete(folder + quote(t, safe="")) for t in removed))
+        if not stored:
+            self._offsets.pop(group_id, None)
+
+    def has_offsets(self, group_id: str) -> bool:
+        return bool(self._offsets.get(group_id))
+
+    def groups_with_offsets(self) -> list[str]:
+        return [group_id for group_id, offsets in self._offsets.items() if offsets]
+
+    # ---- group state -----------------------------------------------------------------------
+
+    def group_state(self, group_id: str) -> tuple[int, str]:
+        return self._states.get(group_id, (0, ""))
+
+    async def save_group_state(self, group_id: str, generation: int, protocol_type: str) -> None:
+        self._states[group_id] = (generation, protocol_type)
+        await self.metadata.put(
+            STATE_PREFIX + quote(group_id, safe=""),
+            {"generation": generation, "protocol_type": protocol_type},
+        )
+
+    async def delete_group(self, group_id: str) -> None:
+        """Offsets go; the generation stays, so a re-created group still counts upwards."""
+        await self.delete(group_id, list(self._offsets.get(group_id, {})))

@@ -1,0 +1,66 @@
+"""Where a durable Pulsar subscription must sit for a Kafka committed offset N.
+
+`acknowledge_cumulative(id)` moves a subscription's cursor past the whole Pulsar
+entry holding `id`: pulsar-lite ignores the batch index (seen in a test: acking
+index 4 of a 10-message batch acknowledged all ten). So the id returned is the last
+message BEFORE the entry that holds offset N. A Pulsar consumer on the subscription
+then receives every record from N on, and, when N is in the middle of a batch entry,
+also the earlier records of that one entry (never fewer records than the group has
+yet to read: at least once, never a gap). Records produced one per entry, as
+separate sends, give an exact position; a stored Kafka record batch is one entry.
+"""
+
+from __future__ import annotations
+
+from pulsar_gateway.gateway.messages import MessageKey
+from pulsar_gateway.storage.kafka.partition_log import PartitionLog
+from pulsar_gateway.storage.kafka.topics import TopicService
+
+PARTITION_MARK = "-partition-"
+
+
+class UnknownPartition(LookupError):
+    pass
+
+
+def split_partition_topic(partition_topic: str) -> tuple[str, int]:
+    name, mark, index = partition_topic.rpartition(PARTITION_MARK)
+    if not mark or not index.isdigit():
+        raise UnknownPartition(partition_topic)
+    return name, int(index)
+
+
+async def ack_position(
+    topics: TopicService, partition_topic: str, offset: int
+) -> MessageKey | None:
+    """The id to acknowledge cumulatively for a commit of `offset`; None: nothing to ack."""
+    name, index = split_partition_topic(partition_topic)
+    record = topics.get(name)
+    if record is None or index >= record.partitions:
+        raise UnknownPartition(partition_topic)
+    log = await topics.partition_of(record, index)
+    return await entry_start_position(log, offset)
+
+
+async def entry_start_position(log: PartitionLog, offset: int) -> MessageKey | None:
+    end = min(offset, log.next_offset)
+    if end <= log.log_start:
+        return None
+    if end == log.next_offset:
+        return await log.message_id_at(end - 1)  # its entry is complete: ack it whole
+    # the last message before the Pulsar entry that holds offset `end`: that entry may
+    # hold earlier records too (a Pulsar batch, or a stored Kafka record batch)
+    holder = await log.entry_at(end)
+    start = holder.offset
+    index = holder.message.id[2]
+    if index > 0 and start - index >= log.log_start:
+        # in a Pulsar batch of one-record messages: jump to its first message
+        opener = await log.entry_at(start - index)
+        if opener.message.id[:2] == holder.message.id[:2] and opener.message.id[2] == 0:
+            start = opener.offset
+    while start > log.log_start:
+        previous = await log.entry_at(start - 1)
+        if previous.message.id[:2] != holder.message.id[:2]:
+            return previous.message.id
+        start = previous.offset
+    return None

@@ -1,0 +1,75 @@
+"""Kafka topics the gateway knows: partition counts, configs and log start offsets.
+
+pulsar-lite has no list-topics call and no partitioned-topic metadata (BACKEND.md),
+so the registry in the metadata store is the source of truth for what exists.
+A deleted topic keeps its record with `deleted: true` and the offsets it reached:
+on the embedded broker storage cannot be deleted, so a re-created topic starts
+after the old data instead of showing it again.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from pulsar_gateway.gateway.metadata_store import MetadataStore
+
+PREFIX = "kafka-topic/"
+
+
+@dataclass
+class TopicRecord:
+    name: str  # full Pulsar name, persistent://tenant/ns/topic
+    partitions: int
+    configs: dict[str, str] = field(default_factory=dict)
+    log_start: list[int] = field(default_factory=list)  # per partition
+    deleted: bool = False
+    topic_id: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "partitions": self.partitions,
+            "configs": self.configs,
+            "log_start": self.log_start,
+            "deleted": self.deleted,
+            "topic_id": self.topic_id,
+        }
+
+    def start_of(self, partition: int) -> int:
+        return self.log_start[partition] if partition < len(self.log_start) else 0
+
+
+class TopicRegistry:
+    def __init__(self, metadata: MetadataStore) -> None:
+        self.metadata = metadata
+
+    def get(self, name: str) -> TopicRecord | None:
+        value = self.metadata.get(PREFIX + name)
+        if value is None or value.get("deleted"):
+            return None
+        return self._record(name, value)
+
+    def get_any(self, name: str) -> TopicRecord | None:
+        value = self.metadata.get(PREFIX + name)
+        return None if value is None else self._record(name, value)
+
+    @staticmethod
+    def _record(name: str, value: dict[str, Any]) -> TopicRecord:
+        return TopicRecord(
+            name=name,
+            partitions=value["partitions"],
+            configs=dict(value.get("configs", {})),
+            log_start=list(value.get("log_start", [])),
+            deleted=bool(value.get("deleted")),
+            topic_id=value.get("topic_id", ""),
+        )
+
+    def all(self) -> list[TopicRecord]:
+        records = []
+        for key, value in self.metadata.items(PREFIX):
+            if not value.get("deleted"):
+                records.append(self._record(key[len(PREFIX) :], value))
+        return sorted(records, key=lambda record: record.name)
+
+    async def save(self, record: TopicRecord) -> None:
+        await self.metadata.put(PREFIX + record.name, record.to_json())

@@ -1,0 +1,330 @@
+"""`pulsar-gateway parity`: the PySpark job, its verdict and its report.
+
+The driver gathers per-partition facts (facts.py), Spark reads both sides through
+the Python data sources (sources.py) and compares them (compare.py); only counts and
+a few example offsets come back to the driver. The verdict is written as JSON and as
+a self-contained HTML page; the exit status is 0 only on parity.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from pulsar_gateway.tools import html_report
+from pulsar_gateway.tools.gateway_link import GatewayLink
+from pulsar_gateway.tools.parity.compare import KINDS, PartitionReport
+from pulsar_gateway.tools.parity.facts import Facts, GroupDrift, gather
+
+SPARK_DEFAULTS = {
+    "spark.ui.enabled": "false",
+    "spark.ui.showConsoleProgress": "true",
+    "spark.sql.shuffle.partitions": "8",
+    "spark.driver.memory": "2g",
+    "spark.driver.host": "127.0.0.1",
+    "spark.driver.bindAddress": "127.0.0.1",
+    "spark.python.worker.reuse": "true",
+}
+
+
+@dataclass
+class ParityPlan:
+    source: str
+    target: str
+    link: GatewayLink
+    name: str
+    topics: list[str] = field(default_factory=list)
+    topic_pattern: str | None = None
+    group_pattern: str | None = ".*"
+    target_via: str = "pulsar"
+    master: str = "local[*]"
+    spark_conf: dict[str, str] = field(default_factory=dict)
+    report: str = "reports/parity"
+
+
+@dataclass
+class Verdict:
+    passed: bool
+    partitions: list[PartitionReport]
+    groups: list[GroupDrift]
+    seconds: float
+    memory: dict[str, float]
+    json_path: Path | None = None
+    html_path: Path | None = None
+
+    def to_json(self, plan: ParityPlan) -> dict[str, Any]:
+        return {
+            "verdict": "pass" if self.passed else "fail",
+            "source": plan.source,
+            "target": plan.target,
+            "target_read_via": plan.target_via,
+            "migration": plan.name,
+            "seconds": round(self.seconds, 2),
+            "spark": {"master": plan.master, **self.memory},
+            "totals": {
+                "source_records": sum(p.source_records for p in self.partitions),
+                "target_records": sum(p.target_records for p in self.partitions),
+                **{k: sum(p.counts[k] for p in self.partitions) for k in KINDS},
+            },
+            "partitions": [p.to_json() for p in self.partitions],
+            "groups": [g.to_json() for g in self.groups],
+        }
+
+
+def spark_session(master: str, conf: dict[str, str]) -> Any:
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+
+    from pulsar_gateway.tools.parity.sources import KafkaRangeSource, PulsarPartitionSource
+
+    builder = SparkSession.builder.master(master).appName("pulsar-gateway parity")
+    for key, value in {**SPARK_DEFAULTS, **conf}.items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("WARN")
+    spark.dataSource.register(KafkaRangeSource)
+    spark.dataSource.register(PulsarPartitionSource)
+    return spark
+
+
+def frames(spark: Any, plan: ParityPlan, facts: Facts) -> tuple[Any, Any]:
+    source = _kafka_frame(spark, plan.source, facts.source_ranges)
+    if plan.target_via == "kafka":
+        target = _kafka_frame(spark, plan.target, facts.target_ranges)
+    else:
+        target = (
+            spark.read.format("parity_pulsar")
+            .option("service_url", plan.link.service_url)
+            .option("ranges", json.dumps(facts.pulsar_specs))
+            .load()
+        )
+    return source, target
+
+
+def _kafka_frame(spark: Any, bootstrap: str, ranges: dict[tuple[str, int], tuple[int, int]]) -> Any:
+    """A Kafka-protocol cluster read by offset range, one Spark partition per Kafka one."""
+    specs = [
+        {"topic": t, "partition": p, "start": s, "end": e}
+        for (t, p), (s, e) in sorted(ranges.items())
+    ]
+    return (
+        spark.read.format("parity_kafka")
+        .option("bootstrap", bootstrap)
+        .option("ranges", json.dumps(specs))
+        .load()
+    )
+
+
+class MemoryWatch:
+    """Peak RSS of the Spark driver JVM and of the Python workers it starts (in local
+    mode the executors live in the driver JVM), sampled twice a second."""
+
+    def __init__(self, spark: Any) -> None:
+        self.jvm_pid = _jvm_pid(spark)
+        self.peak_workers = 0.0
+        self.peak_jvm = 0.0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> MemoryWatch:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(2)
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.5):
+            if self.jvm_pid is None:
+                return
+            self.peak_jvm = max(self.peak_jvm, _rss_mib(self.jvm_pid, "VmHWM"))
+            workers = sum(_rss_mib(pid) for pid in _descendants(self.jvm_pid))
+            self.peak_workers = max(self.peak_workers, workers)
+
+    def result(self) -> dict[str, float]:
+        return {
+            "driver_jvm_peak_rss_mib": round(self.peak_jvm, 1),
+            "python_workers_peak_rss_mib": round(self.peak_workers, 1),
+            "driver_python_peak_rss_mib": round(_rss_mib(os.getpid(), "VmHWM"), 1),
+        }
+
+
+def _jvm_pid(spark: Any) -> int | None:
+    process = getattr(spark.sparkContext._gateway, "proc", None)
+    return getattr(process, "pid", None)
+
+
+def _rss_mib(pid: int, field_name: str = "VmRSS") -> float:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith(field_name + ":"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return 0.0
+
+
+def _descendants(pid: int) -> list[int]:
+    """Every process below `pid`. A process's children are listed per thread that forked
+    them, and the JVM starts Python workers from threads other than its main one."""
+    found, todo = [], [pid]
+    while todo:
+        parent = todo.pop()
+        for children_file in Path(f"/proc/{parent}/task").glob("*/children"):
+            try:
+                children = children_file.read_text().split()
+            except OSError:
+                continue
+            for child in children:
+                found.append(int(child))
+                todo.append(int(child))
+    return found
+
+
+def run_parity(
+    plan: ParityPlan, console: Console | None = None, spark: Any | None = None
+) -> Verdict:
+    """Gather, compare, report. A given Spark session is used and left running."""
+    from pulsar_gateway.tools.parity.compare import compare
+
+    console = console or Console(stderr=True)
+    started = time.monotonic()
+    with console.status("reading offsets, checkpoints and translations"):
+        facts = asyncio.run(
+            gather(
+                plan.source,
+                plan.target,
+                plan.link,
+                plan.name,
+                plan.topics,
+                plan.topic_pattern,
+                plan.group_pattern,
+            )
+        )
+    total = sum(e - s for s, e in facts.source_ranges.values())
+    console.print(
+        f"comparing {len(facts.source_ranges)} partitions of {len(facts.topics)} topics "
+        f"(~{total:,} source records) on Spark {plan.master}"
+    )
+    own = spark is None
+    if spark is None:
+        spark = spark_session(plan.master, plan.spark_conf)
+    try:
+        with MemoryWatch(spark) as watch:
+            source, target = frames(spark, plan, facts)
+            reports = compare(spark, source, target, facts.runs(), facts.aligns())
+        memory = watch.result()
+    finally:
+        if own:
+            spark.stop()
+    passed = all(r.ok for r in reports) and all(g.drift == 0 for g in facts.groups)
+    verdict = Verdict(passed, reports, facts.groups, time.monotonic() - started, memory)
+    write_report(plan, verdict)
+    print_verdict(verdict, console)
+    return verdict
+
+
+def write_report(plan: ParityPlan, verdict: Verdict) -> None:
+    stem = Path(plan.report)
+    stem.parent.mkdir(parents=True, exist_ok=True)
+    data = verdict.to_json(plan)
+    verdict.json_path = stem.with_suffix(".json")
+    verdict.json_path.write_text(json.dumps(data, indent=2))
+    labels = [f"{p.topic}-{p.partition}" for p in verdict.partitions]
+    problems = [sum(p.counts.values()) for p in verdict.partitions]
+    rows = []
+    for p in verdict.partitions:
+        row: dict[str, Any] = {
+            "partition": f"{p.topic}-{p.partition}",
+            "verdict": "ok" if p.ok else "FAIL",
+            "source": p.source_records,
+            "target": p.target_records,
+        }
+        row.update({kind.replace("_", " "): p.counts[kind] for kind in KINDS})
+        row["first offsets (source/target)"] = "; ".join(
+            f"{kind}: " + ", ".join(f"{s}/{t}" for s, t in pairs)
+            for kind, pairs in sorted(p.examples.items())
+        )
+        rows.append(row)
+    group_rows = [g.to_json() for g in verdict.groups]
+    verdict_line = (
+        f'<p class="verdict {"good" if verdict.passed else "bad"}">'
+        f"{'PARITY' if verdict.passed else 'NO PARITY'}</p>"
+        f"<p>source {html_report.esc(plan.source)} &rarr; gateway "
+        f"{html_report.esc(plan.target)} (target read through {plan.target_via}); "
+        f"{verdict.seconds:.1f} s</p>"
+    )
+    sections = [
+        verdict_line,
+        html_report.grouped_bar_chart(
+            "records per partition",
+            labels,
+            {
+                "source": [p.source_records for p in verdict.partitions],
+                "target": [p.target_records for p in verdict.partitions],
+            },
+            "records",
+        ),
+        html_report.grouped_bar_chart(
+            "problems per partition", labels, {"problems": problems}, "records"
+        ),
+        "<h2>partitions</h2>",
+        html_report.table(rows, ["" if p.ok else "bad" for p in verdict.partitions]),
+        "<h2>consumer groups (committed offsets after translation)</h2>",
+        html_report.table(group_rows, ["" if g.drift == 0 else "bad" for g in verdict.groups]),
+    ]
+    verdict.html_path = stem.with_suffix(".html")
+    verdict.html_path.write_text(html_report.page("Migration parity", sections, data))
+
+
+def print_verdict(verdict: Verdict, console: Console) -> None:
+    table = Table(title="parity")
+    for column in ("partition", "source", "target", "problems"):
+        table.add_column(column, justify="left" if column in ("partition", "problems") else "right")
+    for p in verdict.partitions:
+        found = ", ".join(
+            f"{kind} {p.counts[kind]} (first at {_first(p, kind)})"
+            for kind in KINDS
+            if p.counts[kind]
+        )
+        table.add_row(
+            f"{p.topic}-{p.partition}",
+            f"{p.source_records:,}",
+            f"{p.target_records:,}",
+            found or "[green]none[/]",
+        )
+    console.print(table)
+    for g in verdict.groups:
+        if g.drift != 0:
+            console.print(
+                f"[red]group {g.group}[/] {g.topic}-{g.partition}: committed {g.target} on the "
+                f"gateway, expected {g.expected} (source {g.source})"
+            )
+    word = "[green]PARITY[/]" if verdict.passed else "[red]NO PARITY[/]"
+    console.print(f"{word} in {verdict.seconds:.1f} s; report {verdict.html_path}")
+
+
+def _first(report: PartitionReport, kind: str) -> str:
+    pairs = report.examples.get(kind) or []
+    if not pairs:
+        return "?"
+    source, target = pairs[0]
+    parts = []
+    if source is not None:
+        parts.append(f"source offset {source}")
+    if target is not None:
+        parts.append(f"target offset {target}")
+    return ", ".join(parts)

@@ -1,0 +1,102 @@
+"""The commands that run beside a gateway: migrate, parity, amqp import-definitions."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import sys
+
+from rich.console import Console
+
+from pulsar_gateway.tools.gateway_link import GatewayLink, GatewayUnreachable, discover
+
+
+def _link(args: argparse.Namespace) -> GatewayLink:
+    if args.pulsar_url:
+        return GatewayLink(args.pulsar_url, args.metadata_namespace)
+    return discover(args.gateway_health)
+
+
+def _names(text: str) -> list[str]:
+    return [name.strip() for name in text.split(",") if name.strip()]
+
+
+def run_tool(args: argparse.Namespace) -> int:
+    logging.basicConfig(level="WARNING", format="%(levelname)s %(name)s: %(message)s")
+    console = Console(stderr=True)
+    try:
+        if args.command == "migrate":
+            return _migrate(args, console)
+        if args.command == "parity":
+            return _parity(args, console)
+        if args.command == "amqp" and args.amqp_command == "import-definitions":
+            return _import_definitions(args, console)
+    except GatewayUnreachable as exc:
+        console.print(f"[red]pulsar-gateway {args.command}:[/] {exc}")
+        return 2
+    print("pulsar-gateway amqp: give a tool (import-definitions)", file=sys.stderr)
+    return 2
+
+
+def _migrate(args: argparse.Namespace, console: Console) -> int:
+    from pulsar_gateway.tools.migration.kafka_side import MigrationError
+    from pulsar_gateway.tools.migration.runner import MigrationPlan, migrate, print_summary
+
+    plan = MigrationPlan(
+        source=args.source,
+        target=args.target,
+        link=_link(args),
+        name=args.name or args.source,
+        topics=_names(args.topics),
+        topic_pattern=args.topic_regex,
+        group_pattern=None if args.no_groups else args.group_regex,
+        parallel=max(1, args.parallel),
+        entry_format=args.entry_format,
+    )
+    try:
+        summary = asyncio.run(migrate(plan, console))
+    except MigrationError as exc:
+        console.print(f"[red]migrate:[/] {exc}")
+        return 1
+    print_summary(summary, console)
+    return 1 if summary.failed else 0
+
+
+def _parity(args: argparse.Namespace, console: Console) -> int:
+    from pulsar_gateway.tools.parity.job import ParityPlan, run_parity
+
+    conf = {}
+    for item in args.conf:
+        key, sep, value = item.partition("=")
+        if not sep:
+            console.print(f"[red]parity:[/] --conf {item!r}: expected KEY=VALUE")
+            return 2
+        conf[key] = value
+    plan = ParityPlan(
+        source=args.source,
+        target=args.target,
+        link=_link(args),
+        name=args.name or args.source,
+        topics=_names(args.topics),
+        topic_pattern=args.topic_regex,
+        group_pattern=args.group_regex,
+        target_via=args.target_via,
+        master=args.master,
+        spark_conf=conf,
+        report=args.report,
+    )
+    verdict = run_parity(plan, console)
+    return 0 if verdict.passed else 1
+
+
+def _import_definitions(args: argparse.Namespace, console: Console) -> int:
+    from pulsar_gateway.tools.amqp_definitions import DefinitionsError, import_definitions
+
+    try:
+        done = asyncio.run(import_definitions(args.file, args.url, console))
+    except DefinitionsError as exc:
+        console.print(f"[red]import-definitions: nothing imported[/]\n{exc}")
+        return 1
+    print(done)
+    return 0
