@@ -31,6 +31,7 @@ bench: $(VENV)/.installed-test
 	$(BIN)/python -m bench.kafka_throughput $(ARGS)
 	$(BIN)/python -m bench.kafka_groups
 	$(BIN)/python -m bench.amqp_throughput
+	$(BIN)/python -m bench.codec_timings
 
 # about half an hour: migrate and parity at 1M and 10M records
 bench-migration: $(VENV)/.installed-test

@@ -1,4 +1,6 @@
-"""RecordBatch v2 codec: round trips, interop with real client libraries, fuzzing, speed.
+"""RecordBatch v2 codec: round trips, interop with real client libraries, fuzzing.
+
+Speed is measured by bench/codec_timings.py, not here.
 
 Interop partners are the record builders/readers of kafka-python and aiokafka (both its Cython
 extension and its pure-Python fallback): they are the code those clients run on the wire.
@@ -9,7 +11,6 @@ from __future__ import annotations
 import gzip
 import random
 import struct
-import time
 import types
 import zlib
 
@@ -611,40 +612,3 @@ def test_check_produce_batches():
         with pytest.raises(RecordBatchError) as e:
             check_produce_batches(batches, api_version=9)
         assert e.value.code == INVALID_RECORD
-
-
-# ------------------------------------------------------------------ speed (printed, not asserted)
-
-
-def test_print_throughput(capsys):
-    rng = random.Random(1)
-    n, per_batch = 20_000, 500
-    values = [bytes(rng.choice(b"abcdefghij ") for _ in range(100)) for _ in range(n)]
-    batches = [
-        [
-            Record(j, 1_700_000_000_000 + i + j, b"key-%d" % ((i + j) % 1000), values[i + j], [])
-            for j in range(per_batch)
-        ]
-        for i in range(0, n, per_batch)
-    ]
-    lines = []
-    for codec in CODECS:
-        enc = dec = float("inf")
-        for _ in range(3):
-            t = time.perf_counter()
-            out = bytearray()
-            for i, b in enumerate(batches):
-                encode_batch(i * per_batch, b, codec, out=out)
-            enc = min(enc, time.perf_counter() - t)
-            data = memoryview(bytes(out))
-            t = time.perf_counter()
-            got = decode_batches(data)
-            dec = min(dec, time.perf_counter() - t)
-        assert sum(b.record_count for b in got) == n
-        lines.append(
-            f"  {compression.CODEC_NAMES[codec]:6} encode {n / enc:>11,.0f} rec/s   "
-            f"decode {n / dec:>11,.0f} rec/s   ({len(data) / n:.0f} B/record on wire)"
-        )
-    with capsys.disabled():
-        print(f"\nRecordBatch throughput, 100 B values, {per_batch} records/batch, one core:")
-        print("\n".join(lines))
