@@ -12,9 +12,9 @@ from tests.support.gateway_process import GatewayProcess
 
 @pytest.fixture(scope="session")
 def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess]:
-    process = GatewayProcess(
-        tmp_path_factory.mktemp("gateway"), extra=["--set", "kafka.default_partitions=1"]
-    )
+    # the broker logs subscriptions, acks and consumers at info: tests wait on them
+    settings = ["--set", "kafka.default_partitions=1", "--set", "embedded.log_level=info"]
+    process = GatewayProcess(tmp_path_factory.mktemp("gateway"), extra=settings)
     process.start()
     yield process
     code = process.stop()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -11,6 +12,10 @@ import sys
 import time
 import urllib.request
 from pathlib import Path
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.support.waiting import wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -95,11 +100,45 @@ class GatewayProcess:
         with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics") as response:
             return response.read().decode()
 
+    def metric(self, sample: str, **labels: str) -> float:
+        """One sample of `/metrics`, 0 when it is not there yet (a counter never incremented)."""
+        for family in text_string_to_metric_families(self.metrics()):
+            for found in family.samples:
+                if found.name == sample and all(
+                    found.labels.get(k) == v for k, v in labels.items()
+                ):
+                    return found.value
+        return 0.0
+
     def log_tail(self, lines: int = 40) -> str:
         try:
             return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
         except OSError:
             return ""
+
+    def broker_log(self) -> str:
+        """The embedded broker's log (at info level it names subscriptions, acks, consumers)."""
+        try:
+            return (self.data_dir / "pulsar" / "broker.log").read_text(errors="replace")
+        except OSError:
+            return ""
+
+    def wait_for_mirror(self, pulsar_topic: str, group: str, timeout: float = 30) -> None:
+        """Until the group-offset mirror has acknowledged on `group`'s subscription of
+        `pulsar_topic` and then let go of it (after kafka.group_mirror_idle_seconds), so
+        that a Pulsar consumer can take the subscription. Needs embedded.log_level=info."""
+
+        def released() -> bool:
+            log = self.broker_log()
+            acked = log.rfind(
+                f"Message acknowledged for topic {pulsar_topic} subscription {group}:"
+            )
+            closed = re.compile(rf"Closed consumer \d+ \(subscription={re.escape(group)}\)")
+            return acked >= 0 and closed.search(log, acked) is not None
+
+        wait_until(
+            released, timeout, 0.1, f"the mirror to move and release {group} on {pulsar_topic}"
+        )
 
     def broker_pid(self) -> int:
         """The embedded pulsar-lite child of this gateway."""
@@ -109,6 +148,23 @@ class GatewayProcess:
             text=True,
         )
         return int(out.stdout.split()[0])
+
+    def kill_broker(self, timeout: float = 30) -> None:
+        """kill -9 the embedded broker; return once the gateway has restarted it and the new
+        one accepts connections."""
+        restarts = (self.health() or {}).get("broker_restarts", 0)
+        os.kill(self.broker_pid(), signal.SIGKILL)
+
+        def restarted() -> bool:
+            if (self.health() or {}).get("broker_restarts", 0) <= restarts:
+                return False
+            try:
+                socket.create_connection(("127.0.0.1", self.broker_port), timeout=1).close()
+            except OSError:
+                return False
+            return True
+
+        wait_until(restarted, timeout, 0.1, "the gateway to restart its killed broker")
 
     def stop(self, sig: int = signal.SIGTERM, timeout: float = 30) -> int | None:
         if self.process is None or self.process.poll() is not None:
@@ -134,4 +190,13 @@ class GatewayProcess:
                 os.kill(broker, signal.SIGKILL)
             except ProcessLookupError:
                 pass
-        time.sleep(0.2)
+            wait_until(lambda: _gone(broker), 10, message=f"the killed broker {broker} to die")
+
+
+def _gone(pid: int) -> bool:
+    """Exited, or a zombie (its parent, the gateway, is dead, and PID 1 may not reap it)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except OSError:
+        return True
