@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import signal
 import socket
 import struct
@@ -26,6 +25,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from pulsar_gateway.kafka_codec import protocol
 from tests.support.gateway_process import REPO, GatewayProcess
+from tests.support.waiting import wait_until
 
 PARTITIONS = 6
 SETTINGS = {"session.timeout.ms": 6000, "heartbeat.interval.ms": 1000}
@@ -82,15 +82,6 @@ class Member:
         self.process.wait(10)
 
 
-def _wait(condition: Any, timeout: float, what: str) -> None:
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if condition():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
 def _settled(members: list[Member]) -> bool:
     """Each partition owned by exactly one member; every member owns at least one."""
     owned = [p for m in members for p in m.assigned]
@@ -101,28 +92,30 @@ def _seen(members: list[Member]) -> set[str]:
     return {value for m in members for _, _, value in m.records}
 
 
-def _run_group(gateway: GatewayProcess, topic_name: str, clients: list[str]) -> float:
+def _run_group(gateway: GatewayProcess, topic_name: str, clients: list[str]) -> None:
     """Three members; one leaves, one is SIGKILLed; no loss, no re-read past a commit."""
     _create_topic(gateway, topic_name, PARTITIONS)
     group = f"group-{topic_name}"
-    started = time.time()
     members = [Member(client, gateway, topic_name, group) for client in clients]
     try:
-        _wait(lambda: _settled(members), 60, "three members to share the partitions")
-        settle_seconds = time.time() - started
+        wait_until(lambda: _settled(members), 60, message="three members to share the partitions")
         _produce(gateway, topic_name, 0, 300, PARTITIONS)
-        _wait(lambda: len(_seen(members)) == 300, 60, "the first 300 records")
+        wait_until(lambda: len(_seen(members)) == 300, 60, message="the first 300 records")
 
         leaving, killed, survivor = members
         leaving.stop()  # LeaveGroup
-        _wait(lambda: _settled([killed, survivor]), 30, "the leaver's partitions to move")
+        wait_until(
+            lambda: _settled([killed, survivor]), 30, message="the leaver's partitions to move"
+        )
         _produce(gateway, topic_name, 300, 300, PARTITIONS)
-        _wait(lambda: len(_seen(members)) == 600, 60, "records after the leave")
+        wait_until(lambda: len(_seen(members)) == 600, 60, message="records after the leave")
 
         killed.kill()  # no LeaveGroup: the session timeout removes it
         _produce(gateway, topic_name, 600, 300, PARTITIONS)
-        _wait(lambda: _settled([survivor]), 45, "the killed member's partitions to move")
-        _wait(lambda: len(_seen(members)) == 900, 60, "records after the kill")
+        wait_until(
+            lambda: _settled([survivor]), 45, message="the killed member's partitions to move"
+        )
+        wait_until(lambda: len(_seen(members)) == 900, 60, message="records after the kill")
     finally:
         for member in members:
             if member.process.poll() is None:
@@ -139,7 +132,6 @@ def _run_group(gateway: GatewayProcess, topic_name: str, clients: list[str]) -> 
             first = readers[0]
             assert first is killed, (partition, offset, [m.client for m in readers])
             assert offset >= killed.committed.get(partition, 0), (partition, offset)
-    return settle_seconds
 
 
 @pytest.mark.parametrize(
@@ -153,8 +145,7 @@ def _run_group(gateway: GatewayProcess, topic_name: str, clients: list[str]) -> 
     ids=["confluent", "kafka-python", "aiokafka", "mixed"],
 )
 def test_group_members_share_and_move_partitions(gateway, topic_name, clients) -> None:
-    settle = _run_group(gateway, topic_name, clients)
-    print(f"{'+'.join(clients)}: three members settled {settle:.2f}s after start")
+    _run_group(gateway, topic_name, clients)  # how fast members join: bench/kafka_groups.py
 
 
 # ---- committed offsets across restarts ---------------------------------------------------
@@ -288,12 +279,7 @@ def test_commits_survive_gateway_and_broker_restarts(tmp_path: Path) -> None:
 
         assert gateway.stop() == 0
         gateway.start()
-        os.kill(gateway.broker_pid(), signal.SIGKILL)
-        _wait(
-            lambda: (gateway.health() or {}).get("broker_restarts", 0) >= 1,
-            30,
-            "the gateway to restart its broker",
-        )
+        gateway.kill_broker()
         assert _confluent_first(gateway.bootstrap, topic, "g-confluent") == OFFSETS
         assert _kafka_python_first(gateway.bootstrap, topic, "g-kafka-python") == OFFSETS
         assert asyncio.run(_aiokafka_first(gateway.bootstrap, topic, "g-aiokafka")) == OFFSETS
@@ -354,13 +340,18 @@ def test_commit_is_mirrored_onto_the_pulsar_subscription(gateway, topic_name) ->
             producer.flush(10)
         group = f"mirror-{topic_name}"
         _commit_simple(gateway.bootstrap, topic_name, group, 7)
-        time.sleep(4)  # mirrored within ~1 s; the mirror lets go of the subscription after 2 s
+        gateway.wait_for_mirror(full, group)
         assert _pulsar_receive(client, full, group) == [str(n) for n in range(7, 20)]
 
         # commits while a Pulsar consumer holds the subscription: skipped, nothing breaks
         holder = client.subscribe(full, group, consumer_type=pulsar.ConsumerType.Exclusive)
         _commit_simple(gateway.bootstrap, topic_name, group, 12)
-        time.sleep(2.5)
+        held_back = f"subscription {group} on {full} is held by a Pulsar consumer"
+        wait_until(
+            lambda: held_back in gateway.log_tail(400),
+            30,
+            message="the mirror to find the subscription held and back off",
+        )
         producer.produce(topic_name, b"20", partition=0)
         producer.flush(10)
         held = []
@@ -400,7 +391,7 @@ def test_mirror_inside_a_batch_never_skips_records(gateway, topic_name) -> None:
     producer.flush(10)
     group = f"mirror-{topic_name}"
     _commit_simple(gateway.bootstrap, topic_name, group, 15)
-    time.sleep(4)
+    gateway.wait_for_mirror(full, group)
     client = pulsar.Client(f"pulsar://127.0.0.1:{gateway.broker_port}", operation_timeout_seconds=5)
     try:
         got = _pulsar_receive(client, full, group)

@@ -142,10 +142,11 @@ def test_group_commit_inside_a_batch_is_mirrored_without_a_gap(gateway, topic_na
     )
     consumer.commit(offsets=[TopicPartition(topic_name, 0, 150)], asynchronous=False)
     consumer.close()
-    time.sleep(4)  # the mirror applies commits every second
+    partition = f"persistent://public/default/{topic_name}-partition-0"
+    gateway.wait_for_mirror(partition, group)
     client = pulsar.Client(f"pulsar://127.0.0.1:{gateway.broker_port}")
     subscription = client.subscribe(
-        f"persistent://public/default/{topic_name}-partition-0",
+        partition,
         group,
         consumer_type=pulsar.ConsumerType.Exclusive,
     )
