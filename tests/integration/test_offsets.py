@@ -89,14 +89,9 @@ def test_offsets_dense_stable_exact(own_gateway, topic_name) -> None:
     assert more == [total]
 
     # ... and across a backend restart: kill -9 the embedded broker, the gateway restarts it
-    import os
-    import signal
-
-    os.kill(gw.broker_pid(), signal.SIGKILL)
-    time.sleep(1)
+    gw.kill_broker()
     assert _fetch_from(gw.bootstrap, topic_name, 0, total + 1)[:total] == everything
     assert _produce(gw.bootstrap, topic_name, [b"after-broker-restart"]) == [total + 1]
-    assert gw.health()["broker_restarts"] >= 1
 
     # ... and across both together: kill -9 gateway and broker, start again
     gw.kill()
