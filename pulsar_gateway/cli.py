@@ -168,10 +168,11 @@ def _overrides(args: argparse.Namespace) -> dict[str, Any]:
     for key, value in vars(args).items():
         if "." in key and value is not None:
             found[key] = value
-    for item in args.set:
+    for number, item in enumerate(args.set, 1):
         key, sep, value = item.partition("=")
         if not sep:
-            raise ConfigError(f"--set {item!r}: expected SECTION.KEY=VALUE")
+            # not echoed: without "=" there is no telling a name from a mistyped password
+            raise ConfigError(f"--set number {number}: expected SECTION.KEY=VALUE")
         found[key.strip()] = value.strip()
     return found
 

@@ -103,6 +103,7 @@ class EmbeddedSection(_Section):
     data_dir: str = ""
     start_timeout_seconds: float = Field(20.0, gt=0)
     restart_limit: int = Field(5, ge=0)
+    restart_window_seconds: float = Field(60.0, gt=0)
     log_level: Literal["error", "warn", "info", "debug", "trace"] = "warn"
 
 
@@ -152,11 +153,13 @@ def _env_overrides(environ: dict[str, str]) -> dict[str, str]:
 
 
 def _describe(error: ValidationError) -> str:
+    """Each bad setting by name with the rule it breaks, never its value: the value may be a
+    password (`amqp.users`, credentials in a URL) and this text goes to a terminal or a log."""
     lines = []
-    for item in error.errors():
+    for item in error.errors(include_input=False, include_url=False):
         where = ".".join(str(part) for part in item["loc"])
-        lines.append(f"setting '{where}': {item['msg']} (got {item.get('input')!r})")
-    return "invalid configuration:\n  " + "\n  ".join(lines)
+        lines.append(f"setting '{where}': {item['msg']}")
+    return "invalid configuration (values not shown):\n  " + "\n  ".join(lines)
 
 
 def load_settings(

@@ -40,11 +40,75 @@ def test_environment_then_flags_override_the_file(tmp_path: Path) -> None:
         ({"kafka.namespace": "a/b"}, "kafka.namespace"),
         ({"kafka.no_such_setting": "1"}, "kafka.no_such_setting"),
         ({"gateway.log_level": "loud"}, "gateway.log_level"),
+        ({"embedded.restart_window_seconds": "0"}, "embedded.restart_window_seconds"),
     ],
 )
 def test_bad_values_name_the_setting(override: dict[str, str], named: str) -> None:
     with pytest.raises(ConfigError, match=named.replace(".", r"\.")):
         load_settings(REPO / "conf/gateway.toml", override, environ={})
+
+
+SECRET = "Hunter2-s3cr3t"
+
+
+@pytest.mark.parametrize(
+    ("override", "named"),
+    [
+        ({"amqp.users": SECRET}, "amqp.users"),
+        ({"amqp.users": {"guest": SECRET, "bob": 7}}, "amqp.users.bob"),
+        ({"pulsar.service_url": f"http://admin:{SECRET}@pulsar:6650"}, "pulsar.service_url"),
+        ({"pulsar.admin_url": f"ftp://admin:{SECRET}@pulsar"}, "pulsar.admin_url"),
+        ({"kafka.port": SECRET}, "kafka.port"),
+        ({"gateway.log_level": SECRET}, "gateway.log_level"),
+        ({"kafka.namespace": f"a/{SECRET}"}, "kafka.namespace"),
+        ({"embedded.restart_window_seconds": SECRET}, "embedded.restart_window_seconds"),
+    ],
+)
+def test_bad_values_are_named_but_never_shown(override: dict, named: str) -> None:
+    """A bad value may be a password: the error names the setting and the rule only."""
+    with pytest.raises(ConfigError) as raised:
+        load_settings(REPO / "conf/gateway.toml", override, environ={})
+    assert f"'{named}'" in str(raised.value)
+    assert SECRET not in str(raised.value)
+
+
+def test_bad_environment_value_is_not_shown() -> None:
+    with pytest.raises(ConfigError) as raised:
+        load_settings(REPO / "conf/gateway.toml", environ={"PULSAR_GATEWAY_AMQP__USERS": SECRET})
+    assert "amqp.users" in str(raised.value)
+    assert SECRET not in str(raised.value)
+
+
+def test_cli_names_bad_settings_without_their_values() -> None:
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pulsar_gateway.cli",
+            "run",
+            "--set",
+            f"pulsar.service_url=http://admin:{SECRET}@pulsar",
+            "--set",
+            f"amqp.users={SECRET}",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=60,
+    )
+    assert result.returncode == 2
+    assert "pulsar.service_url" in result.stderr and "amqp.users" in result.stderr
+    assert SECRET not in result.stderr + result.stdout
+    # a --set without "=" cannot tell a name from a value: it is not echoed either
+    result = subprocess.run(
+        [sys.executable, "-m", "pulsar_gateway.cli", "run", "--set", SECRET],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=60,
+    )
+    assert result.returncode == 2
+    assert "SECTION.KEY=VALUE" in result.stderr and SECRET not in result.stderr
 
 
 def test_cli_refuses_to_start_with_a_bad_value() -> None:
