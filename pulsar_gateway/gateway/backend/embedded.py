@@ -10,6 +10,15 @@ loop's subprocess support: uvloop runs Python after-fork hooks in the child befo
 exec, and with pulsar-client's threads running, that child can deadlock before it
 ever becomes pulsar-lite (seen when restarting a killed broker: the gateway froze).
 CPython's own fork-exec runs no Python code in the child.
+
+Paths are made absolute before anything else: the child runs with the data directory as
+its working directory, so a relative `--config` was not found (the broker then ran on its
+defaults, metrics on 0.0.0.0:8080) and a relative `--db-path` put the database one copy of
+the path deeper. A database left there by such a start is moved into place once.
+
+The broker's files hold users' messages: its directory is created 0700 (a directory left
+readable by an older version is tightened once, files to 0600) and the child runs with
+umask 077, so everything it creates is private to the gateway's user.
 """
 
 from __future__ import annotations
@@ -20,7 +29,10 @@ import logging
 import os
 import signal
 import socket
+import stat
 import subprocess
+import time
+from collections import deque
 from collections.abc import Callable
 from pathlib import Path
 
@@ -48,12 +60,108 @@ def render_config() -> str:
     return "default_partitions = 0\n\n[metrics]\nenabled = false\n"
 
 
+# The broker's database is every file whose name starts with its --db-path's last part
+# (db.rocksdb/, db.metadata.json).
+DB_NAME = "db"
+PRIVATE_UMASK = 0o077
+
+
+def _ours(path: Path) -> bool:
+    return path.lstat().st_uid == os.geteuid()
+
+
+def make_private_dir(path: Path) -> None:
+    """Create `path`, and any missing parent, 0700; tighten an existing one of ours.
+
+    `Path.mkdir(parents=True)` gives parents the default mode, so each level is made here.
+    A directory that was readable by others (made by an older version) has its whole tree
+    tightened once: directories 0700, files 0600.
+    """
+    missing = []
+    level = path
+    while not level.exists():
+        missing.append(level)
+        level = level.parent
+    for directory in reversed(missing):
+        with contextlib.suppress(FileExistsError):
+            directory.mkdir(mode=0o700)
+        os.chmod(directory, 0o700)
+    if not missing and _ours(path) and stat.S_IMODE(path.stat().st_mode) & 0o077:
+        _tighten_tree(path)
+
+
+def _tighten_tree(root: Path) -> None:
+    os.chmod(root, 0o700)
+    for parent, dirs, files in os.walk(root):
+        for name, mode in [(d, 0o700) for d in dirs] + [(f, 0o600) for f in files]:
+            path = Path(parent) / name
+            with contextlib.suppress(OSError):
+                if not path.is_symlink() and _ours(path):
+                    os.chmod(path, mode)
+
+
+def write_private(path: Path, text: str) -> None:
+    """Write a file readable by its owner only, whatever the process umask."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as file:
+        os.fchmod(file.fileno(), 0o600)
+        file.write(text)
+
+
+def misplaced_database_dir(data_dir: Path) -> Path | None:
+    """Where a start with a relative `data_dir` put the database: the broker resolved the
+    relative --db-path against its working directory, the data directory itself."""
+    if data_dir.is_absolute() or ".." in data_dir.parts or data_dir == Path("."):
+        return None
+    return data_dir.absolute() / data_dir
+
+
+def move_misplaced_database(data_dir: Path, misplaced: Path) -> bool:
+    """Move a database found at `misplaced` into `data_dir`, once; True if it moved.
+
+    Only when `data_dir` holds no database of its own: two databases are left alone (with a
+    warning) rather than one overwriting the other.
+    """
+    if not misplaced.is_dir():
+        return False
+    stale = sorted(misplaced.glob(DB_NAME + "*"))
+    if not stale:
+        return False
+    if any(data_dir.glob(DB_NAME + "*")):
+        log.warning(
+            "a misplaced embedded broker database is in %s but %s has its own: "
+            "left alone, move or delete one of them by hand",
+            misplaced,
+            data_dir,
+        )
+        return False
+    for item in stale:
+        os.replace(item, data_dir / item.name)
+    log.warning(
+        "moved the embedded broker database from %s to %s, where a relative data_dir "
+        "had misplaced it",
+        misplaced,
+        data_dir,
+    )
+    level = misplaced
+    while level != data_dir and data_dir in level.parents:
+        try:
+            level.rmdir()  # only what the old layout created and is now empty
+        except OSError:
+            break
+        level = level.parent
+    return True
+
+
 class EmbeddedBroker:
     """Starts, watches and stops one pulsar-lite process on a loopback port.
 
     A crash is logged and the broker is restarted on the same port and data
-    directory (data is durable); after `restart_limit` crashes `on_fatal` is called
-    so that the gateway exits non-zero instead of hanging.
+    directory (data is durable). Crashes count within a sliding window of
+    `restart_window` seconds (as systemd's StartLimitIntervalSec): a broker that crashes
+    now and then over weeks keeps being restarted, and only more than `restart_limit`
+    crashes inside one window call `on_fatal`, so that the gateway exits non-zero instead
+    of restarting a broker that cannot stay up.
     """
 
     def __init__(
@@ -64,14 +172,21 @@ class EmbeddedBroker:
         restart_limit: int = 5,
         log_level: str = "warn",
         on_fatal: Callable[[str], None] | None = None,
+        restart_window: float = 60.0,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self.data_dir = data_dir
+        # absolute: the child's working directory is the data directory (module docstring)
+        self.data_dir = data_dir.absolute()
+        self._misplaced = misplaced_database_dir(data_dir)
         self.port = port or free_port()
         self.start_timeout = start_timeout
         self.restart_limit = restart_limit
+        self.restart_window = restart_window
         self.log_level = log_level
         self.on_fatal = on_fatal
-        self.restarts = 0
+        self._clock = clock
+        self._crash_times: deque[float] = deque()
+        self.restarts = 0  # in the gateway's lifetime, for /health
         self.generation = 0  # counts successful starts
         self._process: subprocess.Popen[bytes] | None = None
         self._watch: asyncio.Task[None] | None = None
@@ -86,9 +201,11 @@ class EmbeddedBroker:
         return self._process.pid if self._process else None
 
     async def start(self) -> None:
-        self.data_dir.mkdir(parents=True, exist_ok=True)
+        make_private_dir(self.data_dir)
+        if self._misplaced is not None:
+            move_misplaced_database(self.data_dir, self._misplaced)
         config_path = self.data_dir / "pulsar-lite.toml"
-        config_path.write_text(render_config())
+        write_private(config_path, render_config())
         await self._spawn(config_path)
         self._watch = asyncio.create_task(self._watch_process(config_path))
 
@@ -106,7 +223,10 @@ class EmbeddedBroker:
         ]
 
         def spawn() -> subprocess.Popen[bytes]:
-            with open(self.data_dir / "broker.log", "ab") as log_file:
+            log_fd = os.open(
+                self.data_dir / "broker.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600
+            )
+            with os.fdopen(log_fd, "ab") as log_file:
                 return subprocess.Popen(
                     command,
                     stdout=log_file,
@@ -115,6 +235,7 @@ class EmbeddedBroker:
                     cwd=str(self.data_dir),
                     start_new_session=True,
                     close_fds=True,
+                    umask=PRIVATE_UMASK,  # set by CPython's fork-exec, no Python in the child
                 )
 
         self._process = await asyncio.to_thread(spawn)
@@ -150,10 +271,19 @@ class EmbeddedBroker:
             if self._stopping:
                 return
             self.restarts += 1
-            log.error("embedded pulsar-lite exited with %s (crash %d)", code, self.restarts)
-            if self.restarts > self.restart_limit:
+            recent = self._count_crash()
+            log.error(
+                "embedded pulsar-lite exited with %s (crash %d, %d within %gs)",
+                code,
+                self.restarts,
+                recent,
+                self.restart_window,
+            )
+            if recent > self.restart_limit:
                 if self.on_fatal:
-                    self.on_fatal(f"embedded broker crashed {self.restarts} times")
+                    self.on_fatal(
+                        f"embedded broker crashed {recent} times within {self.restart_window:g}s"
+                    )
                 return
             try:
                 await self._spawn(config_path)
@@ -162,6 +292,15 @@ class EmbeddedBroker:
                 if self.on_fatal:
                     self.on_fatal(f"embedded broker restart failed: {exc}")
                 return
+
+    def _count_crash(self) -> int:
+        """Record a crash now; the number of crashes within the last `restart_window`."""
+        now = self._clock()
+        crashes = self._crash_times
+        crashes.append(now)
+        while crashes[0] <= now - self.restart_window:
+            crashes.popleft()
+        return len(crashes)
 
     async def _terminate(self) -> None:
         process = self._process

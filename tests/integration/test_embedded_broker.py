@@ -1,0 +1,213 @@
+"""The embedded pulsar-lite process: its crash window, private files, and `make run`'s layout.
+
+Against the real broker binary and a real `pulsar-gateway run` process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import stat
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from pulsar_gateway.gateway.backend.embedded import EmbeddedBroker, broker_binary, free_port
+from pulsar_gateway.gateway.backend.pulsar_backend import PulsarBackend
+from pulsar_gateway.gateway.messages import OutMessage
+from tests.support.gateway_process import GatewayProcess
+
+TOPIC = "persistent://public/default/layout-check"
+
+
+async def _until(predicate: Callable[[], Any], timeout: float, what: str) -> Any:
+    deadline = time.monotonic() + timeout
+    while not (result := predicate()):
+        assert time.monotonic() < deadline, f"timed out after {timeout}s waiting for {what}"
+        await asyncio.sleep(0.05)
+    return result
+
+
+def _until_sync(predicate: Callable[[], Any], timeout: float, what: str) -> Any:
+    return asyncio.run(_until(predicate, timeout, what))
+
+
+def test_only_crashes_within_the_window_count(tmp_path: Path) -> None:
+    """One crash a minute is restarted forever; more than restart_limit inside
+    restart_window seconds is fatal. The clock is the broker's own, moved by the test."""
+
+    async def scenario() -> None:
+        now = [1000.0]
+        fatal: list[str] = []
+        broker = EmbeddedBroker(
+            tmp_path / "b",
+            restart_limit=1,
+            restart_window=60,
+            on_fatal=fatal.append,
+            clock=lambda: now[0],
+        )
+        await broker.start()
+        try:
+            for crash in range(1, 4):
+                os.kill(broker.pid, signal.SIGKILL)
+                await _until(lambda c=crash: broker.generation == c + 1, 20, "a restart")
+                now[0] += 61
+            assert fatal == [] and broker.restarts == 3
+            os.kill(broker.pid, signal.SIGKILL)
+            await _until(lambda: broker.generation == 5, 20, "a restart")
+            os.kill(broker.pid, signal.SIGKILL)  # the second crash within 60 s: give up
+            await _until(lambda: fatal, 20, "the broker to be declared dead")
+            assert "2 times within 60s" in fatal[0]
+        finally:
+            await broker.stop()
+
+    asyncio.run(scenario())
+
+
+def _modes(root: Path) -> dict[str, int]:
+    found = {".": stat.S_IMODE(root.stat().st_mode)}
+    for path in root.rglob("*"):
+        found[str(path.relative_to(root))] = stat.S_IMODE(path.lstat().st_mode)
+    return found
+
+
+async def _write_and_read(service_url: str, payload: bytes | None) -> list[bytes]:
+    """Append `payload` (if any) to TOPIC, then everything TOPIC holds."""
+    backend = PulsarBackend(service_url)
+    await backend.start()
+    try:
+        if payload is not None:
+            await backend.send(TOPIC, [OutMessage(payload)], batching=False)
+        stream = await backend.open_reader(TOPIC)
+        found = [m.payload for m in await stream.read_batch(100, timeout=5, expect_more=True)]
+        await stream.close()
+        return found
+    finally:
+        await backend.close()
+
+
+def test_broker_files_are_private(tmp_path: Path) -> None:
+    """A new data directory (with its parents) is 0700 and the broker's files 0600; a
+    directory an older version left readable is tightened at start."""
+    loose = tmp_path / "old" / "pulsar"
+    loose.mkdir(parents=True, mode=0o755)
+    os.chmod(loose, 0o755)
+    (loose / "broker.log").write_text("from an older version\n")
+    os.chmod(loose / "broker.log", 0o644)
+
+    async def scenario() -> None:
+        for data_dir in (tmp_path / "new" / "data" / "pulsar", loose):
+            broker = EmbeddedBroker(data_dir)
+            await broker.start()
+            try:
+                await _write_and_read(broker.service_url, b"private")
+            finally:
+                await broker.stop()
+
+    asyncio.run(scenario())
+    assert stat.S_IMODE((tmp_path / "new" / "data").stat().st_mode) == 0o700
+    for root in (tmp_path / "new" / "data" / "pulsar", loose):
+        modes = _modes(root)
+        assert any(name.startswith("db.rocksdb/") for name in modes), modes
+        wrong = {
+            name: oct(mode)
+            for name, mode in modes.items()
+            if mode != (0o700 if (root / name).is_dir() else 0o600)
+        }
+        assert wrong == {}, f"not private in {root}: {wrong}"
+
+
+class MakeRunGateway(GatewayProcess):
+    """`make run`'s layout: started in `home` without --data-dir, so gateway.data_dir is its
+    default, the relative "data", and the broker's directory is home/data/pulsar."""
+
+    def __init__(self, home: Path) -> None:
+        super().__init__(home / "data")
+        self.home = home
+        self.log_path = home / "gateway.log"
+
+    def start(self, timeout: float = 60) -> MakeRunGateway:
+        command = [
+            *(sys.executable, "-m", "pulsar_gateway.cli", "run"),
+            *("--kafka-port", str(self.kafka_port), "--amqp-port", str(self.amqp_port)),
+            *("--metrics-port", str(self.metrics_port)),
+            *("--set", f"embedded.port={self.broker_port}"),
+        ]
+        with open(self.log_path, "ab") as log:
+            self.process = subprocess.Popen(
+                command,
+                stdout=log,
+                stderr=log,
+                cwd=self.home,
+                env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            )
+        process = self.process
+        _until_sync(
+            lambda: process.poll() is not None or (self.health() or {}).get("ok"),
+            timeout,
+            "the gateway to be ready",
+        )
+        assert process.poll() is None, f"gateway exited:\n{self.log_tail()}"
+        return self
+
+
+def _listeners(pid: int) -> set[str]:
+    """host:port of every TCP socket `pid` listens on."""
+    out = subprocess.run(["ss", "-ltnpH"], capture_output=True, text=True, check=True).stdout
+    return {line.split()[3] for line in out.splitlines() if f"pid={pid}," in line}
+
+
+def test_make_run_layout_listens_on_loopback_only(tmp_path: Path) -> None:
+    """With the relative default data_dir the broker still reads its config (no metrics
+    listener on 0.0.0.0:8080, nothing beyond its loopback port) and keeps its database in
+    data/pulsar, not data/pulsar/data/pulsar."""
+    gateway = MakeRunGateway(tmp_path).start()
+    try:
+        broker = gateway.broker_pid()
+        assert _listeners(broker) == {f"127.0.0.1:{gateway.broker_port}"}
+        service_url = f"pulsar://127.0.0.1:{gateway.broker_port}"
+        assert asyncio.run(_write_and_read(service_url, b"in place")) == [b"in place"]
+    finally:
+        assert gateway.stop() == 0, gateway.log_tail()
+    pulsar_dir = tmp_path / "data" / "pulsar"
+    assert (pulsar_dir / "db.rocksdb").is_dir()
+    assert not (pulsar_dir / "data").exists()
+    assert stat.S_IMODE((tmp_path / "data").stat().st_mode) == 0o700
+
+
+def test_database_misplaced_by_an_old_start_is_moved_into_place(tmp_path: Path) -> None:
+    """Older versions started the broker in data/pulsar with --db-path data/pulsar/db, so
+    its database is in data/pulsar/data/pulsar: the next start moves it, keeping the data."""
+    pulsar_dir = tmp_path / "data" / "pulsar"
+    pulsar_dir.mkdir(parents=True)
+    config = tmp_path / "no-metrics.toml"  # not the old relative one: that would take :8080
+    config.write_text("default_partitions = 0\n\n[metrics]\nenabled = false\n")
+    port = free_port()
+    old = subprocess.Popen(
+        [str(broker_binary()), "--addr", f"127.0.0.1:{port}"]
+        + ["--db-path", "data/pulsar/db", "--config", str(config)],
+        cwd=pulsar_dir,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        _until_sync(lambda: f"127.0.0.1:{port}" in _listeners(old.pid), 20, "the old broker")
+        asyncio.run(_write_and_read(f"pulsar://127.0.0.1:{port}", b"written before"))
+    finally:
+        old.terminate()
+        old.wait(30)
+    assert (pulsar_dir / "data" / "pulsar" / "db.rocksdb").is_dir()
+
+    gateway = MakeRunGateway(tmp_path).start()
+    try:
+        service_url = f"pulsar://127.0.0.1:{gateway.broker_port}"
+        assert asyncio.run(_write_and_read(service_url, None)) == [b"written before"]
+        assert "moved the embedded broker database" in gateway.log_path.read_text()
+    finally:
+        assert gateway.stop() == 0, gateway.log_tail()
+    assert (pulsar_dir / "db.rocksdb").is_dir()
+    assert not (pulsar_dir / "data").exists()
