@@ -61,6 +61,7 @@ class Gateway:
                 port=settings.embedded.port,
                 start_timeout=settings.embedded.start_timeout_seconds,
                 restart_limit=settings.embedded.restart_limit,
+                restart_window=settings.embedded.restart_window_seconds,
                 log_level=settings.embedded.log_level,
                 on_fatal=self._on_fatal,
             )
