@@ -30,10 +30,8 @@ from pulsar_gateway.handlers.amqp.topology import (
     ExchangeType,
     Queue,
     Topology,
-    check_bind,
-    declare_exchange,
-    declare_queue,
 )
+from pulsar_gateway.handlers.amqp.topology_rules import check_bind, declare_exchange, declare_queue
 
 SKIPPED_SECTIONS = ("users", "permissions", "topic_permissions", "global_parameters")
 VERSION_FIELDS = ("rabbit_version", "rabbitmq_version", "product_name", "product_version")

@@ -28,6 +28,8 @@ from pulsar_gateway.handlers.amqp.topology import (
     ExchangeType,
     Queue,
     Topology,
+)
+from pulsar_gateway.handlers.amqp.topology_rules import (
     check_bind,
     check_exchange_delete,
     check_queue_access,

@@ -32,7 +32,7 @@ from pulsar_gateway.handlers.amqp.channel import (
     Unacked,
 )
 from pulsar_gateway.handlers.amqp.connection_state import AmqpConnection
-from pulsar_gateway.handlers.amqp.errors import AmqpError, ReplyCode
+from pulsar_gateway.handlers.amqp.errors import AmqpError, ReplyCode, resource
 from pulsar_gateway.handlers.amqp.events import (
     ChannelClosed,
     ChannelFlowChanged,
@@ -46,18 +46,16 @@ from pulsar_gateway.handlers.amqp.events import (
 from pulsar_gateway.handlers.amqp.exchange_routing import route, sender_selected_keys
 from pulsar_gateway.handlers.amqp.frames import encode_properties, make_method
 from pulsar_gateway.handlers.amqp.queue_engine import QueueEngine
-from pulsar_gateway.handlers.amqp.topology import (
-    Binding,
-    DestinationKind,
-    Topology,
+from pulsar_gateway.handlers.amqp.topology import Binding, DestinationKind, Topology
+from pulsar_gateway.handlers.amqp.topology_rules import (
     check_bind,
     check_exchange_delete,
     check_queue_access,
     check_queue_delete,
+    check_supported_arguments,
     check_unbind,
     declare_exchange,
     declare_queue,
-    resource,
 )
 
 log = logging.getLogger("gateway.amqp")
@@ -530,7 +528,7 @@ class ConnectionBroker:
     async def queue_declare(self, channel: Channel, m: commands.Queue.Declare) -> None:
         vh = self.state
         if not m.passive:
-            _check_supported(m.arguments or {}, m.queue, vh.name)
+            check_supported_arguments(m.arguments or {}, m.queue, vh.name)
         async with vh.lock:
             queue, new = declare_queue(
                 vh.topology,
@@ -894,24 +892,6 @@ class ConnectionBroker:
             except Exception as exc:
                 log.warning("deleting exclusive queue %s failed: %s", name, exc)
         self.exclusive_queues.clear()
-
-
-def _check_supported(arguments: dict[str, Any], queue: str, vhost: str) -> None:
-    """Queue arguments RabbitMQ has and this gateway does not implement are refused
-    (406) rather than silently ignored; x-max-priority is accepted and ignored
-    (delivery order stays FIFO), as a lower-priority consumer loses nothing by it."""
-    overflow = _text(arguments.get("x-overflow"))
-    unsupported = None
-    if "x-max-length-bytes" in arguments:
-        unsupported = "x-max-length-bytes"
-    elif overflow is not None and overflow != "drop-head":
-        unsupported = f"x-overflow '{overflow}'"
-    if unsupported:
-        raise AmqpError(
-            ReplyCode.PRECONDITION_FAILED,
-            f"{unsupported} for {resource('queue', queue, vhost)} is not supported "
-            "by Pulsar Gateway",
-        )
 
 
 def _expiration(value: Any) -> int | None:

@@ -105,3 +105,13 @@ def _name(reply_code: int) -> str:
         return ReplyCode(reply_code).name
     except ValueError:
         return "INTERNAL_ERROR"
+
+
+def resource(kind: str, name: str, vhost: str) -> str:
+    """rabbit_misc:rs/1: "queue 'q' in vhost '/'"."""
+    return f"{kind} '{name}' in vhost '{vhost}'"
+
+
+def not_found(kind: str, name: str, vhost: str) -> AmqpError:
+    """RabbitMQ's 404 for a missing entity: "no queue 'q' in vhost '/'"."""
+    return AmqpError(ReplyCode.NOT_FOUND, f"no {resource(kind, name, vhost)}")

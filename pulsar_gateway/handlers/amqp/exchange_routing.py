@@ -14,7 +14,7 @@ import functools
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from pulsar_gateway.handlers.amqp.errors import AmqpError, ReplyCode
+from pulsar_gateway.handlers.amqp.errors import AmqpError, ReplyCode, not_found, resource
 from pulsar_gateway.handlers.amqp.field_values import same_value
 from pulsar_gateway.handlers.amqp.topology import (
     DEFAULT_EXCHANGE,
@@ -23,8 +23,6 @@ from pulsar_gateway.handlers.amqp.topology import (
     Exchange,
     ExchangeType,
     Topology,
-    not_found,
-    resource,
 )
 
 TopicMatcher = Callable[[tuple[str, ...]], bool]

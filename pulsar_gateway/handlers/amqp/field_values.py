@@ -54,6 +54,12 @@ def as_text(value: str | bytes) -> str:
     return value if isinstance(value, str) else value.decode("utf-8", "replace")
 
 
+def text_or_none(value: Any) -> str | None:
+    """A string argument or property as text; None when absent or not a string,
+    so a caller treats a mistyped value as unset."""
+    return as_text(value) if isinstance(value, str | bytes) else None
+
+
 def erlang_term(value: Any) -> str:
     """How Erlang's ~p prints the value (for texts copied from RabbitMQ)."""
     if isinstance(value, bool):
