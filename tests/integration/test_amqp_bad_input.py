@@ -3,8 +3,10 @@ lives, and a connection next to the bad one carries on untouched."""
 
 from __future__ import annotations
 
+import fcntl
 import socket
 import struct
+import termios
 import time
 import uuid
 
@@ -14,6 +16,12 @@ from pamqp import commands, frame
 
 from pulsar_gateway.handlers.amqp.frames import PROTOCOL_HEADER, encode_method
 from tests.support.gateway_process import GatewayProcess
+from tests.support.waiting import wait_until, wait_until_stable
+
+
+def _unread_bytes(sock: socket.socket) -> int:
+    """Bytes the kernel holds for `sock` that the client has not read yet."""
+    return struct.unpack("i", fcntl.ioctl(sock, termios.FIONREAD, b"\0" * 4))[0]
 
 
 class RawClient:
@@ -148,9 +156,14 @@ def test_garbage_instead_of_header_and_silent_peers(gateway: GatewayProcess) -> 
     bad.send(b"GET / HTTP/1.1\r\n\r\n")
     assert bad.sock.recv(8) == PROTOCOL_HEADER  # RabbitMQ answers with the header it speaks
     bad.close()
+    accepted = gateway.metric("gateway_connections_total", protocol="amqp")
     half = RawClient(gateway.amqp_port)
     half.send(PROTOCOL_HEADER + b"\x01\x00")  # then nothing, then gone
-    time.sleep(0.1)
+    wait_until(
+        lambda: gateway.metric("gateway_connections_total", protocol="amqp") > accepted,
+        10,
+        message="the gateway to take the half-sent connection",
+    )
     half.close()
     ok = pika.BlockingConnection(pika.URLParameters(gateway.amqp_url))
     assert ok.channel().is_open
@@ -203,7 +216,15 @@ def test_slow_reader_gets_everything_once_it_reads(gateway: GatewayProcess) -> N
     reader.method(1, commands.Channel.Open())
     reader.expect(commands.Channel.OpenOk)
     reader.method(1, commands.Basic.Consume(queue=queue, no_ack=True))
-    time.sleep(1.5)  # not reading: the gateway's buffer fills and delivery pauses
+    # not reading: our socket's buffer fills, stops growing, and delivery pauses
+    wait_until_stable(
+        lambda: _unread_bytes(reader.sock),
+        20,
+        0.1,
+        polls=5,
+        accept=lambda unread: unread > 0,
+        message="deliveries to fill the unread socket and pause",
+    )
     delivered = 0
     deadline = time.time() + 20
     while delivered < 100 and time.time() < deadline:

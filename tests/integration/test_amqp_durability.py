@@ -9,8 +9,10 @@ import time
 import pika
 
 from tests.support.gateway_process import GatewayProcess
+from tests.support.waiting import wait_until
 
 TOTAL = 2000
+END = b"end-marker"
 
 
 def _collect(url: str, queue: str, expected: int, timeout: float = 30) -> list[tuple[bytes, bool]]:
@@ -28,7 +30,16 @@ def _collect(url: str, queue: str, expected: int, timeout: float = 30) -> list[t
         deadline = time.time() + timeout
         while len(got) < expected and time.time() < deadline:
             connection.process_data_events(time_limit=0.2)
-        connection.process_data_events(time_limit=0.3)  # anything beyond `expected`?
+
+        # anything beyond `expected` (a duplicate, a late redelivery) comes before a marker
+        # published now, so everything is in once the marker is
+        def marker_in() -> bool:
+            connection.process_data_events(time_limit=0.1)
+            return (END, False) in got
+
+        ch.basic_publish("", queue, END)
+        wait_until(marker_in, timeout, 0, message=f"the end marker on {queue}")
+        got.remove((END, False))
         return got
     finally:
         connection.close()
@@ -104,8 +115,11 @@ def test_idle_queue_reader_is_released_without_false_redelivered(tmp_path) -> No
         method, _, body = ch.basic_get("idle-q")  # the queue's reader fetches all five
         assert body == b"0"
         ch.basic_ack(method.delivery_tag)
-        time.sleep(1.5)  # idle: the Pulsar consumer is closed, four messages go back
-        assert "amqp queue idle-q: idle" in gw.log_tail(200)
+        wait_until(  # idle: the Pulsar consumer is closed, four messages go back
+            lambda: "amqp queue idle-q: idle" in gw.log_tail(200),
+            10,
+            message="the idle queue's reader to be released",
+        )
         connection.process_data_events(time_limit=0)
         rest = []
         for _ in range(4):

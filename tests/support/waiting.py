@@ -61,3 +61,25 @@ async def async_wait_until(
         if time.monotonic() >= deadline:
             raise _timed_out(timeout, message)
         await asyncio.sleep(interval)
+
+
+def wait_until_stable(
+    read: Callable[[], T],
+    timeout: float = 10.0,
+    interval: float = 0.05,
+    polls: int = 3,
+    accept: Callable[[T], bool] = lambda value: True,
+    message: Message = "a value to settle",
+) -> T:
+    """Read a value every `interval` seconds until `polls` reads in a row agree and `accept`
+    takes it (a queue count after asynchronous requeues, a buffer that stopped filling);
+    return it, or fail the test as `wait_until` does."""
+    seen: list[T] = []
+
+    def settled() -> bool:
+        seen.append(read())
+        last = seen[-polls:]
+        return len(last) == polls and all(v == last[0] for v in last) and accept(last[0])
+
+    wait_until(settled, timeout, interval, message)
+    return seen[-1]
