@@ -107,9 +107,14 @@ class Gateway:
             self.group_offsets.on_commit = self.mirror.request
         metrics.BACKEND_UP.set(1)
         if settings.kafka.enabled:
+            from pulsar_gateway.handlers.kafka.port import KafkaStorage
             from pulsar_gateway.handlers.kafka.server import KafkaServer
+            from pulsar_gateway.storage.kafka.producer_ids import MetadataProducerIds
 
-            self.listeners.append(KafkaServer(settings.kafka, self.topics, self.group_offsets))
+            storage = KafkaStorage(
+                self.topics, self.group_offsets, MetadataProducerIds(self.metadata)
+            )
+            self.listeners.append(KafkaServer(settings.kafka, storage))
         if settings.amqp.enabled:
             from pulsar_gateway.handlers.amqp.connection_settings import ConnectionSettings
             from pulsar_gateway.handlers.amqp.server import AmqpServer

@@ -37,5 +37,20 @@ def pulsar_topic(name: str, tenant: str, namespace: str) -> str:
     return f"persistent://{tenant}/{namespace}/{name}"
 
 
+PARTITION_MARK = "-partition-"
+
+
+class UnknownPartition(LookupError):
+    """A Pulsar topic name that is not `<topic>-partition-<i>`."""
+
+
 def partition_topic(full_topic: str, partition: int) -> str:
-    return f"{full_topic}-partition-{partition}"
+    return f"{full_topic}{PARTITION_MARK}{partition}"
+
+
+def split_partition_topic(partition_topic: str) -> tuple[str, int]:
+    """`<topic>-partition-<i>` -> (topic, i)."""
+    name, mark, index = partition_topic.rpartition(PARTITION_MARK)
+    if not mark or not index.isdigit():
+        raise UnknownPartition(partition_topic)
+    return name, int(index)

@@ -35,6 +35,8 @@ import cramjam
 import lz4.frame
 import zstandard
 
+from pulsar_gateway.kafka_codec.errors import ErrorCode
+
 NONE = 0
 GZIP = 1
 SNAPPY = 2
@@ -47,10 +49,6 @@ CODEC_NAMES = {NONE: "none", GZIP: "gzip", SNAPPY: "snappy", LZ4: "lz4", ZSTD: "
 #: size (message.max.bytes, 1 MiB by default); 64 MiB leaves room for very compressible data.
 DEFAULT_MAX_DECOMPRESSED = 64 * 1024 * 1024
 
-# Kafka error codes the caller can put straight into a response.
-CORRUPT_MESSAGE = 2
-MESSAGE_TOO_LARGE = 10
-UNSUPPORTED_COMPRESSION_TYPE = 76
 
 XERIAL_MAGIC = b"\x82SNAPPY\x00"
 _XERIAL_HEADER = XERIAL_MAGIC + struct.pack(">ii", 1, 1)
@@ -66,7 +64,7 @@ _ZSTD_LEVEL = 3
 class CompressionError(Exception):
     """Compressed data could not be produced or read; ``code`` is the Kafka error to answer."""
 
-    def __init__(self, message: str, code: int = CORRUPT_MESSAGE) -> None:
+    def __init__(self, message: str, code: int = ErrorCode.CORRUPT_MESSAGE) -> None:
         super().__init__(message)
         self.code = code
 
@@ -75,14 +73,16 @@ class DecompressionLimitError(CompressionError):
     """The output would exceed ``max_size``: refuse rather than allocate it."""
 
     def __init__(self, message: str) -> None:
-        super().__init__(message, MESSAGE_TOO_LARGE)
+        super().__init__(message, ErrorCode.MESSAGE_TOO_LARGE)
 
 
 class UnsupportedCodecError(CompressionError):
     """Attribute bits 0-2 name a codec that does not exist (5, 6, 7)."""
 
     def __init__(self, codec: int) -> None:
-        super().__init__(f"unknown compression codec {codec}", UNSUPPORTED_COMPRESSION_TYPE)
+        super().__init__(
+            f"unknown compression codec {codec}", ErrorCode.UNSUPPORTED_COMPRESSION_TYPE
+        )
         self.codec = codec
 
 
@@ -151,8 +151,8 @@ def decompress(
 ) -> bytes:
     """Inflate one batch's records section; raise CompressionError, never anything else.
 
-    Raises DecompressionLimitError (code MESSAGE_TOO_LARGE) when the output would be larger
-    than ``max_size`` bytes.
+    Raises DecompressionLimitError (MESSAGE_TOO_LARGE) when the output would be larger than
+    ``max_size`` bytes.
     """
     try:
         if codec == NONE:

@@ -1,17 +1,22 @@
-"""Partition log entries <-> Kafka record batches, for both entry formats.
+"""Stored entry formats: how a produced Kafka record batch becomes Pulsar messages, and how
+stored messages become Kafka records again. One implementation per format, as KoP's
+EntryFormatter has; the Produce handler, Fetch, ListOffsets, migrate and parity all share
+this one definition (docs/pulsar-mapping.md, "Entry formats").
 
-- `pulsar` format: one Pulsar message per record (KoP's mapping, record_mapping.py);
+- `pulsar` (the default): one Pulsar message per record, KoP's mapping (record_mapping.py);
   Pulsar clients read these topics natively.
-- `kafka` format: one Pulsar message per record batch, stored as the producer sent it
-  (still compressed), marked with `__kafka.batch` and the record count the partition
-  log numbers it by. Produce and Fetch then cost per batch, not per record; Pulsar
-  consumers see raw batches, so the format is chosen per topic.
-A log may hold both (a topic switched format, or a Pulsar producer wrote to it).
+- `kafka`: one Pulsar message per record batch, stored as the producer sent it (still
+  compressed), marked with `__kafka.batch` and the record count that the partition log
+  numbers it by. Produce and Fetch then cost per batch, not per record; Pulsar consumers
+  see raw batches, so the format is chosen per topic (`pulsar.entry.format`).
+A log may hold both (a topic switched format, or a Pulsar producer wrote to it): every
+stored message says which format wrote it, so reading never needs the topic's setting.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from typing import NamedTuple, Protocol
 
 from pulsar_gateway.gateway.messages import RECORDS, LogEntry, OutMessage, StoredMessage
 from pulsar_gateway.kafka_codec.record_batch import (
@@ -20,25 +25,108 @@ from pulsar_gateway.kafka_codec.record_batch import (
     encode_batch,
     rewrite_base_offset,
 )
-from pulsar_gateway.kafka_codec.record_mapping import headers_of, key_of, timestamp_of
+from pulsar_gateway.kafka_codec.record_mapping import (
+    Header,
+    headers_of,
+    key_of,
+    timestamp_of,
+    to_message,
+)
 
 BATCH = "__kafka.batch"
 FORMAT_CONFIG = "pulsar.entry.format"
-FORMATS = ("pulsar", "kafka")
 
 
-def is_batch(message: StoredMessage) -> bool:
-    return BATCH in message.properties
+class StoredRecord(NamedTuple):
+    """One Kafka record read back from the log."""
+
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    headers: list[Header]
+    timestamp: int
 
 
-def batch_message(batch: DecodedBatch) -> OutMessage:
-    """A produced batch as one Pulsar message, bytes as sent."""
-    return OutMessage(
-        bytes(batch.raw),
-        None,
-        {BATCH: "2", RECORDS: str(batch.record_count)},
-        batch.max_timestamp if batch.max_timestamp > 0 else 0,
-    )
+class EntryFormat(Protocol):
+    name: str
+
+    def encode(self, batch: DecodedBatch) -> list[OutMessage]:
+        """The messages that store one produced batch, in order."""
+        ...
+
+    def wrote(self, message: StoredMessage) -> bool:
+        """Whether this format wrote `message` (messages of plain Pulsar producers read as
+        the `pulsar` format)."""
+        ...
+
+    def records(self, entry: LogEntry) -> Iterator[StoredRecord]:
+        """Every record an entry holds, with its offset."""
+        ...
+
+
+class PulsarEntryFormat:
+    name = "pulsar"
+
+    def encode(self, batch: DecodedBatch) -> list[OutMessage]:
+        return [to_message(r.key, r.value, r.timestamp, r.headers) for r in batch.records]
+
+    def wrote(self, message: StoredMessage) -> bool:
+        return BATCH not in message.properties
+
+    def records(self, entry: LogEntry) -> Iterator[StoredRecord]:
+        message = entry.message
+        yield StoredRecord(
+            entry.offset,
+            key_of(message),
+            message.payload,
+            headers_of(message),
+            timestamp_of(message),
+        )
+
+
+class KafkaEntryFormat:
+    name = "kafka"
+
+    def encode(self, batch: DecodedBatch) -> list[OutMessage]:
+        """The batch as one Pulsar message, bytes as sent."""
+        return [
+            OutMessage(
+                bytes(batch.raw),
+                None,
+                {BATCH: "2", RECORDS: str(batch.record_count)},
+                batch.max_timestamp if batch.max_timestamp > 0 else 0,
+            )
+        ]
+
+    def wrote(self, message: StoredMessage) -> bool:
+        return BATCH in message.properties
+
+    def records(self, entry: LogEntry) -> Iterator[StoredRecord]:
+        for batch in decode_batches(entry.message.payload or b"", verify_crc=False):
+            for record in batch.records:
+                stamp = batch.max_timestamp if batch.timestamp_type else record.timestamp
+                yield StoredRecord(
+                    entry.offset + record.offset_delta,
+                    record.key,
+                    record.value,
+                    record.headers,
+                    stamp,
+                )
+
+
+PULSAR = PulsarEntryFormat()
+KAFKA = KafkaEntryFormat()
+ENTRY_FORMATS: dict[str, EntryFormat] = {PULSAR.name: PULSAR, KAFKA.name: KAFKA}
+
+
+def format_of(message: StoredMessage) -> EntryFormat:
+    """The format that wrote a stored message."""
+    return KAFKA if KAFKA.wrote(message) else PULSAR
+
+
+def records_of(entry: LogEntry) -> Iterator[StoredRecord]:
+    """Every record of a stored entry, whichever format wrote it."""
+    return format_of(entry.message).records(entry)
 
 
 def encode_entries(entries: Sequence[LogEntry]) -> tuple[bytearray, int]:
@@ -67,7 +155,7 @@ def encode_entries(entries: Sequence[LogEntry]) -> tuple[bytearray, int]:
             run.clear()
 
     for entry in entries:
-        if is_batch(entry.message):
+        if KAFKA.wrote(entry.message):
             flush()
             rewrite_base_offset(entry.message.payload or b"", entry.offset, out=out)
             count += int(entry.message.properties[RECORDS])
@@ -76,35 +164,3 @@ def encode_entries(entries: Sequence[LogEntry]) -> tuple[bytearray, int]:
             count += 1
     flush()
     return out, count
-
-
-def record_times(entry: LogEntry) -> Iterator[tuple[int, int]]:
-    """(offset, timestamp) of each record of an entry (ListOffsets by time)."""
-    for offset, _key, _value, _headers, stamp in records_of(entry):
-        yield offset, stamp
-
-
-def records_of(
-    entry: LogEntry,
-) -> Iterator[tuple[int, bytes | None, bytes | None, list[tuple[str, bytes | None]], int]]:
-    """(offset, key, value, headers, timestamp) of each record of an entry."""
-    message = entry.message
-    if not is_batch(message):
-        yield (
-            entry.offset,
-            key_of(message),
-            message.payload,
-            headers_of(message),
-            timestamp_of(message),
-        )
-        return
-    for batch in decode_batches(message.payload or b"", verify_crc=False):
-        for record in batch.records:
-            stamp = batch.max_timestamp if batch.timestamp_type else record.timestamp
-            yield (
-                entry.offset + record.offset_delta,
-                record.key,
-                record.value,
-                record.headers,
-                stamp,
-            )

@@ -33,12 +33,7 @@ import crc32c
 
 from pulsar_gateway.kafka_codec import compression
 from pulsar_gateway.kafka_codec.compression import DEFAULT_MAX_DECOMPRESSED, CompressionError
-
-# Kafka error codes (the ``code`` hint on RecordBatchError).
-CORRUPT_MESSAGE = 2
-MESSAGE_TOO_LARGE = 10
-UNSUPPORTED_COMPRESSION_TYPE = 76
-INVALID_RECORD = 87
+from pulsar_gateway.kafka_codec.errors import ErrorCode
 
 MAGIC = 2
 HEADER_SIZE = 61
@@ -93,7 +88,7 @@ _BLANK_HEADER = bytes(HEADER_SIZE)
 class RecordBatchError(Exception):
     """Malformed or unacceptable batch; ``code`` is the Kafka error code to answer with."""
 
-    def __init__(self, message: str, code: int = CORRUPT_MESSAGE) -> None:
+    def __init__(self, message: str, code: int = ErrorCode.CORRUPT_MESSAGE) -> None:
         super().__init__(message)
         self.code = code
 
@@ -223,11 +218,11 @@ def decode_batches(
         base_offset, length, leader_epoch, magic = _PREFIX.unpack_from(view, pos)
         if magic != MAGIC:
             if magic in (0, 1):
-                # Kafka's ProduceRequest.validateRecords answers INVALID_RECORD for legacy
+                # Kafka's ProduceRequest.validateRecords answers ErrorCode.INVALID_RECORD for legacy
                 # message sets in Produce v3+, and v3 is the oldest Produce we serve.
                 raise RecordBatchError(
                     f"legacy message set (magic {magic}) is not accepted; magic 2 is required",
-                    INVALID_RECORD,
+                    ErrorCode.INVALID_RECORD,
                 )
             raise RecordBatchError(f"unknown magic byte {magic} at {pos}")
         end = pos + _LOG_OVERHEAD + length
@@ -248,7 +243,7 @@ def decode_batches(
             buf = body.tobytes()
         elif codec > 4:
             raise RecordBatchError(
-                f"unknown compression codec {codec}", UNSUPPORTED_COMPRESSION_TYPE
+                f"unknown compression codec {codec}", ErrorCode.UNSUPPORTED_COMPRESSION_TYPE
             )
         else:
             try:
@@ -440,7 +435,9 @@ def _decode_headers(buf: bytes, pos: int) -> tuple[list[tuple[str, bytes | None]
         else:
             n, pos = _varint_slow(buf, pos, 5)
             if n < 0:
-                raise RecordBatchError("null or negative-length header key", INVALID_RECORD)
+                raise RecordBatchError(
+                    "null or negative-length header key", ErrorCode.INVALID_RECORD
+                )
         key = buf[pos : pos + n].decode("utf-8", "surrogateescape")
         pos += n
         b = buf[pos]
@@ -624,7 +621,9 @@ def _encode_headers(
         try:
             k = key.encode("utf-8", "surrogateescape")
         except (UnicodeEncodeError, AttributeError) as e:
-            raise RecordBatchError(f"header key {key!r} is not a string", INVALID_RECORD) from e
+            raise RecordBatchError(
+                f"header key {key!r} is not a string", ErrorCode.INVALID_RECORD
+            ) from e
         n = len(k)
         out += table[n << 1] if n < half else _zigzag_bytes(n)
         out += k
@@ -672,24 +671,30 @@ def check_produce_batches(batches: Sequence[DecodedBatch], api_version: int) -> 
     Fetch response but not in a Produce request (compacted gaps, several batches).
     """
     if not batches:
-        raise RecordBatchError("produce request without a record batch", INVALID_RECORD)
+        raise RecordBatchError("produce request without a record batch", ErrorCode.INVALID_RECORD)
     if len(batches) > 1:
-        raise RecordBatchError("produce requests must contain exactly one batch", INVALID_RECORD)
+        raise RecordBatchError(
+            "produce requests must contain exactly one batch", ErrorCode.INVALID_RECORD
+        )
     batch = batches[0]
     if batch.compression == compression.ZSTD and api_version < 7:
-        raise RecordBatchError("zstd needs Produce v7 or later", UNSUPPORTED_COMPRESSION_TYPE)
+        raise RecordBatchError(
+            "zstd needs Produce v7 or later", ErrorCode.UNSUPPORTED_COMPRESSION_TYPE
+        )
     if batch.base_offset != 0:
         raise RecordBatchError(
-            f"produced batch has base offset {batch.base_offset}, not 0", INVALID_RECORD
+            f"produced batch has base offset {batch.base_offset}, not 0", ErrorCode.INVALID_RECORD
         )
     if batch.is_control:
-        raise RecordBatchError("clients may not produce control batches", INVALID_RECORD)
+        raise RecordBatchError("clients may not produce control batches", ErrorCode.INVALID_RECORD)
     count = batch.record_count
     if count <= 0 or batch.last_offset_delta + 1 != count:
         raise RecordBatchError(
             f"record count {count} does not match last offset delta {batch.last_offset_delta}",
-            INVALID_RECORD,
+            ErrorCode.INVALID_RECORD,
         )
     for i, record in enumerate(batch.records):
         if record[0] != i:
-            raise RecordBatchError(f"record {i} has offset delta {record[0]}", INVALID_RECORD)
+            raise RecordBatchError(
+                f"record {i} has offset delta {record[0]}", ErrorCode.INVALID_RECORD
+            )

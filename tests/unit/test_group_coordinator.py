@@ -12,17 +12,12 @@ from hypothesis import strategies as st
 from pulsar_gateway.handlers.kafka.group_coordinator import (
     COMPLETING,
     EMPTY,
-    FENCED_INSTANCE_ID,
-    ILLEGAL_GENERATION,
-    INCONSISTENT_GROUP_PROTOCOL,
-    MEMBER_ID_REQUIRED,
     PREPARING,
-    REBALANCE_IN_PROGRESS,
     STABLE,
-    UNKNOWN_MEMBER_ID,
     GroupCoordinator,
     JoinResult,
 )
+from pulsar_gateway.kafka_codec.errors import ErrorCode
 
 PROTOCOLS = [("range", b"meta")]
 
@@ -70,7 +65,7 @@ async def _settle() -> None:
 
 async def _stable_member(coordinator: GroupCoordinator, instance: str | None = None) -> Any:
     first = await _join(coordinator, instance=instance)
-    if first.error == MEMBER_ID_REQUIRED:
+    if first.error == ErrorCode.MEMBER_ID_REQUIRED:
         first = await _join(coordinator, first.member_id, instance)
     assert first.error == 0
     sync = await coordinator.sync(
@@ -87,19 +82,22 @@ def test_join_sync_heartbeat_leave() -> None:
         assert coordinator.groups["g"].state == STABLE
         assert coordinator.heartbeat("g", first.generation, first.member_id, None) == 0
         assert coordinator.heartbeat("g", first.generation - 1, first.member_id, None) == (
-            ILLEGAL_GENERATION
+            ErrorCode.ILLEGAL_GENERATION
         )
-        assert coordinator.heartbeat("g", first.generation, "nobody", None) == UNKNOWN_MEMBER_ID
+        assert (
+            coordinator.heartbeat("g", first.generation, "nobody", None)
+            == ErrorCode.UNKNOWN_MEMBER_ID
+        )
         assert (await _join(coordinator, protocol_type="connect")).error == (
-            INCONSISTENT_GROUP_PROTOCOL
+            ErrorCode.INCONSISTENT_GROUP_PROTOCOL
         )
-        # a second member: the first hears REBALANCE_IN_PROGRESS and rejoins
+        # a second member: the first hears ErrorCode.REBALANCE_IN_PROGRESS and rejoins
         second_id = (await _join(coordinator)).member_id
         second = _join(coordinator, second_id)
         await _settle()
         assert coordinator.groups["g"].state == PREPARING
         assert coordinator.heartbeat("g", first.generation, first.member_id, None) == (
-            REBALANCE_IN_PROGRESS
+            ErrorCode.REBALANCE_IN_PROGRESS
         )
         rejoin = _join(coordinator, first.member_id)
         both = await asyncio.gather(rejoin, second)
@@ -148,9 +146,12 @@ def test_static_member_rejoin_replaces_the_old_id_without_rebalance() -> None:
         sync = await coordinator.sync("g", generation, again.member_id, "pod-1", None, None, {})
         assert sync.assignment == b"a"  # the old member's assignment carried over
         assert coordinator.heartbeat("g", generation, first.member_id, "pod-1") == (
-            FENCED_INSTANCE_ID
+            ErrorCode.FENCED_INSTANCE_ID
         )
-        assert coordinator.heartbeat("g", generation, first.member_id, None) == UNKNOWN_MEMBER_ID
+        assert (
+            coordinator.heartbeat("g", generation, first.member_id, None)
+            == ErrorCode.UNKNOWN_MEMBER_ID
+        )
 
     asyncio.run(scenario())
 
@@ -159,12 +160,12 @@ def test_commit_fencing() -> None:
     async def scenario() -> None:
         coordinator, _ = _coordinator()
         assert coordinator.validate_commit("solo", -1, "", None) == 0
-        assert coordinator.validate_commit("solo", 3, "m", None) == ILLEGAL_GENERATION
+        assert coordinator.validate_commit("solo", 3, "m", None) == ErrorCode.ILLEGAL_GENERATION
         first = await _stable_member(coordinator)
         assert coordinator.validate_commit("g", first.generation, first.member_id, None) == 0
-        assert coordinator.validate_commit("g", -1, "", None) == UNKNOWN_MEMBER_ID
+        assert coordinator.validate_commit("g", -1, "", None) == ErrorCode.UNKNOWN_MEMBER_ID
         assert coordinator.validate_commit("g", first.generation + 1, first.member_id, None) == (
-            ILLEGAL_GENERATION
+            ErrorCode.ILLEGAL_GENERATION
         )
 
     asyncio.run(scenario())
@@ -220,7 +221,7 @@ def test_random_sequences_keep_invariants(actions: list[tuple[str, int]]) -> Non
             generation = group.generation if group else 0
             if action == "join":
                 first = await _join(coordinator)
-                if first.error == MEMBER_ID_REQUIRED:
+                if first.error == ErrorCode.MEMBER_ID_REQUIRED:
                     pending.append(_join(coordinator, first.member_id))
             elif action == "rejoin" and member_id:
                 pending.append(_join(coordinator, member_id))

@@ -36,12 +36,9 @@ from pulsar_gateway.kafka_codec.compression import (
     compress,
     decompress,
 )
+from pulsar_gateway.kafka_codec.errors import ErrorCode
 from pulsar_gateway.kafka_codec.record_batch import (
-    CORRUPT_MESSAGE,
     HEADER_SIZE,
-    INVALID_RECORD,
-    MESSAGE_TOO_LARGE,
-    UNSUPPORTED_COMPRESSION_TYPE,
     Record,
     RecordBatchError,
     check_produce_batches,
@@ -415,12 +412,12 @@ def test_decompression_bombs_stop_at_limit(codec):
     for blob in variants:
         with pytest.raises(DecompressionLimitError) as e:
             decompress(codec, blob, max_size=1 << 20)
-        assert e.value.code == MESSAGE_TOO_LARGE
+        assert e.value.code == ErrorCode.MESSAGE_TOO_LARGE
         assert len(decompress(codec, blob, max_size=len(BOMB))) == len(BOMB)
         # and inside a batch
         with pytest.raises(RecordBatchError) as e:
             decode_batches(frame(blob, 1, attrs=codec), max_uncompressed=1 << 20)
-        assert e.value.code == MESSAGE_TOO_LARGE
+        assert e.value.code == ErrorCode.MESSAGE_TOO_LARGE
 
 
 @settings(max_examples=300, deadline=None)
@@ -438,10 +435,10 @@ def test_unknown_codec():
         compress(5, b"x")
     with pytest.raises(UnsupportedCodecError) as e:
         decompress(7, b"x")
-    assert e.value.code == UNSUPPORTED_COMPRESSION_TYPE
+    assert e.value.code == ErrorCode.UNSUPPORTED_COMPRESSION_TYPE
     with pytest.raises(RecordBatchError) as e:
         decode_batches(frame(b"", 0, attrs=5))
-    assert e.value.code == UNSUPPORTED_COMPRESSION_TYPE
+    assert e.value.code == ErrorCode.UNSUPPORTED_COMPRESSION_TYPE
 
 
 # ------------------------------------------------------------------ fuzz and malformed input
@@ -453,10 +450,10 @@ def decode_or_reject(data, **kw):
         return decode_batches(data, **kw)
     except RecordBatchError as e:
         assert e.code in (
-            CORRUPT_MESSAGE,
-            MESSAGE_TOO_LARGE,
-            UNSUPPORTED_COMPRESSION_TYPE,
-            INVALID_RECORD,
+            ErrorCode.CORRUPT_MESSAGE,
+            ErrorCode.MESSAGE_TOO_LARGE,
+            ErrorCode.UNSUPPORTED_COMPRESSION_TYPE,
+            ErrorCode.INVALID_RECORD,
         )
         return None
 
@@ -523,7 +520,7 @@ def test_crc_mismatch_code():
     raw[-1] ^= 0x40
     with pytest.raises(RecordBatchError) as e:
         decode_batches(raw)
-    assert e.value.code == CORRUPT_MESSAGE and "CRC" in str(e.value)
+    assert e.value.code == ErrorCode.CORRUPT_MESSAGE and "CRC" in str(e.value)
 
 
 @pytest.mark.parametrize(
@@ -584,10 +581,10 @@ def test_absurd_counts_and_lengths():
 
 def test_magic_bytes():
     for magic, code in (
-        (0, INVALID_RECORD),
-        (1, INVALID_RECORD),
-        (3, CORRUPT_MESSAGE),
-        (-1, CORRUPT_MESSAGE),
+        (0, ErrorCode.INVALID_RECORD),
+        (1, ErrorCode.INVALID_RECORD),
+        (3, ErrorCode.CORRUPT_MESSAGE),
+        (-1, ErrorCode.CORRUPT_MESSAGE),
     ):
         with pytest.raises(RecordBatchError) as e:
             decode_batches(frame(raw_record(), 1, magic=magic))
@@ -599,7 +596,7 @@ def test_check_produce_batches():
     check_produce_batches(ok, api_version=7)
     with pytest.raises(RecordBatchError) as e:
         check_produce_batches(ok, api_version=6)
-    assert e.value.code == UNSUPPORTED_COMPRESSION_TYPE
+    assert e.value.code == ErrorCode.UNSUPPORTED_COMPRESSION_TYPE
     cases = [
         [],
         ok + ok,
@@ -611,4 +608,4 @@ def test_check_produce_batches():
     for batches in cases:
         with pytest.raises(RecordBatchError) as e:
             check_produce_batches(batches, api_version=9)
-        assert e.value.code == INVALID_RECORD
+        assert e.value.code == ErrorCode.INVALID_RECORD

@@ -12,6 +12,8 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass
 
+from pulsar_gateway.gateway.errors import StorageError
+
 
 @dataclass(frozen=True)
 class Capabilities:
@@ -26,7 +28,7 @@ EMBEDDED_CAPABILITIES = Capabilities(
 CLUSTER_CAPABILITIES = Capabilities(partitioned_topics=True, delete_storage=True, retention=True)
 
 
-class AdminError(Exception):
+class AdminError(StorageError):
     def __init__(self, status: int, message: str) -> None:
         super().__init__(f"admin API {status}: {message}")
         self.status = status

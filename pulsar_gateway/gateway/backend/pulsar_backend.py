@@ -26,6 +26,7 @@ from pulsar_gateway.gateway.backend.client_logging import client_logger
 from pulsar_gateway.gateway.backend.loop_bridge import to_loop
 from pulsar_gateway.gateway.backend.reader_stream import EARLIEST, ReaderStream
 from pulsar_gateway.gateway.backend.resend_filter import SEQ
+from pulsar_gateway.gateway.errors import StorageError
 from pulsar_gateway.gateway.messages import MessageKey, OutMessage
 
 log = logging.getLogger("gateway.backend")
@@ -34,8 +35,8 @@ log = logging.getLogger("gateway.backend")
 MAX_UNCHUNKED_BYTES = 5 * 1024 * 1024 - 64 * 1024
 
 
-class BackendError(Exception):
-    """A Pulsar operation failed; handlers turn it into their protocol's error."""
+class BackendError(StorageError):
+    """A Pulsar operation failed; handlers see it as the ports' `StorageError`."""
 
 
 def _build(message: OutMessage, sequence: int) -> Any:

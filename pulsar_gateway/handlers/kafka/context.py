@@ -1,17 +1,19 @@
-"""What every Kafka API handler needs: settings, topics, and name mapping."""
+"""What every Kafka API handler works with: settings, storage (through the port), the group
+coordinator, idempotent producers' sequences, this broker's identity, and name mapping.
+
+One context per listener, built by the server; the unit tests build one on the in-memory
+storage. Everything a handler keeps between requests lives here, never in module globals.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, field
 
 from pulsar_gateway.gateway.config import KafkaSection
 from pulsar_gateway.gateway.topic_names import pulsar_topic
-from pulsar_gateway.storage.kafka.topics import TopicService
-
-if TYPE_CHECKING:
-    from pulsar_gateway.handlers.kafka.group_coordinator import GroupCoordinator
-    from pulsar_gateway.storage.kafka.group_offsets import GroupOffsetStore
+from pulsar_gateway.handlers.kafka.group_coordinator import GroupCoordinator
+from pulsar_gateway.handlers.kafka.idempotence import ProducerSequences
+from pulsar_gateway.handlers.kafka.port import GroupOffsets, KafkaStorage, ProducerIds, TopicStore
 
 
 @dataclass
@@ -22,22 +24,36 @@ class BrokerIdentity:
     cluster_id: str
 
 
+@dataclass
 class KafkaContext:
-    def __init__(
-        self, settings: KafkaSection, topics: TopicService, identity: BrokerIdentity
-    ) -> None:
-        self.settings = settings
-        self.topics = topics
-        self.identity = identity
-        self.groups: GroupCoordinator | None = None
-        self.offsets: GroupOffsetStore | None = None
-        self._short_prefix = f"persistent://{settings.tenant}/{settings.namespace}/"
+    settings: KafkaSection
+    storage: KafkaStorage
+    identity: BrokerIdentity
+    groups: GroupCoordinator
+    sequences: ProducerSequences = field(default_factory=ProducerSequences)
+
+    @property
+    def topics(self) -> TopicStore:
+        return self.storage.topics
+
+    @property
+    def offsets(self) -> GroupOffsets:
+        return self.storage.offsets
+
+    @property
+    def producer_ids(self) -> ProducerIds:
+        return self.storage.producer_ids
+
+    @property
+    def _short_prefix(self) -> str:
+        return f"persistent://{self.settings.tenant}/{self.settings.namespace}/"
 
     def pulsar_name(self, kafka_name: str) -> str:
         return pulsar_topic(kafka_name, self.settings.tenant, self.settings.namespace)
 
     def kafka_name(self, pulsar_name: str) -> str:
         """The name a Kafka client lists: short in the default namespace, tenant/ns/name else."""
-        if pulsar_name.startswith(self._short_prefix):
-            return pulsar_name[len(self._short_prefix) :]
+        prefix = self._short_prefix
+        if pulsar_name.startswith(prefix):
+            return pulsar_name[len(prefix) :]
         return pulsar_name.removeprefix("persistent://")

@@ -22,9 +22,10 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
-from pulsar_gateway.kafka_codec import errors
+from pulsar_gateway.handlers.kafka.port import GroupStateStore
+from pulsar_gateway.kafka_codec.errors import ErrorCode
 
 log = logging.getLogger("gateway.kafka.groups")
 
@@ -34,37 +35,11 @@ COMPLETING = "CompletingRebalance"
 STABLE = "Stable"
 DEAD = "Dead"
 
-ILLEGAL_GENERATION = 22
-INCONSISTENT_GROUP_PROTOCOL = 23
-INVALID_GROUP_ID = 24
-UNKNOWN_MEMBER_ID = 25
-INVALID_SESSION_TIMEOUT = 26
-REBALANCE_IN_PROGRESS = 27
-NON_EMPTY_GROUP = 68
-GROUP_ID_NOT_FOUND = 69
-MEMBER_ID_REQUIRED = 79
-FENCED_INSTANCE_ID = 82
 
 NEW_MEMBER_JOIN_TIMEOUT = 300.0  # Kafka's: a new member waiting in a join is kept this long
 SWEEP_SECONDS = 0.25
 
 Protocols = list[tuple[str, bytes]]
-
-
-class GroupStateStore(Protocol):
-    """What the coordinator persists: the last generation and protocol type of a group."""
-
-    def group_state(self, group_id: str) -> tuple[int, str]: ...
-
-    async def save_group_state(
-        self, group_id: str, generation: int, protocol_type: str
-    ) -> None: ...
-
-    def has_offsets(self, group_id: str) -> bool: ...
-
-    def groups_with_offsets(self) -> list[str]: ...
-
-    async def delete_group(self, group_id: str) -> None: ...
 
 
 @dataclass
@@ -136,7 +111,9 @@ class Group:
     protocol_name: str | None = None
     leader: str | None = None
     members: dict[str, Member] = field(default_factory=dict)
-    pending: dict[str, float] = field(default_factory=dict)  # MEMBER_ID_REQUIRED ids -> deadline
+    pending: dict[str, float] = field(
+        default_factory=dict
+    )  # ErrorCode.MEMBER_ID_REQUIRED ids -> deadline
     static: dict[str, str] = field(default_factory=dict)  # group.instance.id -> member id
     rebalance_deadline: float = 0.0
     initial_until: float = 0.0
@@ -234,8 +211,8 @@ class GroupCoordinator:
                 await self._sweeper
         for group in self.groups.values():
             for member in group.members.values():
-                _finish(member.join_future, JoinResult(errors.COORDINATOR_NOT_AVAILABLE))
-                _finish(member.sync_future, SyncResult(errors.COORDINATOR_NOT_AVAILABLE))
+                _finish(member.join_future, JoinResult(ErrorCode.COORDINATOR_NOT_AVAILABLE))
+                _finish(member.sync_future, SyncResult(ErrorCode.COORDINATOR_NOT_AVAILABLE))
 
     async def _sweep_forever(self) -> None:
         while True:
@@ -277,20 +254,20 @@ class GroupCoordinator:
         require_known_member: bool,
     ) -> JoinResult:
         if not group_id:
-            return JoinResult(INVALID_GROUP_ID, member_id)
+            return JoinResult(ErrorCode.INVALID_GROUP_ID, member_id)
         if not self.min_session_ms <= session_ms <= self.max_session_ms:
-            return JoinResult(INVALID_SESSION_TIMEOUT, member_id)
+            return JoinResult(ErrorCode.INVALID_SESSION_TIMEOUT, member_id)
         group = self._group(group_id)
         if group is None and member_id:
-            return JoinResult(UNKNOWN_MEMBER_ID, member_id)
+            return JoinResult(ErrorCode.UNKNOWN_MEMBER_ID, member_id)
         group = self._group(group_id, create=True)
         assert group is not None
         if group.state == DEAD:
-            return JoinResult(errors.COORDINATOR_NOT_AVAILABLE, member_id)
+            return JoinResult(ErrorCode.COORDINATOR_NOT_AVAILABLE, member_id)
         names = [name for name, _ in protocols]
         if not group.supports(protocol_type, names):
             self._forget_if_unused(group)
-            return JoinResult(INCONSISTENT_GROUP_PROTOCOL, member_id)
+            return JoinResult(ErrorCode.INCONSISTENT_GROUP_PROTOCOL, member_id)
         request = JoinRequest(
             client_id, client_host, session_ms, rebalance_ms, protocol_type, protocols
         )
@@ -302,7 +279,7 @@ class GroupCoordinator:
                 return await self._add_and_rebalance(group, new_id, instance_id, request)
             if require_known_member:
                 group.pending[new_id] = self.clock() + session_ms / 1000
-                return JoinResult(MEMBER_ID_REQUIRED, new_id)
+                return JoinResult(ErrorCode.MEMBER_ID_REQUIRED, new_id)
             return await self._add_and_rebalance(group, new_id, None, request)
         return await self._join_known(group, member_id, instance_id, request)
 
@@ -326,13 +303,13 @@ class GroupCoordinator:
         self, group: Group, member_id: str, instance_id: str | None, request: JoinRequest
     ) -> JoinResult:
         if group.is_fenced(member_id, instance_id):
-            return JoinResult(FENCED_INSTANCE_ID, member_id)
+            return JoinResult(ErrorCode.FENCED_INSTANCE_ID, member_id)
         if member_id in group.pending:
             del group.pending[member_id]
             return await self._add_and_rebalance(group, member_id, instance_id, request)
         member = group.members.get(member_id)
         if member is None or group.state in (EMPTY, DEAD):
-            return JoinResult(UNKNOWN_MEMBER_ID, member_id)
+            return JoinResult(ErrorCode.UNKNOWN_MEMBER_ID, member_id)
         member.last_heartbeat = self.clock()
         unchanged = member.protocols == request.protocols
         if group.state == COMPLETING and unchanged:
@@ -357,7 +334,7 @@ class GroupCoordinator:
                 for m in group.members.values()
             ]
         return JoinResult(
-            errors.NONE,
+            ErrorCode.NONE,
             member.member_id,
             group.generation,
             group.protocol_type,
@@ -368,7 +345,7 @@ class GroupCoordinator:
 
     def _await_join(self, member: Member) -> asyncio.Future[JoinResult]:
         # a repeated join (a client retry) replaces the earlier one, which is told to retry
-        _finish(member.join_future, JoinResult(REBALANCE_IN_PROGRESS, member.member_id))
+        _finish(member.join_future, JoinResult(ErrorCode.REBALANCE_IN_PROGRESS, member.member_id))
         future: asyncio.Future[JoinResult] = asyncio.get_running_loop().create_future()
         member.join_future = future
         member.joined_at = self.clock()
@@ -404,8 +381,8 @@ class GroupCoordinator:
         old one, keeping its assignment; no rebalance when the selected protocol stays."""
         old_id = group.static[instance_id]
         old = group.members.pop(old_id)
-        _finish(old.join_future, JoinResult(FENCED_INSTANCE_ID, old_id))
-        _finish(old.sync_future, SyncResult(FENCED_INSTANCE_ID))
+        _finish(old.join_future, JoinResult(ErrorCode.FENCED_INSTANCE_ID, old_id))
+        _finish(old.sync_future, SyncResult(ErrorCode.FENCED_INSTANCE_ID))
         member = self._new_member(
             new_id, instance_id, request, assignment=old.assignment, is_new=False
         )
@@ -416,7 +393,7 @@ class GroupCoordinator:
         log.info("group %s: static member %s is now %s", group.group_id, instance_id, new_id)
         if group.state == STABLE and group.select_protocol() == group.protocol_name:
             return JoinResult(
-                errors.NONE,
+                ErrorCode.NONE,
                 new_id,
                 group.generation,
                 group.protocol_type,
@@ -438,7 +415,7 @@ class GroupCoordinator:
         if group.state == COMPLETING:
             for member in group.members.values():
                 member.assignment = b""
-                _finish(member.sync_future, SyncResult(REBALANCE_IN_PROGRESS))
+                _finish(member.sync_future, SyncResult(ErrorCode.REBALANCE_IN_PROGRESS))
                 member.sync_future = None
         timeout = max((m.rebalance_seconds for m in group.members.values()), default=0.0)
         group.initial_until = now + self.initial_delay if group.state == EMPTY else 0.0
@@ -482,7 +459,7 @@ class GroupCoordinator:
             member.is_new = False
             member.last_heartbeat = now
             result = JoinResult(
-                errors.NONE,
+                ErrorCode.NONE,
                 member.member_id,
                 group.generation,
                 group.protocol_type,
@@ -528,8 +505,8 @@ class GroupCoordinator:
         group.members.pop(member.member_id, None)
         if member.instance_id and group.static.get(member.instance_id) == member.member_id:
             del group.static[member.instance_id]
-        _finish(member.join_future, JoinResult(UNKNOWN_MEMBER_ID, member.member_id))
-        _finish(member.sync_future, SyncResult(UNKNOWN_MEMBER_ID))
+        _finish(member.join_future, JoinResult(ErrorCode.UNKNOWN_MEMBER_ID, member.member_id))
+        _finish(member.sync_future, SyncResult(ErrorCode.UNKNOWN_MEMBER_ID))
         member.join_future = member.sync_future = None
         if group.leader == member.member_id:
             group.leader = next(iter(group.members), None)
@@ -572,16 +549,16 @@ class GroupCoordinator:
         self, group: Group | None, generation: int, member_id: str, instance_id: str | None
     ) -> int:
         if group is None:
-            return UNKNOWN_MEMBER_ID
+            return ErrorCode.UNKNOWN_MEMBER_ID
         if group.state == DEAD:
-            return errors.COORDINATOR_NOT_AVAILABLE
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE
         if group.is_fenced(member_id, instance_id):
-            return FENCED_INSTANCE_ID
+            return ErrorCode.FENCED_INSTANCE_ID
         if member_id not in group.members:
-            return UNKNOWN_MEMBER_ID
+            return ErrorCode.UNKNOWN_MEMBER_ID
         if generation != group.generation:
-            return ILLEGAL_GENERATION
-        return errors.NONE
+            return ErrorCode.ILLEGAL_GENERATION
+        return ErrorCode.NONE
 
     async def sync(
         self,
@@ -594,7 +571,7 @@ class GroupCoordinator:
         assignments: dict[str, bytes],
     ) -> SyncResult:
         if not group_id:
-            return SyncResult(INVALID_GROUP_ID)
+            return SyncResult(ErrorCode.INVALID_GROUP_ID)
         group = self._group(group_id)
         code = self._check_member(group, generation, member_id, instance_id)
         if code:
@@ -603,17 +580,17 @@ class GroupCoordinator:
         if (protocol_type is not None and protocol_type != group.protocol_type) or (
             protocol_name is not None and protocol_name != group.protocol_name
         ):
-            return SyncResult(INCONSISTENT_GROUP_PROTOCOL)
+            return SyncResult(ErrorCode.INCONSISTENT_GROUP_PROTOCOL)
         member = group.members[member_id]
         member.last_heartbeat = self.clock()
         if group.state == EMPTY:
-            return SyncResult(UNKNOWN_MEMBER_ID)
+            return SyncResult(ErrorCode.UNKNOWN_MEMBER_ID)
         if group.state == PREPARING:
-            return SyncResult(REBALANCE_IN_PROGRESS)
+            return SyncResult(ErrorCode.REBALANCE_IN_PROGRESS)
         if group.state == STABLE:
             return self._sync_result(group, member)
         # CompletingRebalance: wait for the leader's assignments
-        _finish(member.sync_future, SyncResult(REBALANCE_IN_PROGRESS))
+        _finish(member.sync_future, SyncResult(ErrorCode.REBALANCE_IN_PROGRESS))
         future: asyncio.Future[SyncResult] = asyncio.get_running_loop().create_future()
         member.sync_future = future
         if member_id == group.leader:
@@ -631,34 +608,36 @@ class GroupCoordinator:
 
     @staticmethod
     def _sync_result(group: Group, member: Member) -> SyncResult:
-        return SyncResult(errors.NONE, group.protocol_type, group.protocol_name, member.assignment)
+        return SyncResult(
+            ErrorCode.NONE, group.protocol_type, group.protocol_name, member.assignment
+        )
 
     def heartbeat(
         self, group_id: str, generation: int, member_id: str, instance_id: str | None
     ) -> int:
         if not group_id:
-            return INVALID_GROUP_ID
+            return ErrorCode.INVALID_GROUP_ID
         group = self._group(group_id)
         code = self._check_member(group, generation, member_id, instance_id)
         if code:
             return code
         assert group is not None
         if group.state == EMPTY:
-            return UNKNOWN_MEMBER_ID
+            return ErrorCode.UNKNOWN_MEMBER_ID
         group.members[member_id].last_heartbeat = self.clock()
         if group.state == PREPARING:
-            return REBALANCE_IN_PROGRESS
-        return errors.NONE
+            return ErrorCode.REBALANCE_IN_PROGRESS
+        return ErrorCode.NONE
 
     def leave(self, group_id: str, leaving: list[tuple[str, str | None]]) -> tuple[int, list[int]]:
         """(top-level error, one error per leaving (member id, instance id))."""
         if not group_id:
-            return INVALID_GROUP_ID, [INVALID_GROUP_ID] * len(leaving)
+            return ErrorCode.INVALID_GROUP_ID, [ErrorCode.INVALID_GROUP_ID] * len(leaving)
         group = self._group(group_id)
         if group is None:
-            return errors.NONE, [UNKNOWN_MEMBER_ID] * len(leaving)
+            return ErrorCode.NONE, [ErrorCode.UNKNOWN_MEMBER_ID] * len(leaving)
         if group.state == DEAD:
-            return errors.COORDINATOR_NOT_AVAILABLE, [errors.COORDINATOR_NOT_AVAILABLE] * len(
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE, [ErrorCode.COORDINATOR_NOT_AVAILABLE] * len(
                 leaving
             )
         codes = []
@@ -666,20 +645,20 @@ class GroupCoordinator:
             if not member_id and instance_id:
                 member_id = group.static.get(instance_id, "")
                 if not member_id:
-                    codes.append(UNKNOWN_MEMBER_ID)
+                    codes.append(ErrorCode.UNKNOWN_MEMBER_ID)
                     continue
             if group.is_fenced(member_id, instance_id):
-                codes.append(FENCED_INSTANCE_ID)
+                codes.append(ErrorCode.FENCED_INSTANCE_ID)
             elif member_id in group.pending:
                 del group.pending[member_id]
                 self._maybe_complete_join(group)
-                codes.append(errors.NONE)
+                codes.append(ErrorCode.NONE)
             elif member_id not in group.members:
-                codes.append(UNKNOWN_MEMBER_ID)
+                codes.append(ErrorCode.UNKNOWN_MEMBER_ID)
             else:
                 self._remove_and_update(group, group.members[member_id], f"member {member_id} left")
-                codes.append(errors.NONE)
-        return errors.NONE, codes
+                codes.append(ErrorCode.NONE)
+        return ErrorCode.NONE, codes
 
     # ---- offsets, listing and deletion -----------------------------------------------------
 
@@ -688,24 +667,24 @@ class GroupCoordinator:
     ) -> int:
         """Kafka's fencing of OffsetCommit; NONE means the offsets may be stored."""
         if not group_id:
-            return INVALID_GROUP_ID
+            return ErrorCode.INVALID_GROUP_ID
         group = self._group(group_id)
         if group is None:
-            return errors.NONE if generation < 0 else ILLEGAL_GENERATION
+            return ErrorCode.NONE if generation < 0 else ErrorCode.ILLEGAL_GENERATION
         if group.state == DEAD:
-            return errors.COORDINATOR_NOT_AVAILABLE
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE
         if group.is_fenced(member_id, instance_id):
-            return FENCED_INSTANCE_ID
+            return ErrorCode.FENCED_INSTANCE_ID
         if generation < 0 and group.state == EMPTY:
-            return errors.NONE
+            return ErrorCode.NONE
         if group.state == COMPLETING:
-            return REBALANCE_IN_PROGRESS
+            return ErrorCode.REBALANCE_IN_PROGRESS
         if member_id not in group.members:
-            return UNKNOWN_MEMBER_ID
+            return ErrorCode.UNKNOWN_MEMBER_ID
         if generation != group.generation:
-            return ILLEGAL_GENERATION
+            return ErrorCode.ILLEGAL_GENERATION
         group.members[member_id].last_heartbeat = self.clock()
-        return errors.NONE
+        return ErrorCode.NONE
 
     def known_group_ids(self) -> list[str]:
         ids = {gid for gid, g in self.groups.items() if g.state != DEAD}
@@ -723,19 +702,19 @@ class GroupCoordinator:
 
     async def delete_group(self, group_id: str) -> int:
         if not group_id:
-            return INVALID_GROUP_ID
+            return ErrorCode.INVALID_GROUP_ID
         group = self.groups.get(group_id)
         has_offsets = self.store is not None and self.store.has_offsets(group_id)
         if (group is None or group.state == DEAD) and not has_offsets:
-            return GROUP_ID_NOT_FOUND
+            return ErrorCode.GROUP_ID_NOT_FOUND
         if group is not None and group.state != EMPTY and group.state != DEAD:
-            return NON_EMPTY_GROUP
+            return ErrorCode.NON_EMPTY_GROUP
         if group is not None:
             group.state = DEAD
             self.groups.pop(group_id, None)
         if self.store is not None:
             await self.store.delete_group(group_id)
-        return errors.NONE
+        return ErrorCode.NONE
 
 
 def _finish(future: asyncio.Future[Any] | None, result: Any) -> None:

@@ -14,7 +14,7 @@ import asyncio
 from collections import deque
 from dataclasses import dataclass, field
 
-from pulsar_gateway.kafka_codec import errors
+from pulsar_gateway.kafka_codec.errors import ErrorCode
 
 KEEP_BATCHES = 5  # Kafka's max.in.flight.requests.per.connection ceiling for idempotence
 SEQUENCE_WRAP = 1 << 31
@@ -39,7 +39,7 @@ class SequenceCheck:
 
     def __init__(
         self,
-        code: int = errors.NONE,
+        code: ErrorCode = ErrorCode.NONE,
         duplicate: asyncio.Future[int] | None = None,
         accepted: _Batch | None = None,
     ) -> None:
@@ -60,13 +60,13 @@ class ProducerSequences:
         if state is None or epoch > state.epoch:
             state = self._states[key] = _ProducerState(epoch)
         elif epoch < state.epoch:
-            return SequenceCheck(errors.INVALID_PRODUCER_EPOCH)
+            return SequenceCheck(ErrorCode.INVALID_PRODUCER_EPOCH)
         last = (first + count - 1) % SEQUENCE_WRAP
         for batch in state.batches:
             if batch.first == first and batch.last == last:
                 return SequenceCheck(duplicate=batch.base_offset)
         if state.next_sequence is not None and first != state.next_sequence:
-            return SequenceCheck(errors.OUT_OF_ORDER_SEQUENCE_NUMBER)
+            return SequenceCheck(ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER)
         batch = _Batch(first, last, asyncio.get_running_loop().create_future())
         state.batches.append(batch)
         state.next_sequence = (last + 1) % SEQUENCE_WRAP

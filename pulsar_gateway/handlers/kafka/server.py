@@ -15,12 +15,11 @@ from typing import Any
 
 from pulsar_gateway.gateway import metrics
 from pulsar_gateway.gateway.config import KafkaSection
-from pulsar_gateway.handlers.kafka.apis import api_versions, registry, versions
 from pulsar_gateway.handlers.kafka.context import BrokerIdentity, KafkaContext
 from pulsar_gateway.handlers.kafka.group_coordinator import GroupCoordinator
+from pulsar_gateway.handlers.kafka.port import KafkaStorage
+from pulsar_gateway.handlers.kafka.requests import ConnectionClosing, answer
 from pulsar_gateway.kafka_codec import protocol
-from pulsar_gateway.storage.kafka.group_offsets import GroupOffsetStore
-from pulsar_gateway.storage.kafka.topics import TopicService
 
 log = logging.getLogger("gateway.kafka")
 
@@ -28,24 +27,14 @@ _SIZE = struct.Struct(">i")
 MAX_PIPELINED = 64
 
 
-class ConnectionClosing(Exception):
-    """Raised by a handler when Kafka's answer to a request is to drop the connection."""
-
-
 class KafkaServer:
     name = "kafka"
 
-    def __init__(
-        self,
-        settings: KafkaSection,
-        topics: TopicService,
-        group_offsets: GroupOffsetStore | None = None,
-    ) -> None:
+    def __init__(self, settings: KafkaSection, storage: KafkaStorage) -> None:
         self.settings = settings
-        self.topics = topics
-        self.group_offsets = group_offsets
+        self.storage = storage
         self.groups = GroupCoordinator(
-            group_offsets,
+            storage.offsets,
             min_session_ms=settings.group_min_session_timeout_ms,
             max_session_ms=settings.group_max_session_timeout_ms,
             initial_rebalance_delay_ms=settings.group_initial_rebalance_delay_ms,
@@ -72,9 +61,7 @@ class KafkaServer:
             self.settings.advertised_port or port,
             self.settings.cluster_id,
         )
-        self.context = KafkaContext(self.settings, self.topics, identity)
-        self.context.groups = self.groups
-        self.context.offsets = self.group_offsets
+        self.context = KafkaContext(self.settings, self.storage, identity, self.groups)
         self.groups.start()
 
     async def stop(self) -> None:
@@ -156,38 +143,10 @@ class _Connection:
             except protocol.KafkaDecodeError as exc:
                 metrics.BAD_INPUT.labels("kafka", "header").inc()
                 raise ConnectionClosing(f"bad request header: {exc}") from None
-            task = asyncio.create_task(self._handle(header, frame))
+            task = asyncio.create_task(answer(self.context, header, frame))
             await self.responses.put(task)
             if task.done() and task.exception() is not None:
                 raise ConnectionClosing(str(task.exception()))
-
-    async def _handle(self, header: Any, frame: memoryview) -> bytes | None:
-        api = registry.API_HANDLERS.get(header.api_key)
-        name = protocol.API_NAMES.get(header.api_key, f"api{header.api_key}")
-        low, high = versions.versions_of(header.api_key)
-        if header.api_key == versions.API_VERSIONS and not low <= header.api_version <= high:
-            metrics.REQUESTS.labels("kafka", name, "UNSUPPORTED_VERSION").inc()
-            return api_versions.unsupported_version(header.correlation_id)
-        if api is None or not low <= header.api_version <= high:
-            metrics.BAD_INPUT.labels("kafka", "unsupported").inc()
-            metrics.REQUESTS.labels("kafka", name, "UNSUPPORTED_VERSION").inc()
-            raise ConnectionClosing(
-                f"unsupported API {name} (key {header.api_key}) v{header.api_version}"
-            )
-        try:
-            request = protocol.decode_request(
-                header.api_key, header.api_version, frame[header.body_offset :]
-            )
-        except protocol.KafkaDecodeError as exc:
-            metrics.BAD_INPUT.labels("kafka", "body").inc()
-            raise ConnectionClosing(f"bad {name} v{header.api_version} body: {exc}") from None
-        body = await api(self.context, header, request)
-        metrics.REQUESTS.labels("kafka", name, "none").inc()
-        if body is None:
-            return None
-        return protocol.encode_response(
-            header.api_key, header.api_version, header.correlation_id, body
-        )
 
     async def _write_responses(self) -> None:
         while True:

@@ -6,9 +6,8 @@ import uuid
 
 from pulsar_gateway.gateway.topic_names import InvalidTopicName, validate_kafka_name
 from pulsar_gateway.handlers.kafka.context import KafkaContext
-from pulsar_gateway.kafka_codec import errors
-from pulsar_gateway.storage.kafka.topic_registry import TopicRecord
-from pulsar_gateway.storage.kafka.topics import TopicExists
+from pulsar_gateway.handlers.kafka.port import TopicExists, TopicRecord
+from pulsar_gateway.kafka_codec.errors import ErrorCode
 
 
 async def find_topic(
@@ -18,18 +17,18 @@ async def find_topic(
     try:
         validate_kafka_name(kafka_name)
     except InvalidTopicName:
-        return None, errors.INVALID_TOPIC_EXCEPTION
+        return None, ErrorCode.INVALID_TOPIC_EXCEPTION
     name = context.pulsar_name(kafka_name)
     record = context.topics.get(name)
     if record is not None:
-        return record, errors.NONE
+        return record, ErrorCode.NONE
     if not (auto_create and context.settings.auto_create_topics):
-        return None, errors.UNKNOWN_TOPIC_OR_PARTITION
+        return None, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
     try:
         record = await context.topics.create(name, context.settings.default_partitions)
     except TopicExists:
         record = context.topics.get(name)
-    return record, errors.NONE
+    return record, ErrorCode.NONE
 
 
 def topic_uuid(record: TopicRecord | None) -> uuid.UUID:

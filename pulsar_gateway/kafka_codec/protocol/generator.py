@@ -314,6 +314,16 @@ def render_definitions(spec: dict[str, Any], table: dict[Any, str], key: Any = N
     return lines
 
 
+def render_api_keys(names: dict[int, str]) -> str:
+    """The ApiKey enum: every API's key under its spec name in upper snake case."""
+    members = "".join(f"    {snake(name).upper()} = {key}\n" for key, name in sorted(names.items()))
+    return (
+        "\n\nclass ApiKey(IntEnum):\n"
+        '    """Kafka\'s API keys, named as the request specs name them."""\n\n'
+        f"{members}\n\n"
+    )
+
+
 def render_table(name: str, annotation: str, entries: dict[Any, str]) -> str:
     """A dict literal whose values are source text."""
     body = "".join(f"    {key!r}: {value},\n" for key, value in entries.items())
@@ -330,10 +340,12 @@ def generate(spec_dir: Path) -> str:
         '"""Construct definitions of Kafka request and response bodies, per api key and version.',
         "\n\nGenerated; see generator.py. The building blocks are defined in __init__.py.\n",
         '"""\n\n',
+        "from enum import IntEnum\n\n",
         "from construct import Default\n\n",
         "from . import (\n" + "".join(f"    {name},\n" for name in VOCABULARY) + ")\n\n",
     ]
     names = {req["apiKey"]: req["name"].removesuffix("Request") for req, _ in pairs}
+    out.append(render_api_keys(names))
     out.append(render_table("API_NAMES", "dict[int, str]", {k: repr(v) for k, v in names.items()}))
     supported = {}
     for request, _ in pairs:

@@ -14,21 +14,14 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from urllib.parse import quote, unquote
 
 from pulsar_gateway.gateway.metadata_store import MetadataStore
+from pulsar_gateway.handlers.kafka.port import CommittedOffset
 
 OFFSETS_PREFIX = "kafka-group/"
 STATE_PREFIX = "kafka-group-state/"
-
-
-@dataclass
-class CommittedOffset:
-    offset: int
-    metadata: str = ""
-    commit_time: int = 0  # milliseconds since the epoch
-    leader_epoch: int = -1
 
 
 def _offsets_folder(group_id: str) -> str:

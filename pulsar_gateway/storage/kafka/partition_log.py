@@ -32,14 +32,11 @@ from pulsar_gateway.gateway.messages import (
     records_in,
 )
 from pulsar_gateway.gateway.metadata_store import MetadataStore
+from pulsar_gateway.handlers.kafka.port import OffsetOutOfRange
 
 log = logging.getLogger("gateway.partition")
 
 INDEX_PREFIX = "offset-index/"
-
-
-class OffsetOutOfRange(Exception):
-    pass
 
 
 class _Cursor:

@@ -13,21 +13,9 @@ separate sends, give an exact position; a stored Kafka record batch is one entry
 from __future__ import annotations
 
 from pulsar_gateway.gateway.messages import MessageKey
+from pulsar_gateway.gateway.topic_names import UnknownPartition, split_partition_topic
 from pulsar_gateway.storage.kafka.partition_log import PartitionLog
 from pulsar_gateway.storage.kafka.topics import TopicService
-
-PARTITION_MARK = "-partition-"
-
-
-class UnknownPartition(LookupError):
-    pass
-
-
-def split_partition_topic(partition_topic: str) -> tuple[str, int]:
-    name, mark, index = partition_topic.rpartition(PARTITION_MARK)
-    if not mark or not index.isdigit():
-        raise UnknownPartition(partition_topic)
-    return name, int(index)
 
 
 async def ack_position(

@@ -9,34 +9,22 @@ after the old data instead of showing it again.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any
 
 from pulsar_gateway.gateway.metadata_store import MetadataStore
+from pulsar_gateway.handlers.kafka.port import TopicRecord
 
 PREFIX = "kafka-topic/"
 
 
-@dataclass
-class TopicRecord:
-    name: str  # full Pulsar name, persistent://tenant/ns/topic
-    partitions: int
-    configs: dict[str, str] = field(default_factory=dict)
-    log_start: list[int] = field(default_factory=list)  # per partition
-    deleted: bool = False
-    topic_id: str = ""
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "partitions": self.partitions,
-            "configs": self.configs,
-            "log_start": self.log_start,
-            "deleted": self.deleted,
-            "topic_id": self.topic_id,
-        }
-
-    def start_of(self, partition: int) -> int:
-        return self.log_start[partition] if partition < len(self.log_start) else 0
+def _to_json(record: TopicRecord) -> dict[str, Any]:
+    return {
+        "partitions": record.partitions,
+        "configs": record.configs,
+        "log_start": record.log_start,
+        "deleted": record.deleted,
+        "topic_id": record.topic_id,
+    }
 
 
 class TopicRegistry:
@@ -72,4 +60,4 @@ class TopicRegistry:
         return sorted(records, key=lambda record: record.name)
 
     async def save(self, record: TopicRecord) -> None:
-        await self.metadata.put(PREFIX + record.name, record.to_json())
+        await self.metadata.put(PREFIX + record.name, _to_json(record))

@@ -23,22 +23,16 @@ from pulsar_gateway.gateway.backend.admin import (
 from pulsar_gateway.gateway.backend.pulsar_backend import PulsarBackend
 from pulsar_gateway.gateway.metadata_store import MetadataStore
 from pulsar_gateway.gateway.topic_names import partition_topic
+from pulsar_gateway.handlers.kafka.port import (
+    InvalidPartitions,
+    TopicExists,
+    TopicRecord,
+    UnknownTopic,
+)
 from pulsar_gateway.storage.kafka.partition_log import PartitionLog
-from pulsar_gateway.storage.kafka.topic_registry import TopicRecord, TopicRegistry
+from pulsar_gateway.storage.kafka.topic_registry import TopicRegistry
 
 log = logging.getLogger("pulsar_gateway.storage.kafka.topics")
-
-
-class TopicExists(Exception):
-    pass
-
-
-class UnknownTopic(Exception):
-    pass
-
-
-class InvalidPartitions(Exception):
-    pass
 
 
 class TopicService:

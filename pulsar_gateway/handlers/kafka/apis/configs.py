@@ -5,8 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 from pulsar_gateway.handlers.kafka.context import KafkaContext
-from pulsar_gateway.kafka_codec import errors
-from pulsar_gateway.storage.kafka.topic_registry import TopicRecord
+from pulsar_gateway.handlers.kafka.port import TopicRecord
+from pulsar_gateway.kafka_codec.entry_format import ENTRY_FORMATS, FORMAT_CONFIG
+from pulsar_gateway.kafka_codec.errors import ErrorCode
 
 TOPIC = 2
 BROKER = 4
@@ -23,7 +24,7 @@ TOPIC_DEFAULTS: dict[str, str] = {
     "min.insync.replicas": "1",
 }
 _ENUMS = {
-    "pulsar.entry.format": {"pulsar", "kafka"},
+    FORMAT_CONFIG: set(ENTRY_FORMATS),
     "cleanup.policy": {"delete", "compact", "compact,delete", "delete,compact"},
     "compression.type": {"producer", "uncompressed", "gzip", "snappy", "lz4", "zstd"},
     "message.timestamp.type": {"CreateTime", "LogAppendTime"},
@@ -54,7 +55,7 @@ def validate_configs(configs: dict[str, str | None]) -> str | None:
 def topic_configs(record: TopicRecord, entry_format: str = "pulsar") -> dict[str, str]:
     """Kafka's defaults, the gateway's entry format, then what the topic set."""
     merged = dict(TOPIC_DEFAULTS)
-    merged["pulsar.entry.format"] = entry_format
+    merged[FORMAT_CONFIG] = entry_format
     merged.update(record.configs)
     return merged
 
@@ -77,7 +78,7 @@ async def describe_configs(
             record = context.topics.get(context.pulsar_name(name))
             if record is None:
                 result.update(
-                    error_code=errors.UNKNOWN_TOPIC_OR_PARTITION,
+                    error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
                     error_message=f"Topic {name} does not exist",
                 )
             else:
@@ -100,7 +101,7 @@ async def describe_configs(
             ]
         else:
             result.update(
-                error_code=errors.INVALID_REQUEST,
+                error_code=ErrorCode.INVALID_REQUEST,
                 error_message=f"resource type {kind} is not supported",
             )
         results.append(result)

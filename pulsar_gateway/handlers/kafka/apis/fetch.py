@@ -12,12 +12,11 @@ import time
 from typing import Any
 
 from pulsar_gateway.gateway import metrics
-from pulsar_gateway.gateway.backend.pulsar_backend import BackendError
 from pulsar_gateway.handlers.kafka.context import KafkaContext
+from pulsar_gateway.handlers.kafka.port import OffsetOutOfRange, PartitionLog, StorageError
 from pulsar_gateway.handlers.kafka.topic_lookup import find_topic
-from pulsar_gateway.kafka_codec import errors
 from pulsar_gateway.kafka_codec.entry_format import encode_entries
-from pulsar_gateway.storage.kafka.partition_log import OffsetOutOfRange, PartitionLog
+from pulsar_gateway.kafka_codec.errors import ErrorCode
 
 
 async def handle(context: KafkaContext, header: Any, request: dict[str, Any]) -> dict[str, Any]:
@@ -35,18 +34,18 @@ async def handle(context: KafkaContext, header: Any, request: dict[str, Any]) ->
             if record is None:
                 logs[(name, index)] = code
             elif not 0 <= index < record.partitions:
-                logs[(name, index)] = errors.UNKNOWN_TOPIC_OR_PARTITION
+                logs[(name, index)] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
             else:
                 try:
                     logs[(name, index)] = await context.topics.partition_of(record, index)
-                except BackendError:
-                    logs[(name, index)] = errors.KAFKA_STORAGE_ERROR
+                except StorageError:
+                    logs[(name, index)] = ErrorCode.KAFKA_STORAGE_ERROR
     while True:
         body, total = await _collect(wanted, logs, max_bytes)
         remaining = deadline - time.monotonic()
         if total >= min_bytes or remaining <= 0 or _has_errors(body):
             return body
-        waits = [log.data_future() for log in logs.values() if isinstance(log, PartitionLog)]
+        waits = [log.data_future() for log in logs.values() if not isinstance(log, int)]
         if not waits:
             return body
         await asyncio.wait(waits, timeout=remaining, return_when=asyncio.FIRST_COMPLETED)
@@ -76,15 +75,15 @@ async def _collect(
             budget = min(partition["partition_max_bytes"], max(max_bytes - total, 0))
             offset = partition["fetch_offset"]
             records = b""  # empty, never null: librdkafka 2.0.2 rejects a null record set
-            code = errors.NONE
+            code = ErrorCode.NONE
             if budget > 0 or total == 0:
                 try:
                     messages = await log.read(offset, max(budget, 1))
                 except OffsetOutOfRange:
-                    code = errors.OFFSET_OUT_OF_RANGE
+                    code = ErrorCode.OFFSET_OUT_OF_RANGE
                     messages = []
-                except BackendError:
-                    code = errors.KAFKA_STORAGE_ERROR
+                except StorageError:
+                    code = ErrorCode.KAFKA_STORAGE_ERROR
                     messages = []
                 if messages:
                     records, count = encode_entries(messages)

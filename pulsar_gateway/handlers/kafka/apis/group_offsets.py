@@ -10,27 +10,18 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
-from pulsar_gateway.gateway.backend.pulsar_backend import BackendError
-from pulsar_gateway.gateway.topic_names import partition_topic
-from pulsar_gateway.handlers.kafka.apis.groups import coordinator_of
-from pulsar_gateway.handlers.kafka.context import KafkaContext
-from pulsar_gateway.handlers.kafka.group_coordinator import GROUP_ID_NOT_FOUND, INVALID_GROUP_ID
-from pulsar_gateway.handlers.kafka.topic_lookup import find_topic
-from pulsar_gateway.kafka_codec import errors
-from pulsar_gateway.storage.kafka.group_offsets import CommittedOffset, GroupOffsetStore
-from pulsar_gateway.storage.kafka.subscription_position import (
+from pulsar_gateway.gateway.topic_names import (
     UnknownPartition,
+    partition_topic,
     split_partition_topic,
 )
+from pulsar_gateway.handlers.kafka.apis.groups import coordinator_of
+from pulsar_gateway.handlers.kafka.context import KafkaContext
+from pulsar_gateway.handlers.kafka.port import CommittedOffset, StorageError
+from pulsar_gateway.handlers.kafka.topic_lookup import find_topic
+from pulsar_gateway.kafka_codec.errors import ErrorCode
 
-OFFSET_METADATA_TOO_LARGE = 12
-GROUP_SUBSCRIBED_TO_TOPIC = 86
 MAX_METADATA = 4096
-
-
-def _store(context: KafkaContext) -> GroupOffsetStore:
-    assert context.offsets is not None, "the gateway passes its group offset store"
-    return context.offsets
 
 
 async def offset_commit(
@@ -58,9 +49,9 @@ async def offset_commit(
             if group_code:
                 pass
             elif record is None or not 0 <= index < record.partitions:
-                result["error_code"] = errors.UNKNOWN_TOPIC_OR_PARTITION
+                result["error_code"] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
             elif len(metadata) > MAX_METADATA:
-                result["error_code"] = OFFSET_METADATA_TOO_LARGE
+                result["error_code"] = ErrorCode.OFFSET_METADATA_TOO_LARGE
             else:
                 entries[partition_topic(record.name, index)] = CommittedOffset(
                     partition["committed_offset"],
@@ -73,10 +64,10 @@ async def offset_commit(
         answers.append((topic["name"], partitions))
     if entries:
         try:
-            await _store(context).commit(group_id, entries)
-        except BackendError:
+            await context.offsets.commit(group_id, entries)
+        except StorageError:
             for result in stored_at:
-                result["error_code"] = errors.COORDINATOR_NOT_AVAILABLE
+                result["error_code"] = ErrorCode.COORDINATOR_NOT_AVAILABLE
     return {
         "throttle_time_ms": 0,
         "topics": [{"name": name, "partitions": parts} for name, parts in answers],
@@ -86,9 +77,9 @@ async def offset_commit(
 def _fetch_group(
     context: KafkaContext, group_id: str, topics: list[dict[str, Any]] | None
 ) -> tuple[int, list[dict[str, Any]]]:
-    store = _store(context)
+    store = context.offsets
     if not group_id:
-        return INVALID_GROUP_ID, []
+        return ErrorCode.INVALID_GROUP_ID, []
     wanted: dict[str, list[int]] = defaultdict(list)
     if topics is None:
         for pulsar_partition in store.offsets(group_id):
@@ -112,11 +103,11 @@ def _fetch_group(
                     "committed_offset": entry.offset if entry else -1,
                     "committed_leader_epoch": entry.leader_epoch if entry else -1,
                     "metadata": entry.metadata if entry else "",
-                    "error_code": errors.NONE,
+                    "error_code": ErrorCode.NONE,
                 }
             )
         out.append({"name": kafka_name, "partitions": partitions})
-    return errors.NONE, out
+    return ErrorCode.NONE, out
 
 
 async def offset_fetch(
@@ -154,10 +145,10 @@ async def offset_delete(
     group_id = request["group_id"]
     group = coordinator_of(context).describe(group_id) if group_id else None
     if group is None:
-        code = INVALID_GROUP_ID if not group_id else GROUP_ID_NOT_FOUND
+        code = ErrorCode.INVALID_GROUP_ID if not group_id else ErrorCode.GROUP_ID_NOT_FOUND
         return {"error_code": code, "throttle_time_ms": 0, "topics": []}
     subscribed = group.subscribed_topics() or set()
-    store = _store(context)
+    store = context.offsets
     answers = []
     doomed: list[str] = []
     for topic in request["topics"]:
@@ -166,14 +157,14 @@ async def offset_delete(
         for partition in topic["partitions"]:
             index = partition["partition_index"]
             if record is None or not 0 <= index < record.partitions:
-                code = errors.UNKNOWN_TOPIC_OR_PARTITION
+                code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
             elif topic["name"] in subscribed:
-                code = GROUP_SUBSCRIBED_TO_TOPIC
+                code = ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC
             else:
-                code = errors.NONE
+                code = ErrorCode.NONE
                 doomed.append(partition_topic(record.name, index))
             partitions.append({"partition_index": index, "error_code": code})
         answers.append({"name": topic["name"], "partitions": partitions})
     if doomed:
         await store.delete(group_id, doomed)
-    return {"error_code": errors.NONE, "throttle_time_ms": 0, "topics": answers}
+    return {"error_code": ErrorCode.NONE, "throttle_time_ms": 0, "topics": answers}

@@ -7,11 +7,10 @@ from typing import Any
 
 from pulsar_gateway.handlers.kafka.context import KafkaContext
 from pulsar_gateway.handlers.kafka.group_coordinator import (
-    INVALID_GROUP_ID,
     STABLE,
     GroupCoordinator,
 )
-from pulsar_gateway.kafka_codec import errors
+from pulsar_gateway.kafka_codec.errors import ErrorCode
 
 GROUP_KEY, TRANSACTION_KEY = 0, 1
 NO_OPERATIONS = -2147483648
@@ -30,12 +29,12 @@ async def find_coordinator(
 
     def answer(key: str) -> dict[str, Any]:
         if key_type != GROUP_KEY:
-            code, message = errors.COORDINATOR_NOT_AVAILABLE, "transactions are not supported"
+            code, message = ErrorCode.COORDINATOR_NOT_AVAILABLE, "transactions are not supported"
         elif not key:
-            code, message = errors.INVALID_REQUEST, "empty group id"
+            code, message = ErrorCode.INVALID_REQUEST, "empty group id"
         else:
-            code, message = errors.NONE, None
-        found = code == errors.NONE
+            code, message = ErrorCode.NONE, None
+        found = code == ErrorCode.NONE
         return {
             "key": key,
             "node_id": identity.node_id if found else -1,
@@ -161,7 +160,7 @@ async def list_groups(
                     "group_type": "classic",
                 }
             )
-    return {"throttle_time_ms": 0, "error_code": errors.NONE, "groups": listed}
+    return {"throttle_time_ms": 0, "error_code": ErrorCode.NONE, "groups": listed}
 
 
 async def describe_groups(
@@ -171,7 +170,7 @@ async def describe_groups(
     described = []
     for group_id in request["groups"]:
         entry: dict[str, Any] = {
-            "error_code": errors.NONE,
+            "error_code": ErrorCode.NONE,
             "group_id": group_id,
             "group_state": "Dead",
             "protocol_type": "",
@@ -181,7 +180,7 @@ async def describe_groups(
         }
         group = coordinator.describe(group_id) if group_id else None
         if not group_id:
-            entry["error_code"] = INVALID_GROUP_ID
+            entry["error_code"] = ErrorCode.INVALID_GROUP_ID
         elif group is not None:
             stable = group.state == STABLE
             entry.update(

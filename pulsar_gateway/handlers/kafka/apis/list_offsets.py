@@ -4,13 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from pulsar_gateway.gateway.backend.pulsar_backend import BackendError
 from pulsar_gateway.gateway.messages import records_in
 from pulsar_gateway.handlers.kafka.context import KafkaContext
+from pulsar_gateway.handlers.kafka.port import PartitionLog, StorageError
 from pulsar_gateway.handlers.kafka.topic_lookup import find_topic
-from pulsar_gateway.kafka_codec import errors
-from pulsar_gateway.kafka_codec.entry_format import record_times
-from pulsar_gateway.storage.kafka.partition_log import PartitionLog
+from pulsar_gateway.kafka_codec.entry_format import records_of
+from pulsar_gateway.kafka_codec.errors import ErrorCode
 
 LATEST, EARLIEST, MAX_TIMESTAMP = -1, -2, -3
 
@@ -31,13 +30,13 @@ async def handle(context: KafkaContext, header: Any, request: dict[str, Any]) ->
                 "leader_epoch": 0,
             }
             if record is not None and not 0 <= index < record.partitions:
-                result["error_code"] = errors.UNKNOWN_TOPIC_OR_PARTITION
+                result["error_code"] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
             elif record is not None:
                 try:
                     log = await context.topics.partition_of(record, index)
                     offset, timestamp = await _lookup(log, partition["timestamp"])
-                except BackendError:
-                    result["error_code"] = errors.KAFKA_STORAGE_ERROR
+                except StorageError:
+                    result["error_code"] = ErrorCode.KAFKA_STORAGE_ERROR
                 else:
                     result.update(offset=offset, timestamp=timestamp, old_style_offsets=[offset])
             partitions.append(result)
@@ -65,9 +64,9 @@ async def _first_at(log: PartitionLog, wanted: int) -> tuple[int, int]:
     while offset < log.next_offset:
         entries = await log.read(offset, 1 << 20)
         for entry in entries:
-            for record_offset, stamp in record_times(entry):
-                if record_offset >= offset and stamp >= wanted:
-                    return record_offset, stamp
+            for record in records_of(entry):
+                if record.offset >= offset and record.timestamp >= wanted:
+                    return record.offset, record.timestamp
             offset = max(offset, entry.offset + records_in(entry.message))
     return -1, -1
 
@@ -77,8 +76,8 @@ async def _max_timestamp(log: PartitionLog) -> tuple[int, int]:
     offset = log.log_start
     while offset < log.next_offset:
         for entry in await log.read(offset, 1 << 20):
-            for record_offset, stamp in record_times(entry):
-                if record_offset >= offset and stamp > best_time:
-                    best_offset, best_time = record_offset, stamp
+            for record in records_of(entry):
+                if record.offset >= offset and record.timestamp > best_time:
+                    best_offset, best_time = record.offset, record.timestamp
             offset = max(offset, entry.offset + records_in(entry.message))
     return best_offset, best_time

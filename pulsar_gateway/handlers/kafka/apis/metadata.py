@@ -6,7 +6,7 @@ from typing import Any
 
 from pulsar_gateway.handlers.kafka.context import KafkaContext
 from pulsar_gateway.handlers.kafka.topic_lookup import find_topic, topic_uuid
-from pulsar_gateway.kafka_codec import errors
+from pulsar_gateway.kafka_codec.errors import ErrorCode
 
 
 async def handle(context: KafkaContext, header: Any, request: dict[str, Any]) -> dict[str, Any]:
@@ -18,14 +18,16 @@ async def handle(context: KafkaContext, header: Any, request: dict[str, Any]) ->
     topics = []
     if all_topics:
         for record in context.topics.list():
-            topics.append(_describe(context, context.kafka_name(record.name), record, errors.NONE))
+            topics.append(
+                _describe(context, context.kafka_name(record.name), record, ErrorCode.NONE)
+            )
     else:
         for item in requested:
             name = item.get("name")
             if name is None:
                 topics.append(
                     {
-                        "error_code": errors.UNKNOWN_TOPIC_ID,
+                        "error_code": ErrorCode.UNKNOWN_TOPIC_ID,
                         "name": None,
                         "topic_id": item.get("topic_id"),
                         "partitions": [],

@@ -1,34 +1,47 @@
-"""Produce: record batches in, one Pulsar message per record (or per batch, for topics
-in the `kafka` entry format: stored_records.py), real base offsets out.
+"""Produce: record batches in, stored in the topic's entry format, real base offsets out.
 
-All partitions of a request are appended concurrently; the response waits until
-each partition's tailer has numbered the first appended message, so the base
-offset returned is the one a later Fetch will show (DESIGN.md invariant 3).
+All partitions of a request are appended concurrently; the response waits until the
+partition log has numbered what was appended, so the base offset returned is the one a
+later Fetch shows (docs/offsets.md, invariant 3). Idempotent batches go through the
+context's producer sequences, so a retried batch is stored once.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any
+from typing import Any, NamedTuple
 
 from pulsar_gateway.gateway import metrics
-from pulsar_gateway.gateway.backend.pulsar_backend import BackendError
 from pulsar_gateway.handlers.kafka.context import KafkaContext
-from pulsar_gateway.handlers.kafka.idempotence import ProducerSequences
+from pulsar_gateway.handlers.kafka.port import PartitionLog, StorageError, TopicRecord
 from pulsar_gateway.handlers.kafka.topic_lookup import find_topic
-from pulsar_gateway.kafka_codec import errors
-from pulsar_gateway.kafka_codec.entry_format import FORMAT_CONFIG, batch_message
+from pulsar_gateway.kafka_codec.entry_format import ENTRY_FORMATS, FORMAT_CONFIG, EntryFormat
+from pulsar_gateway.kafka_codec.errors import ErrorCode
 from pulsar_gateway.kafka_codec.record_batch import (
+    DecodedBatch,
     RecordBatchError,
     check_produce_batches,
     decode_batches,
 )
-from pulsar_gateway.kafka_codec.record_mapping import to_message
 
 log = logging.getLogger("gateway.kafka.produce")
 
-SEQUENCES = ProducerSequences()
+
+class PartitionResult(NamedTuple):
+    """One partition's answer."""
+
+    error: ErrorCode
+    base_offset: int = -1
+    log_start: int = -1
+    message: str | None = None
+
+
+class Stored(NamedTuple):
+    """What storing a partition's messages gave: a base offset, or the error instead."""
+
+    error: ErrorCode
+    base_offset: int = -1
 
 
 async def handle(
@@ -43,9 +56,9 @@ async def handle(
         for partition in topic["partition_data"]:
             indexes.append(partition["index"])
             if acks not in (0, 1, -1):
-                jobs.append(_fail(errors.INVALID_REQUIRED_ACKS))
+                jobs.append(_fail(ErrorCode.INVALID_REQUIRED_ACKS))
             elif request.get("transactional_id") is not None:
-                jobs.append(_fail(errors.INVALID_REQUEST))
+                jobs.append(_fail(ErrorCode.INVALID_REQUEST))
             else:
                 jobs.append(
                     _append(
@@ -53,110 +66,108 @@ async def handle(
                     )
                 )
         layout.append((name, indexes))
-    results = await asyncio.gather(*jobs)
+    results: list[PartitionResult] = await asyncio.gather(*jobs)
     if acks == 0:
         return None
+    answers = iter(results)
     responses = []
-    position = 0
     for name, indexes in layout:
         partitions = []
         for index in indexes:
-            code, base, log_start, message = results[position]
-            position += 1
+            result = next(answers)
             partitions.append(
                 {
                     "index": index,
-                    "error_code": code,
-                    "base_offset": base,
+                    "error_code": result.error,
+                    "base_offset": result.base_offset,
                     "log_append_time_ms": -1,
-                    "log_start_offset": log_start,
+                    "log_start_offset": result.log_start,
                     "record_errors": [],
-                    "error_message": message,
+                    "error_message": result.message,
                 }
             )
         responses.append({"name": name, "partition_responses": partitions})
     return {"responses": responses, "throttle_time_ms": 0}
 
 
-def entry_format(context: KafkaContext, record: Any) -> str:
+def entry_format(context: KafkaContext, record: TopicRecord) -> EntryFormat:
     """The topic's own `pulsar.entry.format`, else the gateway's default."""
-    return str(record.configs.get(FORMAT_CONFIG) or context.settings.entry_format)
+    return ENTRY_FORMATS[record.configs.get(FORMAT_CONFIG) or context.settings.entry_format]
 
 
-async def _fail(code: int) -> tuple[int, int, int, str | None]:
-    return code, -1, -1, None
+async def _fail(code: ErrorCode) -> PartitionResult:
+    return PartitionResult(code)
 
 
 async def _append(
     context: KafkaContext, name: str, index: int, records: Any, version: int
-) -> tuple[int, int, int, str | None]:
+) -> PartitionResult:
     record, code = await find_topic(context, name, auto_create=True)
     if record is None:
-        return code, -1, -1, None
+        return PartitionResult(code)
     if not 0 <= index < record.partitions:
-        return errors.UNKNOWN_TOPIC_OR_PARTITION, -1, -1, None
+        return PartitionResult(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
     if records is None or len(records) == 0:
-        return errors.CORRUPT_MESSAGE, -1, -1, "no records"
+        return PartitionResult(ErrorCode.CORRUPT_MESSAGE, message="no records")
     try:
         batches = decode_batches(memoryview(records))
         check_produce_batches(batches, version)
     except RecordBatchError as exc:
         log.warning("rejected produce to %s-%d: %s", name, index, exc)
-        return exc.code, -1, -1, str(exc)
-    messages = []
-    size = 0
-    count = 0
-    as_batches = entry_format(context, record) == "kafka"
-    for batch in batches:
-        count += batch.record_count
-        if as_batches:
-            messages.append(batch_message(batch))
-            size += len(batch.raw)
-            continue
-        for item in batch.records:
-            messages.append(to_message(item.key, item.value, item.timestamp, item.headers))
-            size += len(item.value or b"")
+        return PartitionResult(ErrorCode(exc.code), message=str(exc))
+    form = entry_format(context, record)
+    messages = [message for batch in batches for message in form.encode(batch)]
+    count = sum(batch.record_count for batch in batches)
     try:
         partition = await context.topics.partition_of(record, index)
-    except BackendError as exc:
-        return errors.KAFKA_STORAGE_ERROR, -1, -1, str(exc)
+    except StorageError as exc:
+        return PartitionResult(ErrorCode.KAFKA_STORAGE_ERROR, message=str(exc))
     batch = batches[0]
     if batch.producer_id < 0:
-        base = await _store(partition, messages, name, index)
+        stored = await _store(partition, messages, name, index)
     else:
-        base = await _store_once(partition, messages, count, name, index, batch)
-    if base < 0:
-        return -base, -1, -1, None
+        stored = await _store_once(context, partition, messages, count, name, index, batch)
+    if stored.error:
+        return PartitionResult(stored.error)
     metrics.RECORDS_IN.labels(name).inc(count)
-    metrics.BYTES_IN.labels(name).inc(size)
-    return errors.NONE, base, partition.log_start, None
+    metrics.BYTES_IN.labels(name).inc(sum(len(m.payload or b"") for m in messages))
+    return PartitionResult(ErrorCode.NONE, stored.base_offset, partition.log_start)
 
 
-async def _store(partition: Any, messages: list[Any], name: str, index: int) -> int:
-    """The base offset, or minus an error code."""
+async def _store(partition: PartitionLog, messages: list[Any], name: str, index: int) -> Stored:
     try:
-        return await partition.append(messages)
-    except BackendError as exc:
+        return Stored(ErrorCode.NONE, await partition.append(messages))
+    except StorageError as exc:
         log.error("produce to %s-%d failed: %s", name, index, exc)
-        return -errors.KAFKA_STORAGE_ERROR
+        return Stored(ErrorCode.KAFKA_STORAGE_ERROR)
 
 
 async def _store_once(
-    partition: Any, messages: list[Any], records: int, name: str, index: int, batch: Any
-) -> int:
+    context: KafkaContext,
+    partition: PartitionLog,
+    messages: list[Any],
+    records: int,
+    name: str,
+    index: int,
+    batch: DecodedBatch,
+) -> Stored:
     """Sequence numbers count records: in the `kafka` format a message holds many."""
-    check = SEQUENCES.check(
+    sequences = context.sequences
+    check = sequences.check(
         batch.producer_id, batch.producer_epoch, partition.topic, batch.base_sequence, records
     )
     if check.code:
-        return -check.code
+        return Stored(check.code)
     if check.duplicate is not None:
         try:
-            return await asyncio.shield(check.duplicate)
+            return Stored(ErrorCode.NONE, await asyncio.shield(check.duplicate))
         except asyncio.CancelledError:
-            return -errors.KAFKA_STORAGE_ERROR
-    base = await _store(partition, messages, name, index)
-    SEQUENCES.settle(
-        batch.producer_id, partition.topic, check.accepted, base if base >= 0 else None
+            return Stored(ErrorCode.KAFKA_STORAGE_ERROR)
+    stored = await _store(partition, messages, name, index)
+    sequences.settle(
+        batch.producer_id,
+        partition.topic,
+        check.accepted,
+        None if stored.error else stored.base_offset,
     )
-    return base
+    return stored

@@ -9,13 +9,17 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from pulsar_gateway.gateway.backend.admin import AdminError
 from pulsar_gateway.gateway.topic_names import InvalidTopicName, validate_kafka_name
 from pulsar_gateway.handlers.kafka.apis.configs import topic_configs, validate_configs
 from pulsar_gateway.handlers.kafka.context import KafkaContext
+from pulsar_gateway.handlers.kafka.port import (
+    InvalidPartitions,
+    StorageError,
+    TopicExists,
+    UnknownTopic,
+)
 from pulsar_gateway.handlers.kafka.topic_lookup import topic_uuid
-from pulsar_gateway.kafka_codec import errors
-from pulsar_gateway.storage.kafka.topics import InvalidPartitions, TopicExists, UnknownTopic
+from pulsar_gateway.kafka_codec.errors import ErrorCode
 
 log = logging.getLogger("gateway.kafka.admin")
 
@@ -43,22 +47,22 @@ async def create_topics(
         try:
             validate_kafka_name(name)
         except InvalidTopicName as exc:
-            result.update(error_code=errors.INVALID_TOPIC_EXCEPTION, error_message=str(exc))
+            result.update(error_code=ErrorCode.INVALID_TOPIC_EXCEPTION, error_message=str(exc))
             continue
         if partitions < 1:
             result.update(
-                error_code=errors.INVALID_PARTITIONS,
+                error_code=ErrorCode.INVALID_PARTITIONS,
                 error_message="number of partitions must be larger than 0",
             )
             continue
         problem = validate_configs(configs)
         if problem:
-            result.update(error_code=errors.INVALID_CONFIG, error_message=problem)
+            result.update(error_code=ErrorCode.INVALID_CONFIG, error_message=problem)
             continue
         full = context.pulsar_name(name)
         if context.topics.get(full) is not None:
             result.update(
-                error_code=errors.TOPIC_ALREADY_EXISTS,
+                error_code=ErrorCode.TOPIC_ALREADY_EXISTS,
                 error_message=f"Topic '{name}' already exists.",
             )
             continue
@@ -69,12 +73,12 @@ async def create_topics(
             record = await context.topics.create(full, partitions, configs)
         except TopicExists:
             result.update(
-                error_code=errors.TOPIC_ALREADY_EXISTS,
+                error_code=ErrorCode.TOPIC_ALREADY_EXISTS,
                 error_message=f"Topic '{name}' already exists.",
             )
             continue
-        except AdminError as exc:
-            result.update(error_code=errors.UNKNOWN_SERVER_ERROR, error_message=str(exc))
+        except StorageError as exc:
+            result.update(error_code=ErrorCode.UNKNOWN_SERVER_ERROR, error_message=str(exc))
             continue
         result.update(
             num_partitions=partitions,
@@ -99,14 +103,14 @@ async def delete_topics(
 ) -> dict[str, Any]:
     results = []
     for name in request.get("topic_names", []):
-        code, message = errors.NONE, None
+        code, message = ErrorCode.NONE, None
         try:
             await context.topics.delete(context.pulsar_name(name))
         except UnknownTopic:
-            code = errors.UNKNOWN_TOPIC_OR_PARTITION
+            code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
             message = "This server does not host this topic-partition."
-        except AdminError as exc:
-            code, message = errors.UNKNOWN_SERVER_ERROR, str(exc)
+        except StorageError as exc:
+            code, message = ErrorCode.UNKNOWN_SERVER_ERROR, str(exc)
         results.append(
             {
                 "name": name,
@@ -124,13 +128,13 @@ async def create_partitions(
     results = []
     for topic in request["topics"]:
         name = topic["name"]
-        code, message = errors.NONE, None
+        code, message = ErrorCode.NONE, None
         full = context.pulsar_name(name)
         record = context.topics.get(full)
         if record is None:
-            code, message = errors.UNKNOWN_TOPIC_OR_PARTITION, f"Topic '{name}' does not exist."
+            code, message = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Topic '{name}' does not exist."
         elif topic["count"] <= record.partitions:
-            code = errors.INVALID_PARTITIONS
+            code = ErrorCode.INVALID_PARTITIONS
             message = (
                 f"Topic currently has {record.partitions} partitions, {topic['count']}"
                 " would not be an increase."
@@ -138,7 +142,7 @@ async def create_partitions(
         elif not request.get("validate_only"):
             try:
                 await context.topics.add_partitions(full, topic["count"])
-            except (InvalidPartitions, UnknownTopic, AdminError) as exc:
-                code, message = errors.INVALID_PARTITIONS, str(exc)
+            except (InvalidPartitions, UnknownTopic, StorageError) as exc:
+                code, message = ErrorCode.INVALID_PARTITIONS, str(exc)
         results.append({"name": name, "error_code": code, "error_message": message})
     return {"throttle_time_ms": 0, "results": results}

@@ -8,9 +8,10 @@ from hypothesis import strategies as st
 
 from pulsar_gateway.gateway.messages import LogEntry, StoredMessage, records_in
 from pulsar_gateway.kafka_codec.entry_format import (
-    batch_message,
+    KAFKA,
+    PULSAR,
     encode_entries,
-    record_times,
+    format_of,
     records_of,
 )
 from pulsar_gateway.kafka_codec.record_batch import Record, decode_batches, encode_batch
@@ -26,7 +27,8 @@ def _stored(out, mid: int) -> StoredMessage:
 def _batch(values: list[bytes], codec: int) -> StoredMessage:
     records = [Record(i, 1000 + i, b"k", v, [("h", b"x")]) for i, v in enumerate(values)]
     [decoded] = decode_batches(encode_batch(0, records, codec))
-    return _stored(batch_message(decoded), 0)
+    [message] = KAFKA.encode(decoded)
+    return _stored(message, 0)
 
 
 @given(
@@ -59,4 +61,7 @@ def test_mixed_entries_fetch_in_order(items, codec) -> None:
     assert got == list(zip(range(100, offset), expected, strict=True))
     flat = [(o, v) for e in entries for o, _k, v, _h, _t in records_of(e)]
     assert flat == got
-    assert [o for e in entries for o, _t in record_times(e)] == list(range(100, offset))
+    assert [r.offset for e in entries for r in records_of(e)] == list(range(100, offset))
+    assert [format_of(e.message) for e in entries] == [
+        KAFKA if isinstance(item, list) else PULSAR for item in items
+    ]

@@ -1,0 +1,104 @@
+"""The one table of the Kafka APIs the gateway serves: the coroutine that answers each
+request, and the versions it is served at (also what ApiVersions lists).
+
+Versions are capped where a newer one needs something the gateway does not do yet (Fetch
+v13+ and DeleteTopics v6+ address topics by id only). Produce below v3 and Fetch below v4
+carry message format v0/v1, which the gateway does not write; every client that reads
+RecordBatch v2 negotiates higher. The codec's own range (`protocol.SUPPORTED`) bounds
+each entry from the other side.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from pulsar_gateway.handlers.kafka.apis import (
+    cluster,
+    configs,
+    fetch,
+    group_offsets,
+    groups,
+    init_producer_id,
+    list_offsets,
+    metadata,
+    produce,
+    topic_admin,
+)
+from pulsar_gateway.handlers.kafka.context import KafkaContext
+from pulsar_gateway.kafka_codec import protocol
+from pulsar_gateway.kafka_codec.errors import ErrorCode
+from pulsar_gateway.kafka_codec.protocol.messages import ApiKey
+
+Handler = Callable[[KafkaContext, protocol.RequestHeader, dict[str, Any]], Awaitable[Any]]
+
+
+@dataclass(frozen=True)
+class Api:
+    handler: Handler
+    lowest: int
+    highest: int
+
+
+async def api_versions(
+    context: KafkaContext, header: protocol.RequestHeader, request: dict[str, Any]
+) -> dict[str, Any]:
+    """ApiVersions, the first request of every client.
+
+    The body carries no tagged fields: librdkafka 2.0.2 (kcat in Debian) fails with
+    "Read underflow" on tagged fields it does not expect in a v3 response.
+    """
+    return {"error_code": ErrorCode.NONE, "api_keys": served_versions(), "throttle_time_ms": 0}
+
+
+API_TABLE: dict[ApiKey, Api] = {
+    ApiKey.PRODUCE: Api(produce.handle, 3, 9),
+    ApiKey.FETCH: Api(fetch.handle, 4, 12),
+    ApiKey.LIST_OFFSETS: Api(list_offsets.handle, 0, 8),
+    ApiKey.METADATA: Api(metadata.handle, 0, 12),
+    ApiKey.OFFSET_COMMIT: Api(group_offsets.offset_commit, 0, 8),  # v9: KIP-848 epochs
+    ApiKey.OFFSET_FETCH: Api(group_offsets.offset_fetch, 0, 8),  # v9: KIP-848
+    ApiKey.FIND_COORDINATOR: Api(groups.find_coordinator, 0, 4),  # v5+: share groups
+    ApiKey.JOIN_GROUP: Api(groups.join_group, 0, 9),
+    ApiKey.HEARTBEAT: Api(groups.heartbeat, 0, 4),
+    ApiKey.LEAVE_GROUP: Api(groups.leave_group, 0, 5),
+    ApiKey.SYNC_GROUP: Api(groups.sync_group, 0, 5),
+    ApiKey.DESCRIBE_GROUPS: Api(groups.describe_groups, 0, 5),
+    ApiKey.LIST_GROUPS: Api(groups.list_groups, 0, 5),
+    ApiKey.API_VERSIONS: Api(api_versions, 0, 3),
+    ApiKey.CREATE_TOPICS: Api(topic_admin.create_topics, 0, 7),
+    ApiKey.DELETE_TOPICS: Api(topic_admin.delete_topics, 0, 5),
+    ApiKey.INIT_PRODUCER_ID: Api(init_producer_id.handle, 0, 4),
+    ApiKey.DESCRIBE_CONFIGS: Api(configs.describe_configs, 0, 4),
+    ApiKey.CREATE_PARTITIONS: Api(topic_admin.create_partitions, 0, 3),
+    ApiKey.DELETE_GROUPS: Api(groups.delete_groups, 0, 2),
+    ApiKey.OFFSET_DELETE: Api(group_offsets.offset_delete, 0, 0),
+    ApiKey.DESCRIBE_CLUSTER: Api(cluster.describe_cluster, 0, 1),
+}
+
+
+def versions_of(api_key: int) -> tuple[int, int]:
+    """(lowest, highest) served; (1, 0), an empty range, for an API not served."""
+    api = API_TABLE.get(api_key)  # type: ignore[call-overload]
+    if api is None or api_key not in protocol.SUPPORTED:
+        return (1, 0)
+    low, high = protocol.SUPPORTED[api_key]
+    return max(low, api.lowest), min(high, api.highest)
+
+
+def served_versions() -> list[dict[str, int]]:
+    return [
+        {"api_key": key, "min_version": versions_of(key)[0], "max_version": versions_of(key)[1]}
+        for key in sorted(API_TABLE)
+    ]
+
+
+def unsupported_api_versions(correlation_id: int) -> bytes:
+    """Kafka answers an ApiVersions version it does not know with v0 and its own list."""
+    return protocol.encode_response(
+        ApiKey.API_VERSIONS,
+        0,
+        correlation_id,
+        {"error_code": ErrorCode.UNSUPPORTED_VERSION, "api_keys": served_versions()},
+    )

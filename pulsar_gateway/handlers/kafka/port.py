@@ -1,0 +1,167 @@
+"""The storage the Kafka handler needs, and nothing more: its port.
+
+The API handlers reach topics, partition logs, committed group offsets and producer ids
+only through these Protocols. The gateway wires in the Pulsar-backed implementations
+(`pulsar_gateway.storage.kafka`); the unit tests wire in an in-memory twin
+(`tests/support/kafka_memory_store.py`), so every Kafka API runs in milliseconds without a
+broker, as tansu's broker runs on its memory engine. docs/architecture.md, "Ports", says why.
+
+Every operation that reaches the backend may raise `StorageError`, the one storage error.
+Offsets follow docs/offsets.md: dense per partition, stable, and a record batch stored as one
+entry takes as many offsets as it holds records.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from pulsar_gateway.gateway.errors import StorageError
+from pulsar_gateway.gateway.messages import LogEntry, OutMessage
+
+__all__ = [
+    "CommittedOffset",
+    "GroupOffsets",
+    "GroupStateStore",
+    "InvalidPartitions",
+    "KafkaStorage",
+    "OffsetOutOfRange",
+    "PartitionLog",
+    "ProducerIds",
+    "StorageError",
+    "TopicExists",
+    "TopicRecord",
+    "TopicStore",
+    "UnknownTopic",
+]
+
+
+class TopicExists(Exception):
+    """create() of a topic that exists (and is not deleted)."""
+
+
+class UnknownTopic(Exception):
+    """delete() or add_partitions() of a topic that does not exist."""
+
+
+class InvalidPartitions(Exception):
+    """A partition count that is not allowed (below 1, or not an increase)."""
+
+
+class OffsetOutOfRange(Exception):
+    """A read below the log start or past the end of a partition."""
+
+
+@dataclass
+class TopicRecord:
+    """What the gateway knows of a Kafka topic; its name is the full Pulsar name."""
+
+    name: str  # persistent://tenant/namespace/topic
+    partitions: int
+    configs: dict[str, str] = field(default_factory=dict)
+    log_start: list[int] = field(default_factory=list)  # per partition
+    deleted: bool = False
+    topic_id: str = ""  # a UUID, as Kafka's topic ids
+
+    def start_of(self, partition: int) -> int:
+        return self.log_start[partition] if partition < len(self.log_start) else 0
+
+
+@dataclass
+class CommittedOffset:
+    """A group's committed position in one partition, as OffsetCommit gave it."""
+
+    offset: int
+    metadata: str = ""
+    commit_time: int = 0  # milliseconds since the epoch
+    leader_epoch: int = -1
+
+
+class PartitionLog(Protocol):
+    """One Kafka partition: an append-only log of entries numbered by dense offsets."""
+
+    log_start: int
+    next_offset: int  # the high watermark: one past the last numbered record
+
+    @property
+    def topic(self) -> str:
+        """The partition's own Pulsar topic (`<topic>-partition-<i>`): a stable key."""
+        ...
+
+    async def append(self, messages: list[OutMessage]) -> int:
+        """Store the messages in order; the offset of the first once all are numbered."""
+        ...
+
+    async def read(self, offset: int, max_bytes: int) -> list[LogEntry]:
+        """Entries from the one holding `offset` on (at least one when any), about
+        `max_bytes` in all, each with the offset of its first record."""
+        ...
+
+    def data_future(self) -> asyncio.Future[None]:
+        """Resolves when the log next grows (a long-polling Fetch waits on it)."""
+        ...
+
+
+class TopicStore(Protocol):
+    """Kafka topics: what exists, and the open log of each partition."""
+
+    def get(self, name: str) -> TopicRecord | None: ...
+
+    def list(self) -> list[TopicRecord]: ...
+
+    async def create(
+        self, name: str, partitions: int, configs: dict[str, str] | None = None
+    ) -> TopicRecord: ...
+
+    async def delete(self, name: str) -> None: ...
+
+    async def add_partitions(self, name: str, total: int) -> TopicRecord: ...
+
+    async def partition_of(self, record: TopicRecord, index: int) -> PartitionLog: ...
+
+
+class GroupStateStore(Protocol):
+    """What the group coordinator persists: the last generation and protocol type of a
+    group (generations never go backwards after a restart), and whether it has offsets."""
+
+    def group_state(self, group_id: str) -> tuple[int, str]: ...
+
+    async def save_group_state(
+        self, group_id: str, generation: int, protocol_type: str
+    ) -> None: ...
+
+    def has_offsets(self, group_id: str) -> bool: ...
+
+    def groups_with_offsets(self) -> list[str]: ...
+
+    async def delete_group(self, group_id: str) -> None: ...
+
+
+class GroupOffsets(GroupStateStore, Protocol):
+    """Committed offsets of consumer groups, keyed by the partition's Pulsar topic."""
+
+    def get(self, group_id: str, topic: str) -> CommittedOffset | None: ...
+
+    def offsets(self, group_id: str) -> dict[str, CommittedOffset]: ...
+
+    async def commit(self, group_id: str, entries: dict[str, CommittedOffset]) -> None:
+        """Durable once this returns."""
+        ...
+
+    async def delete(self, group_id: str, topics: list[str]) -> None: ...
+
+
+class ProducerIds(Protocol):
+    """Producer ids for idempotent producers, never handed out twice, across restarts."""
+
+    async def next_id(self) -> int: ...
+
+
+@dataclass(frozen=True)
+class KafkaStorage:
+    """Everything the Kafka handler stores, as the composition root hands it over."""
+
+    topics: TopicStore
+    offsets: GroupOffsets
+    producer_ids: ProducerIds

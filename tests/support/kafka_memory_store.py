@@ -1,0 +1,198 @@
+"""The Kafka storage port's in-memory twin: what the unit tests run the Kafka handlers on.
+
+It keeps the port's promises (dense offsets counted by records, a batch entry taking as many
+offsets as it holds, reads from the entry that holds an offset, long-poll wake-ups, durable-
+looking commits) with plain lists and dicts. `broken = True` on any part makes its backend
+operations raise StorageError, to drive the handlers' error paths.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+import time
+import uuid
+
+from pulsar_gateway.gateway.messages import LogEntry, OutMessage, StoredMessage, records_in
+from pulsar_gateway.gateway.topic_names import partition_topic
+from pulsar_gateway.handlers.kafka.port import (
+    CommittedOffset,
+    InvalidPartitions,
+    KafkaStorage,
+    OffsetOutOfRange,
+    StorageError,
+    TopicExists,
+    TopicRecord,
+    UnknownTopic,
+)
+
+
+class _Breakable:
+    broken = False
+
+    def _check(self) -> None:
+        if self.broken:
+            raise StorageError("storage is down (memory store told so)")
+
+
+class MemoryPartitionLog(_Breakable):
+    def __init__(self, topic: str, log_start: int = 0) -> None:
+        self._topic = topic
+        self.log_start = log_start
+        self.next_offset = log_start
+        self.entries: list[LogEntry] = []
+        self._waiters: list[asyncio.Future[None]] = []
+
+    @property
+    def topic(self) -> str:
+        return self._topic
+
+    async def append(self, messages: list[OutMessage]) -> int:
+        self._check()
+        base = self.next_offset
+        now = int(time.time() * 1000)
+        for message in messages:
+            stored = StoredMessage(
+                (1, len(self.entries), -1),
+                message.payload,
+                message.key or "",
+                dict(message.properties or {}),
+                message.event_time,
+                now,
+            )
+            self.entries.append(LogEntry(self.next_offset, stored))
+            self.next_offset += records_in(stored)
+        waiters, self._waiters = self._waiters, []
+        for future in waiters:
+            if not future.done():
+                future.set_result(None)
+        return base
+
+    async def read(self, offset: int, max_bytes: int) -> list[LogEntry]:
+        self._check()
+        if offset < self.log_start or offset > self.next_offset:
+            raise OffsetOutOfRange(offset)
+        if offset == self.next_offset:
+            return []
+        starts = [entry.offset for entry in self.entries]
+        index = max(bisect.bisect_right(starts, offset) - 1, 0)
+        out: list[LogEntry] = []
+        size = 0
+        for entry in self.entries[index:]:
+            size += entry.message.size
+            if out and size > max_bytes:
+                break
+            out.append(entry)
+        return out
+
+    def data_future(self) -> asyncio.Future[None]:
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiters.append(future)
+        return future
+
+
+class MemoryTopicStore(_Breakable):
+    def __init__(self) -> None:
+        self.records: dict[str, TopicRecord] = {}
+        self.logs: dict[str, MemoryPartitionLog] = {}
+
+    def get(self, name: str) -> TopicRecord | None:
+        return self.records.get(name)
+
+    def list(self) -> list[TopicRecord]:
+        return sorted(self.records.values(), key=lambda record: record.name)
+
+    async def create(
+        self, name: str, partitions: int, configs: dict[str, str] | None = None
+    ) -> TopicRecord:
+        self._check()
+        if name in self.records:
+            raise TopicExists(name)
+        if partitions < 1:
+            raise InvalidPartitions("partitions must be at least 1")
+        record = TopicRecord(
+            name, partitions, dict(configs or {}), [0] * partitions, False, str(uuid.uuid4())
+        )
+        self.records[name] = record
+        return record
+
+    async def delete(self, name: str) -> None:
+        self._check()
+        record = self.records.pop(name, None)
+        if record is None:
+            raise UnknownTopic(name)
+        for index in range(record.partitions):
+            self.logs.pop(partition_topic(name, index), None)
+
+    async def add_partitions(self, name: str, total: int) -> TopicRecord:
+        self._check()
+        record = self.records.get(name)
+        if record is None:
+            raise UnknownTopic(name)
+        if total <= record.partitions:
+            raise InvalidPartitions(f"topic has {record.partitions} partitions; not {total}")
+        record.log_start += [0] * (total - record.partitions)
+        record.partitions = total
+        return record
+
+    async def partition_of(self, record: TopicRecord, index: int) -> MemoryPartitionLog:
+        self._check()
+        name = partition_topic(record.name, index)
+        log = self.logs.get(name)
+        if log is None:
+            log = self.logs[name] = MemoryPartitionLog(name, record.start_of(index))
+        return log
+
+
+class MemoryGroupOffsets(_Breakable):
+    def __init__(self) -> None:
+        self.committed: dict[str, dict[str, CommittedOffset]] = {}
+        self.states: dict[str, tuple[int, str]] = {}
+
+    def get(self, group_id: str, topic: str) -> CommittedOffset | None:
+        return self.committed.get(group_id, {}).get(topic)
+
+    def offsets(self, group_id: str) -> dict[str, CommittedOffset]:
+        return dict(self.committed.get(group_id, {}))
+
+    async def commit(self, group_id: str, entries: dict[str, CommittedOffset]) -> None:
+        self._check()
+        self.committed.setdefault(group_id, {}).update(entries)
+
+    async def delete(self, group_id: str, topics: list[str]) -> None:
+        self._check()
+        stored = self.committed.get(group_id, {})
+        for topic in topics:
+            stored.pop(topic, None)
+        if not stored:
+            self.committed.pop(group_id, None)
+
+    def group_state(self, group_id: str) -> tuple[int, str]:
+        return self.states.get(group_id, (0, ""))
+
+    async def save_group_state(self, group_id: str, generation: int, protocol_type: str) -> None:
+        self._check()
+        self.states[group_id] = (generation, protocol_type)
+
+    def has_offsets(self, group_id: str) -> bool:
+        return bool(self.committed.get(group_id))
+
+    def groups_with_offsets(self) -> list[str]:
+        return [group for group, offsets in self.committed.items() if offsets]
+
+    async def delete_group(self, group_id: str) -> None:
+        await self.delete(group_id, list(self.committed.get(group_id, {})))
+
+
+class MemoryProducerIds(_Breakable):
+    def __init__(self, first: int = 1000) -> None:
+        self.next = first
+
+    async def next_id(self) -> int:
+        self._check()
+        self.next += 1
+        return self.next - 1
+
+
+def memory_storage() -> KafkaStorage:
+    return KafkaStorage(MemoryTopicStore(), MemoryGroupOffsets(), MemoryProducerIds())
