@@ -5,83 +5,14 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-from collections.abc import Collection, Hashable, Iterable
 
 from pamqp import commands
 
 from pulsar_gateway.handlers.amqp import broker as broker_module
 from pulsar_gateway.handlers.amqp.broker import AmqpBroker, ConnectionBroker
-from pulsar_gateway.handlers.amqp.broker_model import AmqpMessage, StoredDelivery
 from pulsar_gateway.handlers.amqp.events import ConnectionOpened
-from pulsar_gateway.handlers.amqp.topology import Binding, Exchange, Queue, Topology
-from tests.unit.test_amqp_connection import Peer, open_peer
-
-
-class MemoryReader:
-    def __init__(self, store: MemoryStore, queue: str) -> None:
-        self.store, self.queue, self.held = store, queue, set()
-
-    async def fetch(self, limit: int, timeout: float | None) -> list[StoredDelivery]:
-        messages = self.store.messages[self.queue]
-        out = [
-            StoredDelivery(self.queue, key, msg)
-            for key, msg in messages.items()
-            if key not in self.held
-        ][:limit]
-        if not out:
-            await asyncio.sleep(timeout if timeout is not None else 0.05)
-        self.held.update(d.message_id for d in out)
-        return out
-
-    def ack(self, message_ids: Iterable[Hashable]) -> None:
-        for key in message_ids:
-            self.store.messages[self.queue].pop(key, None)
-
-    async def close(self) -> None:
-        self.held.clear()
-
-
-class MemoryStore:
-    def __init__(self) -> None:
-        self.messages: dict[str, dict[Hashable, AmqpMessage]] = {}
-        self.gate = asyncio.Event()
-        self.gate.set()
-        self.fail = False
-        self.ids = itertools.count()
-
-    async def create_vhost(self, vhost: str) -> None: ...
-
-    async def load_topology(self, vhost: str) -> Topology:
-        return Topology(vhost)
-
-    async def save_exchange(self, vhost: str, exchange: Exchange) -> None: ...
-
-    async def remove_exchange(self, vhost: str, name: str) -> None: ...
-
-    async def save_queue(self, vhost: str, queue: Queue) -> None:
-        self.messages[queue.name] = {}
-
-    async def remove_queue(self, vhost: str, name: str) -> None:
-        self.messages.pop(name, None)
-
-    async def save_binding(self, vhost: str, binding: Binding) -> None: ...
-
-    async def remove_binding(self, vhost: str, binding: Binding) -> None: ...
-
-    async def publish(self, vhost: str, queues: Collection[str], message: AmqpMessage) -> None:
-        await self.gate.wait()
-        if self.fail:
-            raise ConnectionError("backend down")
-        for queue in queues:
-            self.messages[queue][(next(self.ids),)] = message
-
-    async def open_queue(self, vhost: str, queue: str) -> MemoryReader:
-        return MemoryReader(self, queue)
-
-    def load_count(self, vhost: str, queue: str) -> int:
-        return 0
-
-    async def save_count(self, vhost: str, queue: str, count: int) -> None: ...
+from tests.support.amqp_memory_store import MemoryStore
+from tests.support.amqp_peer import Peer, open_peer
 
 
 async def _setup(store: MemoryStore) -> tuple[Peer, ConnectionBroker, AmqpBroker]:
