@@ -11,6 +11,7 @@ import pika.exceptions
 import pytest
 
 from tests.support.gateway_process import GatewayProcess
+from tests.support.waiting import wait_until
 
 
 @pytest.fixture
@@ -26,12 +27,45 @@ def name() -> str:
     return f"q-{uuid.uuid4().hex[:10]}"
 
 
-def _wait(conn, seconds: float, until=None) -> None:
-    """Process events for `seconds` (or until `until()`): pika's process_data_events
-    returns as soon as one batch of events was dispatched."""
-    deadline = time.time() + seconds
-    while time.time() < deadline and not (until and until()):
-        conn.process_data_events(time_limit=max(0.0, deadline - time.time()))
+def _until(conn, condition, what: str, timeout: float = 10) -> None:
+    """Process the connection's events (deliveries, cancels, closes) until `condition()`."""
+
+    def pumped() -> bool:
+        conn.process_data_events(time_limit=0.05)
+        return condition()
+
+    wait_until(pumped, timeout, 0, message=what)
+
+
+def _round_trip(conn) -> None:
+    """Open and close a channel, then dispatch: whatever the gateway sent before it answered
+    has arrived. The marker for "and nothing more was delivered"."""
+    conn.channel().close()
+    conn.process_data_events(time_limit=0)
+
+
+def _declare_refused(conn, queue: str) -> int | None:
+    """The reply code refusing a passive queue.declare on a fresh channel, None if it passes."""
+    ch = conn.channel()
+    try:
+        ch.queue_declare(queue, passive=True)
+    except pika.exceptions.ChannelClosedByBroker as error:
+        return error.reply_code
+    ch.close()
+    return None
+
+
+def _queue_exists(conn, queue: str) -> bool:
+    """Whether `queue` exists, asked with a queue.bind (404 when it is gone): a bind is not a
+    use of the queue, where a passive declare is and would hold off x-expires."""
+    ch = conn.channel()
+    try:
+        ch.queue_bind(queue, "amq.direct", routing_key="existence-probe")
+    except pika.exceptions.ChannelClosedByBroker as error:
+        assert error.reply_code == 404, error
+        return False
+    ch.close()
+    return True
 
 
 def _drain(ch, queue: str, expected: int, timeout: float = 10) -> list[tuple]:
@@ -160,13 +194,16 @@ def test_prefetch_bounds_unacked_and_recover_redelivers(conn, name) -> None:
     ch.basic_qos(prefetch_count=3)
     seen: list[tuple[int, bytes, bool]] = []
     ch.basic_consume(name, lambda c, m, p, b: seen.append((m.delivery_tag, b, m.redelivered)))
-    _wait(conn, 1.0)
+    _until(conn, lambda: len(seen) >= 3, "the first three deliveries")
+    _round_trip(conn)
     assert [b for _, b, _ in seen] == [b"0", b"1", b"2"]
     ch.basic_ack(seen[0][0])
-    _wait(conn, 0.5)
+    _until(conn, lambda: len(seen) >= 4, "a delivery after the ack")
+    _round_trip(conn)
     assert [b for _, b, _ in seen] == [b"0", b"1", b"2", b"3"]
     ch.basic_recover(requeue=True)
-    _wait(conn, 0.5)
+    _until(conn, lambda: len(seen) >= 7, "the recovered deliveries")
+    _round_trip(conn)
     assert [(b, r) for _, b, r in seen[4:]] == [(b"1", True), (b"2", True), (b"3", True)]
 
 
@@ -182,7 +219,8 @@ def test_global_qos_is_per_channel(conn, name) -> None:
     seen: list[bytes] = []
     ch.basic_consume(q1, lambda c, m, p, b: seen.append(b))
     ch.basic_consume(q2, lambda c, m, p, b: seen.append(b))
-    _wait(conn, 1.0)
+    _until(conn, lambda: len(seen) >= 4, "four deliveries")
+    _round_trip(conn)
     assert len(seen) == 4
 
 
@@ -195,7 +233,7 @@ def test_exclusive_consumer_and_cancel_notification_on_delete(gateway, conn, nam
         och = other.channel()
         with pytest.raises(pika.exceptions.ChannelClosedByBroker) as info:
             och.basic_consume(name, lambda *a: None)
-            _wait(other, 0.5)
+            _until(other, lambda: not och.is_open, "the second consumer to be refused")
         assert info.value.reply_code == 403
         och = other.channel()
         och.queue_delete(name)
@@ -203,8 +241,7 @@ def test_exclusive_consumer_and_cancel_notification_on_delete(gateway, conn, nam
         other.close()
     cancelled = []
     ch.add_on_cancel_callback(lambda frame: cancelled.append(frame))
-    _wait(conn, 0.5)
-    assert cancelled
+    _until(conn, lambda: cancelled, "basic.cancel for the deleted queue's consumer")
 
 
 def test_tx_commit_and_rollback(conn, name) -> None:
@@ -250,7 +287,11 @@ def test_ttl_max_length_and_expires(conn, name) -> None:
     assert dead_letters[0][1].headers["x-death"][0]["reason"] == "expired"
     assert ch.basic_get(ttl) == (None, None, None)
     assert [b for _, _, b in _drain(ch, capped, 2)] == [b"3", b"4"]
-    time.sleep(1.0)
+    wait_until(
+        lambda: not _queue_exists(conn, f"{name}-exp"),
+        10,
+        message="x-expires to delete the unused queue",
+    )
     with pytest.raises(pika.exceptions.ChannelClosedByBroker) as info:
         ch.queue_declare(f"{name}-exp", passive=True)
     assert info.value.reply_code == 404
@@ -266,12 +307,14 @@ def test_single_active_consumer(conn, name) -> None:
     ch.basic_consume(name, lambda c, m, p, b: got["b"].append(b), auto_ack=True)
     for i in range(4):
         ch.basic_publish("", name, str(i).encode())
-    _wait(conn, 0.5)
+    _until(conn, lambda: len(got["a"]) + len(got["b"]) >= 4, "four deliveries")
+    _round_trip(conn)
     assert len(got["a"]) == 4 and not got["b"]
     ch.basic_cancel(tag_a)
     ch.basic_publish("", name, b"next")
-    _wait(conn, 0.5)
-    assert got["b"] == [b"next"]
+    _until(conn, lambda: got["a"][4:] or got["b"], "a delivery after the cancel")
+    _round_trip(conn)
+    assert got["b"] == [b"next"] and len(got["a"]) == 4
 
 
 def test_exclusive_and_auto_delete_queues_vanish_with_owner(gateway, conn, name) -> None:
@@ -286,12 +329,14 @@ def test_exclusive_and_auto_delete_queues_vanish_with_owner(gateway, conn, name)
     assert info.value.reply_code == 405
     och.basic_cancel(tag)
     other.close()
-    time.sleep(0.3)
     for queue in (f"{name}-x", f"{name}-ad"):
-        ch = conn.channel()
-        with pytest.raises(pika.exceptions.ChannelClosedByBroker) as info:
-            ch.queue_declare(queue, passive=True)
-        assert info.value.reply_code == 404
+        wait_until(
+            lambda queue=queue: _declare_refused(conn, queue) == 404,
+            10,
+            message=lambda queue=queue: (
+                f"{queue} to vanish (refused with {_declare_refused(conn, queue)})"
+            ),
+        )
 
 
 def test_purge_and_delete_report_counts(conn, name) -> None:
@@ -362,7 +407,8 @@ def test_heartbeats_keep_an_idle_connection_alive(gateway) -> None:
     params = pika.URLParameters(gateway.amqp_url + "?heartbeat=1")
     connection = pika.BlockingConnection(params)
     try:
-        _wait(connection, 3.5)
+        # kept on purpose: the behaviour is a duration, idle through three heartbeat intervals
+        connection.sleep(3.5)
         assert connection.is_open
         assert connection.channel().queue_declare("", exclusive=True).method.queue
     finally:
@@ -408,5 +454,6 @@ def test_no_ack_consumer_gets_more_than_the_write_buffer_holds(conn, name) -> No
         ch.basic_publish("", name, body)
     got: list[int] = []
     ch.basic_consume(name, lambda c, m, p, b: got.append(len(b)), auto_ack=True)
-    _wait(conn, 15, until=lambda: len(got) == 100)
+    _until(conn, lambda: len(got) >= 100, "100 deliveries", timeout=15)
+    _round_trip(conn)
     assert got == [len(body)] * 100
