@@ -87,6 +87,9 @@ class Gateway:
             idle_close_seconds=settings.kafka.idle_close_seconds,
         )
         self.topics.start()
+        metrics.OPEN_PARTITIONS.set_function(
+            lambda: self.topics.open_partitions if self.topics else 0
+        )
         self.group_offsets = GroupOffsetStore(self.metadata)
         self.group_offsets.load()
         if settings.kafka.group_offset_mirror:

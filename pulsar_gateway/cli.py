@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from pulsar_gateway.gateway.config import ConfigError, load_settings
+from pulsar_gateway.gateway.config import DEFAULT_METADATA_NAMESPACE, ConfigError, load_settings
 
 EPILOG = """\
 examples:
@@ -76,7 +76,7 @@ def _add_gateway_link(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--metadata-namespace",
-        default="public/__gateway",
+        default=DEFAULT_METADATA_NAMESPACE,
         help="with --pulsar-url: the gateway's metadata namespace",
     )
 

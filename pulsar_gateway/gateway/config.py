@@ -77,11 +77,15 @@ class AmqpSection(_Section):
     users: dict[str, str] = Field(default_factory=lambda: {"guest": "guest"})
 
 
+# Where the gateway keeps its own state (docs/pulsar-mapping.md, "The metadata store").
+DEFAULT_METADATA_NAMESPACE = "public/__gateway"
+
+
 class PulsarSection(_Section):
     service_url: str = ""
     admin_url: str = ""
     operation_timeout_seconds: int = Field(10, ge=1)
-    metadata_namespace: str = "public/__gateway"
+    metadata_namespace: str = DEFAULT_METADATA_NAMESPACE
 
     @field_validator("service_url")
     @classmethod

@@ -22,7 +22,7 @@ log = logging.getLogger("gateway.metadata")
 
 
 class MetadataStore:
-    def __init__(self, backend: PulsarBackend, namespace: str = "public/__gateway") -> None:
+    def __init__(self, backend: PulsarBackend, namespace: str) -> None:
         self.backend = backend
         self.topic = f"persistent://{namespace}/metadata"
         self._table: dict[str, Any] = {}

@@ -37,7 +37,6 @@ from pulsar_gateway.kafka_codec.errors import ErrorCode
 
 MAGIC = 2
 HEADER_SIZE = 61
-_LENGTH_OFFSET = 8
 _MAGIC_OFFSET = 16
 _CRC_OFFSET = 17
 _ATTRIBUTES_OFFSET = 21  # the CRC covers from here to the end of the batch

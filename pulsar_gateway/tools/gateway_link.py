@@ -11,6 +11,7 @@ import json
 import urllib.request
 from dataclasses import dataclass
 
+from pulsar_gateway.gateway.config import DEFAULT_METADATA_NAMESPACE
 from pulsar_gateway.gateway.topic_names import pulsar_topic
 
 
@@ -21,7 +22,7 @@ class GatewayUnreachable(Exception):
 @dataclass(frozen=True)
 class GatewayLink:
     service_url: str
-    metadata_namespace: str = "public/__gateway"
+    metadata_namespace: str = DEFAULT_METADATA_NAMESPACE
     kafka_tenant: str = "public"
     kafka_namespace: str = "default"
 
@@ -46,7 +47,7 @@ def discover(health_url: str, timeout: float = 5.0) -> GatewayLink:
         raise GatewayUnreachable(f"{url} does not name the gateway's Pulsar service URL")
     return GatewayLink(
         pulsar["service_url"],
-        pulsar.get("metadata_namespace", "public/__gateway"),
+        pulsar.get("metadata_namespace", DEFAULT_METADATA_NAMESPACE),
         pulsar.get("kafka_tenant", "public"),
         pulsar.get("kafka_namespace", "default"),
     )

@@ -125,3 +125,15 @@ def test_fetch_out_of_range_and_unknown_topic(gateway, topic_name) -> None:
     assert beyond["responses"][0]["partitions"][0]["error_code"] == 1  # OFFSET_OUT_OF_RANGE
     missing = _call(gateway, 1, 12, _fetch("no-such-topic-x", 0, 0, 1, 1 << 20, 1 << 20))
     assert missing["responses"][0]["partitions"][0]["error_code"] == 3
+
+
+def test_open_partitions_gauge_counts_open_partition_logs(gateway, topic_name) -> None:
+    producer = Producer({"bootstrap.servers": gateway.bootstrap})
+    producer.produce(topic_name, b"x")
+    assert producer.flush(30) == 0
+    gauge = [
+        float(line.split()[-1])
+        for line in gateway.metrics().splitlines()
+        if line.startswith("gateway_open_partitions ")
+    ]
+    assert gauge and gauge[0] >= 1 and gauge[0] == gateway.health()["open_partitions"]

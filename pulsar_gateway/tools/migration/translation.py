@@ -27,16 +27,8 @@ def partition_key(name: str, topic: str, partition: int) -> str:
     return f"{PREFIX}{_q(name)}/topics/{_q(topic)}/{partition}"
 
 
-def topics_folder(name: str, topic: str) -> str:
-    return f"{PREFIX}{_q(name)}/topics/{_q(topic)}/"
-
-
 def group_key(name: str, group: str) -> str:
     return f"{PREFIX}{_q(name)}/groups/{_q(group)}"
-
-
-def groups_folder(name: str) -> str:
-    return f"{PREFIX}{_q(name)}/groups/"
 
 
 @dataclass
