@@ -7,6 +7,8 @@ import time
 import pulsar
 from confluent_kafka import Consumer, Producer, TopicPartition
 
+from tests.support.waiting import wait_until
+
 
 def _pulsar_client(gateway) -> pulsar.Client:
     return pulsar.Client(
@@ -164,22 +166,26 @@ def test_batching_pulsar_producer_does_not_stall_the_partition(gateway, topic_na
         batching_enabled=True,
         batching_max_publish_delay_ms=1,
     )
-    expected = []
+    expected: list[bytes] = []
+    got: list[bytes] = []
+
+    def read(count: int) -> bool:
+        msg = consumer.poll(0.2)
+        if msg is not None and not msg.error():
+            got.append(msg.value())
+        return len(got) >= count
+
     for round_ in range(4):
         for i in range(50):
             batching.send_async(f"p{round_}-{i}".encode(), None)
             expected.append(f"p{round_}-{i}".encode())
         batching.flush()
-        time.sleep(1.0)  # the tailer's reader acks the previous batch entry
+        # the tailer's reader has read, and acked, this round's batch entry before the next
+        wait_until(lambda: read(len(expected)), 30, 0, message=f"round {round_} through Kafka")
     client.close()
     producer = Producer({"bootstrap.servers": gateway.bootstrap})
     producer.produce(topic_name, b"k1")
     assert producer.flush(30) == 0, "a produce after Pulsar batches stalled"
-    got = []
-    deadline = time.time() + 30
-    while len(got) < len(expected) + 1 and time.time() < deadline:
-        msg = consumer.poll(1)
-        if msg is not None and not msg.error():
-            got.append(msg.value())
+    wait_until(lambda: read(len(expected) + 1), 30, 0, message="the Kafka record after them")
     consumer.close()
     assert got == expected + [b"k1"]

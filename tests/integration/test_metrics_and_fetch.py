@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import socket
 import struct
-import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 from confluent_kafka import Producer
 
 from pulsar_gateway.kafka_codec import protocol
+from tests.support.waiting import wait_until
 
 
 def _call(gateway, api_key: int, version: int, body: dict) -> dict:
@@ -90,16 +91,23 @@ def test_fetch_long_poll_waits_for_data_and_honours_max_bytes(gateway, topic_nam
     assert part["high_watermark"] == 1 and len(part["records"]) == 0
     assert waited >= 0.6
 
-    # ... and returns as soon as data arrives
-    def later() -> None:
-        time.sleep(0.5)
+    # ... and returns as soon as data arrives: produced once the gateway holds the fetch
+    accepted = gateway.metric("gateway_connections_total", protocol="kafka")
+    with ThreadPoolExecutor(1) as pool:
+        started = time.monotonic()
+        waiting = pool.submit(
+            _call, gateway, 1, 12, _fetch(topic_name, 1, 20000, 1, 1 << 20, 1 << 20)
+        )
+        wait_until(
+            lambda: gateway.metric("gateway_connections_total", protocol="kafka") > accepted,
+            10,
+            message="the gateway to take the fetch's connection",
+        )
+        assert not waiting.done(), "the fetch returned before there was data"
         late = Producer({"bootstrap.servers": gateway.bootstrap})
         late.produce(topic_name, b"second")
-        late.flush(30)
-
-    threading.Thread(target=later).start()
-    started = time.monotonic()
-    woke = _call(gateway, 1, 12, _fetch(topic_name, 1, 20000, 1, 1 << 20, 1 << 20))
+        assert late.flush(30) == 0
+        woke = waiting.result(30)
     assert time.monotonic() - started < 10
     assert b"second" in bytes(woke["responses"][0]["partitions"][0]["records"])
 
