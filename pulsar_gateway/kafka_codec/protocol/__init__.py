@@ -19,6 +19,7 @@ they did not expect, and this way decode-then-encode reproduces the input.
 
 from __future__ import annotations
 
+import functools
 import struct
 import uuid
 from collections.abc import Callable, Mapping
@@ -163,17 +164,12 @@ def encode_request(
 # Codec lookup, compilation and the error boundary
 # --------------------------------------------------------------------------------------------
 
-_MESSAGES: ModuleType | None = None
-
-
+@functools.cache
 def _messages() -> ModuleType:
     """messages.py, imported on first use so that the generator runs even when it is stale."""
-    global _MESSAGES
-    if _MESSAGES is None:
-        from . import messages
+    from . import messages
 
-        _MESSAGES = messages
-    return _MESSAGES
+    return messages
 
 
 def __getattr__(name: str) -> Any:
@@ -183,28 +179,23 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-_COMPILED: dict[int, construct.Compiled] = {}  # by id() of the definition: versions share them
-_CODECS: dict[tuple[int, int, bool], construct.Compiled] = {}
+@functools.cache
+def _compiled(definition: construct.Construct) -> construct.Compiled:
+    """Compiled once per definition: the versions of a message that are alike share one."""
+    return definition.compile()
 
 
 def _codec(
     api_key: int, api_version: int, response: bool, error: type[Exception]
 ) -> construct.Compiled:
     """The compiled definition of one message version; compiled once, on first use."""
-    codec = _CODECS.get((api_key, api_version, response))
-    if codec is not None:
-        return codec
     tables = _messages()
     definition = (tables.RESPONSES if response else tables.REQUESTS).get((api_key, api_version))
     if definition is None:
         name = tables.API_NAMES.get(api_key, f"api key {api_key}")
         kind = "response" if response else "request"
         raise error(f"no {kind} definition for {name} v{api_version}")
-    compiled = _COMPILED.get(id(definition))
-    if compiled is None:
-        compiled = _COMPILED[id(definition)] = definition.compile()
-    _CODECS[(api_key, api_version, response)] = compiled
-    return compiled
+    return _compiled(definition)
 
 
 def _decode(
