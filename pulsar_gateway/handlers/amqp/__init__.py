@@ -1,7 +1,10 @@
 """AMQP 0-9-1 (RabbitMQ) protocol handler: a sans-I/O core the listener drives.
 
 frames -> connection_state (with content_assembly, heartbeat_clock,
-authentication, connection_settings) -> events for the broker layer, which
-validates with topology / queue_arguments, routes with exchange_routing and
-stores through the broker_model protocol.
+authentication, connection_settings) -> events for the broker layer:
+connection_broker (one connection's methods) -> channel -> queue_engine, over
+vhost_state (one vhost) and broker (every vhost). It validates with
+topology_rules / queue_arguments on the topology model, routes with
+exchange_routing and stores through the broker_model protocol. Imports run
+that one way: channel and queue_engine see their callers only as Protocols.
 """

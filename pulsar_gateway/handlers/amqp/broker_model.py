@@ -1,7 +1,7 @@
 """The one seam between the AMQP broker layer and storage (Pulsar, or a fake).
 
 The broker layer (channels, consumers, confirms) calls only these methods;
-the Pulsar implementation lives in `gateway/amqp_store.py` and maps them as
+the Pulsar implementation lives in `storage/amqp/store.py` and maps them as
 the design says: a queue is a Pulsar topic with one durable Shared
 subscription that all its AMQP consumers share; a publish is written to every
 routed queue's topic; ack -> acknowledge; a requeue keeps the message unacked

@@ -4,30 +4,47 @@ Delivery tags are per channel and count up from 1; each maps to the queue
 engine and stored message it came from, so ack/nack/reject and channel close
 act on the right Pulsar message. Publisher confirms go out in publish order
 (a run of finished publishes is acknowledged with one multiple=true ack).
+
+A channel knows its connection only as a `ChannelConnection`, so this module
+does not import the connection broker that creates channels.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict, deque
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
-from pamqp import commands
+from pamqp import base, commands
 
 from pulsar_gateway.handlers.amqp.broker_model import AmqpMessage, StoredDelivery
 from pulsar_gateway.handlers.amqp.frames import make_method
 from pulsar_gateway.handlers.amqp.queue_engine import QueueEngine
 
-if TYPE_CHECKING:
-    from pulsar_gateway.handlers.amqp.broker import ConnectionBroker
 
-# A consumer without basic.qos would otherwise take the whole queue at once;
-# RabbitMQ has no such cap, but the socket's write buffer check bounds it too.
-WRITE_BUFFER_LIMIT = 4 * 1024 * 1024
+class ChannelConnection(Protocol):
+    """What a channel needs of its connection (see connection_broker.ConnectionBroker)."""
+
+    id: str
+    capabilities: dict[str, Any]
+
+    def send(self, channel: int, method: base.Frame) -> None: ...
+
+    def send_content(
+        self, channel: int, method: base.Frame, body: bytes, properties_raw: bytes
+    ) -> None: ...
+
+    def has_write_room(self) -> bool:
+        """False while output waits for the peer; the connection resumes the
+        channels' deliveries itself once there is room again."""
+        ...
 
 
 @dataclass(slots=True)
 class Unacked:
+    """A delivery the client has to settle: where it came from, so an ack or
+    requeue reaches the right engine and stored message."""
+
     tag: int
     engine: QueueEngine
     delivery: StoredDelivery
@@ -80,6 +97,9 @@ class Consumer:
 
 @dataclass(slots=True)
 class PendingConfirm:
+    """A confirm-mode publish whose store write may still be running; confirms go
+    out in publish order, so finished ones wait for those before them."""
+
     seq: int
     done: bool = False
     ok: bool = True
@@ -94,7 +114,9 @@ class TxBuffer:
 
 
 class Channel:
-    def __init__(self, connection: ConnectionBroker, number: int) -> None:
+    """One open channel's broker state (see the module docstring)."""
+
+    def __init__(self, connection: ChannelConnection, number: int) -> None:
         self.connection = connection
         self.number = number
         self.next_tag = 1
@@ -113,12 +135,7 @@ class Channel:
     def can_deliver(self) -> bool:
         if self.closed or not self.flow_active:
             return False
-        if self.connection.write_buffer_size() >= WRITE_BUFFER_LIMIT:
-            if not self.connection.throttled:
-                self.connection.throttled = True
-                self.connection.request_flush()  # the flush arranges the resume
-            return False
-        return True
+        return self.connection.has_write_room()
 
     def deliver(
         self, consumer: Consumer, engine: QueueEngine, delivery: StoredDelivery, redelivered: bool

@@ -21,13 +21,10 @@ import logging
 import time
 from collections import deque
 from collections.abc import Hashable, Iterable
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 from pulsar_gateway.handlers.amqp.broker_model import BrokerStore, QueueReader, StoredDelivery
 from pulsar_gateway.handlers.amqp.topology import Queue
-
-if TYPE_CHECKING:
-    from pulsar_gateway.handlers.amqp.broker import VhostState
 
 log = logging.getLogger("gateway.amqp.queue")
 
@@ -51,12 +48,25 @@ class QueueConsumer(Protocol):
     def cancelled_by_server(self) -> None: ...
 
 
+class QueueVhost(Protocol):
+    """What the engine needs of its vhost (see vhost_state.VhostState): the name
+    its store calls take, and where messages leaving the queue unconsumed go."""
+
+    name: str
+
+    def dead_letter(
+        self, engine: QueueEngine, deliveries: list[StoredDelivery], reason: str
+    ) -> None: ...
+
+
 def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
 class QueueEngine:
-    def __init__(self, vhost: VhostState, queue: Queue, store: BrokerStore) -> None:
+    """A queue's delivery state in this process (see the module docstring)."""
+
+    def __init__(self, vhost: QueueVhost, queue: Queue, store: BrokerStore) -> None:
         self.vhost = vhost
         self.queue = queue
         self.name = queue.name

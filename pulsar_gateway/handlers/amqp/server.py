@@ -19,9 +19,9 @@ from typing import Any
 
 from pulsar_gateway.gateway import metrics
 from pulsar_gateway.handlers.amqp.authentication import Authenticator
-from pulsar_gateway.handlers.amqp.broker import AmqpBroker, ConnectionBroker
+from pulsar_gateway.handlers.amqp.broker import AmqpBroker
 from pulsar_gateway.handlers.amqp.broker_model import BrokerStore
-from pulsar_gateway.handlers.amqp.channel import WRITE_BUFFER_LIMIT
+from pulsar_gateway.handlers.amqp.connection_broker import WRITE_BUFFER_LIMIT, ConnectionBroker
 from pulsar_gateway.handlers.amqp.connection_settings import ConnectionSettings
 from pulsar_gateway.handlers.amqp.connection_state import AmqpConnection
 
@@ -57,10 +57,6 @@ class AmqpServer:
         assert self._server is not None
         host, port = self._server.sockets[0].getsockname()[:2]
         return host, port
-
-    @property
-    def connection_count(self) -> int:
-        return len(self._connections)
 
     async def start(self) -> None:
         self._server = await asyncio.start_server(
@@ -119,7 +115,11 @@ class _Session:
             server.authenticator, peer_host, time.monotonic(), server.settings
         )
         self.broker = ConnectionBroker(
-            server.broker, self.conn, self._request_flush, self._buffer_size
+            server.broker,
+            self.conn,
+            self._request_flush,
+            self._buffer_size,
+            self._deliveries_held,
         )
         self.broker.peer = f"{peer_host}:{peer_port}"
         self._flush_scheduled = False
@@ -143,8 +143,12 @@ class _Session:
         data = self.conn.data_to_send(time.monotonic())
         if data and not self.writer.is_closing():
             self.writer.write(data)
-        if self.broker.throttled and self._drain_task is None:
-            # deliveries were held back for a full buffer (`Channel.can_deliver`)
+
+    def _deliveries_held(self) -> None:
+        """Deliveries wait for a full write buffer (`ConnectionBroker.has_write_room`):
+        write out what is queued, then resume them once the peer has read it."""
+        self._request_flush()
+        if self._drain_task is None:
             self._drain_task = asyncio.ensure_future(self._resume_after_drain())
 
     async def _resume_after_drain(self) -> None:
@@ -157,9 +161,7 @@ class _Session:
                     await asyncio.sleep(0.01)
         finally:
             self._drain_task = None
-        self.broker.throttled = False
-        for channel in list(self.broker.channels.values()):
-            self.broker.kick(channel)
+        self.broker.resume_deliveries()
 
     async def run(self) -> None:
         timer = asyncio.ensure_future(self._timer())

@@ -1,0 +1,711 @@
+"""The broker side of one AMQP connection: what each channel method does.
+
+`ConnectionBroker` acts on the events of one `AmqpConnection` (the sans-I/O
+core) and answers through it. Validation (declare rules, reply codes and
+texts) comes from topology_rules.py and exchange_routing.py; topology changes
+and stored messages go through the connection's `VhostState`, so this file
+is testable with a fake store and never sees Pulsar.
+
+Methods of one connection are handled in order, each awaited before the next
+(declares, deletes, gets). Publishes are the exception: the store write runs
+as a task so a publisher streams, and the confirm is sent when it is stored.
+
+Two kinds of backpressure: while too many publishes are in flight the core is
+`blocked` (the socket side stops reading), and while the socket's write
+buffer is full deliveries wait (`has_write_room`); the socket side is told
+(`deliveries_held`) and calls `resume_deliveries` once the peer has caught up.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from types import MappingProxyType
+from typing import Any
+
+from pamqp import base, commands
+
+from pulsar_gateway.handlers.amqp.broker import AmqpBroker
+from pulsar_gateway.handlers.amqp.broker_model import AmqpMessage, StoredDelivery
+from pulsar_gateway.handlers.amqp.channel import (
+    Channel,
+    Consumer,
+    PendingConfirm,
+    TxBuffer,
+    Unacked,
+)
+from pulsar_gateway.handlers.amqp.connection_state import AmqpConnection
+from pulsar_gateway.handlers.amqp.content_assembly import method_ids
+from pulsar_gateway.handlers.amqp.errors import AmqpError, ReplyCode, resource
+from pulsar_gateway.handlers.amqp.events import (
+    ChannelClosed,
+    ChannelFlowChanged,
+    ChannelOpened,
+    ConnectionClosed,
+    ConnectionOpened,
+    ContentReceived,
+    Event,
+    MethodReceived,
+)
+from pulsar_gateway.handlers.amqp.exchange_routing import route, sender_selected_keys
+from pulsar_gateway.handlers.amqp.field_values import text_or_none
+from pulsar_gateway.handlers.amqp.frames import make_method
+from pulsar_gateway.handlers.amqp.queue_engine import QueueEngine
+from pulsar_gateway.handlers.amqp.topology import DestinationKind
+from pulsar_gateway.handlers.amqp.topology_rules import (
+    check_bind,
+    check_exchange_delete,
+    check_queue_access,
+    check_queue_delete,
+    check_supported_arguments,
+    check_unbind,
+    declare_exchange,
+    declare_queue,
+)
+from pulsar_gateway.handlers.amqp.vhost_state import VhostState
+
+log = logging.getLogger("gateway.amqp")
+
+_B = commands.Basic
+_Q = commands.Queue
+_E = commands.Exchange
+_T = commands.Tx
+BLOCK_HIGH_WATER = 2000  # publishes in flight per connection before it stops reading
+BLOCK_LOW_WATER = 500
+# A consumer without basic.qos would otherwise take the whole queue at once;
+# RabbitMQ has no such cap, but the socket's write buffer check bounds it too.
+WRITE_BUFFER_LIMIT = 4 * 1024 * 1024
+
+
+class ConnectionBroker:
+    """The broker side of one connection: acts on the events of its `AmqpConnection`."""
+
+    def __init__(
+        self,
+        broker: AmqpBroker,
+        connection: AmqpConnection,
+        request_flush: Callable[[], None],
+        write_buffer_size: Callable[[], int],
+        deliveries_held: Callable[[], None],
+    ) -> None:
+        """`request_flush` asks the socket side to write what the core has queued;
+        `write_buffer_size` is the output not yet taken by the peer;
+        `deliveries_held` tells the socket side that deliveries wait for room, so
+        it calls `resume_deliveries` once the peer has read enough."""
+        self.broker = broker
+        self.connection = connection
+        self.id = broker.new_connection_id()
+        self.peer = connection.peer_host
+        self.request_flush = request_flush
+        self.write_buffer_size = write_buffer_size
+        self.deliveries_held = deliveries_held
+        self._holding_deliveries = False
+        self.vhost: VhostState | None = None
+        self.channels: dict[int, Channel] = {}
+        self.capabilities: dict[str, Any] = {}
+        self.exclusive_queues: set[str] = set()
+        self.in_flight = 0
+        self._unblocked = asyncio.Event()
+        self._unblocked.set()
+        self.closed = False
+
+    # --- output -----------------------------------------------------------------------
+
+    def send(self, channel: int, method: base.Frame) -> None:
+        if self.connection.send_method(channel, method):
+            self.request_flush()
+
+    def send_content(
+        self, channel: int, method: base.Frame, body: bytes, properties_raw: bytes
+    ) -> None:
+        if self.connection.send_content(channel, method, body, properties_raw):
+            self.request_flush()
+
+    def has_write_room(self) -> bool:
+        """Whether deliveries may go out now: not while the write buffer is full.
+        The first refusal tells the socket side, once, until `resume_deliveries`."""
+        if self.write_buffer_size() < WRITE_BUFFER_LIMIT:
+            return True
+        if not self._holding_deliveries:
+            self._holding_deliveries = True
+            self.deliveries_held()
+        return False
+
+    def resume_deliveries(self) -> None:
+        """The peer has caught up: deliver on every channel again."""
+        self._holding_deliveries = False
+        for channel in list(self.channels.values()):
+            self.kick(channel)
+
+    async def wait_unblocked(self) -> None:
+        """Returns once publishes in flight are few enough to read from the peer again."""
+        await self._unblocked.wait()
+
+    # --- events -----------------------------------------------------------------------
+
+    async def handle(self, events: list[Event]) -> None:
+        for event in events:
+            await self._handle(event)
+
+    async def _handle(self, event: Event) -> None:
+        if isinstance(event, MethodReceived):
+            channel = self.channels.get(event.channel)
+            if channel is None or channel.closed:
+                return
+            try:
+                await self._method(channel, event.method)
+            except AmqpError as error:
+                await self._fail(event.channel, error.blame(*method_ids(event.method)))
+            except Exception as exc:  # a backend failure: the client gets 541, we go on
+                log.exception(
+                    "amqp %s: %s on channel %d failed",
+                    self.peer,
+                    type(event.method).__name__,
+                    event.channel,
+                )
+                await self._fail(event.channel, AmqpError(ReplyCode.INTERNAL_ERROR, str(exc)))
+        elif isinstance(event, ContentReceived):
+            channel = self.channels.get(event.channel)
+            if channel is None or channel.closed:
+                return
+            try:
+                self._publish(channel, event)
+            except AmqpError as error:
+                await self._fail(event.channel, error.blame(*method_ids(event.method)))
+        elif isinstance(event, ChannelOpened):
+            self.channels[event.channel] = Channel(self, event.channel)
+        elif isinstance(event, ChannelClosed):
+            await self._channel_closed(event.channel)
+        elif isinstance(event, ChannelFlowChanged):
+            channel = self.channels.get(event.channel)
+            if channel is not None:
+                channel.flow_active = event.active
+                self.kick(channel)
+        elif isinstance(event, ConnectionOpened):
+            self.capabilities = event.capabilities
+            self.vhost = await self.broker.open_vhost(event.vhost, event.create_vhost)
+        elif isinstance(event, ConnectionClosed):
+            if event.cause == "server":
+                log.info("amqp %s: connection closed: %s", self.peer, event.reply_text)
+            elif event.cause == "lost" and event.reply_text != "connection lost":
+                log.info("amqp %s: %s", self.peer, event.reply_text)
+            await self.connection_closed()
+
+    async def _fail(self, channel: int, error: AmqpError) -> None:
+        if error.hard:
+            log.info("amqp %s: closing the connection: %s", self.peer, error.reply_text)
+        else:
+            log.debug("amqp %s: closing channel %d: %s", self.peer, channel, error.reply_text)
+        events = self.connection.send_error(channel, error)
+        self.request_flush()
+        await self.handle(events)
+
+    async def _method(self, channel: Channel, method: base.Frame) -> None:
+        handler = _HANDLERS.get(type(method))
+        if handler is None:
+            raise AmqpError(ReplyCode.NOT_IMPLEMENTED, f"{method.name} not supported")
+        await handler(self, channel, method)
+
+    @property
+    def state(self) -> VhostState:
+        if self.vhost is None:
+            raise AmqpError(ReplyCode.INTERNAL_ERROR, "vhost not open")
+        return self.vhost
+
+    def reply(self, channel: Channel, method: base.Frame, nowait: bool = False) -> None:
+        if not nowait:
+            self.send(channel.number, method)
+
+    # --- exchanges --------------------------------------------------------------------
+
+    async def exchange_declare(self, channel: Channel, m: commands.Exchange.Declare) -> None:
+        vh = self.state
+        async with vh.lock:
+            exchange, new = declare_exchange(
+                vh.topology,
+                m.exchange,
+                m.exchange_type,
+                passive=m.passive,
+                durable=m.durable,
+                auto_delete=m.auto_delete,
+                internal=m.internal,
+                arguments=m.arguments,
+            )
+            if new:
+                await vh.add_exchange(exchange)
+        self.reply(channel, _E.DeclareOk(), m.nowait)
+
+    async def exchange_delete(self, channel: Channel, m: commands.Exchange.Delete) -> None:
+        vh = self.state
+        async with vh.lock:
+            exchange = check_exchange_delete(vh.topology, m.exchange, m.if_unused)
+            if exchange is not None:
+                await vh.delete_exchange(exchange.name)
+        self.reply(channel, _E.DeleteOk(), m.nowait)
+
+    async def _bind(
+        self,
+        source: str,
+        destination: str,
+        kind: DestinationKind,
+        routing_key: str,
+        arguments: Any,
+    ) -> None:
+        vh = self.state
+        async with vh.lock:
+            binding = check_bind(
+                vh.topology,
+                source,
+                destination,
+                kind,
+                routing_key,
+                arguments,
+                connection_id=self.id,
+            )
+            await vh.add_binding(binding)
+
+    async def _unbind(
+        self,
+        source: str,
+        destination: str,
+        kind: DestinationKind,
+        routing_key: str,
+        arguments: Any,
+    ) -> None:
+        vh = self.state
+        async with vh.lock:
+            binding = check_unbind(
+                vh.topology,
+                source,
+                destination,
+                kind,
+                routing_key,
+                arguments,
+                connection_id=self.id,
+            )
+            if binding is not None:
+                await vh.remove_binding(binding)
+
+    async def exchange_bind(self, channel: Channel, m: commands.Exchange.Bind) -> None:
+        await self._bind(
+            m.source, m.destination, DestinationKind.EXCHANGE, m.routing_key, m.arguments
+        )
+        self.reply(channel, _E.BindOk(), m.nowait)
+
+    async def exchange_unbind(self, channel: Channel, m: commands.Exchange.Unbind) -> None:
+        await self._unbind(
+            m.source, m.destination, DestinationKind.EXCHANGE, m.routing_key, m.arguments
+        )
+        self.reply(channel, _E.UnbindOk(), m.nowait)
+
+    # --- queues -----------------------------------------------------------------------
+
+    async def queue_declare(self, channel: Channel, m: commands.Queue.Declare) -> None:
+        vh = self.state
+        if not m.passive:
+            check_supported_arguments(m.arguments or {}, m.queue, vh.name)
+        async with vh.lock:
+            queue, new = declare_queue(
+                vh.topology,
+                m.queue,
+                connection_id=self.id,
+                passive=m.passive,
+                durable=m.durable,
+                exclusive=m.exclusive,
+                auto_delete=m.auto_delete,
+                arguments=m.arguments,
+            )
+            if new:
+                await vh.add_queue(queue)
+                if queue.exclusive:
+                    self.exclusive_queues.add(queue.name)
+            vh.touch(queue.name)
+            engine = vh.engine(queue.name)
+        reply = make_method(
+            _Q.DeclareOk,
+            queue=queue.name,
+            message_count=engine.message_count,
+            consumer_count=engine.consumer_count,
+        )
+        self.reply(channel, reply, m.nowait)
+
+    async def queue_bind(self, channel: Channel, m: commands.Queue.Bind) -> None:
+        await self._bind(m.exchange, m.queue, DestinationKind.QUEUE, m.routing_key, m.arguments)
+        self.reply(channel, _Q.BindOk(), m.nowait)
+
+    async def queue_unbind(self, channel: Channel, m: commands.Queue.Unbind) -> None:
+        await self._unbind(m.exchange, m.queue, DestinationKind.QUEUE, m.routing_key, m.arguments)
+        self.reply(channel, _Q.UnbindOk())
+
+    async def queue_purge(self, channel: Channel, m: commands.Queue.Purge) -> None:
+        vh = self.state
+        queue = check_queue_access(vh.topology, m.queue, self.id)
+        purged = await vh.engine(queue.name).purge()
+        self.reply(channel, make_method(_Q.PurgeOk, message_count=purged), m.nowait)
+
+    async def queue_delete(self, channel: Channel, m: commands.Queue.Delete) -> None:
+        vh = self.state
+        async with vh.lock:
+            name = m.queue
+            engine = vh.engines.get(name) if name in vh.topology.queues else None
+            queue = check_queue_delete(
+                vh.topology,
+                name,
+                self.id,
+                if_unused=m.if_unused,
+                if_empty=m.if_empty,
+                consumers=engine.consumer_count if engine else 0,
+                messages=engine.message_count if engine else 0,
+            )
+            count = 0
+            if queue is not None:
+                count = vh.engine(queue.name).message_count
+                await vh.delete_queue(queue.name)
+                self.exclusive_queues.discard(queue.name)
+        self.reply(channel, make_method(_Q.DeleteOk, message_count=count), m.nowait)
+
+    # --- basic: consumers -------------------------------------------------------------
+
+    async def basic_qos(self, channel: Channel, m: commands.Basic.Qos) -> None:
+        if m.prefetch_size:
+            raise AmqpError(ReplyCode.NOT_IMPLEMENTED, f"prefetch_size!=0 ({m.prefetch_size})")
+        if m.global_:
+            channel.global_prefetch = m.prefetch_count
+        else:
+            channel.prefetch = m.prefetch_count
+        self.send(channel.number, _B.QosOk())
+        self.kick(channel)
+
+    async def basic_consume(self, channel: Channel, m: commands.Basic.Consume) -> None:
+        vh = self.state
+        queue = check_queue_access(vh.topology, m.queue, self.id)
+        engine = vh.engine(queue.name)
+        tag = m.consumer_tag or channel.next_consumer_tag()
+        if tag in channel.consumers:
+            raise AmqpError(ReplyCode.NOT_ALLOWED, f"attempt to reuse consumer tag '{tag}'")
+        what = resource("queue", queue.name, vh.name)
+        if any(c.exclusive for c in engine.consumers) or (m.exclusive and engine.consumers):
+            raise AmqpError(ReplyCode.ACCESS_REFUSED, f"{what} in exclusive use")
+        await engine.ensure_reader()
+        consumer = Consumer(channel, tag, engine, m.no_ack, m.exclusive, channel.prefetch)
+        channel.consumers[tag] = consumer
+        self.reply(channel, make_method(_B.ConsumeOk, consumer_tag=tag), m.nowait)
+        engine.add_consumer(consumer)
+
+    async def basic_cancel(self, channel: Channel, m: commands.Basic.Cancel) -> None:
+        consumer = channel.consumers.pop(m.consumer_tag, None)
+        self.reply(channel, make_method(_B.CancelOk, consumer_tag=m.consumer_tag), m.nowait)
+        if consumer is not None:
+            consumer.active = False
+            consumer.engine.remove_consumer(consumer)
+            await self.state.maybe_auto_delete(consumer.engine)
+
+    async def basic_get(self, channel: Channel, m: commands.Basic.Get) -> None:
+        vh = self.state
+        queue = check_queue_access(vh.topology, m.queue, self.id)
+        engine = vh.engine(queue.name)
+        vh.touch(queue.name)
+        got = await engine.get()
+        if got is None or channel.closed:
+            if got is not None:
+                engine.requeue([got[0]])
+            self.send(channel.number, _B.GetEmpty())
+            return
+        delivery, redelivered = got
+        tag = channel.next_tag
+        channel.next_tag += 1
+        if m.no_ack:
+            engine.settle([delivery], was_outstanding=True)
+        else:
+            channel.unacked[tag] = Unacked(tag, engine, delivery, None)
+        message = delivery.message
+        reply = make_method(
+            _B.GetOk,
+            delivery_tag=tag,
+            redelivered=redelivered,
+            exchange=message.exchange,
+            routing_key=message.routing_key,
+            message_count=engine.message_count,
+        )
+        self.send_content(channel.number, reply, message.body, message.properties_raw)
+
+    # --- basic: settlement ------------------------------------------------------------
+
+    def _settle(self, channel: Channel, kind: str, tag: int, multiple: bool, requeue: bool) -> None:
+        items = channel.take(tag, multiple)
+        if not items and not (multiple and tag == 0):
+            raise AmqpError(ReplyCode.PRECONDITION_FAILED, f"unknown delivery tag {tag}")
+        by_engine = _by_engine(items)
+        for engine, deliveries in by_engine.values():
+            if kind == "ack":
+                engine.settle(deliveries, was_outstanding=True)
+            elif requeue:
+                engine.requeue(deliveries)
+            else:
+                engine.reject(deliveries)
+        self.kick(channel, {id(e): e for e, _ in by_engine.values()})
+
+    def kick(self, channel: Channel, extra: dict[int, QueueEngine] | None = None) -> None:
+        engines = dict(extra or {})
+        for consumer in channel.consumers.values():
+            engines[id(consumer.engine)] = consumer.engine
+        if channel.global_prefetch and self.vhost is not None:
+            engines.update({id(e): e for e in self.vhost.engines.values()})
+        for engine in engines.values():
+            engine.kick()
+
+    async def basic_ack(self, channel: Channel, m: commands.Basic.Ack) -> None:
+        if channel.tx is not None:
+            channel.tx.settlements.append(("ack", m.delivery_tag, m.multiple, False))
+            return
+        self._settle(channel, "ack", m.delivery_tag, m.multiple, False)
+
+    async def basic_nack(self, channel: Channel, m: commands.Basic.Nack) -> None:
+        if channel.tx is not None:
+            channel.tx.settlements.append(("nack", m.delivery_tag, m.multiple, m.requeue))
+            return
+        self._settle(channel, "nack", m.delivery_tag, m.multiple, m.requeue)
+
+    async def basic_reject(self, channel: Channel, m: commands.Basic.Reject) -> None:
+        if channel.tx is not None:
+            channel.tx.settlements.append(("nack", m.delivery_tag, False, m.requeue))
+            return
+        self._settle(channel, "nack", m.delivery_tag, False, m.requeue)
+
+    async def basic_recover(self, channel: Channel, m: base.Frame) -> None:
+        if not getattr(m, "requeue", True):
+            raise AmqpError(ReplyCode.NOT_IMPLEMENTED, "requeue=false")
+        self._requeue_all(channel)
+        if isinstance(m, _B.Recover):
+            self.send(channel.number, _B.RecoverOk())
+
+    def _requeue_all(self, channel: Channel) -> None:
+        for engine, deliveries in _by_engine(channel.take(0, True)).values():
+            engine.requeue(deliveries)
+
+    # --- publishing -------------------------------------------------------------------
+
+    def _publish(self, channel: Channel, event: ContentReceived) -> None:
+        method = event.method
+        if method.immediate:
+            raise AmqpError(ReplyCode.NOT_IMPLEMENTED, "immediate=true")
+        vh = self.state
+        properties = event.properties
+        headers = properties.headers if isinstance(properties.headers, dict) else None
+        queues = route(
+            vh.topology,
+            method.exchange,
+            method.routing_key,
+            headers,
+            sender_selected_keys(headers),
+        )
+        expiration = _expiration(properties.expiration)
+        message = AmqpMessage(
+            method.exchange,
+            method.routing_key,
+            event.properties_raw,
+            event.body,
+            properties.delivery_mode == 2,
+            expiration,
+            int(time.time() * 1000),
+        )
+        if channel.tx is not None:
+            channel.tx.publishes.append((queues, message, method.mandatory))
+            return
+        pending: PendingConfirm | None = None
+        if channel.confirm:
+            channel.publish_seq += 1
+            pending = PendingConfirm(channel.publish_seq)
+            channel.confirms.append(pending)
+        if not queues:
+            if method.mandatory:
+                self._return(channel, message)
+            if pending is not None:
+                pending.done = True
+                self._flush_confirms(channel)
+            return
+        self.in_flight += 1
+        if self.in_flight >= BLOCK_HIGH_WATER and self._unblocked.is_set():
+            self._unblocked.clear()
+            self.connection.set_blocked(True, "too many publishes in flight")
+            self.request_flush()
+        write = vh.write(queues, message)
+        write.add_done_callback(lambda t: self._published(channel, pending, t))
+
+    def _published(
+        self,
+        channel: Channel,
+        pending: PendingConfirm | None,
+        task: asyncio.Future[None],
+    ) -> None:
+        self.in_flight -= 1
+        if self.in_flight <= BLOCK_LOW_WATER and not self._unblocked.is_set():
+            self._unblocked.set()
+            self.connection.set_blocked(False)
+            self.request_flush()
+        error = task.exception() if not task.cancelled() else asyncio.CancelledError()
+        if error is not None:
+            log.warning("amqp publish failed: %s", error)
+        if pending is not None:
+            pending.done = True
+            pending.ok = error is None
+            self._flush_confirms(channel)
+
+    def _return(self, channel: Channel, message: AmqpMessage) -> None:
+        method = make_method(
+            _B.Return,
+            reply_code=ReplyCode.NO_ROUTE,
+            reply_text="NO_ROUTE",
+            exchange=message.exchange,
+            routing_key=message.routing_key,
+        )
+        self.send_content(channel.number, method, message.body, message.properties_raw)
+
+    def _flush_confirms(self, channel: Channel) -> None:
+        if channel.closed:
+            return
+        done = channel.confirmed_prefix()
+        index = 0
+        while index < len(done):
+            item = done[index]
+            end = index
+            while end + 1 < len(done) and done[end + 1].ok == item.ok:
+                end += 1
+            kind = _B.Ack if item.ok else _B.Nack
+            self.send(
+                channel.number,
+                make_method(kind, delivery_tag=done[end].seq, multiple=end > index),
+            )
+            index = end + 1
+
+    async def confirm_select(self, channel: Channel, m: commands.Confirm.Select) -> None:
+        if channel.tx is not None:
+            raise AmqpError(ReplyCode.PRECONDITION_FAILED, "cannot switch from tx to confirm mode")
+        channel.confirm = True
+        self.reply(channel, commands.Confirm.SelectOk(), m.nowait)
+
+    # --- transactions -----------------------------------------------------------------
+
+    async def tx_select(self, channel: Channel, m: commands.Tx.Select) -> None:
+        if channel.confirm:
+            raise AmqpError(ReplyCode.PRECONDITION_FAILED, "cannot switch from confirm to tx mode")
+        if channel.tx is None:
+            channel.tx = TxBuffer()
+        self.send(channel.number, _T.SelectOk())
+
+    async def tx_commit(self, channel: Channel, m: commands.Tx.Commit) -> None:
+        if channel.tx is None:
+            raise AmqpError(ReplyCode.PRECONDITION_FAILED, "channel is not transactional")
+        buffer = channel.tx
+        channel.tx = TxBuffer()
+        vh = self.state
+        writes: list[asyncio.Future[None]] = []
+        for queues, message, mandatory in buffer.publishes:
+            if not queues:
+                if mandatory:
+                    self._return(channel, message)
+                continue
+            writes.append(vh.write(queues, message))
+        await asyncio.gather(*writes)
+        for kind, tag, multiple, requeue in buffer.settlements:
+            self._settle(channel, kind, tag, multiple, requeue)
+        self.send(channel.number, _T.CommitOk())
+
+    async def tx_rollback(self, channel: Channel, m: commands.Tx.Rollback) -> None:
+        if channel.tx is None:
+            raise AmqpError(ReplyCode.PRECONDITION_FAILED, "channel is not transactional")
+        channel.tx = TxBuffer()
+        self.send(channel.number, _T.RollbackOk())
+
+    # --- closing ----------------------------------------------------------------------
+
+    async def _channel_closed(self, number: int) -> None:
+        channel = self.channels.pop(number, None)
+        if channel is None or channel.closed:
+            return
+        channel.closed = True
+        engines: dict[int, QueueEngine] = {}
+        for consumer in list(channel.consumers.values()):
+            consumer.active = False
+            consumer.engine.remove_consumer(consumer)
+            engines[id(consumer.engine)] = consumer.engine
+        channel.consumers.clear()
+        channel.confirms.clear()
+        self._requeue_all(channel)
+        if self.vhost is not None:
+            for engine in engines.values():
+                with contextlib.suppress(Exception):
+                    await self.vhost.maybe_auto_delete(engine)
+
+    async def connection_closed(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        for number in list(self.channels):
+            await self._channel_closed(number)
+        vh = self.vhost
+        if vh is None:
+            return
+        for name in sorted(self.exclusive_queues):
+            try:
+                async with vh.lock:
+                    await vh.delete_queue(name)
+            except Exception as exc:
+                log.warning("deleting exclusive queue %s failed: %s", name, exc)
+        self.exclusive_queues.clear()
+
+
+def _by_engine(items: list[Unacked]) -> dict[int, tuple[QueueEngine, list[StoredDelivery]]]:
+    """Settled deliveries grouped by the engine they came from (keyed by its id),
+    so each engine acts once on its share."""
+    groups: dict[int, tuple[QueueEngine, list[StoredDelivery]]] = {}
+    for item in items:
+        groups.setdefault(id(item.engine), (item.engine, []))[1].append(item.delivery)
+    return groups
+
+
+def _expiration(value: Any) -> int | None:
+    """The expiration property as a per-message TTL in ms (None when unset); a
+    value that is not a non-negative integer is refused with 406, as RabbitMQ does."""
+    text = text_or_none(value)
+    if text is None or not text:
+        return None
+    try:
+        number = int(text)
+    except ValueError:
+        raise AmqpError(ReplyCode.PRECONDITION_FAILED, f"invalid expiration '{text}'") from None
+    if number < 0:
+        raise AmqpError(ReplyCode.PRECONDITION_FAILED, f"invalid expiration '{text}'")
+    return number
+
+
+Handler = Callable[[ConnectionBroker, Channel, Any], Awaitable[None]]
+_HANDLERS: Mapping[type[base.Frame], Handler] = MappingProxyType(
+    {
+        _E.Declare: ConnectionBroker.exchange_declare,
+        _E.Delete: ConnectionBroker.exchange_delete,
+        _E.Bind: ConnectionBroker.exchange_bind,
+        _E.Unbind: ConnectionBroker.exchange_unbind,
+        _Q.Declare: ConnectionBroker.queue_declare,
+        _Q.Bind: ConnectionBroker.queue_bind,
+        _Q.Unbind: ConnectionBroker.queue_unbind,
+        _Q.Purge: ConnectionBroker.queue_purge,
+        _Q.Delete: ConnectionBroker.queue_delete,
+        _B.Qos: ConnectionBroker.basic_qos,
+        _B.Consume: ConnectionBroker.basic_consume,
+        _B.Cancel: ConnectionBroker.basic_cancel,
+        _B.Get: ConnectionBroker.basic_get,
+        _B.Ack: ConnectionBroker.basic_ack,
+        _B.Nack: ConnectionBroker.basic_nack,
+        _B.Reject: ConnectionBroker.basic_reject,
+        _B.Recover: ConnectionBroker.basic_recover,
+        _B.RecoverAsync: ConnectionBroker.basic_recover,
+        commands.Confirm.Select: ConnectionBroker.confirm_select,
+        _T.Select: ConnectionBroker.tx_select,
+        _T.Commit: ConnectionBroker.tx_commit,
+        _T.Rollback: ConnectionBroker.tx_rollback,
+    }
+)

@@ -1,0 +1,262 @@
+"""One vhost in this process: its topology, its queue engines, and what RabbitMQ
+does on its own (x-expires, dead-lettering, cascading deletes).
+
+Topology changes go through `VhostState` so the stored records always follow
+the in-memory topology: a caller validates with topology_rules.py while
+holding `lock`, then calls `add_*` / `remove_binding` / `delete_*`, which
+write the store before (or right after) changing memory.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import logging
+import time
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from pamqp import commands
+
+from pulsar_gateway.handlers.amqp.broker_model import AmqpMessage, BrokerStore, StoredDelivery
+from pulsar_gateway.handlers.amqp.errors import AmqpError
+from pulsar_gateway.handlers.amqp.exchange_routing import route, sender_selected_keys
+from pulsar_gateway.handlers.amqp.frames import encode_properties
+from pulsar_gateway.handlers.amqp.queue_engine import QueueEngine
+from pulsar_gateway.handlers.amqp.topology import (
+    Binding,
+    DestinationKind,
+    Exchange,
+    Queue,
+    Topology,
+)
+
+log = logging.getLogger("gateway.amqp")
+
+EXPIRY_SWEEP_SECONDS = 0.25
+
+
+class VhostState:
+    """One vhost in this process: its topology and one engine per used queue."""
+
+    def __init__(
+        self, store: BrokerStore, name: str, topology: Topology, reader_idle_seconds: float
+    ) -> None:
+        self.name = name
+        self.topology = topology
+        self.store = store
+        self.reader_idle_seconds = reader_idle_seconds
+        self.engines: dict[str, QueueEngine] = {}
+        # held across a check (topology_rules) and the change it allows
+        self.lock = asyncio.Lock()
+        self.queue_used: dict[str, float] = {q: time.monotonic() for q in topology.queues}
+        self._sweeper = asyncio.ensure_future(self._sweep_expired())
+
+    def engine(self, name: str) -> QueueEngine:
+        engine = self.engines.get(name)
+        if engine is None or engine.closed:
+            engine = self.engines[name] = QueueEngine(self, self.topology.queues[name], self.store)
+        return engine
+
+    def touch(self, queue: str) -> None:
+        """The queue was used (declared again, read with basic.get): x-expires restarts."""
+        self.queue_used[queue] = time.monotonic()
+
+    # --- topology changes (the caller holds `lock`) -----------------------------------
+
+    async def add_exchange(self, exchange: Exchange) -> None:
+        await self.store.save_exchange(self.name, exchange)
+        self.topology.add_exchange(exchange)
+
+    async def add_queue(self, queue: Queue) -> None:
+        await self.store.save_queue(self.name, queue)
+        self.topology.add_queue(queue)
+
+    async def add_binding(self, binding: Binding) -> None:
+        """Add a binding unless it exists (binding twice is harmless); only a
+        binding between durable ends is stored, as only those survive a restart."""
+        if self.topology.has_binding(binding):
+            return
+        if self._durable_binding(binding):
+            await self.store.save_binding(self.name, binding)
+        self.topology.add_binding(binding)
+
+    async def remove_binding(self, binding: Binding) -> None:
+        await self._forget(lambda: self.topology.remove_binding(binding))
+
+    async def delete_exchange(self, name: str) -> None:
+        await self._forget(lambda: self.topology.remove_exchange(name))
+
+    async def delete_queue(self, name: str) -> None:
+        """Delete the queue: its consumers are cancelled, its bindings and records go."""
+        if name not in self.topology.queues:
+            return
+        engine = self.engines.pop(name, None)
+        if engine is not None:
+            engine.cancel_consumers()
+            await engine.close()
+        self.queue_used.pop(name, None)
+        await self._forget(lambda: self.topology.remove_queue(name))
+        await self.store.remove_queue(self.name, name)
+
+    async def maybe_auto_delete(self, engine: QueueEngine) -> None:
+        """An auto-delete queue goes when its last consumer does (never before one came)."""
+        queue = engine.queue
+        if queue.auto_delete and engine.ever_consumed and not engine.consumers:
+            async with self.lock:
+                if self.engines.get(queue.name) is engine and not engine.consumers:
+                    await self.delete_queue(queue.name)
+
+    def _durable_binding(self, binding: Binding) -> bool:
+        source = self.topology.exchanges.get(binding.source)
+        if source is None or not source.durable:
+            return False
+        if binding.destination_kind is DestinationKind.QUEUE:
+            queue = self.topology.queues.get(binding.destination)
+            return queue is not None and queue.durable
+        target = self.topology.exchanges.get(binding.destination)
+        return target is not None and target.durable
+
+    async def _forget(self, change: Callable[[], list[str]]) -> None:
+        """Apply a topology removal and drop every record it took with it."""
+        before = {b.key: (b, self._durable_binding(b)) for b in self.topology.bindings()}
+        exchanges_before = dict(self.topology.exchanges)
+        removed_exchanges = change()
+        after = {b.key for b in self.topology.bindings()}
+        for key, (binding, durable) in before.items():
+            if key not in after and durable:
+                await self.store.remove_binding(self.name, binding)
+        for name in removed_exchanges:
+            exchange = exchanges_before.get(name)
+            if exchange is not None and exchange.durable:
+                await self.store.remove_exchange(self.name, name)
+
+    async def _sweep_expired(self) -> None:
+        """x-expires: a queue unused (no consumers, no get, no redeclare) that long goes.
+        Also closes the Pulsar consumers of queues nobody has read for a while."""
+        while True:
+            await asyncio.sleep(EXPIRY_SWEEP_SECONDS)
+            now = time.monotonic()
+            for engine in list(self.engines.values()):
+                if engine.idle and now - engine.last_used > self.reader_idle_seconds:
+                    await engine.release_reader()
+            for name, queue in list(self.topology.queues.items()):
+                expires = queue.expires
+                if expires is None:
+                    continue
+                engine = self.engines.get(name)
+                if engine is not None and engine.consumers:
+                    self.touch(name)
+                    continue
+                used = max(self.queue_used.get(name, now), engine.last_used if engine else 0)
+                if now - used >= expires / 1000:
+                    try:
+                        async with self.lock:
+                            await self.delete_queue(name)
+                    except Exception as exc:
+                        log.warning("expiring queue %s failed: %s", name, exc)
+
+    # --- messages ---------------------------------------------------------------------
+
+    def write(self, queues: frozenset[str], message: AmqpMessage) -> asyncio.Future[None]:
+        """Start storing one copy per queue; done when every copy is stored.
+
+        The queues' engines count the copies as on their way meanwhile (a
+        consumer may see a copy before the store answers) and as stored or
+        failed when the write ends, before any callback the caller adds.
+        """
+        self._writing(queues)
+        task = asyncio.ensure_future(self.store.publish(self.name, queues, message))
+        task.add_done_callback(
+            lambda t: self._written(queues, not t.cancelled() and t.exception() is None)
+        )
+        return task
+
+    def _writing(self, queues: Iterable[str]) -> None:
+        for name in queues:
+            if name in self.topology.queues:
+                self.engine(name).publishing(1)
+
+    def _written(self, queues: Iterable[str], ok: bool) -> None:
+        for name in queues:
+            engine = self.engines.get(name)
+            if engine is not None and not engine.closed:
+                if ok:
+                    engine.stored(1)
+                else:
+                    engine.publish_failed(1)
+
+    def dead_letter(
+        self, engine: QueueEngine, deliveries: list[StoredDelivery], reason: str
+    ) -> None:
+        """Messages leaving `engine`'s queue unconsumed (expired, maxlen, rejected)."""
+        dlx = engine.queue.dead_letter_exchange
+        if dlx is None or dlx not in self.topology.exchanges:
+            engine.settle(deliveries, was_outstanding=False)
+            return
+        engine.settle(deliveries, was_outstanding=False, ack=False)
+        copies: list[tuple[frozenset[str], AmqpMessage]] = []
+        for delivery in deliveries:
+            message = delivery.message
+            key = engine.queue.dead_letter_routing_key or message.routing_key
+            raw, headers = _dead_letter_properties(message, engine.queue.name, reason)
+            try:
+                queues = route(self.topology, dlx, key, headers, sender_selected_keys(headers))
+            except AmqpError:
+                continue
+            copy = AmqpMessage(
+                dlx, key, raw, message.body, message.persistent, None, int(time.time() * 1000)
+            )
+            if queues:
+                copies.append((queues, copy))
+        ids = [d.message_id for d in deliveries]
+
+        async def publish() -> None:
+            try:
+                for queues, copy in copies:
+                    await self.write(queues, copy)
+            except Exception as exc:
+                log.warning("dead-lettering from %s failed: %s", engine.name, exc)
+                return  # not acked: Pulsar redelivers after a restart
+            engine.ack_stored(ids)
+
+        asyncio.ensure_future(publish())
+
+    async def close(self) -> None:
+        self._sweeper.cancel()
+        for engine in list(self.engines.values()):
+            await engine.flush_count()
+            await engine.close()
+
+
+def _dead_letter_properties(
+    message: AmqpMessage, queue: str, reason: str
+) -> tuple[bytes, dict[str, Any]]:
+    """The message's properties with an x-death entry added and expiration removed."""
+    raw = message.properties_raw
+    try:
+        properties = commands.Basic.Properties()
+        properties.unmarshal(int.from_bytes(raw[:2], "big"), raw[2:])
+    except Exception:
+        return raw, {}
+    headers = dict(properties.headers or {})
+    deaths = list(headers.get("x-death") or [])
+    death = {
+        "count": 1,
+        "reason": reason,
+        "queue": queue,
+        # an AMQP timestamp: whole seconds, UTC, naive as pamqp encodes it
+        "time": datetime.datetime.now(datetime.UTC).replace(microsecond=0, tzinfo=None),
+        "exchange": message.exchange,
+        "routing-keys": [message.routing_key],
+    }
+    if properties.expiration:
+        death["original-expiration"] = properties.expiration
+    deaths.insert(0, death)
+    headers["x-death"] = deaths
+    headers.setdefault("x-first-death-reason", reason)
+    headers.setdefault("x-first-death-queue", queue)
+    headers.setdefault("x-first-death-exchange", message.exchange)
+    properties.headers = headers
+    properties.expiration = None
+    return encode_properties(properties), headers
