@@ -13,6 +13,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from tests.support.gateway_process import GatewayProcess
+from tests.support.waiting import wait_until
 
 TOPICS = 1000
 PARTITIONS = 10
@@ -56,9 +57,11 @@ def test_thousand_topics_of_ten_partitions(tmp_path) -> None:
         assert got == {f"{n}/{p}" for n, p in sample}
 
         # idle partitions (their readers and producers) are closed
-        deadline = time.time() + 60
-        while time.time() < deadline and gw.health()["open_partitions"] > 0:
-            time.sleep(1)
-        assert gw.health()["open_partitions"] == 0
+        wait_until(
+            lambda: gw.health()["open_partitions"] == 0,
+            60,
+            0.5,
+            message=lambda: f"idle partitions to close ({gw.health()['open_partitions']} open)",
+        )
     finally:
         gw.stop()
