@@ -12,7 +12,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.differential.amqp_scenarios import SCENARIOS
+from tests.support.amqp_scenarios import SCENARIOS
 from tests.support.gateway_process import GatewayProcess
 from tests.support.rabbitmq_process import RabbitMQProcess, available
 

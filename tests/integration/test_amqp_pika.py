@@ -11,6 +11,7 @@ import pika.exceptions
 import pytest
 
 from tests.support.gateway_process import GatewayProcess
+from tests.support.pika_waits import pump_until, round_trip
 from tests.support.waiting import wait_until
 
 
@@ -25,23 +26,6 @@ def conn(gateway: GatewayProcess) -> Iterator[pika.BlockingConnection]:
 @pytest.fixture
 def name() -> str:
     return f"q-{uuid.uuid4().hex[:10]}"
-
-
-def _until(conn, condition, what: str, timeout: float = 10) -> None:
-    """Process the connection's events (deliveries, cancels, closes) until `condition()`."""
-
-    def pumped() -> bool:
-        conn.process_data_events(time_limit=0.05)
-        return condition()
-
-    wait_until(pumped, timeout, 0, message=what)
-
-
-def _round_trip(conn) -> None:
-    """Open and close a channel, then dispatch: whatever the gateway sent before it answered
-    has arrived. The marker for "and nothing more was delivered"."""
-    conn.channel().close()
-    conn.process_data_events(time_limit=0)
 
 
 def _declare_refused(conn, queue: str) -> int | None:
@@ -194,16 +178,16 @@ def test_prefetch_bounds_unacked_and_recover_redelivers(conn, name) -> None:
     ch.basic_qos(prefetch_count=3)
     seen: list[tuple[int, bytes, bool]] = []
     ch.basic_consume(name, lambda c, m, p, b: seen.append((m.delivery_tag, b, m.redelivered)))
-    _until(conn, lambda: len(seen) >= 3, "the first three deliveries")
-    _round_trip(conn)
+    pump_until(conn, lambda: len(seen) >= 3, "the first three deliveries")
+    round_trip(conn)
     assert [b for _, b, _ in seen] == [b"0", b"1", b"2"]
     ch.basic_ack(seen[0][0])
-    _until(conn, lambda: len(seen) >= 4, "a delivery after the ack")
-    _round_trip(conn)
+    pump_until(conn, lambda: len(seen) >= 4, "a delivery after the ack")
+    round_trip(conn)
     assert [b for _, b, _ in seen] == [b"0", b"1", b"2", b"3"]
     ch.basic_recover(requeue=True)
-    _until(conn, lambda: len(seen) >= 7, "the recovered deliveries")
-    _round_trip(conn)
+    pump_until(conn, lambda: len(seen) >= 7, "the recovered deliveries")
+    round_trip(conn)
     assert [(b, r) for _, b, r in seen[4:]] == [(b"1", True), (b"2", True), (b"3", True)]
 
 
@@ -219,8 +203,8 @@ def test_global_qos_is_per_channel(conn, name) -> None:
     seen: list[bytes] = []
     ch.basic_consume(q1, lambda c, m, p, b: seen.append(b))
     ch.basic_consume(q2, lambda c, m, p, b: seen.append(b))
-    _until(conn, lambda: len(seen) >= 4, "four deliveries")
-    _round_trip(conn)
+    pump_until(conn, lambda: len(seen) >= 4, "four deliveries")
+    round_trip(conn)
     assert len(seen) == 4
 
 
@@ -233,7 +217,7 @@ def test_exclusive_consumer_and_cancel_notification_on_delete(gateway, conn, nam
         och = other.channel()
         with pytest.raises(pika.exceptions.ChannelClosedByBroker) as info:
             och.basic_consume(name, lambda *a: None)
-            _until(other, lambda: not och.is_open, "the second consumer to be refused")
+            pump_until(other, lambda: not och.is_open, "the second consumer to be refused")
         assert info.value.reply_code == 403
         och = other.channel()
         och.queue_delete(name)
@@ -241,7 +225,7 @@ def test_exclusive_consumer_and_cancel_notification_on_delete(gateway, conn, nam
         other.close()
     cancelled = []
     ch.add_on_cancel_callback(lambda frame: cancelled.append(frame))
-    _until(conn, lambda: cancelled, "basic.cancel for the deleted queue's consumer")
+    pump_until(conn, lambda: cancelled, "basic.cancel for the deleted queue's consumer")
 
 
 def test_tx_commit_and_rollback(conn, name) -> None:
@@ -307,13 +291,13 @@ def test_single_active_consumer(conn, name) -> None:
     ch.basic_consume(name, lambda c, m, p, b: got["b"].append(b), auto_ack=True)
     for i in range(4):
         ch.basic_publish("", name, str(i).encode())
-    _until(conn, lambda: len(got["a"]) + len(got["b"]) >= 4, "four deliveries")
-    _round_trip(conn)
+    pump_until(conn, lambda: len(got["a"]) + len(got["b"]) >= 4, "four deliveries")
+    round_trip(conn)
     assert len(got["a"]) == 4 and not got["b"]
     ch.basic_cancel(tag_a)
     ch.basic_publish("", name, b"next")
-    _until(conn, lambda: got["a"][4:] or got["b"], "a delivery after the cancel")
-    _round_trip(conn)
+    pump_until(conn, lambda: got["a"][4:] or got["b"], "a delivery after the cancel")
+    round_trip(conn)
     assert got["b"] == [b"next"] and len(got["a"]) == 4
 
 
@@ -454,6 +438,6 @@ def test_no_ack_consumer_gets_more_than_the_write_buffer_holds(conn, name) -> No
         ch.basic_publish("", name, body)
     got: list[int] = []
     ch.basic_consume(name, lambda c, m, p, b: got.append(len(b)), auto_ack=True)
-    _until(conn, lambda: len(got) >= 100, "100 deliveries", timeout=15)
-    _round_trip(conn)
+    pump_until(conn, lambda: len(got) >= 100, "100 deliveries", timeout=15)
+    round_trip(conn)
     assert got == [len(body)] * 100

@@ -15,6 +15,9 @@ from typing import Any
 import pika
 import pika.exceptions
 
+from tests.support.pika_waits import pump_until, round_trip
+from tests.support.waiting import wait_until, wait_until_stable
+
 Transcript = list[Any]
 
 
@@ -22,18 +25,14 @@ def _connect(url: str) -> pika.BlockingConnection:
     return pika.BlockingConnection(pika.URLParameters(url))
 
 
+def _count(ch, queue: str) -> int:
+    return ch.queue_declare(queue, passive=True).method.message_count
+
+
 def _settled_count(ch, queue: str) -> int:
     """The queue's message count once it stops moving: RabbitMQ applies nack and reject
     asynchronously, so a count read right after them may not include the requeues yet."""
-    last, same, deadline = -1, 0, time.time() + 2
-    while time.time() < deadline:
-        count = ch.queue_declare(queue, passive=True).method.message_count
-        same = same + 1 if count == last else 0
-        if same >= 2:
-            break
-        last = count
-        time.sleep(0.05)
-    return last
+    return wait_until_stable(lambda: _count(ch, queue), 2, message=f"the count of {queue}")
 
 
 def _get_all(ch, queue: str, settle: bool = True, wait: float = 3.0) -> Transcript:
@@ -42,7 +41,7 @@ def _get_all(ch, queue: str, settle: bool = True, wait: float = 3.0) -> Transcri
     while time.time() < deadline:
         method, props, body = ch.basic_get(queue)
         if method is None:
-            if not out or ch.queue_declare(queue, passive=True).method.message_count:
+            if not out or _count(ch, queue):
                 time.sleep(0.05)
                 continue
             break
@@ -133,7 +132,7 @@ def settle_and_requeue(url: str, p: str) -> Transcript:
     log.append(("count", _settled_count(ch, q)))
     ch.basic_nack(0, multiple=True, requeue=True)  # the rest back: m2, m5
     log.extend(_get_all(ch, q))
-    log.append(("count", ch.queue_declare(q, passive=True).method.message_count))
+    log.append(("count", _count(ch, q)))
     ch.queue_delete(q)
     conn.close()
     return log
@@ -152,10 +151,8 @@ def consume_prefetch_and_close(url: str, p: str) -> Transcript:
     a.basic_qos(prefetch_count=2)
     seen: Transcript = []
     a.basic_consume(q, lambda c, m, pr, b: seen.append(("a", b, m.redelivered)))
-    deadline = time.time() + 3
-    while len(seen) < 2 and time.time() < deadline:
-        conn.process_data_events(time_limit=0.1)
-    conn.process_data_events(time_limit=0.3)
+    pump_until(conn, lambda: len(seen) >= 2, "two deliveries", timeout=3)
+    round_trip(conn)  # and no third one, past the prefetch
     log.extend(seen)
     a.close()
     seen.clear()
@@ -180,7 +177,7 @@ def counts_limits_and_tx(url: str, p: str) -> Transcript:
     ch.confirm_delivery()
     for i in range(5):
         ch.basic_publish("", capped, f"k{i}".encode())
-    log.append(("count", ch.queue_declare(capped, passive=True).method.message_count))
+    log.append(("count", _count(ch, capped)))
     method, _, body = ch.basic_get(capped, auto_ack=True)
     log.append(("get", body, method.message_count))
     log.append(("purge", ch.queue_purge(capped).method.message_count))
@@ -194,13 +191,13 @@ def counts_limits_and_tx(url: str, p: str) -> Transcript:
     tx.basic_publish("", q, b"no")
     tx.tx_rollback()
     tx.basic_publish("", q, b"yes")
-    log.append(("before-commit", tx.queue_declare(q, passive=True).method.message_count))
+    log.append(("before-commit", _count(tx, q)))
     tx.tx_commit()
-    log.append(("after-commit", tx.queue_declare(q, passive=True).method.message_count))
+    log.append(("after-commit", _count(tx, q)))
     method, _, body = tx.basic_get(q)
     tx.basic_ack(method.delivery_tag)
     tx.tx_rollback()
-    log.append(("ack-rolled-back", tx.queue_declare(q, passive=True).method.message_count))
+    log.append(("ack-rolled-back", _count(tx, q)))
     tx.close()
     ch.queue_delete(q)
     conn.close()
@@ -228,8 +225,8 @@ def ttl_and_dead_letters(url: str, p: str) -> Transcript:
     method, _, body = ch.basic_get(f"{p}.ttl")
     log.append(("got", body))
     ch.basic_reject(method.delivery_tag, requeue=False)
-    time.sleep(0.6)
-    log.append(("ttl-count", ch.queue_declare(f"{p}.ttl", passive=True).method.message_count))
+    wait_until(lambda: _count(ch, f"{p}.ttl") == 0, 5, message="the 150 ms TTL to expire")
+    log.append(("ttl-count", _count(ch, f"{p}.ttl")))
     for _, props_body in enumerate(_dead(ch, f"{p}.dead")):
         log.append(props_body)
     ch.queue_delete(f"{p}.ttl")
@@ -388,9 +385,8 @@ def single_active_consumer_and_global_qos(url: str, p: str) -> Transcript:
     seen: Transcript = []
     g.basic_consume(qa, lambda c, m, pr, b: seen.append(b))
     g.basic_consume(qb, lambda c, m, pr, b: seen.append(b))
-    deadline = time.time() + 1
-    while time.time() < deadline:
-        conn.process_data_events(time_limit=0.1)
+    pump_until(conn, lambda: len(seen) >= 3, "three deliveries", timeout=3)
+    round_trip(conn)  # and no fourth one, past the channel's global prefetch
     log.append(("global-qos", len(seen)))
     conn.channel().queue_delete(qa)
     conn.channel().queue_delete(qb)

@@ -1,0 +1,29 @@
+"""Waiting with a pika BlockingConnection: its events only run while something pumps them."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pika
+
+from tests.support.waiting import wait_until
+
+
+def pump_until(
+    conn: pika.BlockingConnection, condition: Callable[[], Any], what: str, timeout: float = 10
+) -> None:
+    """Process the connection's events (deliveries, cancels, closes) until `condition()`."""
+
+    def pumped() -> Any:
+        conn.process_data_events(time_limit=0.05)
+        return condition()
+
+    wait_until(pumped, timeout, 0, message=what)
+
+
+def round_trip(conn: pika.BlockingConnection) -> None:
+    """Open and close a channel, then dispatch: whatever the broker sent before it answered
+    has arrived. The marker for "and nothing more was delivered"."""
+    conn.channel().close()
+    conn.process_data_events(time_limit=0)
