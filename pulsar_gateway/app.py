@@ -119,27 +119,11 @@ class Gateway:
             )
             self.listeners.append(KafkaServer(settings.kafka, storage))
         if settings.amqp.enabled:
-            from pulsar_gateway.handlers.amqp.connection_settings import ConnectionSettings
             from pulsar_gateway.handlers.amqp.server import AmqpServer
             from pulsar_gateway.storage.amqp.store import PulsarAmqpStore
 
-            amqp = settings.amqp
-            store = PulsarAmqpStore(self.backend, self.metadata, amqp.tenant)
-            self.listeners.append(
-                AmqpServer(
-                    amqp.host,
-                    amqp.port,
-                    store,
-                    users=amqp.users,
-                    settings=ConnectionSettings(
-                        frame_max=amqp.frame_max,
-                        channel_max=amqp.channel_max,
-                        heartbeat=amqp.heartbeat_seconds,
-                    ),
-                    max_connections=amqp.max_connections,
-                    reader_idle_seconds=amqp.reader_idle_seconds,
-                )
-            )
+            store = PulsarAmqpStore(self.backend, self.metadata, settings.amqp.tenant)
+            self.listeners.append(AmqpServer(settings.amqp, store))
         for listener in self.listeners:
             await listener.start()
             host, port = listener.address

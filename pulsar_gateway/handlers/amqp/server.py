@@ -18,6 +18,7 @@ import time
 from typing import Any
 
 from pulsar_gateway.gateway import metrics
+from pulsar_gateway.gateway.config import AmqpSection
 from pulsar_gateway.handlers.amqp.authentication import Authenticator
 from pulsar_gateway.handlers.amqp.broker import AmqpBroker
 from pulsar_gateway.handlers.amqp.broker_model import BrokerStore
@@ -30,25 +31,27 @@ log = logging.getLogger("gateway.amqp")
 READ_SIZE = 256 * 1024
 
 
+def offered_settings(settings: AmqpSection) -> ConnectionSettings:
+    """What the server offers in the negotiation, from the [amqp] section; the
+    rest keeps RabbitMQ's defaults."""
+    return ConnectionSettings(
+        frame_max=settings.frame_max,
+        channel_max=settings.channel_max,
+        heartbeat=settings.heartbeat_seconds,
+    )
+
+
 class AmqpServer:
+    """The AMQP listener, configured by its `[amqp]` section like the Kafka one."""
+
     name = "amqp"
 
-    def __init__(
-        self,
-        host: str,
-        port: int,
-        store: BrokerStore,
-        users: dict[str, str] | None = None,
-        settings: ConnectionSettings | None = None,
-        max_connections: int = 10000,
-        reader_idle_seconds: float = 30.0,
-    ) -> None:
-        self.host = host
-        self.port = port
-        self.broker = AmqpBroker(store, reader_idle_seconds)
-        self.authenticator = Authenticator(users or {"guest": "guest"})
-        self.settings = settings or ConnectionSettings()
-        self.max_connections = max_connections
+    def __init__(self, settings: AmqpSection, store: BrokerStore) -> None:
+        self.settings = settings
+        self.broker = AmqpBroker(store, settings.reader_idle_seconds)
+        # an empty user table still lets guest in, as it always has
+        self.authenticator = Authenticator(settings.users or {"guest": "guest"})
+        self.connection_settings = offered_settings(settings)
         self._server: asyncio.base_events.Server | None = None
         self._connections: set[asyncio.Task[None]] = set()
 
@@ -60,7 +63,7 @@ class AmqpServer:
 
     async def start(self) -> None:
         self._server = await asyncio.start_server(
-            self._accept, self.host, self.port, limit=READ_SIZE, backlog=1024
+            self._accept, self.settings.host, self.settings.port, limit=READ_SIZE, backlog=1024
         )
 
     async def stop(self) -> None:
@@ -79,7 +82,7 @@ class AmqpServer:
         task = asyncio.current_task()
         assert task is not None
         peer = writer.get_extra_info("peername") or ("?", 0)
-        if len(self._connections) >= self.max_connections:
+        if len(self._connections) >= self.settings.max_connections:
             log.warning("refusing %s: %d connections open", peer, len(self._connections))
             writer.close()
             return
@@ -112,7 +115,7 @@ class _Session:
         self.writer = writer
         self.peer = peer_host
         self.conn = AmqpConnection(
-            server.authenticator, peer_host, time.monotonic(), server.settings
+            server.authenticator, peer_host, time.monotonic(), server.connection_settings
         )
         self.broker = ConnectionBroker(
             server.broker,
