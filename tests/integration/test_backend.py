@@ -14,6 +14,7 @@ import pytest
 from pulsar_gateway.gateway.backend.embedded import EmbeddedBroker
 from pulsar_gateway.gateway.backend.pulsar_backend import BackendError, PulsarBackend
 from pulsar_gateway.gateway.messages import OutMessage
+from tests.support.waiting import async_wait_until
 
 
 def _listening_ports(pid: int) -> set[int]:
@@ -40,19 +41,13 @@ def test_embedded_broker_config_ports_and_restart(tmp_path: Path) -> None:
         assert _listening_ports(broker.pid) == {broker.port}
         first_pid = broker.pid
         os.kill(first_pid, signal.SIGKILL)
-        for _ in range(100):
-            await asyncio.sleep(0.05)
-            if broker.generation == 2:
-                break
+        await async_wait_until(lambda: broker.generation == 2, 5, message="a restart")
         assert broker.restarts == 1 and broker.pid != first_pid
         assert fatal == []
         # past the restart limit the gateway is told to give up instead of hanging
         os.kill(broker.pid, signal.SIGKILL)
-        for _ in range(100):
-            await asyncio.sleep(0.05)
-            if fatal:
-                break
-        assert fatal and "crashed" in fatal[0]
+        await async_wait_until(lambda: fatal, 5, message="the broker to be declared dead")
+        assert "crashed" in fatal[0]
         await broker.stop()
 
     run(scenario())

@@ -9,8 +9,9 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
+
+from tests.support.waiting import wait_until
 
 FAIL_TO_CONNECT = """
 import sys
@@ -44,12 +45,12 @@ def _run(args: list[str], tmpdir: Path) -> subprocess.CompletedProcess[str]:
 
 
 def _wait_for_text(path: Path) -> str:
-    deadline = time.monotonic() + 5
-    while time.monotonic() < deadline:
-        if path.exists() and "127.0.0.1:1" in path.read_text():
-            break
-        time.sleep(0.05)
-    return path.read_text() if path.exists() else ""
+    wait_until(
+        lambda: path.exists() and "127.0.0.1:1" in path.read_text(),
+        5,
+        message=f"the connection failure in {path}",
+    )
+    return path.read_text()
 
 
 def test_client_log_goes_to_the_given_file(tmp_path: Path) -> None:
