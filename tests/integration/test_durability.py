@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import os
 import signal
-import threading
 import time
 
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from tests.support.gateway_process import GatewayProcess
+from tests.support.waiting import wait_until
 
 TOTAL = 100_000
 
@@ -40,8 +40,13 @@ def test_acknowledged_records_survive_broker_kill(tmp_path, topic_name) -> None:
             else:
                 failed.append(err)
 
-        killer = threading.Timer(1.0, lambda: os.kill(gw.broker_pid(), signal.SIGKILL))
-        killer.start()
+        killed_after: list[int] = []  # acknowledgements when the broker was killed
+
+        def kill_once_a_tenth_is_acked() -> None:
+            if not killed_after and len(acked) >= TOTAL // 10:
+                killed_after.append(len(acked))
+                os.kill(gw.broker_pid(), signal.SIGKILL)
+
         for i in range(TOTAL):
             while True:
                 try:
@@ -50,9 +55,16 @@ def test_acknowledged_records_survive_broker_kill(tmp_path, topic_name) -> None:
                 except BufferError:
                     producer.poll(0.05)
             producer.poll(0)
-        assert producer.flush(180) == 0
-        killer.join()
-        assert gw.health()["broker_restarts"] >= 1, "the broker was not killed mid-stream"
+            kill_once_a_tenth_is_acked()
+
+        def flushed() -> bool:
+            producer.poll(0.1)
+            kill_once_a_tenth_is_acked()
+            return len(producer) == 0
+
+        wait_until(flushed, 180, 0, message=lambda: f"the producer to flush ({len(acked)} acked)")
+        assert killed_after and killed_after[0] < TOTAL, "the broker was not killed mid-stream"
+        assert gw.health()["broker_restarts"] >= 1, "the gateway did not see the broker die"
 
         consumer = Consumer(
             {
