@@ -11,29 +11,15 @@ import signal
 import stat
 import subprocess
 import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from pulsar_gateway.gateway.backend.embedded import EmbeddedBroker, broker_binary, free_port
 from pulsar_gateway.gateway.backend.pulsar_backend import PulsarBackend
 from pulsar_gateway.gateway.messages import OutMessage
 from tests.support.gateway_process import GatewayProcess
+from tests.support.waiting import async_wait_until, wait_until
 
 TOPIC = "persistent://public/default/layout-check"
-
-
-async def _until(predicate: Callable[[], Any], timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    while not (result := predicate()):
-        assert time.monotonic() < deadline, f"timed out after {timeout}s waiting for {what}"
-        await asyncio.sleep(0.05)
-    return result
-
-
-def _until_sync(predicate: Callable[[], Any], timeout: float, what: str) -> Any:
-    return asyncio.run(_until(predicate, timeout, what))
 
 
 def test_only_crashes_within_the_window_count(tmp_path: Path) -> None:
@@ -54,13 +40,15 @@ def test_only_crashes_within_the_window_count(tmp_path: Path) -> None:
         try:
             for crash in range(1, 4):
                 os.kill(broker.pid, signal.SIGKILL)
-                await _until(lambda c=crash: broker.generation == c + 1, 20, "a restart")
+                await async_wait_until(
+                    lambda c=crash: broker.generation == c + 1, 20, message="a restart"
+                )
                 now[0] += 61
             assert fatal == [] and broker.restarts == 3
             os.kill(broker.pid, signal.SIGKILL)
-            await _until(lambda: broker.generation == 5, 20, "a restart")
+            await async_wait_until(lambda: broker.generation == 5, 20, message="a restart")
             os.kill(broker.pid, signal.SIGKILL)  # the second crash within 60 s: give up
-            await _until(lambda: fatal, 20, "the broker to be declared dead")
+            await async_wait_until(lambda: fatal, 20, message="the broker to be declared dead")
             assert "2 times within 60s" in fatal[0]
         finally:
             await broker.stop()
@@ -146,10 +134,10 @@ class MakeRunGateway(GatewayProcess):
                 env={**os.environ, "PYTHONUNBUFFERED": "1"},
             )
         process = self.process
-        _until_sync(
+        wait_until(
             lambda: process.poll() is not None or (self.health() or {}).get("ok"),
             timeout,
-            "the gateway to be ready",
+            message="the gateway to be ready",
         )
         assert process.poll() is None, f"gateway exited:\n{self.log_tail()}"
         return self
@@ -195,7 +183,7 @@ def test_database_misplaced_by_an_old_start_is_moved_into_place(tmp_path: Path) 
         stderr=subprocess.DEVNULL,
     )
     try:
-        _until_sync(lambda: f"127.0.0.1:{port}" in _listeners(old.pid), 20, "the old broker")
+        wait_until(lambda: f"127.0.0.1:{port}" in _listeners(old.pid), 20, message="the old broker")
         asyncio.run(_write_and_read(f"pulsar://127.0.0.1:{port}", b"written before"))
     finally:
         old.terminate()
