@@ -9,7 +9,7 @@ partition is owned by exactly one member, --rounds times. Commits: one subscribe
 commits offsets of all partitions for --seconds, synchronously (one commit at a time), then
 asynchronously (at most --window outstanding, then a flush of all outstanding), and reads the
 last commit back. Every consumer uses session.timeout.ms=6000 and heartbeat.interval.ms=1000
-(tansu needs the 6000 ms session timeout to join quickly; TOOLS.md).
+(tansu needs the 6000 ms session timeout to join quickly; docs/tools.md).
 """
 
 from __future__ import annotations

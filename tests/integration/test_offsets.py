@@ -1,4 +1,4 @@
-"""The four offset invariants of DESIGN.md, tested directly, with messages that a plain
+"""The four offset invariants of docs/offsets.md, tested directly, with messages that a plain
 pulsar-client producer wrote to the partition mixed in."""
 
 from __future__ import annotations

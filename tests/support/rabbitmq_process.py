@@ -2,7 +2,7 @@
 
 Started in the foreground as a child process with every directory (data, logs,
 Erlang cookie via HOME) inside a temporary directory, on free loopback ports, so
-it never touches a system RabbitMQ. TOOLS.md has the package and timings.
+it never touches a system RabbitMQ. docs/tools.md ("RabbitMQ") has the package and timings.
 """
 
 from __future__ import annotations

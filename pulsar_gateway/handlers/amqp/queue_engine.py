@@ -223,7 +223,8 @@ class QueueEngine:
                 return
             if not batch and expect_more and not self.ready and not self.pending_stores:
                 if not nudged:
-                    # pulsar-lite can park a message and stop dispatching (BACKEND.md)
+                    # pulsar-lite can park a message and stop dispatching (docs/backend.md,
+                    # "Shared dispatch can park a message")
                     nudged = True
                     await reader.nudge()
                     continue

@@ -1,6 +1,7 @@
 """Kafka topics the gateway knows: partition counts, configs and log start offsets.
 
-pulsar-lite has no list-topics call and no partitioned-topic metadata (BACKEND.md),
+pulsar-lite has no list-topics call and no partitioned-topic metadata (docs/backend.md,
+"No admin API"),
 so the registry in the metadata store is the source of truth for what exists.
 A deleted topic keeps its record with `deleted: true` and the offsets it reached:
 on the embedded broker storage cannot be deleted, so a re-created topic starts

@@ -5,7 +5,7 @@
 - `parity_pulsar`: the gateway's Pulsar topics read with pulsar-client, numbered
   exactly as the gateway numbers them (its resend filter, from its offset-index
   checkpoints; stored Kafka batches count their records), through the in-order
-  reader with BACKEND.md's defences.
+  reader with the defences of docs/backend.md ("Readers replay messages").
 
 Rows carry digests, never payloads (fingerprint.py), and leave as Arrow batches.
 """
