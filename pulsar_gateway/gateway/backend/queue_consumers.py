@@ -1,11 +1,11 @@
 """Durable Shared subscriptions on queue topics: receive, acknowledge, requeue.
 
-An AMQP queue is one Pulsar topic with one durable Shared subscription. Shared,
-because it is the only type on which pulsar-lite honours negative acks, and
-the only one a Pulsar client may join beside the gateway: never KeyShared, no requeue
-through Exclusive/Failover (docs/backend.md, "KeyShared stalls", "Redelivery only on
-Shared"). Received messages reach the event loop in groups, as in `reader_stream.py`: one `receive_async` wakes the
-loop, the rest of the client's receive queue is drained without blocking.
+An AMQP queue is one Pulsar topic with one durable Shared subscription. Shared, because it
+is the only type on which pulsar-lite honours negative acks, and the only one a Pulsar
+client may join beside the gateway: never KeyShared, no requeue through Exclusive/Failover
+(docs/backend.md, "KeyShared stalls", "Redelivery only on Shared"). Received messages reach
+the event loop in groups, as in `reader_stream.py`: one `receive_async` wakes the loop, the
+rest of the client's receive queue is drained without blocking.
 
 Acks and negative acks are plain local calls: the client groups them and sends
 them in the background, so they cost no loop wake-up. `batch_index_ack_enabled`
