@@ -170,6 +170,8 @@ class Gateway:
                 await self.mirror.close()
         if self.topics:
             await self.topics.close()
+        if self.metadata:
+            await self.metadata.close()
         if self.backend:
             await self.backend.close()
         if self.broker:

@@ -6,29 +6,130 @@ the state survives a gateway restart and can be shared by several gateways.
 Values are JSON; a delete is a message with the `deleted` property. Writes are not
 batched: a commit or a declare waits for them, and the batching delay would be most
 of that wait.
+
+The log must stay cheap to load whatever its history, on a backend without compaction
+or deletion (pulsar-lite, docs/backend.md), so:
+
+- Only changes are written. A put of the value a key already holds, or a delete of an
+  absent key, appends nothing (queue counts saved every second, commits of unchanged
+  offsets); it still waits for a write of that key in flight, so "durable once this
+  returns" holds. A key whose write failed is written again even if unchanged.
+- Snapshots. Once `max(snapshot_every, keys held)` records were appended since the last
+  snapshot began, the whole table is appended as one: a `begin` record, chunks of keys,
+  an `end` record naming the chunk count. Then the id of `begin` goes to a second, small
+  topic (`metadata-snapshots`, a record per snapshot). A load finds the newest pointer
+  there, writes a marker into the log (its end), and reads the log from that `begin` on:
+  the chunks, and every change after `begin`, applied over them. So a load reads about
+  one snapshot and `max(snapshot_every, keys)` records, not the history. The old records
+  stay on disk but are not read again.
+- Finding the newest pointer: a marker goes into the pointer topic too, and the few
+  records before it are read by id (entry ids are dense within a ledger). Where that
+  window holds no pointer or would cross into an earlier ledger (pulsar-lite rolls them
+  every 50,000 entries, Apache Pulsar also whenever it loads the topic), the whole pointer
+  topic is read: one small record per snapshot or load.
+- The table is copied only once `begin` is stored. A change stored before `begin` was
+  applied to the table before it was sent, so it is in the copy; one stored after
+  `begin` is read again and applied over the copy, in log order. Either way the last
+  write of each key wins, as in a full replay.
+- A log without snapshots (written by an older version), or with an incomplete one, is
+  replayed in full, as before; the snapshot taken right after such a load makes the next
+  one short. Control records (marker, begin, chunk, end) look like deletes of a reserved
+  key to an older version.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import logging
 from collections.abc import Iterator
 from typing import Any
 
-from pulsar_gateway.gateway.backend.pulsar_backend import PulsarBackend
-from pulsar_gateway.gateway.messages import OutMessage
+from pulsar_gateway.gateway.backend.pulsar_backend import BackendError, PulsarBackend
+from pulsar_gateway.gateway.backend.reader_stream import EARLIEST
+from pulsar_gateway.gateway.messages import MessageKey, OutMessage
 
 log = logging.getLogger("gateway.metadata")
 
+SNAPSHOT_EVERY = 10_000  # records appended before the next snapshot (at least the key count)
+CHUNK_KEYS = 2_000  # keys per snapshot chunk...
+CHUNK_BYTES = 1024 * 1024  # ...fewer when they would make a chunk bigger than this
+TAIL_WINDOW = 64  # pointer records read before the marker, before reading them all
+
+DELETED = "deleted"
+CONTROL = "__gw.meta"  # marker | begin | chunk | end
+PART_OF = "__gw.snapshot"  # chunk and end records: the id of their snapshot's begin
+INDEX = "__gw.chunk"  # a chunk's number; on the end record, how many chunks there are
+RESERVED_KEY = "__gw.metadata__"
+
+
+class _Gone:
+    """The value of a deleted key in a batch of changes."""
+
+
+GONE = _Gone()
+
+
+def _encode(value: Any) -> bytes:
+    return json.dumps(value, separators=(",", ":")).encode()
+
+
+def _format_id(mid: MessageKey) -> str:
+    return ":".join(str(part) for part in mid)
+
+
+def _parse_id(text: str) -> MessageKey:
+    ledger, entry, batch = (int(part) for part in text.split(":"))
+    return (ledger, entry, batch)
+
+
+def _chunks(items: list[tuple[str, Any]], keys: int, max_bytes: int) -> Iterator[bytes]:
+    """The items as JSON objects of at most `keys` keys, halved while over `max_bytes`."""
+    parts = [items[i : i + keys] for i in reversed(range(0, len(items), keys))]
+    while parts:
+        part = parts.pop()
+        payload = _encode(dict(part))
+        if len(payload) > max_bytes and len(part) > 1:
+            half = len(part) // 2
+            parts += [part[half:], part[:half]]
+            continue
+        yield payload
+
 
 class MetadataStore:
-    def __init__(self, backend: PulsarBackend, namespace: str) -> None:
+    """The gateway's keyed metadata: a table in memory, a changelog with snapshots in Pulsar.
+
+    `snapshot_every` and `chunk_keys` are there for tests and benches; the defaults keep a
+    load under a second for tables up to some 100,000 keys.
+    """
+
+    def __init__(
+        self,
+        backend: PulsarBackend,
+        namespace: str,
+        snapshot_every: int = SNAPSHOT_EVERY,
+        chunk_keys: int = CHUNK_KEYS,
+    ) -> None:
         self.backend = backend
         self.topic = f"persistent://{namespace}/metadata"
+        self.pointers = f"persistent://{namespace}/metadata-snapshots"
+        self.snapshot_every = snapshot_every
+        self.chunk_keys = chunk_keys
         self._table: dict[str, Any] = {}
         # keys grouped by everything up to their last "/", so that listing one partition's
         # checkpoints does not scan every key of every partition
         self._groups: dict[str, dict[str, Any]] = {}
+        self._loaded = False
+        self.newest_snapshot = ""  # begin id of the newest complete snapshot; "" for none
+        self._since = 0  # records appended since that snapshot began
+        self._snapshot_task: asyncio.Task[None] | None = None
+        # per key, the outcome (None or the error) of its write in flight
+        self._in_flight: dict[str, asyncio.Future[BaseException | None]] = {}
+        self._unsure: set[str] = set()  # keys whose last write failed
+        self.appended = 0  # records this store appended
+        self.loaded_records = 0  # records its load read
+        self.unreadable_records = 0  # records its load skipped: not JSON
 
     def _set(self, key: str, value: Any) -> None:
         self._table[key] = value
@@ -40,17 +141,74 @@ class MetadataStore:
         if group is not None:
             group.pop(key, None)
 
+    # ---- loading ---------------------------------------------------------------------------
+
     async def load(self) -> None:
-        """Replay the changelog up to its current end."""
+        """Read the newest complete snapshot and the changes after it, up to the log's end."""
         if await self.backend.is_empty(self.topic):
             log.info("metadata store %s is empty", self.topic)
+            self._loaded = True
             return
+        newest = await self._find_newest()
         # Write a marker and read until it comes back: the end of the log, even on pulsar-lite
         # where "last message id" calls are unreliable.
-        marker, _ = await self.backend.send(
-            self.topic, [OutMessage(b"", key="__load_marker__", properties={"deleted": "1"})]
+        end, _ = await self._append_control("marker")
+        replayed = await self._replay(newest, end) if newest else None
+        if replayed is None:
+            newest = ""
+            replayed = await self._replay("", end)
+        table, since = replayed
+        for key, value in table.items():
+            self._set(key, value)
+        self.newest_snapshot, self._since, self._loaded = newest, since, True
+        log.info(
+            "metadata store loaded: %d keys from %d records (%s)",
+            len(self._table),
+            self.loaded_records,
+            f"snapshot at {newest} and what followed" if newest else "the whole log",
         )
-        stream = await self.backend.open_reader(self.topic)
+        self._maybe_snapshot()
+
+    async def _find_newest(self) -> str:
+        """The `begin` id of the newest snapshot named in the pointer topic, or ""."""
+        if await self.backend.is_empty(self.pointers):
+            return ""
+        marker = OutMessage(b"", properties={CONTROL: "marker"})
+        end, _ = await self.backend.send(self.pointers, [marker], batching=False)
+        ledger, entry, _ = end
+        newest = ""
+        if entry >= TAIL_WINDOW:
+            newest = await self._last_pointer((ledger, entry - TAIL_WINDOW, -1), end)
+        return newest or await self._last_pointer(EARLIEST, end)
+
+    async def _last_pointer(self, start: MessageKey, end: MessageKey) -> str:
+        stream = await self.backend.open_reader(self.pointers, start)
+        newest = ""
+        try:
+            while True:
+                batch = await stream.read_batch(5000, timeout=10, expect_more=True)
+                if not batch:
+                    raise TimeoutError(f"{self.pointers} did not reach its end")
+                for message in batch:
+                    if message.id >= end:
+                        return newest
+                    if CONTROL not in message.properties and message.payload:
+                        with contextlib.suppress(ValueError):  # not an id: not a pointer
+                            newest = _format_id(_parse_id(message.payload.decode()))
+        finally:
+            await stream.close()
+
+    async def _replay(self, newest: str, end: MessageKey) -> tuple[dict[str, Any], int] | None:
+        """The table and the number of records read, from the snapshot that begins at
+        `newest` (or from the start when "") up to `end`; None if that snapshot is not
+        complete."""
+        stream = await self.backend.open_reader(
+            self.topic, _parse_id(newest) if newest else EARLIEST
+        )
+        base: dict[str, Any] = {}
+        changes: dict[str, Any] = {}
+        chunks: set[str] = set()
+        chunk_count = -1
         count = 0
         try:
             while True:
@@ -59,15 +217,45 @@ class MetadataStore:
                     raise TimeoutError(f"metadata store {self.topic} did not reach its end")
                 for message in batch:
                     count += 1
-                    if message.properties.get("deleted"):
-                        self._unset(message.key)
-                    else:
-                        self._set(message.key, json.loads(message.payload or b"null"))
-                if batch[-1].id >= marker:
+                    properties = message.properties
+                    kind = properties.get(CONTROL)
+                    if kind is None:
+                        if properties.get(DELETED):
+                            changes[message.key] = GONE
+                            continue
+                        try:
+                            changes[message.key] = json.loads(message.payload or b"null")
+                        except ValueError:
+                            self._unreadable(message.key)
+                    elif newest and properties.get(PART_OF) == newest:
+                        if kind == "chunk":
+                            base.update(json.loads(message.payload or b"{}"))
+                            chunks.add(properties.get(INDEX, ""))
+                        elif kind == "end":
+                            chunk_count = int(properties.get(INDEX, "-1"))
+                if batch[-1].id >= end:
                     break
         finally:
             await stream.close()
-        log.info("metadata store loaded: %d keys from %d records", len(self._table), count)
+        self.loaded_records = count
+        if newest and (chunk_count < 0 or chunks != {str(i) for i in range(chunk_count)}):
+            log.warning("metadata snapshot at %s is incomplete: reading the whole log", newest)
+            return None
+        for key, value in changes.items():
+            if value is GONE:
+                base.pop(key, None)
+            else:
+                base[key] = value
+        return base, count
+
+    def _unreadable(self, key: str) -> None:
+        if not self.unreadable_records:
+            log.warning(
+                "metadata store %s: skipping a record that is not JSON (%s)", self.topic, key
+            )
+        self.unreadable_records += 1
+
+    # ---- reading ---------------------------------------------------------------------------
 
     def get(self, key: str, default: Any = None) -> Any:
         return self._table.get(key, default)
@@ -81,25 +269,128 @@ class MetadataStore:
             if key.startswith(prefix):
                 yield key, value
 
+    # ---- writing ---------------------------------------------------------------------------
+
     async def put(self, key: str, value: Any) -> None:
         """Durable once this returns."""
-        self._set(key, value)
-        payload = json.dumps(value, separators=(",", ":")).encode()
-        await self.backend.send(self.topic, [OutMessage(payload, key=key)], batching=False)
+        await self._write({key: value})
 
     async def put_many(self, items: dict[str, Any]) -> None:
         """Several keys in one append (one round trip); durable once this returns."""
-        if not items:
-            return
-        messages = []
-        for key, value in items.items():
-            self._set(key, value)
-            payload = json.dumps(value, separators=(",", ":")).encode()
-            messages.append(OutMessage(payload, key=key))
-        await self.backend.send(self.topic, messages, batching=False)
+        await self._write(items)
 
     async def delete(self, key: str) -> None:
-        self._unset(key)
-        await self.backend.send(
-            self.topic, [OutMessage(b"", key=key, properties={"deleted": "1"})], batching=False
+        await self._write({key: GONE})
+
+    def _holds(self, key: str, value: Any) -> bool:
+        """Whether the log already has (or is about to have) `value` for `key`."""
+        if key in self._unsure:
+            return False
+        old = self._table.get(key, GONE)
+        if value is GONE or old is GONE:
+            return value is old
+        # == alone takes 1 for True and 1.0 for 1, which JSON stores differently
+        return bool(old == value) and _encode(old) == _encode(value)
+
+    async def _write(self, changes: dict[str, Any]) -> None:
+        """Append the changes that change something, in one send; GONE deletes a key."""
+        messages: list[OutMessage] = []
+        keys: list[str] = []
+        earlier: list[asyncio.Future[BaseException | None]] = []
+        for key, value in changes.items():
+            if self._holds(key, value):
+                if key in self._in_flight:
+                    earlier.append(self._in_flight[key])
+                continue
+            if value is GONE:
+                self._unset(key)
+                messages.append(OutMessage(b"", key=key, properties={DELETED: "1"}))
+            else:
+                payload = _encode(value)
+                self._set(key, value)
+                messages.append(OutMessage(payload, key=key))
+            keys.append(key)
+        if messages:
+            await self._append(messages, keys)
+        for outcome in earlier:
+            error = await asyncio.shield(outcome)
+            if error is not None:
+                raise BackendError(f"metadata write failed: {error}")
+
+    async def _append(
+        self, messages: list[OutMessage], keys: list[str]
+    ) -> tuple[MessageKey, MessageKey]:
+        """Send in order; while in flight, the keys' identical puts wait for the outcome."""
+        outcome: asyncio.Future[BaseException | None] = asyncio.get_running_loop().create_future()
+        for key in keys:
+            self._in_flight[key] = outcome
+        error: BaseException | None = None
+        try:
+            return await self.backend.send(self.topic, messages, batching=False)
+        except BaseException as exc:  # cancelled too: the write may or may not be stored
+            error = exc
+            raise
+        finally:
+            if error is None:
+                self._unsure.difference_update(keys)
+            else:
+                self._unsure.update(keys)
+            outcome.set_result(error)
+            for key in keys:
+                if self._in_flight.get(key) is outcome:
+                    del self._in_flight[key]
+            self.appended += len(messages)
+            self._since += len(messages)
+            self._maybe_snapshot()
+
+    async def _append_control(
+        self, kind: str, properties: dict[str, str] | None = None, payload: bytes = b""
+    ) -> tuple[MessageKey, MessageKey]:
+        """A record of the store's own: a delete of a reserved key to an older version."""
+        message = OutMessage(
+            payload,
+            key=RESERVED_KEY,
+            properties={DELETED: "1", CONTROL: kind, **(properties or {})},
+        )
+        return await self._append([message], [])
+
+    # ---- snapshots -------------------------------------------------------------------------
+
+    def _maybe_snapshot(self) -> None:
+        if not self._loaded or (self._snapshot_task and not self._snapshot_task.done()):
+            return
+        if self._since >= max(self.snapshot_every, len(self._table)):
+            self._snapshot_task = asyncio.ensure_future(self.snapshot())
+            self._snapshot_task.add_done_callback(_log_snapshot_failure)
+
+    async def snapshot(self) -> None:
+        """Append the whole table; loads from now on start at its `begin` record."""
+        begin, _ = await self._append_control("begin")
+        appended_before = self.appended
+        snapshot_id = _format_id(begin)
+        items = list(self._table.items())  # copied only now: see the module docstring
+        count = 0
+        for payload in _chunks(items, self.chunk_keys, CHUNK_BYTES):
+            await self._append_control("chunk", {PART_OF: snapshot_id, INDEX: str(count)}, payload)
+            count += 1
+        await self._append_control("end", {PART_OF: snapshot_id, INDEX: str(count)})
+        pointer = OutMessage(snapshot_id.encode(), properties={PART_OF: snapshot_id})
+        await self.backend.send(self.pointers, [pointer], batching=False)
+        self.newest_snapshot = snapshot_id
+        self._since = self.appended - appended_before
+        log.info("metadata snapshot at %s: %d keys in %d chunks", snapshot_id, len(items), count)
+
+    async def close(self) -> None:
+        """Stop a snapshot in progress: an incomplete one is never used."""
+        task = self._snapshot_task
+        if task is not None and not task.done():
+            task.cancel()
+            with contextlib.suppress(BaseException):
+                await task
+
+
+def _log_snapshot_failure(task: asyncio.Task[None]) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        log.warning(
+            "metadata snapshot failed (the previous one stays in use): %s", task.exception()
         )

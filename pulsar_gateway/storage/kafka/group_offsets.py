@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from urllib.parse import quote, unquote
 
 from pulsar_gateway.gateway.metadata_store import MetadataStore
@@ -67,7 +67,13 @@ class GroupOffsetStore:
         stored = self._offsets.setdefault(group_id, {})
         for topic, entry in entries.items():
             if entry.commit_time <= 0:
-                entry.commit_time = now
+                # the same position committed again keeps its time, so the metadata store
+                # writes nothing (an idle consumer commits every few seconds)
+                old = stored.get(topic)
+                if old is not None and replace(old, commit_time=entry.commit_time) == entry:
+                    entry.commit_time = old.commit_time
+                else:
+                    entry.commit_time = now
             stored[topic] = entry
             writes[folder + quote(topic, safe="")] = asdict(entry)
         await self.metadata.put_many(writes)

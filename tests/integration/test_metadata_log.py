@@ -1,0 +1,302 @@
+"""The metadata log stays small: only changes are written, and snapshots bound what a load
+reads whatever the history. Against the real embedded broker and a real gateway."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
+
+from pulsar_gateway.gateway.backend.embedded import EmbeddedBroker
+from pulsar_gateway.gateway.backend.pulsar_backend import PulsarBackend
+from pulsar_gateway.gateway.config import DEFAULT_METADATA_NAMESPACE
+from pulsar_gateway.gateway.messages import OutMessage
+from pulsar_gateway.gateway.metadata_store import MetadataStore
+from tests.support.gateway_process import GatewayProcess
+from tests.support.waiting import async_wait_until
+
+END = "__test_end__"
+
+
+@pytest.fixture(scope="module")
+def broker_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    loop = asyncio.new_event_loop()
+    broker = EmbeddedBroker(tmp_path_factory.mktemp("broker"))
+    loop.run_until_complete(broker.start())
+    yield broker.service_url
+    loop.run_until_complete(broker.stop())
+    loop.close()
+
+
+def _namespace() -> str:
+    return f"public/meta-{uuid.uuid4().hex[:8]}"
+
+
+async def _keys_in_log(backend: PulsarBackend, topic: str) -> list[str]:
+    """Keys of the log's data records (not the store's own control records), in order, read
+    up to a record appended now."""
+    end, _ = await backend.send(topic, [OutMessage(b"", key=END, properties={"deleted": "1"})])
+    stream = await backend.open_reader(topic)
+    keys: list[str] = []
+    try:
+        while True:
+            batch = await stream.read_batch(5000, timeout=10, expect_more=True)
+            assert batch, f"{topic} did not reach its end"
+            for message in batch:
+                if message.id >= end:
+                    return keys
+                if "__gw.meta" not in message.properties and message.key != END:
+                    keys.append(message.key)
+    finally:
+        await stream.close()
+
+
+async def _settled(store: MetadataStore) -> None:
+    """Until a snapshot the store started in the background is written."""
+    await async_wait_until(
+        lambda: store._snapshot_task is None or store._snapshot_task.done(),
+        60,
+        message="the snapshot to be written",
+    )
+
+
+async def _loaded(backend: PulsarBackend, namespace: str) -> MetadataStore:
+    store = MetadataStore(backend, namespace)
+    await store.load()
+    return store
+
+
+def test_unchanged_values_append_nothing(broker_url: str) -> None:
+    """Queue counts saved every second and an idle consumer's commits store the same value
+    again and again: the log gets a record only when a value changes."""
+
+    async def scenario() -> None:
+        backend = PulsarBackend(broker_url)
+        await backend.start()
+        namespace = _namespace()
+        store = await _loaded(backend, namespace)
+        offset = {"offset": 5, "metadata": "", "commit_time": 1, "leader_epoch": -1}
+        for _ in range(20):
+            await store.put("amqp/counts/q", 3)
+            await store.put_many({"kafka-group/g/offsets/t": offset, "b": 1})
+            await store.delete("never-there")
+        # two identical puts at once: one record, and both are durable when they return
+        await asyncio.gather(store.put("x", [1, 2]), store.put("x", [1, 2]))
+        await store.put("b", True)  # == 1 in Python, not in JSON: written
+        await store.delete("x")
+        await store.delete("x")
+        assert await _keys_in_log(backend, store.topic) == [
+            "amqp/counts/q",
+            "kafka-group/g/offsets/t",
+            "b",
+            "x",
+            "b",
+            "x",
+        ]
+        again = await _loaded(backend, namespace)
+        assert dict(again.items("")) == {
+            "amqp/counts/q": 3,
+            "kafka-group/g/offsets/t": offset,
+            "b": True,
+        }
+        await backend.close()
+
+    asyncio.run(scenario())
+
+
+def test_snapshots_bound_what_a_load_reads(broker_url: str) -> None:
+    """After many changes (some of them deletes, some during a snapshot) a load reads one
+    snapshot and the changes after it, and sees exactly the writer's table."""
+
+    async def scenario() -> None:
+        backend = PulsarBackend(broker_url)
+        await backend.start()
+        namespace = _namespace()
+        store = MetadataStore(backend, namespace, snapshot_every=500, chunk_keys=40)
+        await store.load()
+        for round_ in range(60):
+            await store.put_many({f"k/{i}": round_ * 1000 + i for i in range(100)})
+            if round_ == 10:
+                await asyncio.gather(*(store.delete(f"k/{i}") for i in range(0, 100, 3)))
+        await _settled(store)
+        # changes racing a snapshot: each lands before its begin record (so it is in the
+        # copy) or after it (so it is read again); either way the last write wins
+        racing = [store.put(f"k/{i}", -i) for i in range(100)]
+        racing += [store.delete(f"k/{i}") for i in range(0, 100, 7)]
+        racing += [store.put(f"new/{i}", {"i": i}) for i in range(50)]
+        await asyncio.gather(store.snapshot(), *racing)
+        await store.put_many({f"k/{i}": i for i in range(90, 100)})
+        await _settled(store)
+        assert store.appended > 6000
+
+        again = await _loaded(backend, namespace)
+        assert dict(again.items("")) == dict(store.items(""))
+        assert len(again.children("new/")) == 50
+        assert again.get("k/0") is None and again.get("k/7") is None
+        assert again.loaded_records < 1000, "a load read more than a snapshot and its tail"
+        await backend.close()
+
+    asyncio.run(scenario())
+
+
+def test_log_of_an_older_version_is_replayed_once_then_snapshotted(broker_url: str) -> None:
+    """A log written before snapshots existed is read whole once; the snapshot taken after
+    that load makes the next one short."""
+
+    async def scenario() -> None:
+        backend = PulsarBackend(broker_url)
+        await backend.start()
+        namespace = _namespace()
+        topic = f"persistent://{namespace}/metadata"
+        expected: dict[str, Any] = {}
+        for round_ in range(30):
+            messages = []
+            for i in range(100):
+                key = f"kafka-index/t/{i:04d}"
+                if (round_ + i) % 11 == 0:
+                    messages.append(OutMessage(b"", key=key, properties={"deleted": "1"}))
+                    expected.pop(key, None)
+                else:
+                    messages.append(OutMessage(b'{"id":[%d,%d]}' % (round_, i), key=key))
+                    expected[key] = {"id": [round_, i]}
+            await backend.send(topic, messages, batching=False)
+
+        first = MetadataStore(backend, namespace, snapshot_every=1000)
+        await first.load()
+        assert first.loaded_records > 3000 and dict(first.items("")) == expected
+        await _settled(first)
+        second = await _loaded(backend, namespace)
+        assert dict(second.items("")) == expected
+        assert second.loaded_records < 50
+        await backend.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_pointer_to_no_complete_snapshot_falls_back_to_the_whole_log(broker_url: str) -> None:
+    async def scenario() -> None:
+        backend = PulsarBackend(broker_url)
+        await backend.start()
+        namespace = _namespace()
+        store = await _loaded(backend, namespace)
+        await store.put_many({f"a/{i}": i for i in range(10)})
+        somewhere, _ = await backend.send(store.topic, [OutMessage(b"7", key="a/7")])
+        await store.put("a/8", 80)
+        # a pointer to a record that begins no snapshot (a damaged pointer topic)
+        bogus = ":".join(str(part) for part in somewhere).encode()
+        await backend.send(store.pointers, [OutMessage(bogus)], batching=False)
+        again = await _loaded(backend, namespace)
+        assert dict(again.items("")) == {**{f"a/{i}": i for i in range(10)}, "a/8": 80}
+        await backend.close()
+
+    asyncio.run(scenario())
+
+
+# ---- a real gateway --------------------------------------------------------------------------
+
+
+def test_an_idle_consumer_committing_again_writes_nothing(tmp_path: Path) -> None:
+    gateway = GatewayProcess(tmp_path / "gw").start()
+    try:
+        topic = f"idle-{uuid.uuid4().hex[:8]}"
+        producer = Producer({"bootstrap.servers": gateway.bootstrap})
+        for i in range(5):
+            producer.produce(topic, b"v%d" % i)
+        assert producer.flush(30) == 0
+        consumer = Consumer({"bootstrap.servers": gateway.bootstrap, "group.id": "idle"})
+        service_url = f"pulsar://127.0.0.1:{gateway.broker_port}"
+
+        async def metadata_keys() -> list[str]:
+            backend = PulsarBackend(service_url)
+            await backend.start()
+            try:
+                topic = f"persistent://{DEFAULT_METADATA_NAMESPACE}/metadata"
+                return await _keys_in_log(backend, topic)
+            finally:
+                await backend.close()
+
+        consumer.commit(offsets=[TopicPartition(topic, 0, 5)], asynchronous=False)
+        before = asyncio.run(metadata_keys())
+        for _ in range(20):
+            consumer.commit(offsets=[TopicPartition(topic, 0, 5)], asynchronous=False)
+        after = asyncio.run(metadata_keys())
+        consumer.commit(offsets=[TopicPartition(topic, 0, 4)], asynchronous=False)
+        moved = asyncio.run(metadata_keys())
+        committed = consumer.committed([TopicPartition(topic, 0)], timeout=10)
+        consumer.close()
+        assert after == before, f"{len(after) - len(before)} records for unchanged commits"
+        assert len(moved) == len(after) + 1 and "offsets" in moved[-1]
+        assert committed[0].offset == 4
+    finally:
+        assert gateway.stop() == 0, gateway.log_tail()
+
+
+def _populate(data_dir: Path, port: int, records: int) -> None:
+    """`records` group-offset changes over 1,000 partitions, written by the metadata store
+    of a gateway's embedded broker, as commits would write them."""
+
+    async def scenario() -> None:
+        broker = EmbeddedBroker(data_dir / "pulsar", port=port)
+        await broker.start()
+        backend = PulsarBackend(broker.service_url)
+        await backend.start()
+        store = MetadataStore(backend, DEFAULT_METADATA_NAMESPACE)
+        await store.load()
+        for first in range(0, records, 1000):
+            await store.put_many(
+                {
+                    f"kafka-group/g/offsets/t{i % 1000}": {
+                        "offset": i,
+                        "metadata": "",
+                        "commit_time": 1,
+                        "leader_epoch": -1,
+                    }
+                    for i in range(first, min(first + 1000, records))
+                }
+            )
+        await _settled(store)
+        await store.close()
+        await backend.close()
+        await broker.stop()
+
+    asyncio.run(scenario())
+
+
+def _start_up(data_dir: Path, records: int) -> tuple[float, int]:
+    """Seconds from `pulsar-gateway run` to a healthy gateway after `records` metadata
+    changes, and how many records its load read."""
+    gateway = GatewayProcess(data_dir)
+    data_dir.mkdir()
+    _populate(data_dir, gateway.broker_port, records)
+    started = time.monotonic()
+    gateway.start()
+    seconds = time.monotonic() - started
+    try:
+        loaded = re.search(
+            r"metadata store loaded: \d+ keys from (\d+) records", gateway.log_tail()
+        )
+        assert loaded, gateway.log_tail()
+        return seconds, int(loaded.group(1))
+    finally:
+        assert gateway.stop() == 0, gateway.log_tail()
+
+
+def test_start_up_after_a_long_history_takes_as_long_as_after_a_short_one(
+    tmp_path: Path,
+) -> None:
+    """200,000 metadata writes (some 6 s of writing) versus 10: start-up within 2 s."""
+    short, short_read = _start_up(tmp_path / "short", 10)
+    long, long_read = _start_up(tmp_path / "long", 200_000)
+    print(
+        f"start-up after 10 writes {short:.2f}s ({short_read} records read), "
+        f"after 200,000 writes {long:.2f}s ({long_read} records read)"
+    )
+    assert long_read < 25_000
+    assert long - short < 2.0
