@@ -22,6 +22,7 @@ import _pulsar
 import pulsar
 import pulsar.asyncio as pulsar_asyncio
 
+from pulsar_gateway.gateway import metrics
 from pulsar_gateway.gateway.backend.client_logging import client_logger
 from pulsar_gateway.gateway.backend.loop_bridge import to_loop
 from pulsar_gateway.gateway.backend.reader_stream import EARLIEST, ReaderStream
@@ -33,6 +34,9 @@ log = logging.getLogger("gateway.backend")
 
 # pulsar-lite's largest message; anything bigger goes through a chunking producer.
 MAX_UNCHUNKED_BYTES = 5 * 1024 * 1024 - 64 * 1024
+# The reachability probe: one question every interval; no answer within the timeout: down.
+PROBE_INTERVAL_SECONDS = 1.0
+PROBE_TIMEOUT_SECONDS = 2.0
 
 
 class BackendError(StorageError):
@@ -100,6 +104,9 @@ class PulsarBackend:
         self._in_flight = 0
         self._capacity = asyncio.Condition()
         self._reaper: asyncio.Task[None] | None = None
+        self._prober: asyncio.Task[None] | None = None
+        self._probe_topic: str | None = None  # the first topic used: one known to exist
+        self.reachable = True
         self.readers_open = 0
 
     async def start(self) -> None:
@@ -110,6 +117,7 @@ class PulsarBackend:
             io_threads=1,
         )
         self._reaper = asyncio.create_task(self._reap_idle())
+        self._prober = asyncio.create_task(self._watch_reachability())
 
     @property
     def client(self) -> pulsar_asyncio.Client:
@@ -120,6 +128,8 @@ class PulsarBackend:
     async def close(self) -> None:
         if self._reaper:
             self._reaper.cancel()
+        if self._prober:
+            self._prober.cancel()
         for writer in list(self._writers.values()):
             await self._close_writer(writer)
         self._writers.clear()
@@ -202,6 +212,7 @@ class PulsarBackend:
         """
         if not messages:
             raise ValueError("nothing to send")
+        self._probe_topic = self._probe_topic or topic
         writer = self._writers.get(topic)
         if writer is None:
             writer = self._writers[topic] = _TopicWriter(topic)
@@ -255,6 +266,7 @@ class PulsarBackend:
     # ---- reading ---------------------------------------------------------------------------
 
     async def _raw_reader(self, topic: str, start: MessageKey, receiver_queue_size: int) -> Any:
+        self._probe_topic = self._probe_topic or topic
         if start == EARLIEST:
             start_id = pulsar.MessageId.earliest
         else:
@@ -303,6 +315,57 @@ class PulsarBackend:
         finally:
             with contextlib.suppress(Exception):
                 await reader.close()
+
+    # ---- reachability ----------------------------------------------------------------------
+
+    async def _watch_reachability(self) -> None:
+        """Keep `reachable` (and `gateway_backend_up`) true while the broker answers.
+
+        A stalled broker (SIGSTOP, a long pause) keeps its TCP connections up, so the
+        client's connection state says nothing, and sends and reads simply wait. So the
+        broker is asked something cheap every PROBE_INTERVAL_SECONDS: the partition count of
+        a topic the gateway uses, the lookup every client makes, which the broker answers
+        from memory. No answer within PROBE_TIMEOUT_SECONDS marks it down; the question is
+        not asked again while one is outstanding, and its late answer marks it up at once.
+        """
+        pending: asyncio.Future[Any] | None = None
+        while True:
+            topic = self._probe_topic
+            if topic is None or self._client is None:
+                await asyncio.sleep(PROBE_INTERVAL_SECONDS)
+                continue
+            try:
+                if pending is None:
+                    pending = self._partitions_lookup(topic)
+                result = await asyncio.wait_for(asyncio.shield(pending), PROBE_TIMEOUT_SECONDS)
+            except TimeoutError:
+                self._set_reachable(False, "no answer")
+                continue
+            except Exception as exc:  # noqa: BLE001 - a probe that cannot be asked: down
+                result = exc
+            pending = None
+            self._set_reachable(result == _pulsar.Result.Ok, str(result))
+            await asyncio.sleep(PROBE_INTERVAL_SECONDS)
+
+    def _partitions_lookup(self, topic: str) -> asyncio.Future[Any]:
+        """The broker's answer (a `Result`) to a partition-count lookup of `topic`."""
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[Any] = loop.create_future()
+
+        def done(result: Any, _partitions: Any) -> None:
+            to_loop(loop, lambda: None if future.done() else future.set_result(result))
+
+        self.client._client.get_topic_partitions_async(topic, done)
+        return future
+
+    def _set_reachable(self, reachable: bool, why: str) -> None:
+        if reachable != self.reachable:
+            if reachable:
+                log.warning("Pulsar backend %s answers again", self.service_url)
+            else:
+                log.error("Pulsar backend %s unreachable: %s", self.service_url, why)
+        self.reachable = reachable
+        metrics.BACKEND_UP.set(1 if reachable else 0)
 
     # ---- housekeeping ----------------------------------------------------------------------
 

@@ -179,8 +179,10 @@ class ReaderStream:
         if self._pending is not None and not self._pending.done():
             self._pending.cancel()
         self._pending = None
+        # asynchronous: a blocking close waits for the broker, and a stalled broker would
+        # hold the whole event loop for the client's operation timeout
         with contextlib.suppress(Exception):
-            old.close()
+            old.close_async(_ignore)
         start = self._last if self._last is not None else self._floor
         self._reader = await self._reopen(start)
 
@@ -192,8 +194,9 @@ class ReaderStream:
         """Replace a reader stuck in the client's reconnect backoff."""
         await self._repair(GapDetected("reader disconnected"))
 
-    async def has_more(self) -> bool:
-        """Whether the topic holds messages this reader has not returned yet.
+    async def has_more(self, timeout: float = 30) -> bool:
+        """Whether the topic holds messages this reader has not returned yet; TimeoutError
+        when the broker does not answer within `timeout` seconds.
 
         pulsar-lite answers UnknownError on an empty topic: that means no.
         """
@@ -204,7 +207,7 @@ class ReaderStream:
             to_loop(loop, lambda: None if future.done() else future.set_result((result, available)))
 
         self._reader.has_message_available_async(done)
-        result, available = await asyncio.wait_for(future, 30)
+        result, available = await asyncio.wait_for(future, timeout)
         if result == _pulsar.Result.Ok:
             return bool(available)
         if result == _pulsar.Result.UnknownError:
@@ -225,3 +228,7 @@ class ReaderStream:
 
             self._reader.close_async(closed)
             await asyncio.wait_for(future, 5)
+
+
+def _ignore(result: Any) -> None:
+    """The callback of a close nobody waits for."""
