@@ -215,7 +215,7 @@ class EmbeddedBroker:
             "--addr",
             f"127.0.0.1:{self.port}",
             "--db-path",
-            str(self.data_dir / "db"),
+            str(self.data_dir / DB_NAME),
             "--config",
             str(config_path),
             "--log-level",
