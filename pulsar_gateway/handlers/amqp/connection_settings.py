@@ -32,6 +32,9 @@ class VhostAccess(Enum):
     CREATE = "create"  # allowed; the vhost does not exist yet and is to be created
     NOT_FOUND = "not-found"
     REFUSED = "refused"
+    # the vhost would map onto the gateway's own state (gateway/reserved_names.py): no user
+    # may open it; ACCESS_REFUSED rather than RabbitMQ's 530 for a missing permission
+    RESERVED = "reserved"
 
 
 VhostPolicy = Callable[[str, str], VhostAccess]

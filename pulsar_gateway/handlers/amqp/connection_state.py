@@ -468,6 +468,12 @@ class AmqpConnection:
                 f"access to vhost '{vhost}' refused for user '{username}'",
                 *method_ids(method),
             )
+        if access is VhostAccess.RESERVED:
+            raise AmqpError(
+                ReplyCode.ACCESS_REFUSED,
+                f"access to vhost '{vhost}' refused: it maps onto the gateway's own namespace",
+                *method_ids(method),
+            )
         self.vhost = vhost
         self._out += encode_method(0, _Connection.OpenOk())
         self._state = ConnectionState.OPEN

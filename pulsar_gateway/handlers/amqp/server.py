@@ -23,7 +23,11 @@ from pulsar_gateway.handlers.amqp.authentication import Authenticator
 from pulsar_gateway.handlers.amqp.broker import AmqpBroker
 from pulsar_gateway.handlers.amqp.broker_model import BrokerStore
 from pulsar_gateway.handlers.amqp.connection_broker import WRITE_BUFFER_LIMIT, ConnectionBroker
-from pulsar_gateway.handlers.amqp.connection_settings import ConnectionSettings
+from pulsar_gateway.handlers.amqp.connection_settings import (
+    ConnectionSettings,
+    VhostPolicy,
+    allow_and_create,
+)
 from pulsar_gateway.handlers.amqp.connection_state import AmqpConnection
 
 log = logging.getLogger("gateway.amqp")
@@ -46,8 +50,14 @@ class AmqpServer:
 
     name = "amqp"
 
-    def __init__(self, settings: AmqpSection, store: BrokerStore) -> None:
+    def __init__(
+        self,
+        settings: AmqpSection,
+        store: BrokerStore,
+        vhost_policy: VhostPolicy = allow_and_create,
+    ) -> None:
         self.settings = settings
+        self.vhost_policy = vhost_policy
         self.broker = AmqpBroker(store, settings.reader_idle_seconds)
         # an empty user table still lets guest in, as it always has
         self.authenticator = Authenticator(settings.users or {"guest": "guest"})
@@ -115,7 +125,11 @@ class _Session:
         self.writer = writer
         self.peer = peer_host
         self.conn = AmqpConnection(
-            server.authenticator, peer_host, time.monotonic(), server.connection_settings
+            server.authenticator,
+            peer_host,
+            time.monotonic(),
+            server.connection_settings,
+            server.vhost_policy,
         )
         self.broker = ConnectionBroker(
             server.broker,

@@ -1,7 +1,9 @@
 """The Pulsar-backed `BrokerStore` of the AMQP handler.
 
-- vhost -> namespace `{tenant}/{vhost}` (`/` -> `default`), created on first use
-  (pulsar-lite and namespace auto-creation make the first topic do it);
+- vhost -> namespace `{tenant}/{escaped vhost}` (`/` -> `default`; the escaping, which
+  gives every vhost a namespace of its own, is in vhost_names.py), created on first use
+  (pulsar-lite and namespace auto-creation make the first topic do it); a vhost that
+  would map into the gateway's own namespace is refused (`vhost_access`);
 - queue -> topic `persistent://{tenant}/{ns}/{queue}` with ONE durable Shared
   subscription (`SUBSCRIPTION`) that every AMQP consumer shares; a Pulsar
   client may consume the queue through that subscription too;
@@ -23,7 +25,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import hashlib
-import re
+import logging
 import time
 from collections.abc import Awaitable, Callable, Collection, Hashable, Iterable
 from typing import Any
@@ -34,7 +36,9 @@ from pulsar_gateway.gateway.backend.pulsar_backend import PulsarBackend
 from pulsar_gateway.gateway.backend.queue_consumers import QueueConsumer, QueueConsumers
 from pulsar_gateway.gateway.messages import MessageKey, OutMessage
 from pulsar_gateway.gateway.metadata_store import MetadataStore
+from pulsar_gateway.gateway.reserved_names import ReservedNamespaces
 from pulsar_gateway.handlers.amqp.broker_model import AmqpMessage, QueueReader, StoredDelivery
+from pulsar_gateway.handlers.amqp.connection_settings import VhostAccess
 from pulsar_gateway.handlers.amqp.topology import (
     Binding,
     DestinationKind,
@@ -43,6 +47,9 @@ from pulsar_gateway.handlers.amqp.topology import (
     Queue,
     Topology,
 )
+from pulsar_gateway.storage.amqp.vhost_names import escape, namespace_of
+
+log = logging.getLogger("gateway.amqp.store")
 
 SUBSCRIPTION = "amqp"
 PREFIX = "amqp/"
@@ -53,13 +60,6 @@ P_PROPERTIES = "amqp.properties"
 P_TIMESTAMP = "amqp.timestamp"
 P_EXPIRATION = "amqp.expiration"
 P_PERSISTENT = "amqp.persistent"
-
-_SAFE = re.compile(r"[^A-Za-z0-9._-]")
-
-
-def escape(name: str) -> str:
-    """A Pulsar-safe, reversible name: anything outside [A-Za-z0-9._-] as =XX octets."""
-    return _SAFE.sub(lambda m: "".join(f"={b:02X}" for b in m.group().encode()), name)
 
 
 def _table(arguments: Any) -> str:
@@ -171,17 +171,19 @@ class PulsarAmqpStore:
         metadata: MetadataStore,
         tenant: str = "public",
         receiver_queue_size: int = 1000,
+        reserved: ReservedNamespaces | None = None,
     ) -> None:
         self.backend = backend
         self.metadata = metadata
         self.tenant = tenant
+        self.reserved = reserved or ReservedNamespaces()
         self.consumers = QueueConsumers(backend, receiver_queue_size)
         self.sends = GroupedSends(backend)
 
     # --- names ------------------------------------------------------------------------
 
     def namespace(self, vhost: str) -> str:
-        return f"{self.tenant}/{'default' if vhost == '/' else escape(vhost)}"
+        return f"{self.tenant}/{namespace_of(vhost)}"
 
     def topic(self, vhost: str, queue: str) -> str:
         return f"persistent://{self.namespace(vhost)}/{escape(queue)}"
@@ -192,10 +194,37 @@ class PulsarAmqpStore:
 
     # --- topology ---------------------------------------------------------------------
 
+    def vhost_access(self, username: str, vhost: str) -> VhostAccess:
+        """The listener's vhost policy: any user may open (and so create) any vhost, except
+        one whose queues would land among the gateway's own topics (vhost `__gateway` is
+        `public/__gateway`, where the metadata log lives)."""
+        if self.reserved.holds(self.namespace(vhost)):
+            return VhostAccess.RESERVED
+        return VhostAccess.CREATE
+
     async def create_vhost(self, vhost: str) -> None:
         key = f"{PREFIX}vhosts/{escape(vhost)}"
-        if self.metadata.get(key) is None:
-            await self.metadata.put(key, {"name": vhost, "namespace": self.namespace(vhost)})
+        namespace = self.namespace(vhost)
+        known = self.metadata.get(key)
+        if known is not None and known.get("namespace") == namespace:
+            return
+        if known is not None:
+            await self._moved(vhost, known.get("namespace", ""), namespace)
+        await self.metadata.put(key, {"name": vhost, "namespace": namespace})
+
+    async def _moved(self, vhost: str, old: str, new: str) -> None:
+        """A vhost recorded by an earlier version under another namespace (vhost `default`
+        shared `default` with `/`): its queues now start empty in the new namespace, so
+        the saved counts, which counted messages in the old one, go."""
+        log.warning(
+            "vhost '%s' now maps to namespace %s, not %s: messages left there stay there "
+            "(docs/pulsar-mapping.md, 'Vhosts and namespaces')",
+            vhost,
+            new,
+            old,
+        )
+        counts = self.metadata.children(self._key(vhost, "counts"))
+        await asyncio.gather(*(self.metadata.delete(key) for key, _ in counts))
 
     def vhosts(self) -> list[str]:
         return [value["name"] for _, value in self.metadata.children(f"{PREFIX}vhosts/")]
