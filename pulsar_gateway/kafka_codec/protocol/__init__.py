@@ -32,9 +32,11 @@ import construct
 __all__ = [
     "API_NAMES",
     "SUPPORTED",
+    "EntryBudget",
     "KafkaDecodeError",
     "KafkaEncodeError",
     "RequestHeader",
+    "TooManyEntries",
     "decode_request",
     "decode_response",
     "encode_request",
@@ -47,6 +49,29 @@ API_VERSIONS_KEY = 18
 
 class KafkaDecodeError(Exception):
     """Malformed, truncated or oversized input; the only exception decoding raises."""
+
+
+class TooManyEntries(KafkaDecodeError):
+    """The message holds more array entries than the decode's EntryBudget allowed.
+
+    Its own class so that a caller can try a small budget first (cheap, on the event loop) and
+    decode again with a larger one elsewhere, telling "too big for here" from "malformed".
+    """
+
+
+class EntryBudget:
+    """How many array entries (of every array, nested ones included) a decode may still create.
+
+    The wire bounds every count by the bytes left, but a 3-byte entry decodes to a ~240-byte
+    dict: a 6 MB request of 2M tiny entries took 500 MB and 9 s to decode. Decoding spends from
+    the budget (once per array, O(1)) and raises TooManyEntries before building an array that
+    would overspend it; afterwards ``left`` says what the message cost.
+    """
+
+    __slots__ = ("left",)
+
+    def __init__(self, entries: int) -> None:
+        self.left = entries
 
 
 class KafkaEncodeError(ValueError):
@@ -101,13 +126,20 @@ def parse_request_header(frame: memoryview | bytes) -> RequestHeader:
     return RequestHeader(api_key, api_version, correlation_id, client_id, pos)
 
 
-def decode_request(api_key: int, api_version: int, body: memoryview | bytes) -> dict[str, Any]:
+def decode_request(
+    api_key: int,
+    api_version: int,
+    body: memoryview | bytes,
+    budget: EntryBudget | None = None,
+) -> dict[str, Any]:
     """Decode a request body (the frame from ``body_offset`` on); trailing bytes are ignored.
 
-    Kafka ignores them too. ``records`` come back as memoryviews into ``body``.
+    Kafka ignores them too. ``records`` come back as memoryviews into ``body``. With a
+    ``budget``, at most ``budget.left`` array entries are decoded (TooManyEntries beyond) and
+    ``budget.left`` is what remains; without one only the bytes bound the entries.
     """
     codec = _codec(api_key, api_version, False, KafkaDecodeError)
-    return _decode(codec, api_key, api_version, "Request", body, 0)
+    return _decode(codec, api_key, api_version, "Request", body, 0, budget=budget)
 
 
 def decode_response(api_key: int, api_version: int, frame: memoryview | bytes) -> dict[str, Any]:
@@ -164,6 +196,7 @@ def encode_request(
 # Codec lookup, compilation and the error boundary
 # --------------------------------------------------------------------------------------------
 
+
 @functools.cache
 def _messages() -> ModuleType:
     """messages.py, imported on first use so that the generator runs even when it is stale."""
@@ -206,14 +239,15 @@ def _decode(
     data: memoryview | bytes,
     offset: int,
     tagged_header: bool = False,
+    budget: EntryBudget | None = None,
 ) -> dict[str, Any]:
     """Run a compiled parser; every failure on untrusted bytes becomes KafkaDecodeError.
 
     Calls the compiled function itself: construct's parse_stream() would first build a context
     container that our definitions never read (about 1 us, a quarter of a Produce decode).
     """
+    reader = _Reader(_as_view(data), offset, _UNLIMITED if budget is None else budget.left)
     try:
-        reader = _Reader(_as_view(data), offset)
         if reader.pos > len(reader.buf):
             raise KafkaDecodeError("header truncated")
         if tagged_header:
@@ -222,8 +256,11 @@ def _decode(
     except Exception as exc:  # any failure on untrusted bytes is a decode error
         name = f"{_messages().API_NAMES.get(api_key, api_key)}{kind} v{api_version}"
         if isinstance(exc, KafkaDecodeError):
-            raise KafkaDecodeError(f"{name}: {exc}") from None
+            raise type(exc)(f"{name}: {exc}") from None
         raise KafkaDecodeError(f"{name}: truncated or malformed ({exc!r})") from exc
+    finally:
+        if budget is not None:
+            budget.left = reader.entries
 
 
 def _finish(
@@ -276,16 +313,21 @@ _I64 = struct.Struct(">q")
 _F64 = struct.Struct(">d")
 _ONE_BYTE = [bytes((i,)) for i in range(128)]
 ZERO_UUID = uuid.UUID(int=0)
+_UNLIMITED = 1 << 62  # an entry budget no message can spend: the bytes bound it first
 
 
 class _Reader:
-    """Read cursor over received bytes; values are read in place and blobs are views, not copies."""
+    """Read cursor over received bytes; values are read in place and blobs are views, not copies.
 
-    __slots__ = ("buf", "pos")
+    ``entries`` is the array entries the decode may still create (see EntryBudget).
+    """
 
-    def __init__(self, buf: memoryview, pos: int = 0) -> None:
+    __slots__ = ("buf", "entries", "pos")
+
+    def __init__(self, buf: memoryview, pos: int = 0, entries: int = _UNLIMITED) -> None:
         self.buf = buf
         self.pos = pos
+        self.entries = entries
 
 
 def _read(r: _Reader, fmt: struct.Struct) -> Any:
@@ -327,6 +369,30 @@ def _read_length(r: _Reader, compact: bool, nullable: bool, wide: bool) -> int:
         raise KafkaDecodeError("null where the field is not nullable")
     if n > len(r.buf) - r.pos:
         raise KafkaDecodeError(f"length {n} exceeds the {len(r.buf) - r.pos} bytes left")
+    return n
+
+
+def _read_count(r: _Reader, compact: bool, nullable: bool, min_size: int) -> int:
+    """An array's entry count, -1 for null, checked before anything is allocated or looped.
+
+    Every entry takes at least ``min_size`` bytes (its type's smallest encoding), so a count the
+    bytes left cannot hold is refused at once rather than after decoding the entries that fit;
+    and the count is spent from the reader's entry budget. Two comparisons per array, not per
+    entry, so the hot paths do not notice.
+    """
+    n = _read_uvarint(r) - 1 if compact else _read(r, _I32)
+    if n < 0:
+        if nullable:
+            return -1
+        raise KafkaDecodeError("null where the field is not nullable")
+    left = len(r.buf) - r.pos
+    if n * min_size > left:
+        raise KafkaDecodeError(
+            f"{n} array entries of at least {min_size} bytes each exceed the {left} bytes left"
+        )
+    r.entries -= n
+    if r.entries < 0:
+        raise TooManyEntries(f"an array of {n} entries overspends the decode's entry budget")
     return n
 
 
@@ -459,7 +525,8 @@ def _write_tagged(w: BytesIO, tags: list[tuple[int, bytes]]) -> None:
 # into straight-line Python. Parsing always runs on a _Reader, building on a BytesIO.
 
 _RUNTIME_IMPORT = (
-    f"from {__name__} import (_read, _read_uvarint, _read_length, _read_str, _read_bytes, "
+    f"from {__name__} import (_read, _read_uvarint, _read_length, _read_count, _read_str, "
+    "_read_bytes, "
     "_read_blob, _read_uuid, _read_ints, _skip_tagged, _write_uvarint, _write_length, "
     "_write_null, _write_str, _write_blob, _write_uuid, _write_tagged, KafkaDecodeError, "
     "ZERO_UUID, _I8, _U8, _I16, _U16, _I32, _U32, _I64, _F64)"
@@ -467,9 +534,14 @@ _RUNTIME_IMPORT = (
 
 
 class KafkaConstruct(construct.Construct):
-    """Base of the vocabulary: ``default`` is what a missing dict entry encodes as."""
+    """Base of the vocabulary: ``default`` is what a missing dict entry encodes as.
+
+    ``min_size`` is the fewest bytes any value of the type takes on the wire (a null or empty
+    one); arrays use their entry type's to refuse counts the message cannot hold.
+    """
 
     default: Any = None
+    min_size = 0
 
     def parse(self, data: bytes | memoryview, **contextkw: Any) -> Any:
         """Parse bytes (for debugging; the codec calls the compiled form)."""
@@ -498,6 +570,7 @@ class Fixed(KafkaConstruct):
         self.fmt_name = name
         self.fmt = fmt
         self.default = default
+        self.min_size = fmt.size
 
     def _parse(self, stream: _Reader, context: Any, path: str) -> Any:
         return _read(stream, self.fmt)
@@ -520,6 +593,7 @@ class BoolField(KafkaConstruct):
     """One byte; any non-zero value reads as true, like Kafka's readByte() != 0."""
 
     default = False
+    min_size = 1
 
     def _parse(self, stream: _Reader, context: Any, path: str) -> bool:
         return _read(stream, _U8) != 0
@@ -539,6 +613,7 @@ class UuidField(KafkaConstruct):
     """16 bytes, decoded to uuid.UUID; encodes a UUID or 16 bytes."""
 
     default = ZERO_UUID
+    min_size = 16
 
     def _parse(self, stream: _Reader, context: Any, path: str) -> uuid.UUID:
         return _read_uuid(stream)
@@ -562,6 +637,7 @@ class StringField(KafkaConstruct):
         self.compact = compact
         self.nullable = nullable
         self.default = None if nullable else ""
+        self.min_size = 1 if compact else 2
 
     def _parse(self, stream: _Reader, context: Any, path: str) -> str | None:
         return _read_str(stream, self.compact, self.nullable)
@@ -586,6 +662,7 @@ class BytesField(KafkaConstruct):
         self.nullable = nullable
         self.records = records
         self.default = None if nullable else b""
+        self.min_size = 1 if compact else 4
         self._reader = _read_blob if records else _read_bytes
 
     def _parse(self, stream: _Reader, context: Any, path: str) -> Any:
@@ -614,9 +691,12 @@ class ArrayField(KafkaConstruct):
         self.compact = compact
         self.nullable = nullable
         self.default = None if nullable else []
+        self.min_size = 1 if compact else 4
+        # an entry of no bytes (an empty struct) still counts one, as in Kafka's own check
+        self.entry_size = max(1, subcon.min_size)
 
     def _parse(self, stream: _Reader, context: Any, path: str) -> list[Any] | None:
-        n = _read_length(stream, self.compact, self.nullable, True)
+        n = _read_count(stream, self.compact, self.nullable, self.entry_size)
         if n < 0:
             return None
         return [self.subcon._parse(stream, context, path) for _ in range(n)]
@@ -640,7 +720,7 @@ class ArrayField(KafkaConstruct):
         name = f"parse_kafka_array_{code.allocateId()}"
         code.append(
             f"def {name}(io, this):\n"
-            f"    n = _read_length(io, {self.compact}, {self.nullable}, True)\n"
+            f"    n = _read_count(io, {self.compact}, {self.nullable}, {self.entry_size})\n"
             f"    return None if n < 0 else {items}\n"
         )
         return f"{name}(io, this)"
@@ -666,6 +746,7 @@ class NullableStructField(KafkaConstruct):
         super().__init__()
         self.subcon = subcon
         self.tagged = tagged
+        self.min_size = 1  # the null marker
 
     def _parse(self, stream: _Reader, context: Any, path: str) -> Any:
         present = _read_uvarint(stream) > 0 if self.tagged else _read(stream, _I8) >= 0
@@ -743,6 +824,8 @@ class KafkaStruct(KafkaConstruct):
         if self.tagged and not flexible:
             raise ValueError("tagged fields need a flexible version")
         self.default = {}
+        # tagged fields are optional; the tagged section's count is one byte at least
+        self.min_size = sum(sub.min_size for _, sub, _ in self.fields) + int(flexible)
 
     def _parse(self, stream: _Reader, context: Any, path: str) -> dict[str, Any]:
         result = {}
