@@ -34,6 +34,7 @@ from pulsar_gateway.kafka_codec.protocol import (
     messages,
     parse_request_header,
 )
+from tests.support.raw_kafka_socket import uvarint
 
 DEFINITIONS = sorted(
     [(key, version, False) for key, version in messages.REQUESTS]
@@ -113,15 +114,6 @@ def _top_level_arrays() -> list[tuple[int, int, int]]:
 TOP_LEVEL_ARRAYS = _top_level_arrays()
 
 
-def _uvarint(n: int) -> bytes:
-    out = bytearray()
-    while n >= 0x80:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
-
-
 @settings(max_examples=1500, deadline=None)
 @given(
     where=st.sampled_from(TOP_LEVEL_ARRAYS),
@@ -141,7 +133,7 @@ def test_a_count_the_bytes_cannot_hold_is_refused_before_allocating(
     at = sum(sub.min_size for _, sub, _ in con.fields[:index])
     empty_count = b"\x01" if array.compact else b"\x00\x00\x00\x00"
     assert encoded[at : at + len(empty_count)] == empty_count
-    claimed = _uvarint(count + 1) if array.compact else struct.pack(">i", count)
+    claimed = uvarint(count + 1) if array.compact else struct.pack(">i", count)
     hostile = encoded[:at] + claimed + encoded[at + len(empty_count) :] + b"\x00" * padding
     left = len(hostile) - at - len(claimed)
     if count * array.entry_size <= left:
@@ -183,7 +175,7 @@ def test_millions_of_tiny_entries_stop_at_the_budget() -> None:
     """The 6 MB Produce of 2M three-byte topic entries: every count fits the bytes, so only
     the budget stops it, and it does so at the count, before decoding an entry."""
     count = 2_000_000
-    topics = _uvarint(count + 1) + b"\x01\x01\x00" * count
+    topics = uvarint(count + 1) + b"\x01\x01\x00" * count
     body = b"\x00" + struct.pack(">hi", 1, 30000) + topics + b"\x00"
     decode_request(0, 9, body[:7] + b"\x01\x00")  # compiles Produce v9 outside the measure
     started = time.perf_counter()

@@ -3,6 +3,21 @@
 Kafka clients pipeline requests and expect responses in the order they sent the
 requests, so each request runs as its own task while a writer task answers them
 strictly in order. A bad frame closes only its own connection, with a log line.
+
+What one client can make the listener hold is bounded (docs: conf/gateway.toml):
+
+- memory: a frame's bytes are taken from the connection's and the listener's queued-bytes
+  budgets (`max_queued_request_bytes[_per_connection]`, Kafka's queued.max.request.bytes)
+  before the frame is read, its decoded size is added once known, and all of it is given
+  back when the response has been written. While a budget is full the listener does not read
+  the socket: TCP backpressure, not memory growth. A request's array entries are capped
+  (`max_request_entries`) and big ones are decoded off the event loop (requests.py).
+- time: a connection without requests or responses for `connection_idle_seconds` is closed
+  (Kafka's connections.max.idle.ms), as is one whose frame stops arriving mid-way or which
+  stops reading its responses for `frame_timeout_seconds`.
+- connections: `max_connections` in all and `max_connections_per_ip` from one address.
+- the log: per-request warnings pass through a `LogLimiter`, so a flood of bad requests
+  does not flood the log too.
 """
 
 from __future__ import annotations
@@ -11,6 +26,7 @@ import asyncio
 import contextlib
 import logging
 import struct
+from concurrent.futures import Executor, ThreadPoolExecutor
 from typing import Any
 
 from pulsar_gateway.gateway import metrics
@@ -18,13 +34,25 @@ from pulsar_gateway.gateway.config import KafkaSection
 from pulsar_gateway.handlers.kafka.context import BrokerIdentity, KafkaContext
 from pulsar_gateway.handlers.kafka.group_coordinator import GroupCoordinator
 from pulsar_gateway.handlers.kafka.port import KafkaStorage
-from pulsar_gateway.handlers.kafka.requests import ConnectionClosing, answer
+from pulsar_gateway.handlers.kafka.requests import (
+    ENTRY_BYTES,
+    ConnectionClosing,
+    decode_off_loop,
+    respond,
+)
+from pulsar_gateway.handlers.listener_limits import ByteBudget, ConnectionsPerIp, LogLimiter
 from pulsar_gateway.kafka_codec import protocol
 
 log = logging.getLogger("gateway.kafka")
 
 _SIZE = struct.Struct(">i")
 MAX_PIPELINED = 64
+WRITE_BUFFER_HIGH = 1 << 20
+# An admitted frame must also arrive at this average rate (after frame_timeout_seconds of
+# grace): a byte every 29 s would otherwise hold the frame's share of the budget for ever.
+MIN_FRAME_BYTES_PER_SECOND = 256 * 1024
+# Loggers whose warnings a client can cause once per request.
+PER_REQUEST_LOGGERS = ("gateway.kafka", "gateway.kafka.produce")
 
 
 class KafkaServer:
@@ -42,6 +70,11 @@ class KafkaServer:
         self._server: asyncio.base_events.Server | None = None
         self._connections: set[asyncio.Task[None]] = set()
         self.context: KafkaContext | None = None
+        self.queued = ByteBudget(settings.max_queued_request_bytes)
+        self.per_ip = ConnectionsPerIp(settings.max_connections_per_ip)
+        self.log_limiter = LogLimiter()
+        # one thread: big decodes queue behind each other instead of taking every core
+        self._decoder = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kafka-decode")
 
     @property
     def address(self) -> tuple[str, int]:
@@ -50,6 +83,9 @@ class KafkaServer:
         return host, port
 
     async def start(self) -> None:
+        self.log_limiter.attach(*PER_REQUEST_LOGGERS)
+        queued = self.queued
+        metrics.QUEUED_REQUEST_BYTES.labels("kafka").set_function(lambda: queued.used)
         self._server = await asyncio.start_server(
             self._accept, self.settings.host, self.settings.port, limit=1 << 20, backlog=1024
         )
@@ -75,19 +111,25 @@ class KafkaServer:
         if self._server:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self._server.wait_closed(), 5)
+        self._decoder.shutdown(wait=False, cancel_futures=True)
+        self.log_limiter.detach()
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
         assert task is not None and self.context is not None
         peer = writer.get_extra_info("peername")
+        ip = str(peer[0]) if peer else "?"
         if len(self._connections) >= self.settings.max_connections:
-            log.warning("refusing %s: %d connections open", peer, len(self._connections))
-            writer.close()
+            self._refuse(writer, peer, "max_connections", len(self._connections))
+            return
+        if not self.per_ip.admit(ip):
+            self._refuse(writer, peer, "max_connections_per_ip", self.per_ip.open_from(ip))
             return
         self._connections.add(task)
         metrics.CONNECTIONS.labels("kafka").inc()
         metrics.CONNECTIONS_TOTAL.labels("kafka").inc()
-        connection = _Connection(self.context, reader, writer, peer)
+        queued = ByteBudget(self.settings.max_queued_request_bytes_per_connection, self.queued)
+        connection = _Connection(self.context, reader, writer, peer, queued, self._decoder)
         try:
             await connection.serve()
         except asyncio.CancelledError:
@@ -95,6 +137,21 @@ class KafkaServer:
         finally:
             metrics.CONNECTIONS.labels("kafka").dec()
             self._connections.discard(task)
+            self.per_ip.release(ip)
+
+    @staticmethod
+    def _refuse(writer: asyncio.StreamWriter, peer: Any, limit: str, count: int) -> None:
+        metrics.CONNECTIONS_REFUSED.labels("kafka", limit).inc()
+        log.warning("refusing %s: %d connections open (kafka.%s)", peer, count, limit)
+        writer.close()
+
+
+class _Idle(Exception):
+    """Nothing came in or went out for connection_idle_seconds: close quietly."""
+
+
+class _NothingYet(Exception):
+    """The wait for the first byte of a frame ran out (the caller decides if that is idle)."""
 
 
 class _Connection:
@@ -104,14 +161,23 @@ class _Connection:
         reader: asyncio.StreamReader,
         writer: asyncio.StreamWriter,
         peer: Any,
+        queued: ByteBudget,
+        decoder: Executor,
     ) -> None:
         self.context = context
+        self.settings = context.settings
         self.reader = reader
         self.writer = writer
         self.peer = peer
-        self.responses: asyncio.Queue[asyncio.Task[bytes | None] | None] = asyncio.Queue(
-            MAX_PIPELINED
+        self.queued = queued
+        self.decoder = decoder
+        self.responses: asyncio.Queue[tuple[asyncio.Task[bytes | None], int] | None] = (
+            asyncio.Queue(MAX_PIPELINED)
         )
+        self.loop = asyncio.get_running_loop()
+        self.last_activity = self.loop.time()
+        self.unanswered = 0  # requests read whose response is not written yet
+        self.writer_gone = False
 
     async def serve(self) -> None:
         writer_task = asyncio.create_task(self._write_responses())
@@ -119,6 +185,8 @@ class _Connection:
             await self._read_requests()
         except (asyncio.IncompleteReadError, ConnectionError):
             pass
+        except _Idle:
+            log.debug("closing idle Kafka connection from %s", self.peer)
         except ConnectionClosing as reason:
             log.warning("closing Kafka connection from %s: %s", self.peer, reason)
         finally:
@@ -129,41 +197,139 @@ class _Connection:
             except (TimeoutError, asyncio.CancelledError, Exception):
                 writer_task.cancel()
             self.writer.close()
+            self.queued.release_all()
 
     async def _read_requests(self) -> None:
-        max_frame = self.context.settings.max_frame_bytes
+        max_frame = self.settings.max_frame_bytes
+        max_entries = self.settings.max_request_entries
         while True:
-            size = _SIZE.unpack(await self.reader.readexactly(4))[0]
+            size = _SIZE.unpack(await self._next_size_prefix())[0]
             if size < 8 or size > max_frame:
                 metrics.BAD_INPUT.labels("kafka", "frame_size").inc()
                 raise ConnectionClosing(f"frame of {size} bytes (limit {max_frame})")
-            frame = memoryview(await self.reader.readexactly(size))
+            # backpressure: with the budget full, the socket is not read until answers go out
+            await self.queued.acquire(size)
+            held = size
             try:
-                header = protocol.parse_request_header(frame)
-            except protocol.KafkaDecodeError as exc:
-                metrics.BAD_INPUT.labels("kafka", "header").inc()
-                raise ConnectionClosing(f"bad request header: {exc}") from None
-            task = asyncio.create_task(answer(self.context, header, frame))
-            await self.responses.put(task)
-            if task.done() and task.exception() is not None:
-                raise ConnectionClosing(str(task.exception()))
+                frame = memoryview(await self._read_frame(size))
+                try:
+                    header = protocol.parse_request_header(frame)
+                except protocol.KafkaDecodeError as exc:
+                    metrics.BAD_INPUT.labels("kafka", "header").inc()
+                    raise ConnectionClosing(f"bad request header: {exc}") from None
+                request = await decode_off_loop(header, frame, max_entries, self.decoder)
+                decoded = request.entries * ENTRY_BYTES
+                self.queued.charge(decoded)
+                held += decoded
+            except BaseException:
+                self.queued.release(held)
+                raise
+            self.last_activity = self.loop.time()
+            self.unanswered += 1
+            task = asyncio.create_task(respond(self.context, request))
+            await self.responses.put((task, held))
+            if self.writer_gone:
+                return
+
+    async def _next_size_prefix(self) -> bytes:
+        """The next frame's 4-byte size; _Idle once nothing has moved for the idle timeout.
+
+        A connection is idle only with no request outstanding: a long-poll Fetch or a
+        Produce waiting for storage is not idleness, and the timer restarts at its response.
+        """
+        idle = self.settings.connection_idle_seconds
+        while True:
+            wait = idle if self.unanswered else self.last_activity + idle - self.loop.time()
+            if wait <= 0:
+                raise _Idle
+            try:
+                return await self._read_exactly(4, first_wait=wait)
+            except _NothingYet:
+                continue  # look again: a response may have gone out meanwhile
+
+    async def _read_frame(self, size: int) -> bytes:
+        """The frame's body; ConnectionClosing if it stalls or arrives too slowly."""
+        grace = self.settings.frame_timeout_seconds + size / MIN_FRAME_BYTES_PER_SECOND
+        try:
+            async with asyncio.timeout(grace):
+                return await self._read_exactly(size)
+        except TimeoutError:
+            metrics.BAD_INPUT.labels("kafka", "frame_timeout").inc()
+            raise ConnectionClosing(
+                f"frame of {size} bytes not complete after {grace:.0f} s "
+                f"(under {MIN_FRAME_BYTES_PER_SECOND} B/s after kafka.frame_timeout_seconds)"
+            ) from None
+
+    async def _read_exactly(self, n: int, first_wait: float | None = None) -> bytes:
+        """``n`` bytes. The first byte may take ``first_wait`` (then _NothingYet); once a
+        frame has started, every wait for more is bounded by frame_timeout_seconds."""
+        stall = self.settings.frame_timeout_seconds
+        chunks: list[bytes] = []
+        left = n
+        while left:
+            starting = first_wait is not None and not chunks
+            try:
+                async with asyncio.timeout(first_wait if starting else stall):
+                    chunk = await self.reader.read(left)
+            except TimeoutError:
+                if starting:
+                    raise _NothingYet from None
+                metrics.BAD_INPUT.labels("kafka", "frame_timeout").inc()
+                raise ConnectionClosing(
+                    f"frame stalled: no bytes for {stall:g} s with {n - left} of {n} in "
+                    "(kafka.frame_timeout_seconds)"
+                ) from None
+            if not chunk:
+                raise asyncio.IncompleteReadError(b"".join(chunks), n)
+            chunks.append(chunk)
+            left -= len(chunk)
+        return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
     async def _write_responses(self) -> None:
         while True:
-            task = await self.responses.get()
-            if task is None:
+            item = await self.responses.get()
+            if item is None:
                 return
+            task, held = item
             try:
                 response = await task
             except ConnectionClosing as reason:
                 log.warning("closing Kafka connection from %s: %s", self.peer, reason)
-                self.writer.close()
-                return
+                return self._stop_writing()
             except Exception:
                 log.exception("request from %s failed; closing its connection", self.peer)
-                self.writer.close()
-                return
+                return self._stop_writing()
             if response is not None:
                 self.writer.write(response)
-                if self.writer.transport.get_write_buffer_size() > 1 << 20:
-                    await self.writer.drain()
+                if self.writer.transport.get_write_buffer_size() > WRITE_BUFFER_HIGH:
+                    if not await self._drained():
+                        return self._stop_writing()
+            # given back once written: a client that does not read its answers is throttled
+            self.queued.release(held)
+            self.unanswered -= 1
+            self.last_activity = self.loop.time()
+
+    async def _drained(self) -> bool:
+        """Wait for the client to read; False if it read nothing for frame_timeout_seconds
+        (it would hold its queued bytes, and this writer, for ever)."""
+        stall = self.settings.frame_timeout_seconds
+        try:
+            async with asyncio.timeout(stall):
+                await self.writer.drain()
+            return True
+        except TimeoutError:
+            log.warning(
+                "closing Kafka connection from %s: it read none of its responses for %g s",
+                self.peer,
+                stall,
+            )
+        except ConnectionError:
+            pass
+        return False
+
+    def _stop_writing(self) -> None:
+        """Close, and unblock a reader waiting for room in the response queue."""
+        self.writer_gone = True
+        self.writer.close()
+        while not self.responses.empty():
+            self.responses.get_nowait()

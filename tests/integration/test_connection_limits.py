@@ -1,0 +1,160 @@
+"""Half-sent frames, idle sockets and socket floods are bounded (issue 10, item 12).
+
+A dedicated gateway with short timeouts and a low per-IP limit, spoken to with raw sockets
+on loopback. Every test client here is 127.0.0.1, so the per-IP limit is the thing under
+test, not something to work around: the bounded numbers (a few dozen sockets, seconds of
+timeouts) stand in for the defaults (1000 per IP, 30 s and 10 min).
+"""
+
+from __future__ import annotations
+
+import socket
+import struct
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from pulsar_gateway.kafka_codec import protocol
+from tests.support.gateway_process import GatewayProcess
+from tests.support.raw_kafka_socket import recv_frame, seconds_until_closed
+from tests.support.waiting import wait_until
+
+FRAME_TIMEOUT = 1.0
+IDLE = 4.0
+PER_IP = 24
+
+
+@pytest.fixture(scope="module")
+def guarded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess]:
+    settings = {
+        "kafka.frame_timeout_seconds": FRAME_TIMEOUT,
+        "kafka.connection_idle_seconds": IDLE,
+        "kafka.max_connections_per_ip": PER_IP,
+    }
+    extra = [arg for key, value in settings.items() for arg in ("--set", f"{key}={value}")]
+    process = GatewayProcess(tmp_path_factory.mktemp("guarded"), extra=extra)
+    process.start()
+    yield process
+    process.stop()
+
+
+def connect(port: int) -> socket.socket:
+    return socket.create_connection(("127.0.0.1", port), timeout=30)
+
+
+def call(sock: socket.socket, api: int, version: int, body: dict, correlation: int = 1) -> dict:
+    """One request on ``sock`` and its decoded answer."""
+    sock.sendall(protocol.encode_request(api, version, correlation, "limits", body))
+    return protocol.decode_response(api, version, memoryview(recv_frame(sock)))
+
+
+def api_versions(sock: socket.socket, correlation: int = 1) -> dict:
+    return call(sock, 18, 0, {}, correlation)
+
+
+@pytest.mark.parametrize(
+    "partial",
+    [
+        pytest.param(b"\x00\x00", id="half a size prefix"),
+        pytest.param(struct.pack(">i", 100) + struct.pack(">hhih", 18, 0, 1, -1), id="half a body"),
+    ],
+)
+def test_kafka_half_sent_frame_is_closed_after_the_frame_timeout(
+    guarded: GatewayProcess, partial: bytes
+) -> None:
+    stalled = guarded.metric("gateway_bad_input_total", protocol="kafka", reason="frame_timeout")
+    sock = connect(guarded.kafka_port)
+    api_versions(sock)
+    sock.sendall(partial)
+    took = seconds_until_closed(sock)
+    sock.close()
+    assert FRAME_TIMEOUT * 0.9 <= took < FRAME_TIMEOUT + 3, f"closed after {took:.2f} s"
+    assert (
+        guarded.metric("gateway_bad_input_total", protocol="kafka", reason="frame_timeout")
+        == stalled + 1
+    )
+    wait_until(lambda: "frame stalled" in guarded.log_tail(100), 10, message="the log line")
+
+
+def test_kafka_idle_connection_is_closed_but_a_long_request_is_not_idleness(
+    guarded: GatewayProcess, topic_name: str
+) -> None:
+    idle = connect(guarded.kafka_port)
+    api_versions(idle)
+    took = seconds_until_closed(idle)
+    idle.close()
+    assert IDLE * 0.9 <= took < IDLE + 3, f"idle connection closed after {took:.2f} s"
+
+    # a request outstanding for longer than the idle timeout keeps its connection
+    busy = connect(guarded.kafka_port)
+    topic = {"name": topic_name, "num_partitions": 1, "replication_factor": 1}
+    created = call(busy, 19, 5, {"topics": [topic], "timeout_ms": 10000})
+    assert created["topics"][0]["error_code"] == 0, created
+    started = time.monotonic()
+    slow_answer = _long_poll_fetch(busy, topic_name, wait_ms=int((IDLE + 1.5) * 1000))
+    assert time.monotonic() - started >= IDLE + 1
+    assert slow_answer["error_code"] == 0
+    assert api_versions(busy, 3)["error_code"] == 0, "the busy connection was closed as idle"
+    busy.close()
+
+
+def _long_poll_fetch(sock: socket.socket, topic: str, wait_ms: int) -> dict:
+    """A Fetch at the end of an empty topic, which the gateway holds for its max wait."""
+    partition = {"partition": 0, "fetch_offset": 0, "partition_max_bytes": 1024}
+    body = {
+        "max_wait_ms": wait_ms,
+        "min_bytes": 1,
+        "max_bytes": 1024,
+        "isolation_level": 0,
+        "session_id": 0,
+        "topics": [{"topic": topic, "partitions": [partition]}],
+        "forgotten_topics_data": [],
+        "rack_id": "",
+    }
+    return call(sock, 1, 12, body, 2)
+
+
+def test_kafka_idle_sockets_over_the_per_ip_limit_are_refused(guarded: GatewayProcess) -> None:
+    refused = guarded.metric(
+        "gateway_connections_refused_total", protocol="kafka", reason="max_connections_per_ip"
+    )
+    held = [connect(guarded.kafka_port) for _ in range(PER_IP)]
+    try:
+        # the gateway counts a connection once it accepted it: one round trip each proves it
+        for number, sock in enumerate(held):
+            api_versions(sock, number)
+        extra = [connect(guarded.kafka_port) for _ in range(5)]
+        for sock in extra:
+            assert seconds_until_closed(sock, 10) < 2, "a socket over the limit stayed open"
+            sock.close()
+        assert (
+            guarded.metric(
+                "gateway_connections_refused_total",
+                protocol="kafka",
+                reason="max_connections_per_ip",
+            )
+            == refused + 5
+        )
+        wait_until(
+            lambda: "kafka.max_connections_per_ip" in guarded.log_tail(100),
+            10,
+            message="the refusal's log line",
+        )
+        # a slot freed is a slot a real client gets
+        held.pop().close()
+        client = wait_until(lambda: _served(guarded.kafka_port), 10, message="a free slot")
+        client.close()
+    finally:
+        for sock in held:
+            sock.close()
+
+
+def _served(port: int) -> socket.socket | None:
+    sock = connect(port)
+    try:
+        api_versions(sock)
+        return sock
+    except ConnectionError:
+        sock.close()
+        return None
