@@ -6,7 +6,8 @@ test process, never share a count; nothing here is module state.
 - `ByteBudget`: bytes read and not yet answered, against a limit. Waiting for room is how a
   listener applies backpressure: it stops reading the socket, the kernel's buffers fill and
   the client's writes block, instead of the gateway's memory growing.
-- `ConnectionsPerIp`: so that one host (or one script) cannot take every connection slot.
+- `ConnectionLimits`: `max_connections` in all and `max_connections_per_ip` from one address,
+  so that one host (or one script holding idle sockets) cannot take every connection slot.
 - `LogLimiter`: a logging filter that lets a burst of each message template through per
   interval and counts the rest, so a flood of bad requests cannot flood the log as well.
 """
@@ -17,6 +18,9 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
+from typing import Any
+
+from pulsar_gateway.gateway import metrics
 
 _MAX_KEYS = 1024
 
@@ -80,34 +84,52 @@ class ByteBudget:
                 waiter.set_result(None)
 
 
-class ConnectionsPerIp:
-    """Open connections per peer address, refused beyond ``limit``.
+class ConnectionLimits:
+    """Open connections in all and per peer address; a new one beyond either is refused.
 
-    Kafka's ``max.connections.per.ip``: without it one host holding idle sockets takes every
-    one of ``max_connections`` and locks every other client out.
+    ``per_ip`` is Kafka's ``max.connections.per.ip``: without it one host holding idle
+    sockets takes every one of ``total`` and locks every other client out. A refusal closes
+    the socket, counts ``gateway_connections_refused_total`` and logs (through the
+    listener's logger, so its LogLimiter applies) which setting refused it.
     """
 
-    def __init__(self, limit: int) -> None:
-        self.limit = limit
-        self._open: dict[str, int] = {}
+    def __init__(self, protocol: str, total: int, per_ip: int, logger: logging.Logger) -> None:
+        self.protocol = protocol
+        self.total = total
+        self.per_ip = per_ip
+        self.log = logger
+        self.open = 0
+        self._by_ip: dict[str, int] = {}
 
-    def admit(self, ip: str) -> bool:
-        """Count a new connection from ``ip``, or say no (and count nothing) at the limit."""
-        count = self._open.get(ip, 0)
-        if count >= self.limit:
-            return False
-        self._open[ip] = count + 1
-        return True
+    def admit(self, writer: asyncio.StreamWriter) -> str | None:
+        """The peer's address, counted as open; or None once the socket has been refused."""
+        peer: Any = writer.get_extra_info("peername")
+        ip = str(peer[0]) if peer else "?"
+        from_ip = self._by_ip.get(ip, 0)
+        if self.open >= self.total:
+            self._refuse(writer, peer, "max_connections", self.open)
+            return None
+        if from_ip >= self.per_ip:
+            self._refuse(writer, peer, "max_connections_per_ip", from_ip)
+            return None
+        self.open += 1
+        self._by_ip[ip] = from_ip + 1
+        return ip
 
     def release(self, ip: str) -> None:
-        count = self._open.get(ip, 0) - 1
+        self.open -= 1
+        count = self._by_ip.get(ip, 0) - 1
         if count > 0:
-            self._open[ip] = count
+            self._by_ip[ip] = count
         else:
-            self._open.pop(ip, None)
+            self._by_ip.pop(ip, None)
 
-    def open_from(self, ip: str) -> int:
-        return self._open.get(ip, 0)
+    def _refuse(self, writer: asyncio.StreamWriter, peer: Any, setting: str, count: int) -> None:
+        metrics.CONNECTIONS_REFUSED.labels(self.protocol, setting).inc()
+        self.log.warning(
+            "refusing %s: %d connections open (%s.%s)", peer, count, self.protocol, setting
+        )
+        writer.close()
 
 
 class LogLimiter(logging.Filter):

@@ -13,6 +13,7 @@ import struct
 from pulsar_gateway.kafka_codec import protocol
 from pulsar_gateway.kafka_codec.record_batch import encode_batch
 from tests.support.gateway_process import GatewayProcess
+from tests.support.raw_amqp_socket import open_connection
 from tests.support.raw_kafka_socket import frame, recv_frame, seconds_until_closed
 from tests.support.waiting import wait_until
 
@@ -79,3 +80,24 @@ def test_unknown_api_keys_share_one_series_and_their_warnings_are_rate_limited(
     }
     assert "unknown" in apis
     assert apis <= set(protocol.API_NAMES.values()) | {"unknown"}, apis
+
+
+def _amqp_bad_input(gateway: GatewayProcess, reason: str) -> float:
+    return gateway.metric("gateway_bad_input_total", protocol="amqp", reason=reason)
+
+
+def test_bad_amqp_input_is_counted(gateway: GatewayProcess) -> None:
+    headers = _amqp_bad_input(gateway, "protocol_header")
+    oversized = _amqp_bad_input(gateway, "frame_error")
+    for _ in range(3):
+        sock = socket.create_connection(("127.0.0.1", gateway.amqp_port), timeout=30)
+        sock.sendall(b"HTTP/1.1\r\n")
+        assert seconds_until_closed(sock) < 10
+        sock.close()
+    sock = open_connection(gateway.amqp_port)
+    # a frame header announcing a payload over frame_max (131072)
+    sock.sendall(struct.pack(">BHI", 1, 1, 10_000_000))
+    assert seconds_until_closed(sock) < 10
+    sock.close()
+    assert _amqp_bad_input(gateway, "protocol_header") == headers + 3
+    assert _amqp_bad_input(gateway, "frame_error") == oversized + 1

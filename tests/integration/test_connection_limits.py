@@ -13,15 +13,20 @@ import struct
 import time
 from collections.abc import Iterator
 
+import pika
 import pytest
+from pamqp import commands
 
+from pulsar_gateway.handlers.amqp.frames import PROTOCOL_HEADER, encode_method
 from pulsar_gateway.kafka_codec import protocol
 from tests.support.gateway_process import GatewayProcess
+from tests.support.raw_amqp_socket import open_connection
 from tests.support.raw_kafka_socket import recv_frame, seconds_until_closed
 from tests.support.waiting import wait_until
 
 FRAME_TIMEOUT = 1.0
 IDLE = 4.0
+HANDSHAKE = 2.0
 PER_IP = 24
 
 
@@ -31,6 +36,9 @@ def guarded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess
         "kafka.frame_timeout_seconds": FRAME_TIMEOUT,
         "kafka.connection_idle_seconds": IDLE,
         "kafka.max_connections_per_ip": PER_IP,
+        "amqp.frame_timeout_seconds": FRAME_TIMEOUT,
+        "amqp.handshake_timeout_seconds": HANDSHAKE,
+        "amqp.max_connections_per_ip": PER_IP,
     }
     extra = [arg for key, value in settings.items() for arg in ("--set", f"{key}={value}")]
     process = GatewayProcess(tmp_path_factory.mktemp("guarded"), extra=extra)
@@ -116,26 +124,12 @@ def _long_poll_fetch(sock: socket.socket, topic: str, wait_ms: int) -> dict:
 
 
 def test_kafka_idle_sockets_over_the_per_ip_limit_are_refused(guarded: GatewayProcess) -> None:
-    refused = guarded.metric(
-        "gateway_connections_refused_total", protocol="kafka", reason="max_connections_per_ip"
-    )
     held = [connect(guarded.kafka_port) for _ in range(PER_IP)]
     try:
         # the gateway counts a connection once it accepted it: one round trip each proves it
         for number, sock in enumerate(held):
             api_versions(sock, number)
-        extra = [connect(guarded.kafka_port) for _ in range(5)]
-        for sock in extra:
-            assert seconds_until_closed(sock, 10) < 2, "a socket over the limit stayed open"
-            sock.close()
-        assert (
-            guarded.metric(
-                "gateway_connections_refused_total",
-                protocol="kafka",
-                reason="max_connections_per_ip",
-            )
-            == refused + 5
-        )
+        _refuses_five_more(guarded, "kafka", guarded.kafka_port)
         wait_until(
             lambda: "kafka.max_connections_per_ip" in guarded.log_tail(100),
             10,
@@ -150,6 +144,24 @@ def test_kafka_idle_sockets_over_the_per_ip_limit_are_refused(guarded: GatewayPr
             sock.close()
 
 
+def _refuses_five_more(gateway: GatewayProcess, protocol_name: str, port: int) -> None:
+    """With the per-IP limit reached, five more sockets are closed at once, and counted."""
+
+    def refused() -> float:
+        return gateway.metric(
+            "gateway_connections_refused_total",
+            protocol=protocol_name,
+            reason="max_connections_per_ip",
+        )
+
+    before = refused()
+    for _ in range(5):
+        extra = connect(port)
+        assert seconds_until_closed(extra, 10) < 1.5, "a socket over the limit stayed open"
+        extra.close()
+    assert refused() == before + 5
+
+
 def _served(port: int) -> socket.socket | None:
     sock = connect(port)
     try:
@@ -157,4 +169,62 @@ def _served(port: int) -> socket.socket | None:
         return sock
     except ConnectionError:
         sock.close()
+        return None
+
+
+def _bad_input(gateway: GatewayProcess, reason: str) -> float:
+    return gateway.metric("gateway_bad_input_total", protocol="amqp", reason=reason)
+
+
+def test_amqp_half_sent_frame_is_closed_even_with_heartbeats_off(guarded: GatewayProcess) -> None:
+    stalled = _bad_input(guarded, "frame_timeout")
+    sock = open_connection(guarded.amqp_port, heartbeat=0)
+    # heartbeats off and nothing sent: an idle connection stays open, as in RabbitMQ
+    sock.settimeout(FRAME_TIMEOUT * 2)
+    with pytest.raises(TimeoutError):
+        sock.recv(1)
+    open_channel = encode_method(1, commands.Channel.Open())
+    sock.sendall(open_channel[: len(open_channel) - 3])
+    took = seconds_until_closed(sock)
+    sock.close()
+    assert FRAME_TIMEOUT * 0.9 <= took < FRAME_TIMEOUT + 3, f"closed after {took:.2f} s"
+    assert _bad_input(guarded, "frame_timeout") == stalled + 1
+    wait_until(lambda: "a frame stalled" in guarded.log_tail(100), 10, message="the log line")
+
+
+@pytest.mark.parametrize(
+    "sent", [pytest.param(b"", id="nothing"), pytest.param(PROTOCOL_HEADER, id="header only")]
+)
+def test_amqp_handshake_that_never_completes_is_closed(guarded: GatewayProcess, sent) -> None:
+    timeouts = _bad_input(guarded, "handshake_timeout")
+    sock = socket.create_connection(("127.0.0.1", guarded.amqp_port), timeout=30)
+    sock.sendall(sent)
+    took = seconds_until_closed(sock)
+    sock.close()
+    assert HANDSHAKE * 0.9 <= took < HANDSHAKE + 3, f"closed after {took:.2f} s"
+    assert _bad_input(guarded, "handshake_timeout") == timeouts + 1
+
+
+def test_amqp_sockets_over_the_per_ip_limit_are_refused(guarded: GatewayProcess) -> None:
+    held = []
+    try:
+        for _ in range(PER_IP):
+            # open (heartbeats off): no handshake or frame timeout closes them meanwhile
+            held.append(open_connection(guarded.amqp_port, heartbeat=0))
+        _refuses_five_more(guarded, "amqp", guarded.amqp_port)
+        held.pop().close()
+        parameters = pika.URLParameters(guarded.amqp_url)
+        client = wait_until(
+            lambda: _pika_connects(parameters), 10, message="a real client in the freed slot"
+        )
+        client.close()
+    finally:
+        for sock in held:
+            sock.close()
+
+
+def _pika_connects(parameters: pika.URLParameters) -> pika.BlockingConnection | None:
+    try:
+        return pika.BlockingConnection(parameters)
+    except pika.exceptions.AMQPConnectionError:
         return None

@@ -193,6 +193,12 @@ class AmqpConnection:
         return sorted(n for n, c in self._channels.items() if not c.closing)
 
     @property
+    def partial_frame(self) -> bool:
+        """Part of a frame has arrived and the rest has not: the driver bounds the wait for
+        it (amqp.frame_timeout_seconds), since with heartbeats off nothing else would."""
+        return self._reader.buffered > 0
+
+    @property
     def blocked(self) -> bool:
         """Backpressure is on: the driver should stop reading from the socket."""
         return self._blocked

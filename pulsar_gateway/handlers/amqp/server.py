@@ -7,6 +7,12 @@ timer task sends heartbeats and gives up on a silent peer at the core's
 flush per loop iteration. Backpressure: while too many publishes are in flight
 the core is `blocked` (connection.blocked goes out) and the socket is not read.
 A bad frame closes only its own connection, with the protocol's reply code.
+
+Abuse bounds, as on the Kafka listener: `max_connections` and `max_connections_per_ip`
+(refused at accept), the handshake timeout (a socket that never completes connection.open),
+and `frame_timeout_seconds` for a frame whose bytes stop coming, which heartbeats (when the
+client turned them off) would never notice. Protocol violations count in
+`gateway_bad_input_total{protocol="amqp"}` and the per-connection log lines pass a LogLimiter.
 """
 
 from __future__ import annotations
@@ -28,11 +34,16 @@ from pulsar_gateway.handlers.amqp.connection_settings import (
     VhostPolicy,
     allow_and_create,
 )
-from pulsar_gateway.handlers.amqp.connection_state import AmqpConnection
+from pulsar_gateway.handlers.amqp.connection_state import AmqpConnection, ConnectionState
+from pulsar_gateway.handlers.amqp.errors import ReplyCode
+from pulsar_gateway.handlers.amqp.events import ConnectionClosed, Event
+from pulsar_gateway.handlers.listener_limits import ConnectionLimits, LogLimiter
 
 log = logging.getLogger("gateway.amqp")
 
 READ_SIZE = 256 * 1024
+# Loggers whose lines a client can cause once per connection or per request.
+PER_REQUEST_LOGGERS = ("gateway.amqp",)
 
 
 def offered_settings(settings: AmqpSection) -> ConnectionSettings:
@@ -42,6 +53,7 @@ def offered_settings(settings: AmqpSection) -> ConnectionSettings:
         frame_max=settings.frame_max,
         channel_max=settings.channel_max,
         heartbeat=settings.heartbeat_seconds,
+        handshake_timeout=settings.handshake_timeout_seconds,
     )
 
 
@@ -64,6 +76,10 @@ class AmqpServer:
         self.connection_settings = offered_settings(settings)
         self._server: asyncio.base_events.Server | None = None
         self._connections: set[asyncio.Task[None]] = set()
+        self.limits = ConnectionLimits(
+            "amqp", settings.max_connections, settings.max_connections_per_ip, log
+        )
+        self.log_limiter = LogLimiter()
 
     @property
     def address(self) -> tuple[str, int]:
@@ -72,6 +88,7 @@ class AmqpServer:
         return host, port
 
     async def start(self) -> None:
+        self.log_limiter.attach(*PER_REQUEST_LOGGERS)
         self._server = await asyncio.start_server(
             self._accept, self.settings.host, self.settings.port, limit=READ_SIZE, backlog=1024
         )
@@ -87,15 +104,15 @@ class AmqpServer:
         if self._server:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self._server.wait_closed(), 5)
+        self.log_limiter.detach()
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
         assert task is not None
-        peer = writer.get_extra_info("peername") or ("?", 0)
-        if len(self._connections) >= self.settings.max_connections:
-            log.warning("refusing %s: %d connections open", peer, len(self._connections))
-            writer.close()
+        ip = self.limits.admit(writer)
+        if ip is None:
             return
+        peer = writer.get_extra_info("peername") or ("?", 0)
         self._connections.add(task)
         metrics.CONNECTIONS.labels("amqp").inc()
         metrics.CONNECTIONS_TOTAL.labels("amqp").inc()
@@ -107,6 +124,7 @@ class AmqpServer:
             log.exception("amqp connection from %s failed", peer)
         finally:
             self._connections.discard(task)
+            self.limits.release(ip)
             metrics.CONNECTIONS.labels("amqp").dec()
             with contextlib.suppress(Exception):
                 writer.close()
@@ -124,6 +142,7 @@ class _Session:
         self.reader = reader
         self.writer = writer
         self.peer = peer_host
+        self.frame_timeout = server.settings.frame_timeout_seconds
         self.conn = AmqpConnection(
             server.authenticator,
             peer_host,
@@ -200,14 +219,27 @@ class _Session:
             if self.conn.blocked:
                 await self.broker.wait_unblocked()
                 continue
+            # mid-frame, the rest must keep coming; between frames heartbeats (if any) rule
+            stall = self.frame_timeout if self.conn.partial_frame else None
             try:
-                data = await self.reader.read(READ_SIZE)
+                async with asyncio.timeout(stall):
+                    data = await self.reader.read(READ_SIZE)
+            except TimeoutError:  # before OSError, of which it is one
+                metrics.BAD_INPUT.labels("amqp", "frame_timeout").inc()
+                log.warning(
+                    "amqp %s: closing the connection: a frame stalled, no bytes for %g s "
+                    "(amqp.frame_timeout_seconds)",
+                    self.broker.peer,
+                    stall,
+                )
+                data = b""
             except (ConnectionError, OSError):
                 data = b""
             if not data:
                 await self.broker.handle(self.conn.connection_lost())
                 return
             events = self.conn.receive_data(data, time.monotonic())
+            _count_bad_input(events, "")
             self._flush()  # the core's own replies go first
             await self.broker.handle(events)
             self._flush()
@@ -223,7 +255,9 @@ class _Session:
             self._wake_timer.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake_timer.wait(), timeout)
+            handshaking = self.conn.state in _HANDSHAKE_STATES
             events = self.conn.tick(time.monotonic())
+            _count_bad_input(events, "handshake_timeout" if handshaking else "")
             self._flush()
             if events:
                 await self.broker.handle(events)
@@ -233,3 +267,44 @@ class _Session:
                     await asyncio.wait_for(self.writer.drain(), 2)
                 self.writer.close()
                 return
+
+
+_HANDSHAKE_STATES = frozenset(
+    {
+        ConnectionState.AWAITING_HEADER,
+        ConnectionState.STARTING,
+        ConnectionState.TUNING,
+        ConnectionState.OPENING,
+    }
+)
+
+# Connection errors that only a peer breaking the protocol causes (not a missing queue, a
+# refused vhost or a lost socket): what gateway_bad_input_total counts, by reply code name.
+_PROTOCOL_VIOLATIONS = frozenset(
+    {
+        ReplyCode.FRAME_ERROR,
+        ReplyCode.SYNTAX_ERROR,
+        ReplyCode.COMMAND_INVALID,
+        ReplyCode.CHANNEL_ERROR,
+        ReplyCode.UNEXPECTED_FRAME,
+        ReplyCode.NOT_IMPLEMENTED,
+        ReplyCode.ACCESS_REFUSED,  # a failed login: repeated, it is password guessing
+    }
+)
+
+
+def _count_bad_input(events: list[Event], lost_reason: str) -> None:
+    """Count a connection the core closed because of what the peer sent (by reply code;
+    reply code 0 is a wrong protocol header) or, with ``lost_reason``, one it gave up on."""
+    for event in events:
+        if not isinstance(event, ConnectionClosed):
+            continue
+        if event.cause == "server" and event.reply_code in _PROTOCOL_VIOLATIONS:
+            reason = ReplyCode(event.reply_code).name.lower()
+        elif event.cause == "server" and event.reply_code == 0:
+            reason = "protocol_header"
+        elif event.cause == "lost" and lost_reason:
+            reason = lost_reason
+        else:
+            continue
+        metrics.BAD_INPUT.labels("amqp", reason).inc()

@@ -40,7 +40,7 @@ from pulsar_gateway.handlers.kafka.requests import (
     decode_off_loop,
     respond,
 )
-from pulsar_gateway.handlers.listener_limits import ByteBudget, ConnectionsPerIp, LogLimiter
+from pulsar_gateway.handlers.listener_limits import ByteBudget, ConnectionLimits, LogLimiter
 from pulsar_gateway.kafka_codec import protocol
 
 log = logging.getLogger("gateway.kafka")
@@ -71,7 +71,9 @@ class KafkaServer:
         self._connections: set[asyncio.Task[None]] = set()
         self.context: KafkaContext | None = None
         self.queued = ByteBudget(settings.max_queued_request_bytes)
-        self.per_ip = ConnectionsPerIp(settings.max_connections_per_ip)
+        self.limits = ConnectionLimits(
+            "kafka", settings.max_connections, settings.max_connections_per_ip, log
+        )
         self.log_limiter = LogLimiter()
         # one thread: big decodes queue behind each other instead of taking every core
         self._decoder = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kafka-decode")
@@ -117,14 +119,10 @@ class KafkaServer:
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
         assert task is not None and self.context is not None
+        ip = self.limits.admit(writer)
+        if ip is None:
+            return
         peer = writer.get_extra_info("peername")
-        ip = str(peer[0]) if peer else "?"
-        if len(self._connections) >= self.settings.max_connections:
-            self._refuse(writer, peer, "max_connections", len(self._connections))
-            return
-        if not self.per_ip.admit(ip):
-            self._refuse(writer, peer, "max_connections_per_ip", self.per_ip.open_from(ip))
-            return
         self._connections.add(task)
         metrics.CONNECTIONS.labels("kafka").inc()
         metrics.CONNECTIONS_TOTAL.labels("kafka").inc()
@@ -137,13 +135,7 @@ class KafkaServer:
         finally:
             metrics.CONNECTIONS.labels("kafka").dec()
             self._connections.discard(task)
-            self.per_ip.release(ip)
-
-    @staticmethod
-    def _refuse(writer: asyncio.StreamWriter, peer: Any, limit: str, count: int) -> None:
-        metrics.CONNECTIONS_REFUSED.labels("kafka", limit).inc()
-        log.warning("refusing %s: %d connections open (kafka.%s)", peer, count, limit)
-        writer.close()
+            self.limits.release(ip)
 
 
 class _Idle(Exception):
