@@ -76,6 +76,20 @@ class DecompressionLimitError(CompressionError):
         super().__init__(message, ErrorCode.MESSAGE_TOO_LARGE)
 
 
+class InflateBudget:
+    """What the compressed batches of one request may still inflate to, together.
+
+    The per-batch ceiling alone lets one small request of many tiny, very compressible
+    batches inflate to gigabytes; a Produce request shares one budget among all its
+    batches (the Kafka setting's idea: `kafka.max_produce_inflated_bytes`).
+    """
+
+    __slots__ = ("remaining",)
+
+    def __init__(self, limit: int) -> None:
+        self.remaining = limit
+
+
 class UnsupportedCodecError(CompressionError):
     """Attribute bits 0-2 name a codec that does not exist (5, 6, 7)."""
 

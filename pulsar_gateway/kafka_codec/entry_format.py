@@ -24,6 +24,8 @@ from pulsar_gateway.kafka_codec.record_batch import (
     decode_batches,
     encode_batch,
     rewrite_base_offset,
+    stamp_log_append_time,
+    truncate_batch,
 )
 from pulsar_gateway.kafka_codec.record_mapping import (
     Header,
@@ -35,6 +37,8 @@ from pulsar_gateway.kafka_codec.record_mapping import (
 
 BATCH = "__kafka.batch"
 FORMAT_CONFIG = "pulsar.entry.format"
+# No byte limit: what encode_entries assumes when Fetch gives none.
+UNLIMITED = 1 << 62
 
 
 class StoredRecord(NamedTuple):
@@ -50,8 +54,9 @@ class StoredRecord(NamedTuple):
 class EntryFormat(Protocol):
     name: str
 
-    def encode(self, batch: DecodedBatch) -> list[OutMessage]:
-        """The messages that store one produced batch, in order."""
+    def encode(self, batch: DecodedBatch, append_time: int | None = None) -> list[OutMessage]:
+        """The messages that store one produced batch, in order; with ``append_time`` every
+        record takes that timestamp (a `message.timestamp.type=LogAppendTime` topic)."""
         ...
 
     def wrote(self, message: StoredMessage) -> bool:
@@ -67,7 +72,9 @@ class EntryFormat(Protocol):
 class PulsarEntryFormat:
     name = "pulsar"
 
-    def encode(self, batch: DecodedBatch) -> list[OutMessage]:
+    def encode(self, batch: DecodedBatch, append_time: int | None = None) -> list[OutMessage]:
+        if append_time is not None:
+            return [to_message(r.key, r.value, append_time, r.headers) for r in batch.records]
         return [to_message(r.key, r.value, r.timestamp, r.headers) for r in batch.records]
 
     def wrote(self, message: StoredMessage) -> bool:
@@ -87,14 +94,19 @@ class PulsarEntryFormat:
 class KafkaEntryFormat:
     name = "kafka"
 
-    def encode(self, batch: DecodedBatch) -> list[OutMessage]:
-        """The batch as one Pulsar message, bytes as sent."""
+    def encode(self, batch: DecodedBatch, append_time: int | None = None) -> list[OutMessage]:
+        """The batch as one Pulsar message, bytes as sent (re-stamped as a Kafka broker
+        would for LogAppendTime)."""
+        if append_time is not None:
+            raw, stamp = stamp_log_append_time(batch.raw, append_time), append_time
+        else:
+            raw, stamp = bytes(batch.raw), batch.max_timestamp
         return [
             OutMessage(
-                bytes(batch.raw),
+                raw,
                 None,
                 {BATCH: "2", RECORDS: str(batch.record_count)},
-                batch.max_timestamp if batch.max_timestamp > 0 else 0,
+                stamp if stamp > 0 else 0,
             )
         ]
 
@@ -129,38 +141,69 @@ def records_of(entry: LogEntry) -> Iterator[StoredRecord]:
     return format_of(entry.message).records(entry)
 
 
-def encode_entries(entries: Sequence[LogEntry]) -> tuple[bytearray, int]:
+def encode_entries(
+    entries: Sequence[LogEntry],
+    max_bytes: int = UNLIMITED,
+    min_one: bool = True,
+    log_append_time: bool = False,
+) -> tuple[bytearray, int]:
     """Fetch's records bytes for these entries, and how many records they hold.
 
     Runs of one-record messages become one batch each; stored batches are served
-    as they are, re-based at their offset (the base offset precedes the CRC)."""
+    as they are, re-based at their offset (the base offset precedes the CRC).
+
+    The bytes stay within ``max_bytes`` as a Kafka broker's do: whole batches (for a run of
+    one-record messages, whole records) while they fit, then nothing more; with ``min_one``
+    (the first partition of a response with data, KIP-74) the first batch or record comes
+    back even when it alone is larger, so a consumer always makes progress.
+    ``log_append_time`` (a LogAppendTime topic) marks the batches so, one per append time.
+    """
     out = bytearray()
     count = 0
     run: list[LogEntry] = []
-
-    def flush() -> None:
-        if run:
-            base = run[0].offset
-            records = [
-                (
-                    e.offset - base,
-                    timestamp_of(e.message),
-                    key_of(e.message),
-                    e.message.payload,
-                    headers_of(e.message),
-                )
-                for e in run
-            ]
-            encode_batch(base, records, out=out)
-            run.clear()
-
     for entry in entries:
-        if KAFKA.wrote(entry.message):
-            flush()
-            rewrite_base_offset(entry.message.payload or b"", entry.offset, out=out)
-            count += int(entry.message.properties[RECORDS])
-        else:
+        message = entry.message
+        stored_batch = KAFKA.wrote(message)
+        if run and (
+            stored_batch
+            or (log_append_time and timestamp_of(run[0].message) != timestamp_of(message))
+        ):
+            kept, whole = _encode_run(run, out, max_bytes, min_one, log_append_time)
+            count += kept
+            if not whole:
+                return out, count
+            run = []
+        if not stored_batch:
             run.append(entry)
-            count += 1
-    flush()
+            continue
+        payload = message.payload or b""
+        if len(out) + len(payload) > max_bytes and (out or not min_one):
+            return out, count
+        rewrite_base_offset(payload, entry.offset, out=out)
+        count += int(message.properties[RECORDS])
+    if run:
+        count += _encode_run(run, out, max_bytes, min_one, log_append_time)[0]
     return out, count
+
+
+def _encode_run(
+    run: Sequence[LogEntry], out: bytearray, max_bytes: int, min_one: bool, log_append_time: bool
+) -> tuple[int, bool]:
+    """One batch of one-record messages appended to ``out``, cut to ``max_bytes``: (records
+    kept, whether all of them were)."""
+    start = len(out)
+    base = run[0].offset
+    records = [
+        (
+            e.offset - base,
+            timestamp_of(e.message),
+            key_of(e.message),
+            e.message.payload,
+            headers_of(e.message),
+        )
+        for e in run
+    ]
+    encode_batch(base, records, out=out, timestamp_type=1 if log_append_time else 0)
+    if len(out) <= max_bytes:
+        return len(run), True
+    return truncate_batch(out, start, max_bytes, keep_one=min_one and start == 0), False

@@ -32,7 +32,11 @@ from typing import NamedTuple
 import crc32c
 
 from pulsar_gateway.kafka_codec import compression
-from pulsar_gateway.kafka_codec.compression import DEFAULT_MAX_DECOMPRESSED, CompressionError
+from pulsar_gateway.kafka_codec.compression import (
+    DEFAULT_MAX_DECOMPRESSED,
+    CompressionError,
+    InflateBudget,
+)
 from pulsar_gateway.kafka_codec.errors import ErrorCode
 
 MAGIC = 2
@@ -198,11 +202,13 @@ def decode_batches(
     data: bytes | bytearray | memoryview,
     verify_crc: bool = True,
     max_uncompressed: int = DEFAULT_MAX_DECOMPRESSED,
+    budget: InflateBudget | None = None,
 ) -> list[DecodedBatch]:
     """Decode every batch in a Produce request's ``records`` bytes.
 
     The input must be whole batches back to back (a partial trailing batch is an error, unlike
-    in a Fetch response). ``max_uncompressed`` bounds what one compressed batch may inflate to.
+    in a Fetch response). ``max_uncompressed`` bounds what one compressed batch may inflate to,
+    ``budget`` what all the compressed batches of a request may, together.
     Raises RecordBatchError and nothing else on malformed input.
     """
     view = data if isinstance(data, memoryview) else memoryview(data)
@@ -245,10 +251,13 @@ def decode_batches(
                 f"unknown compression codec {codec}", ErrorCode.UNSUPPORTED_COMPRESSION_TYPE
             )
         else:
+            limit = max_uncompressed if budget is None else min(max_uncompressed, budget.remaining)
             try:
-                buf = compression.decompress(codec, body, max_uncompressed)
+                buf = compression.decompress(codec, body, limit)
             except CompressionError as e:
                 raise RecordBatchError(str(e), e.code) from e
+            if budget is not None:
+                budget.remaining -= len(buf)
         # Every record takes at least 7 bytes; refuse absurd counts before looping on them.
         if count * 7 > len(buf):
             raise RecordBatchError(f"record count {count} does not fit in {len(buf)} bytes")
@@ -545,9 +554,14 @@ def encode_batch(
         base_sequence,
         count,
     )
+    _seal(buf, start)
+    return buf
+
+
+def _seal(buf: bytearray, start: int) -> None:
+    """Write the CRC of the batch that runs from ``start`` to the end of ``buf``."""
     crc = crc32c.crc32c(memoryview(buf)[start + _ATTRIBUTES_OFFSET :])
     struct.pack_into(">I", buf, start + _CRC_OFFSET, crc)
-    return buf
 
 
 def _encode_records(
@@ -661,6 +675,58 @@ def rewrite_base_offset(
     out += head
     out += view[16:]
     return out
+
+
+def truncate_batch(buf: bytearray, start: int, limit: int, keep_one: bool = False) -> int:
+    """Cut the uncompressed batch that runs from ``start`` to the end of ``buf`` after its last
+    whole record ending at or before ``limit`` (a position in ``buf``); return how many records
+    it keeps.
+
+    Fetch encodes a run of stored records as one batch and trims it to the response's byte
+    budget afterwards, so the encoding loop itself carries no per-record limit check: only the
+    one batch that overflows is walked here (record lengths and deltas, nothing decoded). With
+    ``keep_one`` the first record stays even when it alone passes ``limit`` (KIP-74: a consumer
+    always makes progress). A batch left without records is removed from ``buf`` entirely.
+    """
+    (base_ts,) = _I64.unpack_from(buf, start + 27)
+    pos = start + HEADER_SIZE
+    end = len(buf)
+    kept = 0
+    last_delta = 0
+    max_ts = _I64_MIN
+    while pos < end:
+        size, body = _varint_slow(buf, pos, 5)
+        record_end = body + size
+        if record_end > limit and (kept or not keep_one):
+            break
+        ts_delta, at = _varint_slow(buf, body + 1, 10)  # after the attributes byte
+        last_delta, _ = _varint_slow(buf, at, 5)
+        max_ts = max(max_ts, _wrap64(base_ts + ts_delta))
+        kept += 1
+        pos = record_end
+    if not kept:
+        del buf[start:]
+        return 0
+    if pos < end:
+        del buf[pos:]
+        struct.pack_into(">i", buf, start + 8, pos - start - _LOG_OVERHEAD)
+        struct.pack_into(">i", buf, start + 23, last_delta)
+        _I64.pack_into(buf, start + 35, max_ts)
+        struct.pack_into(">i", buf, start + 57, kept)
+        _seal(buf, start)
+    return kept
+
+
+def stamp_log_append_time(batch: bytes | bytearray | memoryview, now: int) -> bytes:
+    """One batch marked LogAppendTime with ``now`` as its max timestamp, CRC renewed: what a
+    Kafka broker does to a batch appended to a `message.timestamp.type=LogAppendTime` topic
+    (consumers then show ``now`` for every record of it)."""
+    buf = bytearray(batch)
+    (attrs,) = struct.unpack_from(">h", buf, _ATTRIBUTES_OFFSET)
+    struct.pack_into(">h", buf, _ATTRIBUTES_OFFSET, attrs | ATTR_LOG_APPEND_TIME)
+    _I64.pack_into(buf, 35, now)
+    _seal(buf, 0)
+    return bytes(buf)
 
 
 def check_produce_batches(batches: Sequence[DecodedBatch], api_version: int) -> None:

@@ -97,7 +97,13 @@ def headers_of(message: StoredMessage) -> list[Header]:
         ]
     order = props.get(HEADER_ORDER)
     if order is not None:
-        return [(name, props[name].encode("utf-8")) for name in json.loads(order)]
+        # the gateway lists only plain names here; a foreign writer's list could name one of
+        # its own stamps, and those never reach a Kafka client
+        return [
+            (name, props[name].encode("utf-8"))
+            for name in json.loads(order)
+            if name in props and not _reserved(name)
+        ]
     return [
         (name, value.encode("utf-8"))
         for name, value in sorted(props.items())
