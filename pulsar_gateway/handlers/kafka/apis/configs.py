@@ -1,9 +1,20 @@
-"""DescribeConfigs, and the topic configs the gateway knows and checks."""
+"""DescribeConfigs, and the topic configs the gateway knows, checks and acts on.
+
+`TOPIC_CONFIGS` is Kafka's own list of topic configs (Kafka 3.9's `LogConfig`) plus the
+gateway's `pulsar.entry.format`: CreateTopics accepts exactly these names, checks each value
+as a Kafka broker does (same types, ranges and messages) and refuses anything else with
+INVALID_CONFIG. Most are accepted and shown but change nothing, because Pulsar does the
+storing (segments, retention, replication); the ones with a `honoured` note are acted on.
+docs/kafka-configs.md is the table of them all, with Kafka's default and the gateway's.
+"""
 
 from __future__ import annotations
 
+import re
+from dataclasses import dataclass
 from typing import Any
 
+from pulsar_gateway.gateway.config import KafkaSection
 from pulsar_gateway.handlers.kafka.context import KafkaContext
 from pulsar_gateway.handlers.kafka.port import TopicRecord
 from pulsar_gateway.kafka_codec.entry_format import ENTRY_FORMATS, FORMAT_CONFIG
@@ -11,53 +22,258 @@ from pulsar_gateway.kafka_codec.errors import ErrorCode
 
 TOPIC = 2
 BROKER = 4
+LONG_MAX = (1 << 63) - 1
+_INT_MAX = (1 << 31) - 1
+_BOUNDS = {"LONG": (-(1 << 63), LONG_MAX), "INT": (-(1 << 31), _INT_MAX)}
+_INTEGER = re.compile(r"[+-]?[0-9]+")  # what Java's Long.parseLong takes (no "1_000")
 
-# Kafka's defaults, shown for every topic; values set at creation override them.
-TOPIC_DEFAULTS: dict[str, str] = {
-    "cleanup.policy": "delete",
-    "compression.type": "producer",
-    "max.message.bytes": "104857600",
-    "message.timestamp.type": "CreateTime",
-    "retention.bytes": "-1",
-    "retention.ms": "-1",
-    "segment.bytes": "1073741824",
-    "min.insync.replicas": "1",
+MAX_MESSAGE_BYTES = "max.message.bytes"
+CLEANUP_POLICY = "cleanup.policy"
+TIMESTAMP_TYPE = "message.timestamp.type"
+LOG_APPEND_TIME = "LogAppendTime"
+TIMESTAMP_DIFFERENCE = "message.timestamp.difference.max.ms"
+TIMESTAMP_BEFORE = "message.timestamp.before.max.ms"
+TIMESTAMP_AFTER = "message.timestamp.after.max.ms"
+
+
+@dataclass(frozen=True)
+class TopicConfig:
+    """One topic config as Kafka defines it: its type, default and valid values."""
+
+    name: str
+    kind: str  # Kafka's ConfigDef type: LONG, INT, DOUBLE, BOOLEAN, STRING or LIST
+    kafka_default: str
+    low: float | None = None
+    high: float | None = None
+    choices: tuple[str, ...] = ()
+    honoured: str = ""  # what the gateway does with it; empty: accepted and shown only
+
+    def problem(self, value: str) -> str | None:
+        """Why `value` is not valid (Kafka's wording), or None."""
+        value = value.strip()
+        if self.kind in _BOUNDS or self.kind == "DOUBLE":
+            try:
+                if self.kind == "DOUBLE":
+                    number: float = float(value)
+                elif _INTEGER.fullmatch(value):
+                    number = int(value)
+                else:
+                    raise ValueError(value)
+            except ValueError:
+                return f"Not a number of type {self.kind}"
+            low, high = _BOUNDS.get(self.kind, (None, None))
+            if low is not None and high is not None and not low <= number <= high:
+                return f"Not a number of type {self.kind}"
+            if self.low is not None and number < self.low:
+                return f"Value must be at least {_show(self.low)}"
+            if self.high is not None and number > self.high:
+                return f"Value must be no more than {_show(self.high)}"
+        elif self.kind == "BOOLEAN":
+            if value.lower() not in ("true", "false"):
+                return "Expected value to be either true or false"
+        elif self.choices:
+            items = [item.strip() for item in value.split(",")] if self.kind == "LIST" else [value]
+            if any(item not in self.choices for item in items):
+                return "String must be one of: " + ", ".join(self.choices)
+        return None
+
+
+def _show(bound: float) -> str:
+    return str(int(bound)) if bound == int(bound) else str(bound)
+
+
+_LONG_MAX = str(LONG_MAX)
+TOPIC_CONFIGS: dict[str, TopicConfig] = {
+    config.name: config
+    for config in (
+        TopicConfig(
+            CLEANUP_POLICY,
+            "LIST",
+            "delete",
+            choices=("compact", "delete"),
+            honoured="compact: every record needs a key (INVALID_RECORD); nothing is compacted",
+        ),
+        TopicConfig("compression.gzip.level", "INT", "-1", -1, 9),
+        TopicConfig("compression.lz4.level", "INT", "9", 1, 17),
+        TopicConfig(
+            "compression.type",
+            "STRING",
+            "producer",
+            choices=("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer"),
+        ),
+        TopicConfig("compression.zstd.level", "INT", "3", -131072, 22),
+        TopicConfig("delete.retention.ms", "LONG", "86400000", 0),
+        TopicConfig("file.delete.delay.ms", "LONG", "60000", 0),
+        TopicConfig("flush.messages", "LONG", _LONG_MAX, 1),
+        TopicConfig("flush.ms", "LONG", _LONG_MAX, 0),
+        TopicConfig("follower.replication.throttled.replicas", "LIST", ""),
+        TopicConfig("index.interval.bytes", "INT", "4096", 0),
+        TopicConfig("leader.replication.throttled.replicas", "LIST", ""),
+        TopicConfig("local.retention.bytes", "LONG", "-2", -2),
+        TopicConfig("local.retention.ms", "LONG", "-2", -2),
+        TopicConfig("max.compaction.lag.ms", "LONG", _LONG_MAX, 1),
+        TopicConfig(
+            MAX_MESSAGE_BYTES,
+            "INT",
+            "1048588",
+            0,
+            honoured="a larger produced batch is refused with MESSAGE_TOO_LARGE",
+        ),
+        TopicConfig("message.downconversion.enable", "BOOLEAN", "true"),
+        TopicConfig("message.format.version", "STRING", "3.0-IV1"),
+        TopicConfig(
+            TIMESTAMP_AFTER,
+            "LONG",
+            _LONG_MAX,
+            0,
+            honoured="a record stamped further ahead fails with INVALID_TIMESTAMP",
+        ),
+        TopicConfig(
+            TIMESTAMP_BEFORE,
+            "LONG",
+            _LONG_MAX,
+            0,
+            honoured="a record stamped further back fails with INVALID_TIMESTAMP",
+        ),
+        TopicConfig(
+            TIMESTAMP_DIFFERENCE,
+            "LONG",
+            _LONG_MAX,
+            0,
+            honoured="stands in for before/after.max.ms left at their default",
+        ),
+        TopicConfig(
+            TIMESTAMP_TYPE,
+            "STRING",
+            "CreateTime",
+            choices=("CreateTime", LOG_APPEND_TIME),
+            honoured="LogAppendTime: records are stamped with the append time",
+        ),
+        TopicConfig("min.cleanable.dirty.ratio", "DOUBLE", "0.5", 0, 1),
+        TopicConfig("min.compaction.lag.ms", "LONG", "0", 0),
+        TopicConfig("min.insync.replicas", "INT", "1", 1),
+        TopicConfig("preallocate", "BOOLEAN", "false"),
+        TopicConfig("remote.storage.enable", "BOOLEAN", "false"),
+        TopicConfig("retention.bytes", "LONG", "-1"),
+        TopicConfig("retention.ms", "LONG", "604800000", -1),
+        TopicConfig("segment.bytes", "INT", "1073741824", 14),
+        TopicConfig("segment.index.bytes", "INT", "10485760", 4),
+        TopicConfig("segment.jitter.ms", "LONG", "0", 0),
+        TopicConfig("segment.ms", "LONG", "604800000", 1),
+        TopicConfig("unclean.leader.election.enable", "BOOLEAN", "false"),
+        TopicConfig(
+            FORMAT_CONFIG,
+            "STRING",
+            "",
+            choices=tuple(ENTRY_FORMATS),
+            honoured="how records are stored (docs/pulsar-mapping.md, 'Entry formats')",
+        ),
+    )
 }
-_ENUMS = {
-    FORMAT_CONFIG: set(ENTRY_FORMATS),
-    "cleanup.policy": {"delete", "compact", "compact,delete", "delete,compact"},
-    "compression.type": {"producer", "uncompressed", "gzip", "snappy", "lz4", "zstd"},
-    "message.timestamp.type": {"CreateTime", "LogAppendTime"},
-}
-_INTEGERS = {
-    "max.message.bytes",
-    "retention.bytes",
-    "retention.ms",
-    "segment.bytes",
-    "min.insync.replicas",
-}
+# Where the gateway's value differs from Kafka's default because Pulsar does the work:
+# nothing is deleted by age (Pulsar's namespace retention decides).
+_GATEWAY_DEFAULTS = {"retention.ms": "-1"}
 
 
 def validate_configs(configs: dict[str, str | None]) -> str | None:
+    """The first problem with a CreateTopics config set, worded as Kafka words it."""
+    nulls = [key for key, value in configs.items() if value is None]
+    if nulls:
+        return "Null value not supported for topic configs: " + ",".join(nulls)
     for key, value in configs.items():
-        if value is None:
-            continue
-        if key in _ENUMS and value not in _ENUMS[key]:
-            return f"Invalid value {value} for configuration {key}"
-        if key in _INTEGERS:
-            try:
-                int(value)
-            except ValueError:
-                return f"Invalid value {value} for configuration {key}: Not a number of type LONG"
+        config = TOPIC_CONFIGS.get(key)
+        if config is None:
+            return f"Unknown topic config name: {key}"
+        assert value is not None
+        problem = config.problem(value)
+        if problem:
+            return f"Invalid value {value} for configuration {key}: {problem}"
     return None
 
 
-def topic_configs(record: TopicRecord, entry_format: str = "pulsar") -> dict[str, str]:
-    """Kafka's defaults, the gateway's entry format, then what the topic set."""
-    merged = dict(TOPIC_DEFAULTS)
-    merged[FORMAT_CONFIG] = entry_format
+def topic_defaults(settings: KafkaSection) -> dict[str, str]:
+    """Every topic config's value for a topic that sets none: Kafka's default, else the
+    gateway's own (its settings for the message size and entry format)."""
+    values = {name: config.kafka_default for name, config in TOPIC_CONFIGS.items()}
+    values.update(_GATEWAY_DEFAULTS)
+    values[MAX_MESSAGE_BYTES] = str(settings.message_max_bytes)
+    values[FORMAT_CONFIG] = settings.entry_format
+    return values
+
+
+def topic_configs(record: TopicRecord, settings: KafkaSection) -> dict[str, str]:
+    """The defaults, then what the topic set."""
+    merged = topic_defaults(settings)
     merged.update(record.configs)
     return merged
+
+
+def broker_configs(settings: KafkaSection) -> dict[str, str]:
+    """The Kafka broker settings the gateway honours, under Kafka's names."""
+    return {
+        "auto.create.topics.enable": str(settings.auto_create_topics).lower(),
+        "num.partitions": str(settings.default_partitions),
+        "message.max.bytes": str(settings.message_max_bytes),
+        "fetch.max.bytes": str(settings.fetch_max_bytes),
+        "socket.request.max.bytes": str(settings.max_frame_bytes),
+        "max.connections": str(settings.max_connections),
+        "default.replication.factor": "1",
+        "group.min.session.timeout.ms": str(settings.group_min_session_timeout_ms),
+        "group.max.session.timeout.ms": str(settings.group_max_session_timeout_ms),
+        "group.initial.rebalance.delay.ms": str(settings.group_initial_rebalance_delay_ms),
+    }
+
+
+@dataclass(frozen=True, slots=True)
+class ProduceRules:
+    """What a topic's configs ask of every batch produced to it. The default (nothing set)
+    checks only the batch size, so the produce path looks at no record it need not."""
+
+    max_message_bytes: int
+    log_append_time: bool = False
+    keys_required: bool = False
+    before_ms: int | None = None  # None: no limit
+    after_ms: int | None = None
+
+    @property
+    def checks_records(self) -> bool:
+        return self.keys_required or self.before_ms is not None or self.after_ms is not None
+
+
+def produce_rules(configs: dict[str, str], default_max_bytes: int) -> ProduceRules:
+    """The rules of a topic with these configs (values were checked at creation; one that
+    does not parse counts as unset)."""
+    if not configs:
+        return ProduceRules(default_max_bytes)
+    log_append_time = configs.get(TIMESTAMP_TYPE) == LOG_APPEND_TIME
+    before = after = None
+    if not log_append_time:  # Kafka checks CreateTime stamps only
+        difference = _long(configs, TIMESTAMP_DIFFERENCE)
+        # KIP-937: before/after left at their default fall back to difference.max.ms
+        before = _limit(_long(configs, TIMESTAMP_BEFORE), difference)
+        after = _limit(_long(configs, TIMESTAMP_AFTER), difference)
+    return ProduceRules(
+        _long(configs, MAX_MESSAGE_BYTES, default_max_bytes),
+        log_append_time,
+        "compact" in configs.get(CLEANUP_POLICY, ""),
+        before,
+        after,
+    )
+
+
+def _long(configs: dict[str, str], name: str, default: int = LONG_MAX) -> int:
+    value = configs.get(name)
+    if value is None:
+        return default
+    try:
+        return int(value.strip())
+    except ValueError:
+        return default
+
+
+def _limit(own: int, difference: int) -> int | None:
+    value = own if own != LONG_MAX else difference
+    return None if value == LONG_MAX else value
 
 
 async def describe_configs(
@@ -82,21 +298,16 @@ async def describe_configs(
                     error_message=f"Topic {name} does not exist",
                 )
             else:
-                values = topic_configs(record, context.settings.entry_format)
+                values = topic_configs(record, context.settings)
                 result["configs"] = [
                     _entry(key, value, key not in record.configs)
                     for key, value in sorted(values.items())
                     if keys is None or key in keys
                 ]
         elif kind == BROKER:
-            values = {
-                "auto.create.topics.enable": str(context.settings.auto_create_topics).lower(),
-                "num.partitions": str(context.settings.default_partitions),
-                "message.max.bytes": str(context.settings.max_frame_bytes),
-            }
             result["configs"] = [
                 _entry(key, value, True)
-                for key, value in sorted(values.items())
+                for key, value in sorted(broker_configs(context.settings).items())
                 if keys is None or key in keys
             ]
         else:
