@@ -42,6 +42,11 @@ from pulsar_gateway.handlers.listener_limits import ConnectionLimits, LogLimiter
 log = logging.getLogger("gateway.amqp")
 
 READ_SIZE = 256 * 1024
+# Output beyond which the socket is not read. Deliveries stop by themselves at
+# WRITE_BUFFER_LIMIT; what still grows is what the client's own publishes cause
+# (basic.return of unroutable mandatory messages, confirms): stop taking publishes from a
+# client that does not read their answers, until it has read them back under the limit.
+OUTPUT_HIGH_WATER = 2 * WRITE_BUFFER_LIMIT
 # Loggers whose lines a client can cause once per connection or per request.
 PER_REQUEST_LOGGERS = ("gateway.amqp",)
 
@@ -190,14 +195,19 @@ class _Session:
     async def _resume_after_drain(self) -> None:
         """Deliver again once the peer has read enough of what it was sent."""
         try:
-            while not self.writer.is_closing() and self._buffer_size() >= WRITE_BUFFER_LIMIT:
-                with contextlib.suppress(ConnectionError, OSError):
-                    await self.writer.drain()
-                if self._buffer_size() >= WRITE_BUFFER_LIMIT:
-                    await asyncio.sleep(0.01)
+            await self._output_below(WRITE_BUFFER_LIMIT)
         finally:
             self._drain_task = None
         self.broker.resume_deliveries()
+
+    async def _output_below(self, limit: int) -> None:
+        """Returns once the output not yet on the wire is under ``limit`` (or the socket is
+        closing)."""
+        while not self.writer.is_closing() and self._buffer_size() >= limit:
+            with contextlib.suppress(ConnectionError, OSError):
+                await self.writer.drain()
+            if self._buffer_size() >= limit:
+                await asyncio.sleep(0.01)
 
     async def run(self) -> None:
         timer = asyncio.ensure_future(self._timer())
@@ -218,6 +228,14 @@ class _Session:
         while not self.conn.closed:
             if self.conn.blocked:
                 await self.broker.wait_unblocked()
+                continue
+            if self._buffer_size() >= OUTPUT_HIGH_WATER:
+                # TCP backpressure on a client that does not read what its publishes
+                # caused; heartbeats (if on) still end one that never reads again
+                self._flush()
+                await self._output_below(WRITE_BUFFER_LIMIT)
+                if self.writer.is_closing():
+                    return  # run() releases the connection
                 continue
             # mid-frame, the rest must keep coming; between frames heartbeats (if any) rule
             stall = self.frame_timeout if self.conn.partial_frame else None
@@ -243,9 +261,9 @@ class _Session:
             self._flush()  # the core's own replies go first
             await self.broker.handle(events)
             self._flush()
-            # No drain here: a client blocked writing to us must still be read,
-            # or both sides wait for each other. Deliveries, the only large
-            # output, stop by themselves while the buffer is full.
+            # No drain here: a client blocked writing to us must still be read, or both
+            # sides wait for each other. Deliveries stop by themselves while the buffer is
+            # full; only past OUTPUT_HIGH_WATER (above) does reading wait for the client.
             self._wake_timer.set()
 
     async def _timer(self) -> None:
