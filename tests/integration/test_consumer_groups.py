@@ -28,6 +28,7 @@ from tests.support.gateway_process import REPO, GatewayProcess
 from tests.support.waiting import wait_until
 
 PARTITIONS = 6
+MIRROR_PREFIX = "__kafka.group."  # kafka.group_subscription_prefix: the gateway's subscriptions
 SETTINGS = {"session.timeout.ms": 6000, "heartbeat.interval.ms": 1000}
 
 
@@ -339,14 +340,15 @@ def test_commit_is_mirrored_onto_the_pulsar_subscription(gateway, topic_name) ->
             producer.produce(topic_name, str(number).encode(), partition=0)
             producer.flush(10)
         group = f"mirror-{topic_name}"
+        mirrored = MIRROR_PREFIX + group
         _commit_simple(gateway.bootstrap, topic_name, group, 7)
-        gateway.wait_for_mirror(full, group)
-        assert _pulsar_receive(client, full, group) == [str(n) for n in range(7, 20)]
+        gateway.wait_for_mirror(full, mirrored)
+        assert _pulsar_receive(client, full, mirrored) == [str(n) for n in range(7, 20)]
 
         # commits while a Pulsar consumer holds the subscription: skipped, nothing breaks
-        holder = client.subscribe(full, group, consumer_type=pulsar.ConsumerType.Exclusive)
+        holder = client.subscribe(full, mirrored, consumer_type=pulsar.ConsumerType.Exclusive)
         _commit_simple(gateway.bootstrap, topic_name, group, 12)
-        held_back = f"subscription {group} on {full} is held by a Pulsar consumer"
+        held_back = f"subscription {mirrored} on {full} is held by a Pulsar consumer"
         wait_until(
             lambda: held_back in gateway.log_tail(400),
             30,
@@ -391,10 +393,10 @@ def test_mirror_inside_a_batch_never_skips_records(gateway, topic_name) -> None:
     producer.flush(10)
     group = f"mirror-{topic_name}"
     _commit_simple(gateway.bootstrap, topic_name, group, 15)
-    gateway.wait_for_mirror(full, group)
+    gateway.wait_for_mirror(full, MIRROR_PREFIX + group)
     client = pulsar.Client(f"pulsar://127.0.0.1:{gateway.broker_port}", operation_timeout_seconds=5)
     try:
-        got = _pulsar_receive(client, full, group)
+        got = _pulsar_receive(client, full, MIRROR_PREFIX + group)
     finally:
         client.close()
     assert got[-5:] == [str(n) for n in range(15, 20)]

@@ -143,11 +143,12 @@ def test_group_commit_inside_a_batch_is_mirrored_without_a_gap(gateway, topic_na
     consumer.commit(offsets=[TopicPartition(topic_name, 0, 150)], asynchronous=False)
     consumer.close()
     partition = f"persistent://public/default/{topic_name}-partition-0"
-    gateway.wait_for_mirror(partition, group)
+    mirrored = f"__kafka.group.{group}"  # kafka.group_subscription_prefix + the group id
+    gateway.wait_for_mirror(partition, mirrored)
     client = pulsar.Client(f"pulsar://127.0.0.1:{gateway.broker_port}")
     subscription = client.subscribe(
         partition,
-        group,
+        mirrored,
         consumer_type=pulsar.ConsumerType.Exclusive,
     )
     numbers = []

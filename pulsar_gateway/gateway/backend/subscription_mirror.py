@@ -1,10 +1,17 @@
 """Kafka group commits mirrored onto durable Pulsar subscriptions named after the group.
 
 After a group commits offset N on a partition, the Exclusive durable subscription
-`<group>` on `<topic>-partition-<i>` is moved (acknowledge_cumulative, which moves
-the cursor without receiving anything) so that a Pulsar consumer attached to it
+`<prefix><group>` on `<topic>-partition-<i>` is moved (acknowledge_cumulative, which
+moves the cursor without receiving anything) so that a Pulsar consumer attached to it
 starts at N; Pulsar's backlog is then the group's lag and retention keeps what the
 group has not read.
+
+Only subscriptions the gateway owns are touched: their names carry
+`kafka.group_subscription_prefix` (default `__kafka.group.`). A subscription named
+after the group alone may belong to a native Pulsar application; moving it (or
+unsubscribing it, for a commit that goes backwards) once cost an offline Exclusive
+subscriber every unread message. Pulsar has no subscription owner or property this
+client can set and the embedded broker could show, so the name is the mark.
 
 Bound: asynchronous and batched. Commits only record the latest offset per
 (partition, group); every `interval` seconds (default 1 s) the latest one of each is
@@ -58,6 +65,7 @@ class SubscriptionMirror:
         self,
         service_url: str,
         locate: Locate,
+        subscription_prefix: str,
         interval: float = 1.0,
         idle_close: float = 2.0,
         busy_retry: float = 30.0,
@@ -68,6 +76,9 @@ class SubscriptionMirror:
         self.service_url = service_url
         self.client_log = client_log
         self.locate = locate
+        if not subscription_prefix:
+            raise ValueError("the subscription prefix marks the gateway's own subscriptions")
+        self.subscription_prefix = subscription_prefix
         self.interval = interval
         self.idle_close = idle_close
         self.busy_retry = busy_retry
@@ -79,6 +90,7 @@ class SubscriptionMirror:
         self._busy_until: dict[Key, float] = {}
         self._busy_logged: set[Key] = set()
         self._limit = asyncio.Semaphore(concurrency)
+        self._round = asyncio.Lock()  # one flush at a time; forget waits for it
         self._task: asyncio.Task[None] | None = None
         self.applied = 0
 
@@ -91,12 +103,30 @@ class SubscriptionMirror:
         )
         self._task = asyncio.create_task(self._run(), name="subscription mirror")
 
-    def request(self, topic: str, subscription: str, offset: int) -> None:
-        """Latest wins: only the newest offset per subscription is applied."""
-        self._pending[(topic, subscription)] = offset
+    def subscription(self, group_id: str) -> str:
+        """The name of the gateway's subscription for a group: never the bare group id."""
+        return self.subscription_prefix + group_id
 
-    def mirrored(self, topic: str, subscription: str) -> int | None:
-        return self._mirrored.get((topic, subscription))
+    def request(self, topic: str, group_id: str, offset: int) -> None:
+        """Latest wins: only the newest offset per subscription is applied."""
+        self._pending[(topic, self.subscription(group_id))] = offset
+
+    def mirrored(self, topic: str, group_id: str) -> int | None:
+        return self._mirrored.get((topic, self.subscription(group_id)))
+
+    async def forget(self, topics: list[str]) -> None:
+        """Stop mirroring onto these partition topics (their topic is being deleted): drop
+        what is pending and let go of held consumers, so that no later commit subscribes,
+        and thereby re-creates, a deleted topic."""
+        gone = set(topics)
+        async with self._round:  # a round in progress may be subscribing to them
+            tables: list[dict[Key, Any]] = [self._pending, self._mirrored, self._busy_until]
+            for table in tables:
+                for key in [key for key in table if key[0] in gone]:
+                    del table[key]
+            self._busy_logged = {key for key in self._busy_logged if key[0] not in gone}
+            for key in [key for key in self._held if key[0] in gone]:
+                await self._drop(key)
 
     async def _run(self) -> None:
         while True:
@@ -110,9 +140,10 @@ class SubscriptionMirror:
                 log.exception("subscription mirror round failed")
 
     async def flush(self) -> None:
-        batch, self._pending = self._pending, {}
-        if batch:
-            await asyncio.gather(*(self._apply(key, offset) for key, offset in batch.items()))
+        async with self._round:
+            batch, self._pending = self._pending, {}
+            if batch:
+                await asyncio.gather(*(self._apply(key, offset) for key, offset in batch.items()))
 
     async def _apply(self, key: Key, offset: int) -> None:
         topic, subscription = key
