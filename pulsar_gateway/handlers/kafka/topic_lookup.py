@@ -4,10 +4,23 @@ from __future__ import annotations
 
 import uuid
 
+from pulsar_gateway.gateway.reserved_names import namespace_of
 from pulsar_gateway.gateway.topic_names import InvalidTopicName, validate_kafka_name
 from pulsar_gateway.handlers.kafka.context import KafkaContext
 from pulsar_gateway.handlers.kafka.port import TopicExists, TopicRecord
 from pulsar_gateway.kafka_codec.errors import ErrorCode
+
+
+def reserved_refusal(context: KafkaContext, kafka_name: str) -> str | None:
+    """Why `kafka_name` may not be used, when it maps into a namespace the gateway keeps for
+    its own state (`public/__gateway/metadata` is the metadata log itself); else None.
+
+    Answered with TOPIC_AUTHORIZATION_FAILED, as Kafka answers a topic the principal may not
+    touch, whether or not such a Pulsar topic exists."""
+    namespace = namespace_of(context.pulsar_name(kafka_name))
+    if context.storage.reserved.holds(namespace):
+        return context.storage.reserved.refusal(f"topic '{kafka_name}'", namespace)
+    return None
 
 
 async def find_topic(
@@ -18,6 +31,8 @@ async def find_topic(
         validate_kafka_name(kafka_name)
     except InvalidTopicName:
         return None, ErrorCode.INVALID_TOPIC_EXCEPTION
+    if reserved_refusal(context, kafka_name) is not None:
+        return None, ErrorCode.TOPIC_AUTHORIZATION_FAILED
     name = context.pulsar_name(kafka_name)
     record = context.topics.get(name)
     if record is not None:
