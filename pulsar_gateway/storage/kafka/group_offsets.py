@@ -6,14 +6,14 @@ Kept in the metadata store, so it survives gateway and broker restarts:
   never go backwards after a restart).
 Group ids and topic names are percent-quoted in keys (both may hold "/"), so one
 group's offsets are a single folder of the store. `on_commit` (the subscription
-mirror) hears of every stored offset.
+mirror) hears of every stored offset, `on_forget` of partitions whose topic is deleted.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import asdict, replace
 from urllib.parse import quote, unquote
 
@@ -33,9 +33,11 @@ class GroupOffsetStore:
         self,
         metadata: MetadataStore,
         on_commit: Callable[[str, str, int], None] | None = None,
+        on_forget: Callable[[list[str]], Awaitable[None]] | None = None,
     ) -> None:
         self.metadata = metadata
         self.on_commit = on_commit  # (pulsar partition topic, group id, offset)
+        self.on_forget = on_forget  # (pulsar partition topics)
         self._offsets: dict[str, dict[str, CommittedOffset]] = {}
         self._states: dict[str, tuple[int, str]] = {}
 
@@ -88,6 +90,14 @@ class GroupOffsetStore:
         await asyncio.gather(*(self.metadata.delete(folder + quote(t, safe="")) for t in removed))
         if not stored:
             self._offsets.pop(group_id, None)
+
+    async def forget_partitions(self, topics: list[str]) -> None:
+        """Every group's offsets on these partition topics go, because their topic is deleted:
+        as Kafka drops a deleted partition's offsets, so that a topic re-created under the
+        name starts with no committed offsets (and no lag) from its predecessor."""
+        if self.on_forget is not None:
+            await self.on_forget(topics)
+        await asyncio.gather(*(self.delete(group_id, topics) for group_id in list(self._offsets)))
 
     def has_offsets(self, group_id: str) -> bool:
         return bool(self._offsets.get(group_id))

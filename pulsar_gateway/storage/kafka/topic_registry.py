@@ -3,9 +3,10 @@
 pulsar-lite has no list-topics call and no partitioned-topic metadata (docs/backend.md,
 "No admin API"),
 so the registry in the metadata store is the source of truth for what exists.
-A deleted topic keeps its record with `deleted: true` and the offsets it reached:
-on the embedded broker storage cannot be deleted, so a re-created topic starts
-after the old data instead of showing it again.
+A topic deleted through a cluster's admin API loses its record (`remove`). A record
+with `deleted: true` is left by earlier versions, which "deleted" on the embedded
+broker without deleting the data: a topic re-created under its name starts after
+that old data instead of showing it again.
 """
 
 from __future__ import annotations
@@ -62,3 +63,8 @@ class TopicRegistry:
 
     async def save(self, record: TopicRecord) -> None:
         await self.metadata.put(PREFIX + record.name, _to_json(record))
+
+    async def remove(self, name: str) -> None:
+        """Forget the topic entirely: only after its storage was really deleted, so that a
+        topic re-created under the name starts at offset 0 on empty partitions."""
+        await self.metadata.delete(PREFIX + name)
