@@ -4,8 +4,12 @@ pulsar-lite has no deduplication, so the gateway drops retried batches itself. A
 batch whose sequence range was already accepted gets the first attempt's base
 offset back (awaiting it if that attempt is still in flight); a gap gets
 OUT_OF_ORDER_SEQUENCE_NUMBER; an older epoch gets INVALID_PRODUCER_EPOCH.
-State is in memory: after a gateway restart a producer's next batch is accepted
-whatever its sequence, as Kafka does for an unknown producer.
+
+The live state is in memory. A producer this gateway has not seen in a partition starts
+from what the partition's log holds of it (`ProducerStateStore.producer_state`: its epoch and
+last five batches, stored with the batches themselves), so a batch retried across a gateway
+restart is still recognised; a producer the log does not know either may start at any
+sequence, as Kafka allows an unknown producer.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ import asyncio
 from collections import deque
 from dataclasses import dataclass, field
 
+from pulsar_gateway.handlers.kafka.port import ProducerSnapshot, ProducerStamp, ProducerStateStore
 from pulsar_gateway.kafka_codec.errors import ErrorCode
 
 KEEP_BATCHES = 5  # Kafka's max.in.flight.requests.per.connection ceiling for idempotence
@@ -35,17 +40,20 @@ class _ProducerState:
 
 
 class SequenceCheck:
-    """What to do with one idempotent batch: append it, return a duplicate, or refuse."""
+    """What to do with one idempotent batch: append it (with `stamp`, so that the log knows
+    it), return a duplicate, or refuse."""
 
     def __init__(
         self,
         code: ErrorCode = ErrorCode.NONE,
         duplicate: asyncio.Future[int] | None = None,
         accepted: _Batch | None = None,
+        stamp: ProducerStamp | None = None,
     ) -> None:
         self.code = code
         self.duplicate = duplicate
         self.accepted = accepted
+        self.stamp = stamp
 
 
 class ProducerSequences:
@@ -53,10 +61,12 @@ class ProducerSequences:
         self._states: dict[tuple[int, str], _ProducerState] = {}
 
     def check(
-        self, producer_id: int, epoch: int, partition: str, first: int, count: int
+        self, producer_id: int, epoch: int, partition: ProducerStateStore, first: int, count: int
     ) -> SequenceCheck:
-        key = (producer_id, partition)
+        key = (producer_id, partition.topic)
         state = self._states.get(key)
+        if state is None:
+            state = self._restore(key, partition.producer_state(producer_id))
         if state is None or epoch > state.epoch:
             state = self._states[key] = _ProducerState(epoch)
         elif epoch < state.epoch:
@@ -70,10 +80,30 @@ class ProducerSequences:
         batch = _Batch(first, last, asyncio.get_running_loop().create_future())
         state.batches.append(batch)
         state.next_sequence = (last + 1) % SEQUENCE_WRAP
-        return SequenceCheck(accepted=batch)
+        return SequenceCheck(accepted=batch, stamp=ProducerStamp(producer_id, epoch, first, last))
+
+    def _restore(
+        self, key: tuple[int, str], stored: ProducerSnapshot | None
+    ) -> _ProducerState | None:
+        """The live state of a producer first seen here, from what the log holds of it."""
+        if stored is None:
+            return None
+        state = self._states[key] = _ProducerState(stored.epoch)
+        loop = asyncio.get_running_loop()
+        for kept in stored.batches:
+            batch = _Batch(kept.first_sequence, kept.last_sequence, loop.create_future())
+            batch.base_offset.set_result(kept.base_offset)
+            state.batches.append(batch)
+        if stored.batches:
+            state.next_sequence = (stored.batches[-1].last_sequence + 1) % SEQUENCE_WRAP
+        return state
 
     def settle(
-        self, producer_id: int, partition: str, batch: _Batch, base_offset: int | None
+        self,
+        producer_id: int,
+        partition: ProducerStateStore,
+        batch: _Batch,
+        base_offset: int | None,
     ) -> None:
         """Record the outcome. A failed batch is forgotten with every batch after it (a
         Pulsar send failure fails everything queued behind it), so that the client's
@@ -82,7 +112,7 @@ class ProducerSequences:
             if not batch.base_offset.done():
                 batch.base_offset.set_result(base_offset)
             return
-        state = self._states.get((producer_id, partition))
+        state = self._states.get((producer_id, partition.topic))
         if state is None or batch not in state.batches:
             return
         kept: deque[_Batch] = deque(maxlen=KEEP_BATCHES)
