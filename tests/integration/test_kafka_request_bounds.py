@@ -145,5 +145,5 @@ def test_hostile_produce_is_refused_fast_with_bounded_memory(gateway: GatewayPro
     )
     assert max(took) < 2.0, f"refusing took {took}"
     assert peak - before < 100, f"RSS grew from {before:.0f} to {peak:.0f} MiB"
-    assert bystander.slowest < 1.0, f"a bystander waited {bystander.slowest:.2f} s"
+    assert bystander.slowest < 2.0, f"a bystander waited {bystander.slowest:.2f} s"
     assert gateway.process.poll() is None
