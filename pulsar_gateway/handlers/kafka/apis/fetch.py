@@ -1,8 +1,15 @@
 """Fetch: records from any offset, long-polled up to max_wait for min_bytes.
 
 Each partition's answer is record batches built from the stored entries
-(stored_records.py): stored batches as sent, one-record messages re-encoded. Fetch
+(entry_format.py): stored batches as sent, one-record messages re-encoded. Fetch
 sessions are not kept: session id 0 tells clients to send full requests.
+
+Sizes follow Kafka's ReplicaManager: the records of the whole response stay within
+`max_bytes` (itself capped by `kafka.fetch_max_bytes`, Kafka's `fetch.max.bytes`), each
+partition's within `partition_max_bytes`, whole batches only; but the first batch of the
+first partition with data comes back even when it alone is larger (KIP-74), so a consumer
+always makes progress whatever its limits. A request naming a partition twice is refused
+(INVALID_REQUEST), as nothing sensible can be answered to it.
 """
 
 from __future__ import annotations
@@ -12,24 +19,30 @@ import time
 from typing import Any
 
 from pulsar_gateway.gateway import metrics
+from pulsar_gateway.handlers.kafka.apis.configs import LOG_APPEND_TIME, TIMESTAMP_TYPE
 from pulsar_gateway.handlers.kafka.context import KafkaContext
 from pulsar_gateway.handlers.kafka.port import OffsetOutOfRange, PartitionLog, StorageError
 from pulsar_gateway.handlers.kafka.topic_lookup import find_topic
 from pulsar_gateway.kafka_codec.entry_format import encode_entries
 from pulsar_gateway.kafka_codec.errors import ErrorCode
 
+Wanted = list[tuple[str, list[dict[str, Any]]]]
+
 
 async def handle(context: KafkaContext, header: Any, request: dict[str, Any]) -> dict[str, Any]:
     deadline = time.monotonic() + max(0, request["max_wait_ms"]) / 1000
     min_bytes = request["min_bytes"]
-    max_bytes = request.get("max_bytes", 0x7FFFFFFF)
-    wanted: list[tuple[str, list[dict[str, Any]]]] = []
+    max_bytes = min(request.get("max_bytes", 0x7FFFFFFF), context.settings.fetch_max_bytes)
+    wanted: Wanted = [(topic["topic"], topic["partitions"]) for topic in request["topics"]]
+    if _repeats_a_partition(wanted):
+        return _refused(wanted)
     logs: dict[tuple[str, int], PartitionLog | int] = {}
-    for topic in request["topics"]:
-        name = topic["topic"]
-        wanted.append((name, topic["partitions"]))
+    append_time: set[str] = set()  # topics whose batches are marked LogAppendTime
+    for name, partitions in wanted:
         record, code = await find_topic(context, name, auto_create=False)
-        for partition in topic["partitions"]:
+        if record is not None and record.configs.get(TIMESTAMP_TYPE) == LOG_APPEND_TIME:
+            append_time.add(name)
+        for partition in partitions:
             index = partition["partition"]
             if record is None:
                 logs[(name, index)] = code
@@ -41,7 +54,7 @@ async def handle(context: KafkaContext, header: Any, request: dict[str, Any]) ->
                 except StorageError:
                     logs[(name, index)] = ErrorCode.KAFKA_STORAGE_ERROR
     while True:
-        body, total = await _collect(wanted, logs, max_bytes)
+        body, total = await _collect(wanted, logs, max_bytes, append_time)
         remaining = deadline - time.monotonic()
         if total >= min_bytes or remaining <= 0 or _has_errors(body):
             return body
@@ -53,16 +66,41 @@ async def handle(context: KafkaContext, header: Any, request: dict[str, Any]) ->
             future.cancel()
 
 
+def _repeats_a_partition(wanted: Wanted) -> bool:
+    named = [
+        (name, partition["partition"]) for name, partitions in wanted for partition in partitions
+    ]
+    return len(set(named)) != len(named)
+
+
+def _refused(wanted: Wanted) -> dict[str, Any]:
+    """INVALID_REQUEST for a request that names a partition twice (v7+ read the top-level
+    code, older versions the one on every partition); each partition listed once."""
+    responses = []
+    for name, partitions in wanted:
+        indexes = list(dict.fromkeys(partition["partition"] for partition in partitions))
+        out = [_partition(index, ErrorCode.INVALID_REQUEST, -1, -1, b"") for index in indexes]
+        responses.append({"topic": name, "partitions": out})
+    return {
+        "throttle_time_ms": 0,
+        "error_code": ErrorCode.INVALID_REQUEST,
+        "session_id": 0,
+        "responses": responses,
+    }
+
+
 def _has_errors(body: dict[str, Any]) -> bool:
     return any(p["error_code"] for t in body["responses"] for p in t["partitions"])
 
 
 async def _collect(
-    wanted: list[tuple[str, list[dict[str, Any]]]],
+    wanted: Wanted,
     logs: dict[tuple[str, int], PartitionLog | int],
     max_bytes: int,
+    append_time: set[str],
 ) -> tuple[dict[str, Any], int]:
     total = 0
+    first = True  # no partition has returned records yet: KIP-74's minimum of one batch
     responses = []
     for name, partitions in wanted:
         out = []
@@ -72,11 +110,11 @@ async def _collect(
             if isinstance(log, int):
                 out.append(_partition(index, log, -1, -1, b""))
                 continue
-            budget = min(partition["partition_max_bytes"], max(max_bytes - total, 0))
+            budget = max(min(partition["partition_max_bytes"], max_bytes - total), 0)
             offset = partition["fetch_offset"]
-            records = b""  # empty, never null: librdkafka 2.0.2 rejects a null record set
+            records: Any = b""  # empty, never null: librdkafka 2.0.2 rejects a null record set
             code = ErrorCode.NONE
-            if budget > 0 or total == 0:
+            if budget > 0 or first:
                 try:
                     messages = await log.read(offset, max(budget, 1))
                 except OffsetOutOfRange:
@@ -86,10 +124,14 @@ async def _collect(
                     code = ErrorCode.KAFKA_STORAGE_ERROR
                     messages = []
                 if messages:
-                    records, count = encode_entries(messages)
-                    total += len(records)
-                    metrics.RECORDS_OUT.labels(name).inc(count)
-                    metrics.BYTES_OUT.labels(name).inc(len(records))
+                    records, count = encode_entries(
+                        messages, budget, first, log_append_time=name in append_time
+                    )
+                    if records:
+                        first = False
+                        total += len(records)
+                        metrics.RECORDS_OUT.labels(name).inc(count)
+                        metrics.BYTES_OUT.labels(name).inc(len(records))
             out.append(_partition(index, code, log.next_offset, log.log_start, records))
         responses.append({"topic": name, "partitions": out})
     body = {"throttle_time_ms": 0, "error_code": 0, "session_id": 0, "responses": responses}
