@@ -114,6 +114,12 @@ def test_pulsar_message_fetched_by_kafka_clients(gateway, topic_name) -> None:
 
 
 def test_six_mib_record_round_trips(gateway, topic_name) -> None:
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    # above the 1 MB default of max.message.bytes, as in Kafka: the topic raises its limit
+    admin = AdminClient({"bootstrap.servers": gateway.bootstrap})
+    config = {"max.message.bytes": "10000000"}
+    admin.create_topics([NewTopic(topic_name, 1, 1, config=config)])[topic_name].result(30)
     big = bytes(range(256)) * (6 * 1024 * 1024 // 256)
     producer = Producer(
         {
