@@ -1,0 +1,61 @@
+"""The partition logs' tail caches share one byte budget (`kafka.tail_cache_bytes`): past it,
+the least recently used partitions give up their oldest cached messages; a closed partition
+gives its share back. Before, each open partition could hold 64 MiB with no cap at all."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from pulsar_gateway.gateway.messages import StoredMessage
+from pulsar_gateway.storage.kafka.partition_log import PartitionLog
+from pulsar_gateway.storage.kafka.topics import TailCache
+
+
+class _Metadata:
+    async def put(self, key: str, value: Any) -> None:
+        pass
+
+
+def _messages(first: int, count: int) -> list[StoredMessage]:
+    # 100-byte payloads: 116 bytes each as the tail counts them
+    return [
+        StoredMessage((1, i, -1), b"m" * 100, "", {}, 0, 1) for i in range(first, first + count)
+    ]
+
+
+def test_the_least_recently_used_tails_shrink_to_stay_under_the_shared_limit() -> None:
+    async def scenario() -> None:
+        logs: list[PartitionLog] = []
+        cache = TailCache(1000, lambda: logs)
+        for name in ("a", "b", "c"):
+            logs.append(
+                PartitionLog(None, _Metadata(), name, tail_bytes=800, tail_budget=cache)  # type: ignore[arg-type]
+            )
+        a, b, c = logs
+        a._index(_messages(0, 5))  # 580 bytes
+        a.last_used, b.last_used, c.last_used = 1.0, 2.0, 3.0
+        assert cache.used == 580 and a.tail_start == 0
+        b._index(_messages(100, 5))  # 1,160 in all: over, down to 900 from the oldest user
+        assert cache.used <= 900
+        assert a.tail_start == 3 and b.tail_start == 0  # a lost its three oldest
+        assert cache.used == sum(log._tail_size for log in logs)
+        c._index(_messages(200, 6))  # 696 more: over again; a empties first, then b shrinks
+        assert cache.used <= 900 and a.tail_start == a.next_offset == 5
+        assert c.tail_start == 0
+        assert cache.used == sum(log._tail_size for log in logs)
+        await c.close()
+        assert cache.used == sum(log._tail_size for log in (a, b))
+
+    asyncio.run(scenario())
+
+
+def test_each_partition_still_keeps_to_its_own_limit() -> None:
+    async def scenario() -> None:
+        cache = TailCache(1 << 30, list)
+        log = PartitionLog(None, _Metadata(), "p", tail_bytes=500, tail_budget=cache)  # type: ignore[arg-type]
+        log._index(_messages(0, 10))
+        assert log._tail_size <= 500 and cache.used == log._tail_size
+        assert log.tail_start == 6
+
+    asyncio.run(scenario())
