@@ -15,6 +15,7 @@ from pulsar_gateway.gateway.backend.pulsar_backend import PulsarBackend
 from pulsar_gateway.gateway.backend.subscription_mirror import SubscriptionMirror
 from pulsar_gateway.gateway.config import Settings
 from pulsar_gateway.gateway.metadata_store import MetadataStore
+from pulsar_gateway.gateway.reserved_names import ReservedNamespaces
 from pulsar_gateway.storage.kafka.group_offsets import GroupOffsetStore
 from pulsar_gateway.storage.kafka.subscription_position import ack_position
 from pulsar_gateway.storage.kafka.topics import TopicService
@@ -77,6 +78,8 @@ class Gateway:
         await self.backend.start()
         self.metadata = MetadataStore(self.backend, settings.pulsar.metadata_namespace)
         await self.metadata.load()
+        metadata = self.metadata
+        metrics.METADATA_UNREADABLE.set_function(lambda: metadata.unreadable_records)
         admin = PulsarAdmin(settings.pulsar.admin_url) if settings.pulsar.admin_url else None
         self.topics = TopicService(
             self.backend,
@@ -85,6 +88,8 @@ class Gateway:
             index_interval=settings.kafka.index_interval,
             tail_records=settings.kafka.tail_cache_records,
             idle_close_seconds=settings.kafka.idle_close_seconds,
+            tail_partition_bytes=settings.kafka.tail_cache_partition_bytes,
+            tail_cache_bytes=settings.kafka.tail_cache_bytes,
         )
         self.topics.start()
         metrics.OPEN_PARTITIONS.set_function(
@@ -92,6 +97,9 @@ class Gateway:
         )
         self.group_offsets = GroupOffsetStore(self.metadata)
         self.group_offsets.load()
+        self.topics.forget_partitions = self.group_offsets.forget_partitions
+        # no client topic or queue may map among the gateway's own topics
+        reserved = ReservedNamespaces(frozenset({settings.pulsar.metadata_namespace}))
         if settings.kafka.group_offset_mirror:
             topics = self.topics
 
@@ -101,6 +109,7 @@ class Gateway:
             self.mirror = SubscriptionMirror(
                 service_url,
                 locate,
+                settings.kafka.group_subscription_prefix,
                 interval=settings.kafka.group_mirror_interval_seconds,
                 idle_close=settings.kafka.group_mirror_idle_seconds,
                 operation_timeout_seconds=min(5, settings.pulsar.operation_timeout_seconds),
@@ -108,6 +117,7 @@ class Gateway:
             )
             await self.mirror.start()
             self.group_offsets.on_commit = self.mirror.request
+            self.group_offsets.on_forget = self.mirror.forget
         metrics.BACKEND_UP.set(1)
         if settings.kafka.enabled:
             from pulsar_gateway.handlers.kafka.port import KafkaStorage
@@ -115,15 +125,17 @@ class Gateway:
             from pulsar_gateway.storage.kafka.producer_ids import MetadataProducerIds
 
             storage = KafkaStorage(
-                self.topics, self.group_offsets, MetadataProducerIds(self.metadata)
+                self.topics, self.group_offsets, MetadataProducerIds(self.metadata), reserved
             )
             self.listeners.append(KafkaServer(settings.kafka, storage))
         if settings.amqp.enabled:
             from pulsar_gateway.handlers.amqp.server import AmqpServer
             from pulsar_gateway.storage.amqp.store import PulsarAmqpStore
 
-            store = PulsarAmqpStore(self.backend, self.metadata, settings.amqp.tenant)
-            self.listeners.append(AmqpServer(settings.amqp, store))
+            store = PulsarAmqpStore(
+                self.backend, self.metadata, settings.amqp.tenant, reserved=reserved
+            )
+            self.listeners.append(AmqpServer(settings.amqp, store, store.vhost_access))
         for listener in self.listeners:
             await listener.start()
             host, port = listener.address
@@ -138,9 +150,13 @@ class Gateway:
         log.info("pulsar-gateway ready: %s (backend %s)", ", ".join(parts), service_url)
 
     def health(self) -> dict[str, Any]:
+        """503 (`ok` false) until started, and while the backend does not answer: a stalled
+        broker keeps its connections up, so only the backend's probe tells."""
         broker_ok = self.broker is None or (self.broker.pid is not None)
+        reachable = self.backend is not None and self.backend.reachable
         return {
-            "ok": self.ready and broker_ok,
+            "ok": self.ready and broker_ok and reachable,
+            "backend_reachable": reachable,
             "listeners": {lst.name: f"{lst.address[0]}:{lst.address[1]}" for lst in self.listeners},
             "embedded": self.broker is not None,
             "broker_restarts": self.broker.restarts if self.broker else 0,

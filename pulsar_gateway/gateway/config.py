@@ -11,7 +11,14 @@ import tomllib
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 ENV_PREFIX = "PULSAR_GATEWAY_"
 DEFAULT_CONFIG_PATH = Path("conf/gateway.toml")
@@ -42,10 +49,26 @@ class KafkaSection(_Section):
     default_partitions: int = Field(1, ge=1, le=10000)
     max_frame_bytes: int = Field(100 * 1024 * 1024, ge=1024)
     max_connections: int = Field(10000, ge=1)
+    # abuse bounds of the listener (docs in conf/gateway.toml): one host may not take every
+    # connection, an idle or half-sent socket is closed, decoded and queued requests are capped
+    max_connections_per_ip: int = Field(1000, ge=1)
+    connection_idle_seconds: float = Field(600.0, gt=0)  # Kafka's connections.max.idle.ms
+    frame_timeout_seconds: float = Field(30.0, gt=0)
+    max_request_entries: int = Field(100_000, ge=1)
+    max_queued_request_bytes_per_connection: int = Field(32 * 1024 * 1024, ge=1024)
+    max_queued_request_bytes: int = Field(256 * 1024 * 1024, ge=1024)  # queued.max.request.bytes
     node_id: int = Field(0, ge=0)
     cluster_id: str = "pulsar-gateway"
     index_interval: int = Field(1000, ge=1)
     tail_cache_records: int = Field(20000, ge=0)
+    tail_cache_partition_bytes: int = Field(64 * 1024 * 1024, ge=0)
+    tail_cache_bytes: int = Field(256 * 1024 * 1024, ge=0)
+    # Kafka's message.max.bytes and fetch.max.bytes, with Kafka's defaults
+    message_max_bytes: int = Field(1048588, ge=0, le=2**31 - 1)
+    fetch_max_bytes: int = Field(55 * 1024 * 1024, ge=1024, le=2**31 - 1)
+    max_produce_inflated_bytes: int = Field(128 * 1024 * 1024, ge=1024 * 1024)
+    max_partitions_per_topic: int = Field(10000, ge=1)
+    max_partitions_total: int = Field(100000, ge=1)
     idle_close_seconds: float = Field(60.0, gt=0)
     max_in_flight_sends: int = Field(50000, ge=1)
     entry_format: Literal["pulsar", "kafka"] = "pulsar"
@@ -55,6 +78,9 @@ class KafkaSection(_Section):
     group_offset_mirror: bool = True
     group_mirror_interval_seconds: float = Field(1.0, gt=0)
     group_mirror_idle_seconds: float = Field(2.0, gt=0)
+    # the mark of the gateway's own mirrored subscriptions: never empty, so a subscription
+    # named after a group alone (a Pulsar application's) is never moved
+    group_subscription_prefix: str = Field("__kafka.group.", min_length=1)
 
     @field_validator("tenant", "namespace")
     @classmethod
@@ -63,6 +89,14 @@ class KafkaSection(_Section):
             raise ValueError("must be a non-empty name without '/'")
         return value
 
+    @model_validator(mode="after")
+    def _partition_limits(self) -> KafkaSection:
+        if self.default_partitions > self.max_partitions_per_topic:
+            raise ValueError("default_partitions must not exceed max_partitions_per_topic")
+        if self.max_partitions_per_topic > self.max_partitions_total:
+            raise ValueError("max_partitions_per_topic must not exceed max_partitions_total")
+        return self
+
 
 class AmqpSection(_Section):
     enabled: bool = True
@@ -70,6 +104,10 @@ class AmqpSection(_Section):
     port: int = Field(5672, ge=0, le=65535)
     tenant: str = "public"
     max_connections: int = Field(10000, ge=1)
+    # as the Kafka listener's; there is no idle timeout beyond the heartbeat, as in RabbitMQ
+    max_connections_per_ip: int = Field(1000, ge=1)
+    handshake_timeout_seconds: float = Field(10.0, gt=0)  # RabbitMQ's handshake_timeout
+    frame_timeout_seconds: float = Field(30.0, gt=0)
     reader_idle_seconds: float = Field(30.0, gt=0)
     heartbeat_seconds: int = Field(60, ge=0, le=65535)
     frame_max: int = Field(131072, ge=4096)

@@ -53,7 +53,30 @@ BAD_INPUT = Counter(
     ["protocol", "reason"],
     registry=REGISTRY,
 )
+PRODUCE_REJECTED = Counter(
+    "gateway_produce_rejected_total",
+    "Produce partitions (record batches) refused and not stored, by Kafka error",
+    ["error"],
+    registry=REGISTRY,
+)
+CONNECTIONS_REFUSED = Counter(
+    "gateway_connections_refused_total",
+    "Client connections refused at accept (max_connections, max_connections_per_ip)",
+    ["protocol", "reason"],
+    registry=REGISTRY,
+)
+QUEUED_REQUEST_BYTES = Gauge(
+    "gateway_queued_request_bytes",
+    "Request bytes read and not yet answered (frames plus decoded estimate)",
+    ["protocol"],
+    registry=REGISTRY,
+)
 OPEN_PARTITIONS = Gauge("gateway_open_partitions", "Partition logs open", registry=REGISTRY)
+METADATA_UNREADABLE = Gauge(
+    "gateway_metadata_unreadable_records",
+    "Records of the metadata log its last load skipped because they were not JSON",
+    registry=REGISTRY,
+)
 BACKEND_UP = Gauge(
     "gateway_backend_up", "1 when the Pulsar backend is reachable", registry=REGISTRY
 )

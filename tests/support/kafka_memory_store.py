@@ -15,11 +15,15 @@ import uuid
 
 from pulsar_gateway.gateway.messages import LogEntry, OutMessage, StoredMessage, records_in
 from pulsar_gateway.gateway.topic_names import partition_topic
+from pulsar_gateway.handlers.kafka.idempotence import KEEP_BATCHES
 from pulsar_gateway.handlers.kafka.port import (
     CommittedOffset,
     InvalidPartitions,
     KafkaStorage,
     OffsetOutOfRange,
+    ProducerBatch,
+    ProducerSnapshot,
+    ProducerStamp,
     StorageError,
     TopicExists,
     TopicRecord,
@@ -42,13 +46,23 @@ class MemoryPartitionLog(_Breakable):
         self.next_offset = log_start
         self.entries: list[LogEntry] = []
         self._waiters: list[asyncio.Future[None]] = []
+        self.producers: dict[int, ProducerSnapshot] = {}
+        # when set, an append waits until it is (a stalled backend, for timeout paths)
+        self.stall: asyncio.Event | None = None
 
     @property
     def topic(self) -> str:
         return self._topic
 
-    async def append(self, messages: list[OutMessage]) -> int:
+    def producer_state(self, producer_id: int) -> ProducerSnapshot | None:
+        return self.producers.get(producer_id)
+
+    async def append(
+        self, messages: list[OutMessage], producer: ProducerStamp | None = None
+    ) -> int:
         self._check()
+        if self.stall is not None:
+            await self.stall.wait()
         base = self.next_offset
         now = int(time.time() * 1000)
         for message in messages:
@@ -62,11 +76,23 @@ class MemoryPartitionLog(_Breakable):
             )
             self.entries.append(LogEntry(self.next_offset, stored))
             self.next_offset += records_in(stored)
+        if producer is not None:
+            self._remember(producer, base)
         waiters, self._waiters = self._waiters, []
         for future in waiters:
             if not future.done():
                 future.set_result(None)
         return base
+
+    def _remember(self, producer: ProducerStamp, base: int) -> None:
+        """The producer's last five batches, kept as durably as the log (a new epoch starts
+        them afresh)."""
+        known = self.producers.get(producer.producer_id)
+        kept = known.batches if known is not None and known.epoch == producer.epoch else ()
+        batch = ProducerBatch(producer.first_sequence, producer.last_sequence, base)
+        self.producers[producer.producer_id] = ProducerSnapshot(
+            producer.epoch, (*kept, batch)[-KEEP_BATCHES:]
+        )
 
     async def read(self, offset: int, max_bytes: int) -> list[LogEntry]:
         self._check()
@@ -134,6 +160,9 @@ class MemoryTopicStore(_Breakable):
         record.log_start += [0] * (total - record.partitions)
         record.partitions = total
         return record
+
+    def total_partitions(self) -> int:
+        return sum(record.partitions for record in self.records.values())
 
     async def partition_of(self, record: TopicRecord, index: int) -> MemoryPartitionLog:
         self._check()

@@ -19,6 +19,7 @@ from typing import Protocol
 
 from pulsar_gateway.gateway.errors import StorageError
 from pulsar_gateway.gateway.messages import LogEntry, OutMessage
+from pulsar_gateway.gateway.reserved_names import ReservedNamespaces
 
 __all__ = [
     "CommittedOffset",
@@ -28,8 +29,13 @@ __all__ = [
     "KafkaStorage",
     "OffsetOutOfRange",
     "PartitionLog",
+    "ProducerBatch",
     "ProducerIds",
+    "ProducerSnapshot",
+    "ProducerStamp",
+    "ProducerStateStore",
     "StorageError",
+    "TopicDeletionDisabled",
     "TopicExists",
     "TopicRecord",
     "TopicStore",
@@ -43,6 +49,11 @@ class TopicExists(Exception):
 
 class UnknownTopic(Exception):
     """delete() or add_partitions() of a topic that does not exist."""
+
+
+class TopicDeletionDisabled(Exception):
+    """delete() on a backend that cannot delete stored data (the embedded broker has no
+    admin API): the topic stays as it was, and the message says why."""
 
 
 class InvalidPartitions(Exception):
@@ -78,19 +89,62 @@ class CommittedOffset:
     leader_epoch: int = -1
 
 
-class PartitionLog(Protocol):
-    """One Kafka partition: an append-only log of entries numbered by dense offsets."""
+@dataclass(frozen=True)
+class ProducerStamp:
+    """Which idempotent producer's batch an append stores: its id, epoch and the sequence
+    numbers of its first and last record."""
 
-    log_start: int
-    next_offset: int  # the high watermark: one past the last numbered record
+    producer_id: int
+    epoch: int
+    first_sequence: int
+    last_sequence: int
+
+
+@dataclass(frozen=True)
+class ProducerBatch:
+    """A batch of an idempotent producer that a partition holds whole, and where it starts."""
+
+    first_sequence: int
+    last_sequence: int
+    base_offset: int
+
+
+@dataclass(frozen=True)
+class ProducerSnapshot:
+    """What a partition holds of one idempotent producer, as Kafka's producer snapshots
+    keep it: the producer's epoch and its last batches (at most five), oldest first."""
+
+    epoch: int
+    batches: tuple[ProducerBatch, ...]
+
+
+class ProducerStateStore(Protocol):
+    """Idempotent producers' state in one partition, kept with its log so that it outlives
+    the gateway: a retry that reaches a restarted gateway is still recognised."""
 
     @property
     def topic(self) -> str:
         """The partition's own Pulsar topic (`<topic>-partition-<i>`): a stable key."""
         ...
 
-    async def append(self, messages: list[OutMessage]) -> int:
-        """Store the messages in order; the offset of the first once all are numbered."""
+    def producer_state(self, producer_id: int) -> ProducerSnapshot | None:
+        """The producer's state as of everything appended (and numbered) so far; None for a
+        producer that never wrote here (or was forgotten as the least recently seen)."""
+        ...
+
+
+class PartitionLog(ProducerStateStore, Protocol):
+    """One Kafka partition: an append-only log of entries numbered by dense offsets."""
+
+    log_start: int
+    next_offset: int  # the high watermark: one past the last numbered record
+
+    async def append(
+        self, messages: list[OutMessage], producer: ProducerStamp | None = None
+    ) -> int:
+        """Store the messages in order; the offset of the first once all are numbered.
+        `producer`: they are an idempotent producer's batch, which `producer_state` shows
+        once it is stored whole."""
         ...
 
     async def read(self, offset: int, max_bytes: int) -> list[LogEntry]:
@@ -114,9 +168,17 @@ class TopicStore(Protocol):
         self, name: str, partitions: int, configs: dict[str, str] | None = None
     ) -> TopicRecord: ...
 
-    async def delete(self, name: str) -> None: ...
+    async def delete(self, name: str) -> None:
+        """Delete the topic with its data, its groups' committed offsets and everything kept
+        for it; UnknownTopic, or TopicDeletionDisabled where the data cannot go."""
+        ...
 
     async def add_partitions(self, name: str, total: int) -> TopicRecord: ...
+
+    def total_partitions(self) -> int:
+        """Partitions of every existing topic together, cheaply (the gateway's partition
+        limit is checked against it on every CreateTopics and CreatePartitions)."""
+        ...
 
     async def partition_of(self, record: TopicRecord, index: int) -> PartitionLog: ...
 
@@ -165,3 +227,5 @@ class KafkaStorage:
     topics: TopicStore
     offsets: GroupOffsets
     producer_ids: ProducerIds
+    # where the gateway keeps its own state: no Kafka topic may map there
+    reserved: ReservedNamespaces = ReservedNamespaces()

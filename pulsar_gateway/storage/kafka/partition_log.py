@@ -19,7 +19,7 @@ import heapq
 import itertools
 import logging
 import time
-from typing import Any
+from typing import Any, Protocol
 
 from pulsar_gateway.gateway.backend.pulsar_backend import BackendError, PulsarBackend
 from pulsar_gateway.gateway.backend.reader_stream import EARLIEST, ReaderStream
@@ -32,11 +32,17 @@ from pulsar_gateway.gateway.messages import (
     records_in,
 )
 from pulsar_gateway.gateway.metadata_store import MetadataStore
-from pulsar_gateway.handlers.kafka.port import OffsetOutOfRange
+from pulsar_gateway.handlers.kafka.port import OffsetOutOfRange, ProducerSnapshot, ProducerStamp
+from pulsar_gateway.storage.kafka.producer_state import ProducerStateIndex, stamp
 
 log = logging.getLogger("gateway.partition")
 
 INDEX_PREFIX = "offset-index/"
+# The tailer's back-off between attempts to reopen a failed reader, doubling from the first.
+RETRY_FIRST_SECONDS = 0.1
+RETRY_MAX_SECONDS = 1.0
+# How long the tailer's stall check waits for the broker to say whether more is stored.
+STALL_PROBE_SECONDS = 5.0
 
 
 class _Cursor:
@@ -47,6 +53,16 @@ class _Cursor:
         self.next_offset = next_offset
         self.resends = resends
         self.last_used = time.monotonic()
+        # read from the stream but not yet counted: the rest of a batch that a read left at
+        # its byte limit; the first one holds `next_offset`
+        self.pending: list[StoredMessage] = []
+
+
+class TailBudget(Protocol):
+    """What all open partitions' tail caches may hold together (`kafka.tail_cache_bytes`):
+    told of every change in a partition's tail, it may ask partitions to `shrink_tail`."""
+
+    def charge(self, partition: PartitionLog, delta: int) -> None: ...
 
 
 class PartitionLog:
@@ -58,6 +74,7 @@ class PartitionLog:
         index_interval: int = 1000,
         tail_records: int = 20000,
         tail_bytes: int = 64 * 1024 * 1024,
+        tail_budget: TailBudget | None = None,
     ) -> None:
         self.backend = backend
         self.metadata = metadata
@@ -65,6 +82,8 @@ class PartitionLog:
         self.index_interval = index_interval
         self.tail_records = tail_records
         self.tail_bytes = tail_bytes
+        self.tail_budget = tail_budget
+        self._tail_charged = 0  # what tail_budget was last told this tail holds
         self.log_start = 0
         self.next_offset = 0
         self.last_used = time.monotonic()
@@ -72,6 +91,7 @@ class PartitionLog:
         self._checkpoint_ids: list[MessageKey] = []
         self._checkpoint_states: list[dict[str, int]] = []
         self._resends = ResendFilter()
+        self._producers = ProducerStateIndex()
         self._resent_ids: dict[MessageKey, int] = {}  # recent resends -> first copy's offset
         self._tail: list[StoredMessage] = []
         self._tail_offsets: list[int] = []  # offset of each tail message's first record
@@ -86,7 +106,6 @@ class PartitionLog:
         self._task: asyncio.Task[None] | None = None
         self._cursors: dict[int, _Cursor] = {}
         self._ready = asyncio.Event()
-        self._failure: BaseException | None = None
 
     # ---- lifecycle -------------------------------------------------------------------------
 
@@ -98,6 +117,8 @@ class PartitionLog:
         self._checkpoint_offsets = [offset for offset, _ in entries]
         self._checkpoint_ids = [tuple(value["id"]) for _, value in entries]  # type: ignore[misc]
         self._checkpoint_states = [value["resends"] for _, value in entries]
+        # only the last is needed: a reopened log restores it and replays what follows
+        self._producers = ProducerStateIndex(entries[-1][1].get("producers") if entries else None)
 
     async def open(self) -> None:
         self._load_checkpoints()
@@ -111,14 +132,16 @@ class PartitionLog:
         self._stream = await self.backend.open_reader(self.topic, start, receiver_queue_size=2000)
         self._task = asyncio.create_task(self._tail_loop(), name=f"tail {self.topic}")
         # The partition is ready once it has caught up with what is already stored.
-        await self._catch_up()
+        try:
+            await self._catch_up()
+        except BaseException:
+            await self.close()  # not served: nothing of it may outlive the failed open
+            raise
 
     async def _catch_up(self) -> None:
         """Wait until the tailer has indexed everything stored before now."""
         assert self._stream is not None
         while await self._stream.has_more():
-            if self._failure:
-                raise self._failure
             await asyncio.wait([self.data_future()], timeout=0.5)
         self._ready.set()
 
@@ -134,32 +157,69 @@ class PartitionLog:
         self._cursors.clear()
         self._fail_waiters(BackendError("partition closed"))
         self._wake_data_waiters()
+        if self.tail_budget is not None and self._tail_charged:
+            self.tail_budget.charge(self, -self._tail_charged)
+            self._tail_charged = 0
 
     # ---- tailing ---------------------------------------------------------------------------
 
     async def _tail_loop(self) -> None:
-        assert self._stream is not None
-        try:
-            while True:
-                batch = await self._stream.read_batch(2000, timeout=2.0)
+        """Number what the reader passes on, for as long as the partition is open.
+
+        Only `close` ends it. A read that fails (the broker restarted, stalled or dropped the
+        connection) is answered by reopening the reader at the last message it passed on,
+        after a back-off that grows to RETRY_MAX_SECONDS while the backend stays unreachable:
+        the partition heals by itself, and a producer waiting for its offset simply waits
+        (its Produce answers REQUEST_TIMED_OUT by its own timeout). docs/backend.md, 'A
+        broker that stalls'.
+        """
+        stream = self._stream
+        assert stream is not None
+        failures = 0
+        reopen = False
+        while True:
+            try:
+                if reopen:
+                    await stream.reopen()
+                    reopen = False
+                batch = await stream.read_batch(2000, timeout=2.0)
                 if batch:
                     self._index(batch)
-                elif not self._stream.connected:
+                    failures = 0
+                elif not stream.connected:
                     # the client's reconnect backoff can reach a minute after a broker restart
                     log.warning("tailer of %s disconnected; reopening it", self.topic)
-                    await self._stream.reopen()
-                elif (self._id_waiters or self._data_waiters) and await self._stream.has_more():
+                    reopen = True
+                elif (self._id_waiters or self._data_waiters) and await self._stalled(stream):
                     # connected, data waiting, nothing dispatched: pulsar-lite stops
                     # dispatching to readers whose connection it dropped (BACKEND.md, acks)
                     log.warning("tailer of %s stalled; reopening it", self.topic)
-                    await self._stream.reopen()
-        except asyncio.CancelledError:
-            raise
-        except BaseException as exc:  # noqa: BLE001 - surfaced to every waiter
-            log.error("tailing %s failed: %s", self.topic, exc)
-            self._failure = exc
-            self._fail_waiters(BackendError(f"partition {self.topic} failed: {exc}"))
-            self._wake_data_waiters()
+                    reopen = True
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - retried until the backend answers again
+                failures += 1
+                if failures == 1 or failures % 30 == 0:
+                    log.warning(
+                        "tailing %s failed (%d in a row): %s; reopening at %s",
+                        self.topic,
+                        failures,
+                        exc,
+                        self._last_id,
+                    )
+                reopen = True
+                await asyncio.sleep(min(RETRY_MAX_SECONDS, RETRY_FIRST_SECONDS * 2**failures))
+
+    async def _stalled(self, stream: ReaderStream) -> bool:
+        """Whether the broker holds messages the reader is not being sent. A broker that does
+        not answer at all (stalled, or gone while the connection looks up) is no reason to
+        reopen: the reader goes on where it is once the broker answers, or the client sees
+        the connection drop."""
+        try:
+            return await stream.has_more(timeout=STALL_PROBE_SECONDS)
+        except (TimeoutError, ConnectionError) as exc:
+            log.debug("tailer of %s: no answer on what is stored: %r", self.topic, exc)
+            return False
 
     def _fail_waiters(self, error: Exception) -> None:
         for _, _, future in self._id_waiters:
@@ -172,6 +232,7 @@ class PartitionLog:
         waiters = self._id_waiters
         interval = self.index_interval
         resends = self._resends
+        producers = self._producers
         checkpoints = self._checkpoint_offsets
         for message in batch:
             # one checkpoint per `interval` offsets, at the first message starting past it
@@ -189,7 +250,8 @@ class PartitionLog:
                         future.set_result(original)
                 continue
             if before is not None:
-                self._checkpoint(offset, message.id, before)
+                self._checkpoint(offset, message.id, before, producers.snapshot())
+            producers.observe(message, offset)
             self._tail.append(message)
             self._tail_offsets.append(offset)
             self._tail_size += message.size
@@ -204,22 +266,27 @@ class PartitionLog:
         self._trim_tail()
         self._wake_data_waiters()
 
-    def _checkpoint(self, offset: int, mid: MessageKey, resends: dict[str, int]) -> None:
-        """Where offset `offset` is, and the resend filter's state just before it."""
+    def _checkpoint(
+        self, offset: int, mid: MessageKey, resends: dict[str, int], producers: dict[str, Any]
+    ) -> None:
+        """Where offset `offset` is, and the resend filter's and the idempotent producers'
+        state just before it."""
         self._checkpoint_offsets.append(offset)
         self._checkpoint_ids.append(mid)
         self._checkpoint_states.append(resends)
+        value: dict[str, Any] = {"id": list(mid), "resends": resends}
+        if producers:
+            value["producers"] = producers
         task = asyncio.ensure_future(
-            self.metadata.put(
-                f"{INDEX_PREFIX}{self.topic}/{offset:020d}", {"id": list(mid), "resends": resends}
-            )
+            self.metadata.put(f"{INDEX_PREFIX}{self.topic}/{offset:020d}", value)
         )
         task.add_done_callback(_log_failure)
 
-    def _trim_tail(self) -> None:
+    def _trim_tail(self, max_bytes: int | None = None) -> None:
         tail, offsets = self._tail, self._tail_offsets
+        limit = self.tail_bytes if max_bytes is None else min(max_bytes, self.tail_bytes)
         while self._tail_head < len(tail) and (
-            len(tail) - self._tail_head > self.tail_records or self._tail_size > self.tail_bytes
+            len(tail) - self._tail_head > self.tail_records or self._tail_size > limit
         ):
             self._tail_size -= tail[self._tail_head].size
             tail[self._tail_head] = None  # type: ignore[call-overload]
@@ -228,6 +295,14 @@ class PartitionLog:
             del tail[: self._tail_head]
             del offsets[: self._tail_head]
             self._tail_head = 0
+        if self.tail_budget is not None and self._tail_size != self._tail_charged:
+            delta, self._tail_charged = self._tail_size - self._tail_charged, self._tail_size
+            self.tail_budget.charge(self, delta)
+
+    def shrink_tail(self, excess: int) -> None:
+        """Drop the oldest cached messages until `excess` bytes are gone (or all are): the
+        tail budget's eviction. Reads below the tail go to Pulsar instead."""
+        self._trim_tail(max(self._tail_size - excess, 0))
 
     def _wake_data_waiters(self) -> None:
         waiters, self._data_waiters = self._data_waiters, []
@@ -237,23 +312,47 @@ class PartitionLog:
 
     # ---- writing ---------------------------------------------------------------------------
 
-    async def append(self, messages: list[OutMessage]) -> int:
-        """Store messages; returns the offset of the first, as the tailer numbered it."""
+    async def append(
+        self, messages: list[OutMessage], producer: ProducerStamp | None = None
+    ) -> int:
+        """Store messages; returns the offset of the first, as the tailer numbered it.
+
+        An idempotent producer's batch is stamped, so the tailer learns it (`producer_state`),
+        and stored whole once: a retry of a batch the log holds whole stores nothing, one of
+        a batch a crash cut short stores only the records after what is there (module
+        `producer_state`). Both answer the batch's base offset.
+        """
         self.last_used = time.monotonic()
+        base: int | None = None
+        if producer is not None:
+            whole = self._producers.stored(producer)
+            if whole is not None:
+                return whole
+            resumed = self._producers.resume_from(producer)
+            skip = 0
+            if resumed is not None:
+                base, skip = resumed
+                log.info("%s: completing a batch cut short at %d records", self.topic, skip)
+            messages = stamp(messages, producer, skip)
+            if not messages:
+                return base if base is not None else self.next_offset
         # Unbatched: a pulsar-lite reader's own cumulative ack of a batched entry makes the
         # broker drop the client connection, after which its readers get nothing more.
         first, last = await self.backend.send(self.topic, messages, batching=False)
-        base = await self.offset_of(first)
+        first_offset = await self.offset_of(first)
         if last != first:
             # Kafka's high watermark covers every acknowledged record: answer only once the
             # tailer has numbered the last one too, or a fetch right after sees a short log.
             await self.offset_of(last)
-        return base
+        return first_offset if base is None else base
+
+    def producer_state(self, producer_id: int) -> ProducerSnapshot | None:
+        """What this partition holds of an idempotent producer, as far as it is numbered."""
+        return self._producers.get(producer_id)
 
     async def offset_of(self, mid: MessageKey) -> int:
-        """Offset of the first message at or after `mid` (a send callback's id)."""
-        if self._failure:
-            raise BackendError(f"partition {self.topic} failed: {self._failure}")
+        """Offset of the first message at or after `mid` (a send callback's id); waits as
+        long as the tailer needs to get there (it never gives up while the log is open)."""
         if self._last_id is not None and mid <= self._last_id:
             if mid in self._resent_ids:
                 return self._resent_ids[mid]
@@ -346,13 +445,22 @@ class PartitionLog:
         limit = self.tail_start
         try:
             while cursor.next_offset < limit:
-                batch = await cursor.stream.read_batch(1000, timeout=5, expect_more=True)
+                batch, cursor.pending = cursor.pending, []
+                if not batch:
+                    # the messages are stored, so a second without one is a reader that
+                    # stopped short (docs/backend.md, 'Readers skip or stall'): reopened
+                    # after 1 s, not 5, as a consumer of large records meets it every ~10 MB
+                    batch = await cursor.stream.read_batch(1000, timeout=1, expect_more=True)
                 if not batch:
                     raise BackendError(
                         f"history read of {self.topic} stalled at {cursor.next_offset}"
                     )
-                for message in batch:
+                for position, message in enumerate(batch):
                     if cursor.next_offset >= limit:
+                        break
+                    if out and size + message.size > max_bytes:
+                        # full: the rest waits in the cursor, uncounted, for the next read
+                        cursor.pending = batch[position:]
                         break
                     if cursor.resends.original_offset(message, cursor.next_offset) is not None:
                         continue
@@ -361,7 +469,7 @@ class PartitionLog:
                         out.append(LogEntry(cursor.next_offset, message))
                         size += message.size
                     cursor.next_offset += count
-                if out and size >= max_bytes:
+                if cursor.pending or (out and size >= max_bytes):
                     break
         except BaseException:
             await cursor.stream.close()

@@ -2,7 +2,8 @@
 
 Create, delete and grow topics, and hand out the open `PartitionLog` of a
 partition. Partition logs open on demand and close when idle, so 1,000 topics of
-10 partitions cost nothing until they are used.
+10 partitions cost nothing until they are used. Their tail caches share one byte
+budget (`TailCache`), so memory stays bounded however many are open.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import contextlib
 import logging
 import time
 import uuid
+from collections.abc import Awaitable, Callable, Iterable
 
 from pulsar_gateway.gateway.backend.admin import (
     CLUSTER_CAPABILITIES,
@@ -25,14 +27,50 @@ from pulsar_gateway.gateway.metadata_store import MetadataStore
 from pulsar_gateway.gateway.topic_names import partition_topic
 from pulsar_gateway.handlers.kafka.port import (
     InvalidPartitions,
+    TopicDeletionDisabled,
     TopicExists,
     TopicRecord,
     UnknownTopic,
 )
-from pulsar_gateway.storage.kafka.partition_log import PartitionLog
+from pulsar_gateway.storage.kafka.partition_log import INDEX_PREFIX, PartitionLog
 from pulsar_gateway.storage.kafka.topic_registry import TopicRegistry
 
 log = logging.getLogger("pulsar_gateway.storage.kafka.topics")
+
+
+class TailCache:
+    """The byte budget of all open partitions' tail caches together (`kafka.tail_cache_bytes`).
+
+    Each partition caches up to `kafka.tail_cache_partition_bytes` of its newest messages, so
+    that fetches at the tail never reach Pulsar; without a shared cap 1,000 busy partitions
+    could hold 64 GiB. Partitions report every change of their tail here; past the limit the
+    least recently used partitions drop their oldest messages until the total is 10% under
+    it (so eviction runs once in a while, not on every append). A partition that lost its
+    cache still serves every offset, from Pulsar.
+    """
+
+    def __init__(self, limit: int, partitions: Callable[[], Iterable[PartitionLog]]) -> None:
+        self.limit = limit
+        self.used = 0
+        self._partitions = partitions
+        self._evicting = False
+
+    def charge(self, partition: PartitionLog, delta: int) -> None:
+        self.used += delta
+        if self.used > self.limit and not self._evicting:
+            self._evicting = True
+            try:
+                self._evict(partition)
+            finally:
+                self._evicting = False
+
+    def _evict(self, growing: PartitionLog) -> None:
+        target = self.limit - self.limit // 10
+        candidates = {*self._partitions(), growing}
+        for partition in sorted(candidates, key=lambda candidate: candidate.last_used):
+            if self.used <= target:
+                break
+            partition.shrink_tail(self.used - target)
 
 
 class TopicService:
@@ -44,16 +82,23 @@ class TopicService:
         index_interval: int = 1000,
         tail_records: int = 20000,
         idle_close_seconds: float = 60.0,
+        forget_partitions: Callable[[list[str]], Awaitable[None]] | None = None,
+        tail_partition_bytes: int = 64 * 1024 * 1024,
+        tail_cache_bytes: int = 256 * 1024 * 1024,
     ) -> None:
         self.backend = backend
+        # drops the groups' committed offsets (and their mirror) on a deleted topic's partitions
+        self.forget_partitions = forget_partitions
         self.metadata = metadata
         self.registry = TopicRegistry(metadata)
         self.admin = admin
         self.capabilities: Capabilities = CLUSTER_CAPABILITIES if admin else EMBEDDED_CAPABILITIES
         self.index_interval = index_interval
         self.tail_records = tail_records
+        self.tail_partition_bytes = tail_partition_bytes
         self.idle_close_seconds = idle_close_seconds
         self._logs: dict[str, PartitionLog] = {}
+        self.tail_cache = TailCache(tail_cache_bytes, self._logs.values)
         self._opening: dict[str, asyncio.Future[PartitionLog]] = {}
         self._lock = asyncio.Lock()
         self._reaper: asyncio.Task[None] | None = None
@@ -76,6 +121,9 @@ class TopicService:
     def list(self) -> list[TopicRecord]:
         return self.registry.all()
 
+    def total_partitions(self) -> int:
+        return sum(record.partitions for record in self.registry.all())
+
     async def create(
         self, name: str, partitions: int, configs: dict[str, str] | None = None
     ) -> TopicRecord:
@@ -85,6 +133,9 @@ class TopicService:
             if partitions < 1:
                 raise InvalidPartitions("partitions must be at least 1")
             previous = self.registry.get_any(name)
+            if previous is not None and self.forget_partitions is not None:
+                # left "deleted" by an earlier version: its groups' offsets must not carry over
+                await self.forget_partitions(_partitions(previous))
             log_start = []
             for index in range(partitions):
                 if previous is not None and index < previous.partitions:
@@ -111,19 +162,42 @@ class TopicService:
             return record
 
     async def delete(self, name: str) -> None:
+        """Delete for real or not at all (docs/pulsar-mapping.md, 'Deleting topics').
+
+        Only a cluster's admin API can delete stored messages. Without one (the embedded
+        broker) the topic is left exactly as it was and TopicDeletionDisabled says why:
+        answering success would leave the data readable through Pulsar. With one, first
+        everything that could touch the partitions again is stopped (open logs, the group
+        mirror, which would otherwise re-create a deleted topic by subscribing to it) and
+        the groups' offsets go; then the topic is deleted, and then the gateway's record
+        and offset-index checkpoints, so a topic re-created under the name starts empty at
+        offset 0."""
         async with self._lock:
             record = self.registry.get(name)
             if record is None:
                 raise UnknownTopic(name)
-            if self.admin is not None:
-                await self.admin.delete_partitioned_topic(name)
-            record.deleted = True
-            await self.registry.save(record)
-            for index in range(record.partitions):
-                opened = self._logs.pop(partition_topic(name, index), None)
+            if self.admin is None or not self.capabilities.delete_storage:
+                raise TopicDeletionDisabled(
+                    f"topic {name} was not deleted: the embedded Pulsar broker cannot delete "
+                    "stored messages, which would stay readable through Pulsar; topics can be "
+                    "deleted when the gateway fronts Apache Pulsar with pulsar.admin_url set"
+                )
+            partitions = _partitions(record)
+            for partition in partitions:
+                opened = self._logs.pop(partition, None)
                 if opened is not None:
                     await opened.close()
-            log.info("deleted topic %s", name)
+            if self.forget_partitions is not None:
+                await self.forget_partitions(partitions)
+            await self.admin.delete_partitioned_topic(name)
+            await self.registry.remove(name)
+            checkpoints = [
+                key
+                for partition in partitions
+                for key, _ in self.metadata.children(f"{INDEX_PREFIX}{partition}/")
+            ]
+            await asyncio.gather(*(self.metadata.delete(key) for key in checkpoints))
+            log.info("deleted topic %s and %d checkpoints", name, len(checkpoints))
 
     async def add_partitions(self, name: str, total: int) -> TopicRecord:
         async with self._lock:
@@ -169,6 +243,8 @@ class TopicService:
                 pulsar_name,
                 index_interval=self.index_interval,
                 tail_records=self.tail_records,
+                tail_bytes=self.tail_partition_bytes,
+                tail_budget=self.tail_cache,
             )
             partition_log.log_start = record.start_of(index)
             await partition_log.open()
@@ -196,3 +272,8 @@ class TopicService:
                     del self._logs[name]
                     with contextlib.suppress(Exception):
                         await partition_log.close()
+
+
+def _partitions(record: TopicRecord) -> list[str]:
+    """The Pulsar topics of a topic's partitions."""
+    return [partition_topic(record.name, index) for index in range(record.partitions)]

@@ -4,18 +4,34 @@ All partitions of a request are appended concurrently; the response waits until 
 partition log has numbered what was appended, so the base offset returned is the one a
 later Fetch shows (docs/offsets.md, invariant 3). Idempotent batches go through the
 context's producer sequences, so a retried batch is stored once.
+
+The topic's configs are applied as a Kafka broker's LogValidator applies them: a batch over
+`max.message.bytes` is MESSAGE_TOO_LARGE before anything is decoded; a record without a key
+on a compacted topic, or stamped outside `message.timestamp.before/after.max.ms`, fails the
+whole batch with `record_errors` naming each bad record (KIP-467), so clients fail exactly
+those; LogAppendTime topics stamp records on append. Records are looked at one by one only
+when the topic sets such a rule.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
+from collections.abc import Coroutine
 from typing import Any, NamedTuple
 
 from pulsar_gateway.gateway import metrics
+from pulsar_gateway.handlers.kafka.apis.configs import ProduceRules, produce_rules
 from pulsar_gateway.handlers.kafka.context import KafkaContext
-from pulsar_gateway.handlers.kafka.port import PartitionLog, StorageError, TopicRecord
+from pulsar_gateway.handlers.kafka.port import (
+    PartitionLog,
+    ProducerStamp,
+    StorageError,
+    TopicRecord,
+)
 from pulsar_gateway.handlers.kafka.topic_lookup import find_topic
+from pulsar_gateway.kafka_codec.compression import InflateBudget
 from pulsar_gateway.kafka_codec.entry_format import ENTRY_FORMATS, FORMAT_CONFIG, EntryFormat
 from pulsar_gateway.kafka_codec.errors import ErrorCode
 from pulsar_gateway.kafka_codec.record_batch import (
@@ -35,6 +51,8 @@ class PartitionResult(NamedTuple):
     base_offset: int = -1
     log_start: int = -1
     message: str | None = None
+    record_errors: list[dict[str, Any]] = []  # noqa: RUF012 - never mutated
+    append_time: int = -1
 
 
 class Stored(NamedTuple):
@@ -48,6 +66,7 @@ async def handle(
     context: KafkaContext, header: Any, request: dict[str, Any]
 ) -> dict[str, Any] | None:
     acks = request["acks"]
+    budget = InflateBudget(context.settings.max_produce_inflated_bytes)
     jobs = []
     layout: list[tuple[str, list[int]]] = []
     for topic in request["topic_data"]:
@@ -60,11 +79,15 @@ async def handle(
             elif request.get("transactional_id") is not None:
                 jobs.append(_fail(ErrorCode.INVALID_REQUEST))
             else:
-                jobs.append(
-                    _append(
-                        context, name, partition["index"], partition["records"], header.api_version
-                    )
+                job = _append(
+                    context,
+                    name,
+                    partition["index"],
+                    partition["records"],
+                    header.api_version,
+                    budget,
                 )
+                jobs.append(_within(request["timeout_ms"], job))
         layout.append((name, indexes))
     results: list[PartitionResult] = await asyncio.gather(*jobs)
     if acks == 0:
@@ -80,9 +103,9 @@ async def handle(
                     "index": index,
                     "error_code": result.error,
                     "base_offset": result.base_offset,
-                    "log_append_time_ms": -1,
+                    "log_append_time_ms": result.append_time,
                     "log_start_offset": result.log_start,
-                    "record_errors": [],
+                    "record_errors": result.record_errors,
                     "error_message": result.message,
                 }
             )
@@ -99,8 +122,31 @@ async def _fail(code: ErrorCode) -> PartitionResult:
     return PartitionResult(code)
 
 
+async def _within(timeout_ms: int, job: Coroutine[Any, Any, PartitionResult]) -> PartitionResult:
+    """The partition's answer, or REQUEST_TIMED_OUT once `timeout_ms` passes (none if 0).
+
+    The job is shielded: a timed-out append runs on to its end, so an idempotent batch is
+    settled either way and the client's retry gets the first attempt's offset instead of
+    storing the batch again (as Kafka's acks=all timeout, the outcome is unknown to the
+    client, never a promise that nothing was written)."""
+    task = asyncio.ensure_future(job)
+    if timeout_ms <= 0:
+        return await task
+    try:
+        return await asyncio.wait_for(asyncio.shield(task), timeout_ms / 1000)
+    except TimeoutError:
+        return PartitionResult(
+            ErrorCode.REQUEST_TIMED_OUT, message=f"not stored in {timeout_ms} ms"
+        )
+
+
 async def _append(
-    context: KafkaContext, name: str, index: int, records: Any, version: int
+    context: KafkaContext,
+    name: str,
+    index: int,
+    records: Any,
+    version: int,
+    budget: InflateBudget,
 ) -> PartitionResult:
     record, code = await find_topic(context, name, auto_create=True)
     if record is None:
@@ -109,14 +155,28 @@ async def _append(
         return PartitionResult(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
     if records is None or len(records) == 0:
         return PartitionResult(ErrorCode.CORRUPT_MESSAGE, message="no records")
+    rules = produce_rules(record.configs, context.settings.message_max_bytes)
+    if len(records) > rules.max_message_bytes:
+        # one batch per request (checked below), so this is Kafka's batch size check
+        return PartitionResult(
+            ErrorCode.MESSAGE_TOO_LARGE,
+            message=f"The record batch size in the append to {name}-{index} is {len(records)}"
+            f" bytes which exceeds the maximum configured value of {rules.max_message_bytes}.",
+        )
     try:
-        batches = decode_batches(memoryview(records))
+        batches = decode_batches(memoryview(records), budget=budget)
         check_produce_batches(batches, version)
     except RecordBatchError as exc:
         log.warning("rejected produce to %s-%d: %s", name, index, exc)
         return PartitionResult(ErrorCode(exc.code), message=str(exc))
+    now = int(time.time() * 1000)
+    if rules.checks_records:
+        refused = _invalid_records(batches[0], rules, now, f"{name}-{index}")
+        if refused is not None:
+            return refused
+    append_time = now if rules.log_append_time else None
     form = entry_format(context, record)
-    messages = [message for batch in batches for message in form.encode(batch)]
+    messages = [message for batch in batches for message in form.encode(batch, append_time)]
     count = sum(batch.record_count for batch in batches)
     try:
         partition = await context.topics.partition_of(record, index)
@@ -131,12 +191,70 @@ async def _append(
         return PartitionResult(stored.error)
     metrics.RECORDS_IN.labels(name).inc(count)
     metrics.BYTES_IN.labels(name).inc(sum(len(m.payload or b"") for m in messages))
-    return PartitionResult(ErrorCode.NONE, stored.base_offset, partition.log_start)
+    return PartitionResult(
+        ErrorCode.NONE,
+        stored.base_offset,
+        partition.log_start,
+        append_time=-1 if append_time is None else append_time,
+    )
 
 
-async def _store(partition: PartitionLog, messages: list[Any], name: str, index: int) -> Stored:
+def _invalid_records(
+    batch: DecodedBatch, rules: ProduceRules, now: int, partition: str
+) -> PartitionResult | None:
+    """Kafka's per-record validation (LogValidator.validateRecord): a compacted topic needs
+    keys, a CreateTime stamp must lie within [now - before.max.ms, now + after.max.ms]. Any
+    bad record fails the batch; `record_errors` names each one by its index (KIP-467)."""
+    low = None if rules.before_ms is None else now - rules.before_ms
+    high = None if rules.after_ms is None else now + rules.after_ms
+    errors: list[dict[str, Any]] = []
+    bad_timestamp = False
+    for position, record in enumerate(batch.records):
+        if rules.keys_required and record.key is None:
+            problem = (
+                f"Compacted topic cannot accept message without key in topic partition {partition}."
+            )
+        elif record.timestamp != -1 and (
+            (low is not None and record.timestamp < low)
+            or (high is not None and record.timestamp > high)
+        ):
+            bad_timestamp = True
+            problem = (
+                f"Timestamp {record.timestamp} of message with offset {position} is out of"
+                f" range. The timestamp should be within [{_bound(low)}, {_bound(high)}]"
+            )
+        else:
+            continue
+        errors.append({"batch_index": position, "batch_index_error_message": problem})
+    if not errors:
+        return None
+    if bad_timestamp:
+        code = ErrorCode.INVALID_TIMESTAMP
+        message = "One or more records have been rejected due to invalid timestamp"
+    else:
+        code = ErrorCode.INVALID_RECORD
+        shown = "; ".join(error["batch_index_error_message"] for error in errors[:3])
+        message = (
+            f"One or more records have been rejected due to {len(errors)} record errors in"
+            f" total, and only showing the first three errors at most: {shown}"
+        )
+    log.warning("rejected produce to %s: %s", partition, message)
+    return PartitionResult(code, message=message, record_errors=errors)
+
+
+def _bound(value: int | None) -> str:
+    return "unbounded" if value is None else str(value)
+
+
+async def _store(
+    partition: PartitionLog,
+    messages: list[Any],
+    name: str,
+    index: int,
+    producer: ProducerStamp | None = None,
+) -> Stored:
     try:
-        return Stored(ErrorCode.NONE, await partition.append(messages))
+        return Stored(ErrorCode.NONE, await partition.append(messages, producer))
     except StorageError as exc:
         log.error("produce to %s-%d failed: %s", name, index, exc)
         return Stored(ErrorCode.KAFKA_STORAGE_ERROR)
@@ -154,7 +272,7 @@ async def _store_once(
     """Sequence numbers count records: in the `kafka` format a message holds many."""
     sequences = context.sequences
     check = sequences.check(
-        batch.producer_id, batch.producer_epoch, partition.topic, batch.base_sequence, records
+        batch.producer_id, batch.producer_epoch, partition, batch.base_sequence, records
     )
     if check.code:
         return Stored(check.code)
@@ -163,10 +281,10 @@ async def _store_once(
             return Stored(ErrorCode.NONE, await asyncio.shield(check.duplicate))
         except asyncio.CancelledError:
             return Stored(ErrorCode.KAFKA_STORAGE_ERROR)
-    stored = await _store(partition, messages, name, index)
+    stored = await _store(partition, messages, name, index, check.stamp)
     sequences.settle(
         batch.producer_id,
-        partition.topic,
+        partition,
         check.accepted,
         None if stored.error else stored.base_offset,
     )

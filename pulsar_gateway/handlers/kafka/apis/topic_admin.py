@@ -1,12 +1,17 @@
 """CreateTopics, DeleteTopics, CreatePartitions.
 
-Replication factor and replica assignments are accepted and ignored: Pulsar (BookKeeper)
-decides replication. Deleting on the embedded broker hides the data but cannot free it.
+Replication factors and replica assignments are checked as a one-broker Kafka checks them,
+then ignored: Pulsar (BookKeeper) decides replication. New topics are also held to the
+gateway's partition limits (`kafka.max_partitions_per_topic`, `kafka.max_partitions_total`)
+and their configs to Kafka's rules (configs.py). Deleting needs a backend that can delete
+(a cluster with `pulsar.admin_url`); the embedded broker answers TOPIC_DELETION_DISABLED,
+saying why.
 """
 
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from typing import Any
 
 from pulsar_gateway.gateway.topic_names import InvalidTopicName, validate_kafka_name
@@ -15,10 +20,11 @@ from pulsar_gateway.handlers.kafka.context import KafkaContext
 from pulsar_gateway.handlers.kafka.port import (
     InvalidPartitions,
     StorageError,
+    TopicDeletionDisabled,
     TopicExists,
     UnknownTopic,
 )
-from pulsar_gateway.handlers.kafka.topic_lookup import topic_uuid
+from pulsar_gateway.handlers.kafka.topic_lookup import reserved_refusal, topic_uuid
 from pulsar_gateway.kafka_codec.errors import ErrorCode
 
 log = logging.getLogger("gateway.kafka.admin")
@@ -28,6 +34,11 @@ async def create_topics(
     context: KafkaContext, header: Any, request: dict[str, Any]
 ) -> dict[str, Any]:
     results = []
+    named = Counter(topic["name"] for topic in request["topics"])
+    repeated = {name for name, times in named.items() if times > 1}
+    # the partition count before this request, plus what it has created (or, validate_only,
+    # would have) so far: what kafka.max_partitions_total is checked against
+    total = context.topics.total_partitions()
     for topic in request["topics"]:
         name = topic["name"]
         result: dict[str, Any] = {
@@ -40,24 +51,24 @@ async def create_topics(
             "topic_id": topic_uuid(None),
         }
         results.append(result)
+        if name in repeated:
+            result.update(
+                error_code=ErrorCode.INVALID_REQUEST,
+                error_message=f"Create topics request contains multiple entries for topic {name}.",
+            )
+            continue
         partitions = topic["num_partitions"]
         if partitions == -1:
-            partitions = context.settings.default_partitions
+            partitions = len(topic["assignments"]) or context.settings.default_partitions
         configs = {item["name"]: item["value"] for item in topic.get("configs", [])}
         try:
             validate_kafka_name(name)
         except InvalidTopicName as exc:
             result.update(error_code=ErrorCode.INVALID_TOPIC_EXCEPTION, error_message=str(exc))
             continue
-        if partitions < 1:
-            result.update(
-                error_code=ErrorCode.INVALID_PARTITIONS,
-                error_message="number of partitions must be larger than 0",
-            )
-            continue
-        problem = validate_configs(configs)
-        if problem:
-            result.update(error_code=ErrorCode.INVALID_CONFIG, error_message=problem)
+        refusal = reserved_refusal(context, name)
+        if refusal is not None:
+            result.update(error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED, error_message=refusal)
             continue
         full = context.pulsar_name(name)
         if context.topics.get(full) is not None:
@@ -66,8 +77,17 @@ async def create_topics(
                 error_message=f"Topic '{name}' already exists.",
             )
             continue
+        refused = _shape_problem(context, topic, partitions) or _limit_problem(
+            context, partitions, total
+        )
+        if refused is None and (problem := validate_configs(configs)):
+            refused = ErrorCode.INVALID_CONFIG, problem
+        if refused is not None:
+            result.update(error_code=refused[0], error_message=refused[1])
+            continue
         if request.get("validate_only"):
-            result.update(num_partitions=partitions, replication_factor=1)
+            total += partitions
+            result.update(num_partitions=partitions, replication_factor=1)  # nothing created
             continue
         try:
             record = await context.topics.create(full, partitions, configs)
@@ -80,6 +100,7 @@ async def create_topics(
         except StorageError as exc:
             result.update(error_code=ErrorCode.UNKNOWN_SERVER_ERROR, error_message=str(exc))
             continue
+        total += partitions
         result.update(
             num_partitions=partitions,
             replication_factor=1,
@@ -92,10 +113,82 @@ async def create_topics(
                     "config_source": 5,
                     "is_sensitive": False,
                 }
-                for key, value in topic_configs(record, context.settings.entry_format).items()
+                for key, value in topic_configs(record, context.settings).items()
             ],
         )
     return {"throttle_time_ms": 0, "topics": results}
+
+
+def _shape_problem(
+    context: KafkaContext, topic: dict[str, Any], partitions: int
+) -> tuple[ErrorCode, str] | None:
+    """Kafka's checks of a new topic's partitions, replication factor and assignment, with
+    its codes and words. The gateway is one broker (node `kafka.node_id`), as Metadata says:
+    Pulsar replicates underneath, so a factor above 1 is refused as a one-broker Kafka would."""
+    factor = topic["replication_factor"]
+    assignments = topic["assignments"]
+    node = context.identity.node_id
+    if assignments:
+        if topic["num_partitions"] != -1 or factor != -1:
+            return (
+                ErrorCode.INVALID_REQUEST,
+                "Both numPartitions or replicationFactor and replicasAssignments were set."
+                " Both cannot be used at the same time.",
+            )
+        indexes = sorted(item["partition_index"] for item in assignments)
+        if indexes != list(range(len(indexes))):
+            return (
+                ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                "Partitions should be a consecutive 0-based integer sequence",
+            )
+        for item in assignments:
+            if not item["broker_ids"] or any(broker != node for broker in item["broker_ids"]):
+                return (
+                    ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                    f"Unknown broker(s) in the assignment of partition {item['partition_index']}:"
+                    f" {item['broker_ids']} (the only broker is {node})",
+                )
+        return None
+    if partitions < 1:
+        return (
+            ErrorCode.INVALID_PARTITIONS,
+            "Number of partitions was set to an invalid non-positive value.",
+        )
+    if factor != -1 and factor < 1:
+        return (
+            ErrorCode.INVALID_REPLICATION_FACTOR,
+            "Replication factor must be larger than 0, or -1 to use the default value.",
+        )
+    if factor > 1:
+        return (
+            ErrorCode.INVALID_REPLICATION_FACTOR,
+            f"Unable to replicate the partition {factor} time(s): The target replication factor"
+            f" of {factor} cannot be reached because only 1 broker(s) are registered.",
+        )
+    return None
+
+
+def _limit_problem(
+    context: KafkaContext, count: int, total: int, current: int = 0
+) -> tuple[ErrorCode, str] | None:
+    """The gateway's own partition limits (Kafka has none; a count in the millions freezes
+    Metadata and restarts): `count` partitions for one topic that has `current`, when all
+    topics have `total`."""
+    settings = context.settings
+    if count > settings.max_partitions_per_topic:
+        return (
+            ErrorCode.INVALID_PARTITIONS,
+            f"Number of partitions {count} is above the gateway's limit of"
+            f" {settings.max_partitions_per_topic} per topic (kafka.max_partitions_per_topic).",
+        )
+    after = total + count - current
+    if after > settings.max_partitions_total:
+        return (
+            ErrorCode.POLICY_VIOLATION,
+            f"{count - current} more partitions would make {after} in all, above the gateway's"
+            f" limit of {settings.max_partitions_total} (kafka.max_partitions_total).",
+        )
+    return None
 
 
 async def delete_topics(
@@ -103,14 +196,11 @@ async def delete_topics(
 ) -> dict[str, Any]:
     results = []
     for name in request.get("topic_names", []):
-        code, message = ErrorCode.NONE, None
-        try:
-            await context.topics.delete(context.pulsar_name(name))
-        except UnknownTopic:
-            code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-            message = "This server does not host this topic-partition."
-        except StorageError as exc:
-            code, message = ErrorCode.UNKNOWN_SERVER_ERROR, str(exc)
+        refusal = reserved_refusal(context, name)
+        if refusal is not None:
+            code, message = ErrorCode.TOPIC_AUTHORIZATION_FAILED, refusal
+        else:
+            code, message = await _delete_one(context, name)
         results.append(
             {
                 "name": name,
@@ -122,10 +212,28 @@ async def delete_topics(
     return {"throttle_time_ms": 0, "responses": results}
 
 
+async def _delete_one(context: KafkaContext, name: str) -> tuple[ErrorCode, str | None]:
+    try:
+        await context.topics.delete(context.pulsar_name(name))
+    except UnknownTopic:
+        return (
+            ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+            "This server does not host this topic-partition.",
+        )
+    except TopicDeletionDisabled as exc:
+        # not deleted, so not claimed to be: the message says why (docs/pulsar-mapping.md,
+        # 'Deleting topics')
+        return ErrorCode.TOPIC_DELETION_DISABLED, str(exc)
+    except StorageError as exc:
+        return ErrorCode.UNKNOWN_SERVER_ERROR, str(exc)
+    return ErrorCode.NONE, None
+
+
 async def create_partitions(
     context: KafkaContext, header: Any, request: dict[str, Any]
 ) -> dict[str, Any]:
     results = []
+    total = context.topics.total_partitions()  # as in create_topics
     for topic in request["topics"]:
         name = topic["name"]
         code, message = ErrorCode.NONE, None
@@ -139,9 +247,13 @@ async def create_partitions(
                 f"Topic currently has {record.partitions} partitions, {topic['count']}"
                 " would not be an increase."
             )
-        elif not request.get("validate_only"):
+        elif refused := _limit_problem(context, topic["count"], total, record.partitions):
+            code, message = refused
+        else:
             try:
-                await context.topics.add_partitions(full, topic["count"])
+                if not request.get("validate_only"):
+                    await context.topics.add_partitions(full, topic["count"])
+                total += topic["count"] - record.partitions
             except (InvalidPartitions, UnknownTopic, StorageError) as exc:
                 code, message = ErrorCode.INVALID_PARTITIONS, str(exc)
         results.append({"name": name, "error_code": code, "error_message": message})
