@@ -1,4 +1,4 @@
-"""The embedded broker and the defences BACKEND.md asks for, against real pulsar-lite."""
+"""The embedded broker and the defences of docs/backend.md, against real pulsar-lite."""
 
 from __future__ import annotations
 

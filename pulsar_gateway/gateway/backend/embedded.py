@@ -2,7 +2,8 @@
 
 Why the care: pulsar-lite silently ignores its whole config file if one value is
 invalid, reads `./pulsar-lite.toml` when `--config` is missing, and binds a
-metrics port on 0.0.0.0:8080 by default (BACKEND.md). So the file is always
+metrics port on 0.0.0.0:8080 by default (docs/backend.md, "Config file and absolute
+paths", "Metrics listener"). So the file is always
 written here, from validated values only, and always passed.
 
 The child is started with `subprocess.Popen` from a worker thread, not with the event

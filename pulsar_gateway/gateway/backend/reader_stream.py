@@ -1,12 +1,11 @@
 """In-order reads from a Pulsar reader, handed to the event loop in groups.
 
-One loop wake-up per group of messages instead of one per message: the first
-message of a group arrives through `read_next_async`, the rest are popped from the
-client's receive queue without blocking (`read_next(0)`). Every message whose id
-is not greater than the last one passed on is dropped: pulsar-lite readers replay
-already delivered messages under load (BACKEND.md), and readers started at a
-checkpoint inclusive may see earlier batch members.
-"""
+One loop wake-up per group of messages instead of one per message: the first message of a
+group arrives through `read_next_async`, the rest are popped from the client's receive queue
+without blocking (`read_next(0)`). Every message whose id is not greater than the last one
+passed on is dropped: pulsar-lite readers replay already delivered messages under load
+(docs/backend.md, "Readers replay messages"), and readers started at a checkpoint inclusive
+may see earlier batch members."""
 
 from __future__ import annotations
 

@@ -20,7 +20,8 @@ subscribe and ack round trip (well under 2 s on a healthy broker), and each
 subscription is moved at most once per interval whatever the commit rate.
 
 A separate Pulsar client: on pulsar-lite a second Exclusive subscriber gets its whole
-TCP connection closed (BACKEND.md), which must never take the gateway's producers and
+TCP connection closed (docs/backend.md, "A second Exclusive subscriber closes the
+connection"), which must never take the gateway's producers and
 readers with it. The mirror's consumer is closed after `idle_close` seconds without
 commits, so a Pulsar application can take the subscription over. When it has
 (ConsumerBusy on Apache Pulsar; a Timeout on pulsar-lite), mirroring of that

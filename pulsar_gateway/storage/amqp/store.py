@@ -120,7 +120,8 @@ class GroupedSends:
     """Publishes to one queue topic within one loop iteration go out as one group.
 
     A send of one message costs a Python callback and a loop wake-up from the
-    client's thread; a group costs one for all (BACKEND.md: the last message's
+    client's thread; a group costs one for all (docs/backend.md, "Group completions per loop
+    wake-up": the last message's
     outcome stands for its group). A socket read carries many publish frames, so
     groups form without waiting; each publisher still hears of its own message.
     """

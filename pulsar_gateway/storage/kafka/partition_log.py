@@ -192,7 +192,8 @@ class PartitionLog:
                     reopen = True
                 elif (self._id_waiters or self._data_waiters) and await self._stalled(stream):
                     # connected, data waiting, nothing dispatched: pulsar-lite stops
-                    # dispatching to readers whose connection it dropped (BACKEND.md, acks)
+                    # dispatching to readers whose connection it dropped (docs/backend.md,
+                    # "Acking a batched entry drops the connection")
                     log.warning("tailer of %s stalled; reopening it", self.topic)
                     reopen = True
             except asyncio.CancelledError:
