@@ -87,8 +87,8 @@ async def migrate(plan: MigrationPlan, console: Console | None = None) -> Migrat
     producer = new_producer(plan.target)
     await producer.start()
     summary = MigrationSummary()
+    metadata = MetadataStore(backend, plan.link.metadata_namespace)
     try:
-        metadata = MetadataStore(backend, plan.link.metadata_namespace)
         await metadata.load()
         topics = await source.topics(plan.topics, plan.topic_pattern)
         if not topics:
@@ -126,6 +126,7 @@ async def migrate(plan: MigrationPlan, console: Console | None = None) -> Migrat
             summary.groups = await _translate_groups(plan, source, target, metadata, copier, tps)
     finally:
         await producer.stop()
+        await metadata.close()  # a snapshot it started must not outlive the client
         await backend.close()
         await target.close()
         await source.close()

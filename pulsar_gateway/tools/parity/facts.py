@@ -96,6 +96,7 @@ async def gather(
     await source.start()
     await target.start()
     await backend.start()
+    metadata = MetadataStore(backend, link.metadata_namespace)
     try:
         topics = await source.topics(names, topic_pattern)
         facts = Facts(topics)
@@ -109,7 +110,6 @@ async def gather(
         for tp, pair in (await target.offset_range(target_tps)).items():
             facts.target_ranges[(tp.topic, tp.partition)] = pair
 
-        metadata = MetadataStore(backend, link.metadata_namespace)
         await metadata.load()
         for topic, partition in facts.source_ranges:
             saved = metadata.get(partition_key(name, topic, partition))
@@ -121,6 +121,7 @@ async def gather(
             await _group_drift(facts, source, target, group_pattern, tps)
         return facts
     finally:
+        await metadata.close()  # a snapshot it started must not outlive the client
         await backend.close()
         await target.close()
         await source.close()
