@@ -112,6 +112,10 @@ class AmqpSection(_Section):
     heartbeat_seconds: int = Field(60, ge=0, le=65535)
     frame_max: int = Field(131072, ge=4096)
     channel_max: int = Field(2047, ge=1, le=65535)
+    # bytes of uncommitted publishes (and settlements) the open transactions of one
+    # connection hold together, so also one transaction's most: as large as the largest
+    # message RabbitMQ takes by default (128 MiB), so any message fits in a transaction
+    max_tx_bytes: int = Field(128 * 1024 * 1024, ge=1024)
     users: dict[str, str] = Field(default_factory=lambda: {"guest": "guest"})
 
 

@@ -107,10 +107,15 @@ class PendingConfirm:
 
 @dataclass(slots=True)
 class TxBuffer:
-    """What tx.commit applies: publishes (queues, message, mandatory) and settlements."""
+    """What tx.commit applies: publishes (queues, message, mandatory) and settlements.
+
+    `size` is what it holds in bytes (see `connection_broker.tx_cost`), kept as it grows
+    so the amqp.max_tx_bytes check costs O(1) per publish.
+    """
 
     publishes: list[tuple[frozenset[str], AmqpMessage, bool]] = field(default_factory=list)
     settlements: list[tuple[str, int, bool, bool]] = field(default_factory=list)
+    size: int = 0
 
 
 class Channel:

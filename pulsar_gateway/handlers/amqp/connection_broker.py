@@ -23,6 +23,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
@@ -78,6 +79,31 @@ BLOCK_LOW_WATER = 500
 # A consumer without basic.qos would otherwise take the whole queue at once;
 # RabbitMQ has no such cap, but the socket's write buffer check bounds it too.
 WRITE_BUFFER_LIMIT = 4 * 1024 * 1024
+# What a settlement (ack/nack/reject) held by an open transaction counts as, in bytes: the
+# tuple and its list slot; so a transaction of acks alone is bounded by max_tx_bytes too.
+TX_SETTLEMENT_COST = 64
+
+
+@dataclass(frozen=True, slots=True)
+class PublishLimits:
+    """How much one connection's publishes may hold in memory (the [amqp] settings).
+
+    `max_tx_bytes`: uncommitted publishes and settlements of the connection's open
+    transactions together (amqp.max_tx_bytes).
+    """
+
+    max_tx_bytes: int = 128 * 1024 * 1024
+
+
+def tx_cost(message: AmqpMessage) -> int:
+    """Bytes a message held by a transaction counts as: body, properties and names (what
+    the client sent; the small fixed part of the objects is left out)."""
+    return (
+        len(message.body)
+        + len(message.properties_raw)
+        + len(message.exchange)
+        + len(message.routing_key)
+    )
 
 
 class ConnectionBroker:
@@ -90,11 +116,13 @@ class ConnectionBroker:
         request_flush: Callable[[], None],
         write_buffer_size: Callable[[], int],
         deliveries_held: Callable[[], None],
+        limits: PublishLimits | None = None,
     ) -> None:
         """`request_flush` asks the socket side to write what the core has queued;
         `write_buffer_size` is the output not yet taken by the peer;
         `deliveries_held` tells the socket side that deliveries wait for room, so
-        it calls `resume_deliveries` once the peer has read enough."""
+        it calls `resume_deliveries` once the peer has read enough; `limits` bound what
+        the connection's publishes hold (defaults: `PublishLimits()`)."""
         self.broker = broker
         self.connection = connection
         self.id = broker.new_connection_id()
@@ -107,7 +135,9 @@ class ConnectionBroker:
         self.channels: dict[int, Channel] = {}
         self.capabilities: dict[str, Any] = {}
         self.exclusive_queues: set[str] = set()
+        self.limits = limits or PublishLimits()
         self.in_flight = 0
+        self.tx_bytes = 0  # held by every open transaction of the connection
         self._unblocked = asyncio.Event()
         self._unblocked.set()
         self.closed = False
@@ -459,18 +489,21 @@ class ConnectionBroker:
 
     async def basic_ack(self, channel: Channel, m: commands.Basic.Ack) -> None:
         if channel.tx is not None:
+            self._hold_in_tx(channel.tx, TX_SETTLEMENT_COST)
             channel.tx.settlements.append(("ack", m.delivery_tag, m.multiple, False))
             return
         self._settle(channel, "ack", m.delivery_tag, m.multiple, False)
 
     async def basic_nack(self, channel: Channel, m: commands.Basic.Nack) -> None:
         if channel.tx is not None:
+            self._hold_in_tx(channel.tx, TX_SETTLEMENT_COST)
             channel.tx.settlements.append(("nack", m.delivery_tag, m.multiple, m.requeue))
             return
         self._settle(channel, "nack", m.delivery_tag, m.multiple, m.requeue)
 
     async def basic_reject(self, channel: Channel, m: commands.Basic.Reject) -> None:
         if channel.tx is not None:
+            self._hold_in_tx(channel.tx, TX_SETTLEMENT_COST)
             channel.tx.settlements.append(("nack", m.delivery_tag, False, m.requeue))
             return
         self._settle(channel, "nack", m.delivery_tag, False, m.requeue)
@@ -513,6 +546,7 @@ class ConnectionBroker:
             int(time.time() * 1000),
         )
         if channel.tx is not None:
+            self._hold_in_tx(channel.tx, tx_cost(message))
             channel.tx.publishes.append((queues, message, method.mandatory))
             return
         pending: PendingConfirm | None = None
@@ -596,6 +630,41 @@ class ConnectionBroker:
             channel.tx = TxBuffer()
         self.send(channel.number, _T.SelectOk())
 
+    def _hold_in_tx(self, tx: TxBuffer, cost: int) -> None:
+        """Count `cost` more bytes in an open transaction, or refuse them.
+
+        An open transaction holds its publishes in memory until tx.commit, so its size is
+        capped, together with the connection's other open transactions, by
+        amqp.max_tx_bytes. Past it the channel closes with 406 PRECONDITION_FAILED (its
+        transaction is dropped, as by tx.rollback): the code RabbitMQ (4.3.6,
+        channel_tx_message_max) closes a channel with when its open transaction grows past
+        its limit, as for an oversized message. RabbitMQ counts messages; memory is bytes.
+        The first publish while no transaction of the connection holds anything is taken
+        whatever its size (max_message_size bounds it), so any message can be committed.
+        """
+        limit = self.limits.max_tx_bytes
+        if self.tx_bytes and self.tx_bytes + cost > limit:
+            if tx.size + cost > limit:
+                where = f"transaction size would reach {tx.size + cost} bytes"
+            else:
+                where = (
+                    f"the open transactions of this connection would hold "
+                    f"{self.tx_bytes + cost} bytes"
+                )
+            raise AmqpError(
+                ReplyCode.PRECONDITION_FAILED,
+                f"{where}, over the limit of {limit} bytes of uncommitted publishes "
+                "(amqp.max_tx_bytes); commit smaller transactions",
+            )
+        tx.size += cost
+        self.tx_bytes += cost
+
+    def _drop_tx(self, tx: TxBuffer | None) -> None:
+        """A transaction's buffer is committed, rolled back or closed with its channel."""
+        if tx is not None:
+            self.tx_bytes -= tx.size
+            tx.size = 0
+
     async def tx_commit(self, channel: Channel, m: commands.Tx.Commit) -> None:
         if channel.tx is None:
             raise AmqpError(ReplyCode.PRECONDITION_FAILED, "channel is not transactional")
@@ -603,13 +672,16 @@ class ConnectionBroker:
         channel.tx = TxBuffer()
         vh = self.state
         writes: list[asyncio.Future[None]] = []
-        for queues, message, mandatory in buffer.publishes:
-            if not queues:
-                if mandatory:
-                    self._return(channel, message)
-                continue
-            writes.append(vh.write(queues, message))
-        await asyncio.gather(*writes)
+        try:
+            for queues, message, mandatory in buffer.publishes:
+                if not queues:
+                    if mandatory:
+                        self._return(channel, message)
+                    continue
+                writes.append(vh.write(queues, message))
+            await asyncio.gather(*writes)
+        finally:
+            self._drop_tx(buffer)  # stored (or failed): no longer the transaction's to hold
         for kind, tag, multiple, requeue in buffer.settlements:
             self._settle(channel, kind, tag, multiple, requeue)
         self.send(channel.number, _T.CommitOk())
@@ -617,6 +689,7 @@ class ConnectionBroker:
     async def tx_rollback(self, channel: Channel, m: commands.Tx.Rollback) -> None:
         if channel.tx is None:
             raise AmqpError(ReplyCode.PRECONDITION_FAILED, "channel is not transactional")
+        self._drop_tx(channel.tx)
         channel.tx = TxBuffer()
         self.send(channel.number, _T.RollbackOk())
 
@@ -627,6 +700,8 @@ class ConnectionBroker:
         if channel is None or channel.closed:
             return
         channel.closed = True
+        self._drop_tx(channel.tx)
+        channel.tx = None
         engines: dict[int, QueueEngine] = {}
         for consumer in list(channel.consumers.values()):
             consumer.active = False

@@ -28,7 +28,11 @@ from pulsar_gateway.gateway.config import AmqpSection
 from pulsar_gateway.handlers.amqp.authentication import Authenticator
 from pulsar_gateway.handlers.amqp.broker import AmqpBroker
 from pulsar_gateway.handlers.amqp.broker_model import BrokerStore
-from pulsar_gateway.handlers.amqp.connection_broker import WRITE_BUFFER_LIMIT, ConnectionBroker
+from pulsar_gateway.handlers.amqp.connection_broker import (
+    WRITE_BUFFER_LIMIT,
+    ConnectionBroker,
+    PublishLimits,
+)
 from pulsar_gateway.handlers.amqp.connection_settings import (
     ConnectionSettings,
     VhostPolicy,
@@ -161,6 +165,7 @@ class _Session:
             self._request_flush,
             self._buffer_size,
             self._deliveries_held,
+            PublishLimits(max_tx_bytes=server.settings.max_tx_bytes),
         )
         self.broker.peer = f"{peer_host}:{peer_port}"
         self._flush_scheduled = False
