@@ -116,7 +116,18 @@ class AmqpSection(_Section):
     # connection hold together, so also one transaction's most: as large as the largest
     # message RabbitMQ takes by default (128 MiB), so any message fits in a transaction
     max_tx_bytes: int = Field(128 * 1024 * 1024, ge=1024)
+    # RabbitMQ's max_message_size: its 3.x default and its ceiling
+    max_message_bytes: int = Field(128 * 1024 * 1024, ge=1, le=512 * 1024 * 1024)
+    # bodies one connection is still receiving over all its channels, reserved at each
+    # content header: two largest messages may trickle in at once
+    max_incoming_body_bytes: int = Field(256 * 1024 * 1024, ge=1)
     users: dict[str, str] = Field(default_factory=lambda: {"guest": "guest"})
+
+    @model_validator(mode="after")
+    def _one_message_fits(self) -> AmqpSection:
+        if self.max_incoming_body_bytes < self.max_message_bytes:
+            raise ValueError("max_incoming_body_bytes must be at least max_message_bytes")
+        return self
 
 
 # Where the gateway keeps its own state (docs/pulsar-mapping.md, "The metadata store").

@@ -53,7 +53,11 @@ class ConnectionSettings:
     channel_max: int = 2047
     heartbeat: int = 60
     handshake_timeout: float = 10.0
+    # RabbitMQ 3.8-3.13's max_message_size (4.0 lowered it to 16 MiB; the ceiling is 512 MiB)
     max_message_size: int = 128 * 1024 * 1024
+    # bodies still being received, over all channels of a connection (not in RabbitMQ):
+    # two largest messages at once
+    max_incoming_body_bytes: int = 256 * 1024 * 1024
     product: str = "Pulsar Gateway"
     version: str = "0.1.0"
     capabilities: Mapping[str, bool] = field(default_factory=lambda: dict(DEFAULT_CAPABILITIES))
@@ -67,3 +71,5 @@ class ConnectionSettings:
             raise ValueError("channel_max must be within 0..65535")
         if not 0 <= self.heartbeat <= 65535:
             raise ValueError("heartbeat must be within 0..65535")
+        if self.max_incoming_body_bytes < self.max_message_size:
+            raise ValueError("max_incoming_body_bytes must be at least max_message_size")

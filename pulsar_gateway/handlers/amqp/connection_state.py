@@ -29,7 +29,12 @@ from pulsar_gateway.handlers.amqp.connection_settings import (
     VhostPolicy,
     allow_and_create,
 )
-from pulsar_gateway.handlers.amqp.content_assembly import ContentAssembler, method_ids, unexpected
+from pulsar_gateway.handlers.amqp.content_assembly import (
+    BodyBudget,
+    ContentAssembler,
+    method_ids,
+    unexpected,
+)
 from pulsar_gateway.handlers.amqp.errors import AmqpError, ReplyCode
 from pulsar_gateway.handlers.amqp.events import (
     ChannelClosed,
@@ -129,11 +134,11 @@ _RABBIT_STATE_NAMES = {
 class _ChannelState:
     __slots__ = ("number", "closing", "flow_active", "content")
 
-    def __init__(self, number: int, max_message_size: int) -> None:
+    def __init__(self, number: int, max_message_size: int, budget: BodyBudget) -> None:
         self.number = number
         self.closing = False  # channel.close sent by us, close-ok awaited
         self.flow_active = True
-        self.content = ContentAssembler(max_message_size)
+        self.content = ContentAssembler(max_message_size, budget)
 
 
 class AmqpConnection:
@@ -160,6 +165,7 @@ class AmqpConnection:
         self._header = b""
         self._out = bytearray()
         self._channels: dict[int, _ChannelState] = {}
+        self._bodies = BodyBudget(self.settings.max_incoming_body_bytes)
         self._clock = HeartbeatClock(now, self.settings.handshake_timeout)
         self._now = now
         self._heartbeat_queued = False
@@ -197,6 +203,11 @@ class AmqpConnection:
         """Part of a frame has arrived and the rest has not: the driver bounds the wait for
         it (amqp.frame_timeout_seconds), since with heartbeats off nothing else would."""
         return self._reader.buffered > 0
+
+    @property
+    def incoming_body_bytes(self) -> int:
+        """Bytes reserved by content headers whose bodies have not fully arrived."""
+        return self._bodies.used
 
     @property
     def blocked(self) -> bool:
@@ -529,7 +540,7 @@ class AmqpConnection:
                 f"number of channels opened ({len(self._channels)}) has reached "
                 f"the negotiated channel_max ({self.channel_max})",
             )
-        self._channels[number] = _ChannelState(number, self.settings.max_message_size)
+        self._channels[number] = _ChannelState(number, self.settings.max_message_size, self._bodies)
         self._out += encode_method(number, make_method(_Channel.OpenOk, channel_id=""))
         events.append(ChannelOpened(number))
 

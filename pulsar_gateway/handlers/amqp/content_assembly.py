@@ -5,6 +5,10 @@ a frame out of order is 505 UNEXPECTED_FRAME (a connection error), a body
 frame past the announced size 501 FRAME_ERROR, and an announced size above
 the configured maximum is refused from the header, before any body is
 buffered.
+
+Half-received bodies are bounded per connection too: each content header reserves its
+announced size in the connection's `BodyBudget` until the message is whole (or dropped),
+so a client cannot make every channel hold a largest message whose body trickles in.
 """
 
 from __future__ import annotations
@@ -14,6 +18,10 @@ from pamqp import base, commands
 from pulsar_gateway.handlers.amqp.errors import AmqpError, ReplyCode
 from pulsar_gateway.handlers.amqp.events import ContentReceived
 from pulsar_gateway.handlers.amqp.frames import BASIC_CLASS_ID, BodyFrame, Frame, HeaderFrame
+
+# RabbitMQ's hard ceiling on max_message_size (?MAX_MSG_SIZE); at it, its text says "max
+# size" instead of "configured max size".
+RABBITMQ_MAX_MESSAGE_SIZE = 512 * 1024 * 1024
 
 
 def method_ids(method: base.Frame) -> tuple[int, int]:
@@ -27,13 +35,29 @@ def unexpected(text: str, method: base.Frame | None = None) -> AmqpError:
     return AmqpError(ReplyCode.UNEXPECTED_FRAME, text, *ids)
 
 
+class BodyBudget:
+    """Bytes of message bodies one connection is still receiving, over all its channels.
+
+    Content headers reserve their announced body size here and give it back when the
+    message is whole or dropped: two integer updates per message, nothing per frame.
+    """
+
+    __slots__ = ("limit", "used")
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.used = 0
+
+
 class ContentAssembler:
     """Collects one channel's content frames; at most one message at a time."""
 
-    __slots__ = ("_max_size", "_publish", "_header", "_body", "_remaining")
+    __slots__ = ("_max_size", "_budget", "_reserved", "_publish", "_header", "_body", "_remaining")
 
-    def __init__(self, max_message_size: int) -> None:
+    def __init__(self, max_message_size: int, budget: BodyBudget | None = None) -> None:
         self._max_size = max_message_size
+        self._budget = budget if budget is not None else BodyBudget(max_message_size)
+        self._reserved = 0  # what this channel's message holds of the budget
         self._publish: commands.Basic.Publish | None = None
         self._header: HeaderFrame | None = None
         self._body: list[bytes] = []
@@ -50,6 +74,10 @@ class ContentAssembler:
         self._publish = publish
 
     def reset(self) -> None:
+        """Forget the message in progress (whole, refused, or its channel closed)."""
+        if self._reserved:
+            self._budget.used -= self._reserved
+            self._reserved = 0
         self._publish = None
         self._header = None
         self._body = []
@@ -77,18 +105,33 @@ class ContentAssembler:
                 f"got one for class {frame.class_id} instead",
                 publish,
             )
-        if frame.body_size > self._max_size:
+        size = frame.body_size
+        if size > self._max_size:
+            self.reset()
+            configured = "" if self._max_size == RABBITMQ_MAX_MESSAGE_SIZE else "configured "
+            raise AmqpError(
+                ReplyCode.PRECONDITION_FAILED,
+                f"message size {size} is larger than {configured}max size {self._max_size}",
+                *method_ids(publish),
+            )
+        if size == 0:
+            return self._complete(frame, b"")
+        budget = self._budget
+        if budget.used + size > budget.limit:
+            # Not RabbitMQ's (it has no such bound; its memory alarm would block every
+            # publisher): the channel closes as for a too large message, the rest goes on.
             self.reset()
             raise AmqpError(
                 ReplyCode.PRECONDITION_FAILED,
-                f"message size {frame.body_size} is larger than configured max size "
-                f"{self._max_size}",
+                f"message size {size} would take the message bodies this connection is "
+                f"receiving to {budget.used + size} bytes, over the limit of {budget.limit} "
+                "(amqp.max_incoming_body_bytes)",
                 *method_ids(publish),
             )
-        if frame.body_size == 0:
-            return self._complete(frame, b"")
+        budget.used += size
+        self._reserved = size
         self._header = frame
-        self._remaining = frame.body_size
+        self._remaining = size
         return None
 
     def _add_body(

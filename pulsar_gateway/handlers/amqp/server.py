@@ -63,6 +63,8 @@ def offered_settings(settings: AmqpSection) -> ConnectionSettings:
         channel_max=settings.channel_max,
         heartbeat=settings.heartbeat_seconds,
         handshake_timeout=settings.handshake_timeout_seconds,
+        max_message_size=settings.max_message_bytes,
+        max_incoming_body_bytes=settings.max_incoming_body_bytes,
     )
 
 
