@@ -121,6 +121,11 @@ class AmqpSection(_Section):
     # bodies one connection is still receiving over all its channels, reserved at each
     # content header: two largest messages may trickle in at once
     max_incoming_body_bytes: int = Field(256 * 1024 * 1024, ge=1)
+    # bytes of one connection's publishes awaiting the store (a copy per queue, plus ~1 KiB
+    # each) before it is blocked (connection.blocked, socket not read) until half are
+    # stored: twice the output high water, and ~16,000 small publishes pipelined (a count
+    # of 2,000 was the bound, whatever their size)
+    max_in_flight_bytes: int = Field(16 * 1024 * 1024, ge=64 * 1024)
     users: dict[str, str] = Field(default_factory=lambda: {"guest": "guest"})
 
     @model_validator(mode="after")

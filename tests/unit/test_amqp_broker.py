@@ -9,16 +9,24 @@ import itertools
 from pamqp import commands
 
 from pulsar_gateway.handlers.amqp.broker import AmqpBroker
-from pulsar_gateway.handlers.amqp.connection_broker import BLOCK_HIGH_WATER, ConnectionBroker
+from pulsar_gateway.handlers.amqp.connection_broker import (
+    PUBLISH_OVERHEAD,
+    ConnectionBroker,
+    PublishLimits,
+)
 from pulsar_gateway.handlers.amqp.events import ConnectionOpened
 from tests.support.amqp_memory_store import MemoryStore
 from tests.support.amqp_peer import Peer, open_peer
+
+# publishes of one byte (plus "q" and empty properties) that fill the in-flight budget
+IN_FLIGHT = 2000
+LIMITS = PublishLimits(max_in_flight_bytes=IN_FLIGHT * (PUBLISH_OVERHEAD + 1 + 1 + 2))
 
 
 async def _setup(store: MemoryStore) -> tuple[Peer, ConnectionBroker, AmqpBroker]:
     peer = open_peer()
     broker = AmqpBroker(store)
-    handler = ConnectionBroker(broker, peer.conn, lambda: None, lambda: 0, lambda: None)
+    handler = ConnectionBroker(broker, peer.conn, lambda: None, lambda: 0, lambda: None, LIMITS)
     await handler.handle([e for e in peer.events if isinstance(e, ConnectionOpened)])
     await handler.handle(peer.send(commands.Channel.Open(), channel=1))
     await handler.handle(peer.send(commands.Queue.Declare(queue="q"), channel=1))
@@ -53,7 +61,7 @@ def test_publishes_in_flight_block_the_connection_then_confirm_in_order() -> Non
         store = MemoryStore()
         peer, handler, broker = await _setup(store)
         store.gate.clear()
-        for _ in range(BLOCK_HIGH_WATER):
+        for _ in range(IN_FLIGHT):
             await handler.handle(_publish(peer))
         await asyncio.sleep(0)
         assert peer.conn.blocked
@@ -65,7 +73,7 @@ def test_publishes_in_flight_block_the_connection_then_confirm_in_order() -> Non
         methods = [m for _, m in peer.methods()]
         assert any(isinstance(m, commands.Connection.Unblocked) for m in methods)
         acks = [m for m in methods if isinstance(m, commands.Basic.Ack)]
-        assert acks and acks[-1].delivery_tag == BLOCK_HIGH_WATER
+        assert acks and acks[-1].delivery_tag == IN_FLIGHT
         assert all(a.delivery_tag <= b.delivery_tag for a, b in itertools.pairwise(acks))
         await broker.close()
 

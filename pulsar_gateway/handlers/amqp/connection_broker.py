@@ -10,10 +10,12 @@ Methods of one connection are handled in order, each awaited before the next
 (declares, deletes, gets). Publishes are the exception: the store write runs
 as a task so a publisher streams, and the confirm is sent when it is stored.
 
-Two kinds of backpressure: while too many publishes are in flight the core is
-`blocked` (the socket side stops reading), and while the socket's write
-buffer is full deliveries wait (`has_write_room`); the socket side is told
-(`deliveries_held`) and calls `resume_deliveries` once the peer has caught up.
+Two kinds of backpressure: while the publishes awaiting the store hold more
+than amqp.max_in_flight_bytes the core is `blocked` (connection.blocked goes
+to clients that asked for it, as under RabbitMQ's memory alarm, and the socket
+side stops reading), and while the socket's write buffer is full deliveries
+wait (`has_write_room`); the socket side is told (`deliveries_held`) and calls
+`resume_deliveries` once the peer has caught up.
 """
 
 from __future__ import annotations
@@ -74,8 +76,9 @@ _B = commands.Basic
 _Q = commands.Queue
 _E = commands.Exchange
 _T = commands.Tx
-BLOCK_HIGH_WATER = 2000  # publishes in flight per connection before it stops reading
-BLOCK_LOW_WATER = 500
+# What a publish awaiting the store costs beyond its bytes (its task, future, message and
+# confirm objects, roughly): so empty bodies are bounded too, if by a larger count.
+PUBLISH_OVERHEAD = 1024
 # A consumer without basic.qos would otherwise take the whole queue at once;
 # RabbitMQ has no such cap, but the socket's write buffer check bounds it too.
 WRITE_BUFFER_LIMIT = 4 * 1024 * 1024
@@ -90,9 +93,13 @@ class PublishLimits:
 
     `max_tx_bytes`: uncommitted publishes and settlements of the connection's open
     transactions together (amqp.max_tx_bytes).
+    `max_in_flight_bytes`: publishes handed to the store and not yet stored (one copy
+    per queue, plus PUBLISH_OVERHEAD each); at it the connection is blocked until they
+    are down to half (amqp.max_in_flight_bytes).
     """
 
     max_tx_bytes: int = 128 * 1024 * 1024
+    max_in_flight_bytes: int = 16 * 1024 * 1024
 
 
 def tx_cost(message: AmqpMessage) -> int:
@@ -136,7 +143,7 @@ class ConnectionBroker:
         self.capabilities: dict[str, Any] = {}
         self.exclusive_queues: set[str] = set()
         self.limits = limits or PublishLimits()
-        self.in_flight = 0
+        self.in_flight_bytes = 0  # publishes handed to the store, not yet stored
         self.tx_bytes = 0  # held by every open transaction of the connection
         self._unblocked = asyncio.Event()
         self._unblocked.set()
@@ -171,7 +178,8 @@ class ConnectionBroker:
             self.kick(channel)
 
     async def wait_unblocked(self) -> None:
-        """Returns once publishes in flight are few enough to read from the peer again."""
+        """Returns once the publishes in flight hold few enough bytes to read from the peer
+        again."""
         await self._unblocked.wait()
 
     # --- events -----------------------------------------------------------------------
@@ -561,22 +569,30 @@ class ConnectionBroker:
                 pending.done = True
                 self._flush_confirms(channel)
             return
-        self.in_flight += 1
-        if self.in_flight >= BLOCK_HIGH_WATER and self._unblocked.is_set():
+        cost = tx_cost(message) * len(queues) + PUBLISH_OVERHEAD
+        self.in_flight_bytes += cost
+        if self.in_flight_bytes >= self.limits.max_in_flight_bytes and self._unblocked.is_set():
             self._unblocked.clear()
-            self.connection.set_blocked(True, "too many publishes in flight")
+            # RabbitMQ says "low on memory" (a node-wide alarm); this is one connection's
+            self.connection.set_blocked(
+                True, "publishes awaiting storage exceed amqp.max_in_flight_bytes"
+            )
             self.request_flush()
         write = vh.write(queues, message)
-        write.add_done_callback(lambda t: self._published(channel, pending, t))
+        write.add_done_callback(lambda t: self._published(channel, pending, cost, t))
 
     def _published(
         self,
         channel: Channel,
         pending: PendingConfirm | None,
+        cost: int,
         task: asyncio.Future[None],
     ) -> None:
-        self.in_flight -= 1
-        if self.in_flight <= BLOCK_LOW_WATER and not self._unblocked.is_set():
+        self.in_flight_bytes -= cost
+        if (
+            self.in_flight_bytes <= self.limits.max_in_flight_bytes // 2
+            and not self._unblocked.is_set()
+        ):
             self._unblocked.set()
             self.connection.set_blocked(False)
             self.request_flush()

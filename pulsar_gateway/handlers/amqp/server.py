@@ -4,8 +4,9 @@ Per connection: a reader task feeds socket bytes to `AmqpConnection`, hands
 the events to the `ConnectionBroker` in order and writes `data_to_send()`; a
 timer task sends heartbeats and gives up on a silent peer at the core's
 `next_deadline`. Deliveries produced elsewhere (queue engines) ask for one
-flush per loop iteration. Backpressure: while too many publishes are in flight
-the core is `blocked` (connection.blocked goes out) and the socket is not read.
+flush per loop iteration. Backpressure: while the publishes awaiting the store hold
+more than amqp.max_in_flight_bytes the core is `blocked` (connection.blocked goes out)
+and the socket is not read.
 A bad frame closes only its own connection, with the protocol's reply code.
 
 Abuse bounds, as on the Kafka listener: `max_connections` and `max_connections_per_ip`
@@ -167,7 +168,10 @@ class _Session:
             self._request_flush,
             self._buffer_size,
             self._deliveries_held,
-            PublishLimits(max_tx_bytes=server.settings.max_tx_bytes),
+            PublishLimits(
+                max_tx_bytes=server.settings.max_tx_bytes,
+                max_in_flight_bytes=server.settings.max_in_flight_bytes,
+            ),
         )
         self.broker.peer = f"{peer_host}:{peer_port}"
         self._flush_scheduled = False
