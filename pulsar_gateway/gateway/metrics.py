@@ -72,6 +72,18 @@ QUEUED_REQUEST_BYTES = Gauge(
     registry=REGISTRY,
 )
 OPEN_PARTITIONS = Gauge("gateway_open_partitions", "Partition logs open", registry=REGISTRY)
+AMQP_PUBLISH_HELD_BYTES = Gauge(
+    "gateway_amqp_publish_held_bytes",
+    "Bytes AMQP connections hold of publishes not yet stored: bodies still arriving, "
+    "open transactions, publishes awaiting the store",
+    ["stage"],
+    registry=REGISTRY,
+)
+AMQP_BLOCKED_CONNECTIONS = Gauge(
+    "gateway_amqp_blocked_connections",
+    "AMQP connections not read (connection.blocked) while their publishes await the store",
+    registry=REGISTRY,
+)
 METADATA_UNREADABLE = Gauge(
     "gateway_metadata_unreadable_records",
     "Records of the metadata log its last load skipped because they were not JSON",

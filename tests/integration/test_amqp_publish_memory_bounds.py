@@ -166,6 +166,9 @@ def test_publishes_awaiting_a_frozen_broker_block_the_publisher_by_bytes(tmp_pat
             except TimeoutError:
                 pass
             blocked = _methods(sock, reader)
+            assert gw.metric("gateway_amqp_blocked_connections") == 1
+            held = gw.metric("gateway_amqp_publish_held_bytes", stage="in_flight")
+            assert limit <= held < 2 * limit, held
         finally:
             os.kill(broker, signal.SIGCONT)
         print(f"the gateway took {sent / MIB:.1f} MiB before it stopped reading")
@@ -195,6 +198,7 @@ def test_publishes_awaiting_a_frozen_broker_block_the_publisher_by_bytes(tmp_pat
             later.append(method)
         assert commands.Connection.Unblocked in [type(m) for m in later], later
         assert not any(isinstance(m, commands.Channel.Close) for m in later), later
+        assert gw.metric("gateway_amqp_blocked_connections") == 0
         sock.close()
     finally:
         assert gw.stop() == 0, gw.log_tail()

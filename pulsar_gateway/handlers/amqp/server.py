@@ -88,6 +88,7 @@ class AmqpServer:
         self.connection_settings = offered_settings(settings)
         self._server: asyncio.base_events.Server | None = None
         self._connections: set[asyncio.Task[None]] = set()
+        self._sessions: set[_Session] = set()
         self.limits = ConnectionLimits(
             "amqp", settings.max_connections, settings.max_connections_per_ip, log
         )
@@ -101,6 +102,19 @@ class AmqpServer:
 
     async def start(self) -> None:
         self.log_limiter.attach(*PER_REQUEST_LOGGERS)
+        # summed when scraped, not kept up to date on every publish
+        sessions = self._sessions
+        held = metrics.AMQP_PUBLISH_HELD_BYTES
+        held.labels("incoming_bodies").set_function(
+            lambda: sum(s.conn.incoming_body_bytes for s in sessions)
+        )
+        held.labels("transactions").set_function(lambda: sum(s.broker.tx_bytes for s in sessions))
+        held.labels("in_flight").set_function(
+            lambda: sum(s.broker.in_flight_bytes for s in sessions)
+        )
+        metrics.AMQP_BLOCKED_CONNECTIONS.set_function(
+            lambda: sum(1 for s in sessions if s.conn.blocked)
+        )
         self._server = await asyncio.start_server(
             self._accept, self.settings.host, self.settings.port, limit=READ_SIZE, backlog=1024
         )
@@ -128,13 +142,18 @@ class AmqpServer:
         self._connections.add(task)
         metrics.CONNECTIONS.labels("amqp").inc()
         metrics.CONNECTIONS_TOTAL.labels("amqp").inc()
+        session: _Session | None = None
         try:
-            await _Session(self, reader, writer, str(peer[0]), int(peer[1])).run()
+            session = _Session(self, reader, writer, str(peer[0]), int(peer[1]))
+            self._sessions.add(session)
+            await session.run()
         except asyncio.CancelledError:
             pass
         except Exception:
             log.exception("amqp connection from %s failed", peer)
         finally:
+            if session is not None:
+                self._sessions.discard(session)
             self._connections.discard(task)
             self.limits.release(ip)
             metrics.CONNECTIONS.labels("amqp").dec()
