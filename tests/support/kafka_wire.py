@@ -8,6 +8,7 @@ from typing import Any
 
 from pulsar_gateway.kafka_codec import protocol
 from pulsar_gateway.kafka_codec.record_batch import encode_batch
+from tests.support.raw_kafka_socket import recv_frame
 
 PRODUCE = 0
 INIT_PRODUCER_ID = 22
@@ -17,19 +18,8 @@ def call(port: int, api_key: int, version: int, body: dict, timeout: float = 30)
     """One request on a fresh connection; the decoded response."""
     with socket.create_connection(("127.0.0.1", port), timeout=timeout) as sock:
         sock.sendall(protocol.encode_request(api_key, version, 1, "test", body))
-        size = int.from_bytes(_read(sock, 4), "big")
-        data = _read(sock, size)
+        data = recv_frame(sock)
     return protocol.decode_response(api_key, version, memoryview(data))
-
-
-def _read(sock: socket.socket, size: int) -> bytes:
-    data = b""
-    while len(data) < size:
-        chunk = sock.recv(size - len(data))
-        if not chunk:
-            raise ConnectionError("gateway closed the connection")
-        data += chunk
-    return data
 
 
 def produce(
