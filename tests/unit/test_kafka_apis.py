@@ -104,6 +104,31 @@ def fetched(partition: dict[str, Any]) -> list[tuple[int, bytes | None]]:
     ]
 
 
+def commit_body(
+    group: str, generation: int, member: str, offset: int, metadata: str = ""
+) -> dict[str, Any]:
+    """OffsetCommit v8 of one offset for partition 0 of `orders`."""
+    return {
+        "group_id": group,
+        "generation_id_or_member_epoch": generation,
+        "member_id": member,
+        "group_instance_id": None,
+        "topics": [
+            {
+                "name": "orders",
+                "partitions": [
+                    {
+                        "partition_index": 0,
+                        "committed_offset": offset,
+                        "committed_leader_epoch": -1,
+                        "committed_metadata": metadata,
+                    }
+                ],
+            }
+        ],
+    }
+
+
 def run(scenario: Any) -> None:
     asyncio.run(scenario())
 
@@ -415,51 +440,11 @@ def test_group_round_trip_commit_fetch_delete() -> None:
         )
         assert beat["error_code"] == ErrorCode.NONE
         commit = await broker.call(
-            ApiKey.OFFSET_COMMIT,
-            8,
-            {
-                "group_id": "g",
-                "generation_id_or_member_epoch": generation,
-                "member_id": member,
-                "group_instance_id": None,
-                "topics": [
-                    {
-                        "name": "orders",
-                        "partitions": [
-                            {
-                                "partition_index": 0,
-                                "committed_offset": 2,
-                                "committed_leader_epoch": -1,
-                                "committed_metadata": "md",
-                            }
-                        ],
-                    }
-                ],
-            },
+            ApiKey.OFFSET_COMMIT, 8, commit_body("g", generation, member, 2, "md")
         )
         assert commit["topics"][0]["partitions"][0]["error_code"] == ErrorCode.NONE
         stale = await broker.call(
-            ApiKey.OFFSET_COMMIT,
-            8,
-            {
-                "group_id": "g",
-                "generation_id_or_member_epoch": generation + 5,
-                "member_id": member,
-                "group_instance_id": None,
-                "topics": [
-                    {
-                        "name": "orders",
-                        "partitions": [
-                            {
-                                "partition_index": 0,
-                                "committed_offset": 1,
-                                "committed_leader_epoch": -1,
-                                "committed_metadata": "",
-                            }
-                        ],
-                    }
-                ],
-            },
+            ApiKey.OFFSET_COMMIT, 8, commit_body("g", generation + 5, member, 1)
         )
         assert stale["topics"][0]["partitions"][0]["error_code"] == ErrorCode.ILLEGAL_GENERATION
         fetched_offsets = await broker.call(
@@ -494,29 +479,7 @@ def test_commit_when_storage_is_down_says_coordinator_not_available() -> None:
         broker = Broker()
         await broker.produce("orders", [b"a"])
         broker.storage.offsets.broken = True  # type: ignore[attr-defined]
-        commit = await broker.call(
-            ApiKey.OFFSET_COMMIT,
-            8,
-            {
-                "group_id": "solo",
-                "generation_id_or_member_epoch": -1,
-                "member_id": "",
-                "group_instance_id": None,
-                "topics": [
-                    {
-                        "name": "orders",
-                        "partitions": [
-                            {
-                                "partition_index": 0,
-                                "committed_offset": 1,
-                                "committed_leader_epoch": -1,
-                                "committed_metadata": "",
-                            }
-                        ],
-                    }
-                ],
-            },
-        )
+        commit = await broker.call(ApiKey.OFFSET_COMMIT, 8, commit_body("solo", -1, "", 1))
         code = commit["topics"][0]["partitions"][0]["error_code"]
         assert code == ErrorCode.COORDINATOR_NOT_AVAILABLE
 
