@@ -145,11 +145,15 @@ def line_chart(
             f'stroke="#555" stroke-dasharray="4 3"/><text x="{x(at) + 3:.1f}" '
             f'y="{top + 12 + 12 * (index % 3)}" font-size="10" fill="#555">{esc(name)}</text>'
         )
+    lowest = min((value for _, value, _ in levels), default=0)
     for label, value, colour in levels:
+        # the lowest level's label goes under its line, the others above theirs: levels close
+        # together (before and limit) would otherwise print over each other
+        label_y = y(value) + 13 if value == lowest and len(levels) > 1 else y(value) - 4
         parts.append(
             f'<line x1="{left}" y1="{y(value):.1f}" x2="{width - right}" y2="{y(value):.1f}" '
             f'stroke="{colour}" stroke-dasharray="6 4"/><text x="{width - right - 4}" '
-            f'y="{y(value) - 4:.1f}" font-size="11" text-anchor="end" fill="{colour}">'
+            f'y="{label_y:.1f}" font-size="11" text-anchor="end" fill="{colour}">'
             f"{esc(label)} {value:,.0f}</text>"
         )
     for index, points in enumerate(series.values()):
@@ -310,7 +314,9 @@ def write_html(path: Path, results: dict[str, Any]) -> None:
         f"{esc(verdict)}</p>",
         f"<p>{esc(settings['minutes'])} min of load, seed {esc(settings['seed'])} "
         f"(<code>{esc(settings['reproduce'])}</code>), started {esc(results['started'])}; "
-        f"{len(faults)} faults injected.</p>",
+        f"{len(faults)} faults injected. Longest stall seen by a healthy producer: "
+        f"{stalls['longest_s']:.2f} s ({esc(stalls['longest_producer'] or '-')}, from "
+        f"{stalls['longest_from_s']:.1f} s). Peak gateway RSS {rss['peak_mib']:.0f} MiB.</p>",
         "<h2>Checks</h2>",
         _table(checks, classes),
         "<h2>Messages</h2>",

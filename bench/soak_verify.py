@@ -108,7 +108,11 @@ def verify_kafka(
     reordered_idents: set[Ident] = set()
     for records in readback.logs.values():
         highest: dict[tuple[str, str], int] = {}
+        first: set[Ident] = set()
         for _, ident in sorted(records):
+            if ident in first:
+                continue  # a later copy is a duplicate, counted as such, not a reorder
+            first.add(ident)
             stream = ident[:2]
             if ident[2] < highest.get(stream, -1):
                 reordered_idents.add(ident)
@@ -203,7 +207,8 @@ def verify_kafka(
 def verify_amqp(ledgers: list[QueueLedger], timeline: Timeline) -> dict[str, Any]:
     """Per queue: what its consumer acknowledged during the run plus what the drain found,
     against what its publisher was confirmed. A redelivered message arriving out of order
-    is counted as redelivered, not reordered: a requeue puts it back at the head."""
+    is counted as redelivered, not reordered: a requeue puts it back at the head. Order is
+    judged on each message's first arrival; a second copy is a duplicate."""
     table = []
     totals: Counter[str] = Counter()
     examples: dict[str, list[str]] = defaultdict(list)
@@ -226,7 +231,11 @@ def verify_amqp(ledgers: list[QueueLedger], timeline: Timeline) -> dict[str, Any
         row["in doubt"] = len(ledger.in_doubt)
         highest = -1
         reordered: set[int] = set()
+        first: set[int] = set()
         for seq, redelivered, at, source in ledger.received:
+            if seq in first:
+                continue  # a later copy is a duplicate, counted as such, not a reorder
+            first.add(seq)
             if seq < highest:
                 if redelivered:
                     row["redelivered"] += 1
