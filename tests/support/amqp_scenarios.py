@@ -394,6 +394,36 @@ def single_active_consumer_and_global_qos(url: str, p: str) -> Transcript:
     return log
 
 
+def publish_then_get_same_channel(url: str, p: str) -> Transcript:
+    """RabbitMQ orders one channel's methods: a basic.get right after an unconfirmed
+    basic.publish on the same channel finds the message (no sleep, no confirm between).
+    Also with confirms on (the get sent before the confirm arrives) and for a
+    consumer started right after the publish."""
+    log: Transcript = []
+    conn = _connect(url)
+    ch = conn.channel()
+    q = f"{p}.pubget"
+    ch.queue_declare(q)
+    for i in range(20):
+        ch.basic_publish("", q, f"g{i}".encode())
+        method, _props, body = ch.basic_get(q, auto_ack=True)
+        log.append(("get", i, body if method is not None else None))
+    for i in range(3):  # two published, two gets: both in publish order
+        ch.basic_publish("", q, f"a{i}".encode())
+        ch.basic_publish("", q, f"b{i}".encode())
+        for _ in range(2):
+            method, _props, body = ch.basic_get(q, auto_ack=True)
+            log.append(("get2", i, body if method is not None else None))
+    seen: Transcript = []
+    ch.basic_publish("", q, b"c0")
+    ch.basic_consume(q, lambda c, m, pr, b: seen.append(b), auto_ack=True)
+    pump_until(conn, lambda: len(seen) >= 1, "the delivery", timeout=3)
+    log.append(("consumed", seen))
+    ch.queue_delete(q)
+    conn.close()
+    return log
+
+
 SCENARIOS = [
     routing_and_returns,
     settle_and_requeue,
@@ -403,4 +433,5 @@ SCENARIOS = [
     errors,
     consumers_round_robin_and_cancel,
     single_active_consumer_and_global_qos,
+    publish_then_get_same_channel,
 ]

@@ -11,6 +11,7 @@ does not import the connection broker that creates channels.
 
 from __future__ import annotations
 
+import asyncio
 from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -136,6 +137,21 @@ class Channel:
         self.tx: TxBuffer | None = None
         self.closed = False
         self.consumer_seq = 0
+        # this channel's publishes not stored yet, with the queues each goes to: a
+        # basic.get on the channel waits for those to its queue (see `writes_to`)
+        self.writing: dict[asyncio.Future[None], frozenset[str]] = {}
+
+    def writes_to(self, queue: str) -> list[asyncio.Future[None]]:
+        """The channel's publishes to `queue` still on their way to the store.
+
+        RabbitMQ handles one channel's methods in order, so a basic.get after a
+        basic.publish on the same channel finds the message, confirmed or not. The
+        gateway stores it in Pulsar first and reads it back through the queue's
+        subscription; a get that waits for these (then for the read-back, as the
+        queue's count now includes them) sees what the channel published before it.
+        Other channels are not waited for: RabbitMQ orders nothing across channels.
+        """
+        return [write for write, queues in self.writing.items() if queue in queues]
 
     def can_deliver(self) -> bool:
         if self.closed or not self.flow_active:

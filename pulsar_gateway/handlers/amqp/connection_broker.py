@@ -446,7 +446,15 @@ class ConnectionBroker:
         queue = check_queue_access(vh.topology, m.queue, self.id)
         engine = vh.engine(queue.name)
         vh.touch(queue.name)
+        writes = channel.writes_to(queue.name)
+        if writes:
+            # the channel's own publishes come first (see Channel.writes_to); a failed
+            # one was nacked to its publisher and is simply not there
+            await asyncio.wait(writes)
         got = await engine.get()
+        if got is None and writes and engine.message_count > 0:
+            # the queue's fetch came back empty just before the stored copy was readable
+            got = await engine.get()
         if got is None or channel.closed:
             if got is not None:
                 engine.requeue([got[0]])
@@ -579,6 +587,7 @@ class ConnectionBroker:
             )
             self.request_flush()
         write = vh.write(queues, message)
+        channel.writing[write] = queues
         write.add_done_callback(lambda t: self._published(channel, pending, cost, t))
 
     def _published(
@@ -588,6 +597,7 @@ class ConnectionBroker:
         cost: int,
         task: asyncio.Future[None],
     ) -> None:
+        channel.writing.pop(task, None)
         self.in_flight_bytes -= cost
         if (
             self.in_flight_bytes <= self.limits.max_in_flight_bytes // 2
