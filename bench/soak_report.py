@@ -17,7 +17,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from pulsar_gateway.tools.html_report import PALETTE, esc, page
+from pulsar_gateway.tools.html_report import PALETTE, esc, page, table
 
 FAULT_COLOURS = {
     "broker_kill": "#c0392b",
@@ -235,31 +235,6 @@ def _examples(examples: dict[str, list[str]]) -> str:
     return "".join(out)
 
 
-def _numeric(value: Any) -> bool:
-    if isinstance(value, int | float):
-        return True
-    return isinstance(value, str) and value.replace(",", "").replace(".", "", 1).isdigit()
-
-
-def _table(rows: Sequence[dict[str, Any]], classes: Sequence[str] | None = None) -> str:
-    """A table whose numbers are right-aligned and whose text is left-aligned."""
-    if not rows:
-        return "<p>(none)</p>"
-    columns = list(rows[0])
-    head = "".join(f"<th>{esc(c)}</th>" for c in columns)
-    body = []
-    for index, row in enumerate(rows):
-        css = f' class="{classes[index]}"' if classes and classes[index] else ""
-        cells = "".join(
-            f"<td>{esc(row[c])}</td>"
-            if _numeric(row[c])
-            else f'<td class="text">{esc(row[c])}</td>'
-            for c in columns
-        )
-        body.append(f"<tr{css}>{cells}</tr>")
-    return f"<table><tr>{head}</tr>{''.join(body)}</table>"
-
-
 def _clients_section(clients: Sequence[dict[str, Any]]) -> str:
     """Who had errors or lost a connection (healthy first); the rest in one line."""
     troubled = [c for c in clients if c["errors"] or c["drops"]]
@@ -271,7 +246,7 @@ def _clients_section(clients: Sequence[dict[str, Any]]) -> str:
         f"dropped connection; {len(clients) - len(healthy)} victims (their drops are the "
         "faults'). Clients with errors or drops:</p>"
     )
-    return line + _table(
+    return line + table(
         troubled, ["bad" if c["healthy"] == "yes" and c["drops"] else "" for c in troubled]
     )
 
@@ -318,9 +293,9 @@ def write_html(path: Path, results: dict[str, Any]) -> None:
         f"{stalls['longest_s']:.2f} s ({esc(stalls['longest_producer'] or '-')}, from "
         f"{stalls['longest_from_s']:.1f} s). Peak gateway RSS {rss['peak_mib']:.0f} MiB.</p>",
         "<h2>Checks</h2>",
-        _table(checks, classes),
+        table(checks, classes),
         "<h2>Messages</h2>",
-        _table(results["summary"]),
+        table(results["summary"]),
         '<p class="note">Ghosts: a delivery the client was told failed (or nacked) that is '
         "stored all the same. Failed/nacked includes AMQP messages left in doubt by a "
         "dropped connection. Misplaced: stored once, but not at the offset acknowledged.</p>",
@@ -330,7 +305,7 @@ def write_html(path: Path, results: dict[str, Any]) -> None:
         "and what the gateway did. Dashed lines: phases of the soak.</p>",
         throughput,
         rss_chart,
-        _table(
+        table(
             [
                 {
                     "RSS before (MiB)": f"{rss['before_mib']:.0f}",
@@ -346,12 +321,12 @@ def write_html(path: Path, results: dict[str, Any]) -> None:
         "<h2>Stalls</h2>",
         histogram,
         "<h3>Gaps of 0.5 s or more (healthy producers), by the faults around them</h3>",
-        _table(stalls["top"]),
+        table(stalls["top"]),
         "<h3>Longest gap per healthy producer</h3>",
-        _table(stalls["per_producer"]),
+        table(stalls["per_producer"]),
         "<h2>Faults</h2>",
-        _table([{"kind": k, "count": n} for k, n in results["faults_by_kind"].items()]),
-        _table(
+        table([{"kind": k, "count": n} for k, n in results["faults_by_kind"].items()]),
+        table(
             [
                 {
                     "#": f["number"],
@@ -365,12 +340,12 @@ def write_html(path: Path, results: dict[str, Any]) -> None:
             ]
         ),
         "<h2>Kafka</h2>",
-        _table(results["kafka"]["clients"]),
+        table(results["kafka"]["clients"]),
         "<h3>Consumer groups</h3>",
-        _table(results["kafka"]["groups"]),
+        table(results["kafka"]["groups"]),
         _examples(results["kafka"]["examples"]),
         "<h2>AMQP</h2>",
-        _table(results["amqp"]["queues"]),
+        table(results["amqp"]["queues"]),
         _examples(results["amqp"]["examples"]),
         "<h2>Clients: errors and dropped connections</h2>",
         _clients_section(results["clients"]),

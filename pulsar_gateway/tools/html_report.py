@@ -14,7 +14,7 @@ from typing import Any
 PALETTE = ("#3b6ea5", "#e07b39", "#5a9e4b", "#b04a5a", "#7a5aa5", "#8c8c8c")
 STYLE = """body{font-family:sans-serif;margin:2em;color:#222}
 table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #ccc;padding:3px 8px}
-td{text-align:right}td:first-child{text-align:left}.bad{background:#fbe3e3}
+td{text-align:right}td:first-child,td.text{text-align:left}.bad{background:#fbe3e3}
 .good{background:#e3f4e3}.verdict{font-size:1.6em;font-weight:bold}svg{margin:1em 0}"""
 
 
@@ -91,7 +91,15 @@ def grouped_bar_chart(
     return "\n".join(parts)
 
 
+def _numeric(value: Any) -> bool:
+    if isinstance(value, int | float):
+        return True
+    return isinstance(value, str) and value.replace(",", "").replace(".", "", 1).isdigit()
+
+
 def table(rows: Sequence[dict[str, Any]], classes: Sequence[str] | None = None) -> str:
+    """A table whose numbers are right-aligned and whose text is left-aligned; `classes`
+    marks rows (e.g. "bad")."""
     if not rows:
         return "<p>(none)</p>"
     columns = list(rows[0])
@@ -99,7 +107,12 @@ def table(rows: Sequence[dict[str, Any]], classes: Sequence[str] | None = None) 
     body = []
     for index, row in enumerate(rows):
         css = f' class="{classes[index]}"' if classes and classes[index] else ""
-        cells = "".join(f"<td>{esc(row[c])}</td>" for c in columns)
+        cells = "".join(
+            f"<td>{esc(row[c])}</td>"
+            if _numeric(row[c])
+            else f'<td class="text">{esc(row[c])}</td>'
+            for c in columns
+        )
         body.append(f"<tr{css}>{cells}</tr>")
     return f"<table><tr>{head}</tr>{''.join(body)}</table>"
 
