@@ -16,9 +16,11 @@ from pulsar_gateway.gateway.backend.subscription_mirror import SubscriptionMirro
 from pulsar_gateway.gateway.config import Settings
 from pulsar_gateway.gateway.metadata_store import MetadataStore
 from pulsar_gateway.gateway.reserved_names import ReservedNamespaces
+from pulsar_gateway.security.tls import server_context
 from pulsar_gateway.storage.kafka.group_offsets import GroupOffsetStore
 from pulsar_gateway.storage.kafka.subscription_position import ack_position
 from pulsar_gateway.storage.kafka.topics import TopicService
+from pulsar_gateway.storage.users import UsersStore
 
 log = logging.getLogger("gateway")
 
@@ -40,6 +42,7 @@ class Gateway:
         self.broker: EmbeddedBroker | None = None
         self.backend: PulsarBackend | None = None
         self.metadata: MetadataStore | None = None
+        self.users: UsersStore | None = None
         self.topics: TopicService | None = None
         self.group_offsets: GroupOffsetStore | None = None
         self.mirror: SubscriptionMirror | None = None
@@ -119,6 +122,9 @@ class Gateway:
             self.group_offsets.on_commit = self.mirror.request
             self.group_offsets.on_forget = self.mirror.forget
         metrics.BACKEND_UP.set(1)
+        # one users store for both listeners, followed live (docs/security.md)
+        self.users = UsersStore(self.backend, settings.pulsar.metadata_namespace)
+        await self.users.load()
         if settings.kafka.enabled:
             from pulsar_gateway.handlers.kafka.port import KafkaStorage
             from pulsar_gateway.handlers.kafka.server import KafkaServer
@@ -127,7 +133,13 @@ class Gateway:
             storage = KafkaStorage(
                 self.topics, self.group_offsets, MetadataProducerIds(self.metadata), reserved
             )
-            self.listeners.append(KafkaServer(settings.kafka, storage))
+            kafka = settings.kafka
+            kafka_tls = (
+                server_context("kafka", kafka.tls_cert_file, kafka.tls_key_file, kafka.tls_ca_file)
+                if kafka.tls_enabled
+                else None
+            )
+            self.listeners.append(KafkaServer(kafka, storage, self.users, kafka_tls))
         if settings.amqp.enabled:
             from pulsar_gateway.handlers.amqp.server import AmqpServer
             from pulsar_gateway.storage.amqp.store import PulsarAmqpStore
@@ -135,7 +147,13 @@ class Gateway:
             store = PulsarAmqpStore(
                 self.backend, self.metadata, settings.amqp.tenant, reserved=reserved
             )
-            self.listeners.append(AmqpServer(settings.amqp, store, store.vhost_access))
+            amqp = settings.amqp
+            amqp_tls = (
+                server_context("amqp", amqp.tls_cert_file, amqp.tls_key_file, amqp.tls_ca_file)
+                if amqp.tls_enabled
+                else None
+            )
+            self.listeners.append(AmqpServer(amqp, store, store.vhost_access, self.users, amqp_tls))
         for listener in self.listeners:
             await listener.start()
             host, port = listener.address
@@ -157,7 +175,7 @@ class Gateway:
         return {
             "ok": self.ready and broker_ok and reachable,
             "backend_reachable": reachable,
-            "listeners": {lst.name: f"{lst.address[0]}:{lst.address[1]}" for lst in self.listeners},
+            "listeners": self._listener_addresses(),
             "embedded": self.broker is not None,
             "broker_restarts": self.broker.restarts if self.broker else 0,
             "open_partitions": self.topics.open_partitions if self.topics else 0,
@@ -169,6 +187,14 @@ class Gateway:
                 "kafka_namespace": self.settings.kafka.namespace,
             },
         }
+
+    def _listener_addresses(self) -> dict[str, str]:
+        found = {lst.name: f"{lst.address[0]}:{lst.address[1]}" for lst in self.listeners}
+        for listener in self.listeners:
+            tls = getattr(listener, "tls_address", None)
+            if tls is not None:
+                found[f"{listener.name}s"] = f"{tls[0]}:{tls[1]}"  # amqps
+        return found
 
     async def wait(self) -> str:
         assert self._fatal is not None
@@ -184,6 +210,8 @@ class Gateway:
         if self.mirror:
             with contextlib.suppress(Exception):
                 await self.mirror.close()
+        if self.users:
+            await self.users.close()
         if self.topics:
             await self.topics.close()
         if self.metadata:

@@ -61,6 +61,9 @@ def _parser() -> argparse.ArgumentParser:
     _add_migrate(commands)
     _add_parity(commands)
     _add_amqp(commands)
+    from pulsar_gateway.tools.users_cli import add_parser as add_users
+
+    add_users(commands, _add_gateway_link)
     return parser
 
 
@@ -180,7 +183,7 @@ def _overrides(args: argparse.Namespace) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
-    if args.command in ("migrate", "parity", "amqp"):
+    if args.command in ("migrate", "parity", "amqp", "users"):
         from pulsar_gateway.tools_cli import run_tool
 
         return run_tool(args)

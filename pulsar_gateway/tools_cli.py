@@ -1,4 +1,4 @@
-"""The commands that run beside a gateway: migrate, parity, amqp import-definitions."""
+"""The commands that run beside a gateway: migrate, parity, amqp import-definitions, users."""
 
 from __future__ import annotations
 
@@ -32,8 +32,15 @@ def run_tool(args: argparse.Namespace) -> int:
             return _parity(args, console)
         if args.command == "amqp" and args.amqp_command == "import-definitions":
             return _import_definitions(args, console)
+        if args.command == "users" and args.users_command:
+            from pulsar_gateway.tools.users_cli import run_users
+
+            return asyncio.run(run_users(args, _link(args)))
     except GatewayUnreachable as exc:
         console.print(f"[red]pulsar-gateway {args.command}:[/] {exc}")
+        return 2
+    if args.command == "users":
+        print("pulsar-gateway users: give an action (add, passwd, remove, list)", file=sys.stderr)
         return 2
     print("pulsar-gateway amqp: give a tool (import-definitions)", file=sys.stderr)
     return 2

@@ -37,7 +37,34 @@ class GatewaySection(_Section):
     log_level: Literal["debug", "info", "warning", "error"] = "info"
 
 
-class KafkaSection(_Section):
+SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+
+
+class _TlsSettings(_Section):
+    """A listener's TLS files (docs/security.md); empty certificate: plaintext."""
+
+    tls_cert_file: str = ""
+    tls_key_file: str = ""
+    tls_ca_file: str = ""  # when set, clients must present a certificate it signed
+
+    @model_validator(mode="after")
+    def _tls_pair(self) -> _TlsSettings:
+        if bool(self.tls_cert_file) != bool(self.tls_key_file):
+            raise ValueError("tls_cert_file and tls_key_file must be set together")
+        if self.tls_ca_file and not self.tls_cert_file:
+            raise ValueError("tls_ca_file needs tls_cert_file and tls_key_file")
+        for name in ("tls_cert_file", "tls_key_file", "tls_ca_file"):
+            path = getattr(self, name)
+            if path and not Path(path).is_file():
+                raise ValueError(f"{name}: no such file")
+        return self
+
+    @property
+    def tls_enabled(self) -> bool:
+        return bool(self.tls_cert_file)
+
+
+class KafkaSection(_TlsSettings):
     enabled: bool = True
     host: str = "127.0.0.1"
     port: int = Field(9092, ge=0, le=65535)
@@ -81,6 +108,24 @@ class KafkaSection(_Section):
     # the mark of the gateway's own mirrored subscriptions: never empty, so a subscription
     # named after a group alone (a Pulsar application's) is never moved
     group_subscription_prefix: str = Field("__kafka.group.", min_length=1)
+    # SASL mechanisms offered (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512); empty: no authentication
+    sasl_mechanisms: list[str] = Field(default_factory=list)
+
+    @field_validator("sasl_mechanisms", mode="before")
+    @classmethod
+    def _comma_separated(cls, value: Any) -> Any:
+        """From an environment variable or --set: "PLAIN,SCRAM-SHA-256"."""
+        if isinstance(value, str):
+            return [part.strip() for part in value.split(",") if part.strip()]
+        return value
+
+    @field_validator("sasl_mechanisms")
+    @classmethod
+    def _known_mechanisms(cls, value: list[str]) -> list[str]:
+        unknown = sorted(set(value) - set(SASL_MECHANISMS))
+        if unknown:
+            raise ValueError(f"unknown SASL mechanisms {unknown}; known: {list(SASL_MECHANISMS)}")
+        return list(dict.fromkeys(value))
 
     @field_validator("tenant", "namespace")
     @classmethod
@@ -98,10 +143,12 @@ class KafkaSection(_Section):
         return self
 
 
-class AmqpSection(_Section):
+class AmqpSection(_TlsSettings):
     enabled: bool = True
     host: str = "127.0.0.1"
     port: int = Field(5672, ge=0, le=65535)
+    # the AMQPS listener's port (AMQP over TLS), served beside `port` when tls_cert_file is set
+    tls_port: int = Field(5671, ge=0, le=65535)
     tenant: str = "public"
     max_connections: int = Field(10000, ge=1)
     # as the Kafka listener's; there is no idle timeout beyond the heartbeat, as in RabbitMQ

@@ -53,6 +53,13 @@ BAD_INPUT = Counter(
     ["protocol", "reason"],
     registry=REGISTRY,
 )
+# outcome: success or failure; mechanism: the SASL mechanism (a closed set, "unknown" beyond)
+AUTHENTICATIONS = Counter(
+    "gateway_authentications_total",
+    "Client authentication attempts, by protocol, mechanism and outcome",
+    ["protocol", "mechanism", "outcome"],
+    registry=REGISTRY,
+)
 PRODUCE_REJECTED = Counter(
     "gateway_produce_rejected_total",
     "Produce partitions (record batches) refused and not stored, by Kafka error",

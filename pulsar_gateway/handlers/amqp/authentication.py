@@ -3,17 +3,26 @@
 PLAIN is what pika, aio-pika and aiormq send; AMQPLAIN is py-amqp's default,
 so kombu and Celery need it. Refusals carry RabbitMQ's texts because the
 connection decides from the reply code whether the client is told at all.
+
+Users come from the users store (`pulsar-gateway users`: SCRAM salted keys, the password
+checked by deriving its key) and, for names the store does not hold, from the config's
+`amqp.users` table, kept as a bootstrap (docs/security.md): the store wins.
 """
 
 from __future__ import annotations
 
 import hmac
 import ipaddress
+import logging
 from collections.abc import Iterable, Mapping
 
 from pamqp import decode
 
+from pulsar_gateway.gateway import metrics
 from pulsar_gateway.handlers.amqp.errors import AmqpError, ReplyCode
+from pulsar_gateway.security.credentials import NoUsers, UserDirectory, password_matches
+
+log = logging.getLogger("gateway.amqp.auth")
 
 DEFAULT_MECHANISMS = ("PLAIN", "AMQPLAIN")
 DEFAULT_LOOPBACK_USERS = ("guest",)
@@ -67,7 +76,7 @@ def _invalid_response(response: bytes) -> AmqpError:
 
 
 class Authenticator:
-    """Checks start-ok credentials against a fixed user table.
+    """Checks start-ok credentials against the users store, then a fixed user table.
 
     Users in `loopback_users` (guest, by default, as in RabbitMQ) may only log
     in from a loopback address; the peer address is an input, never looked up.
@@ -78,8 +87,10 @@ class Authenticator:
         users: Mapping[str, str],
         loopback_users: Iterable[str] = DEFAULT_LOOPBACK_USERS,
         mechanisms: Iterable[str] = DEFAULT_MECHANISMS,
+        directory: UserDirectory | None = None,
     ) -> None:
         self._users = dict(users)
+        self._directory: UserDirectory = directory or NoUsers()
         self._loopback_users = frozenset(loopback_users)
         self.mechanisms = tuple(mechanisms)
         unknown = set(self.mechanisms) - set(DEFAULT_MECHANISMS)
@@ -100,18 +111,28 @@ class Authenticator:
         parse = parse_plain if mechanism == "PLAIN" else parse_amqplain
         username, password = parse(raw)
         if not self._password_matches(username, password):
+            log.warning(
+                "AMQP authentication failed from %s: user '%s' (%s)", peer_host, username, mechanism
+            )
+            metrics.AUTHENTICATIONS.labels("amqp", mechanism, "failure").inc()
             raise AmqpError(
                 ReplyCode.ACCESS_REFUSED,
                 f"{mechanism} login refused: user '{username}' - invalid credentials",
             )
         if username in self._loopback_users and not is_loopback(peer_host):
+            log.warning("AMQP user '%s' refused from %s: loopback only", username, peer_host)
+            metrics.AUTHENTICATIONS.labels("amqp", mechanism, "failure").inc()
             raise AmqpError(
                 ReplyCode.ACCESS_REFUSED,
                 f"{mechanism} login refused: user '{username}' can only connect via localhost",
             )
+        metrics.AUTHENTICATIONS.labels("amqp", mechanism, "success").inc()
         return username
 
     def _password_matches(self, username: str, password: str) -> bool:
+        record = self._directory.lookup(username)
+        if record is not None:
+            return password_matches(record, password)
         stored = self._users.get(username)
         # Compare even for unknown users so timing does not reveal who exists.
         matches = hmac.compare_digest(

@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import ssl
 import time
 from typing import Any
 
@@ -43,6 +44,7 @@ from pulsar_gateway.handlers.amqp.connection_state import AmqpConnection, Connec
 from pulsar_gateway.handlers.amqp.errors import ReplyCode
 from pulsar_gateway.handlers.amqp.events import ConnectionClosed, Event
 from pulsar_gateway.handlers.listener_limits import ConnectionLimits, LogLimiter
+from pulsar_gateway.security.credentials import UserDirectory
 
 log = logging.getLogger("gateway.amqp")
 
@@ -79,12 +81,17 @@ class AmqpServer:
         settings: AmqpSection,
         store: BrokerStore,
         vhost_policy: VhostPolicy = allow_and_create,
+        users: UserDirectory | None = None,
+        tls: ssl.SSLContext | None = None,
     ) -> None:
         self.settings = settings
         self.vhost_policy = vhost_policy
         self.broker = AmqpBroker(store, settings.reader_idle_seconds)
-        # an empty user table still lets guest in, as it always has
-        self.authenticator = Authenticator(settings.users or {"guest": "guest"})
+        # an empty user table still lets guest in, as it always has; the users store (the
+        # directory) takes precedence over the table (docs/security.md)
+        self.authenticator = Authenticator(settings.users or {"guest": "guest"}, directory=users)
+        self.tls = tls  # the AMQPS listener's (amqp.tls_port), beside the plaintext one
+        self._tls_server: asyncio.base_events.Server | None = None
         self.connection_settings = offered_settings(settings)
         self._server: asyncio.base_events.Server | None = None
         self._connections: set[asyncio.Task[None]] = set()
@@ -98,6 +105,14 @@ class AmqpServer:
     def address(self) -> tuple[str, int]:
         assert self._server is not None
         host, port = self._server.sockets[0].getsockname()[:2]
+        return host, port
+
+    @property
+    def tls_address(self) -> tuple[str, int] | None:
+        """The AMQPS listener's address, None without TLS."""
+        if self._tls_server is None:
+            return None
+        host, port = self._tls_server.sockets[0].getsockname()[:2]
         return host, port
 
     async def start(self) -> None:
@@ -118,10 +133,23 @@ class AmqpServer:
         self._server = await asyncio.start_server(
             self._accept, self.settings.host, self.settings.port, limit=READ_SIZE, backlog=1024
         )
+        if self.tls is not None:
+            self._tls_server = await asyncio.start_server(
+                self._accept,
+                self.settings.host,
+                self.settings.tls_port,
+                limit=READ_SIZE,
+                backlog=1024,
+                ssl=self.tls,
+            )
+            host, port = self.tls_address or ("", 0)
+            log.info("amqps (TLS) listener on %s:%d", host, port)
 
     async def stop(self) -> None:
         if self._server:
             self._server.close()
+        if self._tls_server:
+            self._tls_server.close()
         for task in list(self._connections):
             task.cancel()
         if self._connections:

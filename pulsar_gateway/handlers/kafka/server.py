@@ -18,6 +18,11 @@ What one client can make the listener hold is bounded (docs: conf/gateway.toml):
 - connections: `max_connections` in all and `max_connections_per_ip` from one address.
 - the log: per-request warnings pass through a `LogLimiter`, so a flood of bad requests
   does not flood the log too.
+
+Security (docs/security.md): with `kafka.tls_cert_file` the listener speaks TLS only
+(SSL/SASL_SSL); with `kafka.sasl_mechanisms` a connection is served nothing but ApiVersions
+and the SASL APIs (sasl.py) until it has authenticated, as Kafka does, and any other
+request closes it.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import ssl
 import struct
 from concurrent.futures import Executor, ThreadPoolExecutor
 from typing import Any
@@ -37,11 +43,15 @@ from pulsar_gateway.handlers.kafka.port import KafkaStorage
 from pulsar_gateway.handlers.kafka.requests import (
     ENTRY_BYTES,
     ConnectionClosing,
+    DecodedRequest,
     decode_off_loop,
     respond,
 )
+from pulsar_gateway.handlers.kafka.sasl import SaslSession
 from pulsar_gateway.handlers.listener_limits import ByteBudget, ConnectionLimits, LogLimiter
 from pulsar_gateway.kafka_codec import protocol
+from pulsar_gateway.kafka_codec.protocol.messages import ApiKey
+from pulsar_gateway.security.credentials import NoUsers, UserDirectory
 
 log = logging.getLogger("gateway.kafka")
 
@@ -52,15 +62,24 @@ WRITE_BUFFER_HIGH = 1 << 20
 # grace): a byte every 29 s would otherwise hold the frame's share of the budget for ever.
 MIN_FRAME_BYTES_PER_SECOND = 256 * 1024
 # Loggers whose warnings a client can cause once per request.
-PER_REQUEST_LOGGERS = ("gateway.kafka", "gateway.kafka.produce")
+PER_REQUEST_LOGGERS = ("gateway.kafka", "gateway.kafka.produce", "gateway.kafka.auth")
+SASL_APIS = (ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE)
 
 
 class KafkaServer:
     name = "kafka"
 
-    def __init__(self, settings: KafkaSection, storage: KafkaStorage) -> None:
+    def __init__(
+        self,
+        settings: KafkaSection,
+        storage: KafkaStorage,
+        users: UserDirectory | None = None,
+        tls: ssl.SSLContext | None = None,
+    ) -> None:
         self.settings = settings
         self.storage = storage
+        self.users: UserDirectory = users or NoUsers()
+        self.tls = tls
         self.groups = GroupCoordinator(
             storage.offsets,
             min_session_ms=settings.group_min_session_timeout_ms,
@@ -89,7 +108,12 @@ class KafkaServer:
         queued = self.queued
         metrics.QUEUED_REQUEST_BYTES.labels("kafka").set_function(lambda: queued.used)
         self._server = await asyncio.start_server(
-            self._accept, self.settings.host, self.settings.port, limit=1 << 20, backlog=1024
+            self._accept,
+            self.settings.host,
+            self.settings.port,
+            limit=1 << 20,
+            backlog=1024,
+            ssl=self.tls,
         )
         host, port = self.address
         advertised = self.settings.advertised_host or host
@@ -128,6 +152,7 @@ class KafkaServer:
         metrics.CONNECTIONS_TOTAL.labels("kafka").inc()
         queued = ByteBudget(self.settings.max_queued_request_bytes_per_connection, self.queued)
         connection = _Connection(self.context, reader, writer, peer, queued, self._decoder)
+        connection.sasl = SaslSession(self.settings.sasl_mechanisms, self.users, peer)
         try:
             await connection.serve()
         except asyncio.CancelledError:
@@ -173,6 +198,7 @@ class _Connection:
         self.frame_deadline = float("inf")
         self.timed_out: Exception | None = None
         self._watchdog: asyncio.TimerHandle | None = None
+        self.sasl = SaslSession((), NoUsers(), peer)
 
     async def serve(self) -> None:
         writer_task = asyncio.create_task(self._write_responses())
@@ -228,10 +254,39 @@ class _Connection:
                 raise
             self.last_activity = self.loop.time()
             self.unanswered += 1
-            task = asyncio.create_task(respond(self.context, request))
+            if header.api_key in SASL_APIS:
+                task = asyncio.create_task(_ready(self._sasl(request)))
+            else:
+                if self.sasl.required and not self.sasl.authenticated:
+                    self._refuse_unauthenticated(header)
+                task = asyncio.create_task(respond(self.context, request))
             await self.responses.put((task, held))
-            if self.writer_gone:
-                return
+            if self.writer_gone or self.sasl.failed:
+                return  # after a SASL failure: its answer goes out, then the connection closes
+
+    def _sasl(self, request: DecodedRequest) -> bytes:
+        """Answered here, in order with the frames read: the next frame may depend on it."""
+        header, body = request.header, request.body
+        assert body is not None
+        if header.api_key == ApiKey.SASL_HANDSHAKE:
+            answer = self.sasl.handshake(body)
+        else:
+            answer = self.sasl.authenticate(body)
+        return protocol.encode_response(
+            header.api_key, header.api_version, header.correlation_id, answer
+        )
+
+    def _refuse_unauthenticated(self, header: protocol.RequestHeader) -> None:
+        """Kafka closes a connection that sends anything but ApiVersions before SASL."""
+        if header.api_key == ApiKey.API_VERSIONS:
+            return
+        metrics.BAD_INPUT.labels("kafka", "unauthenticated").inc()
+        metrics.AUTHENTICATIONS.labels("kafka", "none", "failure").inc()
+        self.unanswered -= 1
+        raise ConnectionClosing(
+            f"{protocol.API_NAMES.get(header.api_key, 'unknown')} before SASL authentication "
+            "(kafka.sasl_mechanisms is set)"
+        )
 
     async def _read_body(self, size: int) -> bytes:
         """The frame's body, which must also arrive at MIN_FRAME_BYTES_PER_SECOND overall."""
@@ -342,3 +397,7 @@ class _Connection:
         self.writer.close()
         while not self.responses.empty():
             self.responses.get_nowait()
+
+
+async def _ready(response: bytes) -> bytes:
+    return response

@@ -52,6 +52,22 @@ async def api_versions(
     return {"error_code": ErrorCode.NONE, "api_keys": served_versions(), "throttle_time_ms": 0}
 
 
+async def sasl_outside_connection(
+    context: KafkaContext, header: protocol.RequestHeader, request: dict[str, Any]
+) -> dict[str, Any]:
+    """SaslHandshake and SaslAuthenticate are answered by the listener, which holds the
+    connection's SASL state (handlers/kafka/sasl.py); listed here for their versions. A
+    request reaching this (a tool calling `answer` directly) is refused."""
+    if header.api_key == ApiKey.SASL_HANDSHAKE:
+        return {"error_code": ErrorCode.UNSUPPORTED_SASL_MECHANISM, "mechanisms": []}
+    return {
+        "error_code": ErrorCode.ILLEGAL_SASL_STATE,
+        "error_message": "no SASL state outside a connection",
+        "auth_bytes": b"",
+        "session_lifetime_ms": 0,
+    }
+
+
 API_TABLE: dict[ApiKey, Api] = {
     ApiKey.PRODUCE: Api(produce.handle, 3, 9),
     ApiKey.FETCH: Api(fetch.handle, 4, 12),
@@ -75,6 +91,8 @@ API_TABLE: dict[ApiKey, Api] = {
     ApiKey.DELETE_GROUPS: Api(groups.delete_groups, 0, 2),
     ApiKey.OFFSET_DELETE: Api(group_offsets.offset_delete, 0, 0),
     ApiKey.DESCRIBE_CLUSTER: Api(cluster.describe_cluster, 0, 1),
+    ApiKey.SASL_HANDSHAKE: Api(sasl_outside_connection, 0, 1),
+    ApiKey.SASL_AUTHENTICATE: Api(sasl_outside_connection, 0, 2),
 }
 
 

@@ -1,0 +1,128 @@
+"""Kafka SASL on one connection: SaslHandshake v0-1, then SaslAuthenticate v0-2 frames.
+
+The state is the connection's (which mechanism was chosen, the SCRAM exchange under way,
+who is authenticated), so the listener calls this directly instead of going through the
+API table. Kafka's rules, kept here:
+
+- a SaslHandshake naming a mechanism not enabled answers UNSUPPORTED_SASL_MECHANISM with
+  the enabled list; a SaslAuthenticate without a handshake, ILLEGAL_SASL_STATE;
+- a failed authentication answers SASL_AUTHENTICATION_FAILED with a message, and the
+  connection is then closed (the client reports the message);
+- after a v0 handshake Kafka also takes raw SASL tokens without Kafka framing; only
+  framed SaslAuthenticate requests are taken here (every client that speaks SaslAuthenticate
+  sends it after either handshake version: librdkafka, the Java client, kafka-python,
+  aiokafka).
+
+Every outcome is logged with the user and the peer, never a secret, and counted in
+gateway_authentications_total.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+from pulsar_gateway.gateway import metrics
+from pulsar_gateway.kafka_codec.errors import ErrorCode
+from pulsar_gateway.security.credentials import (
+    SCRAM_MECHANISMS,
+    AuthenticationFailed,
+    ScramExchange,
+    UserDirectory,
+    parse_plain,
+    password_matches,
+)
+
+log = logging.getLogger("gateway.kafka.auth")
+
+MECHANISMS = ("PLAIN", *SCRAM_MECHANISMS)
+
+
+class SaslSession:
+    """One connection's SASL state; `authenticated` is the user's name once it succeeded."""
+
+    def __init__(self, mechanisms: Sequence[str], users: UserDirectory, peer: Any) -> None:
+        self.mechanisms = list(mechanisms)
+        self.users = users
+        self.peer = peer
+        self.mechanism = ""
+        self.authenticated = ""
+        self.failed = False  # answer, then close the connection
+        self._scram: ScramExchange | None = None
+
+    @property
+    def required(self) -> bool:
+        return bool(self.mechanisms)
+
+    def handshake(self, request: dict[str, Any]) -> dict[str, Any]:
+        mechanism = request["mechanism"]
+        if self.authenticated or self.mechanism:
+            self.failed = True
+            return {"error_code": ErrorCode.ILLEGAL_SASL_STATE, "mechanisms": self.mechanisms}
+        if mechanism not in self.mechanisms:
+            self.failed = True
+            log.warning(
+                "Kafka SASL from %s: mechanism %r not enabled (kafka.sasl_mechanisms)",
+                self.peer,
+                mechanism[:64],
+            )
+            self._count(mechanism, "failure")
+            return {
+                "error_code": ErrorCode.UNSUPPORTED_SASL_MECHANISM,
+                "mechanisms": self.mechanisms,
+            }
+        self.mechanism = mechanism
+        if mechanism in SCRAM_MECHANISMS:
+            self._scram = ScramExchange(mechanism, self.users)
+        return {"error_code": ErrorCode.NONE, "mechanisms": self.mechanisms}
+
+    def authenticate(self, request: dict[str, Any]) -> dict[str, Any]:
+        token = bytes(request["auth_bytes"] or b"")
+        if not self.mechanism or self.authenticated:
+            self.failed = True
+            return _answer(ErrorCode.ILLEGAL_SASL_STATE, "SaslHandshake must come first")
+        try:
+            if self._scram is not None:
+                reply, done = self._scram.step(token)
+                user = self._scram.user
+            else:
+                user, password = _plain(token)
+                if not password_matches(self.users.lookup(user), password):
+                    raise AuthenticationFailed(f"PLAIN failed for user '{user}'")
+                reply, done = b"", True
+        except AuthenticationFailed as exc:
+            self.failed = True
+            log.warning("Kafka authentication failed from %s: %s", self.peer, exc)
+            self._count(self.mechanism, "failure")
+            return _answer(
+                ErrorCode.SASL_AUTHENTICATION_FAILED,
+                f"Authentication failed during authentication due to invalid credentials "
+                f"with SASL mechanism {self.mechanism}",
+            )
+        if done:
+            self.authenticated = user
+            log.info("Kafka user '%s' authenticated from %s (%s)", user, self.peer, self.mechanism)
+            self._count(self.mechanism, "success")
+        return _answer(ErrorCode.NONE, None, reply)
+
+    def _count(self, mechanism: str, outcome: str) -> None:
+        label = mechanism if mechanism in MECHANISMS else "unknown"
+        metrics.AUTHENTICATIONS.labels("kafka", label, outcome).inc()
+
+
+def _plain(token: bytes) -> tuple[str, str]:
+    try:
+        return parse_plain(token)
+    except ValueError as exc:
+        raise AuthenticationFailed(str(exc)) from None
+
+
+def _answer(code: ErrorCode, message: str | None, reply: bytes = b"") -> dict[str, Any]:
+    # session_lifetime_ms 0: no re-authentication deadline (KIP-368 not served yet)
+    return {
+        "error_code": code,
+        "error_message": message,
+        "auth_bytes": reply,
+        "session_lifetime_ms": 0,
+    }

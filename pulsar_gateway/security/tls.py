@@ -1,0 +1,40 @@
+"""Server TLS contexts for the listeners, from a certificate, its key and an optional CA.
+
+With a CA file, clients must present a certificate it signed (mutual TLS); without one,
+any client may connect and authenticates, if at all, with SASL. Python's defaults pick the
+protocol versions and ciphers (TLS 1.2 and up).
+"""
+
+from __future__ import annotations
+
+import ssl
+from pathlib import Path
+
+
+class TlsConfigError(Exception):
+    """A certificate, key or CA file that cannot be used; the message names the setting."""
+
+
+def server_context(
+    section: str, cert_file: str, key_file: str, ca_file: str = ""
+) -> ssl.SSLContext:
+    """The context for `section`'s listener (`kafka` or `amqp`), loaded now so that a bad
+    file stops start-up with the setting's name instead of failing each handshake."""
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    try:
+        context.load_cert_chain(cert_file, key_file)
+    except (OSError, ssl.SSLError) as exc:
+        raise TlsConfigError(
+            f"setting '{section}.tls_cert_file'/'{section}.tls_key_file': cannot load "
+            f"{Path(cert_file).name} with its key: {exc.__class__.__name__}"
+        ) from None
+    if ca_file:
+        try:
+            context.load_verify_locations(cafile=ca_file)
+        except (OSError, ssl.SSLError) as exc:
+            raise TlsConfigError(
+                f"setting '{section}.tls_ca_file': cannot load {Path(ca_file).name}: "
+                f"{exc.__class__.__name__}"
+            ) from None
+        context.verify_mode = ssl.CERT_REQUIRED
+    return context

@@ -1,0 +1,90 @@
+"""`pulsar-gateway users add|remove|list|passwd`: manage the users store of a running gateway.
+
+The command finds the gateway's Pulsar through its `/health` answer (as migrate does) or
+`--pulsar-url`, and writes to the users topic directly; every gateway follows that topic,
+so a change applies within a second or so, without a restart.
+
+A password is read from a prompt (asked twice) or, when stdin is not a terminal, from its
+first line: never from a flag, where it would sit in the shell history and in `ps`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import getpass
+import sys
+from collections.abc import Callable
+from typing import Any
+
+from pulsar_gateway.tools.gateway_link import GatewayLink
+
+
+def add_parser(commands: Any, add_gateway_link: Callable[[argparse.ArgumentParser], None]) -> None:
+    users = commands.add_parser(
+        "users",
+        help="manage the users of Kafka SASL and AMQP (docs/security.md)",
+        description="Add, remove, list users or change a password, on a running gateway's "
+        "Pulsar. Passwords are read from a prompt or stdin, and stored as SCRAM-SHA-256 and "
+        "SCRAM-SHA-512 salted keys only.",
+    )
+    actions = users.add_subparsers(dest="users_command", metavar="ACTION")
+    for action, text in (
+        ("add", "add a user (its password from a prompt or stdin)"),
+        ("passwd", "change a user's password (from a prompt or stdin)"),
+        ("remove", "remove a user"),
+        ("list", "list user names"),
+    ):
+        sub = actions.add_parser(action, help=text)
+        if action != "list":
+            sub.add_argument("name", help="the user name")
+        add_gateway_link(sub)
+
+
+def read_password(prompt: str = "password: ") -> str:
+    """Twice from a terminal; else the first line of stdin (its newline dropped)."""
+    if sys.stdin.isatty():
+        first = getpass.getpass(prompt)
+        if getpass.getpass("again: ") != first:
+            raise ValueError("the passwords differ")
+        return first
+    return sys.stdin.readline().rstrip("\r\n")
+
+
+async def run_users(args: argparse.Namespace, link: GatewayLink) -> int:
+    """The exit status: 0 done, 1 refused (unknown user, user exists, empty password)."""
+    from pulsar_gateway.gateway.backend.pulsar_backend import PulsarBackend
+    from pulsar_gateway.storage.users import UsersStore
+
+    action = args.users_command
+    password = ""
+    if action in ("add", "passwd"):
+        password = read_password()
+        if not password:
+            print("users: empty password refused", file=sys.stderr)
+            return 1
+    backend = PulsarBackend(link.service_url, operation_timeout_seconds=10)
+    await backend.start()
+    store = UsersStore(backend, link.metadata_namespace)
+    try:
+        await store.load(follow=False)
+        if action == "list":
+            for name in store.names():
+                print(name)
+            return 0
+        known = store.lookup(args.name) is not None
+        if action == "add" and known:
+            print(f"users: '{args.name}' exists (use passwd)", file=sys.stderr)
+            return 1
+        if action in ("passwd", "remove") and not known:
+            print(f"users: no user '{args.name}'", file=sys.stderr)
+            return 1
+        if action == "remove":
+            await store.remove(args.name)
+            print(f"removed {args.name}")
+        else:
+            await store.set_password(args.name, password)
+            print(f"{'added' if action == 'add' else 'changed password of'} {args.name}")
+        return 0
+    finally:
+        await store.close()
+        await backend.close()
