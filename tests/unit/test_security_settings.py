@@ -1,0 +1,59 @@
+"""The security settings: validated at start-up, named when wrong, never echoed."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from pulsar_gateway.gateway.config import ConfigError, load_settings
+from pulsar_gateway.gateway.messages import StoredMessage
+from pulsar_gateway.security.tls import TlsConfigError, server_context
+from pulsar_gateway.storage.users import UsersStore
+
+
+def test_sasl_mechanisms_from_a_list_or_a_comma_separated_string(tmp_path: Path) -> None:
+    config = tmp_path / "g.toml"
+    config.write_text('[kafka]\nsasl_mechanisms = ["SCRAM-SHA-512", "PLAIN"]\n')
+    assert load_settings(config, environ={}).kafka.sasl_mechanisms == ["SCRAM-SHA-512", "PLAIN"]
+    environ = {"PULSAR_GATEWAY_KAFKA__SASL_MECHANISMS": "PLAIN, SCRAM-SHA-256"}
+    settings = load_settings(config, environ=environ)
+    assert settings.kafka.sasl_mechanisms == ["PLAIN", "SCRAM-SHA-256"]
+    with pytest.raises(ConfigError, match="kafka.sasl_mechanisms"):
+        load_settings(config, {"kafka.sasl_mechanisms": "GSSAPI"}, environ={})
+
+
+@pytest.mark.parametrize("section", ["kafka", "amqp"])
+def test_tls_files_must_come_in_pairs_and_exist(tmp_path: Path, section: str) -> None:
+    config = tmp_path / "g.toml"
+    config.write_text("")
+    cert = tmp_path / "c.pem"
+    cert.write_text("x")
+    with pytest.raises(ConfigError, match=section):
+        load_settings(config, {f"{section}.tls_cert_file": str(cert)}, environ={})
+    missing = {f"{section}.tls_cert_file": str(cert), f"{section}.tls_key_file": "/no/key"}
+    with pytest.raises(ConfigError, match="no such file"):
+        load_settings(config, missing, environ={})
+    with pytest.raises(ConfigError, match="tls_ca_file"):
+        load_settings(config, {f"{section}.tls_ca_file": str(cert)}, environ={})
+
+
+def test_an_unloadable_certificate_names_the_setting(tmp_path: Path) -> None:
+    cert = tmp_path / "c.pem"
+    cert.write_text("not a certificate")
+    with pytest.raises(TlsConfigError, match="kafka.tls_cert_file"):
+        server_context("kafka", str(cert), str(cert))
+
+
+def _message(key: str, payload: bytes, **properties: str) -> StoredMessage:
+    return StoredMessage((1, 1, -1), payload, key, properties, 0, 0)
+
+
+def test_the_users_store_applies_changes_and_skips_its_own_records() -> None:
+    store = UsersStore(backend=None, metadata_namespace="public/__gateway")  # type: ignore[arg-type]
+    assert store._apply(_message("user/alice", b'{"SCRAM-SHA-256": {}}'))
+    assert store.lookup("alice") == {"SCRAM-SHA-256": {}}
+    assert not store._apply(_message("__gw.users__", b"", **{"__gw.meta": "marker"}))
+    assert not store._apply(_message("user/bob", b"not json"))
+    assert store._apply(_message("user/alice", b"", deleted="1"))
+    assert store.lookup("alice") is None and store.names() == []
