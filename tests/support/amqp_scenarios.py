@@ -15,6 +15,7 @@ from typing import Any
 import pika
 import pika.exceptions
 
+from tests.support.amqp_frame_trace import confirm_after_delivery, publish_and_consume_trace
 from tests.support.pika_waits import pump_until, round_trip
 from tests.support.waiting import wait_until, wait_until_stable
 
@@ -424,6 +425,23 @@ def publish_then_get_same_channel(url: str, p: str) -> Transcript:
     return log
 
 
+def deliveries_before_confirms(url: str, p: str) -> Transcript:
+    """On a channel that consumes the queue it publishes to, RabbitMQ sends each
+    basic.deliver before the basic.ack confirming that publish: read byte-level, off
+    a raw socket, one publish at a time and five pipelined, with and without acks."""
+    log: Transcript = []
+    for round_, (count, no_ack) in enumerate([(1, True), (1, False), (5, True), (5, False)]):
+        bodies = [f"o{round_}.{i}".encode() for i in range(count)]
+        trace = publish_and_consume_trace(url, f"{p}.order{round_}", bodies, no_ack)
+        log.append(confirm_after_delivery(trace))
+    conn = _connect(url)
+    ch = conn.channel()
+    for round_ in range(4):
+        ch.queue_delete(f"{p}.order{round_}")
+    conn.close()
+    return log
+
+
 SCENARIOS = [
     routing_and_returns,
     settle_and_requeue,
@@ -434,4 +452,5 @@ SCENARIOS = [
     consumers_round_robin_and_cancel,
     single_active_consumer_and_global_qos,
     publish_then_get_same_channel,
+    deliveries_before_confirms,
 ]

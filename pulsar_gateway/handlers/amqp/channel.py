@@ -22,6 +22,10 @@ from pulsar_gateway.handlers.amqp.broker_model import AmqpMessage, StoredDeliver
 from pulsar_gateway.handlers.amqp.frames import make_method
 from pulsar_gateway.handlers.amqp.queue_engine import QueueEngine
 
+# The longest a stored publish's confirm waits for its delivery to this channel's own
+# consumer (see Channel.hold): the read-back from Pulsar takes milliseconds.
+CONFIRM_HOLD_SECONDS = 0.5
+
 
 class ChannelConnection(Protocol):
     """What a channel needs of its connection (see connection_broker.ConnectionBroker)."""
@@ -38,6 +42,10 @@ class ChannelConnection(Protocol):
     def has_write_room(self) -> bool:
         """False while output waits for the peer; the connection resumes the
         channels' deliveries itself once there is room again."""
+        ...
+
+    def confirms_ready(self, channel: Channel) -> None:
+        """Confirms the channel held for a delivery may go out now (in order)."""
         ...
 
 
@@ -104,6 +112,8 @@ class PendingConfirm:
     seq: int
     done: bool = False
     ok: bool = True
+    # stored, held until its copies reach this channel's consumers (see Channel.hold)
+    hold: asyncio.TimerHandle | None = None
 
 
 @dataclass(slots=True)
@@ -117,6 +127,12 @@ class TxBuffer:
     publishes: list[tuple[frozenset[str], AmqpMessage, bool]] = field(default_factory=list)
     settlements: list[tuple[str, int, bool, bool]] = field(default_factory=list)
     size: int = 0
+
+
+def delivery_key(message: AmqpMessage) -> tuple[str, str, int, bytes]:
+    """What tells a message read back from the store from the others a channel has
+    published lately: the gateway stamps each publish with its acceptance time."""
+    return (message.exchange, message.routing_key, message.timestamp_ms, message.body)
 
 
 class Channel:
@@ -140,6 +156,62 @@ class Channel:
         # this channel's publishes not stored yet, with the queues each goes to: a
         # basic.get on the channel waits for those to its queue (see `writes_to`)
         self.writing: dict[asyncio.Future[None], frozenset[str]] = {}
+        # stored confirm-mode publishes whose copies this channel's consumers are about
+        # to receive, by `delivery_key`: one entry per copy (see `hold`)
+        self.awaiting_delivery: dict[tuple[str, str, int, bytes], list[PendingConfirm]] = {}
+
+    def hold(self, pending: PendingConfirm, message: AmqpMessage, copies: int) -> None:
+        """Keep a stored publish's confirm until `copies` deliveries of it went out here.
+
+        RabbitMQ enqueues a message, hands it to a consumer with credit and only then
+        confirms it, so a channel that consumes what it publishes sees basic.deliver
+        before the basic.ack. The gateway's copy comes back from Pulsar after the store
+        answered; the confirm waits for it, matched by what identifies the message
+        (exchange, routing key, acceptance time, body), or CONFIRM_HOLD_SECONDS at the
+        most: a copy may go to another channel's consumer, and a confirm never hangs.
+        """
+        key = delivery_key(message)
+        self.awaiting_delivery.setdefault(key, []).extend([pending] * copies)
+        loop = asyncio.get_running_loop()
+        pending.hold = loop.call_later(CONFIRM_HOLD_SECONDS, self._release, key, pending)
+
+    def _release(self, key: tuple[str, str, int, bytes], pending: PendingConfirm) -> None:
+        """The hold's time is up: confirm without the delivery."""
+        waiting = self.awaiting_delivery.get(key)
+        if waiting is not None:
+            waiting[:] = [p for p in waiting if p is not pending]
+            if not waiting:
+                del self.awaiting_delivery[key]
+        self._confirm_held(pending)
+
+    def _confirm_held(self, pending: PendingConfirm) -> None:
+        if pending.hold is not None:
+            pending.hold.cancel()
+            pending.hold = None
+        if not pending.done and not self.closed:
+            pending.done = True
+            self.connection.confirms_ready(self)
+
+    def _delivered(self, message: AmqpMessage) -> None:
+        """A delivery went out: the confirm held for its last copy may follow it."""
+        key = delivery_key(message)
+        waiting = self.awaiting_delivery.get(key)
+        if not waiting:
+            return
+        pending = waiting.pop(0)
+        if not waiting:
+            del self.awaiting_delivery[key]
+        if pending not in waiting:
+            self._confirm_held(pending)
+
+    def drop_holds(self) -> None:
+        """The channel closed: its held confirms have nowhere to go."""
+        for waiting in self.awaiting_delivery.values():
+            for pending in waiting:
+                if pending.hold is not None:
+                    pending.hold.cancel()
+                    pending.hold = None
+        self.awaiting_delivery.clear()
 
     def writes_to(self, queue: str) -> list[asyncio.Future[None]]:
         """The channel's publishes to `queue` still on their way to the store.
@@ -176,6 +248,8 @@ class Channel:
             routing_key=message.routing_key,
         )
         self.connection.send_content(self.number, method, message.body, message.properties_raw)
+        if self.awaiting_delivery:
+            self._delivered(message)
 
     def take(self, tag: int, multiple: bool) -> list[Unacked]:
         """The unacked deliveries an ack/nack/reject names; [] when the tag is unknown."""

@@ -588,7 +588,9 @@ class ConnectionBroker:
             self.request_flush()
         write = vh.write(queues, message)
         channel.writing[write] = queues
-        write.add_done_callback(lambda t: self._published(channel, pending, cost, t))
+        write.add_done_callback(
+            lambda t: self._published(channel, pending, cost, t, queues, message)
+        )
 
     def _published(
         self,
@@ -596,6 +598,8 @@ class ConnectionBroker:
         pending: PendingConfirm | None,
         cost: int,
         task: asyncio.Future[None],
+        queues: frozenset[str],
+        message: AmqpMessage,
     ) -> None:
         channel.writing.pop(task, None)
         self.in_flight_bytes -= cost
@@ -610,9 +614,31 @@ class ConnectionBroker:
         if error is not None:
             log.warning("amqp publish failed: %s", error)
         if pending is not None:
-            pending.done = True
             pending.ok = error is None
+            copies = self._own_deliveries(channel, queues) if error is None else 0
+            if copies:
+                channel.hold(pending, message, copies)
+                return
+            pending.done = True
             self._flush_confirms(channel)
+
+    def _own_deliveries(self, channel: Channel, queues: frozenset[str]) -> int:
+        """How many copies of a stored publish this channel's consumers are about to get
+        (one per queue it went to where a consumer here has credit): its confirm
+        follows them."""
+        if not channel.consumers or channel.closed:
+            return 0
+        return len(
+            {
+                consumer.engine.name
+                for consumer in channel.consumers.values()
+                if consumer.engine.name in queues and consumer.active and consumer.has_credit()
+            }
+        )
+
+    def confirms_ready(self, channel: Channel) -> None:
+        """A held confirm was released (Channel.hold): send what is now in order."""
+        self._flush_confirms(channel)
 
     def _return(self, channel: Channel, message: AmqpMessage) -> None:
         method = make_method(
@@ -734,6 +760,7 @@ class ConnectionBroker:
             consumer.engine.remove_consumer(consumer)
             engines[id(consumer.engine)] = consumer.engine
         channel.consumers.clear()
+        channel.drop_holds()
         channel.confirms.clear()
         self._requeue_all(channel)
         if self.vhost is not None:
