@@ -276,3 +276,50 @@ def test_pika_over_tls_with_a_store_user(
     )
     with pytest.raises(pika.exceptions.ProbableAuthenticationError):
         pika.BlockingConnection(wrong)
+
+
+def test_aiokafka_with_scram_sha_256(
+    secure_gateway: GatewayProcess, certs: dict[str, Path]
+) -> None:
+    import asyncio
+
+    from aiokafka import AIOKafkaProducer
+
+    async def produce() -> int:
+        producer = AIOKafkaProducer(
+            bootstrap_servers=secure_gateway.bootstrap,
+            security_protocol="SASL_SSL",
+            ssl_context=ssl.create_default_context(cafile=str(certs["ca"])),
+            sasl_mechanism="SCRAM-SHA-256",
+            sasl_plain_username="alice",
+            sasl_plain_password=PASSWORD,
+        )
+        await producer.start()
+        try:
+            sent = await producer.send_and_wait(f"aio-{uuid.uuid4().hex[:8]}", b"v")
+            return sent.offset
+        finally:
+            await producer.stop()
+
+    assert asyncio.run(produce()) == 0
+
+
+def test_kcat_with_sasl_scram(
+    secure_gateway: GatewayProcess, certs: dict[str, Path], tmp_path: Path
+) -> None:
+    from tests.support.kcat import new_librdkafka_dir, run_kcat
+
+    config = tmp_path / "kcat.conf"  # the password in a file, not on the command line
+    config.write_text(
+        "security.protocol=SASL_SSL\n"
+        f"ssl.ca.location={certs['ca']}\n"
+        "sasl.mechanisms=SCRAM-SHA-512\n"
+        f"sasl.username=bob\nsasl.password={PASSWORD}\n"
+    )
+    topic = f"kc-{uuid.uuid4().hex[:8]}"
+    lib_dir = new_librdkafka_dir(tmp_path)
+    common = ["-F", str(config), "-b", secure_gateway.bootstrap, "-t", topic]
+    produced = run_kcat([*common, "-P"], lib_dir, b"hello\n")
+    assert produced.returncode == 0, produced.stderr.decode()
+    consumed = run_kcat([*common, "-C", "-o", "beginning", "-c", "1", "-e"], lib_dir)
+    assert consumed.stdout == b"hello\n", consumed.stderr.decode()
