@@ -2,7 +2,10 @@
 
 Tests use it to drive the broker layer into states a real backend makes hard
 to provoke on demand: `gate` holds every publish until it is set, `fail`
-makes publishes raise as a lost backend would.
+makes publishes raise as a lost backend would, `lose_acks` drops acks on the
+floor as a killed broker loses the ones pulsar-client had not sent yet, and
+`restart_broker` makes every reader hand out again everything still stored,
+with a redelivery count of 0 (a restarted pulsar-lite counts from scratch).
 """
 
 from __future__ import annotations
@@ -35,7 +38,11 @@ class MemoryReader:
         return out
 
     def ack(self, message_ids: Iterable[Hashable]) -> None:
-        for key in message_ids:
+        ids = list(message_ids)
+        self.store.acks.extend(ids)
+        if self.store.lose_acks:
+            return
+        for key in ids:
             self.store.messages[self.queue].pop(key, None)
 
     async def nudge(self) -> None:
@@ -43,6 +50,8 @@ class MemoryReader:
 
     async def close(self) -> None:
         self.held.clear()
+        if self in self.store.readers:
+            self.store.readers.remove(self)
 
 
 class MemoryStore:
@@ -54,6 +63,15 @@ class MemoryStore:
         self.gate.set()
         self.fail = False
         self.ids = itertools.count()
+        self.lose_acks = False
+        self.acks: list[Hashable] = []  # every id acked, lost or not, in order
+        self.readers: list[MemoryReader] = []
+
+    def restart_broker(self) -> None:
+        """Forget what each reader was handed: it all comes again, counted as new."""
+        self.lose_acks = False
+        for reader in self.readers:
+            reader.held.clear()
 
     async def create_vhost(self, vhost: str) -> None: ...
 
@@ -82,7 +100,9 @@ class MemoryStore:
             self.messages[queue][(next(self.ids),)] = message
 
     async def open_queue(self, vhost: str, queue: str) -> MemoryReader:
-        return MemoryReader(self, queue)
+        reader = MemoryReader(self, queue)
+        self.readers.append(reader)
+        return reader
 
     def load_count(self, vhost: str, queue: str) -> int:
         return 0

@@ -8,6 +8,13 @@ basic.get from the same head as basic.consume, requeue to the message's original
 with `redelivered` set (the message stays unacked in Pulsar meanwhile, so a
 crash still redelivers it), TTL at the head, max-length drop-head and purge.
 
+Acks to Pulsar are sent in the background by pulsar-client, so a broker crash can
+lose the last ones: Pulsar then delivers those messages again, and a restarted
+broker counts them as never redelivered. The engine therefore remembers the ids it
+acknowledged lately (`AckedIds`) and acks such a message again instead of
+delivering it twice, and remembers what it delivered and is still unacked, so that
+a message coming back from that set is marked `redelivered` whatever Pulsar says.
+
 Only the pump task calls `fetch`, so a pending Pulsar receive never hands one
 message to two waiters. Everything else runs synchronously on the loop.
 """
@@ -19,7 +26,7 @@ import contextlib
 import heapq
 import logging
 import time
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Hashable, Iterable
 from typing import Protocol
 
@@ -32,6 +39,11 @@ FETCH_BATCH = 500
 READY_LOW_WATER = 200  # fetch more when fewer than this are ready in memory
 GET_WAIT_SECONDS = 2.0  # basic.get waits this long for a message the count says exists
 COUNT_SAVE_SECONDS = 1.0
+# How long, and how many, acked ids are remembered: a lost ack shows up once the
+# broker is back (a restart takes seconds; the soak freezes it for up to ~15 s).
+ACKED_REMEMBER_SECONDS = 120.0
+ACKED_REMEMBER_MAX = 100_000
+DELIVERED_REMEMBER_MAX = 100_000
 
 
 class QueueConsumer(Protocol):
@@ -63,6 +75,39 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
+class AckedIds:
+    """Ids of messages acknowledged to the store lately, oldest first, bounded by age
+    and count: a message whose ack the store lost comes back within seconds of the
+    broker's return, so recent ids are all that is needed to recognise it."""
+
+    def __init__(
+        self, max_age: float = ACKED_REMEMBER_SECONDS, max_ids: int = ACKED_REMEMBER_MAX
+    ) -> None:
+        self.max_age = max_age
+        self.max_ids = max_ids
+        self._ids: OrderedDict[Hashable, float] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._ids)
+
+    def __contains__(self, message_id: Hashable) -> bool:
+        return message_id in self._ids
+
+    def add(self, ids: Iterable[Hashable]) -> None:
+        now = time.monotonic()
+        for message_id in ids:
+            self._ids[message_id] = now
+            self._ids.move_to_end(message_id)
+        self.forget_old(now)
+
+    def forget_old(self, now: float | None = None) -> None:
+        """Drop ids older than `max_age` and any beyond `max_ids`."""
+        horizon = (time.monotonic() if now is None else now) - self.max_age
+        ids = self._ids
+        while ids and (len(ids) > self.max_ids or next(iter(ids.values())) < horizon):
+            ids.popitem(last=False)
+
+
 class QueueEngine:
     """A queue's delivery state in this process (see the module docstring)."""
 
@@ -84,6 +129,10 @@ class QueueEngine:
         # counts them as redelivered when they come back, AMQP must not
         self._never_delivered: set[Hashable] = set()
         self._held: set[Hashable] = set()  # ids in `ready` or outstanding
+        self._acked = AckedIds()  # acked to the store lately: never deliver again
+        # delivered to a client and not settled yet (insertion order, bounded): if one
+        # comes back from the store (its Pulsar count restarted), it is redelivered
+        self._delivered: OrderedDict[Hashable, None] = OrderedDict()
         self._pump_task: asyncio.Task[None] | None = None
         self._wake = asyncio.Event()
         self._arrived = asyncio.Event()
@@ -235,11 +284,18 @@ class QueueEngine:
             self._take(batch)
 
     def _take(self, batch: list[StoredDelivery]) -> None:
+        reacked: list[Hashable] = []
         for delivery in batch:
             if delivery.message_id in self._held:
                 continue
+            if delivery.message_id in self._acked:
+                reacked.append(delivery.message_id)  # its ack was lost: not a new message
+                continue
             self._held.add(delivery.message_id)
             self.ready.append(delivery)
+        if reacked and self.reader is not None and not self.closed:
+            log.info("queue %s: %d acked messages came back, acked again", self.name, len(reacked))
+            self.reader.ack(reacked)
         if self.count + self.pending_stores < len(self.ready) + self.outstanding:
             # published around the gateway (a Pulsar producer), or a lagging saved count
             self.count = len(self.ready) + self.outstanding - self.pending_stores
@@ -326,6 +382,7 @@ class QueueEngine:
         for message_id in ids:
             self._held.discard(message_id)
             self._redelivered.discard(message_id)
+            self._delivered.pop(message_id, None)
         if ack:
             self.ack_stored(ids)
         self.count -= len(ids)  # below zero only while the publish is being confirmed
@@ -335,12 +392,26 @@ class QueueEngine:
         self._wake.set()
 
     def ack_stored(self, ids: list[Hashable]) -> None:
+        """Acknowledge to the store, and remember the ids: the store may lose the ack."""
+        self._acked.add(ids)
         if self.reader is not None and not self.closed:
             self.reader.ack(ids)
 
+    def forget_old(self) -> None:
+        """Let acked ids past their time go (called now and then while idle)."""
+        self._acked.forget_old()
+
+    def _mark_delivered(self, delivery: StoredDelivery) -> bool:
+        """A delivery goes to a client: whether it was delivered before."""
+        redelivered = self._was_delivered(delivery)
+        self._delivered[delivery.message_id] = None
+        if len(self._delivered) > DELIVERED_REMEMBER_MAX:
+            self._delivered.popitem(last=False)
+        return redelivered
+
     def _was_delivered(self, delivery: StoredDelivery) -> bool:
         message_id = delivery.message_id
-        if message_id in self._redelivered:
+        if message_id in self._redelivered or message_id in self._delivered:
             return True
         if message_id in self._never_delivered:
             self._never_delivered.discard(message_id)
@@ -361,6 +432,7 @@ class QueueEngine:
     async def release_reader(self) -> None:
         """Close an idle queue's Pulsar consumer; the messages it had fetched go back
         to the subscription (for any consumer, this gateway's next one included)."""
+        self._acked.forget_old()
         if not self.idle or self.reader is None:
             return
         reader, self.reader, self._opening = self.reader, None, None
@@ -414,7 +486,7 @@ class QueueEngine:
             if consumer is None:
                 break
             delivery = self.ready.popleft()
-            redelivered = self._was_delivered(delivery)
+            redelivered = self._mark_delivered(delivery)
             self.outstanding += 1
             if consumer.no_ack:
                 self.settle([delivery], was_outstanding=True)
@@ -466,7 +538,7 @@ class QueueEngine:
             return None
         delivery = self.ready.popleft()
         self.outstanding += 1
-        return delivery, self._was_delivered(delivery)
+        return delivery, self._mark_delivered(delivery)
 
     async def purge(self) -> int:
         """Drop every ready message (acked in Pulsar); unacked deliveries stay."""
