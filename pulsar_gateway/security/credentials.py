@@ -6,18 +6,25 @@ the SaltedPassword from which a client proof could be forged. SCRAM exchanges ru
 keys alone; PLAIN (Kafka and AMQP) is checked by deriving StoredKey from the password
 offered with the record's salt and comparing, so one record serves every mechanism.
 
-The SCRAM arithmetic is `scramp`'s: this module only (de)serialises its auth info.
+The SCRAM exchanges are `scramp`'s. The one key derivation done here, SaltedPassword =
+PBKDF2(SASLprep(password), salt, i) (RFC 5802 Hi), is hashlib's C `pbkdf2_hmac` instead of
+scramp's pure-Python loop: 4096 rounds took 26 ms there, 1-2 ms here, and PLAIN does one
+per login (with scramp's, a gateway checked ~39 PLAIN logins per second per core). SASLprep
+and the Client/Server/Stored keys from SaltedPassword are still scramp's, and a unit test
+checks both derivations agree.
 """
 
 from __future__ import annotations
 
 import base64
+import hashlib
 import hmac
 import os
 from collections.abc import Mapping
 from typing import Any, Protocol
 
 import scramp
+from scramp.core import saslprep
 
 SCRAM_MECHANISMS = ("SCRAM-SHA-256", "SCRAM-SHA-512")
 # Kafka's minimum for SCRAM credentials (kafka-configs refuses fewer) and scramp's default
@@ -46,17 +53,29 @@ def make_record(password: str, iterations: int = ITERATIONS) -> dict[str, Any]:
         raise ValueError("a password must not be empty")
     record: dict[str, Any] = {}
     for name in SCRAM_MECHANISMS:
-        mechanism = scramp.ScramMechanism(name)
-        salt, stored_key, server_key, count = mechanism.make_auth_info(
-            password, iteration_count=iterations, salt=os.urandom(SALT_BYTES)
-        )
+        salt = os.urandom(SALT_BYTES)
+        salted = salted_password(name, password, salt, iterations)
+        if salted is None:
+            raise ValueError("the password holds characters SASLprep prohibits")
+        stored_key, server_key = scramp.ScramMechanism(name).make_stored_server_keys(salted)
         record[name] = {
             "salt": _b64(salt),
-            "iterations": count,
+            "iterations": iterations,
             "stored_key": _b64(stored_key),
             "server_key": _b64(server_key),
         }
     return record
+
+
+def salted_password(mechanism: str, password: str, salt: bytes, iterations: int) -> bytes | None:
+    """RFC 5802's SaltedPassword with hashlib's PBKDF2; None when SASLprep refuses the
+    password (it can then match no record)."""
+    try:
+        prepared = saslprep(password)
+    except scramp.ScramException:
+        return None
+    digest = "sha256" if mechanism == "SCRAM-SHA-256" else "sha512"
+    return hashlib.pbkdf2_hmac(digest, prepared.encode(), salt, iterations)
 
 
 def auth_info(record: Mapping[str, Any], mechanism: str) -> tuple[bytes, bytes, bytes, int]:
@@ -81,8 +100,10 @@ def password_matches(record: Mapping[str, Any] | None, password: str) -> bool:
         salt, stored, iterations = b"\x00" * SALT_BYTES, b"", ITERATIONS
     else:
         salt, stored, _, iterations = auth_info(record, PLAIN_VIA)
-    mechanism = scramp.ScramMechanism(PLAIN_VIA)
-    _, derived, _, _ = mechanism.make_auth_info(password, iteration_count=iterations, salt=salt)
+    salted = salted_password(PLAIN_VIA, password, salt, iterations)
+    if salted is None:
+        return False
+    derived, _ = scramp.ScramMechanism(PLAIN_VIA).make_stored_server_keys(salted)
     return bool(stored) and bool(password) and hmac.compare_digest(derived, stored)
 
 

@@ -21,6 +21,7 @@ from pulsar_gateway.security.credentials import (
     make_record,
     parse_plain,
     password_matches,
+    salted_password,
 )
 from pulsar_gateway.storage.users import check_name
 
@@ -42,6 +43,16 @@ def test_a_record_holds_no_password_and_differs_per_call() -> None:
     assert "s3cret-pw" not in text
     assert set(record) == set(SCRAM_MECHANISMS)
     assert make_record("s3cret-pw") != record  # fresh salts
+
+
+@pytest.mark.parametrize("mechanism", SCRAM_MECHANISMS)
+def test_hashlib_derivation_agrees_with_scramp(mechanism: str) -> None:
+    salt = b"0123456789abcdef"
+    expected = scramp.ScramMechanism(mechanism).make_auth_info("pässwörd", 4096, salt)
+    salted = salted_password(mechanism, "pässwörd", salt, 4096)
+    assert salted is not None
+    keys = scramp.ScramMechanism(mechanism).make_stored_server_keys(salted)
+    assert keys == (expected[1], expected[2])
 
 
 def test_plain_is_checked_against_the_scram_keys() -> None:
