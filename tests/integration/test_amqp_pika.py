@@ -399,9 +399,7 @@ def test_heartbeats_keep_an_idle_connection_alive(gateway) -> None:
         connection.close()
 
 
-@pytest.mark.parametrize(
-    "arguments", [{"x-max-length-bytes": 1000}, {"x-overflow": "reject-publish"}]
-)
+@pytest.mark.parametrize("arguments", [{"x-max-length-bytes": 1000}])
 def test_unimplemented_queue_arguments_are_refused_not_ignored(conn, name, arguments) -> None:
     ch = conn.channel()
     with pytest.raises(pika.exceptions.ChannelClosedByBroker) as info:

@@ -237,10 +237,10 @@ def ttl_and_dead_letters(url: str, p: str) -> Transcript:
     return log
 
 
-def _dead(ch, queue: str) -> Transcript:
+def _dead(ch, queue: str, expect: int = 2) -> Transcript:
     out: Transcript = []
     deadline = time.time() + 3
-    while len(out) < 2 and time.time() < deadline:
+    while len(out) < expect and time.time() < deadline:
         method, props, body = ch.basic_get(queue, auto_ack=True)
         if method is None:
             time.sleep(0.05)
@@ -442,6 +442,66 @@ def deliveries_before_confirms(url: str, p: str) -> Transcript:
     return log
 
 
+def overflow_modes(url: str, p: str) -> Transcript:
+    """x-overflow with x-max-length 2: drop-head drops the oldest, reject-publish nacks
+    the newcomer (and, without confirms, drops it silently; a mandatory one is not
+    returned), reject-publish-dlx also dead-letters it (reason maxlen); a message
+    routed to a full queue and another is nacked and still reaches the other."""
+    log: Transcript = []
+    conn = _connect(url)
+    ch = conn.channel()
+    ch.confirm_delivery()
+    ch.exchange_declare(f"{p}.odlx", "fanout")
+    ch.queue_declare(f"{p}.odead")
+    ch.queue_bind(f"{p}.odead", f"{p}.odlx")
+    ch.exchange_declare(f"{p}.ofan", "fanout")
+    for mode in ("drop-head", "reject-publish", "reject-publish-dlx"):
+        q = f"{p}.of-{mode}"
+        args = {"x-max-length": 2, "x-overflow": mode, "x-dead-letter-exchange": f"{p}.odlx"}
+        ch.queue_declare(q, arguments=args)
+        for i in range(4):
+            try:
+                ch.basic_publish("", q, f"{mode}{i}".encode(), mandatory=True)
+                log.append((mode, i, "confirmed"))
+            except pika.exceptions.NackError:
+                log.append((mode, i, "nacked"))
+            except pika.exceptions.UnroutableError:
+                log.append((mode, i, "returned"))
+        log.append((mode, "count", _count(ch, q)))
+        log.extend(_get_all(ch, q, settle=False))  # unacked: ready is empty, not full
+        for i in range(2):
+            try:
+                ch.basic_publish("", q, f"{mode}-again{i}".encode())
+                log.append((mode, "again", i, "confirmed"))
+            except pika.exceptions.NackError:
+                log.append((mode, "again", i, "nacked"))
+        log.append((mode, "count-again", _count(ch, q)))
+    full = f"{p}.of-reject-publish"
+    other = f"{p}.of-other"
+    ch.queue_declare(other)
+    ch.queue_bind(full, f"{p}.ofan")
+    ch.queue_bind(other, f"{p}.ofan")
+    try:
+        ch.basic_publish(f"{p}.ofan", "", b"fan")
+        log.append(("fanout", "confirmed"))
+    except pika.exceptions.NackError:
+        log.append(("fanout", "nacked"))
+    log.append(("fanout-other", _count(ch, other), _count(ch, full)))
+    plain = conn.channel()  # no confirms: a refused publish just is not there
+    plain.basic_publish("", full, b"unconfirmed")
+    log.append(("unconfirmed", _count(ch, full)))
+    log.extend(_dead(ch, f"{p}.odead", expect=4))
+    round_trip(conn)  # and nothing more: reject-publish does not dead-letter
+    log.append(("dead-left", _count(ch, f"{p}.odead")))
+    for mode in ("drop-head", "reject-publish", "reject-publish-dlx", "other"):
+        ch.queue_delete(f"{p}.of-{mode}")
+    ch.queue_delete(f"{p}.odead")
+    ch.exchange_delete(f"{p}.odlx")
+    ch.exchange_delete(f"{p}.ofan")
+    conn.close()
+    return log
+
+
 SCENARIOS = [
     routing_and_returns,
     settle_and_requeue,
@@ -453,4 +513,5 @@ SCENARIOS = [
     single_active_consumer_and_global_qos,
     publish_then_get_same_channel,
     deliveries_before_confirms,
+    overflow_modes,
 ]

@@ -570,8 +570,14 @@ class ConnectionBroker:
             channel.publish_seq += 1
             pending = PendingConfirm(channel.publish_seq)
             channel.confirms.append(pending)
+        refused = False
+        if queues:
+            queues, full = vh.overflow(queues, message)
+            refused = bool(full)
+            if pending is not None and refused:
+                pending.ok = False  # basic.nack, as RabbitMQ for x-overflow reject-publish
         if not queues:
-            if method.mandatory:
+            if method.mandatory and not refused:
                 self._return(channel, message)
             if pending is not None:
                 pending.done = True
@@ -614,8 +620,8 @@ class ConnectionBroker:
         if error is not None:
             log.warning("amqp publish failed: %s", error)
         if pending is not None:
-            pending.ok = error is None
-            copies = self._own_deliveries(channel, queues) if error is None else 0
+            pending.ok = pending.ok and error is None
+            copies = self._own_deliveries(channel, queues) if pending.ok else 0
             if copies:
                 channel.hold(pending, message, copies)
                 return
@@ -725,7 +731,10 @@ class ConnectionBroker:
         vh = self.state
         writes: list[asyncio.Future[None]] = []
         try:
-            for queues, message, mandatory in buffer.publishes:
+            for routed, message, mandatory in buffer.publishes:
+                queues, full = vh.overflow(routed, message) if routed else (routed, [])
+                if full:
+                    continue  # refused by a full reject-publish queue: dropped
                 if not queues:
                     if mandatory:
                         self._return(channel, message)

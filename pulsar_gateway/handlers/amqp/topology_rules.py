@@ -19,7 +19,6 @@ from pulsar_gateway.handlers.amqp.field_values import (
     describe,
     erlang_term,
     is_string,
-    text_or_none,
     type_name,
 )
 from pulsar_gateway.handlers.amqp.queue_arguments import (
@@ -365,12 +364,9 @@ def check_supported_arguments(arguments: Mapping[str, Any], queue: str, vhost: s
     """Queue arguments RabbitMQ has and this gateway does not implement are refused
     (406) rather than silently ignored; x-max-priority is accepted and ignored
     (delivery order stays FIFO), as a lower-priority consumer loses nothing by it."""
-    overflow = text_or_none(arguments.get("x-overflow"))
     unsupported = None
     if "x-max-length-bytes" in arguments:
         unsupported = "x-max-length-bytes"
-    elif overflow is not None and overflow != "drop-head":
-        unsupported = f"x-overflow '{overflow}'"
     if unsupported:
         raise AmqpError(
             ReplyCode.PRECONDITION_FAILED,

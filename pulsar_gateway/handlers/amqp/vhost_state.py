@@ -186,6 +186,36 @@ class VhostState:
                 else:
                     engine.publish_failed(1)
 
+    def overflow(
+        self, queues: frozenset[str], message: AmqpMessage
+    ) -> tuple[frozenset[str], list[Queue]]:
+        """x-overflow reject-publish and reject-publish-dlx: the routed queues that take
+        the message, and those that refuse it for being full.
+
+        RabbitMQ counts ready messages (not unacknowledged ones) against x-max-length;
+        here the publishes on their way to the store count too, so pipelined publishes
+        cannot overshoot. A refused publish is nacked to a confirming publisher even if
+        other queues took it, and is not returned (it was routed). reject-publish-dlx
+        dead-letters it (reason maxlen) as drop-head does the heads it drops.
+        """
+        rejected: list[Queue] = []
+        for name in queues:
+            queue = self.topology.queues.get(name)
+            limit = queue.max_length if queue is not None else None
+            if queue is None or limit is None or queue.overflow == "drop-head":
+                continue
+            engine = self.engine(name)
+            if max(0, engine.count - engine.outstanding) + engine.pending_stores >= limit:
+                rejected.append(queue)
+        if not rejected:
+            return queues, rejected
+        for queue in rejected:
+            if queue.overflow == "reject-publish-dlx":
+                copy = self._dead_letter_copy(queue, message, "maxlen")
+                if copy is not None:
+                    self.write(*copy).add_done_callback(_log_failed_dead_letter)
+        return queues - {q.name for q in rejected}, rejected
+
     def dead_letter(
         self, engine: QueueEngine, deliveries: list[StoredDelivery], reason: str
     ) -> None:
@@ -195,20 +225,11 @@ class VhostState:
             engine.settle(deliveries, was_outstanding=False)
             return
         engine.settle(deliveries, was_outstanding=False, ack=False)
-        copies: list[tuple[frozenset[str], AmqpMessage]] = []
-        for delivery in deliveries:
-            message = delivery.message
-            key = engine.queue.dead_letter_routing_key or message.routing_key
-            raw, headers = _dead_letter_properties(message, engine.queue.name, reason)
-            try:
-                queues = route(self.topology, dlx, key, headers, sender_selected_keys(headers))
-            except AmqpError:
-                continue
-            copy = AmqpMessage(
-                dlx, key, raw, message.body, message.persistent, None, int(time.time() * 1000)
-            )
-            if queues:
-                copies.append((queues, copy))
+        copies = [
+            copy
+            for delivery in deliveries
+            if (copy := self._dead_letter_copy(engine.queue, delivery.message, reason))
+        ]
         ids = [d.message_id for d in deliveries]
 
         async def publish() -> None:
@@ -222,11 +243,37 @@ class VhostState:
 
         asyncio.ensure_future(publish())
 
+    def _dead_letter_copy(
+        self, queue: Queue, message: AmqpMessage, reason: str
+    ) -> tuple[frozenset[str], AmqpMessage] | None:
+        """The copy of `message` the queue's dead-letter exchange routes (with x-death
+        added), and where it goes; None when it goes nowhere."""
+        dlx = queue.dead_letter_exchange
+        if dlx is None or dlx not in self.topology.exchanges:
+            return None
+        key = queue.dead_letter_routing_key or message.routing_key
+        raw, headers = _dead_letter_properties(message, queue.name, reason)
+        try:
+            queues = route(self.topology, dlx, key, headers, sender_selected_keys(headers))
+        except AmqpError:
+            return None
+        if not queues:
+            return None
+        copy = AmqpMessage(
+            dlx, key, raw, message.body, message.persistent, None, int(time.time() * 1000)
+        )
+        return queues, copy
+
     async def close(self) -> None:
         self._sweeper.cancel()
         for engine in list(self.engines.values()):
             await engine.flush_count()
             await engine.close()
+
+
+def _log_failed_dead_letter(task: asyncio.Future[None]) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        log.warning("dead-lettering a refused publish failed: %s", task.exception())
 
 
 def _dead_letter_properties(
