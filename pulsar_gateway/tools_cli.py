@@ -35,7 +35,8 @@ def run_tool(args: argparse.Namespace) -> int:
         if args.command == "users" and args.users_command:
             from pulsar_gateway.tools.users_cli import run_users
 
-            return asyncio.run(run_users(args, _link(args)))
+            link = None if args.data_dir else _link(args)
+            return asyncio.run(run_users(args, link))
     except GatewayUnreachable as exc:
         console.print(f"[red]pulsar-gateway {args.command}:[/] {exc}")
         return 2

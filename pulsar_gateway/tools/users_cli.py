@@ -2,7 +2,10 @@
 
 The command finds the gateway's Pulsar through its `/health` answer (as migrate does) or
 `--pulsar-url`, and writes to the users topic directly; every gateway follows that topic,
-so a change applies within a second or so, without a restart.
+so a change applies within a second or so, without a restart. With `--data-dir` it works
+on a stopped gateway's embedded broker instead: it starts the broker on that directory for
+the change, and refuses while a broker already runs on it (two brokers on one database
+would each miss the other's writes).
 
 A password is read from a prompt (asked twice) or, when stdin is not a terminal, from its
 first line: never from a flag, where it would sit in the shell history and in `ps`.
@@ -14,6 +17,7 @@ import argparse
 import getpass
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from pulsar_gateway.tools.gateway_link import GatewayLink
@@ -38,6 +42,12 @@ def add_parser(commands: Any, add_gateway_link: Callable[[argparse.ArgumentParse
         if action != "list":
             sub.add_argument("name", help="the user name")
         add_gateway_link(sub)
+        sub.add_argument(
+            "--data-dir",
+            type=Path,
+            help="a stopped gateway's gateway.data_dir: change its embedded broker's users "
+            "(instead of a running gateway's)",
+        )
 
 
 def read_password(prompt: str = "password: ") -> str:
@@ -50,10 +60,23 @@ def read_password(prompt: str = "password: ") -> str:
     return sys.stdin.readline().rstrip("\r\n")
 
 
-async def run_users(args: argparse.Namespace, link: GatewayLink) -> int:
-    """The exit status: 0 done, 1 refused (unknown user, user exists, empty password)."""
-    from pulsar_gateway.gateway.backend.pulsar_backend import PulsarBackend
-    from pulsar_gateway.storage.users import UsersStore
+def broker_running_on(db_path: Path) -> bool:
+    """Whether a process (a gateway's embedded broker) was started with this database:
+    read from /proc, so Linux only; elsewhere assumed not."""
+    wanted = str(db_path.absolute()).encode()
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            if wanted in cmdline.read_bytes().split(b"\x00"):
+                return True
+        except OSError:
+            continue
+    return False
+
+
+async def run_users(args: argparse.Namespace, link: GatewayLink | None) -> int:
+    """The exit status: 0 done, 1 refused (unknown user, user exists, empty password,
+    a gateway running on --data-dir)."""
+    from pulsar_gateway.gateway.backend.embedded import DB_NAME, EmbeddedBroker
 
     action = args.users_command
     password = ""
@@ -62,6 +85,32 @@ async def run_users(args: argparse.Namespace, link: GatewayLink) -> int:
         if not password:
             print("users: empty password refused", file=sys.stderr)
             return 1
+    if link is not None:
+        return await _change(args, link, password)
+    broker_dir = args.data_dir / "pulsar"
+    if broker_running_on(broker_dir / DB_NAME):
+        print(
+            f"users: a broker runs on {args.data_dir}; use --gateway-health instead",
+            file=sys.stderr,
+        )
+        return 1
+    if not broker_dir.is_dir():
+        print(f"users: no embedded broker data in {args.data_dir}", file=sys.stderr)
+        return 1
+    broker = EmbeddedBroker(broker_dir)
+    await broker.start()
+    try:
+        link = GatewayLink(broker.service_url, args.metadata_namespace)
+        return await _change(args, link, password)
+    finally:
+        await broker.stop()
+
+
+async def _change(args: argparse.Namespace, link: GatewayLink, password: str) -> int:
+    from pulsar_gateway.gateway.backend.pulsar_backend import PulsarBackend
+    from pulsar_gateway.storage.users import UsersStore
+
+    action = args.users_command
     backend = PulsarBackend(link.service_url, operation_timeout_seconds=10)
     await backend.start()
     store = UsersStore(backend, link.metadata_namespace)
