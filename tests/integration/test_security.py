@@ -323,3 +323,33 @@ def test_kcat_with_sasl_scram(
     assert produced.returncode == 0, produced.stderr.decode()
     consumed = run_kcat([*common, "-C", "-o", "beginning", "-c", "1", "-e"], lib_dir)
     assert consumed.stdout == b"hello\n", consumed.stderr.decode()
+
+
+def test_aio_pika_over_tls_with_a_store_user(
+    secure_gateway: GatewayProcess, certs: dict[str, Path]
+) -> None:
+    import asyncio
+
+    import aio_pika
+
+    port = secure_gateway.amqps_port  # type: ignore[attr-defined]
+    context = ssl.create_default_context(cafile=str(certs["ca"]))
+
+    async def round_trip() -> bytes:
+        connection = await aio_pika.connect_robust(
+            f"amqps://bob:{PASSWORD.replace(' ', '%20')}@localhost:{port}/",
+            ssl_context=context,
+        )
+        async with connection:
+            channel = await connection.channel()
+            queue = await channel.declare_queue(f"aq-{uuid.uuid4().hex[:8]}")
+            await channel.default_exchange.publish(aio_pika.Message(b"aio tls"), queue.name)
+            message = await queue.get(timeout=15, fail=True)
+            assert message is not None
+            await message.ack()
+            return message.body
+
+    assert asyncio.run(round_trip()) == b"aio tls"
+    assert secure_gateway.metric(
+        "gateway_authentications_total", protocol="amqp", mechanism="PLAIN", outcome="success"
+    )

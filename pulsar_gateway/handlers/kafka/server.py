@@ -124,7 +124,21 @@ class KafkaServer:
             self.settings.cluster_id,
         )
         self.context = KafkaContext(self.settings, self.storage, identity, self.groups)
+        self._warn_about_security()
         self.groups.start()
+
+    def _warn_about_security(self) -> None:
+        """Say at start-up what a reader of the settings could miss."""
+        mechanisms = self.settings.sasl_mechanisms
+        if "PLAIN" in mechanisms and self.tls is None:
+            log.warning(
+                "kafka.sasl_mechanisms has PLAIN without TLS (kafka.tls_cert_file): "
+                "passwords cross the network in clear text"
+            )
+        if mechanisms and isinstance(self.users, NoUsers):
+            log.warning(
+                "kafka.sasl_mechanisms is set but there is no users store: no one can log in"
+            )
 
     async def stop(self) -> None:
         if self._server:
