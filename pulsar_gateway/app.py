@@ -140,7 +140,9 @@ class Gateway:
                 else None
             )
             self.listeners.append(KafkaServer(kafka, storage, self.users, kafka_tls))
+        management_api = None  # the AMQP listener's /api/ on the metrics port
         if settings.amqp.enabled:
+            from pulsar_gateway.handlers.amqp.management import ManagementApi
             from pulsar_gateway.handlers.amqp.server import AmqpServer
             from pulsar_gateway.storage.amqp.store import PulsarAmqpStore
 
@@ -153,14 +155,16 @@ class Gateway:
                 if amqp.tls_enabled
                 else None
             )
-            self.listeners.append(AmqpServer(amqp, store, store.vhost_access, self.users, amqp_tls))
+            amqp_server = AmqpServer(amqp, store, store.vhost_access, self.users, amqp_tls)
+            self.listeners.append(amqp_server)
+            management_api = ManagementApi(amqp_server.broker).handle
         for listener in self.listeners:
             await listener.start()
             host, port = listener.address
             log.info("%s listener on %s:%d", listener.name, host, port)
         if settings.metrics.enabled:
             self.metrics_server = metrics.MetricsServer(
-                settings.metrics.host, settings.metrics.port, self.health
+                settings.metrics.host, settings.metrics.port, self.health, management_api
             )
             await self.metrics_server.start()
         self.ready = True

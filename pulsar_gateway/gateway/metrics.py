@@ -1,7 +1,8 @@
 """Prometheus metrics and the health endpoint, on one loopback HTTP port.
 
 `/metrics` is Prometheus text; `/health` answers 200 once every listener is up
-and the backend is reachable, 503 otherwise, so orchestrators can gate traffic.
+and the backend is reachable, 503 otherwise, so orchestrators can gate traffic;
+`/api/...` is the AMQP listener's RabbitMQ management API subset when it is on.
 """
 
 from __future__ import annotations
@@ -101,11 +102,23 @@ BACKEND_UP = Gauge(
 )
 
 
+_REASONS = {200: "OK", 404: "Not Found", 405: "Method Not Allowed"}
+
+
 class MetricsServer:
-    def __init__(self, host: str, port: int, health: Callable[[], dict[str, object]]) -> None:
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        health: Callable[[], dict[str, object]],
+        api: Callable[[str, str], tuple[int, object]] | None = None,
+    ) -> None:
+        """`api` answers `/api/...` requests (method, path) -> (status, JSON): the AMQP
+        listener's RabbitMQ management API subset (handlers/amqp/management.py)."""
         self.host = host
         self.port = port
         self.health = health
+        self.api = api
         self._server: asyncio.base_events.Server | None = None
 
     async def start(self) -> None:
@@ -124,6 +137,10 @@ class MetricsServer:
             path = request.split(b" ", 2)[1].decode(errors="replace")
             if path.startswith("/metrics"):
                 status, kind, body = "200 OK", CONTENT_TYPE_LATEST, generate_latest(REGISTRY)
+            elif self.api is not None and path.startswith("/api/"):
+                code, payload = self.api(request.split(b" ", 1)[0].decode(), path)
+                status = f"{code} {_REASONS.get(code, '')}".rstrip()
+                kind, body = "application/json", json.dumps(payload).encode()
             elif path.startswith("/health"):
                 state = self.health()
                 status = "200 OK" if state.get("ok") else "503 Service Unavailable"

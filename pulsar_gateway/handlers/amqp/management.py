@@ -1,0 +1,224 @@
+"""The read-only subset of RabbitMQ's management HTTP API that monitoring tools read.
+
+`GET /api/overview`, `/api/vhosts[/{vhost}]`, `/api/queues[/{vhost}[/{name}]]`,
+`/api/exchanges[/{vhost}[/{name}]]` and `/api/bindings[/{vhost}]` answer with the
+JSON fields RabbitMQ's management plugin gives (the ones Celery Flower, Prometheus
+exporters and `rabbitmqadmin list` read), from this process's `AmqpBroker`: the
+vhosts some connection has opened since the gateway started, their topology and
+their queue engines' counts. Names in the path are percent-encoded as in RabbitMQ
+(`%2F` is the vhost `/`). Nothing is changed through it: other methods get 405.
+
+`ManagementApi` is the pure part (method and path in, status and JSON out); the
+metrics HTTP server (gateway/metrics.py) serves it under `/api/`, on its port
+(loopback unless metrics.host says otherwise: the API has no login of its own).
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime
+import decimal
+import urllib.parse
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from pulsar_gateway.handlers.amqp.broker import AmqpBroker
+from pulsar_gateway.handlers.amqp.topology import DEFAULT_EXCHANGE, DestinationKind, Queue
+from pulsar_gateway.handlers.amqp.vhost_state import VhostState
+
+# What tools read to pick their code paths (Flower and rabbitmqadmin check the version).
+RABBITMQ_VERSION = "3.13.0"
+PRODUCT_NAME = "Pulsar Gateway"
+NODE_NAME = "pulsar-gateway@localhost"
+
+Json = Any
+
+
+class ManagementApi:
+    """Answers the API's GET requests from the broker's in-memory state."""
+
+    def __init__(self, broker: AmqpBroker) -> None:
+        self.broker = broker
+
+    def handle(self, method: str, target: str) -> tuple[int, Json]:
+        """(HTTP status, JSON body) for one request; `target` is the request path."""
+        path = urllib.parse.urlsplit(target).path
+        parts = [urllib.parse.unquote(p) for p in path.split("/")[1:]]
+        if not parts or parts[0] != "api":
+            return 404, {"error": "Object Not Found", "reason": "Not Found"}
+        if method not in ("GET", "HEAD"):
+            return 405, {"error": "Method Not Allowed", "reason": "this API is read-only"}
+        resource, args = (parts[1] if len(parts) > 1 else ""), parts[2:]
+        if path.endswith("/") and args and args[-1] == "":
+            args = args[:-1]
+        if resource == "overview" and not args:
+            return 200, self.overview()
+        listing = {
+            "vhosts": (self._vhost_rows, 1),
+            "queues": (self._queue_rows, 2),
+            "exchanges": (self._exchange_rows, 2),
+            "bindings": (self._binding_rows, 1),
+        }.get(resource)
+        if listing is None or len(args) > listing[1]:
+            return 404, {"error": "Object Not Found", "reason": "Not Found"}
+        rows_of, depth = listing
+        vhost = args[0] if args else None
+        if vhost is not None and vhost not in self.broker.vhosts:
+            return 404, {"error": "Object Not Found", "reason": "Not Found"}
+        rows = list(rows_of(self._vhosts(vhost)))
+        if len(args) == depth and resource in ("queues", "exchanges", "vhosts"):
+            wanted = args[-1]
+            found = [row for row in rows if row["name"] == wanted]
+            if not found:
+                return 404, {"error": "Object Not Found", "reason": "Not Found"}
+            return 200, found[0]
+        return 200, rows
+
+    def _vhosts(self, name: str | None) -> list[VhostState]:
+        states = sorted(self.broker.vhosts.values(), key=lambda v: v.name)
+        return [v for v in states if name is None or v.name == name]
+
+    # --- resources ---------------------------------------------------------------------
+
+    def overview(self) -> Json:
+        queues = [row for row in self._queue_rows(self._vhosts(None))]
+        exchanges = list(self._exchange_rows(self._vhosts(None)))
+        return {
+            "management_version": RABBITMQ_VERSION,
+            "rabbitmq_version": RABBITMQ_VERSION,
+            "product_name": PRODUCT_NAME,
+            "product_version": RABBITMQ_VERSION,
+            "cluster_name": NODE_NAME,
+            "node": NODE_NAME,
+            "object_totals": {
+                "queues": len(queues),
+                "exchanges": len(exchanges),
+                "consumers": sum(q["consumers"] for q in queues),
+            },
+            "queue_totals": _totals(queues),
+            "message_stats": {},
+            "listeners": [],
+            "contexts": [],
+        }
+
+    def _vhost_rows(self, vhosts: Iterable[VhostState]) -> Iterable[Json]:
+        for vhost in vhosts:
+            totals = _totals(self._queue_rows([vhost]))
+            yield {"name": vhost.name, "tracing": False, "description": "", "tags": [], **totals}
+
+    def _queue_rows(self, vhosts: Iterable[VhostState]) -> Iterable[Json]:
+        for vhost in vhosts:
+            for name in sorted(vhost.topology.queues):
+                yield _queue_row(vhost, vhost.topology.queues[name])
+
+    def _exchange_rows(self, vhosts: Iterable[VhostState]) -> Iterable[Json]:
+        for vhost in vhosts:
+            exchanges = vhost.topology.exchanges
+            for name in sorted(exchanges):
+                exchange = exchanges[name]
+                yield {
+                    "name": exchange.name,
+                    "vhost": vhost.name,
+                    "type": str(exchange.type),
+                    "durable": exchange.durable,
+                    "auto_delete": exchange.auto_delete,
+                    "internal": exchange.internal,
+                    "arguments": _json_table(exchange.arguments),
+                    "user_who_performed_action": "",
+                }
+
+    def _binding_rows(self, vhosts: Iterable[VhostState]) -> Iterable[Json]:
+        """Every binding, the default exchange's implicit one per queue first, as
+        RabbitMQ lists them."""
+        for vhost in vhosts:
+            for name in sorted(vhost.topology.queues):
+                yield _binding_row(vhost.name, DEFAULT_EXCHANGE, name, "queue", name, {})
+            for binding in sorted(vhost.topology.bindings(), key=_binding_order):
+                kind = "queue" if binding.destination_kind is DestinationKind.QUEUE else "exchange"
+                yield _binding_row(
+                    vhost.name,
+                    binding.source,
+                    binding.destination,
+                    kind,
+                    binding.routing_key,
+                    binding.arguments,
+                )
+
+
+def _queue_row(vhost: VhostState, queue: Queue) -> Json:
+    engine = vhost.engines.get(queue.name)
+    ready = engine.message_count if engine is not None else 0
+    unacked = engine.outstanding if engine is not None else 0
+    consumers = engine.consumer_count if engine is not None else 0
+    return {
+        "name": queue.name,
+        "vhost": vhost.name,
+        "durable": queue.durable,
+        "auto_delete": queue.auto_delete,
+        "exclusive": queue.exclusive,
+        "arguments": _json_table(queue.arguments),
+        "type": "classic",
+        "state": "running",
+        "node": NODE_NAME,
+        "messages": ready + unacked,
+        "messages_ready": ready,
+        "messages_unacknowledged": unacked,
+        "consumers": consumers,
+        "policy": None,
+    }
+
+
+def _binding_row(
+    vhost: str,
+    source: str,
+    destination: str,
+    kind: str,
+    routing_key: str,
+    arguments: Mapping[str, Any],
+) -> Json:
+    return {
+        "source": source,
+        "vhost": vhost,
+        "destination": destination,
+        "destination_type": kind,
+        "routing_key": routing_key,
+        "arguments": _json_table(arguments),
+        # what the API's binding URLs take; RabbitMQ's "~" for no key and no arguments
+        "properties_key": urllib.parse.quote(routing_key, safe="") or "~",
+    }
+
+
+def _binding_order(binding: Any) -> tuple[str, str, str]:
+    return (binding.source, binding.destination, binding.routing_key)
+
+
+def _totals(queues: Iterable[Json]) -> Json:
+    rows = list(queues)
+    return {
+        "messages": sum(q["messages"] for q in rows),
+        "messages_ready": sum(q["messages_ready"] for q in rows),
+        "messages_unacknowledged": sum(q["messages_unacknowledged"] for q in rows),
+    }
+
+
+def _json_table(table: Mapping[str, Any] | None) -> Json:
+    """An AMQP field table as the management API shows it (bytes as text, decimals and
+    timestamps as numbers and strings)."""
+    return {str(k): _json_value(v) for k, v in (table or {}).items()}
+
+
+def _json_value(value: Any) -> Json:
+    if isinstance(value, bytes):
+        try:
+            return value.decode("utf-8")
+        except UnicodeDecodeError:
+            return base64.b64encode(value).decode()
+    if isinstance(value, Mapping):
+        return _json_table(value)
+    if isinstance(value, list | tuple):
+        return [_json_value(v) for v in value]
+    if isinstance(value, decimal.Decimal):
+        return float(value)
+    if isinstance(value, datetime.datetime):
+        return int(value.replace(tzinfo=datetime.UTC).timestamp())
+    return value

@@ -1,0 +1,78 @@
+"""The RabbitMQ management API subset on the metrics port, against a real gateway and
+pika: what monitoring tools (Flower, rabbitmqadmin list, exporters) read."""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.parse
+import urllib.request
+import uuid
+
+import pika
+
+from tests.support.gateway_process import GatewayProcess
+from tests.support.waiting import wait_until
+
+
+def _get(gateway: GatewayProcess, path: str) -> object:
+    url = f"http://127.0.0.1:{gateway.metrics_port}{path}"
+    with urllib.request.urlopen(url, timeout=5) as response:
+        assert response.headers["Content-Type"] == "application/json"
+        return json.loads(response.read())
+
+
+def test_queues_exchanges_bindings_overview_and_vhosts(gateway: GatewayProcess) -> None:
+    name = f"mgmt-{uuid.uuid4().hex[:8]}"
+    conn = pika.BlockingConnection(pika.URLParameters(gateway.amqp_url))
+    try:
+        ch = conn.channel()
+        ch.confirm_delivery()
+        ch.exchange_declare(f"{name}.x", "topic", durable=True)
+        ch.queue_declare(name, durable=True, arguments={"x-max-length": 10})
+        ch.queue_bind(name, f"{name}.x", "a.#")
+        for i in range(3):
+            ch.basic_publish(f"{name}.x", "a.b", f"m{i}".encode())
+        path = f"/api/queues/%2F/{urllib.parse.quote(name)}"
+        wait_until(lambda: _get(gateway, path)["messages_ready"] == 3, 5, message="3 ready")
+        queue = _get(gateway, path)
+        assert isinstance(queue, dict)
+        assert (queue["name"], queue["vhost"], queue["durable"], queue["consumers"]) == (
+            name,
+            "/",
+            True,
+            0,
+        )
+        assert queue["arguments"] == {"x-max-length": 10}
+        method, _props, _body = ch.basic_get(name)
+        assert method is not None
+        queue = _get(gateway, path)
+        assert isinstance(queue, dict)
+        assert (queue["messages_ready"], queue["messages_unacknowledged"]) == (2, 1)
+        assert name in [q["name"] for q in _get(gateway, "/api/queues")]  # type: ignore[union-attr]
+        exchanges = _get(gateway, "/api/exchanges/%2F")
+        assert isinstance(exchanges, list)
+        assert [(x["type"], x["durable"]) for x in exchanges if x["name"] == f"{name}.x"] == [
+            ("topic", True)
+        ]
+        bindings = _get(gateway, "/api/bindings/%2F")
+        assert isinstance(bindings, list)
+        assert {
+            (b["source"], b["routing_key"], b["destination_type"])
+            for b in bindings
+            if b["destination"] == name
+        } == {("", name, "queue"), (f"{name}.x", "a.#", "queue")}
+        overview = _get(gateway, "/api/overview")
+        assert isinstance(overview, dict)
+        assert overview["object_totals"]["queues"] >= 1
+        assert "rabbitmq_version" in overview
+        assert "/" in [v["name"] for v in _get(gateway, "/api/vhosts")]  # type: ignore[union-attr]
+        try:
+            _get(gateway, "/api/queues/%2F/no-such-queue")
+            raise AssertionError("expected 404")
+        except urllib.error.HTTPError as error:
+            assert error.code == 404
+        ch.queue_delete(name)
+        ch.exchange_delete(f"{name}.x")
+    finally:
+        conn.close()

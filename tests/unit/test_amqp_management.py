@@ -1,0 +1,105 @@
+"""The RabbitMQ management API subset (handlers/amqp/management.py) over an in-memory
+store: the fields tools read, per resource, and the HTTP listener around it."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import urllib.request
+
+from pamqp import commands
+
+from pulsar_gateway.gateway.metrics import MetricsServer
+from pulsar_gateway.handlers.amqp.broker import AmqpBroker
+from pulsar_gateway.handlers.amqp.connection_broker import ConnectionBroker
+from pulsar_gateway.handlers.amqp.events import ConnectionOpened
+from pulsar_gateway.handlers.amqp.management import ManagementApi
+from tests.support.amqp_memory_store import MemoryStore
+from tests.support.amqp_peer import open_peer
+
+
+async def _broker_with_topology() -> tuple[AmqpBroker, ConnectionBroker]:
+    """Vhost "/" with a fanout exchange "logs" bound to durable queue "q" (with
+    x-max-length), and a consumer on "q"."""
+    peer = open_peer()
+    broker = AmqpBroker(MemoryStore())
+    handler = ConnectionBroker(broker, peer.conn, lambda: None, lambda: 0, lambda: None)
+    await handler.handle([e for e in peer.events if isinstance(e, ConnectionOpened)])
+    steps = [
+        commands.Channel.Open(),
+        commands.Exchange.Declare(exchange="logs", exchange_type="fanout"),
+        commands.Queue.Declare(queue="q", durable=True, arguments={"x-max-length": 5}),
+        commands.Queue.Bind(queue="q", exchange="logs", routing_key="k"),
+        commands.Basic.Consume(queue="q", consumer_tag="c1"),
+    ]
+    for step in steps:
+        await handler.handle(peer.send(step, channel=1))
+    return broker, handler
+
+
+def test_queues_exchanges_bindings_vhosts_and_overview() -> None:
+    async def scenario() -> None:
+        broker, handler = await _broker_with_topology()
+        api = ManagementApi(broker)
+        status, queues = api.handle("GET", "/api/queues")
+        assert status == 200
+        assert [
+            (q["name"], q["vhost"], q["durable"], q["consumers"], q["messages"], q["arguments"])
+            for q in queues
+        ] == [("q", "/", True, 1, 0, {"x-max-length": 5})]
+        assert api.handle("GET", "/api/queues/%2F/q")[1]["name"] == "q"
+        assert api.handle("GET", "/api/queues/%2F/missing")[0] == 404
+        assert api.handle("GET", "/api/queues/nope")[0] == 404
+        status, exchanges = api.handle("GET", "/api/exchanges/%2F")
+        logs = [x for x in exchanges if x["name"] == "logs"]
+        assert logs == [
+            {
+                "name": "logs",
+                "vhost": "/",
+                "type": "fanout",
+                "durable": False,
+                "auto_delete": False,
+                "internal": False,
+                "arguments": {},
+                "user_who_performed_action": "",
+            }
+        ]
+        assert {"amq.direct", "amq.topic"} <= {x["name"] for x in exchanges}
+        status, bindings = api.handle("GET", "/api/bindings")
+        assert [
+            (b["source"], b["destination"], b["destination_type"], b["routing_key"])
+            for b in bindings
+        ] == [("", "q", "queue", "q"), ("logs", "q", "queue", "k")]
+        assert api.handle("GET", "/api/vhosts")[1][0]["name"] == "/"
+        overview = api.handle("GET", "/api/overview")[1]
+        assert overview["object_totals"]["queues"] == 1
+        assert overview["object_totals"]["consumers"] == 1
+        assert overview["queue_totals"]["messages"] == 0
+        assert api.handle("DELETE", "/api/queues/%2F/q")[0] == 405
+        assert api.handle("GET", "/api/nothing")[0] == 404
+        await handler.connection_closed()
+        await broker.close()
+
+    asyncio.run(scenario())
+
+
+def test_the_metrics_http_server_serves_it_as_json() -> None:
+    async def scenario() -> None:
+        broker, handler = await _broker_with_topology()
+        server = MetricsServer("127.0.0.1", 0, lambda: {"ok": True}, ManagementApi(broker).handle)
+        await server.start()
+        url = f"http://127.0.0.1:{server.port}/api/queues/%2F"
+
+        def fetch() -> tuple[int, str, object]:
+            with urllib.request.urlopen(url, timeout=5) as response:
+                kind = response.headers["Content-Type"]
+                return response.status, kind, json.loads(response.read())
+
+        status, kind, body = await asyncio.to_thread(fetch)
+        assert (status, kind) == (200, "application/json")
+        assert [q["name"] for q in body] == ["q"]  # type: ignore[union-attr]
+        await server.stop()
+        await handler.connection_closed()
+        await broker.close()
+
+    asyncio.run(scenario())
