@@ -110,6 +110,9 @@ class KafkaSection(_TlsSettings):
     group_subscription_prefix: str = Field("__kafka.group.", min_length=1)
     # SASL mechanisms offered (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512); empty: no authentication
     sasl_mechanisms: list[str] = Field(default_factory=list)
+    # KIP-368 (Kafka's connections.max.reauth.ms): an authenticated session lasts this long
+    # unless the client re-authenticates; 0: for ever
+    sasl_session_lifetime_ms: int = Field(0, ge=0)
 
     @field_validator("sasl_mechanisms", mode="before")
     @classmethod

@@ -140,3 +140,40 @@ def test_amqp_users_store_wins_over_the_config_table() -> None:
     assert authenticator.authenticate("PLAIN", b"\x00guest\x00guest", "127.0.0.1") == "guest"
     with pytest.raises(AmqpError):
         authenticator.authenticate("PLAIN", b"\x00guest\x00guest", "10.0.0.1")
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _plain_round(session: SaslSession, user: str, password: str) -> dict[str, Any]:
+    assert session.handshake({"mechanism": "PLAIN"})["error_code"] == ErrorCode.NONE
+    return session.authenticate({"auth_bytes": f"\x00{user}\x00{password}".encode()})
+
+
+def test_kip_368_session_lifetime_and_reauthentication() -> None:
+    clock = Clock()
+    session = SaslSession(["PLAIN"], USERS, None, lifetime_ms=3000, clock=clock)
+    answer = _plain_round(session, "alice", "s3cret-pw")
+    assert answer["session_lifetime_ms"] == 3000 and not session.expired
+    clock.now += 2.5
+    assert _plain_round(session, "alice", "s3cret-pw")["error_code"] == ErrorCode.NONE
+    clock.now += 2.5
+    assert not session.expired  # extended by the re-authentication
+    clock.now += 1
+    assert session.expired
+
+
+def test_reauthentication_may_not_change_user_or_mechanism() -> None:
+    session = SaslSession(["PLAIN", "SCRAM-SHA-256"], USERS, None, lifetime_ms=1000)
+    _plain_round(session, "alice", "s3cret-pw")
+    answer = _plain_round(session, "bob", "other")
+    assert answer["error_code"] == ErrorCode.SASL_AUTHENTICATION_FAILED and session.failed
+    session = SaslSession(["PLAIN", "SCRAM-SHA-256"], USERS, None, lifetime_ms=1000)
+    _plain_round(session, "alice", "s3cret-pw")
+    answer = session.handshake({"mechanism": "SCRAM-SHA-256"})
+    assert answer["error_code"] == ErrorCode.ILLEGAL_SASL_STATE and session.failed

@@ -8,6 +8,10 @@ API table. Kafka's rules, kept here:
   the enabled list; a SaslAuthenticate without a handshake, ILLEGAL_SASL_STATE;
 - a failed authentication answers SASL_AUTHENTICATION_FAILED with a message, and the
   connection is then closed (the client reports the message);
+- KIP-368: with a session lifetime, SaslAuthenticate v1+ tells the client how long its
+  session lasts; an authenticated client may run SaslHandshake and SaslAuthenticate again
+  (same mechanism, same user) to extend it; a request other than those after it expired
+  closes the connection (the listener asks `expired`);
 - after a v0 handshake Kafka also takes raw SASL tokens without Kafka framing; only
   framed SaslAuthenticate requests are taken here (every client that speaks SaslAuthenticate
   sends it after either handshake version: librdkafka, the Java client, kafka-python,
@@ -20,7 +24,8 @@ gateway_authentications_total.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from pulsar_gateway.gateway import metrics
@@ -42,14 +47,29 @@ MECHANISMS = ("PLAIN", *SCRAM_MECHANISMS)
 class SaslSession:
     """One connection's SASL state; `authenticated` is the user's name once it succeeded."""
 
-    def __init__(self, mechanisms: Sequence[str], users: UserDirectory, peer: Any) -> None:
+    def __init__(
+        self,
+        mechanisms: Sequence[str],
+        users: UserDirectory,
+        peer: Any,
+        lifetime_ms: int = 0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.mechanisms = list(mechanisms)
         self.users = users
         self.peer = peer
+        self.lifetime_ms = lifetime_ms
+        self.clock = clock
         self.mechanism = ""
         self.authenticated = ""
+        self.expires_at = float("inf")
         self.failed = False  # answer, then close the connection
+        self.reauthenticating = False
         self._scram: ScramExchange | None = None
+
+    @property
+    def expired(self) -> bool:
+        return self.clock() >= self.expires_at
 
     @property
     def required(self) -> bool:
@@ -57,7 +77,17 @@ class SaslSession:
 
     def handshake(self, request: dict[str, Any]) -> dict[str, Any]:
         mechanism = request["mechanism"]
-        if self.authenticated or self.mechanism:
+        if self.authenticated and not self.reauthenticating:
+            # KIP-368 re-authentication: the mechanism may not change
+            if mechanism != self.mechanism:
+                self.failed = True
+                self._count(mechanism, "failure")
+                return {"error_code": ErrorCode.ILLEGAL_SASL_STATE, "mechanisms": self.mechanisms}
+            self.reauthenticating = True
+            if mechanism in SCRAM_MECHANISMS:
+                self._scram = ScramExchange(mechanism, self.users)
+            return {"error_code": ErrorCode.NONE, "mechanisms": self.mechanisms}
+        if self.mechanism:
             self.failed = True
             return {"error_code": ErrorCode.ILLEGAL_SASL_STATE, "mechanisms": self.mechanisms}
         if mechanism not in self.mechanisms:
@@ -79,7 +109,7 @@ class SaslSession:
 
     def authenticate(self, request: dict[str, Any]) -> dict[str, Any]:
         token = bytes(request["auth_bytes"] or b"")
-        if not self.mechanism or self.authenticated:
+        if not self.mechanism or (self.authenticated and not self.reauthenticating):
             self.failed = True
             return _answer(ErrorCode.ILLEGAL_SASL_STATE, "SaslHandshake must come first")
         try:
@@ -91,6 +121,10 @@ class SaslSession:
                 if not password_matches(self.users.lookup(user), password):
                     raise AuthenticationFailed(f"PLAIN failed for user '{user}'")
                 reply, done = b"", True
+            if done and self.reauthenticating and user != self.authenticated:
+                raise AuthenticationFailed(
+                    f"re-authentication as '{user}' on a session of '{self.authenticated}'"
+                )
         except AuthenticationFailed as exc:
             self.failed = True
             log.warning("Kafka authentication failed from %s: %s", self.peer, exc)
@@ -100,11 +134,21 @@ class SaslSession:
                 f"Authentication failed during authentication due to invalid credentials "
                 f"with SASL mechanism {self.mechanism}",
             )
-        if done:
-            self.authenticated = user
-            log.info("Kafka user '%s' authenticated from %s (%s)", user, self.peer, self.mechanism)
-            self._count(self.mechanism, "success")
-        return _answer(ErrorCode.NONE, None, reply)
+        if not done:
+            return _answer(ErrorCode.NONE, None, reply)
+        again = self.reauthenticating
+        self.authenticated, self.reauthenticating = user, False
+        if self.lifetime_ms:
+            self.expires_at = self.clock() + self.lifetime_ms / 1000
+        log.info(
+            "Kafka user '%s' %s from %s (%s)",
+            user,
+            "re-authenticated" if again else "authenticated",
+            self.peer,
+            self.mechanism,
+        )
+        self._count(self.mechanism, "success")
+        return _answer(ErrorCode.NONE, None, reply, self.lifetime_ms)
 
     def _count(self, mechanism: str, outcome: str) -> None:
         label = mechanism if mechanism in MECHANISMS else "unknown"
@@ -118,11 +162,13 @@ def _plain(token: bytes) -> tuple[str, str]:
         raise AuthenticationFailed(str(exc)) from None
 
 
-def _answer(code: ErrorCode, message: str | None, reply: bytes = b"") -> dict[str, Any]:
-    # session_lifetime_ms 0: no re-authentication deadline (KIP-368 not served yet)
+def _answer(
+    code: ErrorCode, message: str | None, reply: bytes = b"", lifetime_ms: int = 0
+) -> dict[str, Any]:
+    # session_lifetime_ms 0: no re-authentication deadline
     return {
         "error_code": code,
         "error_message": message,
         "auth_bytes": reply,
-        "session_lifetime_ms": 0,
+        "session_lifetime_ms": lifetime_ms,
     }

@@ -166,7 +166,12 @@ class KafkaServer:
         metrics.CONNECTIONS_TOTAL.labels("kafka").inc()
         queued = ByteBudget(self.settings.max_queued_request_bytes_per_connection, self.queued)
         connection = _Connection(self.context, reader, writer, peer, queued, self._decoder)
-        connection.sasl = SaslSession(self.settings.sasl_mechanisms, self.users, peer)
+        connection.sasl = SaslSession(
+            self.settings.sasl_mechanisms,
+            self.users,
+            peer,
+            lifetime_ms=self.settings.sasl_session_lifetime_ms,
+        )
         try:
             await connection.serve()
         except asyncio.CancelledError:
@@ -271,7 +276,7 @@ class _Connection:
             if header.api_key in SASL_APIS:
                 task = asyncio.create_task(_ready(self._sasl(request)))
             else:
-                if self.sasl.required and not self.sasl.authenticated:
+                if self.sasl.required and (not self.sasl.authenticated or self.sasl.expired):
                     self._refuse_unauthenticated(header)
                 task = asyncio.create_task(respond(self.context, request))
             await self.responses.put((task, held))
@@ -295,12 +300,16 @@ class _Connection:
         if header.api_key == ApiKey.API_VERSIONS:
             return
         metrics.BAD_INPUT.labels("kafka", "unauthenticated").inc()
-        metrics.AUTHENTICATIONS.labels("kafka", "none", "failure").inc()
         self.unanswered -= 1
-        raise ConnectionClosing(
-            f"{protocol.API_NAMES.get(header.api_key, 'unknown')} before SASL authentication "
-            "(kafka.sasl_mechanisms is set)"
-        )
+        name = protocol.API_NAMES.get(header.api_key, "unknown")
+        if self.sasl.authenticated:  # KIP-368: not re-authenticated in time
+            metrics.AUTHENTICATIONS.labels("kafka", "none", "expired").inc()
+            raise ConnectionClosing(
+                f"{name} after the SASL session of '{self.sasl.authenticated}' expired "
+                "(kafka.sasl_session_lifetime_ms)"
+            )
+        metrics.AUTHENTICATIONS.labels("kafka", "none", "failure").inc()
+        raise ConnectionClosing(f"{name} before SASL authentication (kafka.sasl_mechanisms is set)")
 
     async def _read_body(self, size: int) -> bytes:
         """The frame's body, which must also arrive at MIN_FRAME_BYTES_PER_SECOND overall."""
