@@ -18,28 +18,12 @@ from confluent_kafka import Consumer, Producer
 from pulsar_gateway.kafka_codec import protocol
 from pulsar_gateway.kafka_codec.errors import ErrorCode
 from pulsar_gateway.kafka_codec.protocol.messages import ApiKey
+from tests.support.certificates import make_certificates
 from tests.support.gateway_process import REPO, GatewayProcess, free_port
 from tests.support.raw_kafka_socket import recv_frame, seconds_until_closed
 from tests.support.waiting import wait_until
 
 PASSWORD = "correct horse battery"
-
-
-def _openssl(*args: str, cwd: Path) -> None:
-    subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True)
-
-
-def make_certificates(where: Path) -> dict[str, Path]:
-    """A CA and a server certificate for localhost / 127.0.0.1 that it signed."""
-    _openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj",
-             "/CN=gateway-test-ca", "-keyout", "ca.key", "-out", "ca.pem", cwd=where)  # fmt: skip
-    _openssl("req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=localhost",
-             "-keyout", "server.key", "-out", "server.csr", cwd=where)  # fmt: skip
-    (where / "san.ext").write_text("subjectAltName=DNS:localhost,IP:127.0.0.1\n")
-    _openssl("x509", "-req", "-in", "server.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
-             "-CAcreateserial", "-days", "2", "-extfile", "san.ext", "-out", "server.pem",
-             cwd=where)  # fmt: skip
-    return {"ca": where / "ca.pem", "cert": where / "server.pem", "key": where / "server.key"}
 
 
 @pytest.fixture(scope="module")

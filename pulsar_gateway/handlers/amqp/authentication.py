@@ -7,10 +7,15 @@ connection decides from the reply code whether the client is told at all.
 Users come from the users store (`pulsar-gateway users`: SCRAM salted keys, the password
 checked by deriving its key) and, for names the store does not hold, from the config's
 `amqp.users` table, kept as a bootstrap (docs/security.md): the store wins.
+
+EXTERNAL (RabbitMQ's rabbitmq_auth_mechanism_ssl) is offered only on a TLS connection whose
+client presented a certificate the listener's CA verified: the user is the certificate's
+common name, and must exist (in the store or the table); no password is asked.
 """
 
 from __future__ import annotations
 
+import copy
 import hmac
 import ipaddress
 import logging
@@ -26,6 +31,8 @@ log = logging.getLogger("gateway.amqp.auth")
 
 DEFAULT_MECHANISMS = ("PLAIN", "AMQPLAIN")
 DEFAULT_LOOPBACK_USERS = ("guest",)
+EXTERNAL = "EXTERNAL"
+KNOWN_MECHANISMS = (*DEFAULT_MECHANISMS, EXTERNAL)
 
 
 def is_loopback(host: str) -> bool:
@@ -93,13 +100,24 @@ class Authenticator:
         self._directory: UserDirectory = directory or NoUsers()
         self._loopback_users = frozenset(loopback_users)
         self.mechanisms = tuple(mechanisms)
+        self.certificate_user = ""
         unknown = set(self.mechanisms) - set(DEFAULT_MECHANISMS)
         if unknown:
             raise ValueError(f"unsupported SASL mechanisms: {sorted(unknown)}")
 
+    def for_certificate(self, common_name: str) -> Authenticator:
+        """This authenticator for one connection whose verified client certificate names
+        `common_name`: EXTERNAL offered first, then the others; itself without one."""
+        if not common_name:
+            return self
+        connection = copy.copy(self)
+        connection.certificate_user = common_name
+        connection.mechanisms = (EXTERNAL, *self.mechanisms)
+        return connection
+
     def authenticate(self, mechanism: str, response: bytes | str, peer_host: str) -> str:
         """The authenticated user name, or `AmqpError` (503, 502 or 403)."""
-        if mechanism not in DEFAULT_MECHANISMS:
+        if mechanism not in KNOWN_MECHANISMS:
             raise AmqpError(
                 ReplyCode.COMMAND_INVALID, f"unknown authentication mechanism '{mechanism}'"
             )
@@ -107,6 +125,8 @@ class Authenticator:
             raise AmqpError(
                 ReplyCode.COMMAND_INVALID, f"invalid authentication mechanism '{mechanism}'"
             )
+        if mechanism == EXTERNAL:
+            return self._external(peer_host)
         raw = response.encode() if isinstance(response, str) else bytes(response)
         parse = parse_plain if mechanism == "PLAIN" else parse_amqplain
         username, password = parse(raw)
@@ -127,6 +147,21 @@ class Authenticator:
                 f"{mechanism} login refused: user '{username}' can only connect via localhost",
             )
         metrics.AUTHENTICATIONS.labels("amqp", mechanism, "success").inc()
+        return username
+
+    def _external(self, peer_host: str) -> str:
+        username = self.certificate_user
+        if self._directory.lookup(username) is None and username not in self._users:
+            log.warning(
+                "AMQP EXTERNAL refused from %s: certificate user '%s' unknown", peer_host, username
+            )
+            metrics.AUTHENTICATIONS.labels("amqp", EXTERNAL, "failure").inc()
+            raise AmqpError(
+                ReplyCode.ACCESS_REFUSED,
+                f"EXTERNAL login refused: user '{username}' - invalid credentials",
+            )
+        log.info("AMQP user '%s' authenticated from %s by certificate", username, peer_host)
+        metrics.AUTHENTICATIONS.labels("amqp", EXTERNAL, "success").inc()
         return username
 
     def _password_matches(self, username: str, password: str) -> bool:

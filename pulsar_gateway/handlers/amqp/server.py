@@ -203,7 +203,7 @@ class _Session:
         self.peer = peer_host
         self.frame_timeout = server.settings.frame_timeout_seconds
         self.conn = AmqpConnection(
-            server.authenticator,
+            server.authenticator.for_certificate(certificate_user(writer)),
             peer_host,
             time.monotonic(),
             server.connection_settings,
@@ -384,3 +384,14 @@ def _count_bad_input(events: list[Event], lost_reason: str) -> None:
         else:
             continue
         metrics.BAD_INPUT.labels("amqp", reason).inc()
+
+
+def certificate_user(writer: asyncio.StreamWriter) -> str:
+    """The common name of the client certificate the TLS listener verified ("" without
+    TLS, without amqp.tls_ca_file, or without a common name): EXTERNAL's user."""
+    certificate = writer.get_extra_info("peercert") or {}
+    for rdn in certificate.get("subject", ()):
+        for key, value in rdn:
+            if key == "commonName":
+                return str(value)
+    return ""
