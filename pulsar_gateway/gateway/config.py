@@ -113,6 +113,10 @@ class KafkaSection(_TlsSettings):
     # KIP-368 (Kafka's connections.max.reauth.ms): an authenticated session lasts this long
     # unless the client re-authenticates; 0: for ever
     sasl_session_lifetime_ms: int = Field(0, ge=0)
+    # with TLS files set: -1 makes `port` the TLS listener; a port (0: any) opens a TLS
+    # listener there beside the plaintext one on `port`, advertising its own port
+    tls_port: int = Field(-1, ge=-1, le=65535)
+    advertised_tls_port: int = Field(0, ge=0, le=65535)
 
     @field_validator("sasl_mechanisms", mode="before")
     @classmethod

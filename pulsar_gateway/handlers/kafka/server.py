@@ -20,15 +20,17 @@ What one client can make the listener hold is bounded (docs: conf/gateway.toml):
   does not flood the log too.
 
 Security (docs/security.md): with `kafka.tls_cert_file` the listener speaks TLS only
-(SSL/SASL_SSL); with `kafka.sasl_mechanisms` a connection is served nothing but ApiVersions
-and the SASL APIs (sasl.py) until it has authenticated, as Kafka does, and any other
-request closes it.
+(SSL/SASL_SSL), or, with `kafka.tls_port` too, a second listener there does, beside the
+plaintext one, each advertising its own port in Metadata; with `kafka.sasl_mechanisms` a
+connection (on either) is served nothing but ApiVersions and the SASL APIs (sasl.py) until
+it has authenticated, as Kafka does, and any other request closes it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import ssl
 import struct
@@ -87,6 +89,8 @@ class KafkaServer:
             initial_rebalance_delay_ms=settings.group_initial_rebalance_delay_ms,
         )
         self._server: asyncio.base_events.Server | None = None
+        self._tls_server: asyncio.base_events.Server | None = None  # beside: kafka.tls_port
+        self._tls_context: KafkaContext | None = None  # its context: its advertised port
         self._connections: set[asyncio.Task[None]] = set()
         self.context: KafkaContext | None = None
         self.queued = ByteBudget(settings.max_queued_request_bytes)
@@ -103,17 +107,26 @@ class KafkaServer:
         host, port = self._server.sockets[0].getsockname()[:2]
         return host, port
 
+    @property
+    def tls_address(self) -> tuple[str, int] | None:
+        """The TLS listener's address when it runs beside the plaintext one."""
+        if self._tls_server is None:
+            return None
+        host, port = self._tls_server.sockets[0].getsockname()[:2]
+        return host, port
+
     async def start(self) -> None:
         self.log_limiter.attach(*PER_REQUEST_LOGGERS)
         queued = self.queued
         metrics.QUEUED_REQUEST_BYTES.labels("kafka").set_function(lambda: queued.used)
+        beside = self.tls is not None and self.settings.tls_port >= 0
         self._server = await asyncio.start_server(
             self._accept,
             self.settings.host,
             self.settings.port,
             limit=1 << 20,
             backlog=1024,
-            ssl=self.tls,
+            ssl=None if beside else self.tls,
         )
         host, port = self.address
         advertised = self.settings.advertised_host or host
@@ -124,6 +137,22 @@ class KafkaServer:
             self.settings.cluster_id,
         )
         self.context = KafkaContext(self.settings, self.storage, identity, self.groups)
+        if beside:
+            self._tls_server = await asyncio.start_server(
+                self._accept_tls,
+                self.settings.host,
+                self.settings.tls_port,
+                limit=1 << 20,
+                backlog=1024,
+                ssl=self.tls,
+            )
+            tls_host, tls_port = self.tls_address or ("", 0)
+            # the same groups and producer sequences; only the advertised port differs
+            tls_identity = dataclasses.replace(
+                identity, port=self.settings.advertised_tls_port or tls_port
+            )
+            self._tls_context = dataclasses.replace(self.context, identity=tls_identity)
+            log.info("kafka TLS listener on %s:%d", tls_host, tls_port)
         self._warn_about_security()
         self.groups.start()
 
@@ -143,6 +172,8 @@ class KafkaServer:
     async def stop(self) -> None:
         if self._server:
             self._server.close()
+        if self._tls_server:
+            self._tls_server.close()
         await self.groups.close()
         for task in list(self._connections):
             task.cancel()
@@ -154,9 +185,18 @@ class KafkaServer:
         self._decoder.shutdown(wait=False, cancel_futures=True)
         self.log_limiter.detach()
 
-    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _accept_tls(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await self._accept(reader, writer, self._tls_context)
+
+    async def _accept(
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        context: KafkaContext | None = None,
+    ) -> None:
         task = asyncio.current_task()
-        assert task is not None and self.context is not None
+        context = context or self.context
+        assert task is not None and context is not None
         ip = self.limits.admit(writer)
         if ip is None:
             return
@@ -165,7 +205,7 @@ class KafkaServer:
         metrics.CONNECTIONS.labels("kafka").inc()
         metrics.CONNECTIONS_TOTAL.labels("kafka").inc()
         queued = ByteBudget(self.settings.max_queued_request_bytes_per_connection, self.queued)
-        connection = _Connection(self.context, reader, writer, peer, queued, self._decoder)
+        connection = _Connection(context, reader, writer, peer, queued, self._decoder)
         connection.sasl = SaslSession(
             self.settings.sasl_mechanisms,
             self.users,
