@@ -314,7 +314,11 @@ class _Connection:
             self.last_activity = self.loop.time()
             self.unanswered += 1
             if header.api_key in SASL_APIS:
-                task = asyncio.create_task(_ready(self._sasl(request)))
+                # settled before the next frame is read (which may depend on it), in a
+                # thread: PLAIN's PBKDF2 takes ~2 ms, which the other connections would wait
+                # out on the event loop during a storm of logins
+                answer = await asyncio.to_thread(self._sasl, request)
+                task = asyncio.create_task(_ready(answer))
             else:
                 if self.sasl.required and (not self.sasl.authenticated or self.sasl.expired):
                     self._refuse_unauthenticated(header)
@@ -324,7 +328,9 @@ class _Connection:
                 return  # after a SASL failure: its answer goes out, then the connection closes
 
     def _sasl(self, request: DecodedRequest) -> bytes:
-        """Answered here, in order with the frames read: the next frame may depend on it."""
+        """Answered here, in order with the frames read: the next frame may depend on it.
+        Runs in a worker thread while the connection's reader waits for it, so nothing else
+        touches the SASL state meanwhile."""
         header, body = request.header, request.body
         assert body is not None
         if header.api_key == ApiKey.SASL_HANDSHAKE:
