@@ -426,17 +426,25 @@ def publish_then_get_same_channel(url: str, p: str) -> Transcript:
 
 
 def deliveries_before_confirms(url: str, p: str) -> Transcript:
-    """On a channel that consumes the queue it publishes to, RabbitMQ sends each
-    basic.deliver before the basic.ack confirming that publish: read byte-level, off
-    a raw socket, one publish at a time and five pipelined, with and without acks."""
+    """On a channel that consumes the queue it publishes to, RabbitMQ sends a publish's
+    basic.deliver before the basic.ack confirming it: read byte-level, off a raw socket,
+    one publish at a time, with and without consumer acks. Five pipelined publishes are
+    delivered in order and all confirmed, but RabbitMQ 3.10 interleaves those confirms
+    with the deliveries as its processes happen to run (an ack may overtake its delivery),
+    so only the order of the deliveries and the confirmed set are compared for them; the
+    gateway's stricter order there is tests/integration/test_amqp_frame_order.py."""
     log: Transcript = []
-    for round_, (count, no_ack) in enumerate([(1, True), (1, False), (5, True), (5, False)]):
+    rounds = [(1, True)] * 3 + [(1, False)] * 3 + [(5, True), (5, False)]
+    for round_, (count, no_ack) in enumerate(rounds):
         bodies = [f"o{round_}.{i}".encode() for i in range(count)]
         trace = publish_and_consume_trace(url, f"{p}.order{round_}", bodies, no_ack)
-        log.append(confirm_after_delivery(trace))
+        facts = confirm_after_delivery(trace)
+        if count > 1:
+            facts = [facts[0], sorted((kind, seq) for kind, seq, _after in facts[1:])]
+        log.append(facts)
     conn = _connect(url)
     ch = conn.channel()
-    for round_ in range(4):
+    for round_ in range(len(rounds)):
         ch.queue_delete(f"{p}.order{round_}")
     conn.close()
     return log
