@@ -359,7 +359,9 @@ class QueueEngine:
 
     def _trim(self) -> None:
         limit = self.queue.max_length
-        if limit is None:
+        if limit is None or self.queue.overflow != "drop-head":
+            # reject-publish queues refuse publishes instead (VhostState.overflow); one
+            # over its limit all the same (another gateway's publish) keeps its heads
             return
         dropped = []
         while self.ready and self._ready_uncapped - len(dropped) > limit:
