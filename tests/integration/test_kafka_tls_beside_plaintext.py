@@ -4,6 +4,7 @@ on one stays on it."""
 
 from __future__ import annotations
 
+import socket
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,6 +14,7 @@ from confluent_kafka import Consumer, Producer
 
 from tests.support.certificates import make_certificates
 from tests.support.gateway_process import GatewayProcess, free_port
+from tests.support.raw_kafka_socket import seconds_until_closed
 from tests.support.waiting import wait_until
 
 
@@ -30,6 +32,7 @@ def gateway(
         "kafka.tls_cert_file": certs["cert"],
         "kafka.tls_key_file": certs["key"],
         "kafka.tls_port": port,
+        "kafka.frame_timeout_seconds": 2,  # also the TLS handshake's bound
     }
     extra = [arg for key, value in settings.items() for arg in ("--set", f"{key}={value}")]
     process = GatewayProcess(tmp_path_factory.mktemp("beside"), extra=extra).start()
@@ -72,3 +75,9 @@ def test_plaintext_and_tls_side_by_side(gateway: GatewayProcess, certs: dict[str
     assert seen == [b"plain", b"tls"]
     listeners = (gateway.health() or {})["listeners"]
     assert listeners["kafkas"].endswith(f":{gateway.kafka_tls_port}")  # type: ignore[attr-defined]
+
+
+def test_a_tls_handshake_that_never_comes_is_closed(gateway: GatewayProcess) -> None:
+    port = gateway.kafka_tls_port  # type: ignore[attr-defined]
+    with socket.create_connection(("127.0.0.1", port)) as sock:
+        assert seconds_until_closed(sock, 20) < 8  # 2 s, not asyncio's default 60 s

@@ -141,6 +141,8 @@ class AmqpServer:
                 limit=READ_SIZE,
                 backlog=1024,
                 ssl=self.tls,
+                # the TLS handshake comes before _accept: bounded like the AMQP one
+                ssl_handshake_timeout=self.settings.handshake_timeout_seconds,
             )
             host, port = self.tls_address or ("", 0)
             log.info("amqps (TLS) listener on %s:%d", host, port)

@@ -120,6 +120,9 @@ class KafkaServer:
         queued = self.queued
         metrics.QUEUED_REQUEST_BYTES.labels("kafka").set_function(lambda: queued.used)
         beside = self.tls is not None and self.settings.tls_port >= 0
+        # a TLS handshake comes before _accept (and its connection limits): bounded like a
+        # frame, so sockets that never finish one are not held for asyncio's 60 s
+        handshake = {"ssl_handshake_timeout": self.settings.frame_timeout_seconds}
         self._server = await asyncio.start_server(
             self._accept,
             self.settings.host,
@@ -127,6 +130,7 @@ class KafkaServer:
             limit=1 << 20,
             backlog=1024,
             ssl=None if beside else self.tls,
+            **(handshake if self.tls is not None and not beside else {}),
         )
         host, port = self.address
         advertised = self.settings.advertised_host or host
@@ -145,6 +149,7 @@ class KafkaServer:
                 limit=1 << 20,
                 backlog=1024,
                 ssl=self.tls,
+                **handshake,
             )
             tls_host, tls_port = self.tls_address or ("", 0)
             # the same groups and producer sequences; only the advertised port differs
