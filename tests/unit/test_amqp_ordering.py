@@ -1,0 +1,85 @@
+"""One channel's order over an in-memory store whose writes can be held back: a
+basic.get waits for the channel's own publishes to the queue, and publishes in flight
+count against a reject-publish queue's x-max-length (issue 14)."""
+
+from __future__ import annotations
+
+import asyncio
+
+from pamqp import commands
+
+from pulsar_gateway.handlers.amqp.broker import AmqpBroker
+from pulsar_gateway.handlers.amqp.connection_broker import ConnectionBroker
+from pulsar_gateway.handlers.amqp.events import ConnectionOpened
+from tests.support.amqp_memory_store import MemoryStore
+from tests.support.amqp_peer import Peer, open_peer
+
+
+async def _open(
+    store: MemoryStore, *declares: commands.Queue.Declare
+) -> tuple[Peer, ConnectionBroker]:
+    peer = open_peer()
+    handler = ConnectionBroker(AmqpBroker(store), peer.conn, lambda: None, lambda: 0, lambda: None)
+    await handler.handle([e for e in peer.events if isinstance(e, ConnectionOpened)])
+    await handler.handle(peer.send(commands.Channel.Open(), channel=1))
+    for declare in declares:
+        await handler.handle(peer.send(declare, channel=1))
+    peer.frames()
+    return peer, handler
+
+
+def _publish(peer: Peer, queue: str, body: bytes) -> list:
+    from pamqp import body as content_body
+    from pamqp import header
+
+    return peer.send(
+        commands.Basic.Publish(exchange="", routing_key=queue),
+        header.ContentHeader(0, len(body), commands.Basic.Properties()),
+        content_body.ContentBody(body),
+        channel=1,
+    )
+
+
+def test_a_get_waits_for_the_channels_own_publish_to_be_stored() -> None:
+    async def scenario() -> None:
+        store = MemoryStore()
+        peer, handler = await _open(store, commands.Queue.Declare(queue="q"))
+        store.gate.clear()  # the write to the store is slow
+        await handler.handle(_publish(peer, "q", b"mine"))
+        get = asyncio.ensure_future(
+            handler.handle(peer.send(commands.Basic.Get(queue="q"), channel=1))
+        )
+        await asyncio.sleep(0.05)
+        assert not get.done()  # not get-empty: the publish came first on this channel
+        store.gate.set()
+        await asyncio.wait_for(get, 5)
+        assert [type(m).__name__ for _, m in peer.methods()] == ["GetOk"]
+        await handler.connection_closed()
+
+    asyncio.run(scenario())
+
+
+def test_publishes_in_flight_count_against_a_reject_publish_queue() -> None:
+    async def scenario() -> None:
+        store = MemoryStore()
+        arguments = {"x-max-length": 2, "x-overflow": "reject-publish"}
+        peer, handler = await _open(
+            store,
+            commands.Queue.Declare(queue="r", arguments=arguments),
+            commands.Confirm.Select(),
+        )
+        store.gate.clear()  # four pipelined publishes, none stored yet
+        for i in range(4):
+            await handler.handle(_publish(peer, "r", f"m{i}".encode()))
+        store.gate.set()
+        await asyncio.sleep(0.05)
+        outcomes: list[tuple[int, str]] = []
+        for _, method in peer.methods():
+            first = len(outcomes) + 1 if method.multiple else method.delivery_tag
+            kind = type(method).__name__
+            outcomes.extend((seq, kind) for seq in range(first, method.delivery_tag + 1))
+        assert outcomes == [(1, "Ack"), (2, "Ack"), (3, "Nack"), (4, "Nack")]
+        assert len(store.messages["r"]) == 2
+        await handler.connection_closed()
+
+    asyncio.run(scenario())
