@@ -631,14 +631,19 @@ class ConnectionBroker:
     def _own_deliveries(self, channel: Channel, queues: frozenset[str]) -> int:
         """How many copies of a stored publish this channel's consumers are about to get
         (one per queue it went to where a consumer here has credit): its confirm
-        follows them."""
+        follows them. A queue that also has consumers on other channels does not count:
+        its copy may go to one of those (RabbitMQ orders nothing across channels), and
+        holding the confirm for it would only delay it by Channel.hold's time limit."""
         if not channel.consumers or channel.closed:
             return 0
         return len(
             {
                 consumer.engine.name
                 for consumer in channel.consumers.values()
-                if consumer.engine.name in queues and consumer.active and consumer.has_credit()
+                if consumer.engine.name in queues
+                and consumer.active
+                and consumer.has_credit()
+                and all(getattr(c, "channel", None) is channel for c in consumer.engine.consumers)
             }
         )
 
