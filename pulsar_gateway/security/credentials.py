@@ -123,6 +123,13 @@ def parse_plain(response: bytes) -> tuple[str, str]:
     return user, password
 
 
+def shown(name: str, limit: int = 64) -> str:
+    """A client-supplied user name as it may appear in a log line or an error message: at
+    most `limit` characters, control characters escaped (no forged log lines)."""
+    cut = name[:limit].encode("unicode_escape").decode("ascii")
+    return cut + ("..." if len(name) > limit else "")
+
+
 class ScramExchange:
     """The server side of one SCRAM exchange: client-first in, server-first out, then
     client-final in, server-final (with the server's signature: its proof) out.
@@ -143,7 +150,7 @@ class ScramExchange:
         self.user = name
         record = self._users.lookup(name)
         if record is None or self.mechanism not in record:
-            raise AuthenticationFailed(f"user '{name}' has no {self.mechanism} credentials")
+            raise AuthenticationFailed(f"user '{shown(name)}' has no {self.mechanism} credentials")
         return auth_info(record, self.mechanism)
 
     def step(self, message: bytes) -> tuple[bytes, bool]:
@@ -161,7 +168,7 @@ class ScramExchange:
         except AuthenticationFailed:
             raise
         except (scramp.ScramException, UnicodeDecodeError) as exc:
-            who = f"user '{self.user}'" if self.user else "client"
+            who = f"user '{shown(self.user)}'" if self.user else "client"
             raise AuthenticationFailed(f"{self.mechanism} failed for {who}: {exc}") from None
         raise AuthenticationFailed(f"{self.mechanism} exchange already complete")
 

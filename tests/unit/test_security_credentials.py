@@ -177,3 +177,13 @@ def test_reauthentication_may_not_change_user_or_mechanism() -> None:
     _plain_round(session, "alice", "s3cret-pw")
     answer = session.handshake({"mechanism": "SCRAM-SHA-256"})
     assert answer["error_code"] == ErrorCode.ILLEGAL_SASL_STATE and session.failed
+
+
+def test_client_supplied_names_are_logged_escaped_and_cut() -> None:
+    from pulsar_gateway.security.credentials import shown
+
+    assert shown("alice") == "alice"
+    assert "\n" not in shown("eve\nINFO forged line")
+    assert shown("x" * 1000) == "x" * 64 + "..."
+    session, answer = _kafka_plain("eve\nINFO gateway: admin logged in", "pw")
+    assert answer["error_code"] == ErrorCode.SASL_AUTHENTICATION_FAILED

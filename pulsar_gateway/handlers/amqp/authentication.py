@@ -25,7 +25,12 @@ from pamqp import decode
 
 from pulsar_gateway.gateway import metrics
 from pulsar_gateway.handlers.amqp.errors import AmqpError, ReplyCode
-from pulsar_gateway.security.credentials import NoUsers, UserDirectory, password_matches
+from pulsar_gateway.security.credentials import (
+    NoUsers,
+    UserDirectory,
+    password_matches,
+    shown,
+)
 
 log = logging.getLogger("gateway.amqp.auth")
 
@@ -132,7 +137,10 @@ class Authenticator:
         username, password = parse(raw)
         if not self._password_matches(username, password):
             log.warning(
-                "AMQP authentication failed from %s: user '%s' (%s)", peer_host, username, mechanism
+                "AMQP authentication failed from %s: user '%s' (%s)",
+                peer_host,
+                shown(username),
+                mechanism,
             )
             metrics.AUTHENTICATIONS.labels("amqp", mechanism, "failure").inc()
             raise AmqpError(
@@ -140,7 +148,7 @@ class Authenticator:
                 f"{mechanism} login refused: user '{username}' - invalid credentials",
             )
         if username in self._loopback_users and not is_loopback(peer_host):
-            log.warning("AMQP user '%s' refused from %s: loopback only", username, peer_host)
+            log.warning("AMQP user '%s' refused from %s: loopback only", shown(username), peer_host)
             metrics.AUTHENTICATIONS.labels("amqp", mechanism, "failure").inc()
             raise AmqpError(
                 ReplyCode.ACCESS_REFUSED,
@@ -153,7 +161,9 @@ class Authenticator:
         username = self.certificate_user
         if self._directory.lookup(username) is None and username not in self._users:
             log.warning(
-                "AMQP EXTERNAL refused from %s: certificate user '%s' unknown", peer_host, username
+                "AMQP EXTERNAL refused from %s: certificate user '%s' unknown",
+                peer_host,
+                shown(username),
             )
             metrics.AUTHENTICATIONS.labels("amqp", EXTERNAL, "failure").inc()
             raise AmqpError(

@@ -37,6 +37,7 @@ from pulsar_gateway.security.credentials import (
     UserDirectory,
     parse_plain,
     password_matches,
+    shown,
 )
 
 log = logging.getLogger("gateway.kafka.auth")
@@ -119,11 +120,12 @@ class SaslSession:
             else:
                 user, password = _plain(token)
                 if not password_matches(self.users.lookup(user), password):
-                    raise AuthenticationFailed(f"PLAIN failed for user '{user}'")
+                    raise AuthenticationFailed(f"PLAIN failed for user '{shown(user)}'")
                 reply, done = b"", True
             if done and self.reauthenticating and user != self.authenticated:
                 raise AuthenticationFailed(
-                    f"re-authentication as '{user}' on a session of '{self.authenticated}'"
+                    f"re-authentication as '{shown(user)}' on a session of "
+                    f"'{shown(self.authenticated)}'"
                 )
         except AuthenticationFailed as exc:
             self.failed = True
@@ -142,7 +144,7 @@ class SaslSession:
             self.expires_at = self.clock() + self.lifetime_ms / 1000
         log.info(
             "Kafka user '%s' %s from %s (%s)",
-            user,
+            shown(user),
             "re-authenticated" if again else "authenticated",
             self.peer,
             self.mechanism,
