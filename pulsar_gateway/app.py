@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import logging
 import signal
+import time
 from typing import Any, Protocol
 
 from pulsar_gateway.gateway import metrics
@@ -14,6 +15,7 @@ from pulsar_gateway.gateway.backend.embedded import EmbeddedBroker
 from pulsar_gateway.gateway.backend.pulsar_backend import PulsarBackend
 from pulsar_gateway.gateway.backend.subscription_mirror import SubscriptionMirror
 from pulsar_gateway.gateway.config import Settings
+from pulsar_gateway.gateway.memory import HeapTrimmer
 from pulsar_gateway.gateway.metadata_store import MetadataStore
 from pulsar_gateway.gateway.reserved_names import ReservedNamespaces
 from pulsar_gateway.security.tls import server_context
@@ -50,6 +52,8 @@ class Gateway:
         self.metrics_server: metrics.MetricsServer | None = None
         self._fatal: asyncio.Future[str] | None = None
         self.ready = False
+        self.trimmer = HeapTrimmer(_has_clients)
+        self._trimming: asyncio.Task[None] | None = None
 
     def _on_fatal(self, reason: str) -> None:
         if self._fatal is not None and not self._fatal.done():
@@ -168,6 +172,7 @@ class Gateway:
             )
             await self.metrics_server.start()
         self.ready = True
+        self._trimming = asyncio.create_task(self._trim_while_idle(), name="heap trimmer")
         parts = [f"{lst.name} {lst.address[0]}:{lst.address[1]}" for lst in self.listeners]
         log.info("pulsar-gateway ready: %s (backend %s)", ", ".join(parts), service_url)
 
@@ -204,8 +209,16 @@ class Gateway:
         assert self._fatal is not None
         return await self._fatal
 
+    async def _trim_while_idle(self) -> None:
+        """Return freed heap to the system once clients are gone (see gateway/memory.py)."""
+        while True:
+            await asyncio.sleep(TRIM_CHECK_SECONDS)
+            self.trimmer.tick(time.monotonic())
+
     async def stop(self) -> None:
         self.ready = False
+        if self._trimming is not None:
+            self._trimming.cancel()
         if self.metrics_server:
             await self.metrics_server.stop()
         for listener in reversed(self.listeners):
@@ -224,6 +237,17 @@ class Gateway:
             await self.backend.close()
         if self.broker:
             await self.broker.stop()
+
+
+TRIM_CHECK_SECONDS = 10.0
+
+
+def _has_clients() -> bool:
+    """Any Kafka or AMQP connection open (the listeners keep this gauge)."""
+    return any(
+        (metrics.REGISTRY.get_sample_value("gateway_open_connections", {"protocol": p}) or 0) > 0
+        for p in ("kafka", "amqp")
+    )
 
 
 async def run(settings: Settings) -> int:
