@@ -20,6 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from pulsar_gateway.gateway.backend.embedded import brokers_on
 from pulsar_gateway.tools.gateway_link import GatewayLink
 
 
@@ -61,16 +62,8 @@ def read_password(prompt: str = "password: ") -> str:
 
 
 def broker_running_on(db_path: Path) -> bool:
-    """Whether a process (a gateway's embedded broker) was started with this database:
-    read from /proc, so Linux only; elsewhere assumed not."""
-    wanted = str(db_path.absolute()).encode()
-    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
-        try:
-            if wanted in cmdline.read_bytes().split(b"\x00"):
-                return True
-        except OSError:
-            continue
-    return False
+    """Whether a gateway's embedded broker runs on this database (Linux: from /proc)."""
+    return bool(brokers_on(db_path))
 
 
 async def run_users(args: argparse.Namespace, link: GatewayLink | None) -> int:

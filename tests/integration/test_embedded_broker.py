@@ -13,7 +13,12 @@ import subprocess
 import sys
 from pathlib import Path
 
-from pulsar_gateway.gateway.backend.embedded import EmbeddedBroker, broker_binary, free_port
+from pulsar_gateway.gateway.backend.embedded import (
+    EmbeddedBroker,
+    broker_binary,
+    free_port,
+    process_alive,
+)
 from pulsar_gateway.gateway.backend.pulsar_backend import PulsarBackend
 from pulsar_gateway.gateway.messages import OutMessage
 from tests.support.gateway_process import GatewayProcess
@@ -199,3 +204,45 @@ def test_database_misplaced_by_an_old_start_is_moved_into_place(tmp_path: Path) 
         assert gateway.stop() == 0, gateway.log_tail()
     assert (pulsar_dir / "db.rocksdb").is_dir()
     assert not (pulsar_dir / "data").exists()
+
+
+def test_a_killed_gateways_broker_is_stopped_before_the_next_one_starts(tmp_path: Path) -> None:
+    """The broker runs in its own session, so kill -9 of the gateway leaves it running on the
+    database; the next gateway on that data directory stops it before starting its own, and
+    what was acknowledged before the kill is all there."""
+    from confluent_kafka import Consumer, Producer
+
+    first = GatewayProcess(tmp_path / "gw").start()
+    producer = Producer({"bootstrap.servers": first.bootstrap, "acks": "all"})
+    for index in range(10):
+        producer.produce("orphan-check", str(index).encode())
+    assert producer.flush(30) == 0
+    orphan = first.broker_pid()
+    first.process.kill()
+    first.process.wait()
+    assert process_alive(orphan), "the killed gateway's broker should outlive it"
+    second = GatewayProcess(tmp_path / "gw").start()
+    try:
+        assert not process_alive(orphan)
+        assert second.broker_pid() != orphan
+        consumer = Consumer(
+            {
+                "bootstrap.servers": second.bootstrap,
+                "group.id": "orphan-check",
+                "auto.offset.reset": "earliest",
+            }
+        )
+        consumer.subscribe(["orphan-check"])
+        values: list[bytes] = []
+
+        def read_all() -> bool:
+            message = consumer.poll(0.5)
+            if message is not None and message.error() is None:
+                values.append(message.value())
+            return len(values) >= 10
+
+        wait_until(read_all, 60, 0, "the records acknowledged before the kill")
+        consumer.close()
+        assert values == [str(index).encode() for index in range(10)]
+    finally:
+        second.stop()

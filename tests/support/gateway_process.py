@@ -15,6 +15,7 @@ from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from pulsar_gateway.gateway.backend.embedded import process_alive
 from tests.support.waiting import wait_until
 
 REPO = Path(__file__).resolve().parents[2]
@@ -195,8 +196,4 @@ class GatewayProcess:
 
 def _gone(pid: int) -> bool:
     """Exited, or a zombie (its parent, the gateway, is dead, and PID 1 may not reap it)."""
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
-    except OSError:
-        return True
+    return not process_alive(pid)

@@ -109,6 +109,50 @@ def write_private(path: Path, text: str) -> None:
         file.write(text)
 
 
+def brokers_on(db_path: Path) -> list[int]:
+    """Pids of processes started with this database path (a gateway's embedded broker),
+    read from /proc: Linux only, elsewhere none are found."""
+    wanted = str(db_path.absolute()).encode()
+    pids = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            if wanted in cmdline.read_bytes().split(b"\x00"):
+                pids.append(int(cmdline.parent.name))
+        except (OSError, ValueError):
+            continue
+    return pids
+
+
+def stop_orphans(db_path: Path, timeout: float = 10.0) -> list[int]:
+    """Stop brokers left running on this database by a gateway that was killed (the broker
+    runs in its own session, so it outlives a kill -9 of its gateway). Two brokers on one
+    database must never run at once. Returns the pids stopped."""
+    orphans = [pid for pid in brokers_on(db_path) if pid != os.getpid()]
+    for pid in orphans:
+        log.warning(
+            "stopping pulsar-lite pid %d left running on %s by a killed gateway", pid, db_path
+        )
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    for pid in orphans:
+        while process_alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if process_alive(pid):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+    return orphans
+
+
+def process_alive(pid: int) -> bool:
+    """Running (a zombie, whose parent died, counts as gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat_file:
+            return stat_file.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except OSError:
+        return False
+
+
 def misplaced_database_dir(data_dir: Path) -> Path | None:
     """Where a start with a relative `data_dir` put the database: the broker resolved the
     relative --db-path against its working directory, the data directory itself."""
@@ -207,6 +251,7 @@ class EmbeddedBroker:
             move_misplaced_database(self.data_dir, self._misplaced)
         config_path = self.data_dir / "pulsar-lite.toml"
         write_private(config_path, render_config())
+        await asyncio.to_thread(stop_orphans, self.data_dir / DB_NAME)
         await self._spawn(config_path)
         self._watch = asyncio.create_task(self._watch_process(config_path))
 
