@@ -183,3 +183,11 @@ class LogLimiter(logging.Filter):
         for logger in self._loggers:
             logger.removeFilter(self)
         self._loggers.clear()
+
+
+def bound_address(server: asyncio.base_events.Server | None) -> tuple[str, int] | None:
+    """The host and port a listening server is bound to (None before it listens)."""
+    if server is None:
+        return None
+    host, port = server.sockets[0].getsockname()[:2]
+    return host, port

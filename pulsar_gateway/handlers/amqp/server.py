@@ -43,7 +43,7 @@ from pulsar_gateway.handlers.amqp.connection_settings import (
 from pulsar_gateway.handlers.amqp.connection_state import AmqpConnection, ConnectionState
 from pulsar_gateway.handlers.amqp.errors import ReplyCode
 from pulsar_gateway.handlers.amqp.events import ConnectionClosed, Event
-from pulsar_gateway.handlers.listener_limits import ConnectionLimits, LogLimiter
+from pulsar_gateway.handlers.listener_limits import ConnectionLimits, LogLimiter, bound_address
 from pulsar_gateway.security.credentials import UserDirectory
 
 log = logging.getLogger("gateway.amqp")
@@ -103,17 +103,14 @@ class AmqpServer:
 
     @property
     def address(self) -> tuple[str, int]:
-        assert self._server is not None
-        host, port = self._server.sockets[0].getsockname()[:2]
-        return host, port
+        address = bound_address(self._server)
+        assert address is not None
+        return address
 
     @property
     def tls_address(self) -> tuple[str, int] | None:
         """The AMQPS listener's address, None without TLS."""
-        if self._tls_server is None:
-            return None
-        host, port = self._tls_server.sockets[0].getsockname()[:2]
-        return host, port
+        return bound_address(self._tls_server)
 
     async def start(self) -> None:
         self.log_limiter.attach(*PER_REQUEST_LOGGERS)

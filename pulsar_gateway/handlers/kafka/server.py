@@ -50,7 +50,12 @@ from pulsar_gateway.handlers.kafka.requests import (
     respond,
 )
 from pulsar_gateway.handlers.kafka.sasl import SaslSession
-from pulsar_gateway.handlers.listener_limits import ByteBudget, ConnectionLimits, LogLimiter
+from pulsar_gateway.handlers.listener_limits import (
+    ByteBudget,
+    ConnectionLimits,
+    LogLimiter,
+    bound_address,
+)
 from pulsar_gateway.kafka_codec import protocol
 from pulsar_gateway.kafka_codec.protocol.messages import ApiKey
 from pulsar_gateway.security.credentials import NoUsers, UserDirectory
@@ -103,17 +108,14 @@ class KafkaServer:
 
     @property
     def address(self) -> tuple[str, int]:
-        assert self._server is not None
-        host, port = self._server.sockets[0].getsockname()[:2]
-        return host, port
+        address = bound_address(self._server)
+        assert address is not None
+        return address
 
     @property
     def tls_address(self) -> tuple[str, int] | None:
         """The TLS listener's address when it runs beside the plaintext one."""
-        if self._tls_server is None:
-            return None
-        host, port = self._tls_server.sockets[0].getsockname()[:2]
-        return host, port
+        return bound_address(self._tls_server)
 
     async def start(self) -> None:
         self.log_limiter.attach(*PER_REQUEST_LOGGERS)
