@@ -14,7 +14,7 @@ import pika
 import pytest
 
 from tests.support.certificates import make_certificates, make_client_certificate
-from tests.support.gateway_process import REPO, GatewayProcess, free_port
+from tests.support.gateway_process import REPO, GatewayProcess, free_port, set_flags
 from tests.support.waiting import wait_until
 
 
@@ -38,7 +38,7 @@ def gateway(
         "amqp.tls_ca_file": certs["ca"],
         "amqp.tls_port": port,
     }
-    extra = [arg for key, value in settings.items() for arg in ("--set", f"{key}={value}")]
+    extra = set_flags(settings)
     process = GatewayProcess(tmp_path_factory.mktemp("external"), extra=extra).start()
     process.amqps_port = port  # type: ignore[attr-defined]
     command = [sys.executable, "-m", "pulsar_gateway.cli", "users", "add", "frank"]

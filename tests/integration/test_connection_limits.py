@@ -19,7 +19,7 @@ from pamqp import commands
 
 from pulsar_gateway.handlers.amqp.frames import PROTOCOL_HEADER, encode_method
 from pulsar_gateway.kafka_codec import protocol
-from tests.support.gateway_process import GatewayProcess
+from tests.support.gateway_process import GatewayProcess, set_flags
 from tests.support.raw_amqp_socket import open_connection
 from tests.support.raw_kafka_socket import recv_frame, seconds_until_closed
 from tests.support.waiting import wait_until
@@ -40,7 +40,7 @@ def guarded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess
         "amqp.handshake_timeout_seconds": HANDSHAKE,
         "amqp.max_connections_per_ip": PER_IP,
     }
-    extra = [arg for key, value in settings.items() for arg in ("--set", f"{key}={value}")]
+    extra = set_flags(settings)
     process = GatewayProcess(tmp_path_factory.mktemp("guarded"), extra=extra)
     process.start()
     yield process

@@ -13,7 +13,7 @@ import pytest
 from confluent_kafka import Consumer, Producer
 
 from tests.support.certificates import make_certificates
-from tests.support.gateway_process import GatewayProcess, free_port
+from tests.support.gateway_process import GatewayProcess, free_port, set_flags
 from tests.support.raw_kafka_socket import seconds_until_closed
 from tests.support.waiting import wait_until
 
@@ -34,7 +34,7 @@ def gateway(
         "kafka.tls_port": port,
         "kafka.frame_timeout_seconds": 2,  # also the TLS handshake's bound
     }
-    extra = [arg for key, value in settings.items() for arg in ("--set", f"{key}={value}")]
+    extra = set_flags(settings)
     process = GatewayProcess(tmp_path_factory.mktemp("beside"), extra=extra).start()
     process.kafka_tls_port = port  # type: ignore[attr-defined]
     yield process

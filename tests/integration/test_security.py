@@ -19,7 +19,7 @@ from pulsar_gateway.kafka_codec import protocol
 from pulsar_gateway.kafka_codec.errors import ErrorCode
 from pulsar_gateway.kafka_codec.protocol.messages import ApiKey
 from tests.support.certificates import make_certificates
-from tests.support.gateway_process import REPO, GatewayProcess, free_port
+from tests.support.gateway_process import REPO, GatewayProcess, free_port, set_flags
 from tests.support.raw_kafka_socket import recv_frame, seconds_until_closed
 from tests.support.waiting import wait_until
 
@@ -44,7 +44,7 @@ def secure_gateway(
         "amqp.tls_key_file": certs["key"],
         "amqp.tls_port": amqps_port,
     }
-    extra = [arg for key, value in settings.items() for arg in ("--set", f"{key}={value}")]
+    extra = set_flags(settings)
     process = GatewayProcess(tmp_path_factory.mktemp("secure-gateway"), extra=extra)
     process.amqps_port = amqps_port  # type: ignore[attr-defined]
     process.start()

@@ -27,6 +27,11 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+def set_flags(settings: dict[str, object]) -> list[str]:
+    """`--set key=value` flags for `pulsar-gateway run`, one pair per setting."""
+    return [arg for key, value in settings.items() for arg in ("--set", f"{key}={value}")]
+
+
 class GatewayProcess:
     """One gateway with its embedded broker, in a data directory of its own."""
 
