@@ -14,6 +14,7 @@ from pulsar_gateway.handlers.amqp.broker import AmqpBroker
 from pulsar_gateway.handlers.amqp.connection_broker import ConnectionBroker
 from pulsar_gateway.handlers.amqp.events import ConnectionOpened
 from pulsar_gateway.handlers.amqp.management import ManagementApi
+from pulsar_gateway.tools.amqp_definitions import load
 from tests.support.amqp_memory_store import MemoryStore
 from tests.support.amqp_peer import open_peer
 
@@ -101,5 +102,34 @@ def test_the_metrics_http_server_serves_it_as_json() -> None:
         await server.stop()
         await handler.connection_closed()
         await broker.close()
+
+    asyncio.run(scenario())
+
+
+def test_definitions_export_loads_back_as_an_import(tmp_path) -> None:
+    """GET /api/definitions is a RabbitMQ export that the gateway's own importer (and so
+    RabbitMQ's format checks it mirrors) accepts: the client's exchange, the durable queue
+    with its arguments and the binding between them; no default or amq.* exchange."""
+
+    async def scenario() -> None:
+        broker, _handler = await _broker_with_topology()
+        api = ManagementApi(broker)
+        status, exported = api.handle("GET", "/api/definitions")
+        assert status == 200
+        assert [(x["name"], x["type"]) for x in exported["exchanges"]] == [("logs", "fanout")]
+        assert [(q["name"], q["arguments"]) for q in exported["queues"]] == [
+            ("q", {"x-max-length": 5})
+        ]
+        assert [
+            (b["source"], b["destination"], b["routing_key"]) for b in exported["bindings"]
+        ] == [("logs", "q", "k")]
+        assert api.handle("GET", "/api/definitions/%2F")[1] == exported
+        assert api.handle("GET", "/api/definitions/nope")[0] == 404
+        path = tmp_path / "export.json"
+        path.write_text(json.dumps(exported))
+        plan = load(path)
+        assert list(plan.vhosts) == ["/"]
+        assert [q["name"] for q in plan.vhosts["/"].queues] == ["q"]
+        assert [b["destination"] for b in plan.vhosts["/"].bindings] == ["q"]
 
     asyncio.run(scenario())

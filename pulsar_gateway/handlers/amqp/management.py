@@ -1,7 +1,8 @@
 """The read-only subset of RabbitMQ's management HTTP API that monitoring tools read.
 
 `GET /api/overview`, `/api/vhosts[/{vhost}]`, `/api/queues[/{vhost}[/{name}]]`,
-`/api/exchanges[/{vhost}[/{name}]]` and `/api/bindings[/{vhost}]` answer with the
+`/api/exchanges[/{vhost}[/{name}]]`, `/api/bindings[/{vhost}]` and
+`/api/definitions[/{vhost}]` (an export) answer with the
 JSON fields RabbitMQ's management plugin gives (the ones Celery Flower, Prometheus
 exporters and `rabbitmqadmin list` read), from this process's `AmqpBroker`: the
 vhosts some connection has opened since the gateway started, their topology and
@@ -32,6 +33,7 @@ PRODUCT_NAME = "Pulsar Gateway"
 NODE_NAME = "pulsar-gateway@localhost"
 
 Json = Any
+_EXCHANGE_FIELDS = ("name", "vhost", "type", "durable", "auto_delete", "internal", "arguments")
 
 
 class ManagementApi:
@@ -53,6 +55,11 @@ class ManagementApi:
             args = args[:-1]
         if resource == "overview" and not args:
             return 200, self.overview()
+        if resource == "definitions" and len(args) <= 1:
+            vhost = args[0] if args else None
+            if vhost is not None and vhost not in self.broker.vhosts:
+                return 404, {"error": "Object Not Found", "reason": "Not Found"}
+            return 200, self.definitions(vhost)
         listing = {
             "vhosts": (self._vhost_rows, 1),
             "queues": (self._queue_rows, 2),
@@ -99,6 +106,45 @@ class ManagementApi:
             "message_stats": {},
             "listeners": [],
             "contexts": [],
+        }
+
+    def definitions(self, vhost: str | None) -> Json:
+        """A RabbitMQ definitions export of the topology (`GET /api/definitions`), which
+        `pulsar-gateway amqp import-definitions` and RabbitMQ itself can load: durable and
+        transient queues that are not exclusive, the exchanges a client declared (not the
+        default or `amq.*` ones), and the bindings between them. Users and permissions
+        live in the gateway's users store, not here, so those sections are empty."""
+        states = self._vhosts(vhost)
+        queues = [
+            {key: row[key] for key in ("name", "vhost", "durable", "auto_delete", "arguments")}
+            for row in self._queue_rows(states)
+            if not row["exclusive"]
+        ]
+        exchanges = [
+            {key: row[key] for key in _EXCHANGE_FIELDS}
+            for row in self._exchange_rows(states)
+            if row["name"] and not row["name"].startswith("amq.")
+        ]
+        bindings = [
+            {key: value for key, value in row.items() if key != "properties_key"}
+            for row in self._binding_rows(states)
+            if row["source"]
+        ]
+        return {
+            "rabbit_version": RABBITMQ_VERSION,
+            "rabbitmq_version": RABBITMQ_VERSION,
+            "product_name": PRODUCT_NAME,
+            "product_version": RABBITMQ_VERSION,
+            "users": [],
+            "vhosts": [{"name": state.name} for state in states],
+            "permissions": [],
+            "topic_permissions": [],
+            "parameters": [],
+            "global_parameters": [],
+            "policies": [],
+            "queues": queues,
+            "exchanges": exchanges,
+            "bindings": bindings,
         }
 
     def _vhost_rows(self, vhosts: Iterable[VhostState]) -> Iterable[Json]:
