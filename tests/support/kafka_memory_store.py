@@ -161,6 +161,25 @@ class MemoryTopicStore(_Breakable):
         record.partitions = total
         return record
 
+    async def replace_configs(self, name: str, configs: dict[str, str]) -> TopicRecord:
+        self._check()
+        record = self.records.get(name)
+        if record is None:
+            raise UnknownTopic(name)
+        record.configs = dict(configs)
+        return record
+
+    async def delete_records(self, name: str, index: int, before: int) -> int:
+        self._check()
+        record = self.records.get(name)
+        if record is None or not 0 <= index < record.partitions:
+            raise UnknownTopic(name)
+        start = record.log_start[index] = max(record.log_start[index], before)
+        log = self.logs.get(partition_topic(name, index))
+        if log is not None:
+            log.log_start = start
+        return start
+
     def total_partitions(self) -> int:
         return sum(record.partitions for record in self.records.values())
 

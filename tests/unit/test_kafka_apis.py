@@ -158,7 +158,9 @@ def test_api_versions_lists_the_table_and_old_versions_get_v0() -> None:
 def test_unserved_api_closes_the_connection() -> None:
     async def scenario() -> None:
         broker = Broker()
-        frame = memoryview(protocol.encode_request(ApiKey.DELETE_RECORDS, 0, 1, "t", {})[4:])
+        frame = memoryview(
+            protocol.encode_request(ApiKey.WRITE_TXN_MARKERS, 0, 1, "t", {"markers": []})[4:]
+        )
         with pytest.raises(ConnectionClosing, match="unsupported API"):
             await answer(broker.context, protocol.parse_request_header(frame), frame)
 

@@ -175,6 +175,15 @@ class TopicStore(Protocol):
 
     async def add_partitions(self, name: str, total: int) -> TopicRecord: ...
 
+    async def replace_configs(self, name: str, configs: dict[str, str]) -> TopicRecord:
+        """The topic's configs become exactly `configs` (checked by the caller)."""
+        ...
+
+    async def delete_records(self, name: str, index: int, before: int) -> int:
+        """Records of partition `index` below `before` are gone for Kafka clients: the
+        log start moves up to it (never down); the new log start."""
+        ...
+
     def total_partitions(self) -> int:
         """Partitions of every existing topic together, cheaply (the gateway's partition
         limit is checked against it on every CreateTopics and CreatePartitions)."""

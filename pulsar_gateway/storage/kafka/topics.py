@@ -215,12 +215,32 @@ class TopicService:
             await self.registry.save(record)
             return record
 
-    async def set_configs(self, name: str, configs: dict[str, str]) -> None:
-        record = self.registry.get(name)
-        if record is None:
-            raise UnknownTopic(name)
-        record.configs.update(configs)
-        await self.registry.save(record)
+    async def replace_configs(self, name: str, configs: dict[str, str]) -> TopicRecord:
+        async with self._lock:
+            record = self.registry.get(name)
+            if record is None:
+                raise UnknownTopic(name)
+            record.configs = dict(configs)
+            await self.registry.save(record)
+            return record
+
+    async def delete_records(self, name: str, index: int, before: int) -> int:
+        """Move partition `index`'s log start up to `before` (never down): offsets below it
+        are gone for Fetch and ListOffsets; the Pulsar messages stay until retention drops
+        them (the embedded broker cannot delete; docs/pulsar-mapping.md)."""
+        async with self._lock:
+            record = self.registry.get(name)
+            if record is None or not 0 <= index < record.partitions:
+                raise UnknownTopic(name)
+            record.log_start += [0] * (record.partitions - len(record.log_start))
+            start = max(record.log_start[index], before)
+            if start != record.log_start[index]:
+                record.log_start[index] = start
+                await self.registry.save(record)
+            opened = self._logs.get(partition_topic(name, index))
+            if opened is not None:
+                opened.log_start = start
+            return start
 
     # ---- partitions ------------------------------------------------------------------------
 

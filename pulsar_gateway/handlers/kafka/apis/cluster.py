@@ -1,4 +1,8 @@
-"""DescribeCluster: this gateway is the whole cluster, and its own controller."""
+"""DescribeCluster: this gateway is the whole cluster, and its own controller.
+
+ListClientMetricsResources (KIP-714): the gateway keeps no client-metrics subscriptions
+(it does not serve GetTelemetrySubscriptions, so clients push no telemetry), so the list
+is empty, which is what a Kafka broker with none configured answers."""
 
 from __future__ import annotations
 
@@ -28,3 +32,9 @@ async def describe_cluster(
         ],
         "cluster_authorized_operations": -2147483648,
     }
+
+
+async def list_client_metrics_resources(
+    context: KafkaContext, header: Any, request: dict[str, Any]
+) -> dict[str, Any]:
+    return {"throttle_time_ms": 0, "error_code": 0, "client_metrics_resources": []}

@@ -1,5 +1,11 @@
 """Group APIs of the classic protocol: FindCoordinator, Join, Sync, Heartbeat, Leave,
-ListGroups, DescribeGroups and DeleteGroups. This gateway is every group's coordinator."""
+ListGroups, DescribeGroups and DeleteGroups. This gateway is every group's coordinator.
+
+FindCoordinator for a transactional id names this gateway too, although transactions are not
+served: the producer then asks InitProducerId, which refuses the transactional id with an
+error clients treat as fatal (init_producer_id.py). Answering COORDINATOR_NOT_AVAILABLE, as
+earlier versions did, made librdkafka retry until its timeout and then say "retry call to
+resume"."""
 
 from __future__ import annotations
 
@@ -28,10 +34,10 @@ async def find_coordinator(
     key_type = request.get("key_type", GROUP_KEY)
 
     def answer(key: str) -> dict[str, Any]:
-        if key_type != GROUP_KEY:
-            code, message = ErrorCode.COORDINATOR_NOT_AVAILABLE, "transactions are not supported"
+        if key_type not in (GROUP_KEY, TRANSACTION_KEY):
+            code, message = ErrorCode.INVALID_REQUEST, f"unknown coordinator key type {key_type}"
         elif not key:
-            code, message = ErrorCode.INVALID_REQUEST, "empty group id"
+            code, message = ErrorCode.INVALID_REQUEST, "empty coordinator key"
         else:
             code, message = ErrorCode.NONE, None
         found = code == ErrorCode.NONE

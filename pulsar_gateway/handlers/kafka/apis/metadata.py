@@ -1,10 +1,18 @@
-"""Metadata: every partition is led by this gateway (node `kafka.node_id`)."""
+"""Metadata and DescribeTopicPartitions: every partition is led by this gateway (node
+`kafka.node_id`), at leader epoch 0, its only replica (Pulsar replicates underneath).
+
+DescribeTopicPartitions (KIP-966, what Kafka 4's `kafka-topics --describe` sends) pages
+through partitions: at most `response_partition_limit` per answer (2000 by default, as Kafka
+caps it), in topic-name then partition order, with a cursor to the next one; an empty topic
+list means every topic."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from pulsar_gateway.handlers.kafka.context import KafkaContext
+from pulsar_gateway.handlers.kafka.port import TopicRecord
 from pulsar_gateway.handlers.kafka.topic_lookup import find_topic, topic_uuid
 from pulsar_gateway.kafka_codec.errors import ErrorCode
 
@@ -54,26 +62,97 @@ async def handle(context: KafkaContext, header: Any, request: dict[str, Any]) ->
 
 
 def _describe(context: KafkaContext, name: str, record: Any, code: int) -> dict[str, Any]:
-    node = context.identity.node_id
-    partitions = []
-    if record is not None:
-        partitions = [
-            {
-                "error_code": 0,
-                "partition_index": index,
-                "leader_id": node,
-                "leader_epoch": 0,
-                "replica_nodes": [node],
-                "isr_nodes": [node],
-                "offline_replicas": [],
-            }
-            for index in range(record.partitions)
-        ]
+    indexes = range(record.partitions) if record is not None else range(0)
     return {
         "error_code": code,
         "name": name,
         "topic_id": topic_uuid(record),
         "is_internal": False,
-        "partitions": partitions,
+        "partitions": _partitions(context, indexes),
         "topic_authorized_operations": -2147483648,
     }
+
+
+def _partitions(context: KafkaContext, indexes: Iterable[int]) -> list[dict[str, Any]]:
+    """One row per partition: led by this broker, its only replica, in sync, epoch 0."""
+    node = context.identity.node_id
+    return [
+        {
+            "error_code": 0,
+            "partition_index": index,
+            "leader_id": node,
+            "leader_epoch": 0,
+            "replica_nodes": [node],
+            "isr_nodes": [node],
+            "offline_replicas": [],
+        }
+        for index in indexes
+    ]
+
+
+PARTITION_LIMIT = 2000  # Kafka's max.request.partition.size.limit default
+
+
+async def describe_topic_partitions(
+    context: KafkaContext, header: Any, request: dict[str, Any]
+) -> dict[str, Any]:
+    asked = request.get("response_partition_limit") or PARTITION_LIMIT
+    budget = max(1, min(asked, PARTITION_LIMIT))
+    described: list[tuple[str, TopicRecord | None, int]] = []
+    if not request["topics"]:
+        for record in context.topics.list():
+            described.append((context.kafka_name(record.name), record, ErrorCode.NONE))
+    else:
+        for name in sorted({item["name"] for item in request["topics"]}):
+            record, code = await find_topic(context, name, auto_create=False)
+            described.append((name, record, code))
+    described.sort(key=lambda item: item[0])
+    cursor = request.get("cursor")
+    at_topic, at_partition = ("", 0) if cursor is None else (cursor["topic_name"], 0)
+    if cursor is not None:
+        at_partition = cursor["partition_index"]
+        if at_topic not in {name for name, _, _ in described}:
+            # Kafka refuses a cursor outside the request the same way, topic by topic
+            return {
+                "throttle_time_ms": 0,
+                "topics": [
+                    _paged(context, name, None, ErrorCode.INVALID_REQUEST, [])
+                    for name, _, _ in described
+                ],
+                "next_cursor": None,
+            }
+    topics: list[dict[str, Any]] = []
+    for name, record, code in described:
+        if name < at_topic:
+            continue
+        first = at_partition if name == at_topic else 0
+        count = record.partitions if record is not None else 0
+        indexes = list(range(first, count))
+        if budget == 0 and indexes:
+            return {
+                "throttle_time_ms": 0,
+                "topics": topics,
+                "next_cursor": {"topic_name": name, "partition_index": first},
+            }
+        taken, rest = indexes[:budget], indexes[budget:]
+        budget -= len(taken)
+        topics.append(_paged(context, name, record, code, taken))
+        if rest:
+            return {
+                "throttle_time_ms": 0,
+                "topics": topics,
+                "next_cursor": {"topic_name": name, "partition_index": rest[0]},
+            }
+    return {"throttle_time_ms": 0, "topics": topics, "next_cursor": None}
+
+
+def _paged(
+    context: KafkaContext, name: str, record: TopicRecord | None, code: int, indexes: list[int]
+) -> dict[str, Any]:
+    topic = _describe(context, name, None, code)
+    topic["topic_id"] = topic_uuid(record)
+    topic["partitions"] = [
+        {**row, "eligible_leader_replicas": None, "last_known_elr": None}
+        for row in _partitions(context, indexes)
+    ]
+    return topic

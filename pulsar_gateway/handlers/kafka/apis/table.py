@@ -15,8 +15,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from pulsar_gateway.handlers.kafka.apis import (
+    alter_configs,
     cluster,
     configs,
+    delete_records,
     fetch,
     group_offsets,
     groups,
@@ -24,6 +26,7 @@ from pulsar_gateway.handlers.kafka.apis import (
     list_offsets,
     metadata,
     produce,
+    replicas,
     topic_admin,
 )
 from pulsar_gateway.handlers.kafka.context import KafkaContext
@@ -82,17 +85,28 @@ API_TABLE: dict[ApiKey, Api] = {
     ApiKey.SYNC_GROUP: Api(groups.sync_group, 0, 5),
     ApiKey.DESCRIBE_GROUPS: Api(groups.describe_groups, 0, 5),
     ApiKey.LIST_GROUPS: Api(groups.list_groups, 0, 5),
-    ApiKey.API_VERSIONS: Api(api_versions, 0, 3),
+    ApiKey.API_VERSIONS: Api(api_versions, 0, 4),
     ApiKey.CREATE_TOPICS: Api(topic_admin.create_topics, 0, 7),
     ApiKey.DELETE_TOPICS: Api(topic_admin.delete_topics, 0, 5),
+    ApiKey.DELETE_RECORDS: Api(delete_records.handle, 0, 2),
     ApiKey.INIT_PRODUCER_ID: Api(init_producer_id.handle, 0, 4),
+    ApiKey.OFFSET_FOR_LEADER_EPOCH: Api(replicas.offset_for_leader_epoch, 0, 4),
     ApiKey.DESCRIBE_CONFIGS: Api(configs.describe_configs, 0, 4),
+    ApiKey.ALTER_CONFIGS: Api(alter_configs.alter_configs, 0, 2),
+    ApiKey.ALTER_REPLICA_LOG_DIRS: Api(replicas.alter_replica_log_dirs, 0, 2),
+    ApiKey.DESCRIBE_LOG_DIRS: Api(replicas.describe_log_dirs, 0, 4),
     ApiKey.CREATE_PARTITIONS: Api(topic_admin.create_partitions, 0, 3),
     ApiKey.DELETE_GROUPS: Api(groups.delete_groups, 0, 2),
+    ApiKey.ELECT_LEADERS: Api(replicas.elect_leaders, 0, 2),
+    ApiKey.INCREMENTAL_ALTER_CONFIGS: Api(alter_configs.incremental_alter_configs, 0, 1),
+    ApiKey.ALTER_PARTITION_REASSIGNMENTS: Api(replicas.alter_partition_reassignments, 0, 0),
+    ApiKey.LIST_PARTITION_REASSIGNMENTS: Api(replicas.list_partition_reassignments, 0, 0),
     ApiKey.OFFSET_DELETE: Api(group_offsets.offset_delete, 0, 0),
     ApiKey.DESCRIBE_CLUSTER: Api(cluster.describe_cluster, 0, 1),
     ApiKey.SASL_HANDSHAKE: Api(sasl_outside_connection, 0, 1),
     ApiKey.SASL_AUTHENTICATE: Api(sasl_outside_connection, 0, 2),
+    ApiKey.LIST_CLIENT_METRICS_RESOURCES: Api(cluster.list_client_metrics_resources, 0, 0),
+    ApiKey.DESCRIBE_TOPIC_PARTITIONS: Api(metadata.describe_topic_partitions, 0, 0),
 }
 
 

@@ -1,0 +1,150 @@
+"""The Kafka admin APIs beyond topic create/delete, through confluent-kafka's AdminClient and
+kafka-python's admin client against a real gateway: configs altered after creation (and
+applied to the next produce), records deleted (consumers start after them), a preferred
+leader election that is not needed, and consumers that keep working now that the gateway
+answers OffsetForLeaderEpoch (librdkafka validates its position with it)."""
+
+from __future__ import annotations
+
+import pytest
+from confluent_kafka import (
+    Consumer,
+    ElectionType,
+    KafkaError,
+    KafkaException,
+    Producer,
+    TopicPartition,
+)
+from confluent_kafka.admin import (
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    NewTopic,
+)
+from kafka.admin import ConfigResource as KpConfigResource
+from kafka.admin import ConfigResourceType, KafkaAdminClient
+
+from tests.support.gateway_process import GatewayProcess
+
+
+def _admin(gateway: GatewayProcess) -> AdminClient:
+    return AdminClient({"bootstrap.servers": gateway.bootstrap})
+
+
+def _fill(gateway: GatewayProcess, topic: str, count: int) -> None:
+    producer = Producer({"bootstrap.servers": gateway.bootstrap})
+    for number in range(count):
+        producer.produce(topic, b"%06d" % number)
+    assert producer.flush(30) == 0
+
+
+def _described(gateway: GatewayProcess, topic: str) -> dict[str, str]:
+    resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
+    admin = _admin(gateway)  # held until the result is in: a dropped client cancels it
+    entries = admin.describe_configs([resource])[resource].result(30)
+    return {name: entry.value for name, entry in entries.items()}
+
+
+def _incremental(topic: str, name: str, value: str) -> ConfigResource:
+    entry = ConfigEntry(name, value, incremental_operation=AlterConfigOpType.SET)
+    return ConfigResource(ConfigResource.Type.TOPIC, topic, incremental_configs=[entry])
+
+
+def test_altered_configs_are_stored_shown_and_applied(
+    gateway: GatewayProcess, topic_name: str
+) -> None:
+    admin = _admin(gateway)
+    admin.create_topics([NewTopic(topic_name, 1, 1)])[topic_name].result(30)
+    resource = _incremental(topic_name, "max.message.bytes", "300")
+    admin.incremental_alter_configs([resource])[resource].result(30)
+    assert _described(gateway, topic_name)["max.message.bytes"] == "300"
+    # kafka-python changes another through AlterConfigs (the non-incremental API)
+    kp = KafkaAdminClient(bootstrap_servers=gateway.bootstrap)
+    try:
+        changed = KpConfigResource(
+            ConfigResourceType.TOPIC,
+            topic_name,
+            configs={"max.message.bytes": "300", "retention.ms": "120000"},
+        )
+        kp.alter_configs([changed], incremental=False)
+    finally:
+        kp.close()
+    shown = _described(gateway, topic_name)
+    assert (shown["max.message.bytes"], shown["retention.ms"]) == ("300", "120000")
+
+    producer = Producer({"bootstrap.servers": gateway.bootstrap})
+    failures: list[KafkaError] = []
+    producer.produce(topic_name, b"x" * 1000, on_delivery=lambda err, _m: failures.append(err))
+    producer.flush(30)
+    assert failures and failures[0].code() == KafkaError.MSG_SIZE_TOO_LARGE
+
+    bad = _incremental(topic_name, "retention.ms", "soon")
+    with pytest.raises(KafkaException) as refused:
+        admin.incremental_alter_configs([bad])[bad].result(30)
+    assert refused.value.args[0].code() == KafkaError.INVALID_CONFIG
+    assert _described(gateway, topic_name)["retention.ms"] == "120000"
+
+
+def test_delete_records_moves_where_consumers_start(
+    gateway: GatewayProcess, topic_name: str
+) -> None:
+    admin = _admin(gateway)
+    admin.create_topics([NewTopic(topic_name, 1, 1)])[topic_name].result(30)
+    _fill(gateway, topic_name, 10)
+    cut = TopicPartition(topic_name, 0, 6)
+    assert admin.delete_records([cut])[cut].result(30).low_watermark == 6
+    consumer = Consumer(
+        {
+            "bootstrap.servers": gateway.bootstrap,
+            "group.id": f"g-{topic_name}",
+            "auto.offset.reset": "earliest",
+        }
+    )
+    try:
+        low, high = consumer.get_watermark_offsets(TopicPartition(topic_name, 0), timeout=30)
+        assert (low, high) == (6, 10)
+        consumer.subscribe([topic_name])
+        seen: list[int] = []
+        while len(seen) < 4:
+            message = consumer.poll(30)
+            assert message is not None, f"only {seen} arrived"
+            assert message.error() is None, message.error()
+            seen.append(message.offset())
+        assert seen == [6, 7, 8, 9]
+    finally:
+        consumer.close()
+
+
+def test_preferred_election_is_not_needed(gateway: GatewayProcess, topic_name: str) -> None:
+    admin = _admin(gateway)
+    admin.create_topics([NewTopic(topic_name, 2, 1)])[topic_name].result(30)
+    future = admin.elect_leaders(ElectionType.PREFERRED, [TopicPartition(topic_name, 0)])
+    error = future.result(30)[TopicPartition(topic_name, 0)]
+    assert error is not None and error.code() == KafkaError.ELECTION_NOT_NEEDED
+
+
+def test_log_dirs_through_kafka_python(gateway: GatewayProcess, topic_name: str) -> None:
+    admin = _admin(gateway)
+    admin.create_topics([NewTopic(topic_name, 2, 1)])[topic_name].result(30)
+    kp = KafkaAdminClient(bootstrap_servers=gateway.bootstrap)
+    try:
+        described = kp.describe_log_dirs()
+    finally:
+        kp.close()
+    text = repr(described)
+    assert "pulsar" in text and topic_name in text, text
+
+
+def test_transactional_producer_is_refused_at_once_not_after_its_timeout(
+    gateway: GatewayProcess,
+) -> None:
+    """Transactions are not served (docs/compatibility.md): init_transactions must fail with
+    a fatal, non-retriable error well inside its timeout, not time out asking to be retried
+    (what COORDINATOR_NOT_AVAILABLE for the transaction coordinator used to cause)."""
+    producer = Producer({"bootstrap.servers": gateway.bootstrap, "transactional.id": "tx-1"})
+    with pytest.raises(KafkaException) as refused:
+        producer.init_transactions(60)
+    error = refused.value.args[0]
+    assert error.code() == KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, error
+    assert not error.retriable()
