@@ -76,6 +76,33 @@ _ALL_TYPED_ARGUMENTS = frozenset(
 
 Check = Callable[[Any, Mapping[str, Any]], str | None]
 
+# What the gateway does with each queue argument it knows, for `check_supported_arguments`
+# and the compatibility matrix (docs/compatibility.md): "enforced" acts as RabbitMQ does,
+# "accepted" is validated and stored but changes nothing here (the note says why that is
+# harmless or what differs), "refused" fails the declare with 406 rather than pretend.
+ENFORCED, ACCEPTED, REFUSED = "enforced", "accepted", "refused"
+ARGUMENT_SUPPORT: Mapping[str, tuple[str, str]] = {
+    "x-expires": (ENFORCED, "an unused queue is deleted after this many ms"),
+    "x-message-ttl": (ENFORCED, "expired heads are dropped or dead-lettered (reason expired)"),
+    "x-dead-letter-exchange": (ENFORCED, "rejected, expired and maxlen messages"),
+    "x-dead-letter-routing-key": (ENFORCED, ""),
+    "x-dead-letter-strategy": (ACCEPTED, "dead-lettering is always at-least-once here"),
+    "x-max-length": (ENFORCED, "counts ready messages, as RabbitMQ"),
+    "x-max-length-bytes": (REFUSED, "byte limits are not implemented"),
+    "x-max-in-memory-length": (ACCEPTED, "messages live in Pulsar, not in gateway memory"),
+    "x-max-in-memory-bytes": (ACCEPTED, "messages live in Pulsar, not in gateway memory"),
+    "x-max-priority": (ACCEPTED, "delivery stays FIFO; no message is lost by it"),
+    "x-overflow": (ENFORCED, "drop-head, reject-publish, reject-publish-dlx"),
+    "x-queue-mode": (ACCEPTED, "every queue is stored in Pulsar (lazy by nature)"),
+    "x-queue-version": (ACCEPTED, "storage is one Pulsar topic per queue"),
+    "x-single-active-consumer": (ENFORCED, ""),
+    "x-queue-type": (ENFORCED, "classic and quorum, both one Pulsar topic; stream refused"),
+    "x-queue-master-locator": (ACCEPTED, "placement is Pulsar's"),
+    "x-queue-leader-locator": (ACCEPTED, "placement is Pulsar's"),
+    "x-quorum-initial-group-size": (ACCEPTED, "replication is Pulsar's"),
+    "x-delivery-limit": (ACCEPTED, "not enforced: a poison message is redelivered forever"),
+}
+
 
 def _int(value: Any, _args: Mapping[str, Any]) -> str | None:
     return None if is_int(value) else f'"expected integer, got {type_name(value)}"'

@@ -22,7 +22,9 @@ from pulsar_gateway.handlers.amqp.field_values import (
     type_name,
 )
 from pulsar_gateway.handlers.amqp.queue_arguments import (
+    ARGUMENT_SUPPORT,
     QUEUE_TYPES,
+    REFUSED,
     argument_errors,
     equivalence_errors,
 )
@@ -362,11 +364,11 @@ def _check_x_match(arguments: Mapping[str, Any]) -> None:
 
 def check_supported_arguments(arguments: Mapping[str, Any], queue: str, vhost: str) -> None:
     """Queue arguments RabbitMQ has and this gateway does not implement are refused
-    (406) rather than silently ignored; x-max-priority is accepted and ignored
-    (delivery order stays FIFO), as a lower-priority consumer loses nothing by it."""
-    unsupported = None
-    if "x-max-length-bytes" in arguments:
-        unsupported = "x-max-length-bytes"
+    (406) rather than silently ignored (`ARGUMENT_SUPPORT` says which, and why the
+    accepted-but-inert ones are harmless)."""
+    unsupported = next(
+        (name for name in arguments if ARGUMENT_SUPPORT.get(name, ("",))[0] == REFUSED), None
+    )
     if unsupported:
         raise AmqpError(
             ReplyCode.PRECONDITION_FAILED,

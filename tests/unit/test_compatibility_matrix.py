@@ -1,0 +1,34 @@
+"""docs/compatibility.md says what the code serves: its generated tables must equal a fresh
+rendering from the Kafka API table, the AMQP method table and the queue argument table."""
+
+from __future__ import annotations
+
+from pulsar_gateway.handlers.kafka.apis.table import API_TABLE
+from pulsar_gateway.kafka_codec.protocol.messages import ApiKey
+from pulsar_gateway.tools import compatibility
+
+
+def test_doc_matches_the_code() -> None:
+    written = compatibility.generated_part(compatibility.DOC.read_text())
+    assert written, "docs/compatibility.md lost its GENERATED markers"
+    assert written == compatibility.render(), (
+        "docs/compatibility.md is stale: run python -m pulsar_gateway.tools.compatibility --write"
+    )
+
+
+def test_served_apis_are_bold_and_unserved_ones_say_so() -> None:
+    table = compatibility.kafka_table()
+    produce = next(line for line in table.splitlines() if line.startswith("| Produce |"))
+    low, high = API_TABLE[ApiKey.PRODUCE].lowest, API_TABLE[ApiKey.PRODUCE].highest
+    assert f"**{low}-{high}**" in produce
+    unserved = [key for key in ApiKey if key not in API_TABLE]
+    assert unserved, "every Kafka API is served: this test needs a new unserved example"
+    assert all(f"| {int(key)} | not served |" in table for key in unserved), (
+        "an API missing from the API table must read 'not served'"
+    )
+
+
+def test_refused_queue_arguments_are_listed_as_refused() -> None:
+    table = compatibility.queue_arguments_table()
+    assert "| `x-max-priority` | accepted |" in table
+    assert "| `x-max-length` | enforced |" in table
