@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import dataclasses
+import uuid
 from typing import Any
 
 from pulsar_gateway.gateway.reserved_names import ReservedNamespaces
@@ -333,5 +334,35 @@ def test_log_dirs_are_one_pulsar_dir_of_unknown_size() -> None:
         assert codes == [ErrorCode.NONE, ErrorCode.LOG_DIR_NOT_FOUND]
         listed = await broker.call(ApiKey.LIST_CLIENT_METRICS_RESOURCES, 0, {})
         assert listed["error_code"] == 0 and listed["client_metrics_resources"] == []
+
+    run(scenario)
+
+
+def test_delete_topics_v6_by_name_or_by_topic_id() -> None:
+    async def scenario() -> None:
+        broker = Broker()
+        first = await broker.storage.topics.create("persistent://public/default/a", 1)
+        await broker.storage.topics.create("persistent://public/default/b", 1)
+        unknown = uuid.uuid4()
+        response = await broker.call(
+            ApiKey.DELETE_TOPICS,
+            6,
+            {
+                "topics": [
+                    {"name": None, "topic_id": uuid.UUID(first.topic_id)},
+                    {"name": "b", "topic_id": uuid.UUID(int=0)},
+                    {"name": None, "topic_id": unknown},
+                ],
+                "timeout_ms": 1000,
+            },
+        )
+        rows = [(r["name"], r["error_code"]) for r in response["responses"]]
+        assert rows == [
+            ("a", ErrorCode.NONE),
+            ("b", ErrorCode.NONE),
+            (None, ErrorCode.UNKNOWN_TOPIC_ID),
+        ]
+        assert response["responses"][0]["topic_id"] == uuid.UUID(first.topic_id)
+        assert broker.storage.topics.list() == []
 
     run(scenario)

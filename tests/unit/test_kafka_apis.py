@@ -277,7 +277,7 @@ def test_list_offsets_earliest_latest_and_by_time() -> None:
                     }
                 ],
             }
-            response = await broker.call(ApiKey.LIST_OFFSETS, 7, body)
+            response = await broker.call(ApiKey.LIST_OFFSETS, 10, {**body, "timeout_ms": 1000})
             partition = response["topics"][0]["partitions"][0]
             assert partition["error_code"] == ErrorCode.NONE
             return partition["offset"], partition["timestamp"]
@@ -287,6 +287,8 @@ def test_list_offsets_earliest_latest_and_by_time() -> None:
         assert await lookup(1001) == (1, 1001)
         assert await lookup(-3) == (2, 1002)
         assert await lookup(5000) == (-1, -1)
+        assert (await lookup(-4))[0] == 0  # earliest-local: nothing is tiered away
+        assert await lookup(-5) == (-1, -1)  # latest-tiered: nothing was ever tiered
 
     run(scenario)
 

@@ -1,4 +1,8 @@
-"""ListOffsets: earliest (-2), latest (-1), max timestamp (-3), or the first offset at a time."""
+"""ListOffsets: earliest (-2), latest (-1), max timestamp (-3), or the first offset at a time.
+
+v8's earliest-local (-4) is the log start: nothing is tiered away from the "local" log, which
+is all in Pulsar. v9's latest-tiered (-5) is -1: no offset was ever tiered to remote storage.
+v10's timeout applies to remote lookups, which never happen here."""
 
 from __future__ import annotations
 
@@ -11,7 +15,7 @@ from pulsar_gateway.handlers.kafka.topic_lookup import find_topic
 from pulsar_gateway.kafka_codec.entry_format import records_of
 from pulsar_gateway.kafka_codec.errors import ErrorCode
 
-LATEST, EARLIEST, MAX_TIMESTAMP = -1, -2, -3
+LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL, LATEST_TIERED = -1, -2, -3, -4, -5
 
 
 async def handle(context: KafkaContext, header: Any, request: dict[str, Any]) -> dict[str, Any]:
@@ -47,8 +51,10 @@ async def handle(context: KafkaContext, header: Any, request: dict[str, Any]) ->
 async def _lookup(log: PartitionLog, wanted: int) -> tuple[int, int]:
     if wanted == LATEST:
         return log.next_offset, -1
-    if wanted == EARLIEST:
+    if wanted in (EARLIEST, EARLIEST_LOCAL):
         return log.log_start, -1
+    if wanted == LATEST_TIERED:
+        return -1, -1
     if wanted == MAX_TIMESTAMP:
         return await _max_timestamp(log)
     return await _first_at(log, wanted)

@@ -2,10 +2,12 @@
 request, and the versions it is served at (also what ApiVersions lists).
 
 Versions are capped where a newer one needs something the gateway does not do yet (Fetch
-v13+ and DeleteTopics v6+ address topics by id only). Produce below v3 and Fetch below v4
-carry message format v0/v1, which the gateway does not write; every client that reads
-RecordBatch v2 negotiates higher. The codec's own range (`protocol.SUPPORTED`) bounds
-each entry from the other side.
+v13+ addresses topics by id only). OffsetCommit and OffsetFetch v9 are
+KIP-848's versions; for classic groups, the only kind served, they carry the generation
+and member id as v8 does. FindCoordinator v6's share-group key type is refused. Produce
+below v3 and Fetch below v4 carry message format v0/v1, which the gateway does not write;
+every client that reads RecordBatch v2 negotiates higher. The codec's own range
+(`protocol.SUPPORTED`) bounds each entry from the other side.
 """
 
 from __future__ import annotations
@@ -74,11 +76,11 @@ async def sasl_outside_connection(
 API_TABLE: dict[ApiKey, Api] = {
     ApiKey.PRODUCE: Api(produce.handle, 3, 9),
     ApiKey.FETCH: Api(fetch.handle, 4, 12),
-    ApiKey.LIST_OFFSETS: Api(list_offsets.handle, 0, 8),
+    ApiKey.LIST_OFFSETS: Api(list_offsets.handle, 0, 10),
     ApiKey.METADATA: Api(metadata.handle, 0, 12),
-    ApiKey.OFFSET_COMMIT: Api(group_offsets.offset_commit, 0, 8),  # v9: KIP-848 epochs
-    ApiKey.OFFSET_FETCH: Api(group_offsets.offset_fetch, 0, 8),  # v9: KIP-848
-    ApiKey.FIND_COORDINATOR: Api(groups.find_coordinator, 0, 4),  # v5+: share groups
+    ApiKey.OFFSET_COMMIT: Api(group_offsets.offset_commit, 0, 9),
+    ApiKey.OFFSET_FETCH: Api(group_offsets.offset_fetch, 0, 9),
+    ApiKey.FIND_COORDINATOR: Api(groups.find_coordinator, 0, 6),
     ApiKey.JOIN_GROUP: Api(groups.join_group, 0, 9),
     ApiKey.HEARTBEAT: Api(groups.heartbeat, 0, 4),
     ApiKey.LEAVE_GROUP: Api(groups.leave_group, 0, 5),
@@ -87,9 +89,9 @@ API_TABLE: dict[ApiKey, Api] = {
     ApiKey.LIST_GROUPS: Api(groups.list_groups, 0, 5),
     ApiKey.API_VERSIONS: Api(api_versions, 0, 4),
     ApiKey.CREATE_TOPICS: Api(topic_admin.create_topics, 0, 7),
-    ApiKey.DELETE_TOPICS: Api(topic_admin.delete_topics, 0, 5),
+    ApiKey.DELETE_TOPICS: Api(topic_admin.delete_topics, 0, 6),
     ApiKey.DELETE_RECORDS: Api(delete_records.handle, 0, 2),
-    ApiKey.INIT_PRODUCER_ID: Api(init_producer_id.handle, 0, 4),
+    ApiKey.INIT_PRODUCER_ID: Api(init_producer_id.handle, 0, 5),
     ApiKey.OFFSET_FOR_LEADER_EPOCH: Api(replicas.offset_for_leader_epoch, 0, 4),
     ApiKey.DESCRIBE_CONFIGS: Api(configs.describe_configs, 0, 4),
     ApiKey.ALTER_CONFIGS: Api(alter_configs.alter_configs, 0, 2),

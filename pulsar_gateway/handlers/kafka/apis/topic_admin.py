@@ -11,6 +11,7 @@ saying why.
 from __future__ import annotations
 
 import logging
+import uuid
 from collections import Counter
 from typing import Any
 
@@ -22,6 +23,7 @@ from pulsar_gateway.handlers.kafka.port import (
     StorageError,
     TopicDeletionDisabled,
     TopicExists,
+    TopicRecord,
     UnknownTopic,
 )
 from pulsar_gateway.handlers.kafka.topic_lookup import reserved_refusal, topic_uuid
@@ -194,22 +196,37 @@ def _limit_problem(
 async def delete_topics(
     context: KafkaContext, header: Any, request: dict[str, Any]
 ) -> dict[str, Any]:
+    """v6+ name topics by name or by topic id (KIP-516); earlier versions by name only."""
+    if header.api_version >= 6:
+        wanted = [(item["name"], item["topic_id"]) for item in request["topics"]]
+    else:
+        wanted = [(name, None) for name in request.get("topic_names", [])]
     results = []
-    for name in request.get("topic_names", []):
-        refusal = reserved_refusal(context, name)
-        if refusal is not None:
+    for name, topic_id in wanted:
+        record = None
+        if name is None and topic_id is not None:
+            record = _topic_with_id(context, topic_id)
+            name = context.kafka_name(record.name) if record is not None else None
+        if name is None:
+            code, message = ErrorCode.UNKNOWN_TOPIC_ID, f"no topic has id {topic_id}"
+        elif (refusal := reserved_refusal(context, name)) is not None:
             code, message = ErrorCode.TOPIC_AUTHORIZATION_FAILED, refusal
         else:
+            record = record or context.topics.get(context.pulsar_name(name))
             code, message = await _delete_one(context, name)
         results.append(
             {
                 "name": name,
                 "error_code": code,
                 "error_message": message,
-                "topic_id": topic_uuid(None),
+                "topic_id": topic_uuid(record) if topic_id is None else topic_id,
             }
         )
     return {"throttle_time_ms": 0, "responses": results}
+
+
+def _topic_with_id(context: KafkaContext, topic_id: uuid.UUID) -> TopicRecord | None:
+    return next((r for r in context.topics.list() if topic_uuid(r) == topic_id), None)
 
 
 async def _delete_one(context: KafkaContext, name: str) -> tuple[ErrorCode, str | None]:
