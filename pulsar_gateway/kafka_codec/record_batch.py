@@ -203,8 +203,13 @@ def decode_batches(
     verify_crc: bool = True,
     max_uncompressed: int = DEFAULT_MAX_DECOMPRESSED,
     budget: InflateBudget | None = None,
+    records: bool = True,
 ) -> list[DecodedBatch]:
     """Decode every batch in a Produce request's ``records`` bytes.
+
+    ``records=False`` reads the batch headers (and checks the CRC) only, leaving ``records``
+    empty: a batch stored as sent (the `kafka` entry format) needs nothing more, so it is
+    neither inflated nor walked record by record.
 
     The input must be whole batches back to back (a partial trailing batch is an error, unlike
     in a Fetch response). ``max_uncompressed`` bounds what one compressed batch may inflate to,
@@ -244,12 +249,36 @@ def decode_batches(
             raise RecordBatchError(f"negative record count {count}")
         codec = attrs & ATTR_CODEC_MASK
         body = view[pos + HEADER_SIZE : end]
-        if codec == 0:
-            buf = body.tobytes()
-        elif codec > 4:
+        if codec > 4:
             raise RecordBatchError(
                 f"unknown compression codec {codec}", ErrorCode.UNSUPPORTED_COMPRESSION_TYPE
             )
+        if not records and codec == 0:
+            # the count is what the log numbers the batch by: the records' lengths must
+            # add up to the body exactly, or a batch could claim offsets it does not hold
+            _walk_records(body, count)
+            batches.append(
+                DecodedBatch(
+                    base_offset,
+                    leader_epoch,
+                    magic,
+                    crc,
+                    attrs,
+                    last_delta,
+                    base_ts,
+                    max_ts,
+                    pid,
+                    pepoch,
+                    bseq,
+                    count,
+                    [],
+                    view[pos:end],
+                )
+            )
+            pos = end
+            continue
+        if codec == 0:
+            buf = body.tobytes()
         else:
             limit = max_uncompressed if budget is None else min(max_uncompressed, budget.remaining)
             try:
@@ -262,7 +291,7 @@ def decode_batches(
         if count * 7 > len(buf):
             raise RecordBatchError(f"record count {count} does not fit in {len(buf)} bytes")
         try:
-            records = _decode_records(buf, count, base_ts)
+            decoded = _decode_records(buf, count, base_ts)
         except IndexError:
             raise RecordBatchError("record runs past the end of the batch") from None
         batches.append(
@@ -279,12 +308,36 @@ def decode_batches(
                 pepoch,
                 bseq,
                 count,
-                records,
+                decoded,
                 view[pos:end],
             )
         )
         pos = end
     return batches
+
+
+def _walk_records(body: memoryview, count: int) -> None:
+    """Check that exactly ``count`` records, by their length prefixes, fill ``body``."""
+    if count * 7 > len(body):
+        raise RecordBatchError(f"record count {count} does not fit in {len(body)} bytes")
+    limit = len(body)
+    pos = 0
+    zz = _ZZ1
+    try:
+        for _ in range(count):
+            b = body[pos]
+            if b < 128:
+                size = zz[b]
+                pos += 1
+            else:
+                size, pos = _varint_slow(body, pos, 5)  # type: ignore[arg-type]
+            if size < 6:
+                raise RecordBatchError(f"record length {size} out of range")
+            pos += size
+    except IndexError:
+        raise RecordBatchError("record runs past the end of the batch") from None
+    if pos != limit:
+        raise RecordBatchError(f"{count} records end at byte {pos} of a {limit}-byte body")
 
 
 def _decode_records(buf: bytes, count: int, base_ts: int) -> list[Record]:

@@ -183,6 +183,20 @@ def test_partition_limits_per_topic_and_in_total() -> None:
     run(scenario)
 
 
+def test_auto_created_topics_count_against_the_total() -> None:
+    async def scenario() -> None:
+        broker = Broker(max_partitions_per_topic=10, max_partitions_total=10, default_partitions=4)
+        for name in ("auto-a", "auto-b"):
+            assert (await broker.produce(name, [b"v"]))["error_code"] == ErrorCode.NONE
+        assert broker.storage.topics.total_partitions() == 8
+        refused = await broker.produce("auto-c", [b"v"])
+        assert refused["error_code"] == ErrorCode.POLICY_VIOLATION
+        assert broker.storage.topics.get("persistent://public/default/auto-c") is None
+        assert broker.storage.topics.total_partitions() == 8
+
+    run(scenario)
+
+
 def test_validate_only_counts_what_it_would_have_created() -> None:
     async def scenario() -> None:
         broker = Broker(max_partitions_per_topic=100, max_partitions_total=250)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import uuid
 
 from pulsar_gateway.gateway.reserved_names import namespace_of
@@ -9,6 +10,8 @@ from pulsar_gateway.gateway.topic_names import InvalidTopicName, validate_kafka_
 from pulsar_gateway.handlers.kafka.context import KafkaContext
 from pulsar_gateway.handlers.kafka.port import TopicExists, TopicRecord
 from pulsar_gateway.kafka_codec.errors import ErrorCode
+
+log = logging.getLogger("gateway.kafka")  # rate-limited: a per-request warning
 
 
 def reserved_refusal(context: KafkaContext, kafka_name: str) -> str | None:
@@ -39,6 +42,19 @@ async def find_topic(
         return record, ErrorCode.NONE
     if not (auto_create and context.settings.auto_create_topics):
         return None, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    settings = context.settings
+    if context.topics.total_partitions() + settings.default_partitions > (
+        settings.max_partitions_total
+    ):
+        # auto-creation counts against kafka.max_partitions_total as CreateTopics does, or a
+        # client naming ever new topics would grow the partition count without bound
+        log.warning(
+            "not auto-creating a topic: %d more partitions would pass"
+            " kafka.max_partitions_total (%d)",
+            settings.default_partitions,
+            settings.max_partitions_total,
+        )
+        return None, ErrorCode.POLICY_VIOLATION
     try:
         record = await context.topics.create(name, context.settings.default_partitions)
     except TopicExists:

@@ -34,6 +34,7 @@ from pulsar_gateway.gateway.messages import (
 from pulsar_gateway.gateway.metadata_store import MetadataStore
 from pulsar_gateway.handlers.kafka.port import OffsetOutOfRange, ProducerSnapshot, ProducerStamp
 from pulsar_gateway.storage.kafka.producer_state import ProducerStateIndex, stamp
+from pulsar_gateway.storage.kafka.tail_store import TailStore
 
 log = logging.getLogger("gateway.partition")
 
@@ -93,10 +94,7 @@ class PartitionLog:
         self._resends = ResendFilter()
         self._producers = ProducerStateIndex()
         self._resent_ids: dict[MessageKey, int] = {}  # recent resends -> first copy's offset
-        self._tail: list[StoredMessage] = []
-        self._tail_offsets: list[int] = []  # offset of each tail message's first record
-        self._tail_head = 0
-        self._tail_size = 0
+        self._tail = TailStore()  # the newest messages, packed (tail_store.py)
         self._last_id: MessageKey | None = None
         # (message id, tie-breaker, future): resolved by the first message indexed at or after it
         self._id_waiters: list[tuple[MessageKey, int, asyncio.Future[int]]] = []
@@ -157,6 +155,7 @@ class PartitionLog:
         self._cursors.clear()
         self._fail_waiters(BackendError("partition closed"))
         self._wake_data_waiters()
+        self._tail.clear()
         if self.tail_budget is not None and self._tail_charged:
             self.tail_budget.charge(self, -self._tail_charged)
             self._tail_charged = 0
@@ -235,6 +234,7 @@ class PartitionLog:
         resends = self._resends
         producers = self._producers
         checkpoints = self._checkpoint_offsets
+        tail = self._tail
         for message in batch:
             # one checkpoint per `interval` offsets, at the first message starting past it
             due = offset // interval > (checkpoints[-1] // interval if checkpoints else -1)
@@ -253,9 +253,7 @@ class PartitionLog:
             if before is not None:
                 self._checkpoint(offset, message.id, before, producers.snapshot())
             producers.observe(message, offset)
-            self._tail.append(message)
-            self._tail_offsets.append(offset)
-            self._tail_size += message.size
+            tail.append(message, offset)
             while waiters and waiters[0][0] <= message.id:
                 future = heapq.heappop(waiters)[2]
                 if not future.done():
@@ -284,26 +282,23 @@ class PartitionLog:
         task.add_done_callback(_log_failure)
 
     def _trim_tail(self, max_bytes: int | None = None) -> None:
-        tail, offsets = self._tail, self._tail_offsets
+        tail = self._tail
         limit = self.tail_bytes if max_bytes is None else min(max_bytes, self.tail_bytes)
-        while self._tail_head < len(tail) and (
-            len(tail) - self._tail_head > self.tail_records or self._tail_size > limit
-        ):
-            self._tail_size -= tail[self._tail_head].size
-            tail[self._tail_head] = None  # type: ignore[call-overload]
-            self._tail_head += 1
-        if self._tail_head > 4096 and self._tail_head * 2 > len(tail):
-            del tail[: self._tail_head]
-            del offsets[: self._tail_head]
-            self._tail_head = 0
-        if self.tail_budget is not None and self._tail_size != self._tail_charged:
-            delta, self._tail_charged = self._tail_size - self._tail_charged, self._tail_size
+        while tail.count and (tail.count > self.tail_records or tail.size > limit):
+            tail.drop_oldest()
+        if self.tail_budget is not None and tail.size != self._tail_charged:
+            delta, self._tail_charged = tail.size - self._tail_charged, tail.size
             self.tail_budget.charge(self, delta)
+
+    @property
+    def _tail_size(self) -> int:
+        """What the tail holds, as the fetch budget counts messages."""
+        return self._tail.size
 
     def shrink_tail(self, excess: int) -> None:
         """Drop the oldest cached messages until `excess` bytes are gone (or all are): the
         tail budget's eviction. Reads below the tail go to Pulsar instead."""
-        self._trim_tail(max(self._tail_size - excess, 0))
+        self._trim_tail(max(self._tail.size - excess, 0))
 
     def _wake_data_waiters(self) -> None:
         waiters, self._data_waiters = self._data_waiters, []
@@ -364,17 +359,7 @@ class PartitionLog:
         return await asyncio.shield(future)
 
     def _find_in_tail(self, mid: MessageKey) -> int | None:
-        tail = self._tail
-        if self._tail_head >= len(tail) or tail[self._tail_head].id > mid:
-            return None
-        low, high = self._tail_head, len(tail)
-        while low < high:
-            middle = (low + high) // 2
-            if tail[middle].id < mid:
-                low = middle + 1
-            else:
-                high = middle
-        return self._tail_offsets[low]
+        return self._tail.offset_of(mid)
 
     async def _offset_by_scan(self, mid: MessageKey) -> int:
         """Slow path: the id fell out of the tail before its producer asked for it."""
@@ -423,19 +408,7 @@ class PartitionLog:
         return await self._read_history(offset, max_bytes)
 
     def _read_tail(self, offset: int, max_bytes: int) -> list[LogEntry]:
-        tail, offsets = self._tail, self._tail_offsets
-        index = bisect.bisect_right(offsets, offset, self._tail_head) - 1
-        out = []
-        size = 0
-        end = len(tail)
-        while index < end:
-            message = tail[index]
-            size += message.size
-            if out and size > max_bytes:
-                break
-            out.append(LogEntry(offsets[index], message))
-            index += 1
-        return out
+        return self._tail.read(offset, max_bytes)
 
     async def _read_history(self, offset: int, max_bytes: int) -> list[LogEntry]:
         cursor = self._cursors.pop(offset, None)
@@ -520,9 +493,8 @@ class PartitionLog:
     @property
     def tail_start(self) -> int:
         """Offset of the first record still in memory (next_offset when none is)."""
-        if self._tail_head < len(self._tail):
-            return self._tail_offsets[self._tail_head]
-        return self.next_offset
+        first = self._tail.first_offset
+        return self.next_offset if first is None else first
 
 
 def _log_failure(task: Any) -> None:

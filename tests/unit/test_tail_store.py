@@ -1,0 +1,112 @@
+"""The tail cache keeps messages packed in mmapped segments (storage/kafka/tail_store.py):
+no Python object per cached message, memory returned when the oldest segment goes, and
+every message read back exactly as it was indexed."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import sys
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pulsar_gateway.gateway.messages import StoredMessage
+from pulsar_gateway.storage.kafka.partition_log import PartitionLog
+from pulsar_gateway.storage.kafka.tail_store import TailStore
+
+
+class _Metadata:
+    async def put(self, key: str, value: Any) -> None:
+        pass
+
+
+def _message(entry: int, size: int = 100) -> StoredMessage:
+    return StoredMessage(
+        (7, entry, -1),
+        b"v" * size,
+        f"key-{entry % 100}",
+        {"__gw.seq": str(entry), "header": "h"},
+        1_700_000_000_000 + entry,
+        1_700_000_000_500,
+        "gw-0123456789abcdef0123456789abcdef",
+    )
+
+
+def _allocated_blocks() -> int:
+    gc.collect()
+    return sys.getallocatedblocks()
+
+
+def test_a_full_tail_holds_no_python_object_per_message() -> None:
+    async def scenario() -> None:
+        log = PartitionLog(None, _Metadata(), "p", index_interval=1 << 40)  # type: ignore[arg-type]
+        batch = [_message(i) for i in range(20_000)]
+        before = _allocated_blocks()
+        log._index(batch)
+        del batch
+        grown = _allocated_blocks() - before
+        # a StoredMessage per message kept some 160,000 blocks (tuples, dicts, strings, ints)
+        assert grown < 500, f"{grown} heap blocks stay behind for 20,000 cached messages"
+        assert log.tail_start == 0 and log.next_offset == 20_000
+
+    asyncio.run(scenario())
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.one_of(st.none(), st.binary(max_size=3000)),
+            st.text(max_size=20),
+            st.dictionaries(st.text(max_size=10), st.text(max_size=30), max_size=4),
+            st.integers(0, 1 << 62),
+            st.integers(1, 5),
+        ),
+        min_size=1,
+        max_size=80,
+    ),
+    st.integers(0, 79),
+)
+def test_messages_read_back_as_they_were_indexed(fields: list[Any], start: int) -> None:
+    tail = TailStore()
+    stored, offsets = [], []
+    offset = 100
+    for entry, (payload, key, props, stamp, records) in enumerate(fields):
+        message = StoredMessage((3, entry, -1), payload, key, props, stamp, stamp + 1, "p")
+        tail.append(message, offset)
+        stored.append(message)
+        offsets.append(offset)
+        offset += records
+    start %= len(stored)
+    read = tail.read(offsets[start], 1 << 40)
+    assert [entry.offset for entry in read] == offsets[start:]
+    assert [entry.message for entry in read] == stored[start:]
+    for message, at in zip(stored, offsets, strict=True):
+        assert tail.offset_of(message.id) == at
+    assert tail.size == sum(message.size for message in stored)
+
+
+def test_reads_stop_at_the_byte_budget_but_return_at_least_one() -> None:
+    tail = TailStore()
+    for entry in range(50):
+        tail.append(_message(entry, 1000), entry)
+    assert len(tail.read(10, 1)) == 1
+    assert [e.offset for e in tail.read(10, 3 * 1022)] == [10, 11, 12]
+    # across segment boundaries (16 KiB, 32 KiB, ...), in order
+    assert [e.offset for e in tail.read(5, 1 << 30)] == list(range(5, 50))
+
+
+def test_dropping_the_oldest_unmaps_emptied_segments() -> None:
+    tail = TailStore()
+    for entry in range(2000):
+        tail.append(_message(entry, 1000), entry)
+    mapped = sum(len(segment.data) for segment in tail._segments)
+    while tail.count > 10:
+        tail.drop_oldest()
+    left = sum(len(segment.data) for segment in tail._segments)
+    assert left <= 1024 * 1024 < mapped
+    assert tail.first_offset == 1990
+    assert tail.offset_of((7, 5, -1)) is None
+    assert tail.offset_of((7, 1995, -1)) == 1995
