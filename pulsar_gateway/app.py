@@ -12,6 +12,7 @@ from typing import Any, Protocol
 
 from pulsar_gateway.gateway import metrics
 from pulsar_gateway.gateway.backend.admin import PulsarAdmin
+from pulsar_gateway.gateway.backend.connection_security import PulsarSecurity
 from pulsar_gateway.gateway.backend.embedded import EmbeddedBroker
 from pulsar_gateway.gateway.backend.pulsar_backend import PulsarBackend
 from pulsar_gateway.gateway.backend.subscription_mirror import SubscriptionMirror
@@ -65,6 +66,8 @@ class Gateway:
     async def start(self) -> None:
         settings = self.settings
         self._fatal = asyncio.get_running_loop().create_future()
+        # checked before anything starts: a file that cannot be used stops start-up, named
+        security = PulsarSecurity.from_settings(settings.pulsar)
         kafka_settings = settings.kafka
         if "OAUTHBEARER" in kafka_settings.sasl_mechanisms:
             # before the broker starts: a bad key file stops start-up at once, named
@@ -95,13 +98,15 @@ class Gateway:
             max_in_flight=settings.kafka.max_in_flight_sends,
             idle_close_seconds=settings.kafka.idle_close_seconds,
             client_log=settings.gateway.data_dir / "pulsar-client.log",
+            security=security,
         )
         await self.backend.start()
         self.metadata = MetadataStore(self.backend, settings.pulsar.metadata_namespace)
         await self.metadata.load()
         metadata = self.metadata
         metrics.METADATA_UNREADABLE.set_function(lambda: metadata.unreadable_records)
-        admin = PulsarAdmin(settings.pulsar.admin_url) if settings.pulsar.admin_url else None
+        admin_url = settings.pulsar.admin_url
+        admin = PulsarAdmin(admin_url, security=security) if admin_url else None
         self.topics = TopicService(
             self.backend,
             self.metadata,
@@ -135,6 +140,7 @@ class Gateway:
                 idle_close=settings.kafka.group_mirror_idle_seconds,
                 operation_timeout_seconds=min(5, settings.pulsar.operation_timeout_seconds),
                 client_log=settings.gateway.data_dir / "pulsar-client.log",
+                security=security,
             )
             await self.mirror.start()
             self.group_offsets.on_commit = self.mirror.request

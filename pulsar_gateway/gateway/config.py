@@ -16,6 +16,7 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    SecretStr,
     ValidationError,
     field_validator,
     model_validator,
@@ -306,6 +307,62 @@ class PulsarSection(_Section):
     admin_url: str = ""
     operation_timeout_seconds: int = Field(10, ge=1)
     metadata_namespace: str = DEFAULT_METADATA_NAMESPACE
+    # Toward an external Pulsar (docs/security.md): TLS trust and hostname verification for
+    # pulsar+ssl:// and https://, and one way to authenticate: a token (the value, from the
+    # environment, or a file re-read at each use), OAuth2 client credentials, or a client
+    # certificate (Pulsar's AuthenticationTLS)
+    tls_trust_certs_file: str = ""
+    tls_hostname_verification: bool = True
+    auth_token: SecretStr = SecretStr("")
+    auth_token_file: str = ""
+    oauth2_issuer_url: str = ""
+    oauth2_credentials_file: str = ""  # Pulsar's private_key: client_id/client_secret JSON
+    oauth2_audience: str = ""
+    oauth2_scope: str = ""
+    tls_cert_file: str = ""
+    tls_key_file: str = ""
+
+    @property
+    def auth_method(self) -> Literal["none", "token", "oauth2", "tls"]:
+        if self.auth_token.get_secret_value() or self.auth_token_file:
+            return "token"
+        if self.oauth2_issuer_url:
+            return "oauth2"
+        if self.tls_cert_file:
+            return "tls"
+        return "none"
+
+    @model_validator(mode="after")
+    def _security(self) -> PulsarSection:
+        methods = [
+            bool(self.auth_token.get_secret_value()),
+            bool(self.auth_token_file),
+            bool(self.oauth2_issuer_url),
+            bool(self.tls_cert_file),
+        ]
+        if sum(methods) > 1:
+            raise ValueError(
+                "choose one of auth_token, auth_token_file, oauth2_issuer_url and tls_cert_file"
+            )
+        if bool(self.tls_cert_file) != bool(self.tls_key_file):
+            raise ValueError("tls_cert_file and tls_key_file must be set together")
+        if bool(self.oauth2_issuer_url) != bool(self.oauth2_credentials_file):
+            raise ValueError("oauth2_issuer_url and oauth2_credentials_file must be set together")
+        if self.oauth2_issuer_url and not self.oauth2_issuer_url.startswith("https://"):
+            raise ValueError("oauth2_issuer_url: must start with https://")
+        if (any(methods) or self.tls_trust_certs_file) and not self.service_url:
+            raise ValueError("TLS and authentication settings need pulsar.service_url")
+        for name in (
+            "tls_trust_certs_file",
+            "auth_token_file",
+            "oauth2_credentials_file",
+            "tls_cert_file",
+            "tls_key_file",
+        ):
+            path = getattr(self, name)
+            if path and not Path(path).is_file():
+                raise ValueError(f"{name}: no such file")
+        return self
 
     @field_validator("service_url")
     @classmethod

@@ -123,3 +123,32 @@ def test_bootstrap_user_settings(tmp_path: Path) -> None:
     missing = {"gateway.bootstrap_user": "admin", "gateway.bootstrap_password_file": "/no/file"}
     with pytest.raises(ConfigError, match="no such file"):
         load_settings(config, missing, environ={})
+
+
+# ---- toward an external Pulsar (docs/security.md, "Toward Pulsar") ---------------------------
+
+
+def test_pulsar_security_settings_are_validated_and_never_echoed(tmp_path: Path) -> None:
+    config = tmp_path / "g.toml"
+    config.write_text("")
+    url = {"pulsar.service_url": "pulsar+ssl://pulsar.example:6651"}
+    token = tmp_path / "t"
+    token.write_text("tok")
+    with pytest.raises(ConfigError, match="need pulsar.service_url"):
+        load_settings(config, {"pulsar.auth_token_file": str(token)}, environ={})
+    with pytest.raises(ConfigError, match="choose one of") as refused:
+        load_settings(
+            config,
+            {**url, "pulsar.auth_token": "sekrit-value", "pulsar.auth_token_file": str(token)},
+            environ={},
+        )
+    assert "sekrit-value" not in str(refused.value)
+    with pytest.raises(ConfigError, match="no such file"):
+        load_settings(config, {**url, "pulsar.tls_trust_certs_file": "/no/ca.pem"}, environ={})
+    with pytest.raises(ConfigError, match="oauth2_credentials_file must be set together"):
+        load_settings(config, {**url, "pulsar.oauth2_issuer_url": "https://idp"}, environ={})
+    environ = {"PULSAR_GATEWAY_PULSAR__AUTH_TOKEN": "from-the-environment"}
+    settings = load_settings(config, url, environ=environ)
+    assert settings.pulsar.auth_method == "token"
+    assert "from-the-environment" not in repr(settings)
+    assert "from-the-environment" not in settings.model_dump_json()
