@@ -7,10 +7,12 @@ import contextlib
 import logging
 import signal
 import time
+from pathlib import Path
 from typing import Any, Protocol
 
 from pulsar_gateway.gateway import metrics
 from pulsar_gateway.gateway.backend.admin import PulsarAdmin
+from pulsar_gateway.gateway.backend.connection_security import PulsarSecurity
 from pulsar_gateway.gateway.backend.embedded import EmbeddedBroker
 from pulsar_gateway.gateway.backend.pulsar_backend import PulsarBackend
 from pulsar_gateway.gateway.backend.subscription_mirror import SubscriptionMirror
@@ -18,6 +20,7 @@ from pulsar_gateway.gateway.config import Settings
 from pulsar_gateway.gateway.memory import HeapTrimmer
 from pulsar_gateway.gateway.metadata_store import MetadataStore
 from pulsar_gateway.gateway.reserved_names import ReservedNamespaces
+from pulsar_gateway.security.oauthbearer import TokenValidator, load_validator
 from pulsar_gateway.security.tls import server_context
 from pulsar_gateway.storage.kafka.group_offsets import GroupOffsetStore
 from pulsar_gateway.storage.kafka.subscription_position import ack_position
@@ -51,6 +54,7 @@ class Gateway:
         self.listeners: list[Listener] = []
         self.metrics_server: metrics.MetricsServer | None = None
         self._fatal: asyncio.Future[str] | None = None
+        self._kafka_tokens: TokenValidator | None = None  # OAUTHBEARER's, when enabled
         self.ready = False
         self.trimmer = HeapTrimmer(_has_clients)
         self._trimming: asyncio.Task[None] | None = None
@@ -62,6 +66,19 @@ class Gateway:
     async def start(self) -> None:
         settings = self.settings
         self._fatal = asyncio.get_running_loop().create_future()
+        # checked before anything starts: a file that cannot be used stops start-up, named
+        security = PulsarSecurity.from_settings(settings.pulsar)
+        kafka_settings = settings.kafka
+        if "OAUTHBEARER" in kafka_settings.sasl_mechanisms:
+            # before the broker starts: a bad key file stops start-up at once, named
+            self._kafka_tokens = load_validator(
+                kafka_settings.oauthbearer_key_file,
+                kafka_settings.oauthbearer_jwks_file,
+                kafka_settings.oauthbearer_algorithms,
+                kafka_settings.oauthbearer_issuer,
+                kafka_settings.oauthbearer_audience,
+                kafka_settings.oauthbearer_principal_claim,
+            )
         service_url = settings.pulsar.service_url
         if settings.embedded_mode:
             self.broker = EmbeddedBroker(
@@ -81,13 +98,15 @@ class Gateway:
             max_in_flight=settings.kafka.max_in_flight_sends,
             idle_close_seconds=settings.kafka.idle_close_seconds,
             client_log=settings.gateway.data_dir / "pulsar-client.log",
+            security=security,
         )
         await self.backend.start()
         self.metadata = MetadataStore(self.backend, settings.pulsar.metadata_namespace)
         await self.metadata.load()
         metadata = self.metadata
         metrics.METADATA_UNREADABLE.set_function(lambda: metadata.unreadable_records)
-        admin = PulsarAdmin(settings.pulsar.admin_url) if settings.pulsar.admin_url else None
+        admin_url = settings.pulsar.admin_url
+        admin = PulsarAdmin(admin_url, security=security) if admin_url else None
         self.topics = TopicService(
             self.backend,
             self.metadata,
@@ -121,6 +140,7 @@ class Gateway:
                 idle_close=settings.kafka.group_mirror_idle_seconds,
                 operation_timeout_seconds=min(5, settings.pulsar.operation_timeout_seconds),
                 client_log=settings.gateway.data_dir / "pulsar-client.log",
+                security=security,
             )
             await self.mirror.start()
             self.group_offsets.on_commit = self.mirror.request
@@ -129,6 +149,7 @@ class Gateway:
         # one users store for both listeners, followed live (docs/security.md)
         self.users = UsersStore(self.backend, settings.pulsar.metadata_namespace)
         await self.users.load()
+        await self._bootstrap_user(self.users)
         if settings.kafka.enabled:
             from pulsar_gateway.handlers.kafka.port import KafkaStorage
             from pulsar_gateway.handlers.kafka.server import KafkaServer
@@ -143,7 +164,9 @@ class Gateway:
                 if kafka.tls_enabled
                 else None
             )
-            self.listeners.append(KafkaServer(kafka, storage, self.users, kafka_tls))
+            self.listeners.append(
+                KafkaServer(kafka, storage, self.users, kafka_tls, self._kafka_tokens)
+            )
         management_api = None  # the AMQP listener's /api/ on the metrics port
         if settings.amqp.enabled:
             from pulsar_gateway.handlers.amqp.management import ManagementApi
@@ -175,6 +198,22 @@ class Gateway:
         self._trimming = asyncio.create_task(self._trim_while_idle(), name="heap trimmer")
         parts = [f"{lst.name} {lst.address[0]}:{lst.address[1]}" for lst in self.listeners]
         log.info("pulsar-gateway ready: %s (backend %s)", ", ".join(parts), service_url)
+
+    async def _bootstrap_user(self, users: UsersStore) -> None:
+        """`gateway.bootstrap_user`: created with the password file's first line when the
+        store does not hold it; an existing user (maybe with a changed password) is kept."""
+        name = self.settings.gateway.bootstrap_user
+        if not name or users.lookup(name) is not None:
+            return
+        lines = Path(self.settings.gateway.bootstrap_password_file).read_text().splitlines()
+        password = lines[0] if lines else ""
+        if not password:
+            raise ValueError("setting 'gateway.bootstrap_password_file': the first line is empty")
+        try:
+            await users.set_password(name, password)
+        except ValueError as exc:  # the name's rules, or SASLprep's on the password
+            raise ValueError(f"setting 'gateway.bootstrap_user': {exc}") from None
+        log.info("bootstrap user '%s' created (gateway.bootstrap_user)", name)
 
     def health(self) -> dict[str, Any]:
         """503 (`ok` false) until started, and while the backend does not answer: a stalled

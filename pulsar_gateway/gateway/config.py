@@ -6,6 +6,7 @@ One model per section so that a bad value is reported with its full dotted name
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import tomllib
 from pathlib import Path
@@ -15,6 +16,7 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    SecretStr,
     ValidationError,
     field_validator,
     model_validator,
@@ -28,6 +30,24 @@ class ConfigError(Exception):
     """Start-up stops with this; the message names every offending setting."""
 
 
+def is_loopback_host(host: str) -> bool:
+    """A listener address only this machine reaches: `localhost` or a loopback IP. Any other
+    name counts as reachable from elsewhere (it is not resolved here)."""
+    if host.lower() in ("localhost", "localhost."):
+        return True
+    try:
+        return ipaddress.ip_address(host.split("%", 1)[0]).is_loopback
+    except ValueError:
+        return False
+
+
+def _is_wildcard(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host.split("%", 1)[0]).is_unspecified
+    except ValueError:
+        return False
+
+
 class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
@@ -35,9 +55,38 @@ class _Section(BaseModel):
 class GatewaySection(_Section):
     data_dir: Path = Path("data")
     log_level: Literal["debug", "info", "warning", "error"] = "info"
+    # a user created in the users store at start-up when the store does not hold it yet
+    # (docs/security.md, the Docker image's first administrator); its password is the
+    # first line of bootstrap_password_file (a container secret), never a setting's value
+    bootstrap_user: str = ""
+    bootstrap_password_file: str = ""
+
+    @model_validator(mode="after")
+    def _bootstrap_pair(self) -> GatewaySection:
+        if bool(self.bootstrap_user) != bool(self.bootstrap_password_file):
+            raise ValueError("bootstrap_user and bootstrap_password_file must be set together")
+        if self.bootstrap_password_file and not Path(self.bootstrap_password_file).is_file():
+            raise ValueError("bootstrap_password_file: no such file")
+        return self
 
 
-SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")
+# JWT algorithms OAUTHBEARER may accept (docs/security.md); HMAC ones only when chosen
+JWT_ALGORITHMS = (
+    "HS256",
+    "HS384",
+    "HS512",
+    "RS256",
+    "RS384",
+    "RS512",
+    "PS256",
+    "PS384",
+    "PS512",
+    "ES256",
+    "ES384",
+    "ES512",
+    "EdDSA",
+)
 
 
 class _TlsSettings(_Section):
@@ -117,8 +166,20 @@ class KafkaSection(_TlsSettings):
     # listener there beside the plaintext one on `port`, advertising its own port
     tls_port: int = Field(-1, ge=-1, le=65535)
     advertised_tls_port: int = Field(0, ge=0, le=65535)
+    # serve clients that do not authenticate on a non-loopback `host` (docs/security.md,
+    # "Safe defaults"): without it such a listener refuses to start
+    allow_anonymous: bool = False
+    # OAUTHBEARER (docs/security.md): JWTs checked against one key (an HMAC secret or a PEM
+    # public key) or a JWKS file, with these algorithms only; issuer and audience checked
+    # when set; the principal (the Kafka user) is this claim
+    oauthbearer_key_file: str = ""
+    oauthbearer_jwks_file: str = ""
+    oauthbearer_algorithms: list[str] = Field(default_factory=lambda: ["RS256", "ES256"])
+    oauthbearer_issuer: str = ""
+    oauthbearer_audience: str = ""
+    oauthbearer_principal_claim: str = Field("sub", min_length=1)
 
-    @field_validator("sasl_mechanisms", mode="before")
+    @field_validator("sasl_mechanisms", "oauthbearer_algorithms", mode="before")
     @classmethod
     def _comma_separated(cls, value: Any) -> Any:
         """From an environment variable or --set: "PLAIN,SCRAM-SHA-256"."""
@@ -134,12 +195,60 @@ class KafkaSection(_TlsSettings):
             raise ValueError(f"unknown SASL mechanisms {unknown}; known: {list(SASL_MECHANISMS)}")
         return list(dict.fromkeys(value))
 
+    @field_validator("oauthbearer_algorithms")
+    @classmethod
+    def _known_algorithms(cls, value: list[str]) -> list[str]:
+        unknown = sorted(set(value) - set(JWT_ALGORITHMS))
+        if unknown or not value:
+            raise ValueError(f"must be some of {list(JWT_ALGORITHMS)}")
+        hmac = {name for name in value if name.startswith("HS")}
+        if hmac and hmac != set(value):
+            raise ValueError("HMAC (HS*) and public-key algorithms cannot be mixed")
+        return list(dict.fromkeys(value))
+
+    @model_validator(mode="after")
+    def _oauthbearer_key(self) -> KafkaSection:
+        if "OAUTHBEARER" not in self.sasl_mechanisms:
+            return self
+        if bool(self.oauthbearer_key_file) == bool(self.oauthbearer_jwks_file):
+            raise ValueError(
+                "OAUTHBEARER needs exactly one of oauthbearer_key_file and oauthbearer_jwks_file"
+            )
+        for name in ("oauthbearer_key_file", "oauthbearer_jwks_file"):
+            path = getattr(self, name)
+            if path and not Path(path).is_file():
+                raise ValueError(f"{name}: no such file")
+        return self
+
+    @field_validator("advertised_host")
+    @classmethod
+    def _reachable(cls, value: str) -> str:
+        if value and _is_wildcard(value):
+            raise ValueError("must be an address clients can reach, not a wildcard")
+        return value
+
     @field_validator("tenant", "namespace")
     @classmethod
     def _no_slash(cls, value: str) -> str:
         if not value or "/" in value:
             raise ValueError("must be a non-empty name without '/'")
         return value
+
+    @property
+    def authenticates(self) -> bool:
+        """Whether every connection must authenticate: SASL, or client certificates on a
+        TLS-only listener (with a plaintext listener beside it, that one would not ask)."""
+        return bool(self.sasl_mechanisms) or (bool(self.tls_ca_file) and self.tls_port < 0)
+
+    @model_validator(mode="after")
+    def _anonymous_only_on_loopback(self) -> KafkaSection:
+        anonymous = not self.authenticates and not self.allow_anonymous
+        if self.enabled and anonymous and not is_loopback_host(self.host):
+            raise ValueError(
+                "host: a non-loopback address needs authentication (kafka.sasl_mechanisms, "
+                "or kafka.tls_ca_file on a TLS-only listener), or kafka.allow_anonymous = true"
+            )
+        return self
 
     @model_validator(mode="after")
     def _partition_limits(self) -> KafkaSection:
@@ -198,6 +307,62 @@ class PulsarSection(_Section):
     admin_url: str = ""
     operation_timeout_seconds: int = Field(10, ge=1)
     metadata_namespace: str = DEFAULT_METADATA_NAMESPACE
+    # Toward an external Pulsar (docs/security.md): TLS trust and hostname verification for
+    # pulsar+ssl:// and https://, and one way to authenticate: a token (the value, from the
+    # environment, or a file re-read at each use), OAuth2 client credentials, or a client
+    # certificate (Pulsar's AuthenticationTLS)
+    tls_trust_certs_file: str = ""
+    tls_hostname_verification: bool = True
+    auth_token: SecretStr = SecretStr("")
+    auth_token_file: str = ""
+    oauth2_issuer_url: str = ""
+    oauth2_credentials_file: str = ""  # Pulsar's private_key: client_id/client_secret JSON
+    oauth2_audience: str = ""
+    oauth2_scope: str = ""
+    tls_cert_file: str = ""
+    tls_key_file: str = ""
+
+    @property
+    def auth_method(self) -> Literal["none", "token", "oauth2", "tls"]:
+        if self.auth_token.get_secret_value() or self.auth_token_file:
+            return "token"
+        if self.oauth2_issuer_url:
+            return "oauth2"
+        if self.tls_cert_file:
+            return "tls"
+        return "none"
+
+    @model_validator(mode="after")
+    def _security(self) -> PulsarSection:
+        methods = [
+            bool(self.auth_token.get_secret_value()),
+            bool(self.auth_token_file),
+            bool(self.oauth2_issuer_url),
+            bool(self.tls_cert_file),
+        ]
+        if sum(methods) > 1:
+            raise ValueError(
+                "choose one of auth_token, auth_token_file, oauth2_issuer_url and tls_cert_file"
+            )
+        if bool(self.tls_cert_file) != bool(self.tls_key_file):
+            raise ValueError("tls_cert_file and tls_key_file must be set together")
+        if bool(self.oauth2_issuer_url) != bool(self.oauth2_credentials_file):
+            raise ValueError("oauth2_issuer_url and oauth2_credentials_file must be set together")
+        if self.oauth2_issuer_url and not self.oauth2_issuer_url.startswith("https://"):
+            raise ValueError("oauth2_issuer_url: must start with https://")
+        if (any(methods) or self.tls_trust_certs_file) and not self.service_url:
+            raise ValueError("TLS and authentication settings need pulsar.service_url")
+        for name in (
+            "tls_trust_certs_file",
+            "auth_token_file",
+            "oauth2_credentials_file",
+            "tls_cert_file",
+            "tls_key_file",
+        ):
+            path = getattr(self, name)
+            if path and not Path(path).is_file():
+                raise ValueError(f"{name}: no such file")
+        return self
 
     @field_validator("service_url")
     @classmethod

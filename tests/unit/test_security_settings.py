@@ -57,3 +57,98 @@ def test_the_users_store_applies_changes_and_skips_its_own_records() -> None:
     assert not store._apply(_message("user/bob", b"not json"))
     assert store._apply(_message("user/alice", b"", deleted="1"))
     assert store.lookup("alice") is None and store.names() == []
+
+
+# ---- safe defaults (docs/security.md, "Safe defaults") --------------------------------------
+
+
+@pytest.mark.parametrize("host", ["0.0.0.0", "::", "10.1.2.3", "gateway.example.com"])
+def test_a_non_loopback_kafka_listener_needs_authentication(tmp_path: Path, host: str) -> None:
+    config = tmp_path / "g.toml"
+    config.write_text("")
+    with pytest.raises(ConfigError, match="kafka.allow_anonymous") as refused:
+        load_settings(config, {"kafka.host": host}, environ={})
+    assert "non-loopback" in str(refused.value)
+    for enough in (
+        {"kafka.sasl_mechanisms": "SCRAM-SHA-256"},
+        {"kafka.allow_anonymous": "true"},
+        {"kafka.enabled": "false"},
+    ):
+        assert load_settings(config, {"kafka.host": host, **enough}, environ={}).kafka.host == host
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "127.0.0.2", "::1", "localhost"])
+def test_a_loopback_kafka_listener_may_be_anonymous(tmp_path: Path, host: str) -> None:
+    config = tmp_path / "g.toml"
+    config.write_text("")
+    assert not load_settings(config, {"kafka.host": host}, environ={}).kafka.authenticates
+
+
+def test_client_certificates_authenticate_only_on_a_tls_only_listener(tmp_path: Path) -> None:
+    config = tmp_path / "g.toml"
+    config.write_text("")
+    pem = tmp_path / "x.pem"
+    pem.write_text("x")  # the files are only loaded at start-up
+    tls = {
+        "kafka.host": "0.0.0.0",
+        "kafka.tls_cert_file": str(pem),
+        "kafka.tls_key_file": str(pem),
+        "kafka.tls_ca_file": str(pem),
+    }
+    assert load_settings(config, tls, environ={}).kafka.authenticates
+    with pytest.raises(ConfigError, match="kafka.allow_anonymous"):
+        load_settings(config, {**tls, "kafka.tls_port": "0"}, environ={})  # plaintext beside
+
+
+def test_a_wildcard_is_never_advertised(tmp_path: Path) -> None:
+    import socket
+
+    from pulsar_gateway.handlers.kafka.server import advertised_host
+
+    config = tmp_path / "g.toml"
+    config.write_text("")
+    with pytest.raises(ConfigError, match="kafka.advertised_host"):
+        load_settings(config, {"kafka.advertised_host": "0.0.0.0"}, environ={})
+    assert advertised_host("", "0.0.0.0") == socket.getfqdn()
+    assert advertised_host("", "::") == socket.getfqdn()
+    assert advertised_host("kafka.example.com", "0.0.0.0") == "kafka.example.com"
+    assert advertised_host("", "10.1.2.3") == "10.1.2.3"
+
+
+def test_bootstrap_user_settings(tmp_path: Path) -> None:
+    config = tmp_path / "g.toml"
+    config.write_text("")
+    with pytest.raises(ConfigError, match="gateway"):
+        load_settings(config, {"gateway.bootstrap_user": "admin"}, environ={})
+    missing = {"gateway.bootstrap_user": "admin", "gateway.bootstrap_password_file": "/no/file"}
+    with pytest.raises(ConfigError, match="no such file"):
+        load_settings(config, missing, environ={})
+
+
+# ---- toward an external Pulsar (docs/security.md, "Toward Pulsar") ---------------------------
+
+
+def test_pulsar_security_settings_are_validated_and_never_echoed(tmp_path: Path) -> None:
+    config = tmp_path / "g.toml"
+    config.write_text("")
+    url = {"pulsar.service_url": "pulsar+ssl://pulsar.example:6651"}
+    token = tmp_path / "t"
+    token.write_text("tok")
+    with pytest.raises(ConfigError, match="need pulsar.service_url"):
+        load_settings(config, {"pulsar.auth_token_file": str(token)}, environ={})
+    with pytest.raises(ConfigError, match="choose one of") as refused:
+        load_settings(
+            config,
+            {**url, "pulsar.auth_token": "sekrit-value", "pulsar.auth_token_file": str(token)},
+            environ={},
+        )
+    assert "sekrit-value" not in str(refused.value)
+    with pytest.raises(ConfigError, match="no such file"):
+        load_settings(config, {**url, "pulsar.tls_trust_certs_file": "/no/ca.pem"}, environ={})
+    with pytest.raises(ConfigError, match="oauth2_credentials_file must be set together"):
+        load_settings(config, {**url, "pulsar.oauth2_issuer_url": "https://idp"}, environ={})
+    environ = {"PULSAR_GATEWAY_PULSAR__AUTH_TOKEN": "from-the-environment"}
+    settings = load_settings(config, url, environ=environ)
+    assert settings.pulsar.auth_method == "token"
+    assert "from-the-environment" not in repr(settings)
+    assert "from-the-environment" not in settings.model_dump_json()

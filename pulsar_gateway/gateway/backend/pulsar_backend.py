@@ -24,6 +24,7 @@ import pulsar.asyncio as pulsar_asyncio
 
 from pulsar_gateway.gateway import metrics
 from pulsar_gateway.gateway.backend.client_logging import client_logger
+from pulsar_gateway.gateway.backend.connection_security import NO_SECURITY, PulsarSecurity
 from pulsar_gateway.gateway.backend.loop_bridge import to_loop
 from pulsar_gateway.gateway.backend.reader_stream import EARLIEST, ReaderStream
 from pulsar_gateway.gateway.backend.resend_filter import SEQ
@@ -92,8 +93,10 @@ class PulsarBackend:
         idle_close_seconds: float = 60.0,
         send_timeout_ms: int = 30000,
         client_log: Path | None = None,
+        security: PulsarSecurity = NO_SECURITY,
     ) -> None:
         self.service_url = service_url
+        self.security = security  # TLS and authentication toward an external Pulsar
         self.client_log = client_log
         self.send_timeout_ms = send_timeout_ms
         self.operation_timeout_seconds = operation_timeout_seconds
@@ -115,6 +118,7 @@ class PulsarBackend:
             operation_timeout_seconds=self.operation_timeout_seconds,
             logger=client_logger(self.client_log),
             io_threads=1,
+            **self.security.client_options(),
         )
         self._reaper = asyncio.create_task(self._reap_idle())
         self._prober = asyncio.create_task(self._watch_reachability())

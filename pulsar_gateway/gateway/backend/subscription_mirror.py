@@ -47,6 +47,7 @@ import pulsar
 import pulsar.asyncio as pulsar_asyncio
 
 from pulsar_gateway.gateway.backend.client_logging import client_logger
+from pulsar_gateway.gateway.backend.connection_security import NO_SECURITY, PulsarSecurity
 from pulsar_gateway.gateway.messages import MessageKey
 
 log = logging.getLogger("gateway.mirror")
@@ -73,9 +74,11 @@ class SubscriptionMirror:
         operation_timeout_seconds: int = 5,
         concurrency: int = 8,
         client_log: Path | None = None,
+        security: PulsarSecurity = NO_SECURITY,
     ) -> None:
         self.service_url = service_url
         self.client_log = client_log
+        self.security = security  # the same TLS and authentication as the backend's
         self.locate = locate
         if not subscription_prefix:
             raise ValueError("the subscription prefix marks the gateway's own subscriptions")
@@ -101,6 +104,7 @@ class SubscriptionMirror:
             operation_timeout_seconds=self.operation_timeout_seconds,
             logger=client_logger(self.client_log),
             io_threads=1,
+            **self.security.client_options(),
         )
         self._task = asyncio.create_task(self._run(), name="subscription mirror")
 

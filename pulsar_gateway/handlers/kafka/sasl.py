@@ -12,6 +12,15 @@ API table. Kafka's rules, kept here:
   session lasts; an authenticated client may run SaslHandshake and SaslAuthenticate again
   (same mechanism, same user) to extend it; a request other than those after it expired
   closes the connection (the listener asks `expired`);
+- OAUTHBEARER (RFC 7628): the token is a JWT checked by security/oauthbearer.py; its
+  principal claim is the user, and the session ends no later than the token's `exp`
+  (the KIP-368 lifetime answered is the smaller of that and the configured one, so a
+  client must re-authenticate with a fresh token). A bad token is answered as Kafka does:
+  first the RFC 7628 error JSON (`{"status":"invalid_token"}`) with no error, then, on the
+  client's %x01, SASL_AUTHENTICATION_FAILED;
+- a user authenticated from the users store (PLAIN, SCRAM) whose record is removed or
+  changed (`pulsar-gateway users remove|passwd`) loses the session: the listener asks
+  `current` before each request and closes the connection, as an expired session;
 - after a v0 handshake Kafka also takes raw SASL tokens without Kafka framing; only
   framed SaslAuthenticate requests are taken here (every client that speaks SaslAuthenticate
   sends it after either handshake version: librdkafka, the Java client, kafka-python,
@@ -39,10 +48,20 @@ from pulsar_gateway.security.credentials import (
     password_matches,
     shown,
 )
+from pulsar_gateway.security.oauthbearer import (
+    ERROR_JSON,
+    TokenValidator,
+    parse_client_first,
+    seconds_left,
+)
 
 log = logging.getLogger("gateway.kafka.auth")
 
-MECHANISMS = ("PLAIN", *SCRAM_MECHANISMS)
+OAUTHBEARER = "OAUTHBEARER"
+MECHANISMS = ("PLAIN", *SCRAM_MECHANISMS, OAUTHBEARER)
+# the record of a user gone between authentication and the look-up after it: never equal
+# to what the store holds, so the session ends at the next request
+_GONE: dict[str, Any] = {"gone": True}
 
 
 class SaslSession:
@@ -55,6 +74,7 @@ class SaslSession:
         peer: Any,
         lifetime_ms: int = 0,
         clock: Callable[[], float] = time.monotonic,
+        tokens: TokenValidator | None = None,
     ) -> None:
         self.mechanisms = list(mechanisms)
         self.users = users
@@ -66,11 +86,30 @@ class SaslSession:
         self.expires_at = float("inf")
         self.failed = False  # answer, then close the connection
         self.reauthenticating = False
+        self.tokens = tokens
         self._scram: ScramExchange | None = None
+        self._record: Any = None  # the store's record at authentication (PLAIN, SCRAM)
+        self._token_refused = ""  # OAUTHBEARER: the error JSON went out; this is why
+        self._verified: tuple[str, float] | None = None  # its principal, seconds left
 
     @property
     def expired(self) -> bool:
         return self.clock() >= self.expires_at
+
+    @property
+    def credentials_changed(self) -> bool:
+        """The user was removed, or its password changed, since it authenticated."""
+        if self._record is None:
+            return False  # not from the store (OAUTHBEARER), or not authenticated
+        now = self.users.lookup(self.authenticated)
+        return now is not self._record and now != self._record
+
+    @property
+    def current(self) -> bool:
+        """Whether the connection may be served: authenticated, not expired, not revoked."""
+        if not self.required:
+            return True
+        return bool(self.authenticated) and not self.expired and not self.credentials_changed
 
     @property
     def required(self) -> bool:
@@ -85,6 +124,7 @@ class SaslSession:
                 self._count(mechanism, "failure")
                 return {"error_code": ErrorCode.ILLEGAL_SASL_STATE, "mechanisms": self.mechanisms}
             self.reauthenticating = True
+            self._token_refused = ""
             if mechanism in SCRAM_MECHANISMS:
                 self._scram = ScramExchange(mechanism, self.users)
             return {"error_code": ErrorCode.NONE, "mechanisms": self.mechanisms}
@@ -113,8 +153,16 @@ class SaslSession:
         if not self.mechanism or (self.authenticated and not self.reauthenticating):
             self.failed = True
             return _answer(ErrorCode.ILLEGAL_SASL_STATE, "SaslHandshake must come first")
+        token_left = 0.0
         try:
-            if self._scram is not None:
+            if self.mechanism == OAUTHBEARER:
+                answer = self._bearer(token)
+                if answer is not None:
+                    return answer  # the error JSON; the client answers %x01, then fails
+                assert self._verified is not None
+                user, token_left = self._verified
+                reply, done = b"", True
+            elif self._scram is not None:
                 reply, done = self._scram.step(token)
                 user = self._scram.user
             else:
@@ -140,8 +188,16 @@ class SaslSession:
             return _answer(ErrorCode.NONE, None, reply)
         again = self.reauthenticating
         self.authenticated, self.reauthenticating = user, False
-        if self.lifetime_ms:
-            self.expires_at = self.clock() + self.lifetime_ms / 1000
+        lifetime_ms = self.lifetime_ms
+        if self.mechanism == OAUTHBEARER:
+            # KIP-368 with a token: the session ends no later than the token
+            left_ms = max(1, int(token_left * 1000))
+            lifetime_ms = min(lifetime_ms, left_ms) if lifetime_ms else left_ms
+            self._record = None
+        else:
+            self._record = self.users.lookup(user) or _GONE
+        if lifetime_ms:
+            self.expires_at = self.clock() + lifetime_ms / 1000
         log.info(
             "Kafka user '%s' %s from %s (%s)",
             shown(user),
@@ -150,7 +206,23 @@ class SaslSession:
             self.mechanism,
         )
         self._count(self.mechanism, "success")
-        return _answer(ErrorCode.NONE, None, reply, self.lifetime_ms)
+        return _answer(ErrorCode.NONE, None, reply, lifetime_ms)
+
+    def _bearer(self, message: bytes) -> dict[str, Any] | None:
+        """OAUTHBEARER's one step: None with `_verified` set (principal, seconds left), or
+        the RFC 7628 error challenge. The client's %x01 after it ends in
+        `AuthenticationFailed` with the reason."""
+        if self._token_refused:
+            raise AuthenticationFailed(self._token_refused)
+        if self.tokens is None:
+            raise AuthenticationFailed("OAUTHBEARER has no token validator")
+        try:
+            verified = self.tokens.verify(parse_client_first(message))
+        except AuthenticationFailed as exc:
+            self._token_refused = str(exc)
+            return _answer(ErrorCode.NONE, None, ERROR_JSON)
+        self._verified = (verified.principal, seconds_left(verified))
+        return None
 
     def _count(self, mechanism: str, outcome: str) -> None:
         label = mechanism if mechanism in MECHANISMS else "unknown"

@@ -31,14 +31,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import ipaddress
 import logging
+import socket
 import ssl
 import struct
 from concurrent.futures import Executor, ThreadPoolExecutor
 from typing import Any
 
 from pulsar_gateway.gateway import metrics
-from pulsar_gateway.gateway.config import KafkaSection
+from pulsar_gateway.gateway.config import KafkaSection, is_loopback_host
 from pulsar_gateway.handlers.kafka.context import BrokerIdentity, KafkaContext
 from pulsar_gateway.handlers.kafka.group_coordinator import GroupCoordinator
 from pulsar_gateway.handlers.kafka.port import KafkaStorage
@@ -58,7 +60,8 @@ from pulsar_gateway.handlers.listener_limits import (
 )
 from pulsar_gateway.kafka_codec import protocol
 from pulsar_gateway.kafka_codec.protocol.messages import ApiKey
-from pulsar_gateway.security.credentials import NoUsers, UserDirectory
+from pulsar_gateway.security.credentials import NoUsers, UserDirectory, shown
+from pulsar_gateway.security.oauthbearer import TokenValidator
 
 log = logging.getLogger("gateway.kafka")
 
@@ -82,11 +85,13 @@ class KafkaServer:
         storage: KafkaStorage,
         users: UserDirectory | None = None,
         tls: ssl.SSLContext | None = None,
+        tokens: TokenValidator | None = None,
     ) -> None:
         self.settings = settings
         self.storage = storage
         self.users: UserDirectory = users or NoUsers()
         self.tls = tls
+        self.tokens = tokens  # OAUTHBEARER's JWT validator
         self.groups = GroupCoordinator(
             storage.offsets,
             min_session_ms=settings.group_min_session_timeout_ms,
@@ -135,7 +140,7 @@ class KafkaServer:
             **(handshake if self.tls is not None and not beside else {}),
         )
         host, port = self.address
-        advertised = self.settings.advertised_host or host
+        advertised = advertised_host(self.settings.advertised_host, host)
         identity = BrokerIdentity(
             self.settings.node_id,
             advertised,
@@ -166,6 +171,14 @@ class KafkaServer:
     def _warn_about_security(self) -> None:
         """Say at start-up what a reader of the settings could miss."""
         mechanisms = self.settings.sasl_mechanisms
+        if not self.settings.authenticates and not is_loopback_host(self.settings.host):
+            # only reachable with kafka.allow_anonymous (config.py refuses it otherwise)
+            log.warning(
+                "kafka listener on %s serves clients that do not authenticate "
+                "(kafka.allow_anonymous = true): anyone who reaches it may read, write and "
+                "delete topics",
+                self.settings.host,
+            )
         if "PLAIN" in mechanisms and self.tls is None:
             log.warning(
                 "kafka.sasl_mechanisms has PLAIN without TLS (kafka.tls_cert_file): "
@@ -218,6 +231,7 @@ class KafkaServer:
             self.users,
             peer,
             lifetime_ms=self.settings.sasl_session_lifetime_ms,
+            tokens=self.tokens,
         )
         try:
             await connection.serve()
@@ -227,6 +241,21 @@ class KafkaServer:
             metrics.CONNECTIONS.labels("kafka").dec()
             self._connections.discard(task)
             self.limits.release(ip)
+
+
+def advertised_host(configured: str, bound: str) -> str:
+    """The host clients are told to connect to: `kafka.advertised_host`, else the listener's
+    address, except a wildcard one (0.0.0.0, ::), which no client can reach: then this
+    machine's fully qualified name (its host name when it has none)."""
+    if configured:
+        return configured
+    try:
+        wildcard = ipaddress.ip_address(bound.split("%", 1)[0]).is_unspecified
+    except ValueError:
+        wildcard = not bound
+    if not wildcard:
+        return bound
+    return socket.getfqdn() or socket.gethostname()
 
 
 class _Idle(Exception):
@@ -327,7 +356,7 @@ class _Connection:
                 answer = await asyncio.to_thread(self._sasl, request)
                 task = asyncio.create_task(_ready(answer))
             else:
-                if self.sasl.required and (not self.sasl.authenticated or self.sasl.expired):
+                if not self.sasl.current:
                     self._refuse_unauthenticated(header)
                 task = asyncio.create_task(respond(self.context, request))
             await self.responses.put((task, held))
@@ -355,7 +384,14 @@ class _Connection:
         metrics.BAD_INPUT.labels("kafka", "unauthenticated").inc()
         self.unanswered -= 1
         name = protocol.API_NAMES.get(header.api_key, "unknown")
-        if self.sasl.authenticated:  # KIP-368: not re-authenticated in time
+        user = self.sasl.authenticated
+        if user and self.sasl.credentials_changed and not self.sasl.expired:
+            metrics.AUTHENTICATIONS.labels("kafka", "none", "revoked").inc()
+            raise ConnectionClosing(
+                f"{name}: user '{shown(user)}' was removed or its password changed since it "
+                "authenticated"
+            )
+        if user:  # KIP-368: not re-authenticated in time
             metrics.AUTHENTICATIONS.labels("kafka", "none", "expired").inc()
             raise ConnectionClosing(
                 f"{name} after the SASL session of '{self.sasl.authenticated}' expired "
