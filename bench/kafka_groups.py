@@ -31,6 +31,7 @@ from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
+from bench.flame import Flame, flame_graph
 from bench.report import bar_chart, write_report
 from tests.support.gateway_process import GatewayProcess
 from tests.support.tansu_process import TansuProcess
@@ -293,9 +294,36 @@ def guarded(progress: Progress, label: str, run: Callable[[], dict[str, Any]]) -
         return {"error": str(error)}
 
 
+def profiled(
+    pid: int | None, path: Path | None, run: Callable[[], dict[str, Any]]
+) -> Callable[[], dict[str, Any]]:
+    """`run`, with the server `pid` profiled into `path` (py-spy) when both are given."""
+
+    def go() -> dict[str, Any]:
+        if pid is None or path is None:
+            return run()
+        flame: Flame
+        with flame_graph(pid, path) as flame:
+            numbers = run()
+        if flame.path is not None:
+            numbers["flame_graph"] = str(flame.path)
+        elif flame.error is not None:
+            numbers["flame_graph_error"] = flame.error
+        return numbers
+
+    return go
+
+
 def measure(
-    progress: Progress, label: str, bootstrap: str, args: argparse.Namespace
+    progress: Progress,
+    label: str,
+    bootstrap: str,
+    args: argparse.Namespace,
+    pid: int | None = None,
 ) -> dict[str, Any]:
+    """Join, then sync and async commits; with `pid` and --flame-graphs, the commit phases
+    are profiled."""
+    flames = args.out.with_name(f"{args.out.name}-{label}") if args.flame_graphs else None
     try:
         prepare_topic(bootstrap, args.partitions)
     except Exception as error:  # noqa: BLE001 - reported, the run goes on
@@ -312,13 +340,23 @@ def measure(
         "sync_commit": guarded(
             progress,
             f"{label} sync commits",
-            lambda: measure_sync_commits(progress, label, bootstrap, args.partitions, args.seconds),
+            profiled(
+                pid,
+                flames and flames.with_name(f"{flames.name}-sync-commits.svg"),
+                lambda: measure_sync_commits(
+                    progress, label, bootstrap, args.partitions, args.seconds
+                ),
+            ),
         ),
         "async_commit": guarded(
             progress,
             f"{label} async commits",
-            lambda: measure_async_commits(
-                progress, label, bootstrap, args.partitions, args.seconds, args.window
+            profiled(
+                pid,
+                flames and flames.with_name(f"{flames.name}-async-commits.svg"),
+                lambda: measure_async_commits(
+                    progress, label, bootstrap, args.partitions, args.seconds, args.window
+                ),
             ),
         ),
     }
@@ -327,7 +365,8 @@ def measure(
 def measure_gateway(progress: Progress, scratch: Path, args: argparse.Namespace) -> dict[str, Any]:
     gateway = GatewayProcess(scratch / "gw").start()
     try:
-        numbers = measure(progress, "gateway", gateway.bootstrap, args)
+        assert gateway.process is not None
+        numbers = measure(progress, "gateway", gateway.bootstrap, args, gateway.process.pid)
         numbers["log_problems"] = log_problems(gateway)
         return numbers
     finally:
@@ -356,6 +395,9 @@ def main() -> None:
     parser.add_argument("--window", type=int, default=1000, help="async commits outstanding")
     parser.add_argument("--quick", action="store_true", help="1 round, 1 s of commits")
     parser.add_argument("--out", type=Path, default=Path("reports/kafka-groups"))
+    parser.add_argument(
+        "--flame-graphs", action="store_true", help="profile the gateway's commits (py-spy)"
+    )
     args = parser.parse_args()
     if args.quick:
         args.rounds, args.seconds = 1, 1.0
