@@ -393,6 +393,12 @@ def measure_server(
             "server_cpu_us_per_msg": server_cpu / messages * 1e6,
             "client_cpu_s": client_cpu,
         }
+        latencies = [r["confirm_ms"] for r in results if r.get("confirm_ms")]
+        if latencies:
+            # each process's publish-to-confirm percentiles; the slowest process's stand
+            numbers[phase]["confirm_ms"] = {
+                name: max(float(item[name]) for item in latencies) for name in latencies[0]
+            }
         if flame.path is not None:
             numbers[phase]["flame_graph"] = str(flame.path)
         elif flame.error is not None and flames is not None:
@@ -504,11 +510,13 @@ def main() -> None:
 
 def report(results: dict[str, Any], settings: Settings, out: Path) -> None:
     servers: dict[str, dict[str, Any]] = results["servers"]
-    metrics = {
+    metrics: dict[str, tuple[str, ...]] = {
         "publish msg/s": ("publish", "msg_per_s"),
         "publish MB/s": ("publish", "mb_per_s"),
         "consume msg/s": ("consume", "msg_per_s"),
         "consume MB/s": ("consume", "mb_per_s"),
+        "publish confirm p50 ms": ("publish", "confirm_ms", "p50"),
+        "publish confirm p99 ms": ("publish", "confirm_ms", "p99"),
         "server CPU us/msg publish": ("publish", "server_cpu_us_per_msg"),
         "server CPU us/msg consume": ("consume", "server_cpu_us_per_msg"),
         "KiB per idle connection": ("memory", "kib_per_connection"),
@@ -541,7 +549,9 @@ def report(results: dict[str, Any], settings: Settings, out: Path) -> None:
         table.add_row(*(str(v) for v in row.values()))
     results["ratios"] = ratios
     console.print(table)
-    console.print("gateway/RabbitMQ: throughput higher is better, CPU and memory lower is better")
+    console.print(
+        "gateway/RabbitMQ: throughput higher is better; latency, CPU and memory lower is better"
+    )
     for name, numbers in servers.items():
         if "error" in numbers:
             console.print(f"[red]{name}: {numbers['error']}")
@@ -552,8 +562,7 @@ def report(results: dict[str, Any], settings: Settings, out: Path) -> None:
             console.print(f"[yellow]{name} log: {line}")
     charts = []
     for metric in ("publish msg/s", "consume msg/s", "KiB per idle connection"):
-        part, key = metrics[metric]
-        bars = [(n, value(servers[n], part, key)) for n in names]
+        bars = [(n, value(servers[n], *metrics[metric])) for n in names]
         unit = metric.split()[-1] if "/" in metric else "KiB"
         charts.append(bar_chart(metric, [(n, v) for n, v in bars if v is not None], unit))
     json_path, html_path = write_report(out, "AMQP throughput", results, charts, rows)

@@ -12,6 +12,7 @@ refuses ptrace, the block runs unprofiled and the reason is returned in `Flame.e
 from __future__ import annotations
 
 import contextlib
+import re
 import shutil
 import signal
 import subprocess
@@ -65,6 +66,19 @@ def flame_graph(pid: int, path: Path, subprocesses: bool = False) -> Iterator[Fl
             process.kill()
             _, stderr = process.communicate()
         if path.exists() and path.stat().st_size > 0:
+            _make_well_formed(path)
             flame.path = path
         else:
             flame.error = f"py-spy wrote no profile: {(stderr or '').strip()[-300:]}"
+
+
+_NOT_XML = re.compile(rb"[\x00-\x08\x0b\x0c\x0e-\x1f]")
+
+
+def _make_well_formed(path: Path) -> None:
+    """py-spy can name a frame it could not read with NUL octets, which XML forbids (the SVG
+    then shows nowhere): such octets become "?"."""
+    data = path.read_bytes()
+    cleaned = _NOT_XML.sub(b"?", data)
+    if cleaned != data:
+        path.write_bytes(cleaned)
