@@ -27,11 +27,14 @@ test: $(VENV)/.installed-test
 	$(BIN)/ruff format --check pulsar_gateway tests bench
 	$(BIN)/python -m pytest -q -p no:cacheprovider $(ARGS)
 
-bench: $(VENV)/.installed-test
-	$(BIN)/python -m bench.kafka_throughput $(ARGS)
-	$(BIN)/python -m bench.kafka_groups
-	$(BIN)/python -m bench.amqp_throughput
-	$(BIN)/python -m bench.codec_timings
+$(VENV)/.installed-bench: $(VENV)/.installed-test pyproject.toml
+	$(BIN)/pip install -q -e '.[test,bench]'
+	touch $@
+
+# every comparison in one go (about 10 minutes): ratio tables, reports/bench/bench.{json,html}
+# (one self-contained page with charts and flame graphs); ARGS="--quick" for a smoke run
+bench: $(VENV)/.installed-bench
+	$(BIN)/python -m bench.suite $(ARGS)
 
 # about half an hour: migrate and parity at 1M and 10M records
 bench-migration: $(VENV)/.installed-test

@@ -18,6 +18,7 @@ golang-github-rabbitmq-amqp091-go-dev, installed with apt-get when missing).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -36,6 +37,7 @@ from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
+from bench.flame import Flame, flame_graph
 from bench.report import bar_chart, write_report
 from tests.support.gateway_process import GatewayProcess
 from tests.support.rabbitmq_process import RabbitMQProcess
@@ -305,10 +307,17 @@ def idle_connections(
 
 
 def measure_server(
-    progress: Progress, name: str, url: str, binary: Path, settings: Settings, pids: list[int]
+    progress: Progress,
+    name: str,
+    url: str,
+    binary: Path,
+    settings: Settings,
+    pids: list[int],
+    flames: Path | None = None,
 ) -> dict[str, Any]:
     """Memory per idle connection, then confirmed publish, then consume. pids[0] is the
-    process whose RSS is reported; CPU time counts all of pids (gateway: itself, pulsar-lite)."""
+    process whose RSS is reported; CPU time counts all of pids (gateway: itself, pulsar-lite).
+    With `flames`, each phase is profiled (pids[0], py-spy) into `{flames}-{phase}.svg`."""
     s = settings
     numbers: dict[str, Any] = {}
     try:
@@ -317,9 +326,14 @@ def measure_server(
         numbers["memory"] = {"error": str(error)}
         progress.console.print(f"[red]{name}: {error}")
     peak = [rss_kib(pids[0])]
+    started = time.monotonic()
+    timeline: list[list[float]] = []  # [seconds, RSS KiB of each of pids], every 0.5 s
 
     def watch() -> None:
         peak[0] = max(peak[0], rss_kib(pids[0]))
+        now = time.monotonic() - started
+        if not timeline or now - timeline[-1][0] >= 0.5:
+            timeline.append([round(now, 2), *(rss_kib(pid) for pid in pids)])
 
     prefix = f"bench-{name}-{time.time_ns()}"
     per_publisher = split(s.messages, s.publishers)
@@ -343,8 +357,14 @@ def measure_server(
     for phase, commands in phases.items():
         cpu_before = [cpu_seconds([pid]) for pid in pids]
         client_before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        profile = (
+            flame_graph(pids[0], flames.with_name(f"{flames.name}-{phase}.svg"))
+            if flames is not None
+            else contextlib.nullcontext(Flame())
+        )
         try:
-            results = run_phase(progress, f"{name}: {phase}", commands, s.messages, watch)
+            with profile as flame:
+                results = run_phase(progress, f"{name}: {phase}", commands, s.messages, watch)
         except Exception as error:  # noqa: BLE001 - reported, the run goes on
             numbers[phase] = {"error": str(error)}
             progress.console.print(f"[red]{name}: {error}")
@@ -373,19 +393,32 @@ def measure_server(
             "server_cpu_us_per_msg": server_cpu / messages * 1e6,
             "client_cpu_s": client_cpu,
         }
+        latencies = [r["confirm_ms"] for r in results if r.get("confirm_ms")]
+        if latencies:
+            # each process's publish-to-confirm percentiles; the slowest process's stand
+            numbers[phase]["confirm_ms"] = {
+                name: max(float(item[name]) for item in latencies) for name in latencies[0]
+            }
+        if flame.path is not None:
+            numbers[phase]["flame_graph"] = str(flame.path)
+        elif flame.error is not None and flames is not None:
+            numbers[phase]["flame_graph_error"] = flame.error
     numbers["rss_peak_kib"] = peak[0]
+    numbers["rss_timeline_kib"] = timeline
     return numbers
 
 
 def measure_gateway(
-    progress: Progress, scratch: Path, binary: Path, settings: Settings
+    progress: Progress, scratch: Path, binary: Path, settings: Settings, flames: Path | None
 ) -> dict[str, Any]:
     gateway = GatewayProcess(scratch / "gateway").start()
     try:
         assert gateway.process is not None
         pids = [gateway.process.pid, gateway.broker_pid()]
         broker_before = rss_kib(pids[1])
-        numbers = measure_server(progress, "gateway", gateway.amqp_url, binary, settings, pids)
+        numbers = measure_server(
+            progress, "gateway", gateway.amqp_url, binary, settings, pids, flames
+        )
         numbers["broker_rss_kib"] = {"before": broker_before, "after": rss_kib(pids[1])}
         numbers["log_problems"] = log_problems(gateway)
         return numbers
@@ -394,7 +427,7 @@ def measure_gateway(
 
 
 def measure_rabbitmq(
-    progress: Progress, scratch: Path, binary: Path, settings: Settings
+    progress: Progress, scratch: Path, binary: Path, settings: Settings, _: Path | None
 ) -> dict[str, Any]:
     task = progress.add_task("rabbitmq: starting", total=None)
     rabbit = RabbitMQProcess(scratch / "rabbitmq").start()
@@ -431,7 +464,11 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="tiny sizes, for a smoke run")
     parser.add_argument("--only", choices=["gateway", "rabbitmq"], help="skip the other server")
     parser.add_argument("--out", type=Path, default=Path("reports/amqp-throughput"))
+    parser.add_argument(
+        "--flame-graphs", action="store_true", help="profile the gateway's phases (py-spy)"
+    )
     args = parser.parse_args()
+    flames = args.out.with_name(f"{args.out.name}-gateway") if args.flame_graphs else None
     if args.quick:
         args.messages, args.connections = min(args.messages, 4000), min(args.connections, 50)
     settings = Settings(
@@ -463,7 +500,7 @@ def main() -> None:
         for name, measure in servers.items():
             if args.only in (None, name):
                 try:
-                    results["servers"][name] = measure(progress, scratch, binary, settings)
+                    results["servers"][name] = measure(progress, scratch, binary, settings, flames)
                 except Exception as error:  # noqa: BLE001 - reported, the run goes on
                     progress.console.print(f"[red]{name}: {error}")
                     results["servers"][name] = {"error": str(error)}
@@ -473,11 +510,13 @@ def main() -> None:
 
 def report(results: dict[str, Any], settings: Settings, out: Path) -> None:
     servers: dict[str, dict[str, Any]] = results["servers"]
-    metrics = {
+    metrics: dict[str, tuple[str, ...]] = {
         "publish msg/s": ("publish", "msg_per_s"),
         "publish MB/s": ("publish", "mb_per_s"),
         "consume msg/s": ("consume", "msg_per_s"),
         "consume MB/s": ("consume", "mb_per_s"),
+        "publish confirm p50 ms": ("publish", "confirm_ms", "p50"),
+        "publish confirm p99 ms": ("publish", "confirm_ms", "p99"),
         "server CPU us/msg publish": ("publish", "server_cpu_us_per_msg"),
         "server CPU us/msg consume": ("consume", "server_cpu_us_per_msg"),
         "KiB per idle connection": ("memory", "kib_per_connection"),
@@ -510,7 +549,9 @@ def report(results: dict[str, Any], settings: Settings, out: Path) -> None:
         table.add_row(*(str(v) for v in row.values()))
     results["ratios"] = ratios
     console.print(table)
-    console.print("gateway/RabbitMQ: throughput higher is better, CPU and memory lower is better")
+    console.print(
+        "gateway/RabbitMQ: throughput higher is better; latency, CPU and memory lower is better"
+    )
     for name, numbers in servers.items():
         if "error" in numbers:
             console.print(f"[red]{name}: {numbers['error']}")
@@ -521,8 +562,7 @@ def report(results: dict[str, Any], settings: Settings, out: Path) -> None:
             console.print(f"[yellow]{name} log: {line}")
     charts = []
     for metric in ("publish msg/s", "consume msg/s", "KiB per idle connection"):
-        part, key = metrics[metric]
-        bars = [(n, value(servers[n], part, key)) for n in names]
+        bars = [(n, value(servers[n], *metrics[metric])) for n in names]
         unit = metric.split()[-1] if "/" in metric else "KiB"
         charts.append(bar_chart(metric, [(n, v) for n, v in bars if v is not None], unit))
     json_path, html_path = write_report(out, "AMQP throughput", results, charts, rows)

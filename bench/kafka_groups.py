@@ -31,6 +31,7 @@ from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
+from bench.flame import Flame, flame_graph
 from bench.report import bar_chart, write_report
 from tests.support.gateway_process import GatewayProcess
 from tests.support.tansu_process import TansuProcess
@@ -199,11 +200,14 @@ def measure_sync_commits(
     task = progress.add_task(f"{label}: sync commits", total=seconds)
     count, errors = 0, 0
     last: list[TopicPartition] = []
+    took: list[float] = []
     try:
         start = time.perf_counter()
         while (elapsed := time.perf_counter() - start) < seconds:
             last = offsets(count, partitions)
+            before = time.perf_counter()
             result = consumer.commit(offsets=last, asynchronous=False)
+            took.append(time.perf_counter() - before)
             errors += sum(1 for tp in result or [] if tp.error is not None)
             count += 1
             if count % 50 == 0:
@@ -219,7 +223,17 @@ def measure_sync_commits(
         "per_s": count / elapsed,
         "partition_errors": errors,
         "read_back_ok": verified,
+        "latency_ms": percentiles_ms(took),
     }
+
+
+def percentiles_ms(seconds: list[float]) -> dict[str, float]:
+    """p50, p90, p99 and max of these durations, in milliseconds."""
+    if not seconds:
+        return {}
+    ordered = sorted(seconds)
+    pick = {"p50": 0.50, "p90": 0.90, "p99": 0.99, "max": 1.0}
+    return {name: ordered[int(q * (len(ordered) - 1))] * 1000 for name, q in pick.items()}
 
 
 def measure_async_commits(
@@ -293,9 +307,36 @@ def guarded(progress: Progress, label: str, run: Callable[[], dict[str, Any]]) -
         return {"error": str(error)}
 
 
+def profiled(
+    pid: int | None, path: Path | None, run: Callable[[], dict[str, Any]]
+) -> Callable[[], dict[str, Any]]:
+    """`run`, with the server `pid` profiled into `path` (py-spy) when both are given."""
+
+    def go() -> dict[str, Any]:
+        if pid is None or path is None:
+            return run()
+        flame: Flame
+        with flame_graph(pid, path) as flame:
+            numbers = run()
+        if flame.path is not None:
+            numbers["flame_graph"] = str(flame.path)
+        elif flame.error is not None:
+            numbers["flame_graph_error"] = flame.error
+        return numbers
+
+    return go
+
+
 def measure(
-    progress: Progress, label: str, bootstrap: str, args: argparse.Namespace
+    progress: Progress,
+    label: str,
+    bootstrap: str,
+    args: argparse.Namespace,
+    pid: int | None = None,
 ) -> dict[str, Any]:
+    """Join, then sync and async commits; with `pid` and --flame-graphs, the commit phases
+    are profiled."""
+    flames = args.out.with_name(f"{args.out.name}-{label}") if args.flame_graphs else None
     try:
         prepare_topic(bootstrap, args.partitions)
     except Exception as error:  # noqa: BLE001 - reported, the run goes on
@@ -312,13 +353,23 @@ def measure(
         "sync_commit": guarded(
             progress,
             f"{label} sync commits",
-            lambda: measure_sync_commits(progress, label, bootstrap, args.partitions, args.seconds),
+            profiled(
+                pid,
+                flames and flames.with_name(f"{flames.name}-sync-commits.svg"),
+                lambda: measure_sync_commits(
+                    progress, label, bootstrap, args.partitions, args.seconds
+                ),
+            ),
         ),
         "async_commit": guarded(
             progress,
             f"{label} async commits",
-            lambda: measure_async_commits(
-                progress, label, bootstrap, args.partitions, args.seconds, args.window
+            profiled(
+                pid,
+                flames and flames.with_name(f"{flames.name}-async-commits.svg"),
+                lambda: measure_async_commits(
+                    progress, label, bootstrap, args.partitions, args.seconds, args.window
+                ),
             ),
         ),
     }
@@ -327,7 +378,8 @@ def measure(
 def measure_gateway(progress: Progress, scratch: Path, args: argparse.Namespace) -> dict[str, Any]:
     gateway = GatewayProcess(scratch / "gw").start()
     try:
-        numbers = measure(progress, "gateway", gateway.bootstrap, args)
+        assert gateway.process is not None
+        numbers = measure(progress, "gateway", gateway.bootstrap, args, gateway.process.pid)
         numbers["log_problems"] = log_problems(gateway)
         return numbers
     finally:
@@ -342,9 +394,13 @@ def measure_tansu(progress: Progress, _: Path, args: argparse.Namespace) -> dict
         tansu.stop()
 
 
-def number(numbers: dict[str, Any], part: str, key: str) -> float | None:
-    item = numbers.get(part, {}).get(key)
-    return None if item is None else float(item)
+def number(numbers: dict[str, Any], *path: str) -> float | None:
+    item: Any = numbers
+    for key in path:
+        if not isinstance(item, dict) or key not in item:
+            return None
+        item = item[key]
+    return float(item)
 
 
 def main() -> None:
@@ -356,6 +412,9 @@ def main() -> None:
     parser.add_argument("--window", type=int, default=1000, help="async commits outstanding")
     parser.add_argument("--quick", action="store_true", help="1 round, 1 s of commits")
     parser.add_argument("--out", type=Path, default=Path("reports/kafka-groups"))
+    parser.add_argument(
+        "--flame-graphs", action="store_true", help="profile the gateway's commits (py-spy)"
+    )
     args = parser.parse_args()
     if args.quick:
         args.rounds, args.seconds = 1, 1.0
@@ -387,6 +446,8 @@ def report(results: dict[str, Any], args: argparse.Namespace) -> None:
         "join median s": ("join", "median_s"),
         "join max s": ("join", "max_s"),
         "sync commits/s": ("sync_commit", "per_s"),
+        "sync commit p50 ms": ("sync_commit", "latency_ms", "p50"),
+        "sync commit p99 ms": ("sync_commit", "latency_ms", "p99"),
         "async commits/s": ("async_commit", "per_s"),
     }
     table = Table(
@@ -397,15 +458,15 @@ def report(results: dict[str, Any], args: argparse.Namespace) -> None:
         table.add_column(column, justify="right")
     rows: list[dict[str, Any]] = []
     ratios: dict[str, float] = {}
-    for metric, (part, key) in metrics.items():
+    for metric, path in metrics.items():
         row: dict[str, Any] = {"metric": metric}
         for peer, numbers in peers.items():
-            value = number(numbers, part, key)
+            value = number(numbers, *path)
             if value is None:
                 row[peer] = "failed"
             else:
-                row[peer] = f"{value:,.3f}" if metric.endswith(" s") else f"{value:,.0f}"
-        gw, ta = number(peers["gateway"], part, key), number(peers["tansu"], part, key)
+                row[peer] = f"{value:,.3f}" if metric.endswith((" s", " ms")) else f"{value:,.0f}"
+        gw, ta = number(peers["gateway"], *path), number(peers["tansu"], *path)
         if gw is not None and ta:
             ratios[metric] = gw / ta
             row["gateway/tansu"] = f"{gw / ta:.2f}x"
@@ -415,7 +476,7 @@ def report(results: dict[str, Any], args: argparse.Namespace) -> None:
         table.add_row(*(str(v) for v in row.values()))
     results["ratios"] = ratios
     console.print(table)
-    console.print("join: lower is better; commits: higher is better")
+    console.print("join and commit latency: lower is better; commits/s: higher is better")
     for peer, numbers in peers.items():
         if "error" in numbers:
             console.print(f"[red]{peer}: {numbers['error']}")
@@ -438,8 +499,8 @@ def report(results: dict[str, Any], args: argparse.Namespace) -> None:
         ("sync commits/s", "commits/s", 1.0),
         ("async commits/s", "commits/s", 1.0),
     ):
-        part, key = metrics[metric]
-        bars = [(p, number(n, part, key)) for p, n in peers.items()]
+        path = metrics[metric]
+        bars = [(p, number(n, *path)) for p, n in peers.items()]
         title = "Join to settled assignment, median (ms)" if unit == "ms" else metric
         charts.append(bar_chart(title, [(p, v * scale) for p, v in bars if v is not None], unit))
     json_path, html_path = write_report(args.out, "Kafka consumer groups", results, charts, rows)

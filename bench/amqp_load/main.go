@@ -25,6 +25,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"sort"
 	"sync/atomic"
 	"time"
 
@@ -107,6 +108,9 @@ func publish(url, prefix string, queues, messages, size, window int) {
 	tokens := make(chan struct{}, window)
 	var confirmed, nacks int64
 	finished := make(chan struct{})
+	// sent[i] is when message i+1 (its delivery tag) went out; confirms carry the tag
+	sent := make([]int64, messages)
+	latencies := make([]float64, 0, messages)
 	watch(conn, ch)
 	waitForGo()
 	stop := make(chan struct{})
@@ -118,6 +122,10 @@ func publish(url, prefix string, queues, messages, size, window int) {
 			if !c.Ack {
 				nacks++
 			}
+			if c.DeliveryTag >= 1 && c.DeliveryTag <= uint64(messages) {
+				since := time.Now().UnixNano() - atomic.LoadInt64(&sent[c.DeliveryTag-1])
+				latencies = append(latencies, float64(since)/1e6)
+			}
 			if atomic.AddInt64(&confirmed, 1) == int64(messages) {
 				close(finished)
 				return
@@ -127,6 +135,7 @@ func publish(url, prefix string, queues, messages, size, window int) {
 	ctx := context.Background()
 	for i := 0; i < messages; i++ {
 		tokens <- struct{}{}
+		atomic.StoreInt64(&sent[i], time.Now().UnixNano())
 		msg := amqp.Publishing{DeliveryMode: amqp.Persistent, Body: body}
 		if err := ch.PublishWithContext(ctx, "", names[i%queues], false, false, msg); err != nil {
 			fail(err)
@@ -139,8 +148,23 @@ func publish(url, prefix string, queues, messages, size, window int) {
 	close(stop)
 	say(map[string]interface{}{
 		"event": "done", "mode": "publish", "messages": confirmed, "nacks": nacks,
-		"seconds": elapsed,
+		"seconds": elapsed, "confirm_ms": percentiles(latencies),
 	})
+}
+
+// percentiles of publish-to-confirm times in milliseconds (a confirm of multiple=true
+// settles every earlier tag at once: each counts with the time it was settled).
+func percentiles(values []float64) map[string]float64 {
+	out := map[string]float64{}
+	if len(values) == 0 {
+		return out
+	}
+	sort.Float64s(values)
+	for name, q := range map[string]float64{"p50": 0.50, "p90": 0.90, "p99": 0.99, "max": 1.0} {
+		index := int(q * float64(len(values)-1))
+		out[name] = values[index]
+	}
+	return out
 }
 
 func consume(url, queue string, messages, prefetch, ackEvery int, timeout time.Duration) {

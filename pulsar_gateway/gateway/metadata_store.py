@@ -4,8 +4,16 @@ A keyed changelog topic in a system namespace: loaded into memory at start
 (table-view style, last write per key wins) and appended to on every change, so
 the state survives a gateway restart and can be shared by several gateways.
 Values are JSON; a delete is a message with the `deleted` property. Writes are not
-batched: a commit or a declare waits for them, and the batching delay would be most
-of that wait.
+batched by the Pulsar producer: a commit or a declare waits for them, and the batching
+delay would be most of that wait.
+
+Group commit, as a database's log does it: the changes of every write started in one
+event-loop turn (the offset commits a pipelining client sent in one read, the commits of
+many groups at once) go out as ONE record, so they share one durable append and one
+round trip, and each writer returns once that record is stored. A group of one key is
+written as the plain per-key record; a group of several is a `changes` record whose
+payload maps each key to `[value]` (set) or `[]` (deleted), applied in log order on load
+like the per-key records (docs/architecture.md, "Metadata store").
 
 The log must stay cheap to load whatever its history, on a backend without compaction
 or deletion (pulsar-lite, docs/backend.md), so:
@@ -44,6 +52,7 @@ import contextlib
 import json
 import logging
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 from pulsar_gateway.gateway.backend.pulsar_backend import BackendError, PulsarBackend
@@ -58,7 +67,7 @@ CHUNK_BYTES = 1024 * 1024  # ...fewer when they would make a chunk bigger than t
 TAIL_WINDOW = 64  # pointer records read before the marker, before reading them all
 
 DELETED = "deleted"
-CONTROL = "__gw.meta"  # marker | begin | chunk | end
+CONTROL = "__gw.meta"  # marker | begin | chunk | end | changes
 PART_OF = "__gw.snapshot"  # chunk and end records: the id of their snapshot's begin
 INDEX = "__gw.chunk"  # a chunk's number; on the end record, how many chunks there are
 RESERVED_KEY = "__gw.metadata__"
@@ -69,6 +78,14 @@ class _Gone:
 
 
 GONE = _Gone()
+
+
+@dataclass(slots=True)
+class _Group:
+    """The changes of the writes of one event-loop turn, appended as one record."""
+
+    changes: list[tuple[str, Any]]
+    outcome: asyncio.Future[BaseException | None]
 
 
 def _encode(value: Any) -> bytes:
@@ -95,6 +112,24 @@ def _chunks(items: list[tuple[str, Any]], keys: int, max_bytes: int) -> Iterator
             parts += [part[half:], part[:half]]
             continue
         yield payload
+
+
+def _records(changes: list[tuple[str, Any]]) -> list[OutMessage]:
+    """The log records of a group of changes, in order: the plain per-key record for one
+    key; for several, `changes` records of at most CHUNK_KEYS keys and about CHUNK_BYTES.
+    A key changed twice in the group keeps its last change (only the last one counts on
+    load either way)."""
+    if len(changes) == 1:
+        key, value = changes[0]
+        if value is GONE:
+            return [OutMessage(b"", key=key, properties={DELETED: "1"})]
+        return [OutMessage(_encode(value), key=key)]
+    latest = {key: [] if value is GONE else [value] for key, value in changes}
+    properties = {DELETED: "1", CONTROL: "changes"}
+    return [
+        OutMessage(payload, key=RESERVED_KEY, properties=properties)
+        for payload in _chunks(list(latest.items()), CHUNK_KEYS, CHUNK_BYTES)
+    ]
 
 
 class MetadataStore:
@@ -127,6 +162,9 @@ class MetadataStore:
         # per key, the outcome (None or the error) of its write in flight
         self._in_flight: dict[str, asyncio.Future[BaseException | None]] = {}
         self._unsure: set[str] = set()  # keys whose last write failed
+        self._group: _Group | None = None  # changes waiting for this loop turn's append
+        self._group_sends: set[asyncio.Task[Any]] = set()
+        self.groups_appended = 0  # group records (of several keys) this store appended
         self.appended = 0  # records this store appended
         self.loaded_records = 0  # records its load read
         self.unreadable_records = 0  # records its load skipped: not JSON
@@ -227,6 +265,14 @@ class MetadataStore:
                             changes[message.key] = json.loads(message.payload or b"null")
                         except ValueError:
                             self._unreadable(message.key)
+                    elif kind == "changes":
+                        try:
+                            group = json.loads(message.payload or b"{}")
+                        except ValueError:
+                            self._unreadable(RESERVED_KEY)
+                            continue
+                        for key, value in group.items():
+                            changes[key] = value[0] if isinstance(value, list) and value else GONE
                     elif newest and properties.get(PART_OF) == newest:
                         if kind == "chunk":
                             base.update(json.loads(message.payload or b"{}"))
@@ -293,9 +339,9 @@ class MetadataStore:
         return bool(old == value) and _encode(old) == _encode(value)
 
     async def _write(self, changes: dict[str, Any]) -> None:
-        """Append the changes that change something, in one send; GONE deletes a key."""
-        messages: list[OutMessage] = []
-        keys: list[str] = []
+        """Append the changes that change something, with this loop turn's other writes in
+        one record (group commit); GONE deletes a key. Durable once this returns."""
+        new: list[tuple[str, Any]] = []
         earlier: list[asyncio.Future[BaseException | None]] = []
         for key, value in changes.items():
             if self._holds(key, value):
@@ -304,24 +350,56 @@ class MetadataStore:
                 continue
             if value is GONE:
                 self._unset(key)
-                messages.append(OutMessage(b"", key=key, properties={DELETED: "1"}))
             else:
-                payload = _encode(value)
                 self._set(key, value)
-                messages.append(OutMessage(payload, key=key))
-            keys.append(key)
-        if messages:
-            await self._append(messages, keys)
+            new.append((key, value))
+        if new:
+            earlier.append(self._join_group(new))
         for outcome in earlier:
             error = await asyncio.shield(outcome)
+            if isinstance(error, BackendError):
+                raise error
             if error is not None:
-                raise BackendError(f"metadata write failed: {error}")
+                raise BackendError(f"metadata write failed: {error}") from error
+
+    def _join_group(self, changes: list[tuple[str, Any]]) -> asyncio.Future[BaseException | None]:
+        """Add changes to this loop turn's group; its outcome is theirs (and, while in
+        flight, that of identical puts of the same keys)."""
+        group = self._group
+        if group is None:
+            loop = asyncio.get_running_loop()
+            group = self._group = _Group([], loop.create_future())
+            loop.call_soon(self._send_group)
+        group.changes += changes
+        for key, _ in changes:
+            self._in_flight[key] = group.outcome
+        return group.outcome
+
+    def _send_group(self) -> None:
+        group, self._group = self._group, None
+        if group is None:
+            return
+        keys = [key for key, _ in group.changes]
+        send = asyncio.ensure_future(self._append(_records(group.changes), keys, group.outcome))
+        self._group_sends.add(send)  # the loop keeps only weak references to tasks
+        send.add_done_callback(self._group_sent)
+        if len(group.changes) > 1:
+            self.groups_appended += 1
+
+    def _group_sent(self, send: asyncio.Task[Any]) -> None:
+        self._group_sends.discard(send)
+        if not send.cancelled():
+            send.exception()  # the writers heard of it through the group's outcome
 
     async def _append(
-        self, messages: list[OutMessage], keys: list[str]
+        self,
+        messages: list[OutMessage],
+        keys: list[str],
+        outcome: asyncio.Future[BaseException | None] | None = None,
     ) -> tuple[MessageKey, MessageKey]:
         """Send in order; while in flight, the keys' identical puts wait for the outcome."""
-        outcome: asyncio.Future[BaseException | None] = asyncio.get_running_loop().create_future()
+        if outcome is None:
+            outcome = asyncio.get_running_loop().create_future()
         for key in keys:
             self._in_flight[key] = outcome
         error: BaseException | None = None
@@ -339,8 +417,9 @@ class MetadataStore:
             for key in keys:
                 if self._in_flight.get(key) is outcome:
                     del self._in_flight[key]
-            self.appended += len(messages)
-            self._since += len(messages)
+            # counted in keys: what a load reads after the snapshot stays bounded in keys
+            self.appended += max(len(messages), len(keys))
+            self._since += max(len(messages), len(keys))
             self._maybe_snapshot()
 
     async def _append_control(

@@ -4,8 +4,10 @@ reads whatever the history. Against the real embedded broker and a real gateway.
 from __future__ import annotations
 
 import asyncio
+import json
 import uuid
 from collections.abc import Iterator
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +19,8 @@ from pulsar_gateway.gateway.backend.pulsar_backend import PulsarBackend
 from pulsar_gateway.gateway.config import DEFAULT_METADATA_NAMESPACE
 from pulsar_gateway.gateway.messages import OutMessage
 from pulsar_gateway.gateway.metadata_store import MetadataStore
+from pulsar_gateway.handlers.kafka.port import CommittedOffset
+from pulsar_gateway.storage.kafka.group_offsets import offset_record
 from tests.support.gateway_process import GatewayProcess, free_port
 from tests.support.metadata_history import populate, settled, start_up
 
@@ -37,23 +41,32 @@ def _namespace() -> str:
     return f"public/meta-{uuid.uuid4().hex[:8]}"
 
 
-async def _keys_in_log(backend: PulsarBackend, topic: str) -> list[str]:
-    """Keys of the log's data records (not the store's own control records), in order, read
-    up to a record appended now."""
+async def _data_records(backend: PulsarBackend, topic: str) -> list[list[str]]:
+    """The keys of each data record of the log (a per-key record or a group commit's
+    `changes` record; not the store's other control records), in order, read up to a record
+    appended now."""
     end, _ = await backend.send(topic, [OutMessage(b"", key=END, properties={"deleted": "1"})])
     stream = await backend.open_reader(topic)
-    keys: list[str] = []
+    records: list[list[str]] = []
     try:
         while True:
             batch = await stream.read_batch(5000, timeout=10, expect_more=True)
             assert batch, f"{topic} did not reach its end"
             for message in batch:
                 if message.id >= end:
-                    return keys
-                if "__gw.meta" not in message.properties and message.key != END:
-                    keys.append(message.key)
+                    return records
+                kind = message.properties.get("__gw.meta")
+                if kind == "changes":
+                    records.append(list(json.loads(message.payload or b"{}")))
+                elif kind is None and message.key != END:
+                    records.append([message.key])
     finally:
         await stream.close()
+
+
+async def _keys_in_log(backend: PulsarBackend, topic: str) -> list[str]:
+    """Keys of the log's data records, in order (a group record's keys in its order)."""
+    return [key for record in await _data_records(backend, topic) for key in record]
 
 
 async def _loaded(backend: PulsarBackend, namespace: str) -> MetadataStore:
@@ -95,6 +108,41 @@ def test_unchanged_values_append_nothing(broker_url: str) -> None:
             "kafka-group/g/offsets/t": offset,
             "b": True,
         }
+        await backend.close()
+
+    asyncio.run(scenario())
+
+
+def test_writes_of_one_loop_turn_share_one_durable_append(broker_url: str) -> None:
+    """Group commit: the commits of many groups (and a delete, and a put of one key) made
+    in one event-loop turn become one log record; each writer returns once it is stored,
+    and a load sees every change. Writes in later turns get records of their own."""
+
+    async def scenario() -> None:
+        backend = PulsarBackend(broker_url)
+        await backend.start()
+        namespace = _namespace()
+        store = await _loaded(backend, namespace)
+        await store.put("gone", 1)
+        writes = [store.put_many({f"g/{i}/a": i, f"g/{i}/b": -i}) for i in range(50)]
+        writes += [store.delete("gone"), store.put("solo", "x"), store.put("g/0/a", 100)]
+        await asyncio.gather(*writes)
+        await store.put("after", 1)
+        records = await _data_records(backend, store.topic)
+        assert len(records) == 3, "one record for the first put, one group, one after"
+        assert records[0] == ["gone"] and records[2] == ["after"]
+        assert sorted(records[1]) == sorted(
+            {f"g/{i}/{k}" for i in range(50) for k in "ab"}
+            | {
+                "gone",
+                "solo",
+            }
+        )
+        assert store.groups_appended == 1
+        again = await _loaded(backend, namespace)
+        assert dict(again.items("")) == dict(store.items(""))
+        assert again.get("g/0/a") == 100, "the later write of a key in a group wins"
+        assert again.get("gone") is None and again.get("solo") == "x"
         await backend.close()
 
     asyncio.run(scenario())
@@ -245,3 +293,10 @@ def test_start_up_after_a_long_history_takes_as_long_as_after_a_short_one(
     )
     assert long_read < 25_000
     assert long - short < 2.0
+
+
+def test_committed_offset_record_has_every_field() -> None:
+    """The group offset store writes its records by hand (asdict's deep copy cost more than
+    the rest of a commit): a field added to CommittedOffset must not be left out."""
+    entry = CommittedOffset(7, "meta", 123, 4)
+    assert offset_record(entry) == asdict(entry)

@@ -14,7 +14,7 @@ knowledge beyond these shapes.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Hashable, Iterable
+from collections.abc import Awaitable, Collection, Hashable, Iterable
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
@@ -111,9 +111,10 @@ class BrokerStore(Protocol):
 
     async def remove_binding(self, vhost: str, binding: Binding) -> None: ...
 
-    async def publish(self, vhost: str, queues: Collection[str], message: AmqpMessage) -> None:
-        """Append one copy to each queue; returns once every copy is stored,
-        which is when a publisher confirm may be sent."""
+    def publish(self, vhost: str, queues: Collection[str], message: AmqpMessage) -> Awaitable[None]:
+        """Append one copy to each queue; done once every copy is stored, which is when a
+        publisher confirm may be sent. A store may return a Future (no task per publish,
+        the hot path's cost) or be a coroutine function."""
         ...
 
     async def open_queue(self, vhost: str, queue: str) -> QueueReader:

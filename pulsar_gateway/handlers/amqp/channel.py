@@ -39,6 +39,17 @@ class ChannelConnection(Protocol):
         self, channel: int, method: base.Frame, body: bytes, properties_raw: bytes
     ) -> None: ...
 
+    def send_deliver(
+        self,
+        channel: int,
+        consumer_tag: str,
+        delivery_tag: int,
+        redelivered: bool,
+        message: AmqpMessage,
+    ) -> None:
+        """basic.deliver of a stored message with its content (the hot path's encoder)."""
+        ...
+
     def has_write_room(self) -> bool:
         """False while output waits for the peer; the connection resumes the
         channels' deliveries itself once there is room again."""
@@ -239,15 +250,7 @@ class Channel:
             self.unacked[tag] = Unacked(tag, engine, delivery, consumer)
             consumer.unacked += 1
         message = delivery.message
-        method = make_method(
-            commands.Basic.Deliver,
-            consumer_tag=consumer.tag,
-            delivery_tag=tag,
-            redelivered=redelivered,
-            exchange=message.exchange,
-            routing_key=message.routing_key,
-        )
-        self.connection.send_content(self.number, method, message.body, message.properties_raw)
+        self.connection.send_deliver(self.number, consumer.tag, tag, redelivered, message)
         if self.awaiting_delivery:
             self._delivered(message)
 

@@ -161,6 +161,26 @@ class ConnectionBroker:
         if self.connection.send_content(channel, method, body, properties_raw):
             self.request_flush()
 
+    def send_deliver(
+        self,
+        channel: int,
+        consumer_tag: str,
+        delivery_tag: int,
+        redelivered: bool,
+        message: AmqpMessage,
+    ) -> None:
+        if self.connection.send_deliver(
+            channel,
+            consumer_tag,
+            delivery_tag,
+            redelivered,
+            message.exchange,
+            message.routing_key,
+            message.body,
+            message.properties_raw,
+        ):
+            self.request_flush()
+
     def has_write_room(self) -> bool:
         """Whether deliveries may go out now: not while the write buffer is full.
         The first refusal tells the socket side, once, until `resume_deliveries`."""

@@ -58,6 +58,7 @@ from pulsar_gateway.handlers.amqp.frames import (
     MethodFrame,
     check_protocol_header,
     encode_content,
+    encode_deliver,
     encode_method,
     encode_properties,
     make_method,
@@ -329,6 +330,34 @@ class AmqpConnection:
             return False
         raw = properties_raw if properties_raw is not None else encode_properties(properties)
         self._out += encode_content(channel, method, body, raw, self.frame_max)
+        return True
+
+    def send_deliver(
+        self,
+        channel: int,
+        consumer_tag: str,
+        delivery_tag: int,
+        redelivered: bool,
+        exchange: str,
+        routing_key: str,
+        body: bytes,
+        properties_raw: bytes,
+    ) -> bool:
+        """Queue basic.deliver with its content: `send_content`'s octets, on the fast path
+        (frames.encode_deliver) that every consumed message takes."""
+        if not self._usable(channel):
+            return False
+        self._out += encode_deliver(
+            channel,
+            consumer_tag,
+            delivery_tag,
+            redelivered,
+            exchange,
+            routing_key,
+            body,
+            properties_raw,
+            self.frame_max,
+        )
         return True
 
     def send_error(self, channel: int, error: AmqpError) -> list[Event]:

@@ -191,6 +191,10 @@ def method_class(class_id: int, method_id: int) -> type[base.Frame] | None:
 
 
 def _decode_method(channel: int, payload: bytes) -> MethodFrame:
+    if payload[:4] == _PUBLISH_ID:
+        publish = _fast_publish(payload)
+        if publish is not None:
+            return MethodFrame(channel, publish)
     if len(payload) < 4:
         raise AmqpError(
             ReplyCode.FRAME_ERROR, f"type {FRAME_METHOD}, {_octets(payload)}: unknown_frame"
@@ -228,6 +232,9 @@ def _decode_header(channel: int, payload: bytes) -> HeaderFrame:
     if class_id != BASIC_CLASS_ID:
         # Only basic has content; the assembler reports the mismatch as 505.
         return HeaderFrame(channel, class_id, weight, body_size, None, raw)
+    properties = _fast_properties(raw)
+    if properties is not None:
+        return HeaderFrame(channel, class_id, weight, body_size, properties, raw)
     try:
         _check_properties(raw)
         _, _, header = pamqp_frame.unmarshal(_frame_bytes(FRAME_HEADER, channel, payload))
@@ -239,6 +246,124 @@ def _decode_header(channel: int, payload: bytes) -> HeaderFrame:
         ) from exc
     assert isinstance(header, ContentHeader)
     return HeaderFrame(channel, class_id, weight, body_size, header.properties, raw)
+
+
+# --- the fast path of the message frames ----------------------------------------------
+
+_PUBLISH = commands.Basic.Publish
+_DELIVER = commands.Basic.Deliver
+_PROPERTIES = commands.Basic.Properties
+_PUBLISH_ID = _U32.pack(_PUBLISH.index)
+_DELIVER_ID = _U32.pack(_DELIVER.index)
+_TICKET = _U16  # pamqp decodes "short" unsigned
+_DELIVERY_TAG = struct.Struct(">q")  # and its "longlong" too
+# Properties the fast path reads: (flag bit, name, is a short string (else an octet)),
+# in wire order. headers (a table) and timestamp (a datetime) go through pamqp.
+_SIMPLE_PROPERTIES = tuple(
+    (_PROPERTIES.flags[name], name, _PROPERTIES.amqp_type(name) == "shortstr")
+    for name in _PROPERTIES.__slots__
+    if _PROPERTIES.amqp_type(name) in ("shortstr", "octet")
+)
+_SIMPLE_FLAGS = sum(bit for bit, _, _ in _SIMPLE_PROPERTIES)
+_NO_PROPERTIES = dict(_PROPERTIES())  # pamqp's defaults (cluster_id is "", not None)
+
+
+def _fast_publish(payload: bytes) -> commands.Basic.Publish | None:
+    """basic.publish as pamqp decodes it, or None to take the checked path (a layout
+    that does not fit exactly, or names that are not UTF-8: the slow path words it)."""
+    end = len(payload)
+    if end < 9:
+        return None
+    pos = 7 + payload[6]
+    if pos >= end:
+        return None
+    exchange = payload[7:pos]
+    start = pos + 1
+    pos = start + payload[pos]
+    if pos + 1 != end:
+        return None
+    try:
+        exchange_name = exchange.decode()
+        routing_key = payload[start:pos].decode()
+    except UnicodeDecodeError:
+        return None
+    bits = payload[pos]
+    method = object.__new__(_PUBLISH)
+    method.ticket = _TICKET.unpack_from(payload, 4)[0]
+    method.exchange = exchange_name
+    method.routing_key = routing_key
+    method.mandatory = bool(bits & 1)
+    method.immediate = bool(bits & 2)
+    return method
+
+
+def _fast_properties(raw: bytes) -> commands.Basic.Properties | None:
+    """Basic properties made of short strings and octets only (what most publishers
+    send: delivery mode, content type, ids), as pamqp decodes them; None otherwise."""
+    if len(raw) < 2:
+        return None
+    flags = _U16.unpack_from(raw)[0]
+    if flags & ~_SIMPLE_FLAGS & 0xFFFF:
+        return None  # a table, a timestamp or the continuation bit: the checked path
+    values = dict(_NO_PROPERTIES)
+    pos, end = 2, len(raw)
+    try:
+        for bit, name, is_string in _SIMPLE_PROPERTIES:
+            if not flags & bit:
+                continue
+            if pos >= end:
+                return None
+            if is_string:
+                start = pos + 1
+                pos = start + raw[pos]
+                if pos > end:
+                    return None
+                values[name] = raw[start:pos].decode()
+            else:
+                values[name] = raw[pos]
+                pos += 1
+    except UnicodeDecodeError:
+        return None
+    if pos != end:
+        return None
+    properties = object.__new__(_PROPERTIES)
+    for name, value in values.items():
+        setattr(properties, name, value)
+    return properties
+
+
+def encode_deliver(
+    channel: int,
+    consumer_tag: str,
+    delivery_tag: int,
+    redelivered: bool,
+    exchange: str,
+    routing_key: str,
+    body: bytes,
+    properties_raw: bytes,
+    frame_max: int,
+) -> bytes:
+    """basic.deliver with its content: the octets `encode_content` gives for the same
+    method, without building the pamqp object and walking its fields."""
+    tag = consumer_tag.encode()
+    exchange_octets = exchange.encode()
+    key = routing_key.encode()
+    fields = b"".join(
+        (
+            _DELIVER_ID,
+            bytes((len(tag),)),
+            tag,
+            _DELIVERY_TAG.pack(delivery_tag),
+            b"\x01" if redelivered else b"\x00",
+            bytes((len(exchange_octets),)),
+            exchange_octets,
+            bytes((len(key),)),
+            key,
+        )
+    )
+    return _content_frames(
+        channel, _frame_bytes(FRAME_METHOD, channel, fields), body, properties_raw, frame_max
+    )
 
 
 # --- wire layout checks ---------------------------------------------------------------
@@ -458,8 +583,26 @@ def encode_content(
     frame_max: int,
 ) -> bytes:
     """Method, content header and body frames split to fit `frame_max`."""
+    return _content_frames(channel, encode_method(channel, method), body, properties_raw, frame_max)
+
+
+def _content_frames(
+    channel: int, method_frame: bytes, body: bytes, properties_raw: bytes, frame_max: int
+) -> bytes:
+    if frame_max == 0 or len(body) <= frame_max - EMPTY_FRAME_SIZE:
+        # one body frame (or none): the common case, in one join
+        header = _CONTENT_HEADER.pack(BASIC_CLASS_ID, 0, len(body)) + properties_raw
+        parts = [
+            method_frame,
+            _FRAME_HEADER.pack(FRAME_HEADER, channel, len(header)),
+            header,
+            b"\xce",
+        ]
+        if body:
+            parts += (_FRAME_HEADER.pack(FRAME_BODY, channel, len(body)), body, b"\xce")
+        return b"".join(parts)
     parts = [
-        encode_method(channel, method),
+        method_frame,
         _frame_bytes(
             FRAME_HEADER,
             channel,

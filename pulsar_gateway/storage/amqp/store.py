@@ -60,6 +60,7 @@ P_PROPERTIES = "amqp.properties"
 P_TIMESTAMP = "amqp.timestamp"
 P_EXPIRATION = "amqp.expiration"
 P_PERSISTENT = "amqp.persistent"
+TOPIC_CACHE_SIZE = 10_000  # (vhost, queue) -> topic names kept; cleared when full
 
 
 def _table(arguments: Any) -> str:
@@ -180,6 +181,7 @@ class PulsarAmqpStore:
         self.reserved = reserved or ReservedNamespaces()
         self.consumers = QueueConsumers(backend, receiver_queue_size)
         self.sends = GroupedSends(backend)
+        self._topics: dict[tuple[str, str], str] = {}
 
     # --- names ------------------------------------------------------------------------
 
@@ -187,7 +189,14 @@ class PulsarAmqpStore:
         return f"{self.tenant}/{namespace_of(vhost)}"
 
     def topic(self, vhost: str, queue: str) -> str:
-        return f"persistent://{self.namespace(vhost)}/{escape(queue)}"
+        """Every publish asks: the escaped names are kept (a bounded cache)."""
+        key = (vhost, queue)
+        topic = self._topics.get(key)
+        if topic is None:
+            if len(self._topics) >= TOPIC_CACHE_SIZE:
+                self._topics.clear()
+            topic = self._topics[key] = f"persistent://{self.namespace(vhost)}/{escape(queue)}"
+        return topic
 
     @staticmethod
     def _key(vhost: str, kind: str, name: str = "") -> str:
@@ -320,7 +329,10 @@ class PulsarAmqpStore:
 
     # --- messages ---------------------------------------------------------------------
 
-    async def publish(self, vhost: str, queues: Collection[str], message: AmqpMessage) -> None:
+    def publish(
+        self, vhost: str, queues: Collection[str], message: AmqpMessage
+    ) -> asyncio.Future[Any]:
+        """A future, not a coroutine: the vhost waits on it without a task per publish."""
         properties = {
             P_EXCHANGE: message.exchange,
             P_ROUTING_KEY: message.routing_key,
@@ -334,9 +346,8 @@ class PulsarAmqpStore:
         out = OutMessage(message.body, properties=properties)
         if len(queues) == 1:
             for queue in queues:
-                await self.sends.submit(self.topic(vhost, queue), out)
-            return
-        await asyncio.gather(*(self.sends.submit(self.topic(vhost, q), out) for q in queues))
+                return self.sends.submit(self.topic(vhost, queue), out)
+        return asyncio.gather(*(self.sends.submit(self.topic(vhost, q), out) for q in queues))
 
     async def open_queue(self, vhost: str, queue: str) -> QueueReader:
         consumer = await self.consumers.open(self.topic(vhost, queue), SUBSCRIPTION)

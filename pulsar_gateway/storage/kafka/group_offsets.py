@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import asdict, replace
+from typing import Any
 from urllib.parse import quote, unquote
 
 from pulsar_gateway.gateway.metadata_store import MetadataStore
@@ -22,6 +22,26 @@ from pulsar_gateway.handlers.kafka.port import CommittedOffset
 
 OFFSETS_PREFIX = "kafka-group/"
 STATE_PREFIX = "kafka-group-state/"
+QUOTE_CACHE_SIZE = 10_000  # partition topics whose quoted key part is kept
+
+
+def offset_record(entry: CommittedOffset) -> dict[str, Any]:
+    """The stored form: `dataclasses.asdict` without its deep copy (all fields are plain)."""
+    return {
+        "offset": entry.offset,
+        "metadata": entry.metadata,
+        "commit_time": entry.commit_time,
+        "leader_epoch": entry.leader_epoch,
+    }
+
+
+def _same_position(old: CommittedOffset, new: CommittedOffset) -> bool:
+    """Everything but the commit time is equal."""
+    return (old.offset, old.metadata, old.leader_epoch) == (
+        new.offset,
+        new.metadata,
+        new.leader_epoch,
+    )
 
 
 def _offsets_folder(group_id: str) -> str:
@@ -40,6 +60,16 @@ class GroupOffsetStore:
         self.on_forget = on_forget  # (pulsar partition topics)
         self._offsets: dict[str, dict[str, CommittedOffset]] = {}
         self._states: dict[str, tuple[int, str]] = {}
+        self._quotes: dict[str, str] = {}  # partition topic -> its key part; bounded
+
+    def _quoted(self, topic: str) -> str:
+        """The topic's part of a key: quoting costs more than the rest of a commit."""
+        quoted = self._quotes.get(topic)
+        if quoted is None:
+            if len(self._quotes) >= QUOTE_CACHE_SIZE:
+                self._quotes.clear()
+            quoted = self._quotes[topic] = quote(topic, safe="")
+        return quoted
 
     def load(self) -> None:
         """Index what the (already loaded) metadata store holds."""
@@ -62,7 +92,9 @@ class GroupOffsetStore:
         return dict(self._offsets.get(group_id, {}))
 
     async def commit(self, group_id: str, entries: dict[str, CommittedOffset]) -> None:
-        """Durable once this returns; one metadata record per partition, all in one send."""
+        """Durable once this returns. The partitions' records go into one metadata write,
+        which shares its durable append with the other commits of the same loop turn (the
+        metadata store's group commit)."""
         now = int(time.time() * 1000)
         folder = _offsets_folder(group_id)
         writes = {}
@@ -72,12 +104,12 @@ class GroupOffsetStore:
                 # the same position committed again keeps its time, so the metadata store
                 # writes nothing (an idle consumer commits every few seconds)
                 old = stored.get(topic)
-                if old is not None and replace(old, commit_time=entry.commit_time) == entry:
+                if old is not None and _same_position(old, entry):
                     entry.commit_time = old.commit_time
                 else:
                     entry.commit_time = now
             stored[topic] = entry
-            writes[folder + quote(topic, safe="")] = asdict(entry)
+            writes[folder + self._quoted(topic)] = offset_record(entry)
         await self.metadata.put_many(writes)
         if self.on_commit is not None:
             for topic, entry in entries.items():
