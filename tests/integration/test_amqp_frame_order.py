@@ -1,8 +1,8 @@
 """The gateway's order on a channel that consumes what it publishes, byte-level: every
-publish's basic.deliver goes out before the basic.ack confirming it, pipelined or not
-(RabbitMQ does so for one publish at a time, which the differential scenario
-deliveries_before_confirms compares; with pipelined publishes RabbitMQ 3.10 may let
-an ack overtake its delivery, the gateway does not)."""
+publish's basic.deliver goes out before the basic.ack confirming it, pipelined or not.
+RabbitMQ usually does the same but not always (RabbitMQ 3.10 may let an ack overtake its
+delivery, depending on how its processes are scheduled), so the differential scenario
+deliveries_before_confirms compares only the delivery order and the confirmed set."""
 
 from __future__ import annotations
 
