@@ -156,7 +156,11 @@ class Gateway:
             from pulsar_gateway.storage.kafka.producer_ids import MetadataProducerIds
 
             storage = KafkaStorage(
-                self.topics, self.group_offsets, MetadataProducerIds(self.metadata), reserved
+                self.topics,
+                self.group_offsets,
+                MetadataProducerIds(self.metadata),
+                reserved,
+                credentials=self.users,
             )
             kafka = settings.kafka
             kafka_tls = (

@@ -57,14 +57,20 @@ def make_record(password: str, iterations: int = ITERATIONS) -> dict[str, Any]:
         salted = salted_password(name, password, salt, iterations)
         if salted is None:
             raise ValueError("the password holds characters SASLprep prohibits")
-        stored_key, server_key = scramp.ScramMechanism(name).make_stored_server_keys(salted)
-        record[name] = {
-            "salt": _b64(salt),
-            "iterations": iterations,
-            "stored_key": _b64(stored_key),
-            "server_key": _b64(server_key),
-        }
+        record[name] = mechanism_entry(name, salt, salted, iterations)
     return record
+
+
+def mechanism_entry(mechanism: str, salt: bytes, salted: bytes, iterations: int) -> dict[str, Any]:
+    """One mechanism's stored keys from a SaltedPassword (what Kafka's
+    AlterUserScramCredentials sends: the client salts, the broker keeps only the keys)."""
+    stored_key, server_key = scramp.ScramMechanism(mechanism).make_stored_server_keys(salted)
+    return {
+        "salt": _b64(salt),
+        "iterations": iterations,
+        "stored_key": _b64(stored_key),
+        "server_key": _b64(server_key),
+    }
 
 
 def salted_password(mechanism: str, password: str, salt: bytes, iterations: int) -> bytes | None:

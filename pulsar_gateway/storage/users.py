@@ -27,7 +27,7 @@ from pulsar_gateway.gateway.backend.pulsar_backend import PulsarBackend
 from pulsar_gateway.gateway.backend.reader_stream import EARLIEST
 from pulsar_gateway.gateway.messages import OutMessage, StoredMessage
 from pulsar_gateway.gateway.metadata_store import CONTROL, DELETED
-from pulsar_gateway.security.credentials import make_record
+from pulsar_gateway.security.credentials import SCRAM_MECHANISMS, make_record
 
 log = logging.getLogger("gateway.users")
 
@@ -127,7 +127,28 @@ class UsersStore:
     async def set_password(self, name: str, password: str) -> None:
         """Add the user, or change its password: fresh salts and keys, durable on return."""
         check_name(name)
-        payload = json.dumps(make_record(password), separators=(",", ":")).encode()
+        await self._write(name, make_record(password))
+
+    async def set_credential(self, name: str, mechanism: str, keys: dict[str, Any]) -> None:
+        """Add or replace one SCRAM mechanism's keys of a user (creating the user), leaving
+        its other mechanism alone: Kafka's AlterUserScramCredentials upsertion."""
+        check_name(name)
+        record = {**self._users.get(name, {}), mechanism: keys}
+        await self._write(name, record)
+
+    async def remove_credential(self, name: str, mechanism: str) -> bool:
+        """Drop one mechanism's keys; a user left with none is removed. False if absent."""
+        record = dict(self._users.get(name, {}))
+        if record.pop(mechanism, None) is None:
+            return False
+        if any(key in record for key in SCRAM_MECHANISMS):
+            await self._write(name, record)
+        else:
+            await self.remove(name)
+        return True
+
+    async def _write(self, name: str, record: dict[str, Any]) -> None:
+        payload = json.dumps(record, separators=(",", ":")).encode()
         await self.backend.send(
             self.topic, [OutMessage(payload, key=PREFIX + name)], batching=False
         )

@@ -4,6 +4,7 @@ offsets of every kind of damage it exists to catch."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -20,6 +21,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from pulsar_gateway.tools.gateway_link import discover
 from pulsar_gateway.tools.parity.job import ParityPlan, Verdict, run_parity, spark_session
+from pulsar_gateway.tools.parity.samples import preview
 from tests.support.gateway_process import REPO, GatewayProcess
 from tests.support.tansu_process import TansuProcess
 
@@ -290,6 +292,17 @@ def test_parity_names_the_damage(gateway, tansu, spark, tmp_path, damage) -> Non
     bad = reports[partition]
     assert not bad.ok and bad.counts[kind] >= 1, bad.to_json()
     assert bad.examples[kind][0] == (source_offset, target_offset), bad.to_json()
+    # the report shows the offending records themselves, read back from each side
+    if source_offset is not None:
+        shown = verdict.sample(bad, "source", source_offset)
+        assert shown is not None and shown.key == preview(source[partition][source_offset][2])
+    if target_offset is not None:
+        shown = verdict.sample(bad, "target", target_offset)
+        assert shown is not None and shown.value == preview(rows[partition][target_offset][3])
+    written = json.loads(verdict.json_path.read_text())  # type: ignore[union-attr]
+    [entry] = [e for e in written["partitions"] if e["partition"] == partition]
+    first = entry["examples"][kind][0]
+    assert (first["source_record"] is None) == (source_offset is None), first
     others = [p for p in verdict.partitions if p.partition != partition]
     assert all(p.ok for p in others), [p.to_json() for p in others]
 

@@ -3,6 +3,7 @@ users` (docs/security.md): real clients, a throwaway CA made with the openssl CL
 
 from __future__ import annotations
 
+import os
 import socket
 import ssl
 import subprocess
@@ -13,7 +14,14 @@ from pathlib import Path
 
 import pika
 import pytest
-from confluent_kafka import Consumer, Producer
+from confluent_kafka import Consumer, KafkaException, Producer
+from confluent_kafka.admin import (
+    AdminClient,
+    ScramCredentialInfo,
+    ScramMechanism,
+    UserScramCredentialDeletion,
+    UserScramCredentialUpsertion,
+)
 
 from pulsar_gateway.kafka_codec import protocol
 from pulsar_gateway.kafka_codec.errors import ErrorCode
@@ -337,3 +345,36 @@ def test_aio_pika_over_tls_with_a_store_user(
     assert secure_gateway.metric(
         "gateway_authentications_total", protocol="amqp", mechanism="PLAIN", outcome="success"
     )
+
+
+def test_scram_credentials_managed_through_the_kafka_admin_api(
+    secure_gateway: GatewayProcess, certs: dict[str, Path]
+) -> None:
+    """AdminClient's user SCRAM calls write the same users store the listeners check: a user
+    added over Kafka logs in at once with that password, and is refused once deleted."""
+    admin = AdminClient(kafka_config(secure_gateway, certs, "SCRAM-SHA-256", "alice", PASSWORD))
+    name, password = f"carol-{uuid.uuid4().hex[:6]}", "carol's secret"
+    info = ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 8192)
+    added = admin.alter_user_scram_credentials(
+        [UserScramCredentialUpsertion(name, info, password.encode(), os.urandom(16))]
+    )
+    added[name].result(30)
+    described = admin.describe_user_scram_credentials([name])[name].result(30)
+    assert [(i.mechanism, i.iterations) for i in described.scram_credential_infos] == [
+        (ScramMechanism.SCRAM_SHA_512, 8192)
+    ]
+
+    def logs_in() -> bool:
+        client = AdminClient(kafka_config(secure_gateway, certs, "SCRAM-SHA-512", name, password))
+        try:
+            client.list_topics(timeout=10)
+        except KafkaException:
+            return False
+        return True
+
+    assert logs_in()
+    gone = admin.alter_user_scram_credentials(
+        [UserScramCredentialDeletion(name, ScramMechanism.SCRAM_SHA_512)]
+    )
+    gone[name].result(30)
+    assert not logs_in()

@@ -12,6 +12,8 @@ import asyncio
 import bisect
 import time
 import uuid
+from collections.abc import Mapping
+from typing import Any
 
 from pulsar_gateway.gateway.messages import LogEntry, OutMessage, StoredMessage, records_in
 from pulsar_gateway.gateway.topic_names import partition_topic
@@ -240,6 +242,32 @@ class MemoryProducerIds(_Breakable):
         self._check()
         self.next += 1
         return self.next - 1
+
+
+class MemoryCredentials(_Breakable):
+    """The users store's SCRAM keys, by user and mechanism."""
+
+    def __init__(self) -> None:
+        self.users: dict[str, dict[str, Any]] = {}
+
+    def lookup(self, name: str) -> Mapping[str, Any] | None:
+        return self.users.get(name)
+
+    def names(self) -> list[str]:
+        return sorted(self.users)
+
+    async def set_credential(self, name: str, mechanism: str, keys: dict[str, Any]) -> None:
+        self._check()
+        self.users.setdefault(name, {})[mechanism] = keys
+
+    async def remove_credential(self, name: str, mechanism: str) -> bool:
+        self._check()
+        record = self.users.get(name, {})
+        if record.pop(mechanism, None) is None:
+            return False
+        if not record:
+            del self.users[name]
+        return True
 
 
 def memory_storage() -> KafkaStorage:

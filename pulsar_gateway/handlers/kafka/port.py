@@ -14,8 +14,9 @@ entry takes as many offsets as it holds records.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 from pulsar_gateway.gateway.errors import StorageError
 from pulsar_gateway.gateway.messages import LogEntry, OutMessage
@@ -229,6 +230,19 @@ class ProducerIds(Protocol):
     async def next_id(self) -> int: ...
 
 
+class ScramCredentials(Protocol):
+    """The users store as Kafka's SCRAM credential APIs see it (docs/security.md): users'
+    stored keys per mechanism, never a password."""
+
+    def lookup(self, name: str) -> Mapping[str, Any] | None: ...
+
+    def names(self) -> list[str]: ...
+
+    async def set_credential(self, name: str, mechanism: str, keys: dict[str, Any]) -> None: ...
+
+    async def remove_credential(self, name: str, mechanism: str) -> bool: ...
+
+
 @dataclass(frozen=True)
 class KafkaStorage:
     """Everything the Kafka handler stores, as the composition root hands it over."""
@@ -238,3 +252,5 @@ class KafkaStorage:
     producer_ids: ProducerIds
     # where the gateway keeps its own state: no Kafka topic may map there
     reserved: ReservedNamespaces = ReservedNamespaces()
+    # the users store, for DescribeUserScramCredentials and AlterUserScramCredentials
+    credentials: ScramCredentials | None = None

@@ -25,6 +25,10 @@ from pulsar_gateway.tools import html_report
 from pulsar_gateway.tools.gateway_link import GatewayLink
 from pulsar_gateway.tools.parity.compare import KINDS, PartitionReport
 from pulsar_gateway.tools.parity.facts import Facts, GroupDrift, gather
+from pulsar_gateway.tools.parity.samples import RecordSample, read_samples
+
+# (topic, partition, "source" or "target", offset) -> the record there
+Samples = dict[tuple[str, int, str, int], RecordSample]
 
 SPARK_DEFAULTS = {
     "spark.ui.enabled": "false",
@@ -61,6 +65,22 @@ class Verdict:
     memory: dict[str, float]
     json_path: Path | None = None
     html_path: Path | None = None
+    samples: Samples = field(default_factory=dict)
+
+    def sample(self, report: PartitionReport, side: str, offset: int | None) -> RecordSample | None:
+        if offset is None:
+            return None
+        return self.samples.get((report.topic, report.partition, side, offset))
+
+    def partition_json(self, report: PartitionReport) -> dict[str, Any]:
+        """The partition's report, each example with the records at its offsets."""
+        data = report.to_json()
+        for kind, pairs in report.examples.items():
+            for entry, (source, target) in zip(data["examples"][kind], pairs, strict=True):
+                for side, offset in (("source", source), ("target", target)):
+                    found = self.sample(report, side, offset)
+                    entry[f"{side}_record"] = found.to_json() if found else None
+        return data
 
     def to_json(self, plan: ParityPlan) -> dict[str, Any]:
         return {
@@ -76,7 +96,7 @@ class Verdict:
                 "target_records": sum(p.target_records for p in self.partitions),
                 **{k: sum(p.counts[k] for p in self.partitions) for k in KINDS},
             },
-            "partitions": [p.to_json() for p in self.partitions],
+            "partitions": [self.partition_json(p) for p in self.partitions],
             "groups": [g.to_json() for g in self.groups],
         }
 
@@ -232,9 +252,56 @@ def run_parity(
             spark.stop()
     passed = all(r.ok for r in reports) and all(g.drift == 0 for g in facts.groups)
     verdict = Verdict(passed, reports, facts.groups, time.monotonic() - started, memory)
+    if not all(r.ok for r in reports):
+        with console.status("reading the offending records"):
+            verdict.samples = offending_records(plan, reports)
     write_report(plan, verdict)
     print_verdict(verdict, console)
     return verdict
+
+
+def offending_records(plan: ParityPlan, reports: list[PartitionReport]) -> Samples:
+    """The records at every example offset of every failing partition, from the source
+    cluster and from the gateway (both read over the Kafka protocol)."""
+    samples: Samples = {}
+    for report in reports:
+        if report.ok:
+            continue
+        for side, bootstrap, index in (("source", plan.source, 0), ("target", plan.target, 1)):
+            offsets = {
+                pair[index]
+                for pairs in report.examples.values()
+                for pair in pairs
+                if pair[index] is not None
+            }
+            found = read_samples(bootstrap, report.topic, report.partition, offsets)  # type: ignore[arg-type]
+            for offset, record in found.items():
+                samples[(report.topic, report.partition, side, offset)] = record
+    return samples
+
+
+def _sample_rows(verdict: Verdict) -> list[dict[str, Any]]:
+    rows = []
+    for report in verdict.partitions:
+        for kind, pairs in sorted(report.examples.items()):
+            for pair in pairs:
+                for side, offset in zip(("source", "target"), pair, strict=True):
+                    found = verdict.sample(report, side, offset)
+                    if found is None:
+                        continue
+                    rows.append(
+                        {
+                            "partition": f"{report.topic}-{report.partition}",
+                            "problem": kind.replace("_", " "),
+                            "side": side,
+                            "offset": offset,
+                            "key": found.key,
+                            "value": found.value,
+                            "headers": ", ".join(f"{n}={v}" for n, v in found.headers),
+                            "timestamp": found.timestamp,
+                        }
+                    )
+    return rows
 
 
 def write_report(plan: ParityPlan, verdict: Verdict) -> None:
@@ -283,6 +350,8 @@ def write_report(plan: ParityPlan, verdict: Verdict) -> None:
         ),
         "<h2>partitions</h2>",
         html_report.table(rows, ["" if p.ok else "bad" for p in verdict.partitions]),
+        "<h2>offending records (the first examples of each problem)</h2>",
+        html_report.table(_sample_rows(verdict)),
         "<h2>consumer groups (committed offsets after translation)</h2>",
         html_report.table(group_rows, ["" if g.drift == 0 else "bad" for g in verdict.groups]),
     ]
@@ -307,6 +376,13 @@ def print_verdict(verdict: Verdict, console: Console) -> None:
             found or "[green]none[/]",
         )
     console.print(table)
+    for p in verdict.partitions:
+        for kind, pairs in sorted(p.examples.items()):
+            source, target = pairs[0]
+            for side, offset in (("source", source), ("target", target)):
+                found = verdict.sample(p, side, offset)
+                if found is not None:
+                    console.print(f"{p.topic}-{p.partition} {kind} {side} {found.line()}")
     for g in verdict.groups:
         if g.drift != 0:
             console.print(

@@ -29,6 +29,7 @@ from pulsar_gateway.handlers.kafka.apis import (
     metadata,
     produce,
     replicas,
+    scram_credentials,
     topic_admin,
 )
 from pulsar_gateway.handlers.kafka.context import KafkaContext
@@ -104,6 +105,8 @@ API_TABLE: dict[ApiKey, Api] = {
     ApiKey.ALTER_PARTITION_REASSIGNMENTS: Api(replicas.alter_partition_reassignments, 0, 0),
     ApiKey.LIST_PARTITION_REASSIGNMENTS: Api(replicas.list_partition_reassignments, 0, 0),
     ApiKey.OFFSET_DELETE: Api(group_offsets.offset_delete, 0, 0),
+    ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: Api(scram_credentials.describe, 0, 0),
+    ApiKey.ALTER_USER_SCRAM_CREDENTIALS: Api(scram_credentials.alter, 0, 0),
     ApiKey.DESCRIBE_CLUSTER: Api(cluster.describe_cluster, 0, 1),
     ApiKey.SASL_HANDSHAKE: Api(sasl_outside_connection, 0, 1),
     ApiKey.SASL_AUTHENTICATE: Api(sasl_outside_connection, 0, 2),
