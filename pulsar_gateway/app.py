@@ -18,6 +18,7 @@ from pulsar_gateway.gateway.config import Settings
 from pulsar_gateway.gateway.memory import HeapTrimmer
 from pulsar_gateway.gateway.metadata_store import MetadataStore
 from pulsar_gateway.gateway.reserved_names import ReservedNamespaces
+from pulsar_gateway.handlers.authorization import Authorizer
 from pulsar_gateway.security.tls import server_context
 from pulsar_gateway.storage.kafka.group_offsets import GroupOffsetStore
 from pulsar_gateway.storage.kafka.subscription_position import ack_position
@@ -129,6 +130,8 @@ class Gateway:
         # one users store for both listeners, followed live (docs/security.md)
         self.users = UsersStore(self.backend, settings.pulsar.metadata_namespace)
         await self.users.load()
+        # the users' rights live in the same store (docs/security.md, "Authorization")
+        authorizer = Authorizer(self.users, settings.authorization.superusers)
         if settings.kafka.enabled:
             from pulsar_gateway.handlers.kafka.port import KafkaStorage
             from pulsar_gateway.handlers.kafka.server import KafkaServer
@@ -143,7 +146,7 @@ class Gateway:
                 if kafka.tls_enabled
                 else None
             )
-            self.listeners.append(KafkaServer(kafka, storage, self.users, kafka_tls))
+            self.listeners.append(KafkaServer(kafka, storage, self.users, kafka_tls, authorizer))
         management_api = None  # the AMQP listener's /api/ on the metrics port
         if settings.amqp.enabled:
             from pulsar_gateway.handlers.amqp.management import ManagementApi
@@ -159,7 +162,15 @@ class Gateway:
                 if amqp.tls_enabled
                 else None
             )
-            amqp_server = AmqpServer(amqp, store, store.vhost_access, self.users, amqp_tls)
+            amqp_server = AmqpServer(
+                amqp,
+                store,
+                store.vhost_access,
+                self.users,
+                amqp_tls,
+                authorizer=authorizer,
+                vhost_namespace=store.namespace,
+            )
             self.listeners.append(amqp_server)
             management_api = ManagementApi(amqp_server.broker).handle
         for listener in self.listeners:

@@ -1,12 +1,17 @@
-"""Metadata: every partition is led by this gateway (node `kafka.node_id`)."""
+"""Metadata: every partition is led by this gateway (node `kafka.node_id`).
+
+As in Kafka, the list of all topics holds only those the user may describe, a topic named
+but not describable is TOPIC_AUTHORIZATION_FAILED, and auto-creation needs CREATE."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from pulsar_gateway.handlers.kafka.authorization import topic_allowed
 from pulsar_gateway.handlers.kafka.context import KafkaContext
 from pulsar_gateway.handlers.kafka.topic_lookup import find_topic, topic_uuid
 from pulsar_gateway.kafka_codec.errors import ErrorCode
+from pulsar_gateway.security.rights import DESCRIBE
 
 
 async def handle(context: KafkaContext, header: Any, request: dict[str, Any]) -> dict[str, Any]:
@@ -18,9 +23,9 @@ async def handle(context: KafkaContext, header: Any, request: dict[str, Any]) ->
     topics = []
     if all_topics:
         for record in context.topics.list():
-            topics.append(
-                _describe(context, context.kafka_name(record.name), record, ErrorCode.NONE)
-            )
+            name = context.kafka_name(record.name)
+            if topic_allowed(context, name, DESCRIBE, audit=False):
+                topics.append(_describe(context, name, record, ErrorCode.NONE))
     else:
         for item in requested:
             name = item.get("name")

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pulsar_gateway.handlers.kafka.apis import (
+    acls,
     cluster,
     configs,
     fetch,
@@ -86,6 +87,9 @@ API_TABLE: dict[ApiKey, Api] = {
     ApiKey.CREATE_TOPICS: Api(topic_admin.create_topics, 0, 7),
     ApiKey.DELETE_TOPICS: Api(topic_admin.delete_topics, 0, 5),
     ApiKey.INIT_PRODUCER_ID: Api(init_producer_id.handle, 0, 4),
+    ApiKey.DESCRIBE_ACLS: Api(acls.describe_acls, 0, 3),
+    ApiKey.CREATE_ACLS: Api(acls.create_acls, 0, 3),
+    ApiKey.DELETE_ACLS: Api(acls.delete_acls, 0, 3),
     ApiKey.DESCRIBE_CONFIGS: Api(configs.describe_configs, 0, 4),
     ApiKey.CREATE_PARTITIONS: Api(topic_admin.create_partitions, 0, 3),
     ApiKey.DELETE_GROUPS: Api(groups.delete_groups, 0, 2),
