@@ -82,7 +82,14 @@ class Access:
 
     def may(self, resource: str, name: str, operation: str) -> bool:
         """The answer, without a log line (a filter: Metadata hiding topics, say)."""
-        return self.unrestricted or self.rights.allows(resource, name, operation)
+        if self.unrestricted:
+            return True
+        key = (resource, name, operation)
+        answer = self.remembered(key)
+        if answer is None:
+            answer = self.rights.allows(resource, name, operation)
+            self.remember(key, answer)
+        return answer
 
     def remembered(self, key: Any) -> bool | None:
         """An answer stored by `remember` under `key`, while the user's rights (immutable

@@ -508,3 +508,35 @@ def test_amqp_operations_follow_rabbitmqs_configure_write_read_split() -> None:
     everyone = authorizer.unrestricted("amqp", "peer", "guest")
     authorize_publish(everyone, "public/b", "b", "x")
     assert may_open(everyone, "public/b", "b")
+
+
+class FailingTable(RightsTable):
+    """A store that refuses a name (ValueError, as the users store does) or cannot write."""
+
+    def __init__(self, failure: Exception) -> None:
+        super().__init__()
+        self.failure = failure
+
+    async def set_rights(self, user: str, rights: Rights) -> None:
+        raise self.failure
+
+
+@pytest.mark.parametrize(
+    ("failure", "code"),
+    [
+        (ValueError("a user name must be non-empty"), ErrorCode.INVALID_REQUEST),
+        (RuntimeError("backend down"), ErrorCode.UNKNOWN_SERVER_ERROR),
+    ],
+)
+def test_acls_the_store_refuses_are_answered_not_crashed(failure: Exception, code: int) -> None:
+    async def scenario() -> None:
+        broker = Guarded("root")
+        broker.authorizer.store = FailingTable(failure)
+        created = await broker.call(
+            ApiKey.CREATE_ACLS,
+            3,
+            {"creations": [creation(TOPIC, "*", LITERAL, READ, principal="User:a,b")]},
+        )
+        assert created["results"][0]["error_code"] == code
+
+    run(scenario)

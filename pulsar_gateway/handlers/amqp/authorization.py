@@ -68,13 +68,11 @@ def authorize_method(access: Access, namespace: str, vhost: str, method: base.Fr
 def authorize(
     access: Access, namespace: str, vhost: str, operation: str, kind: str, name: str
 ) -> None:
-    if access.unrestricted:
+    if access.may(NAMESPACE, namespace, operation):
         return
     what = resource(kind, name, vhost)
-    if not access.check(NAMESPACE, namespace, operation, subject=what):
-        raise AmqpError(
-            ReplyCode.ACCESS_REFUSED, f"access to {what} refused for user '{access.user}'"
-        )
+    access.denied(NAMESPACE, what, operation)
+    raise AmqpError(ReplyCode.ACCESS_REFUSED, f"access to {what} refused for user '{access.user}'")
 
 
 def authorize_publish(access: Access, namespace: str, vhost: str, exchange: str) -> None:

@@ -27,6 +27,7 @@ ALTER on the cluster.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from typing import Any, NamedTuple
 
@@ -54,6 +55,9 @@ OPERATION_CODES = {name: code for code, name in OPERATIONS.items()}
 RESOURCES = {TOPIC: model.NAMESPACE, GROUP: model.GROUP, CLUSTER: model.CLUSTER}
 PRINCIPAL_PREFIX = "User:"
 CANNOT = "the gateway keeps rights per Pulsar namespace, group and cluster (docs/security.md)"
+NOT_STORED = "the rights could not be stored; try again"
+
+log = logging.getLogger("gateway.kafka.admin")
 
 
 class Binding(NamedTuple):
@@ -246,8 +250,9 @@ async def create_acls(
         return {"throttle_time_ms": 0, "results": [dict(refused) for _ in creations]}
     store = context.authorizer.store
     changed: dict[str, Rights] = {}
+    positions: dict[str, list[int]] = {}  # the creations of each user
     results: list[dict[str, Any]] = []
-    for creation in creations:
+    for index, creation in enumerate(creations):
         try:
             user, resource, pattern, operations = _creation(creation)
             current = changed.get(user) or store.rights_of(user)
@@ -255,10 +260,25 @@ async def create_acls(
         except (Unrepresentable, RightsError) as exc:
             results.append({"error_code": ErrorCode.INVALID_REQUEST, "error_message": str(exc)})
             continue
+        positions.setdefault(user, []).append(index)
         results.append({"error_code": ErrorCode.NONE, "error_message": None})
     for user, rights in changed.items():
-        await store.set_rights(user, rights)
+        failure = await _store(context, user, rights)
+        for index in positions[user] if failure else ():
+            results[index] = {"error_code": failure[0], "error_message": failure[1]}
     return {"throttle_time_ms": 0, "results": results}
+
+
+async def _store(context: KafkaContext, user: str, rights: Rights) -> tuple[int, str] | None:
+    """Write one user's rights; (error code, message) when that failed."""
+    try:
+        await context.authorizer.store.set_rights(user, rights)
+    except ValueError as exc:  # a user name the store refuses
+        return ErrorCode.INVALID_REQUEST, str(exc)
+    except Exception as exc:  # the store's backend: the client may retry
+        log.warning("storing the rights of '%s' failed: %s", user, exc)
+        return ErrorCode.UNKNOWN_SERVER_ERROR, NOT_STORED
+    return None
 
 
 async def delete_acls(
@@ -296,7 +316,11 @@ async def delete_acls(
         for binding in doomed:
             if binding.user == user:
                 rights = _without(rights, binding)
-        await store.set_rights(user, rights)
+        failure = await _store(context, user, rights)
+        for result in filter_results if failure else ():
+            for acl in result["matching_acls"]:
+                if acl["principal"] == PRINCIPAL_PREFIX + user:
+                    acl.update(error_code=failure[0], error_message=failure[1])
     return {"throttle_time_ms": 0, "filter_results": filter_results}
 
 
