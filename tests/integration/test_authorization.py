@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pika
@@ -30,6 +31,7 @@ from confluent_kafka.admin import (
 )
 
 from tests.integration.test_security import users
+from tests.integration.test_users_data_dir import users_on_dir
 from tests.support.gateway_process import GatewayProcess, set_flags
 from tests.support.waiting import wait_until
 
@@ -369,3 +371,26 @@ def _opens(gateway: GatewayProcess, user: str, vhost: str) -> bool:
         return True
     except pika.exceptions.AMQPConnectionError:
         return False
+
+
+def test_grant_on_a_stopped_gateways_data_dir(tmp_path: Path) -> None:
+    """`users grant --data-dir`: the rights are there at the next start."""
+    settings = {"kafka.sasl_mechanisms": MECHANISM, "kafka.auto_create_topics": "true"}
+    stopped = GatewayProcess(tmp_path / "gw", extra=set_flags(settings))
+    stopped.start()
+    assert stopped.stop() == 0
+    added = users_on_dir(stopped.data_dir, "add", "erin", password=PASSWORD)
+    assert added.returncode == 0, added.stderr
+    granted = users_on_dir(
+        stopped.data_dir, "grant", "erin", "--namespace", "team-e/*", "-o", "write,create"
+    )
+    assert granted.returncode == 0, granted.stderr
+    shown = users_on_dir(stopped.data_dir, "rights")
+    assert shown.stdout.split("\n")[0] == "erin  namespace team-e/*: create,write"
+    stopped.start()
+    try:
+        assert produce(stopped, "erin", "team-e/ns/t") is None
+        refused = produce(stopped, "erin", "team-f/ns/t")
+        assert code_of(refused) == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    finally:
+        assert stopped.stop() == 0
