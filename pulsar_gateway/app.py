@@ -20,6 +20,7 @@ from pulsar_gateway.gateway.config import Settings
 from pulsar_gateway.gateway.memory import HeapTrimmer
 from pulsar_gateway.gateway.metadata_store import MetadataStore
 from pulsar_gateway.gateway.reserved_names import ReservedNamespaces
+from pulsar_gateway.handlers.authorization import Authorizer
 from pulsar_gateway.security.oauthbearer import TokenValidator, load_validator
 from pulsar_gateway.security.tls import server_context
 from pulsar_gateway.storage.kafka.group_offsets import GroupOffsetStore
@@ -150,6 +151,8 @@ class Gateway:
         self.users = UsersStore(self.backend, settings.pulsar.metadata_namespace)
         await self.users.load()
         await self._bootstrap_user(self.users)
+        # the users' rights live in the same store (docs/security.md, "Authorization")
+        authorizer = Authorizer(self.users, settings.authorization.superusers)
         if settings.kafka.enabled:
             from pulsar_gateway.handlers.kafka.port import KafkaStorage
             from pulsar_gateway.handlers.kafka.server import KafkaServer
@@ -169,7 +172,7 @@ class Gateway:
                 else None
             )
             self.listeners.append(
-                KafkaServer(kafka, storage, self.users, kafka_tls, self._kafka_tokens)
+                KafkaServer(kafka, storage, self.users, kafka_tls, self._kafka_tokens, authorizer)
             )
         management_api = None  # the AMQP listener's /api/ on the metrics port
         if settings.amqp.enabled:
@@ -186,7 +189,15 @@ class Gateway:
                 if amqp.tls_enabled
                 else None
             )
-            amqp_server = AmqpServer(amqp, store, store.vhost_access, self.users, amqp_tls)
+            amqp_server = AmqpServer(
+                amqp,
+                store,
+                store.vhost_access,
+                self.users,
+                amqp_tls,
+                authorizer=authorizer,
+                vhost_namespace=store.namespace,
+            )
             self.listeners.append(amqp_server)
             management_api = ManagementApi(amqp_server.broker).handle
         for listener in self.listeners:

@@ -41,7 +41,8 @@ def run_tool(args: argparse.Namespace) -> int:
         console.print(f"[red]pulsar-gateway {args.command}:[/] {exc}")
         return 2
     if args.command == "users":
-        print("pulsar-gateway users: give an action (add, passwd, remove, list)", file=sys.stderr)
+        actions = "add, passwd, remove, list, grant, revoke, rights"
+        print(f"pulsar-gateway users: give an action ({actions})", file=sys.stderr)
         return 2
     print("pulsar-gateway amqp: give a tool (import-definitions)", file=sys.stderr)
     return 2

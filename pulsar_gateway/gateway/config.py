@@ -394,6 +394,22 @@ class MetricsSection(_Section):
     port: int = Field(9404, ge=0, le=65535)
 
 
+class AuthorizationSection(_Section):
+    """Who may do what (docs/security.md, "Authorization"); the rights themselves live in
+    the users store."""
+
+    # users of the users store who may do everything, on both protocols (Kafka's
+    # super.users, without the `User:` prefix)
+    superusers: list[str] = Field(default_factory=list)
+
+    @field_validator("superusers", mode="before")
+    @classmethod
+    def _comma_separated_users(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return [item.strip() for item in value.split(",") if item.strip()]
+        return value
+
+
 class Settings(_Section):
     gateway: GatewaySection = GatewaySection()
     kafka: KafkaSection = KafkaSection()
@@ -401,6 +417,7 @@ class Settings(_Section):
     pulsar: PulsarSection = PulsarSection()
     embedded: EmbeddedSection = EmbeddedSection()
     metrics: MetricsSection = MetricsSection()
+    authorization: AuthorizationSection = AuthorizationSection()
 
     @property
     def embedded_mode(self) -> bool:

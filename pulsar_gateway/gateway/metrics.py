@@ -61,6 +61,12 @@ AUTHENTICATIONS = Counter(
     ["protocol", "mechanism", "outcome"],
     registry=REGISTRY,
 )
+AUTHORIZATION_DENIALS = Counter(
+    "gateway_authorization_denials_total",
+    "Operations refused by the authorizer (docs/security.md), by protocol, resource and operation",
+    ["protocol", "resource", "operation"],
+    registry=REGISTRY,
+)
 PRODUCE_REJECTED = Counter(
     "gateway_produce_rejected_total",
     "Produce partitions (record batches) refused and not stored, by Kafka error",

@@ -9,6 +9,12 @@ the topic's tail and applies a change as it arrives, so `pulsar-gateway users ad
 passwd` (which writes from outside the process) takes effect on every gateway within
 a second or so, without a restart.
 
+Each user's rights (security/rights.py) are records of their own, key `rights/<name>`, in
+the same topic: followed the same way, so `pulsar-gateway users grant|revoke` and Kafka's
+CreateAcls/DeleteAcls apply on every gateway without a restart, and changing a password
+(which rewrites the user's record) leaves the rights alone. This class implements the
+authorizer's `RightsStore` port (handlers/authorization.py).
+
 Loading stops at a marker record written first (as the metadata store does: the end of the
 log even where "last message id" is unreliable); listeners start only after it, so a user
 removed long ago is never briefly present.
@@ -28,10 +34,17 @@ from pulsar_gateway.gateway.backend.reader_stream import EARLIEST
 from pulsar_gateway.gateway.messages import OutMessage, StoredMessage
 from pulsar_gateway.gateway.metadata_store import CONTROL, DELETED
 from pulsar_gateway.security.credentials import SCRAM_MECHANISMS, make_record
+from pulsar_gateway.security.rights import (
+    NO_RIGHTS,
+    Rights,
+    from_record,
+    to_record,
+)
 
 log = logging.getLogger("gateway.users")
 
 PREFIX = "user/"
+RIGHTS_PREFIX = "rights/"
 FOLLOW_WAIT_SECONDS = 1.0
 
 
@@ -46,6 +59,7 @@ class UsersStore:
         self.backend = backend
         self.topic = users_topic(metadata_namespace)
         self._users: dict[str, dict[str, Any]] = {}
+        self._rights: dict[str, Rights] = {}
         self._follower: asyncio.Task[None] | None = None
         self.changes_applied = 0
 
@@ -56,6 +70,12 @@ class UsersStore:
 
     def names(self) -> list[str]:
         return sorted(self._users)
+
+    def rights_of(self, user: str) -> Rights:
+        return self._rights.get(user, NO_RIGHTS)
+
+    def all_rights(self) -> Mapping[str, Rights]:
+        return dict(self._rights)
 
     async def load(self, follow: bool = True) -> None:
         """Read to the end of the log; then, with `follow`, keep applying what comes."""
@@ -94,14 +114,18 @@ class UsersStore:
                 for message in batch:
                     if self._apply(message):
                         self.changes_applied += 1
-                        log.info("users store: %s changed", message.key[len(PREFIX) :])
+                        log.info("users store: %s changed", message.key)
         finally:
             with contextlib.suppress(Exception):
                 await stream.close()
 
     def _apply(self, message: StoredMessage) -> bool:
         properties = message.properties or {}
-        if CONTROL in properties or not message.key.startswith(PREFIX):
+        if CONTROL in properties:
+            return False
+        if message.key.startswith(RIGHTS_PREFIX):
+            return self._apply_rights(message.key[len(RIGHTS_PREFIX) :], message)
+        if not message.key.startswith(PREFIX):
             return False
         name = message.key[len(PREFIX) :]
         if properties.get(DELETED):
@@ -114,6 +138,19 @@ class UsersStore:
         if not isinstance(record, dict):
             return False
         self._users[name] = record
+        return True
+
+    def _apply_rights(self, name: str, message: StoredMessage) -> bool:
+        if (message.properties or {}).get(DELETED):
+            return self._rights.pop(name, None) is not None
+        try:
+            rights = from_record(json.loads(message.payload or b"null"))
+        except (ValueError, AttributeError) as exc:  # RightsError is a ValueError too
+            # a record this gateway cannot read grants nothing (never more than before)
+            log.warning("users store: skipping unreadable rights of %s (%s)", name, exc)
+            self._rights.pop(name, None)
+            return True
+        self._rights[name] = rights
         return True
 
     async def close(self) -> None:
@@ -161,6 +198,21 @@ class UsersStore:
         await self.backend.send(self.topic, [deletion], batching=False)
         self._users.pop(name, None)
         return existed
+
+    async def set_rights(self, user: str, rights: Rights) -> None:
+        """Replace the user's rights (none: the record is deleted), durable on return.
+        Last writer wins: two tools changing one user's rights at once may lose one change."""
+        check_name(user)
+        if rights.empty:
+            record = OutMessage(b"", key=RIGHTS_PREFIX + user, properties={DELETED: "1"})
+        else:
+            payload = json.dumps(to_record(rights), separators=(",", ":")).encode()
+            record = OutMessage(payload, key=RIGHTS_PREFIX + user)
+        await self.backend.send(self.topic, [record], batching=False)
+        if rights.empty:
+            self._rights.pop(user, None)
+        else:
+            self._rights[user] = rights
 
 
 def check_name(name: str) -> None:

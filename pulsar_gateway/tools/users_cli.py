@@ -1,4 +1,5 @@
-"""`pulsar-gateway users add|remove|list|passwd`: manage the users store of a running gateway.
+"""`pulsar-gateway users add|remove|list|passwd|grant|revoke|rights`: manage the users store
+of a running gateway: its users, and what each may do (docs/security.md, "Authorization").
 
 The command finds the gateway's Pulsar through its `/health` answer (as migrate does) or
 `--pulsar-url`, and writes to the users topic directly; every gateway follows that topic,
@@ -6,6 +7,11 @@ so a change applies within a second or so, without a restart. With `--data-dir` 
 on a stopped gateway's embedded broker instead: it starts the broker on that directory for
 the change, and refuses while a broker already runs on it (two brokers on one database
 would each miss the other's writes).
+
+Rights: `grant NAME --namespace tenant/ns --operations read,write` (or `--group PATTERN`,
+`--cluster`, `--superuser`), `revoke` the same way (without `--operations`: all of them),
+`rights [NAME]` shows them. Grants are merged into the user's record, which every gateway
+follows like the users; they apply to open connections at their next request.
 
 A password is read from a prompt (asked twice) or, when stdin is not a terminal, from its
 first line: never from a flag, where it would sit in the shell history and in `ps`.
@@ -21,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from pulsar_gateway.gateway.backend.embedded import brokers_on
+from pulsar_gateway.security import rights as model
 from pulsar_gateway.tools.gateway_link import GatewayLink
 
 
@@ -38,10 +45,17 @@ def add_parser(commands: Any, add_gateway_link: Callable[[argparse.ArgumentParse
         ("passwd", "change a user's password (from a prompt or stdin)"),
         ("remove", "remove a user"),
         ("list", "list user names"),
+        ("grant", "give a user operations on a namespace, group or the cluster"),
+        ("revoke", "take operations back (all of them without --operations)"),
+        ("rights", "show a user's rights (every user's without a name)"),
     ):
         sub = actions.add_parser(action, help=text)
-        if action != "list":
+        if action == "rights":
+            sub.add_argument("name", nargs="?", help="the user name")
+        elif action != "list":
             sub.add_argument("name", help="the user name")
+        if action in ("grant", "revoke"):
+            _add_grant_arguments(sub)
         add_gateway_link(sub)
         sub.add_argument(
             "--data-dir",
@@ -49,6 +63,59 @@ def add_parser(commands: Any, add_gateway_link: Callable[[argparse.ArgumentParse
             help="a stopped gateway's gateway.data_dir: change its embedded broker's users "
             "(instead of a running gateway's)",
         )
+
+
+def _add_grant_arguments(sub: argparse.ArgumentParser) -> None:
+    target = sub.add_mutually_exclusive_group(required=True)
+    target.add_argument(
+        "--namespace",
+        metavar="PATTERN",
+        help="a Pulsar namespace: 'tenant/ns', 'tenant/*' or '*' (Kafka topics in it, or the "
+        "AMQP vhost mapped onto it)",
+    )
+    target.add_argument(
+        "--group", metavar="PATTERN", help="Kafka consumer groups: a name, 'prefix*' or '*'"
+    )
+    target.add_argument("--cluster", action="store_true", help="the gateway as a whole")
+    target.add_argument("--superuser", action="store_true", help="every operation on everything")
+    sub.add_argument(
+        "--operations",
+        "-o",
+        metavar="OPS",
+        help="comma separated: read, write, describe, create, delete, alter, admin "
+        "(create+delete+alter), idempotent_write (cluster), all",
+    )
+
+
+def change_rights(args: argparse.Namespace, current: model.Rights) -> model.Rights:
+    """The user's rights after `grant` or `revoke` (RightsError: refused, with the rule)."""
+    granting = args.users_command == "grant"
+    if args.superuser:
+        if args.operations:
+            raise model.RightsError("--superuser takes no --operations")
+        return model.with_superuser(current, granting)
+    if args.namespace is not None:
+        resource, pattern = model.NAMESPACE, args.namespace
+    elif args.group is not None:
+        resource, pattern = model.GROUP, args.group
+    else:
+        resource, pattern = model.CLUSTER, ""
+    words = (args.operations or "").split(",")
+    words = [word for word in words if word.strip()]
+    if granting:
+        if not words:
+            raise model.RightsError("grant needs --operations")
+        return model.grant(current, resource, pattern, words)
+    return model.revoke(current, resource, pattern, words or ["all"])
+
+
+def describe_rights(name: str, rights: model.Rights) -> list[str]:
+    """Lines for `users rights`: one per grant, `superuser` first when set."""
+    lines = [f"{name}  superuser"] if rights.superuser else []
+    for grant in rights.grants:
+        pattern = f" {grant.name}" if grant.resource != model.CLUSTER else ""
+        lines.append(f"{name}  {grant.resource}{pattern}: {','.join(sorted(grant.operations))}")
+    return lines
 
 
 def read_password(prompt: str = "password: ") -> str:
@@ -113,6 +180,8 @@ async def _change(args: argparse.Namespace, link: GatewayLink, password: str) ->
             for name in store.names():
                 print(name)
             return 0
+        if action in ("grant", "revoke", "rights"):
+            return await _rights(args, store)
         known = store.lookup(args.name) is not None
         if action == "add" and known:
             print(f"users: '{args.name}' exists (use passwd)", file=sys.stderr)
@@ -130,3 +199,28 @@ async def _change(args: argparse.Namespace, link: GatewayLink, password: str) ->
     finally:
         await store.close()
         await backend.close()
+
+
+async def _rights(args: argparse.Namespace, store: Any) -> int:
+    """`grant`, `revoke`, `rights` on a loaded users store."""
+    if args.users_command == "rights":
+        names = [args.name] if args.name else sorted(store.all_rights())
+        for name in names:
+            for line in describe_rights(name, store.rights_of(name)):
+                print(line)
+        return 0
+    try:
+        rights = change_rights(args, store.rights_of(args.name))
+    except model.RightsError as exc:
+        print(f"users: {exc}", file=sys.stderr)
+        return 1
+    await store.set_rights(args.name, rights)
+    if store.lookup(args.name) is None:
+        print(
+            f"users: note: '{args.name}' is not a user of the store (yet); its rights apply "
+            "once it is",
+            file=sys.stderr,
+        )
+    for line in describe_rights(args.name, rights) or [f"{args.name}  (no rights)"]:
+        print(line)
+    return 0

@@ -31,6 +31,7 @@ from typing import Any
 
 from pamqp import base, commands
 
+from pulsar_gateway.handlers.amqp.authorization import authorize_method, authorize_publish
 from pulsar_gateway.handlers.amqp.broker import AmqpBroker
 from pulsar_gateway.handlers.amqp.broker_model import AmqpMessage, StoredDelivery
 from pulsar_gateway.handlers.amqp.channel import (
@@ -69,6 +70,7 @@ from pulsar_gateway.handlers.amqp.topology_rules import (
     declare_queue,
 )
 from pulsar_gateway.handlers.amqp.vhost_state import VhostState
+from pulsar_gateway.handlers.authorization import Access, everyone_allowed
 
 log = logging.getLogger("gateway.amqp")
 
@@ -148,6 +150,9 @@ class ConnectionBroker:
         self._unblocked = asyncio.Event()
         self._unblocked.set()
         self.closed = False
+        # the user's rights and the vhost's namespace, set by the listener at connection.open
+        self.access: Access = everyone_allowed("amqp")
+        self.namespace = ""
 
     # --- output -----------------------------------------------------------------------
 
@@ -265,6 +270,7 @@ class ConnectionBroker:
         handler = _HANDLERS.get(type(method))
         if handler is None:
             raise AmqpError(ReplyCode.NOT_IMPLEMENTED, f"{method.name} not supported")
+        authorize_method(self.access, self.namespace, self.state.name, method)
         await handler(self, channel, method)
 
     @property
@@ -562,6 +568,7 @@ class ConnectionBroker:
         if method.immediate:
             raise AmqpError(ReplyCode.NOT_IMPLEMENTED, "immediate=true")
         vh = self.state
+        authorize_publish(self.access, self.namespace, vh.name, method.exchange)
         properties = event.properties
         headers = properties.headers if isinstance(properties.headers, dict) else None
         queues = route(

@@ -14,6 +14,11 @@ Abuse bounds, as on the Kafka listener: `max_connections` and `max_connections_p
 and `frame_timeout_seconds` for a frame whose bytes stop coming, which heartbeats (when the
 client turned them off) would never notice. Protocol violations count in
 `gateway_bad_input_total{protocol="amqp"}` and the per-connection log lines pass a LogLimiter.
+
+Authorization (handlers/amqp/authorization.py): at connection.open the session asks the
+authorizer for the user's access to the vhost's namespace and hands it to its broker,
+which checks each operation; a users-store user is bound by its rights, a user of the
+config's `amqp.users` table is not (docs/security.md).
 """
 
 from __future__ import annotations
@@ -23,11 +28,13 @@ import contextlib
 import logging
 import ssl
 import time
+from collections.abc import Callable
 from typing import Any
 
 from pulsar_gateway.gateway import metrics
 from pulsar_gateway.gateway.config import AmqpSection
 from pulsar_gateway.handlers.amqp.authentication import Authenticator
+from pulsar_gateway.handlers.amqp.authorization import may_open
 from pulsar_gateway.handlers.amqp.broker import AmqpBroker
 from pulsar_gateway.handlers.amqp.broker_model import BrokerStore
 from pulsar_gateway.handlers.amqp.connection_broker import (
@@ -37,14 +44,16 @@ from pulsar_gateway.handlers.amqp.connection_broker import (
 )
 from pulsar_gateway.handlers.amqp.connection_settings import (
     ConnectionSettings,
+    VhostAccess,
     VhostPolicy,
     allow_and_create,
 )
 from pulsar_gateway.handlers.amqp.connection_state import AmqpConnection, ConnectionState
 from pulsar_gateway.handlers.amqp.errors import ReplyCode
 from pulsar_gateway.handlers.amqp.events import ConnectionClosed, Event
+from pulsar_gateway.handlers.authorization import AUDIT_LOGGERS, Access, Authorizer
 from pulsar_gateway.handlers.listener_limits import ConnectionLimits, LogLimiter, bound_address
-from pulsar_gateway.security.credentials import UserDirectory
+from pulsar_gateway.security.credentials import NoUsers, UserDirectory
 
 log = logging.getLogger("gateway.amqp")
 
@@ -55,7 +64,7 @@ READ_SIZE = 256 * 1024
 # client that does not read their answers, until it has read them back under the limit.
 OUTPUT_HIGH_WATER = 2 * WRITE_BUFFER_LIMIT
 # Loggers whose lines a client can cause once per connection or per request.
-PER_REQUEST_LOGGERS = ("gateway.amqp",)
+PER_REQUEST_LOGGERS = ("gateway.amqp", AUDIT_LOGGERS["amqp"])
 
 
 def offered_settings(settings: AmqpSection) -> ConnectionSettings:
@@ -83,9 +92,16 @@ class AmqpServer:
         vhost_policy: VhostPolicy = allow_and_create,
         users: UserDirectory | None = None,
         tls: ssl.SSLContext | None = None,
+        authorizer: Authorizer | None = None,
+        vhost_namespace: Callable[[str], str] = str,
     ) -> None:
+        """`vhost_namespace` maps a vhost onto the Pulsar namespace its rights are kept on
+        (the store's mapping, docs/pulsar-mapping.md)."""
         self.settings = settings
         self.vhost_policy = vhost_policy
+        self.users: UserDirectory = users or NoUsers()
+        self.authorizer = authorizer or Authorizer()
+        self.vhost_namespace = vhost_namespace
         self.broker = AmqpBroker(store, settings.reader_idle_seconds)
         # an empty user table still lets guest in, as it always has; the users store (the
         # directory) takes precedence over the table (docs/security.md)
@@ -159,6 +175,12 @@ class AmqpServer:
                 await asyncio.wait_for(self._server.wait_closed(), 5)
         self.log_limiter.detach()
 
+    def access_for(self, username: str, peer: str) -> Access:
+        """A users-store user is bound by its rights; a user of `amqp.users` is not."""
+        if self.users.lookup(username) is None:
+            return self.authorizer.unrestricted("amqp", peer, username)
+        return self.authorizer.bound("amqp", peer, username)
+
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
         assert task is not None
@@ -197,6 +219,7 @@ class _Session:
         peer_host: str,
         peer_port: int,
     ) -> None:
+        self.server = server
         self.reader = reader
         self.writer = writer
         self.peer = peer_host
@@ -206,7 +229,7 @@ class _Session:
             peer_host,
             time.monotonic(),
             server.connection_settings,
-            server.vhost_policy,
+            self._vhost_policy,
         )
         self.broker = ConnectionBroker(
             server.broker,
@@ -224,6 +247,19 @@ class _Session:
         self._drain_task: asyncio.Task[None] | None = None
         self._loop = asyncio.get_running_loop()
         self._wake_timer = asyncio.Event()
+
+    def _vhost_policy(self, username: str, vhost: str) -> VhostAccess:
+        """The store's answer, narrowed by the user's rights on the vhost's namespace; the
+        broker is handed the access its operations are checked against."""
+        decision = self.server.vhost_policy(username, vhost)
+        if decision not in (VhostAccess.ALLOWED, VhostAccess.CREATE):
+            return decision
+        access = self.server.access_for(username, self.broker.peer)
+        namespace = self.server.vhost_namespace(vhost)
+        if not may_open(access, namespace, vhost):
+            return VhostAccess.REFUSED
+        self.broker.access, self.broker.namespace = access, namespace
+        return decision
 
     def _buffer_size(self) -> int:
         """Output not yet on the wire: the transport's buffer plus what awaits a flush."""

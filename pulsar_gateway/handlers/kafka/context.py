@@ -1,5 +1,6 @@
 """What every Kafka API handler works with: settings, storage (through the port), the group
-coordinator, idempotent producers' sequences, this broker's identity, and name mapping.
+coordinator, idempotent producers' sequences, this broker's identity, name mapping, and
+the connection's user's rights.
 
 One context per listener, built by the server; the unit tests build one on the in-memory
 storage. Everything a handler keeps between requests lives here, never in module globals.
@@ -11,6 +12,7 @@ from dataclasses import dataclass, field
 
 from pulsar_gateway.gateway.config import KafkaSection
 from pulsar_gateway.gateway.topic_names import pulsar_topic
+from pulsar_gateway.handlers.authorization import Access, Authorizer, everyone_allowed
 from pulsar_gateway.handlers.kafka.group_coordinator import GroupCoordinator
 from pulsar_gateway.handlers.kafka.idempotence import ProducerSequences
 from pulsar_gateway.handlers.kafka.port import GroupOffsets, KafkaStorage, ProducerIds, TopicStore
@@ -31,6 +33,10 @@ class KafkaContext:
     identity: BrokerIdentity
     groups: GroupCoordinator
     sequences: ProducerSequences = field(default_factory=ProducerSequences)
+    # the rights (docs/security.md, "Authorization"); `access` is the connection's own: the
+    # listener gives each authenticated connection a copy of its context with it
+    authorizer: Authorizer = field(default_factory=Authorizer)
+    access: Access = field(default_factory=lambda: everyone_allowed("kafka"))
 
     @property
     def topics(self) -> TopicStore:

@@ -23,7 +23,9 @@ Security (docs/security.md): with `kafka.tls_cert_file` the listener speaks TLS 
 (SSL/SASL_SSL), or, with `kafka.tls_port` too, a second listener there does, beside the
 plaintext one, each advertising its own port in Metadata; with `kafka.sasl_mechanisms` a
 connection (on either) is served nothing but ApiVersions and the SASL APIs (sasl.py) until
-it has authenticated, as Kafka does, and any other request closes it.
+it has authenticated, as Kafka does, and any other request closes it. An authenticated
+connection gets its own copy of the context whose `access` holds its user's rights
+(handlers/authorization.py); without SASL every client keeps everything.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ from typing import Any
 
 from pulsar_gateway.gateway import metrics
 from pulsar_gateway.gateway.config import KafkaSection, is_loopback_host
+from pulsar_gateway.handlers.authorization import AUDIT_LOGGERS, Authorizer, peer_text
 from pulsar_gateway.handlers.kafka.context import BrokerIdentity, KafkaContext
 from pulsar_gateway.handlers.kafka.group_coordinator import GroupCoordinator
 from pulsar_gateway.handlers.kafka.port import KafkaStorage
@@ -72,7 +75,12 @@ WRITE_BUFFER_HIGH = 1 << 20
 # grace): a byte every 29 s would otherwise hold the frame's share of the budget for ever.
 MIN_FRAME_BYTES_PER_SECOND = 256 * 1024
 # Loggers whose warnings a client can cause once per request.
-PER_REQUEST_LOGGERS = ("gateway.kafka", "gateway.kafka.produce", "gateway.kafka.auth")
+PER_REQUEST_LOGGERS = (
+    "gateway.kafka",
+    "gateway.kafka.produce",
+    "gateway.kafka.auth",
+    AUDIT_LOGGERS["kafka"],
+)
 SASL_APIS = (ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE)
 
 
@@ -86,10 +94,12 @@ class KafkaServer:
         users: UserDirectory | None = None,
         tls: ssl.SSLContext | None = None,
         tokens: TokenValidator | None = None,
+        authorizer: Authorizer | None = None,
     ) -> None:
         self.settings = settings
         self.storage = storage
         self.users: UserDirectory = users or NoUsers()
+        self.authorizer = authorizer or Authorizer()
         self.tls = tls
         self.tokens = tokens  # OAUTHBEARER's JWT validator
         self.groups = GroupCoordinator(
@@ -147,7 +157,9 @@ class KafkaServer:
             self.settings.advertised_port or port,
             self.settings.cluster_id,
         )
-        self.context = KafkaContext(self.settings, self.storage, identity, self.groups)
+        self.context = KafkaContext(
+            self.settings, self.storage, identity, self.groups, authorizer=self.authorizer
+        )
         if beside:
             self._tls_server = await asyncio.start_server(
                 self._accept_tls,
@@ -354,6 +366,7 @@ class _Connection:
                 # thread: PLAIN's PBKDF2 takes ~2 ms, which the other connections would wait
                 # out on the event loop during a storm of logins
                 answer = await asyncio.to_thread(self._sasl, request)
+                self._take_rights()
                 task = asyncio.create_task(_ready(answer))
             else:
                 if not self.sasl.current:
@@ -362,6 +375,15 @@ class _Connection:
             await self.responses.put((task, held))
             if self.writer_gone or self.sasl.failed:
                 return  # after a SASL failure: its answer goes out, then the connection closes
+
+    def _take_rights(self) -> None:
+        """Once a user has authenticated, this connection's requests run with its rights:
+        a copy of the listener's context with the user's `access`."""
+        user = self.sasl.authenticated
+        if not user or self.sasl.failed or self.context.access.user == user:
+            return
+        access = self.context.authorizer.bound("kafka", peer_text(self.peer), user)
+        self.context = dataclasses.replace(self.context, access=access)
 
     def _sasl(self, request: DecodedRequest) -> bytes:
         """Answered here, in order with the frames read: the next frame may depend on it.

@@ -7,9 +7,11 @@ import uuid
 
 from pulsar_gateway.gateway.reserved_names import namespace_of
 from pulsar_gateway.gateway.topic_names import InvalidTopicName, validate_kafka_name
+from pulsar_gateway.handlers.kafka.authorization import may_create_topic, topic_allowed
 from pulsar_gateway.handlers.kafka.context import KafkaContext
 from pulsar_gateway.handlers.kafka.port import TopicExists, TopicRecord
 from pulsar_gateway.kafka_codec.errors import ErrorCode
+from pulsar_gateway.security.rights import DESCRIBE
 
 log = logging.getLogger("gateway.kafka")  # rate-limited: a per-request warning
 
@@ -27,14 +29,18 @@ def reserved_refusal(context: KafkaContext, kafka_name: str) -> str | None:
 
 
 async def find_topic(
-    context: KafkaContext, kafka_name: str, auto_create: bool
+    context: KafkaContext, kafka_name: str, auto_create: bool, operation: str = DESCRIBE
 ) -> tuple[TopicRecord | None, int]:
-    """(record, error code) for a name; creates it when allowed and configured."""
+    """(record, error code) for a name the connection's user wants to `operation` on;
+    creates it when configured and the user may create it (else, as Kafka,
+    TOPIC_AUTHORIZATION_FAILED)."""
     try:
         validate_kafka_name(kafka_name)
     except InvalidTopicName:
         return None, ErrorCode.INVALID_TOPIC_EXCEPTION
     if reserved_refusal(context, kafka_name) is not None:
+        return None, ErrorCode.TOPIC_AUTHORIZATION_FAILED
+    if not topic_allowed(context, kafka_name, operation):
         return None, ErrorCode.TOPIC_AUTHORIZATION_FAILED
     name = context.pulsar_name(kafka_name)
     record = context.topics.get(name)
@@ -42,6 +48,8 @@ async def find_topic(
         return record, ErrorCode.NONE
     if not (auto_create and context.settings.auto_create_topics):
         return None, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    if not may_create_topic(context, kafka_name):
+        return None, ErrorCode.TOPIC_AUTHORIZATION_FAILED
     settings = context.settings
     if context.topics.total_partitions() + settings.default_partitions > (
         settings.max_partitions_total

@@ -15,10 +15,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from pulsar_gateway.gateway.config import KafkaSection
+from pulsar_gateway.handlers.kafka.authorization import cluster_allowed, topic_allowed
 from pulsar_gateway.handlers.kafka.context import KafkaContext
 from pulsar_gateway.handlers.kafka.port import TopicRecord
 from pulsar_gateway.kafka_codec.entry_format import ENTRY_FORMATS, FORMAT_CONFIG
 from pulsar_gateway.kafka_codec.errors import ErrorCode
+from pulsar_gateway.security.rights import DESCRIBE
 
 TOPIC = 2
 BROKER = 4
@@ -292,7 +294,12 @@ async def describe_configs(
         }
         if kind == TOPIC:
             record = context.topics.get(context.pulsar_name(name))
-            if record is None:
+            if not topic_allowed(context, name, DESCRIBE):  # Kafka: DESCRIBE_CONFIGS
+                result.update(
+                    error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+                    error_message="Authorization failed.",
+                )
+            elif record is None:
                 result.update(
                     error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
                     error_message=f"Topic {name} does not exist",
@@ -304,6 +311,11 @@ async def describe_configs(
                     for key, value in sorted(values.items())
                     if keys is None or key in keys
                 ]
+        elif kind == BROKER and not cluster_allowed(context, DESCRIBE):
+            result.update(
+                error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
+                error_message="Authorization failed.",
+            )
         elif kind == BROKER:
             result["configs"] = [
                 _entry(key, value, True)

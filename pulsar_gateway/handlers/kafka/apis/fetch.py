@@ -25,6 +25,7 @@ from pulsar_gateway.handlers.kafka.port import OffsetOutOfRange, PartitionLog, S
 from pulsar_gateway.handlers.kafka.topic_lookup import find_topic
 from pulsar_gateway.kafka_codec.entry_format import encode_entries
 from pulsar_gateway.kafka_codec.errors import ErrorCode
+from pulsar_gateway.security.rights import READ
 
 Wanted = list[tuple[str, list[dict[str, Any]]]]
 
@@ -39,7 +40,7 @@ async def handle(context: KafkaContext, header: Any, request: dict[str, Any]) ->
     logs: dict[tuple[str, int], PartitionLog | int] = {}
     append_time: set[str] = set()  # topics whose batches are marked LogAppendTime
     for name, partitions in wanted:
-        record, code = await find_topic(context, name, auto_create=False)
+        record, code = await find_topic(context, name, auto_create=False, operation=READ)
         if record is not None and record.configs.get(TIMESTAMP_TYPE) == LOG_APPEND_TIME:
             append_time.add(name)
         for partition in partitions:

@@ -16,10 +16,12 @@ from pulsar_gateway.gateway.topic_names import (
     split_partition_topic,
 )
 from pulsar_gateway.handlers.kafka.apis.groups import coordinator_of
+from pulsar_gateway.handlers.kafka.authorization import group_allowed, topic_allowed
 from pulsar_gateway.handlers.kafka.context import KafkaContext
 from pulsar_gateway.handlers.kafka.port import CommittedOffset, StorageError
 from pulsar_gateway.handlers.kafka.topic_lookup import find_topic
 from pulsar_gateway.kafka_codec.errors import ErrorCode
+from pulsar_gateway.security.rights import DELETE, DESCRIBE, READ
 
 MAX_METADATA = 4096
 
@@ -28,19 +30,22 @@ async def offset_commit(
     context: KafkaContext, header: Any, request: dict[str, Any]
 ) -> dict[str, Any]:
     group_id = request["group_id"]
-    group_code = coordinator_of(context).validate_commit(
-        group_id,
-        request.get("generation_id_or_member_epoch", -1),
-        request.get("member_id", ""),
-        request.get("group_instance_id"),
-    )
+    if not group_allowed(context, group_id, READ):
+        group_code = ErrorCode.GROUP_AUTHORIZATION_FAILED
+    else:
+        group_code = coordinator_of(context).validate_commit(
+            group_id,
+            request.get("generation_id_or_member_epoch", -1),
+            request.get("member_id", ""),
+            request.get("group_instance_id"),
+        )
     answers: list[tuple[str, list[dict[str, Any]]]] = []
     entries: dict[str, CommittedOffset] = {}
     stored_at: list[dict[str, Any]] = []
     for topic in request["topics"]:
-        record = None
+        record, topic_code = None, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
         if not group_code:
-            record, _ = await find_topic(context, topic["name"], auto_create=False)
+            record, topic_code = await find_topic(context, topic["name"], False, READ)
         partitions = []
         for partition in topic["partitions"]:
             index = partition["partition_index"]
@@ -48,6 +53,8 @@ async def offset_commit(
             metadata = partition.get("committed_metadata") or ""
             if group_code:
                 pass
+            elif topic_code == ErrorCode.TOPIC_AUTHORIZATION_FAILED:
+                result["error_code"] = topic_code
             elif record is None or not 0 <= index < record.partitions:
                 result["error_code"] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
             elif len(metadata) > MAX_METADATA:
@@ -80,30 +87,37 @@ def _fetch_group(
     store = context.offsets
     if not group_id:
         return ErrorCode.INVALID_GROUP_ID, []
+    if not group_allowed(context, group_id, DESCRIBE):
+        return ErrorCode.GROUP_AUTHORIZATION_FAILED, []
     wanted: dict[str, list[int]] = defaultdict(list)
-    if topics is None:
+    if topics is None:  # every topic of the group the user may describe, as Kafka
         for pulsar_partition in store.offsets(group_id):
             try:
                 name, index = split_partition_topic(pulsar_partition)
             except UnknownPartition:
                 continue
-            wanted[context.kafka_name(name)].append(index)
+            kafka_name = context.kafka_name(name)
+            if topic_allowed(context, kafka_name, DESCRIBE, audit=False):
+                wanted[kafka_name].append(index)
     else:
         for topic in topics:
             wanted[topic["name"]].extend(topic["partition_indexes"])
     out = []
     for kafka_name, indexes in wanted.items():
         pulsar_name = context.pulsar_name(kafka_name)
+        allowed = topics is None or topic_allowed(context, kafka_name, DESCRIBE)
         partitions = []
         for index in sorted(indexes):
-            entry = store.get(group_id, partition_topic(pulsar_name, index))
+            entry = store.get(group_id, partition_topic(pulsar_name, index)) if allowed else None
             partitions.append(
                 {
                     "partition_index": index,
                     "committed_offset": entry.offset if entry else -1,
                     "committed_leader_epoch": entry.leader_epoch if entry else -1,
                     "metadata": entry.metadata if entry else "",
-                    "error_code": ErrorCode.NONE,
+                    "error_code": (
+                        ErrorCode.NONE if allowed else ErrorCode.TOPIC_AUTHORIZATION_FAILED
+                    ),
                 }
             )
         out.append({"name": kafka_name, "partitions": partitions})
@@ -143,6 +157,12 @@ async def offset_delete(
     context: KafkaContext, header: Any, request: dict[str, Any]
 ) -> dict[str, Any]:
     group_id = request["group_id"]
+    if group_id and not group_allowed(context, group_id, DELETE):
+        return {
+            "error_code": ErrorCode.GROUP_AUTHORIZATION_FAILED,
+            "throttle_time_ms": 0,
+            "topics": [],
+        }
     group = coordinator_of(context).describe(group_id) if group_id else None
     if group is None:
         code = ErrorCode.INVALID_GROUP_ID if not group_id else ErrorCode.GROUP_ID_NOT_FOUND
@@ -152,11 +172,13 @@ async def offset_delete(
     answers = []
     doomed: list[str] = []
     for topic in request["topics"]:
-        record, _ = await find_topic(context, topic["name"], auto_create=False)
+        record, topic_code = await find_topic(context, topic["name"], False, READ)
         partitions = []
         for partition in topic["partitions"]:
             index = partition["partition_index"]
-            if record is None or not 0 <= index < record.partitions:
+            if topic_code == ErrorCode.TOPIC_AUTHORIZATION_FAILED:
+                code = topic_code
+            elif record is None or not 0 <= index < record.partitions:
                 code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
             elif topic["name"] in subscribed:
                 code = ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC

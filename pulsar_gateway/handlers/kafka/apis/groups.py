@@ -5,18 +5,25 @@ FindCoordinator for a transactional id names this gateway too, although transact
 served: the producer then asks InitProducerId, which refuses the transactional id with an
 error clients treat as fatal (init_producer_id.py). Answering COORDINATOR_NOT_AVAILABLE, as
 earlier versions did, made librdkafka retry until its timeout and then say "retry call to
-resume"."""
+resume".
+
+Rights, as Kafka asks them (authorization.py): FindCoordinator and DescribeGroups need
+DESCRIBE on the group, Join/Sync/Heartbeat/Leave READ, DeleteGroups DELETE; ListGroups
+lists every group to a user with DESCRIBE on the cluster, else the groups it may
+describe."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from pulsar_gateway.handlers.kafka.authorization import cluster_allowed, group_allowed
 from pulsar_gateway.handlers.kafka.context import KafkaContext
 from pulsar_gateway.handlers.kafka.group_coordinator import (
     STABLE,
     GroupCoordinator,
 )
 from pulsar_gateway.kafka_codec.errors import ErrorCode
+from pulsar_gateway.security.rights import DELETE, DESCRIBE, READ
 
 GROUP_KEY, TRANSACTION_KEY = 0, 1
 NO_OPERATIONS = -2147483648
@@ -38,6 +45,8 @@ async def find_coordinator(
             code, message = ErrorCode.INVALID_REQUEST, f"unknown coordinator key type {key_type}"
         elif not key:
             code, message = ErrorCode.INVALID_REQUEST, "empty coordinator key"
+        elif key_type == GROUP_KEY and not group_allowed(context, key, DESCRIBE):
+            code, message = ErrorCode.GROUP_AUTHORIZATION_FAILED, "Authorization failed."
         else:
             code, message = ErrorCode.NONE, None
         found = code == ErrorCode.NONE
@@ -62,6 +71,18 @@ async def find_coordinator(
 
 async def join_group(context: KafkaContext, header: Any, request: dict[str, Any]) -> dict[str, Any]:
     version = header.api_version
+    if not group_allowed(context, request["group_id"], READ):
+        return {
+            "throttle_time_ms": 0,
+            "error_code": ErrorCode.GROUP_AUTHORIZATION_FAILED,
+            "generation_id": -1,
+            "protocol_type": None,
+            "protocol_name": None if version >= 7 else "",
+            "leader": "",
+            "skip_assignment": False,
+            "member_id": request["member_id"],
+            "members": [],
+        }
     session_ms = request["session_timeout_ms"]
     rebalance_ms = request.get("rebalance_timeout_ms", -1)
     if rebalance_ms is None or rebalance_ms < 0:
@@ -98,6 +119,14 @@ async def join_group(context: KafkaContext, header: Any, request: dict[str, Any]
 
 
 async def sync_group(context: KafkaContext, header: Any, request: dict[str, Any]) -> dict[str, Any]:
+    if not group_allowed(context, request["group_id"], READ):
+        return {
+            "throttle_time_ms": 0,
+            "error_code": ErrorCode.GROUP_AUTHORIZATION_FAILED,
+            "protocol_type": None,
+            "protocol_name": None,
+            "assignment": b"",
+        }
     result = await coordinator_of(context).sync(
         request["group_id"],
         request["generation_id"],
@@ -117,6 +146,8 @@ async def sync_group(context: KafkaContext, header: Any, request: dict[str, Any]
 
 
 async def heartbeat(context: KafkaContext, header: Any, request: dict[str, Any]) -> dict[str, Any]:
+    if not group_allowed(context, request["group_id"], READ):
+        return {"throttle_time_ms": 0, "error_code": ErrorCode.GROUP_AUTHORIZATION_FAILED}
     code = coordinator_of(context).heartbeat(
         request["group_id"],
         request["generation_id"],
@@ -133,7 +164,10 @@ async def leave_group(
         leaving = [(m["member_id"], m.get("group_instance_id")) for m in request["members"]]
     else:
         leaving = [(request["member_id"], None)]
-    top, codes = coordinator_of(context).leave(request["group_id"], leaving)
+    if group_allowed(context, request["group_id"], READ):
+        top, codes = coordinator_of(context).leave(request["group_id"], leaving)
+    else:
+        top, codes = ErrorCode.GROUP_AUTHORIZATION_FAILED, [ErrorCode.NONE] * len(leaving)
     if header.api_version < 3:
         return {"throttle_time_ms": 0, "error_code": top or codes[0]}
     return {
@@ -152,9 +186,12 @@ async def list_groups(
     coordinator = coordinator_of(context)
     states = {state.lower() for state in request.get("states_filter") or []}
     types = {kind.lower() for kind in request.get("types_filter") or []}
+    every = cluster_allowed(context, DESCRIBE, audit=False)
     listed = []
     if not types or "classic" in types:
         for group_id in coordinator.known_group_ids():
+            if not (every or group_allowed(context, group_id, DESCRIBE, audit=False)):
+                continue
             group = coordinator.describe(group_id)
             if group is None or (states and group.state.lower() not in states):
                 continue
@@ -184,9 +221,12 @@ async def describe_groups(
             "members": [],
             "authorized_operations": NO_OPERATIONS,
         }
-        group = coordinator.describe(group_id) if group_id else None
+        allowed = bool(group_id) and group_allowed(context, group_id, DESCRIBE)
+        group = coordinator.describe(group_id) if allowed else None
         if not group_id:
             entry["error_code"] = ErrorCode.INVALID_GROUP_ID
+        elif not allowed:
+            entry["error_code"] = ErrorCode.GROUP_AUTHORIZATION_FAILED
         elif group is not None:
             stable = group.state == STABLE
             entry.update(
@@ -217,7 +257,9 @@ async def delete_groups(
     coordinator = coordinator_of(context)
     results = []
     for group_id in request["groups_names"]:
-        results.append(
-            {"group_id": group_id, "error_code": await coordinator.delete_group(group_id)}
-        )
+        if group_allowed(context, group_id, DELETE):
+            code = await coordinator.delete_group(group_id)
+        else:
+            code = ErrorCode.GROUP_AUTHORIZATION_FAILED
+        results.append({"group_id": group_id, "error_code": code})
     return {"throttle_time_ms": 0, "results": results}

@@ -3,15 +3,20 @@
 Transactions are not served yet: a transactional id gets
 TRANSACTIONAL_ID_AUTHORIZATION_FAILED, which clients report as fatal instead of
 retrying forever.
+
+An idempotent producer needs, as in Kafka, IDEMPOTENT_WRITE on the cluster or WRITE on
+some topic (here: some namespace); else CLUSTER_AUTHORIZATION_FAILED.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from pulsar_gateway.handlers.kafka.authorization import CLUSTER_NAME
 from pulsar_gateway.handlers.kafka.context import KafkaContext
 from pulsar_gateway.handlers.kafka.port import StorageError
 from pulsar_gateway.kafka_codec.errors import ErrorCode
+from pulsar_gateway.security.rights import CLUSTER, IDEMPOTENT_WRITE, NAMESPACE, WRITE
 
 
 async def handle(context: KafkaContext, header: Any, request: dict[str, Any]) -> dict[str, Any]:
@@ -19,6 +24,17 @@ async def handle(context: KafkaContext, header: Any, request: dict[str, Any]) ->
         return {
             "throttle_time_ms": 0,
             "error_code": ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+            "producer_id": -1,
+            "producer_epoch": -1,
+        }
+    access = context.access
+    if not (
+        access.may(CLUSTER, CLUSTER_NAME, IDEMPOTENT_WRITE) or access.may_any(NAMESPACE, WRITE)
+    ):
+        access.denied(CLUSTER, CLUSTER_NAME, IDEMPOTENT_WRITE)
+        return {
+            "throttle_time_ms": 0,
+            "error_code": ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
             "producer_id": -1,
             "producer_epoch": -1,
         }

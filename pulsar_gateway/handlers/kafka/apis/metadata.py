@@ -4,17 +4,22 @@
 DescribeTopicPartitions (KIP-966, what Kafka 4's `kafka-topics --describe` sends) pages
 through partitions: at most `response_partition_limit` per answer (2000 by default, as Kafka
 caps it), in topic-name then partition order, with a cursor to the next one; an empty topic
-list means every topic."""
+list means every topic.
+
+As in Kafka, the list of all topics holds only those the user may describe, a topic named
+but not describable is TOPIC_AUTHORIZATION_FAILED, and auto-creation needs CREATE."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from typing import Any
 
+from pulsar_gateway.handlers.kafka.authorization import topic_allowed
 from pulsar_gateway.handlers.kafka.context import KafkaContext
 from pulsar_gateway.handlers.kafka.port import TopicRecord
 from pulsar_gateway.handlers.kafka.topic_lookup import find_topic, topic_uuid
 from pulsar_gateway.kafka_codec.errors import ErrorCode
+from pulsar_gateway.security.rights import DESCRIBE
 
 
 async def handle(context: KafkaContext, header: Any, request: dict[str, Any]) -> dict[str, Any]:
@@ -26,9 +31,9 @@ async def handle(context: KafkaContext, header: Any, request: dict[str, Any]) ->
     topics = []
     if all_topics:
         for record in context.topics.list():
-            topics.append(
-                _describe(context, context.kafka_name(record.name), record, ErrorCode.NONE)
-            )
+            name = context.kafka_name(record.name)
+            if topic_allowed(context, name, DESCRIBE, audit=False):
+                topics.append(_describe(context, name, record, ErrorCode.NONE))
     else:
         for item in requested:
             name = item.get("name")

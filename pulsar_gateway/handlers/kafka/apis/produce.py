@@ -40,6 +40,7 @@ from pulsar_gateway.kafka_codec.record_batch import (
     check_produce_batches,
     decode_batches,
 )
+from pulsar_gateway.security.rights import WRITE
 
 log = logging.getLogger("gateway.kafka.produce")
 
@@ -148,7 +149,7 @@ async def _append(
     version: int,
     budget: InflateBudget,
 ) -> PartitionResult:
-    record, code = await find_topic(context, name, auto_create=True)
+    record, code = await find_topic(context, name, auto_create=True, operation=WRITE)
     if record is None:
         return PartitionResult(code)
     if not 0 <= index < record.partitions:

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pulsar_gateway.handlers.kafka.apis import (
+    acls,
     alter_configs,
     cluster,
     configs,
@@ -94,6 +95,9 @@ API_TABLE: dict[ApiKey, Api] = {
     ApiKey.DELETE_RECORDS: Api(delete_records.handle, 0, 2),
     ApiKey.INIT_PRODUCER_ID: Api(init_producer_id.handle, 0, 5),
     ApiKey.OFFSET_FOR_LEADER_EPOCH: Api(replicas.offset_for_leader_epoch, 0, 4),
+    ApiKey.DESCRIBE_ACLS: Api(acls.describe_acls, 0, 3),
+    ApiKey.CREATE_ACLS: Api(acls.create_acls, 0, 3),
+    ApiKey.DELETE_ACLS: Api(acls.delete_acls, 0, 3),
     ApiKey.DESCRIBE_CONFIGS: Api(configs.describe_configs, 0, 4),
     ApiKey.ALTER_CONFIGS: Api(alter_configs.alter_configs, 0, 2),
     ApiKey.ALTER_REPLICA_LOG_DIRS: Api(replicas.alter_replica_log_dirs, 0, 2),

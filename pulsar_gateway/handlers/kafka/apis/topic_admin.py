@@ -17,6 +17,7 @@ from typing import Any
 
 from pulsar_gateway.gateway.topic_names import InvalidTopicName, validate_kafka_name
 from pulsar_gateway.handlers.kafka.apis.configs import topic_configs, validate_configs
+from pulsar_gateway.handlers.kafka.authorization import may_create_topic, topic_allowed
 from pulsar_gateway.handlers.kafka.context import KafkaContext
 from pulsar_gateway.handlers.kafka.port import (
     InvalidPartitions,
@@ -28,6 +29,9 @@ from pulsar_gateway.handlers.kafka.port import (
 )
 from pulsar_gateway.handlers.kafka.topic_lookup import reserved_refusal, topic_uuid
 from pulsar_gateway.kafka_codec.errors import ErrorCode
+from pulsar_gateway.security.rights import ALTER, DELETE
+
+AUTHORIZATION_FAILED = "Authorization failed."  # Kafka's text for a refused topic
 
 log = logging.getLogger("gateway.kafka.admin")
 
@@ -71,6 +75,11 @@ async def create_topics(
         refusal = reserved_refusal(context, name)
         if refusal is not None:
             result.update(error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED, error_message=refusal)
+            continue
+        if not may_create_topic(context, name):
+            result.update(
+                error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED, error_message=AUTHORIZATION_FAILED
+            )
             continue
         full = context.pulsar_name(name)
         if context.topics.get(full) is not None:
@@ -211,6 +220,8 @@ async def delete_topics(
             code, message = ErrorCode.UNKNOWN_TOPIC_ID, f"no topic has id {topic_id}"
         elif (refusal := reserved_refusal(context, name)) is not None:
             code, message = ErrorCode.TOPIC_AUTHORIZATION_FAILED, refusal
+        elif not topic_allowed(context, name, DELETE):
+            code, message = ErrorCode.TOPIC_AUTHORIZATION_FAILED, AUTHORIZATION_FAILED
         else:
             record = record or context.topics.get(context.pulsar_name(name))
             code, message = await _delete_one(context, name)
@@ -256,7 +267,9 @@ async def create_partitions(
         code, message = ErrorCode.NONE, None
         full = context.pulsar_name(name)
         record = context.topics.get(full)
-        if record is None:
+        if not topic_allowed(context, name, ALTER):
+            code, message = ErrorCode.TOPIC_AUTHORIZATION_FAILED, AUTHORIZATION_FAILED
+        elif record is None:
             code, message = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Topic '{name}' does not exist."
         elif topic["count"] <= record.partitions:
             code = ErrorCode.INVALID_PARTITIONS

@@ -1,0 +1,67 @@
+"""Kafka's resources on the permission model: what each API asks the authorizer.
+
+Kafka names three resources the gateway serves: TOPIC (checked on the topic's Pulsar
+namespace: a short name is in `kafka.tenant/kafka.namespace`, `tenant/ns/name` in its own),
+GROUP and CLUSTER. The APIs ask as Kafka's own broker does (docs/security.md lists them):
+Produce WRITE, Fetch READ, ListOffsets and Metadata DESCRIBE on the topic, creating a topic
+CREATE on the cluster or its namespace, the group APIs READ/DESCRIBE/DELETE on the group.
+A refused topic is TOPIC_AUTHORIZATION_FAILED whether it exists or not, so a user cannot
+learn which topics exist where they may not look.
+"""
+
+from __future__ import annotations
+
+from pulsar_gateway.gateway.reserved_names import namespace_of
+from pulsar_gateway.handlers.kafka.context import KafkaContext
+from pulsar_gateway.security.rights import CLUSTER, CREATE, GROUP, NAMESPACE
+
+CLUSTER_NAME = "kafka-cluster"  # Kafka's one CLUSTER resource name
+
+
+def topic_namespace(context: KafkaContext, kafka_name: str) -> str:
+    """`tenant/ns` of the Pulsar namespace the Kafka topic name maps into."""
+    return namespace_of(context.pulsar_name(kafka_name))
+
+
+def topic_allowed(
+    context: KafkaContext, kafka_name: str, operation: str, audit: bool = True
+) -> bool:
+    """Whether the connection's user may do `operation` on the topic; with `audit`, a
+    denial is logged and counted (without: a filter, Metadata's list of every topic)."""
+    access = context.access
+    if access.unrestricted:
+        return True
+    key = (kafka_name, operation)
+    allowed = access.remembered(key)
+    if allowed is None:
+        allowed = access.may(NAMESPACE, topic_namespace(context, kafka_name), operation)
+        access.remember(key, allowed)
+    if not allowed and audit:
+        access.denied(NAMESPACE, f"topic {kafka_name}", operation)
+    return allowed
+
+
+def may_create_topic(context: KafkaContext, kafka_name: str) -> bool:
+    """Kafka: CREATE on the cluster, or on the topic (here: its namespace)."""
+    access = context.access
+    if access.unrestricted or access.may(CLUSTER, CLUSTER_NAME, CREATE):
+        return True
+    return topic_allowed(context, kafka_name, CREATE)
+
+
+def group_allowed(context: KafkaContext, group_id: str, operation: str, audit: bool = True) -> bool:
+    access = context.access
+    if access.unrestricted:
+        return True
+    if audit:
+        return access.check(GROUP, group_id, operation, subject=f"group {group_id}")
+    return access.may(GROUP, group_id, operation)
+
+
+def cluster_allowed(context: KafkaContext, operation: str, audit: bool = True) -> bool:
+    access = context.access
+    if access.unrestricted:
+        return True
+    if audit:
+        return access.check(CLUSTER, CLUSTER_NAME, operation)
+    return access.may(CLUSTER, CLUSTER_NAME, operation)

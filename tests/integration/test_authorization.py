@@ -1,0 +1,396 @@
+"""Authorization against a real gateway (docs/security.md, "Authorization"): a user allowed
+on namespace A can do nothing in B, through confluent-kafka, kafka-python and pika; the
+ACL APIs through confluent-kafka's AdminClient; grants and revokes by `pulsar-gateway
+users grant|revoke` and by CreateAcls apply live, without a restart.
+
+Users: `root` is a superuser by `authorization.superusers`; `alice` holds everything on
+`team-a/orders` (where short topic names live: `kafka.tenant/namespace`) and on groups
+`a-*`; `dave` everything on `team-b/orders`; `bob` and `carol` start with nothing.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pika
+import pika.exceptions
+import pytest
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import (
+    AclBinding,
+    AclBindingFilter,
+    AclOperation,
+    AclPermissionType,
+    AdminClient,
+    NewTopic,
+    ResourcePatternType,
+    ResourceType,
+)
+
+from tests.integration.test_security import users
+from tests.integration.test_users_data_dir import users_on_dir
+from tests.support.gateway_process import GatewayProcess, set_flags
+from tests.support.waiting import wait_until
+
+PASSWORD = "a long enough test password"
+MECHANISM = "SCRAM-SHA-256"
+
+
+@pytest.fixture(scope="module")
+def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess]:
+    settings = {
+        "kafka.sasl_mechanisms": f"{MECHANISM},PLAIN",
+        "authorization.superusers": "root",
+        "kafka.auto_create_topics": "true",
+        # short names (all kafka-python takes) live in team-a/orders
+        "kafka.tenant": "team-a",
+        "kafka.namespace": "orders",
+    }
+    process = GatewayProcess(tmp_path_factory.mktemp("authz"), extra=set_flags(settings))
+    process.start()
+    for name in ("root", "alice", "bob", "carol", "dave"):
+        assert users(process, "add", name, password=PASSWORD).returncode == 0
+    for args in (
+        ("--namespace", "team-a/orders", "--operations", "all"),
+        ("--group", "a-*", "--operations", "read,describe,delete"),
+    ):
+        done = users(process, "grant", "alice", *args)
+        assert done.returncode == 0, done.stderr
+    done = users(process, "grant", "dave", "--namespace", "team-b/orders", "-o", "all")
+    assert done.returncode == 0, done.stderr
+    yield process
+    code = process.stop()
+    assert code == 0, f"gateway exited {code}:\n{process.log_tail()}"
+
+
+def config(gateway: GatewayProcess, user: str) -> dict[str, Any]:
+    return {
+        "bootstrap.servers": gateway.bootstrap,
+        "security.protocol": "SASL_PLAINTEXT",
+        "sasl.mechanisms": MECHANISM,
+        "sasl.username": user,
+        "sasl.password": PASSWORD,
+    }
+
+
+def produce(gateway: GatewayProcess, user: str, topic: str) -> KafkaError | None:
+    """The delivery error of one message (None: stored)."""
+    producer = Producer(
+        {**config(gateway, user), "message.timeout.ms": 15000, "enable.idempotence": False}
+    )
+    outcome: list[KafkaError | None] = []
+    producer.produce(topic, b"v", on_delivery=lambda err, msg: outcome.append(err))
+    producer.flush(30)
+    assert outcome, "no delivery report"
+    return outcome[0]
+
+
+def code_of(error: Any) -> int | None:
+    if error is None:
+        return None
+    if isinstance(error, KafkaException):
+        error = error.args[0]
+    return int(error.code())
+
+
+def test_kafka_user_of_a_cannot_touch_b_with_confluent_kafka(gateway: GatewayProcess) -> None:
+    run = uuid.uuid4().hex[:8]
+    mine, theirs = f"t-{run}", f"team-b/orders/t-{run}"  # the first in team-a/orders
+    admin_root = AdminClient(config(gateway, "root"))
+    for future in admin_root.create_topics([NewTopic(theirs, 1)]).values():
+        future.result(30)
+    # produce: allowed in A (auto-created), refused in B
+    assert produce(gateway, "alice", mine) is None
+    assert code_of(produce(gateway, "alice", theirs)) == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    # fetch and commit through a consumer
+    consumer = Consumer(
+        {
+            **config(gateway, "alice"),
+            "group.id": f"a-{run}",
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+        }
+    )
+    try:
+        consumer.assign([TopicPartition(mine, 0, 0)])
+        message = None
+
+        def got_one() -> bool:
+            nonlocal message
+            message = consumer.poll(1)
+            return message is not None and not message.error()
+
+        wait_until(got_one, timeout=30, message="alice reads her own topic")
+        consumer.commit(message=message, asynchronous=False)
+        with pytest.raises(KafkaException) as committed:
+            consumer.commit(offsets=[TopicPartition(theirs, 0, 1)], asynchronous=False)
+        assert "AUTHORIZATION" in str(committed.value)
+    finally:
+        consumer.close()
+    # a consumer of B hears that it may not read it
+    reader = Consumer({**config(gateway, "alice"), "group.id": f"a-r-{run}"})
+    try:
+        reader.subscribe([theirs])
+        refused = None
+
+        def refused_fetch() -> bool:
+            nonlocal refused
+            polled = reader.poll(1)
+            refused = polled.error() if polled is not None else None
+            return refused is not None
+
+        wait_until(refused_fetch, timeout=30, message="a consumer of B is refused")
+        assert refused.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    finally:
+        reader.close()
+    # a group alice may not use
+    other = Consumer({**config(gateway, "alice"), "group.id": f"b-{run}"})
+    try:
+        other.subscribe([mine])
+
+        def group_refused() -> bool:
+            polled = other.poll(1)
+            error = polled.error() if polled is not None else None
+            return error is not None and error.code() == KafkaError.GROUP_AUTHORIZATION_FAILED
+
+        wait_until(group_refused, timeout=30, message="a group alice may not use is refused")
+    finally:
+        other.close()
+    # list, describe, create, delete
+    admin = AdminClient(config(gateway, "alice"))
+    listed = admin.list_topics(timeout=30).topics
+    assert mine in listed and theirs not in listed
+    assert all("/" not in name for name in listed)  # short names: all in team-a/orders
+    for future in admin.create_topics([NewTopic(f"team-b/orders/new-{run}", 1)]).values():
+        with pytest.raises(KafkaException) as created:
+            future.result(30)
+        assert code_of(created.value) == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    for future in admin.delete_topics([theirs]).values():
+        with pytest.raises(KafkaException) as deleted:
+            future.result(30)
+        assert code_of(deleted.value) == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    assert theirs in admin_root.list_topics(timeout=30).topics
+    groups = admin.list_consumer_groups().result(30)
+    assert all(g.group_id.startswith("a-") for g in groups.valid)
+    assert gateway.metric("gateway_authorization_denials_total", protocol="kafka") > 0
+    assert "authorization denied" in gateway.log_tail(400)
+    assert PASSWORD not in gateway.log_tail(2000)
+
+
+def test_kafka_python_user_of_b_is_refused_in_a(gateway: GatewayProcess) -> None:
+    """kafka-python takes short names only: they live in team-a/orders, where dave (allowed
+    on team-b/orders) may do nothing, and alice everything."""
+    from kafka import KafkaProducer
+    from kafka.admin import KafkaAdminClient
+    from kafka.admin import NewTopic as PyNewTopic
+    from kafka.errors import TopicAuthorizationFailedError
+
+    def common(user: str) -> dict[str, Any]:
+        return {
+            "bootstrap_servers": gateway.bootstrap,
+            "security_protocol": "SASL_PLAINTEXT",
+            "sasl_mechanism": MECHANISM,
+            "sasl_plain_username": user,
+            "sasl_plain_password": PASSWORD,
+        }
+
+    run = uuid.uuid4().hex[:8]
+    producer = KafkaProducer(**common("alice"), max_block_ms=20000)
+    try:
+        producer.send(f"py-{run}", b"v").get(timeout=30)
+    finally:
+        producer.close(5)
+    producer = KafkaProducer(**common("dave"), max_block_ms=20000)
+    try:
+        with pytest.raises(TopicAuthorizationFailedError):
+            producer.send(f"py-{run}", b"v").get(timeout=30)
+    finally:
+        producer.close(5)
+    admin = KafkaAdminClient(**common("dave"))
+    try:
+        with pytest.raises(TopicAuthorizationFailedError):
+            admin.create_topics([PyNewTopic(f"py2-{run}", 1, 1)])
+    finally:
+        admin.close()
+
+
+def acl(user: str, name: str, operation: AclOperation) -> AclBinding:
+    return AclBinding(
+        ResourceType.TOPIC,
+        name,
+        ResourcePatternType.PREFIXED,
+        f"User:{user}",
+        "*",
+        operation,
+        AclPermissionType.ALLOW,
+    )
+
+
+def test_acl_apis_with_admin_client_apply_live(gateway: GatewayProcess) -> None:
+    run = uuid.uuid4().hex[:8]
+    topic = f"team-c/orders/acl-{run}"
+    admin = AdminClient(config(gateway, "root"))
+    for future in admin.create_topics([NewTopic(topic, 1)]).values():
+        future.result(30)
+    assert code_of(produce(gateway, "bob", topic)) == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    for future in admin.create_acls([acl("bob", "team-c/orders/", AclOperation.WRITE)]).values():
+        future.result(30)
+    # the same gateway, no restart: bob may write now
+    assert produce(gateway, "bob", topic) is None
+    bob_filter = AclBindingFilter(
+        ResourceType.ANY,
+        None,
+        ResourcePatternType.ANY,
+        "User:bob",
+        None,
+        AclOperation.ANY,
+        AclPermissionType.ANY,
+    )
+    described = admin.describe_acls(bob_filter).result(30)
+    assert [(b.name, b.resource_pattern_type, b.operation) for b in described] == [
+        ("team-c/orders/", ResourcePatternType.PREFIXED, AclOperation.WRITE)
+    ]
+    shown = users(gateway, "rights", "bob")
+    assert "namespace team-c/orders: write" in shown.stdout
+    # a literal topic cannot be held: refused with a message
+    literal = AclBinding(
+        ResourceType.TOPIC,
+        topic,
+        ResourcePatternType.LITERAL,
+        "User:bob",
+        "*",
+        AclOperation.READ,
+        AclPermissionType.ALLOW,
+    )
+    for future in admin.create_acls([literal]).values():
+        with pytest.raises(KafkaException, match="per Pulsar namespace"):
+            future.result(30)
+    # alice may not manage ACLs: CreateAcls is refused; librdkafka turns DescribeAcls's
+    # CLUSTER_AUTHORIZATION_FAILED into an empty answer (the gateway's audit log has it)
+    alice_admin = AdminClient(config(gateway, "alice"))
+    assert alice_admin.describe_acls(bob_filter).result(30) == []
+    for future in alice_admin.create_acls([acl("alice", "team-b/", AclOperation.ALL)]).values():
+        with pytest.raises(KafkaException) as refused:
+            future.result(30)
+        assert code_of(refused.value) == KafkaError.CLUSTER_AUTHORIZATION_FAILED
+    assert "user 'alice' describe on cluster" in gateway.log_tail(400)
+    deleted = admin.delete_acls([bob_filter])
+    for future in deleted.values():
+        assert len(future.result(30)) == 1
+    assert code_of(produce(gateway, "bob", topic)) == KafkaError.TOPIC_AUTHORIZATION_FAILED
+
+
+def test_users_grant_and_revoke_apply_live(gateway: GatewayProcess) -> None:
+    run = uuid.uuid4().hex[:8]
+    topic = f"team-d/orders/cli-{run}"
+    assert code_of(produce(gateway, "carol", topic)) == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    granted = users(gateway, "grant", "carol", "--namespace", "team-d/*", "-o", "write,create")
+    assert granted.returncode == 0, granted.stderr
+    wait_until(
+        lambda: produce(gateway, "carol", topic) is None,
+        timeout=30,
+        message="carol's grant applies without a restart",
+    )
+    revoked = users(gateway, "revoke", "carol", "--namespace", "team-d/*")
+    assert revoked.returncode == 0, revoked.stderr
+    wait_until(
+        lambda: code_of(produce(gateway, "carol", topic)) == KafkaError.TOPIC_AUTHORIZATION_FAILED,
+        timeout=30,
+        message="carol's revoke applies without a restart",
+    )
+    bad = users(gateway, "grant", "carol", "--namespace", "team-d/orders/x", "-o", "read")
+    assert bad.returncode == 1 and "namespace pattern" in bad.stderr
+
+
+def amqp(gateway: GatewayProcess, user: str, vhost: str) -> pika.BlockingConnection:
+    parameters = pika.ConnectionParameters(
+        "127.0.0.1",
+        gateway.amqp_port,
+        vhost,
+        pika.PlainCredentials(user, PASSWORD),
+        connection_attempts=1,
+    )
+    return pika.BlockingConnection(parameters)
+
+
+def test_amqp_user_of_a_cannot_use_b_with_pika(gateway: GatewayProcess) -> None:
+    for args in (
+        ("--namespace", "public/amqp-a", "-o", "all"),
+        ("--namespace", "public/amqp-r", "-o", "read"),
+    ):
+        assert users(gateway, "grant", "bob", *args).returncode == 0
+    # vhost `amqp-a` is namespace public/amqp-a: everything works
+    wait_until(
+        lambda: _opens(gateway, "bob", "amqp-a"), timeout=30, message="bob's grant is followed"
+    )
+    connection = amqp(gateway, "bob", "amqp-a")
+    try:
+        channel = connection.channel()
+        channel.queue_declare("q")
+        channel.basic_publish("", "q", b"hello")
+
+        def got() -> bool:
+            method, _, body = channel.basic_get("q", auto_ack=True)
+            return method is not None and body == b"hello"
+
+        wait_until(got, timeout=30, message="bob reads his queue")
+    finally:
+        connection.close()
+    # vhost `amqp-b`: no right at all, the connection is refused as RabbitMQ refuses it
+    with pytest.raises(pika.exceptions.AMQPConnectionError) as refused:
+        amqp(gateway, "bob", "amqp-b")
+    assert "530" in repr(refused.value) or "NOT_ALLOWED" in repr(refused.value)
+    # vhost `amqp-r`: read only; declaring or publishing closes the channel with 403
+    connection = amqp(gateway, "bob", "amqp-r")
+    try:
+        channel = connection.channel()
+        with pytest.raises(pika.exceptions.ChannelClosedByBroker) as closed:
+            channel.queue_declare("q2")
+        assert closed.value.reply_code == 403
+        assert "access to queue 'q2' in vhost 'amqp-r' refused for user 'bob'" in str(
+            closed.value.reply_text
+        )
+        channel = connection.channel()
+        channel.confirm_delivery()
+        with pytest.raises(pika.exceptions.ChannelClosedByBroker) as published:
+            channel.basic_publish("", "q2", b"x")
+            channel.basic_publish("", "q2", b"x")
+        assert published.value.reply_code == 403
+    finally:
+        if connection.is_open:
+            connection.close()
+    assert gateway.metric("gateway_authorization_denials_total", protocol="amqp") > 0
+
+
+def _opens(gateway: GatewayProcess, user: str, vhost: str) -> bool:
+    try:
+        amqp(gateway, user, vhost).close()
+        return True
+    except pika.exceptions.AMQPConnectionError:
+        return False
+
+
+def test_grant_on_a_stopped_gateways_data_dir(tmp_path: Path) -> None:
+    """`users grant --data-dir`: the rights are there at the next start."""
+    settings = {"kafka.sasl_mechanisms": MECHANISM, "kafka.auto_create_topics": "true"}
+    stopped = GatewayProcess(tmp_path / "gw", extra=set_flags(settings))
+    stopped.start()
+    assert stopped.stop() == 0
+    added = users_on_dir(stopped.data_dir, "add", "erin", password=PASSWORD)
+    assert added.returncode == 0, added.stderr
+    granted = users_on_dir(
+        stopped.data_dir, "grant", "erin", "--namespace", "team-e/*", "-o", "write,create"
+    )
+    assert granted.returncode == 0, granted.stderr
+    shown = users_on_dir(stopped.data_dir, "rights")
+    assert shown.stdout.split("\n")[0] == "erin  namespace team-e/*: create,write"
+    stopped.start()
+    try:
+        assert produce(stopped, "erin", "team-e/ns/t") is None
+        refused = produce(stopped, "erin", "team-f/ns/t")
+        assert code_of(refused) == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    finally:
+        assert stopped.stop() == 0
