@@ -50,6 +50,7 @@ from pulsar_gateway.handlers.amqp.errors import ReplyCode
 from pulsar_gateway.handlers.amqp.events import ConnectionClosed, Event
 from pulsar_gateway.handlers.listener_limits import ConnectionLimits, LogLimiter, bound_address
 from pulsar_gateway.security.credentials import UserDirectory, shown
+from pulsar_gateway.security.tls import certificate_common_name
 
 log = logging.getLogger("gateway.amqp")
 
@@ -224,7 +225,8 @@ class _Session:
         self.writer = writer
         self.peer = peer_host
         self.frame_timeout = server.settings.frame_timeout_seconds
-        self.authenticator = server.authenticator.for_certificate(certificate_user(writer))
+        common_name = certificate_common_name(writer.get_extra_info("peercert"))
+        self.authenticator = server.authenticator.for_certificate(common_name)
         # what the user logged in with, taken in the same step as the login
         self.credentials: object = _NOT_YET
         self.conn = AmqpConnection(
@@ -431,14 +433,3 @@ def _count_bad_input(events: list[Event], lost_reason: str) -> None:
         else:
             continue
         metrics.BAD_INPUT.labels("amqp", reason).inc()
-
-
-def certificate_user(writer: asyncio.StreamWriter) -> str:
-    """The common name of the client certificate the TLS listener verified ("" without
-    TLS, without amqp.tls_ca_file, or without a common name): EXTERNAL's user."""
-    certificate = writer.get_extra_info("peercert") or {}
-    for rdn in certificate.get("subject", ()):
-        for key, value in rdn:
-            if key == "commonName":
-                return str(value)
-    return ""
