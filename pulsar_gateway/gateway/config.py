@@ -166,6 +166,9 @@ class KafkaSection(_TlsSettings):
     # listener there beside the plaintext one on `port`, advertising its own port
     tls_port: int = Field(-1, ge=-1, le=65535)
     advertised_tls_port: int = Field(0, ge=0, le=65535)
+    # with tls_ca_file: a client certificate's common name is the connection's user (Kafka's
+    # SSL principal), which must be in the users store; with SASL on, SASL's user wins
+    tls_certificate_users: bool = False
     # serve clients that do not authenticate on a non-loopback `host` (docs/security.md,
     # "Safe defaults"): without it such a listener refuses to start
     allow_anonymous: bool = False
@@ -233,6 +236,12 @@ class KafkaSection(_TlsSettings):
         if not value or "/" in value:
             raise ValueError("must be a non-empty name without '/'")
         return value
+
+    @model_validator(mode="after")
+    def _certificate_users(self) -> KafkaSection:
+        if self.tls_certificate_users and not self.tls_ca_file:
+            raise ValueError("tls_certificate_users needs tls_ca_file (client certificates)")
+        return self
 
     @property
     def authenticates(self) -> bool:

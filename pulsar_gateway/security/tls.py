@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ssl
 from pathlib import Path
+from typing import Any
 
 
 class TlsConfigError(Exception):
@@ -38,3 +39,14 @@ def server_context(
             ) from None
         context.verify_mode = ssl.CERT_REQUIRED
     return context
+
+
+def certificate_common_name(certificate: Any) -> str:
+    """The common name of a client certificate the listener verified (`peercert`), or ""
+    (no TLS, no CA asked for certificates, or no common name): the user of AMQP's EXTERNAL
+    and of Kafka's certificate principal (kafka.tls_certificate_users)."""
+    for rdn in (certificate or {}).get("subject", ()):
+        for key, value in rdn:
+            if key == "commonName":
+                return str(value)
+    return ""

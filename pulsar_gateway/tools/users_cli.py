@@ -15,6 +15,10 @@ follows like the users; they apply to open connections at their next request.
 
 A password is read from a prompt (asked twice) or, when stdin is not a terminal, from its
 first line: never from a flag, where it would sit in the shell history and in `ps`.
+
+Toward an external Pulsar that wants TLS or credentials, the command takes the gateway's
+own `[pulsar]` settings (config file and environment, as `run` reads them) when they are
+for the same service URL (docs/security.md, "Toward Pulsar").
 """
 
 from __future__ import annotations
@@ -26,7 +30,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from pulsar_gateway.gateway.backend.connection_security import NO_SECURITY, PulsarSecurity
 from pulsar_gateway.gateway.backend.embedded import brokers_on
+from pulsar_gateway.gateway.config import load_settings
 from pulsar_gateway.security import rights as model
 from pulsar_gateway.tools.gateway_link import GatewayLink
 
@@ -166,12 +172,23 @@ async def run_users(args: argparse.Namespace, link: GatewayLink | None) -> int:
         await broker.stop()
 
 
+def _security_for(service_url: str) -> PulsarSecurity:
+    """The `[pulsar]` TLS and authentication settings when they are for `service_url`;
+    none for another cluster or an embedded broker."""
+    settings = load_settings().pulsar
+    if settings.service_url != service_url:
+        return NO_SECURITY
+    return PulsarSecurity.from_settings(settings)
+
+
 async def _change(args: argparse.Namespace, link: GatewayLink, password: str) -> int:
     from pulsar_gateway.gateway.backend.pulsar_backend import PulsarBackend
     from pulsar_gateway.storage.users import UsersStore
 
     action = args.users_command
-    backend = PulsarBackend(link.service_url, operation_timeout_seconds=10)
+    backend = PulsarBackend(
+        link.service_url, operation_timeout_seconds=10, security=_security_for(link.service_url)
+    )
     await backend.start()
     store = UsersStore(backend, link.metadata_namespace)
     try:

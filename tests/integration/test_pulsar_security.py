@@ -12,7 +12,10 @@ from __future__ import annotations
 import asyncio
 import http.server
 import json
+import os
 import ssl
+import subprocess
+import sys
 import threading
 import uuid
 from collections.abc import Iterator
@@ -32,7 +35,7 @@ from pulsar_gateway.gateway.backend.pulsar_backend import BackendError, PulsarBa
 from pulsar_gateway.gateway.config import PulsarSection
 from pulsar_gateway.gateway.messages import OutMessage
 from tests.support.certificates import make_certificates
-from tests.support.gateway_process import GatewayProcess, set_flags
+from tests.support.gateway_process import REPO, GatewayProcess, set_flags
 from tests.support.tls_proxy import TlsProxy
 
 TOKEN = "eyJhbGciOiJub25lIn0.test-token-" + uuid.uuid4().hex
@@ -82,6 +85,17 @@ def test_gateway_fronts_pulsar_over_tls_with_a_token(
     gateway = GatewayProcess(tmp_path / "gw", extra=["--pulsar-url", url, *set_flags(settings)])
     gateway.start()
     try:
+        # `users` reaches the same Pulsar with the same settings (here from the environment)
+        environ = {
+            f"PULSAR_GATEWAY_PULSAR__{k.split('.')[1].upper()}": str(v) for k, v in settings.items()
+        }
+        command = [sys.executable, "-m", "pulsar_gateway.cli", "users", "add", "tina"]
+        command += ["--gateway-health", f"http://127.0.0.1:{gateway.metrics_port}"]
+        added = subprocess.run(
+            command, input="tina pw\n", text=True, capture_output=True, cwd=REPO, timeout=60,
+            env={**os.environ, "PULSAR_GATEWAY_PULSAR__SERVICE_URL": url, **environ},
+        )  # fmt: skip
+        assert added.returncode == 0, added.stderr
         topic = f"tls-{uuid.uuid4().hex[:8]}"
         producer = Producer({"bootstrap.servers": gateway.bootstrap})
         producer.produce(topic, b"over tls", b"k")

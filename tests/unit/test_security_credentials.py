@@ -187,3 +187,29 @@ def test_client_supplied_names_are_logged_escaped_and_cut() -> None:
     assert shown("x" * 1000) == "x" * 64 + "..."
     session, answer = _kafka_plain("eve\nINFO gateway: admin logged in", "pw")
     assert answer["error_code"] == ErrorCode.SASL_AUTHENTICATION_FAILED
+
+
+def test_a_session_from_the_store_ends_when_its_user_changes() -> None:
+    users = Directory(alice="s3cret-pw", bob="other")
+    session = SaslSession(["PLAIN"], users, None)
+    _plain_round(session, "alice", "s3cret-pw")
+    assert session.current and not session.credentials_changed
+    users.records["alice"] = dict(users.records["alice"])  # the same record re-read
+    assert session.current
+    users.records["alice"] = make_record("new-pw")  # passwd
+    assert session.credentials_changed and not session.current
+    session = SaslSession(["PLAIN"], users, None)
+    _plain_round(session, "bob", "other")
+    del users.records["bob"]  # remove
+    assert not session.current
+
+
+def test_amqp_credentials_of_follow_the_store_then_the_table() -> None:
+    users = Directory(alice="s3cret-pw")
+    authenticator = Authenticator({"guest": "guest", "carol": "pw"}, directory=users)
+    at_login = authenticator.credentials_of("alice")
+    assert at_login is users.records["alice"]
+    assert authenticator.credentials_of("carol") == ("amqp.users", "pw")
+    assert authenticator.credentials_of("nobody") is None
+    users.records["alice"] = make_record("new-pw")
+    assert authenticator.credentials_of("alice") != at_login

@@ -152,3 +152,10 @@ def test_pulsar_security_settings_are_validated_and_never_echoed(tmp_path: Path)
     assert settings.pulsar.auth_method == "token"
     assert "from-the-environment" not in repr(settings)
     assert "from-the-environment" not in settings.model_dump_json()
+
+
+def test_certificate_users_need_client_certificates(tmp_path: Path) -> None:
+    config = tmp_path / "g.toml"
+    config.write_text("")
+    with pytest.raises(ConfigError, match="tls_certificate_users needs tls_ca_file"):
+        load_settings(config, {"kafka.tls_certificate_users": "true"}, environ={})

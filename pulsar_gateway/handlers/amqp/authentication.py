@@ -174,6 +174,16 @@ class Authenticator:
         metrics.AUTHENTICATIONS.labels("amqp", EXTERNAL, "success").inc()
         return username
 
+    def credentials_of(self, username: str) -> object:
+        """What `username` logs in with now: its users-store record, else its `amqp.users`
+        entry, else None. A connection keeps what its user had at login; when this differs
+        later (removed, password changed) the listener closes it."""
+        record = self._directory.lookup(username)
+        if record is not None:
+            return record
+        stored = self._users.get(username)
+        return None if stored is None else ("amqp.users", stored)
+
     def _password_matches(self, username: str, password: str) -> bool:
         record = self._directory.lookup(username)
         if record is not None:

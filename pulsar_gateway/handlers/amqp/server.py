@@ -9,6 +9,11 @@ more than amqp.max_in_flight_bytes the core is `blocked` (connection.blocked goe
 and the socket is not read.
 A bad frame closes only its own connection, with the protocol's reply code.
 
+Session lifetime (docs/security.md): each second the listener compares every open
+connection's user with what that user logged in with; a user removed or whose password
+changed (`pulsar-gateway users remove|passwd`) has its connections closed with 320
+CONNECTION_FORCED, as RabbitMQ does when a user is deleted.
+
 Abuse bounds, as on the Kafka listener: `max_connections` and `max_connections_per_ip`
 (refused at accept), the handshake timeout (a socket that never completes connection.open),
 and `frame_timeout_seconds` for a frame whose bytes stop coming, which heartbeats (when the
@@ -53,7 +58,8 @@ from pulsar_gateway.handlers.amqp.errors import ReplyCode
 from pulsar_gateway.handlers.amqp.events import ConnectionClosed, Event
 from pulsar_gateway.handlers.authorization import AUDIT_LOGGERS, Access, Authorizer
 from pulsar_gateway.handlers.listener_limits import ConnectionLimits, LogLimiter, bound_address
-from pulsar_gateway.security.credentials import NoUsers, UserDirectory
+from pulsar_gateway.security.credentials import NoUsers, UserDirectory, shown
+from pulsar_gateway.security.tls import certificate_common_name
 
 log = logging.getLogger("gateway.amqp")
 
@@ -63,6 +69,8 @@ READ_SIZE = 256 * 1024
 # (basic.return of unroutable mandatory messages, confirms): stop taking publishes from a
 # client that does not read their answers, until it has read them back under the limit.
 OUTPUT_HIGH_WATER = 2 * WRITE_BUFFER_LIMIT
+# How often open connections' users are checked against the users store (and the table).
+USER_CHECK_SECONDS = 1.0
 # Loggers whose lines a client can cause once per connection or per request.
 PER_REQUEST_LOGGERS = ("gateway.amqp", AUDIT_LOGGERS["amqp"])
 
@@ -116,6 +124,7 @@ class AmqpServer:
             "amqp", settings.max_connections, settings.max_connections_per_ip, log
         )
         self.log_limiter = LogLimiter()
+        self._user_check: asyncio.Task[None] | None = None
 
     @property
     def address(self) -> tuple[str, int]:
@@ -159,8 +168,23 @@ class AmqpServer:
             )
             host, port = self.tls_address or ("", 0)
             log.info("amqps (TLS) listener on %s:%d", host, port)
+        self._user_check = asyncio.create_task(self._check_users(), name="amqp user check")
+
+    async def _check_users(self) -> None:
+        """Close the connections of users removed or given a new password since login."""
+        while True:
+            await asyncio.sleep(USER_CHECK_SECONDS)
+            for session in list(self._sessions):
+                if session.credentials in (_NOT_YET, _REVOKED) or session.conn.closed:
+                    continue
+                user = session.conn.username or ""
+                now = self.authenticator.credentials_of(user)
+                if now is not session.credentials and now != session.credentials:
+                    await session.revoke(user)
 
     async def stop(self) -> None:
+        if self._user_check is not None:
+            self._user_check.cancel()
         if self._server:
             self._server.close()
         if self._tls_server:
@@ -224,8 +248,12 @@ class _Session:
         self.writer = writer
         self.peer = peer_host
         self.frame_timeout = server.settings.frame_timeout_seconds
+        common_name = certificate_common_name(writer.get_extra_info("peercert"))
+        self.authenticator = server.authenticator.for_certificate(common_name)
+        # what the user logged in with, taken in the same step as the login
+        self.credentials: object = _NOT_YET
         self.conn = AmqpConnection(
-            server.authenticator.for_certificate(certificate_user(writer)),
+            self.authenticator,
             peer_host,
             time.monotonic(),
             server.connection_settings,
@@ -350,6 +378,8 @@ class _Session:
                 await self.broker.handle(self.conn.connection_lost())
                 return
             events = self.conn.receive_data(data, time.monotonic())
+            if self.credentials is _NOT_YET and self.conn.username is not None:
+                self.credentials = self.authenticator.credentials_of(self.conn.username)
             _count_bad_input(events, "")
             self._flush()  # the core's own replies go first
             await self.broker.handle(events)
@@ -358,6 +388,23 @@ class _Session:
             # sides wait for each other. Deliveries stop by themselves while the buffer is
             # full; only past OUTPUT_HIGH_WATER (above) does reading wait for the client.
             self._wake_timer.set()
+
+    async def revoke(self, user: str) -> None:
+        """connection.close 320 CONNECTION_FORCED: the user is gone or has a new password."""
+        self.credentials = _REVOKED  # once
+        log.warning(
+            "amqp %s: closing the connection of user '%s': removed or password changed",
+            self.broker.peer,
+            shown(user),
+        )
+        metrics.AUTHENTICATIONS.labels("amqp", "none", "revoked").inc()
+        events = self.conn.close(
+            ReplyCode.CONNECTION_FORCED, f"user '{user}' was removed or its password changed"
+        )
+        self._flush()
+        await self.broker.handle(events)
+        self._flush()
+        self._wake_timer.set()  # the close-ok deadline
 
     async def _timer(self) -> None:
         while not self.conn.closed:
@@ -379,6 +426,9 @@ class _Session:
                 self.writer.close()
                 return
 
+
+_NOT_YET: object = object()  # a session's credentials before its login
+_REVOKED: object = object()  # ... and after its connection.close for a changed user
 
 _HANDSHAKE_STATES = frozenset(
     {
@@ -419,14 +469,3 @@ def _count_bad_input(events: list[Event], lost_reason: str) -> None:
         else:
             continue
         metrics.BAD_INPUT.labels("amqp", reason).inc()
-
-
-def certificate_user(writer: asyncio.StreamWriter) -> str:
-    """The common name of the client certificate the TLS listener verified ("" without
-    TLS, without amqp.tls_ca_file, or without a common name): EXTERNAL's user."""
-    certificate = writer.get_extra_info("peercert") or {}
-    for rdn in certificate.get("subject", ()):
-        for key, value in rdn:
-            if key == "commonName":
-                return str(value)
-    return ""

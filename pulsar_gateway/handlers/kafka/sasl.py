@@ -108,8 +108,33 @@ class SaslSession:
     def current(self) -> bool:
         """Whether the connection may be served: authenticated, not expired, not revoked."""
         if not self.required:
-            return True
+            return not self.credentials_changed  # a certificate's user may be removed too
         return bool(self.authenticated) and not self.expired and not self.credentials_changed
+
+    def authenticate_certificate(self, common_name: str) -> bool:
+        """Kafka's SSL principal (kafka.tls_certificate_users) on a TLS connection without
+        SASL: the verified client certificate's common name is the connection's user, and
+        must be in the users store. With SASL on, SASL's user is the principal (as in Kafka)
+        and this does nothing. False (logged, counted): close the connection."""
+        if self.required:
+            return True
+        record = self.users.lookup(common_name) if common_name else None
+        if record is None:
+            log.warning(
+                "Kafka client certificate from %s refused: user '%s' is not in the users store",
+                self.peer,
+                shown(common_name),
+            )
+            metrics.AUTHENTICATIONS.labels("kafka", "SSL", "failure").inc()
+            return False
+        self.authenticated, self._record = common_name, record
+        log.info(
+            "Kafka user '%s' authenticated from %s by client certificate",
+            shown(common_name),
+            self.peer,
+        )
+        metrics.AUTHENTICATIONS.labels("kafka", "SSL", "success").inc()
+        return True
 
     @property
     def required(self) -> bool:

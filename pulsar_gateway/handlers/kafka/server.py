@@ -65,6 +65,7 @@ from pulsar_gateway.kafka_codec import protocol
 from pulsar_gateway.kafka_codec.protocol.messages import ApiKey
 from pulsar_gateway.security.credentials import NoUsers, UserDirectory, shown
 from pulsar_gateway.security.oauthbearer import TokenValidator
+from pulsar_gateway.security.tls import certificate_common_name
 
 log = logging.getLogger("gateway.kafka")
 
@@ -246,6 +247,9 @@ class KafkaServer:
             tokens=self.tokens,
         )
         try:
+            if not self._certificate_user(connection.sasl, writer):
+                writer.close()
+                return
             await connection.serve()
         except asyncio.CancelledError:
             pass  # shutting down
@@ -253,6 +257,14 @@ class KafkaServer:
             metrics.CONNECTIONS.labels("kafka").dec()
             self._connections.discard(task)
             self.limits.release(ip)
+
+    def _certificate_user(self, sasl: SaslSession, writer: asyncio.StreamWriter) -> bool:
+        """kafka.tls_certificate_users on a TLS connection: its certificate names its user."""
+        if not self.settings.tls_certificate_users or writer.get_extra_info("sslcontext") is None:
+            return True
+        return sasl.authenticate_certificate(
+            certificate_common_name(writer.get_extra_info("peercert"))
+        )
 
 
 def advertised_host(configured: str, bound: str) -> str:
