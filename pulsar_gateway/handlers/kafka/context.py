@@ -14,6 +14,7 @@ from pulsar_gateway.gateway.topic_names import pulsar_topic
 from pulsar_gateway.handlers.kafka.group_coordinator import GroupCoordinator
 from pulsar_gateway.handlers.kafka.idempotence import ProducerSequences
 from pulsar_gateway.handlers.kafka.port import GroupOffsets, KafkaStorage, ProducerIds, TopicStore
+from pulsar_gateway.kafka_codec.compression import InflateBudget
 
 
 @dataclass
@@ -31,6 +32,9 @@ class KafkaContext:
     identity: BrokerIdentity
     groups: GroupCoordinator
     sequences: ProducerSequences = field(default_factory=ProducerSequences)
+    # one connection's inflate budget (`kafka.max_connection_inflated_bytes`): the listener
+    # gives each connection a copy of its context with its own
+    inflated: InflateBudget | None = None
 
     @property
     def topics(self) -> TopicStore:
