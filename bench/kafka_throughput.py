@@ -2,16 +2,31 @@
 `kafka` entry format) beside tansu and beside pulsar-client writing straight to the
 embedded broker, in one run, with ratios.
 
-    python -m bench.kafka_throughput [--records 200000] [--size 100]
+Beside records/s: server CPU per record (user+sys from /proc: the gateway and its broker;
+the broker alone for pulsar-client direct; tansu), produce latency p50/p99 at half the
+peer's peak rate, and end-to-end latency (produce to fetch) p50/p99. `--profile` records
+py-spy flame graphs of the gateway under the `pulsar`-format produce and fetch and puts
+them in the HTML report.
+
+    python -m bench.kafka_throughput [--records 200000] [--size 100] [--profile]
 """
 
 from __future__ import annotations
 
 import argparse
+import base64
+import contextlib
 import os
 import platform
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
 import tempfile
+import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +41,54 @@ from tests.support.gateway_process import GatewayProcess
 from tests.support.tansu_process import TansuProcess
 
 console = Console()
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+LATENCY_SECONDS = 5.0
+
+
+def cpu_seconds(pids: list[int]) -> float:
+    """User+sys CPU the processes have used so far."""
+    total = 0
+    for pid in pids:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        total += int(fields[11]) + int(fields[12])  # utime, stime (fields 14, 15)
+    return total / CLOCK_TICKS
+
+
+@contextlib.contextmanager
+def measured(pids: list[int], into: dict[str, float], name: str) -> Iterator[None]:
+    """CPU seconds the processes spend inside the block, as into[name]."""
+    before = cpu_seconds(pids)
+    yield
+    into[name] = cpu_seconds(pids) - before
+
+
+@contextlib.contextmanager
+def flame_graph(pid: int, svg: Path, enabled: bool) -> Iterator[None]:
+    """py-spy record of `pid` for the duration of the block (when enabled and installed)."""
+    beside = Path(sys.executable).parent / "py-spy"  # installed in the venv, not on PATH
+    spy = str(beside) if beside.exists() else shutil.which("py-spy")
+    if not enabled or spy is None:
+        yield
+        return
+    process = subprocess.Popen(
+        [spy, "record", "--pid", str(pid), "--output", str(svg), "--rate", "200", "--nonblocking"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    time.sleep(0.5)  # attached before the load starts
+    try:
+        yield
+    finally:
+        process.send_signal(signal.SIGINT)
+        process.wait(60)
+
+
+def percentiles(samples: list[float]) -> dict[str, float]:
+    """p50 and p99 in milliseconds."""
+    if len(samples) < 2:
+        return {"p50_ms": float("nan"), "p99_ms": float("nan")}
+    cuts = statistics.quantiles(samples, n=100)
+    return {"p50_ms": cuts[49] * 1000, "p99_ms": cuts[98] * 1000}
 
 
 def rss_mib(pid: int) -> float:
@@ -83,6 +146,129 @@ def kafka_consume(bootstrap: str, topic: str, partitions: int, records: int) -> 
     return elapsed
 
 
+def kafka_latency(bootstrap: str, topic: str, rate: float, size: int) -> dict[str, Any]:
+    """Produce at `rate` records/s for LATENCY_SECONDS (acks=all) while one consumer reads
+    partition 0..n: produce (ack) and end-to-end (send to receipt) percentiles."""
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 1})
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"latency-{time.time_ns()}",
+            "auto.offset.reset": "latest",
+            "enable.auto.commit": False,
+            "fetch.wait.max.ms": 10,
+        }
+    )
+    consumer.subscribe([topic])
+    deadline = time.monotonic() + 30
+    while not consumer.assignment() and time.monotonic() < deadline:
+        consumer.poll(0.1)
+    acks: list[float] = []
+    ends: list[float] = []
+    stop = threading.Event()
+
+    def consume() -> None:
+        while not stop.is_set():
+            for msg in consumer.consume(1000, 0.1):
+                if not msg.error() and msg.value()[:3] == b"lat":
+                    ends.append(time.perf_counter() - float(msg.value()[3:23]))
+
+    reader = threading.Thread(target=consume, daemon=True)
+    reader.start()
+    try:
+        time.sleep(1)  # the consumer's first fetch is in
+        padding = b"x" * max(0, size - 23)
+        count = int(rate * LATENCY_SECONDS)
+        start = time.perf_counter()
+        for i in range(count):
+            due = start + i / rate
+            while (now := time.perf_counter()) < due:
+                producer.poll(min(0.001, due - now))
+            sent = time.perf_counter()
+
+            def acked(err: Any, _msg: Any, sent: float = sent) -> None:
+                if err is None:
+                    acks.append(time.perf_counter() - sent)
+
+            value = b"lat" + f"{sent:20.6f}".encode() + padding
+            while True:
+                try:
+                    producer.produce(topic, value, on_delivery=acked)
+                    break
+                except BufferError:  # the server is behind the rate: its latency shows it
+                    producer.poll(0.01)
+        producer.flush(120)
+        achieved = count / (time.perf_counter() - start)
+        wait_deadline = time.monotonic() + 30
+        while len(ends) < len(acks) and time.monotonic() < wait_deadline:
+            time.sleep(0.05)
+    finally:
+        stop.set()
+        reader.join(30)
+        consumer.close()
+    return {
+        "rate": rate,
+        "achieved_rate": achieved,
+        "produce": percentiles(acks),
+        "end_to_end": percentiles(ends),
+        "received": len(ends),
+    }
+
+
+def pulsar_latency(service_url: str, rate: float, size: int) -> dict[str, Any]:
+    """The same with pulsar-client straight to the broker: send-ack and send-to-read."""
+    import pulsar
+
+    client = pulsar.Client(service_url, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error))
+    topic = f"persistent://public/default/bench-latency-{time.time_ns()}"
+    producer = client.create_producer(
+        topic, batching_enabled=True, batching_max_publish_delay_ms=1, block_if_queue_full=True
+    )
+    reader = client.create_reader(topic, pulsar.MessageId.latest)
+    acks: list[float] = []
+    ends: list[float] = []
+    count = int(rate * LATENCY_SECONDS)
+    stop = threading.Event()
+
+    def read() -> None:
+        while not stop.is_set():
+            try:
+                msg = reader.read_next(200)
+            except Exception:  # noqa: BLE001 - pulsar.Timeout: check the flag again
+                if stop.is_set():
+                    return
+                continue
+            ends.append(time.perf_counter() - float(msg.data()[3:23]))
+
+    thread = threading.Thread(target=read, daemon=True)
+    thread.start()
+    padding = b"x" * max(0, size - 23)
+    start = time.perf_counter()
+    for i in range(count):
+        due = start + i / rate
+        while (now := time.perf_counter()) < due:
+            time.sleep(min(0.0005, due - now))
+        sent = time.perf_counter()
+
+        def acked(result: Any, _mid: Any, sent: float = sent) -> None:
+            acks.append(time.perf_counter() - sent)
+
+        producer.send_async(b"lat" + f"{sent:20.6f}".encode() + padding, acked)
+    producer.flush()
+    achieved = count / (time.perf_counter() - start)
+    time.sleep(1)
+    stop.set()
+    thread.join(30)
+    client.close()
+    return {
+        "rate": rate,
+        "achieved_rate": achieved,
+        "produce": percentiles(acks),
+        "end_to_end": percentiles(ends),
+        "received": len(ends),
+    }
+
+
 def pulsar_direct(service_url: str, records: int, size: int) -> tuple[float, float]:
     import pulsar
 
@@ -121,6 +307,8 @@ def main() -> None:
     parser.add_argument("--size", type=int, default=100)
     parser.add_argument("--partitions", type=int, default=3)
     parser.add_argument("--out", type=Path, default=Path("reports/kafka-throughput"))
+    parser.add_argument("--profile", action="store_true", help="py-spy flame graphs")
+    parser.add_argument("--no-tansu", action="store_true", help="leave tansu out")
     args = parser.parse_args()
     n, size, parts = args.records, args.size, args.partitions
     results: dict[str, Any] = {
@@ -128,112 +316,202 @@ def main() -> None:
         "size": size,
         "partitions": parts,
         "peers": {},
-        "environment": {"cpus": os.cpu_count(), "python": platform.python_version()},
+        "latency": {},
+        "environment": {
+            "cpus": os.cpu_count(),
+            "python": platform.python_version(),
+            "load_average_at_start": os.getloadavg(),
+        },
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    flames = {
+        "produce": args.out.with_name(args.out.name + "-produce.svg"),
+        "fetch": args.out.with_name(args.out.name + "-fetch.svg"),
     }
     with tempfile.TemporaryDirectory() as scratch, Progress(console=console) as progress:
-        task = progress.add_task("gateway", total=4)
+        task = progress.add_task("gateway", total=5)
         gateway = GatewayProcess(Path(scratch) / "gw").start()
         try:
             time.sleep(1)
-            idle = rss_mib(gateway.process.pid)
+            assert gateway.process is not None
+            gw_pid = gateway.process.pid
+            servers = [gw_pid, gateway.broker_pid()]
+            idle = rss_mib(gw_pid)
             create_topic(gateway.bootstrap, parts)
-            produce = kafka_produce(gateway.bootstrap, "bench", n, size)
-            loaded = rss_mib(gateway.process.pid)
+            cpu: dict[str, float] = {}
+            with (
+                flame_graph(gw_pid, flames["produce"], args.profile),
+                measured(servers, cpu, "produce"),
+            ):
+                produce = kafka_produce(gateway.bootstrap, "bench", n, size)
+            loaded = rss_mib(gw_pid)
             progress.advance(task)
-            consume = kafka_consume(gateway.bootstrap, "bench", parts, n)
-            peak = max(loaded, rss_mib(gateway.process.pid))
+            with (
+                flame_graph(gw_pid, flames["fetch"], args.profile),
+                measured(servers, cpu, "fetch"),
+            ):
+                consume = kafka_consume(gateway.bootstrap, "bench", parts, n)
+            peak = max(loaded, rss_mib(gw_pid))
             results["peers"]["gateway"] = {
                 "produce_s": produce,
                 "consume_s": consume,
+                "cpu_produce_s": cpu["produce"],
+                "cpu_fetch_s": cpu["fetch"],
                 "rss_idle_mib": idle,
                 "rss_load_mib": peak,
             }
             progress.advance(task)
             # the same, on a topic in the `kafka` entry format (a message per batch)
             create_topic(gateway.bootstrap, parts, "bench-kf", {"pulsar.entry.format": "kafka"})
-            produce = kafka_produce(gateway.bootstrap, "bench-kf", n, size)
-            consume = kafka_consume(gateway.bootstrap, "bench-kf", parts, n)
+            with measured(servers, cpu, "produce"):
+                produce = kafka_produce(gateway.bootstrap, "bench-kf", n, size)
+            with measured(servers, cpu, "fetch"):
+                consume = kafka_consume(gateway.bootstrap, "bench-kf", parts, n)
             results["peers"]["gateway, kafka format"] = {
                 "produce_s": produce,
                 "consume_s": consume,
-                "rss_load_mib": max(peak, rss_mib(gateway.process.pid)),
+                "cpu_produce_s": cpu["produce"],
+                "cpu_fetch_s": cpu["fetch"],
+                "rss_load_mib": max(peak, rss_mib(gw_pid)),
             }
             progress.advance(task)
-            direct_p, direct_c = pulsar_direct(f"pulsar://127.0.0.1:{gateway.broker_port}", n, size)
+            service_url = f"pulsar://127.0.0.1:{gateway.broker_port}"
+            broker = [gateway.broker_pid()]
+            before = cpu_seconds(broker)
+            direct_p, direct_c = pulsar_direct(service_url, n, size)
             results["peers"]["pulsar-client direct"] = {
                 "produce_s": direct_p,
                 "consume_s": direct_c,
+                # the broker only: produce and read are not timed apart from /proc
+                "cpu_produce_s": (cpu_seconds(broker) - before) * direct_p / (direct_p + direct_c),
+                "cpu_fetch_s": (cpu_seconds(broker) - before) * direct_c / (direct_p + direct_c),
             }
+            progress.advance(task)
+            # latency at half the peer's peak produce rate, the same rate for both
+            rate = 0.5 * n / direct_p
+            create_topic(gateway.bootstrap, parts, "bench-latency")
+            results["latency"]["gateway"] = kafka_latency(
+                gateway.bootstrap, "bench-latency", rate, size
+            )
+            results["latency"]["pulsar-client direct"] = pulsar_latency(service_url, rate, size)
             progress.advance(task)
         finally:
             gateway.stop()
-        task = progress.add_task("tansu", total=1)
-        tansu = TansuProcess().start()
-        try:
-            bootstrap = tansu.bootstrap
-            create_topic(bootstrap, parts)
-            produce = kafka_produce(bootstrap, "bench", n, size)
-            consume = kafka_consume(bootstrap, "bench", parts, n)
-            results["peers"]["tansu"] = {
-                "produce_s": produce,
-                "consume_s": consume,
-                "rss_load_mib": rss_mib(tansu.process.pid),
-            }
-            progress.advance(task)
-        finally:
-            tansu.stop()
+        if not args.no_tansu:
+            task = progress.add_task("tansu", total=1)
+            tansu = TansuProcess().start()
+            try:
+                bootstrap = tansu.bootstrap
+                tansu_pids = [tansu.process.pid]
+                create_topic(bootstrap, parts)
+                with measured(tansu_pids, cpu, "produce"):
+                    produce = kafka_produce(bootstrap, "bench", n, size)
+                with measured(tansu_pids, cpu, "fetch"):
+                    consume = kafka_consume(bootstrap, "bench", parts, n)
+                results["peers"]["tansu"] = {
+                    "produce_s": produce,
+                    "consume_s": consume,
+                    "cpu_produce_s": cpu["produce"],
+                    "cpu_fetch_s": cpu["fetch"],
+                    "rss_load_mib": rss_mib(tansu.process.pid),
+                }
+                progress.advance(task)
+            finally:
+                tansu.stop()
+    results["environment"]["load_average_at_end"] = os.getloadavg()
+    _print_and_write(results, args.out, flames if args.profile else {})
+
+
+def _print_and_write(results: dict[str, Any], out: Path, flames: dict[str, Path]) -> None:
+    n, size, parts = results["records"], results["size"], results["partitions"]
     table = Table(title=f"{n:,} records x {size} B, {parts} partitions")
     rows = []
-    for column in ("peer", "produce rec/s", "produce MB/s", "fetch rec/s", "fetch MB/s"):
+    columns = (
+        "peer",
+        "produce rec/s",
+        "fetch rec/s",
+        "server CPU us/rec produce",
+        "server CPU us/rec fetch",
+    )
+    for column in columns:
         table.add_column(column, justify="right")
-    for peer, numbers in results["peers"].items():
+    peers = results["peers"]
+    for peer, numbers in peers.items():
         numbers["produce_rps"] = n / numbers["produce_s"]
         numbers["consume_rps"] = n / numbers["consume_s"]
+        numbers["cpu_us_per_record_produce"] = numbers["cpu_produce_s"] / n * 1e6
+        numbers["cpu_us_per_record_fetch"] = numbers["cpu_fetch_s"] / n * 1e6
         row = {
             "peer": peer,
             "produce rec/s": f"{numbers['produce_rps']:,.0f}",
-            "produce MB/s": f"{numbers['produce_rps'] * size / 1e6:.1f}",
             "fetch rec/s": f"{numbers['consume_rps']:,.0f}",
-            "fetch MB/s": f"{numbers['consume_rps'] * size / 1e6:.1f}",
+            "server CPU us/rec produce": f"{numbers['cpu_us_per_record_produce']:.1f}",
+            "server CPU us/rec fetch": f"{numbers['cpu_us_per_record_fetch']:.1f}",
         }
         rows.append(row)
         table.add_row(*row.values())
     console.print(table)
-    gw = results["peers"]["gateway"]
+    gw, direct = peers["gateway"], peers["pulsar-client direct"]
     ratios = {
-        "gateway/tansu produce": gw["produce_rps"] / results["peers"]["tansu"]["produce_rps"],
-        "gateway/tansu fetch": gw["consume_rps"] / results["peers"]["tansu"]["consume_rps"],
-        "gateway/direct produce": gw["produce_rps"]
-        / results["peers"]["pulsar-client direct"]["produce_rps"],
-        "gateway/direct fetch": gw["consume_rps"]
-        / results["peers"]["pulsar-client direct"]["consume_rps"],
+        "gateway/direct produce": gw["produce_rps"] / direct["produce_rps"],
+        "gateway/direct fetch": gw["consume_rps"] / direct["consume_rps"],
+        "gateway/direct CPU per record, produce": gw["cpu_us_per_record_produce"]
+        / direct["cpu_us_per_record_produce"],
+        "gateway/direct CPU per record, fetch": gw["cpu_us_per_record_fetch"]
+        / direct["cpu_us_per_record_fetch"],
     }
-    kf = results["peers"]["gateway, kafka format"]
-    ratios["gateway kafka format/tansu produce"] = (
-        kf["produce_rps"] / results["peers"]["tansu"]["produce_rps"]
-    )
-    ratios["gateway kafka format/tansu fetch"] = (
-        kf["consume_rps"] / results["peers"]["tansu"]["consume_rps"]
-    )
+    if "tansu" in peers:
+        kf, tansu = peers["gateway, kafka format"], peers["tansu"]
+        ratios["gateway/tansu produce"] = gw["produce_rps"] / tansu["produce_rps"]
+        ratios["gateway/tansu fetch"] = gw["consume_rps"] / tansu["consume_rps"]
+        ratios["gateway kafka format/tansu produce"] = kf["produce_rps"] / tansu["produce_rps"]
+        ratios["gateway kafka format/tansu fetch"] = kf["consume_rps"] / tansu["consume_rps"]
     results["ratios"] = ratios
     for name, ratio in ratios.items():
         console.print(f"{name}: {ratio:.2f}x")
+    for peer, numbers in results["latency"].items():
+        console.print(
+            f"latency {peer} at {numbers['rate']:,.0f} rec/s"
+            f" (achieved {numbers['achieved_rate']:,.0f}): produce p50"
+            f" {numbers['produce']['p50_ms']:.1f} ms p99 {numbers['produce']['p99_ms']:.1f} ms;"
+            f" end to end p50 {numbers['end_to_end']['p50_ms']:.1f} ms"
+            f" p99 {numbers['end_to_end']['p99_ms']:.1f} ms"
+        )
     console.print(
         f"gateway RSS: idle {gw['rss_idle_mib']:.0f} MiB, under load {gw['rss_load_mib']:.0f} MiB"
     )
     charts = [
         bar_chart(
-            "Produce (records/s)",
-            [(p, v["produce_rps"]) for p, v in results["peers"].items()],
-            "rec/s",
+            "Produce (records/s)", [(p, v["produce_rps"]) for p, v in peers.items()], "rec/s"
+        ),
+        bar_chart("Fetch (records/s)", [(p, v["consume_rps"]) for p, v in peers.items()], "rec/s"),
+        bar_chart(
+            "Server CPU per record, produce (us)",
+            [(p, v["cpu_us_per_record_produce"]) for p, v in peers.items()],
+            "us",
         ),
         bar_chart(
-            "Fetch (records/s)",
-            [(p, v["consume_rps"]) for p, v in results["peers"].items()],
-            "rec/s",
+            "Server CPU per record, fetch (us)",
+            [(p, v["cpu_us_per_record_fetch"]) for p, v in peers.items()],
+            "us",
         ),
     ]
-    json_path, html_path = write_report(args.out, "Kafka throughput", results, charts, rows)
+    for kind in ("produce", "end_to_end"):
+        charts.append(
+            bar_chart(
+                f"Latency {kind.replace('_', ' ')} p99 (ms)",
+                [(p, v[kind]["p99_ms"]) for p, v in results["latency"].items()],
+                "ms",
+            )
+        )
+    for phase, svg in flames.items():
+        if svg.exists():
+            encoded = base64.b64encode(svg.read_bytes()).decode()
+            charts.append(
+                f"<h2>Gateway flame graph, pulsar-format {phase} (py-spy)</h2>"
+                f'<img style="max-width:100%" src="data:image/svg+xml;base64,{encoded}">'
+            )
+    json_path, html_path = write_report(out, "Kafka throughput", results, charts, rows)
     console.print(f"report: {json_path} and {html_path}")
 
 

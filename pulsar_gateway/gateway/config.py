@@ -143,6 +143,7 @@ class KafkaSection(_TlsSettings):
     message_max_bytes: int = Field(1048588, ge=0, le=2**31 - 1)
     fetch_max_bytes: int = Field(55 * 1024 * 1024, ge=1024, le=2**31 - 1)
     max_produce_inflated_bytes: int = Field(128 * 1024 * 1024, ge=1024 * 1024)
+    max_connection_inflated_bytes: int = Field(256 * 1024 * 1024, ge=1024 * 1024)
     max_partitions_per_topic: int = Field(10000, ge=1)
     max_partitions_total: int = Field(100000, ge=1)
     idle_close_seconds: float = Field(60.0, gt=0)

@@ -81,13 +81,40 @@ class InflateBudget:
 
     The per-batch ceiling alone lets one small request of many tiny, very compressible
     batches inflate to gigabytes; a Produce request shares one budget among all its
-    batches (the Kafka setting's idea: `kafka.max_produce_inflated_bytes`).
+    batches (the Kafka setting's idea: `kafka.max_produce_inflated_bytes`). A request's
+    budget may draw on its connection's (`parent`, `kafka.max_connection_inflated_bytes`),
+    so pipelined requests cannot each take the whole per-request amount at once; the
+    request gives its share back when it is answered (`release`).
     """
 
-    __slots__ = ("remaining",)
+    __slots__ = ("_left", "parent", "taken")
 
-    def __init__(self, limit: int) -> None:
-        self.remaining = limit
+    def __init__(self, limit: int, parent: InflateBudget | None = None) -> None:
+        self._left = limit
+        self.parent = parent
+        self.taken = 0
+
+    @property
+    def remaining(self) -> int:
+        if self.parent is None:
+            return self._left
+        return min(self._left, self.parent.remaining)
+
+    def take(self, size: int) -> None:
+        self._left -= size
+        self.taken += size
+        if self.parent is not None:
+            self.parent.take(size)
+
+    def release(self) -> None:
+        """Give what this budget took back to its parent (a request that is done)."""
+        if self.parent is not None and self.taken:
+            self.parent.give_back(self.taken)
+        self.taken = 0
+
+    def give_back(self, size: int) -> None:
+        self._left += size
+        self.taken -= size
 
 
 class UnsupportedCodecError(CompressionError):

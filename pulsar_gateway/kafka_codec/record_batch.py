@@ -286,7 +286,7 @@ def decode_batches(
             except CompressionError as e:
                 raise RecordBatchError(str(e), e.code) from e
             if budget is not None:
-                budget.remaining -= len(buf)
+                budget.take(len(buf))
         # Every record takes at least 7 bytes; refuse absurd counts before looping on them.
         if count * 7 > len(buf):
             raise RecordBatchError(f"record count {count} does not fit in {len(buf)} bytes")

@@ -29,8 +29,11 @@ RESERVED = "__kafka."
 GATEWAY_RESERVED = "__gw."
 
 
+_PREFIXES = (RESERVED, GATEWAY_RESERVED)
+
+
 def _reserved(name: str) -> bool:
-    return name.startswith(RESERVED) or name.startswith(GATEWAY_RESERVED)
+    return name.startswith(_PREFIXES)
 
 
 Header = tuple[str, bytes | None]
@@ -104,11 +107,12 @@ def headers_of(message: StoredMessage) -> list[Header]:
             for name in json.loads(order)
             if name in props and not _reserved(name)
         ]
-    return [
-        (name, value.encode("utf-8"))
-        for name, value in sorted(props.items())
-        if not _reserved(name)
-    ]
+    # the common case on the Fetch path: only the gateway's own stamps, no headers at all
+    plain = [(name, value) for name, value in props.items() if not name.startswith(_PREFIXES)]
+    if not plain:
+        return []
+    plain.sort()
+    return [(name, value.encode("utf-8")) for name, value in plain]
 
 
 def timestamp_of(message: StoredMessage) -> int:

@@ -5,15 +5,18 @@ LogAppendTime stamping, and one inflate budget per Produce request."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import Any
 
 import pytest
 
 from pulsar_gateway.kafka_codec import compression
+from pulsar_gateway.kafka_codec.compression import InflateBudget
 from pulsar_gateway.kafka_codec.errors import ErrorCode
 from pulsar_gateway.kafka_codec.protocol.messages import ApiKey
 from pulsar_gateway.kafka_codec.record_batch import Record, decode_batches, encode_batch
+from tests.support.waiting import async_wait_until
 from tests.unit.test_fetch_limits import fetch_body
 from tests.unit.test_kafka_apis import TOPIC, Broker, run
 
@@ -168,6 +171,48 @@ def test_one_inflate_budget_for_the_whole_request() -> None:
         response = await broker.call(ApiKey.PRODUCE, 9, body)
         codes = [p["error_code"] for p in response["responses"][0]["partition_responses"]]
         assert sorted(codes) == [0, 0, ErrorCode.MESSAGE_TOO_LARGE, ErrorCode.MESSAGE_TOO_LARGE]
+        again = await broker.call(ApiKey.PRODUCE, 9, produce_body([("orders", 0, batch)]))
+        assert again["responses"][0]["partition_responses"][0]["error_code"] == 0
+
+    run(scenario)
+
+
+def test_pipelined_requests_share_the_connection_inflate_budget() -> None:
+    """A request waiting on storage holds what it inflated against its connection's budget
+    (`kafka.max_connection_inflated_bytes`): a second request on the same connection gets
+    only what is left, and the whole budget again once the first is answered. Before, each
+    pipelined request could inflate its full per-request amount at the same time."""
+
+    async def scenario() -> None:
+        broker = Broker(
+            max_produce_inflated_bytes=7 * 512 * 1024,  # three 1 MiB records and a little
+            max_connection_inflated_bytes=9 * 512 * 1024,  # four of them and a little
+            default_partitions=4,
+        )
+        connection = broker.context.inflated = InflateBudget(9 * 512 * 1024)
+        value = b"\0" * (1024 * 1024)
+        batch = bytes(encode_batch(0, [Record(0, now(), b"k", value, [])], compression.ZSTD))
+        for index in range(4):  # every partition open, so each can be stalled
+            await broker.produce("orders", [b"open it"], partition=index)
+        log = broker.storage.topics.logs  # type: ignore[attr-defined]
+        stall = asyncio.Event()
+        for partition_log in log.values():
+            partition_log.stall = stall
+        first = asyncio.ensure_future(
+            broker.call(ApiKey.PRODUCE, 9, produce_body([("orders", i, batch) for i in range(3)]))
+        )
+        await async_wait_until(lambda: connection.remaining < 2 * 1024 * 1024, 5)
+        body = produce_body([("orders", index, batch) for index in range(2)])
+        pending = asyncio.ensure_future(broker.call(ApiKey.PRODUCE, 9, body))
+        await async_wait_until(lambda: connection.remaining < 1024 * 1024, 5)
+        stall.set()
+        answers = await pending
+        codes = [p["error_code"] for p in answers["responses"][0]["partition_responses"]]
+        assert sorted(codes) == [0, ErrorCode.MESSAGE_TOO_LARGE]
+        await first
+        assert connection.remaining == 9 * 512 * 1024 and connection.taken == 0
+        for partition_log in log.values():
+            partition_log.stall = None
         again = await broker.call(ApiKey.PRODUCE, 9, produce_body([("orders", 0, batch)]))
         assert again["responses"][0]["partition_responses"][0]["error_code"] == 0
 

@@ -16,6 +16,7 @@ from pulsar_gateway.handlers.authorization import Access, Authorizer, everyone_a
 from pulsar_gateway.handlers.kafka.group_coordinator import GroupCoordinator
 from pulsar_gateway.handlers.kafka.idempotence import ProducerSequences
 from pulsar_gateway.handlers.kafka.port import GroupOffsets, KafkaStorage, ProducerIds, TopicStore
+from pulsar_gateway.kafka_codec.compression import InflateBudget
 
 
 @dataclass
@@ -37,6 +38,9 @@ class KafkaContext:
     # listener gives each authenticated connection a copy of its context with it
     authorizer: Authorizer = field(default_factory=Authorizer)
     access: Access = field(default_factory=lambda: everyone_allowed("kafka"))
+    # one connection's inflate budget (`kafka.max_connection_inflated_bytes`): the listener
+    # gives each connection a copy of its context with its own
+    inflated: InflateBudget | None = None
 
     @property
     def topics(self) -> TopicStore:

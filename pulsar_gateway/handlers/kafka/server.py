@@ -62,6 +62,7 @@ from pulsar_gateway.handlers.listener_limits import (
     bound_address,
 )
 from pulsar_gateway.kafka_codec import protocol
+from pulsar_gateway.kafka_codec.compression import InflateBudget
 from pulsar_gateway.kafka_codec.protocol.messages import ApiKey
 from pulsar_gateway.security.credentials import NoUsers, UserDirectory, shown
 from pulsar_gateway.security.oauthbearer import TokenValidator
@@ -238,6 +239,8 @@ class KafkaServer:
         metrics.CONNECTIONS.labels("kafka").inc()
         metrics.CONNECTIONS_TOTAL.labels("kafka").inc()
         queued = ByteBudget(self.settings.max_queued_request_bytes_per_connection, self.queued)
+        inflated = InflateBudget(self.settings.max_connection_inflated_bytes)
+        context = dataclasses.replace(context, inflated=inflated)
         connection = _Connection(context, reader, writer, peer, queued, self._decoder)
         connection.sasl = SaslSession(
             self.settings.sasl_mechanisms,

@@ -67,7 +67,20 @@ async def handle(
     context: KafkaContext, header: Any, request: dict[str, Any]
 ) -> dict[str, Any] | None:
     acks = request["acks"]
-    budget = InflateBudget(context.settings.max_produce_inflated_bytes)
+    budget = InflateBudget(context.settings.max_produce_inflated_bytes, context.inflated)
+    try:
+        return await _produce(context, header, request, acks, budget)
+    finally:
+        budget.release()  # the connection's share, once the request is answered
+
+
+async def _produce(
+    context: KafkaContext,
+    header: Any,
+    request: dict[str, Any],
+    acks: int,
+    budget: InflateBudget,
+) -> dict[str, Any] | None:
     jobs = []
     layout: list[tuple[str, list[int]]] = []
     for topic in request["topic_data"]:
