@@ -250,9 +250,17 @@ def groups_sections(results: dict[str, Any]) -> list[str]:
     }
     paths = [("sync_commit", "latency_ms", q) for q in QUANTILES]
     latency = {n: _numbers(peers[n], paths) for n in names}
+    paths = [(p, "server_cpu_us_per_commit") for p in ("sync_commit", "async_commit")]
+    cpu = {n: _numbers(peers[n], paths) for n in names}
     return [
         grouped_bar_chart("Offset commits per second", ["sync", "async"], rates, "commits/s"),
         grouped_bar_chart("Sync commit latency (ms)", list(QUANTILES), latency, "ms"),
+        grouped_bar_chart(
+            "Server CPU per commit (us, gateway with pulsar-lite; lower is better)",
+            ["sync", "async"],
+            cpu,
+            "us",
+        ),
     ]
 
 
