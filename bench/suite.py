@@ -396,7 +396,7 @@ def write_html(report: dict[str, Any], path: Path) -> None:
         "amqp-throughput": amqp_sections,
     }
     for name, outcome in parts.items():
-        sections.append(f"<h2>{esc(name)}</h2>")
+        sections.append(f'<h2 id="{esc(name)}">{esc(name)}</h2>')
         results = outcome.get("results")
         if results is None:
             text = outcome.get("output") or outcome.get("error", "")
@@ -404,7 +404,7 @@ def write_html(report: dict[str, Any], path: Path) -> None:
             continue
         if name in builders:
             sections += builders[name](results)
-    sections.append("<h2>Flame graphs of the gateway under load (py-spy)</h2>")
+    sections.append('<h2 id="flame-graphs">Flame graphs of the gateway under load (py-spy)</h2>')
     sections += flame_graphs(report) or ["<p>(none recorded)</p>"]
     path.write_text(page("Pulsar Gateway benchmarks (make bench)", sections, report))
 
