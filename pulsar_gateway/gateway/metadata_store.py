@@ -88,8 +88,13 @@ class _Group:
     outcome: asyncio.Future[BaseException | None]
 
 
+# one encoder for every write: json.dumps with non-default separators builds a new one per
+# call, which cost more than the encoding of a small offset record
+_JSON = json.JSONEncoder(separators=(",", ":"))
+
+
 def _encode(value: Any) -> bytes:
-    return json.dumps(value, separators=(",", ":")).encode()
+    return _JSON.encode(value).encode()
 
 
 def _format_id(mid: MessageKey) -> str:
