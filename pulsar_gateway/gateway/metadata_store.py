@@ -386,27 +386,31 @@ class MetadataStore:
         self, changes: list[tuple[str, bytes | None]]
     ) -> asyncio.Future[BaseException | None]:
         """Add changes to this loop turn's group; its outcome is theirs (and, while in
-        flight, that of identical puts of the same keys)."""
+        flight, that of identical puts of the same keys). The group's send starts as a task
+        whose first step runs on the next loop turn, once this turn's writers have joined."""
         group = self._group
         if group is None:
-            loop = asyncio.get_running_loop()
-            group = self._group = _Group([], loop.create_future())
-            loop.call_soon(self._send_group)
+            group = self._group = _Group([], asyncio.get_running_loop().create_future())
+            send = asyncio.ensure_future(self._send_group(group))
+            self._group_sends.add(send)  # the loop keeps only weak references to tasks
+            send.add_done_callback(self._group_sent)
         group.changes += changes
         for key, _ in changes:
             self._in_flight[key] = group.outcome
         return group.outcome
 
-    def _send_group(self) -> None:
-        group, self._group = self._group, None
-        if group is None:
-            return
+    async def _send_group(self, group: _Group) -> None:
+        if self._group is group:
+            self._group = None  # later writes start the next group
         keys = [key for key, _ in group.changes]
-        send = asyncio.ensure_future(self._append(_records(group.changes), keys, group.outcome))
-        self._group_sends.add(send)  # the loop keeps only weak references to tasks
-        send.add_done_callback(self._group_sent)
+        try:
+            records = _records(group.changes)
+        except BaseException as error:
+            group.outcome.set_result(error)
+            raise
         if len(group.changes) > 1:
             self.groups_appended += 1
+        await self._append(records, keys, group.outcome)
 
     def _group_sent(self, send: asyncio.Task[Any]) -> None:
         self._group_sends.discard(send)
