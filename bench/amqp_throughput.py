@@ -38,6 +38,7 @@ from rich.progress import Progress
 from rich.table import Table
 
 from bench.flame import Flame, flame_graph
+from bench.proc import cpu_seconds, rss_kib
 from bench.report import bar_chart, write_report
 from tests.support.gateway_process import GatewayProcess
 from tests.support.rabbitmq_process import RabbitMQProcess
@@ -72,22 +73,6 @@ def log_problems(gateway: GatewayProcess, keep: int = 20) -> list[str]:
 
 
 # --- processes and their memory -----------------------------------------------------------
-
-
-def rss_kib(pid: int) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1])
-    return 0
-
-
-def cpu_seconds(pids: list[int]) -> float:
-    """User plus system CPU time of these processes so far."""
-    total = 0
-    for pid in pids:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        total += int(fields[11]) + int(fields[12])
-    return total / os.sysconf("SC_CLK_TCK")
 
 
 def descendants(root: int) -> list[int]:

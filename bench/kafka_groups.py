@@ -15,6 +15,7 @@ last commit back. Every consumer uses session.timeout.ms=6000 and heartbeat.inte
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import platform
 import statistics
@@ -32,6 +33,7 @@ from rich.progress import Progress
 from rich.table import Table
 
 from bench.flame import Flame, flame_graph
+from bench.proc import cpu_seconds
 from bench.report import bar_chart, write_report
 from tests.support.gateway_process import GatewayProcess
 from tests.support.tansu_process import TansuProcess
@@ -307,17 +309,22 @@ def guarded(progress: Progress, label: str, run: Callable[[], dict[str, Any]]) -
         return {"error": str(error)}
 
 
-def profiled(
-    pid: int | None, path: Path | None, run: Callable[[], dict[str, Any]]
+def measured(
+    pids: list[int], path: Path | None, run: Callable[[], dict[str, Any]]
 ) -> Callable[[], dict[str, Any]]:
-    """`run`, with the server `pid` profiled into `path` (py-spy) when both are given."""
+    """`run`, with the server's CPU per commit (all of `pids`: the gateway and its broker,
+    or tansu) and, given a `path`, pids[0] profiled into it (py-spy)."""
 
     def go() -> dict[str, Any]:
-        if pid is None or path is None:
-            return run()
-        flame: Flame
-        with flame_graph(pid, path) as flame:
+        profile = flame_graph(pids[0], path) if path else contextlib.nullcontext(Flame())
+        before = cpu_seconds(pids)
+        with profile as flame:
             numbers = run()
+        spent = cpu_seconds(pids) - before
+        commits = numbers.get("commits", numbers.get("completed", 0))
+        numbers["server_cpu_s"] = spent
+        if commits:
+            numbers["server_cpu_us_per_commit"] = spent / commits * 1e6
         if flame.path is not None:
             numbers["flame_graph"] = str(flame.path)
         elif flame.error is not None:
@@ -332,11 +339,14 @@ def measure(
     label: str,
     bootstrap: str,
     args: argparse.Namespace,
-    pid: int | None = None,
+    pids: list[int],
+    profile: bool = False,
 ) -> dict[str, Any]:
-    """Join, then sync and async commits; with `pid` and --flame-graphs, the commit phases
-    are profiled."""
-    flames = args.out.with_name(f"{args.out.name}-{label}") if args.flame_graphs else None
+    """Join, then sync and async commits, with the CPU time of the server's `pids`; with
+    `profile` and --flame-graphs, pids[0] is profiled during the commit phases."""
+    flames = (
+        args.out.with_name(f"{args.out.name}-{label}") if args.flame_graphs and profile else None
+    )
     try:
         prepare_topic(bootstrap, args.partitions)
     except Exception as error:  # noqa: BLE001 - reported, the run goes on
@@ -353,8 +363,8 @@ def measure(
         "sync_commit": guarded(
             progress,
             f"{label} sync commits",
-            profiled(
-                pid,
+            measured(
+                pids,
                 flames and flames.with_name(f"{flames.name}-sync-commits.svg"),
                 lambda: measure_sync_commits(
                     progress, label, bootstrap, args.partitions, args.seconds
@@ -364,8 +374,8 @@ def measure(
         "async_commit": guarded(
             progress,
             f"{label} async commits",
-            profiled(
-                pid,
+            measured(
+                pids,
                 flames and flames.with_name(f"{flames.name}-async-commits.svg"),
                 lambda: measure_async_commits(
                     progress, label, bootstrap, args.partitions, args.seconds, args.window
@@ -379,7 +389,8 @@ def measure_gateway(progress: Progress, scratch: Path, args: argparse.Namespace)
     gateway = GatewayProcess(scratch / "gw").start()
     try:
         assert gateway.process is not None
-        numbers = measure(progress, "gateway", gateway.bootstrap, args, gateway.process.pid)
+        pids = [gateway.process.pid, gateway.broker_pid()]
+        numbers = measure(progress, "gateway", gateway.bootstrap, args, pids, profile=True)
         numbers["log_problems"] = log_problems(gateway)
         return numbers
     finally:
@@ -389,7 +400,8 @@ def measure_gateway(progress: Progress, scratch: Path, args: argparse.Namespace)
 def measure_tansu(progress: Progress, _: Path, args: argparse.Namespace) -> dict[str, Any]:
     tansu = TansuProcess().start()
     try:
-        return measure(progress, "tansu", tansu.bootstrap, args)
+        assert tansu.process is not None
+        return measure(progress, "tansu", tansu.bootstrap, args, [tansu.process.pid])
     finally:
         tansu.stop()
 
@@ -449,6 +461,8 @@ def report(results: dict[str, Any], args: argparse.Namespace) -> None:
         "sync commit p50 ms": ("sync_commit", "latency_ms", "p50"),
         "sync commit p99 ms": ("sync_commit", "latency_ms", "p99"),
         "async commits/s": ("async_commit", "per_s"),
+        "server CPU us/sync commit": ("sync_commit", "server_cpu_us_per_commit"),
+        "server CPU us/async commit": ("async_commit", "server_cpu_us_per_commit"),
     }
     table = Table(
         title=f"{args.members} members, {args.partitions} partitions, {args.rounds} rounds; "
@@ -476,7 +490,7 @@ def report(results: dict[str, Any], args: argparse.Namespace) -> None:
         table.add_row(*(str(v) for v in row.values()))
     results["ratios"] = ratios
     console.print(table)
-    console.print("join and commit latency: lower is better; commits/s: higher is better")
+    console.print("join, commit latency and CPU: lower is better; commits/s: higher is better")
     for peer, numbers in peers.items():
         if "error" in numbers:
             console.print(f"[red]{peer}: {numbers['error']}")

@@ -250,9 +250,17 @@ def groups_sections(results: dict[str, Any]) -> list[str]:
     }
     paths = [("sync_commit", "latency_ms", q) for q in QUANTILES]
     latency = {n: _numbers(peers[n], paths) for n in names}
+    paths = [(p, "server_cpu_us_per_commit") for p in ("sync_commit", "async_commit")]
+    cpu = {n: _numbers(peers[n], paths) for n in names}
     return [
         grouped_bar_chart("Offset commits per second", ["sync", "async"], rates, "commits/s"),
         grouped_bar_chart("Sync commit latency (ms)", list(QUANTILES), latency, "ms"),
+        grouped_bar_chart(
+            "Server CPU per commit (us, gateway with pulsar-lite; lower is better)",
+            ["sync", "async"],
+            cpu,
+            "us",
+        ),
     ]
 
 
@@ -388,7 +396,7 @@ def write_html(report: dict[str, Any], path: Path) -> None:
         "amqp-throughput": amqp_sections,
     }
     for name, outcome in parts.items():
-        sections.append(f"<h2>{esc(name)}</h2>")
+        sections.append(f'<h2 id="{esc(name)}">{esc(name)}</h2>')
         results = outcome.get("results")
         if results is None:
             text = outcome.get("output") or outcome.get("error", "")
@@ -396,7 +404,7 @@ def write_html(report: dict[str, Any], path: Path) -> None:
             continue
         if name in builders:
             sections += builders[name](results)
-    sections.append("<h2>Flame graphs of the gateway under load (py-spy)</h2>")
+    sections.append('<h2 id="flame-graphs">Flame graphs of the gateway under load (py-spy)</h2>')
     sections += flame_graphs(report) or ["<p>(none recorded)</p>"]
     path.write_text(page("Pulsar Gateway benchmarks (make bench)", sections, report))
 

@@ -84,12 +84,17 @@ GONE = _Gone()
 class _Group:
     """The changes of the writes of one event-loop turn, appended as one record."""
 
-    changes: list[tuple[str, Any]]
+    changes: list[tuple[str, bytes | None]]  # each key's JSON; None deletes it
     outcome: asyncio.Future[BaseException | None]
 
 
+# one encoder for every write: json.dumps with non-default separators builds a new one per
+# call, which cost more than the encoding of a small offset record
+_JSON = json.JSONEncoder(separators=(",", ":"))
+
+
 def _encode(value: Any) -> bytes:
-    return json.dumps(value, separators=(",", ":")).encode()
+    return _JSON.encode(value).encode()
 
 
 def _format_id(mid: MessageKey) -> str:
@@ -114,22 +119,35 @@ def _chunks(items: list[tuple[str, Any]], keys: int, max_bytes: int) -> Iterator
         yield payload
 
 
-def _records(changes: list[tuple[str, Any]]) -> list[OutMessage]:
-    """The log records of a group of changes, in order: the plain per-key record for one
-    key; for several, `changes` records of at most CHUNK_KEYS keys and about CHUNK_BYTES.
-    A key changed twice in the group keeps its last change (only the last one counts on
-    load either way)."""
+def _records(changes: list[tuple[str, bytes | None]]) -> list[OutMessage]:
+    """The log records of a group of changes (each key's JSON, None for a delete), in order:
+    the plain per-key record for one key; for several, `changes` records of at most
+    CHUNK_KEYS keys and about CHUNK_BYTES, made of the values as they were encoded when
+    written. A key changed twice in the group keeps its last change (only the last one
+    counts on load either way)."""
     if len(changes) == 1:
-        key, value = changes[0]
-        if value is GONE:
+        key, payload = changes[0]
+        if payload is None:
             return [OutMessage(b"", key=key, properties={DELETED: "1"})]
-        return [OutMessage(_encode(value), key=key)]
-    latest = {key: [] if value is GONE else [value] for key, value in changes}
+        return [OutMessage(payload, key=key)]
+    latest = dict(changes)
     properties = {DELETED: "1", CONTROL: "changes"}
-    return [
-        OutMessage(payload, key=RESERVED_KEY, properties=properties)
-        for payload in _chunks(list(latest.items()), CHUNK_KEYS, CHUNK_BYTES)
-    ]
+    records: list[OutMessage] = []
+    members: list[bytes] = []
+    size = 0
+    for key, payload in latest.items():
+        member = _encode(key) + (b":[]" if payload is None else b":[" + payload + b"]")
+        if members and (len(members) >= CHUNK_KEYS or size + len(member) > CHUNK_BYTES):
+            records.append(_changes_record(members, properties))
+            members, size = [], 0
+        members.append(member)
+        size += len(member) + 1
+    records.append(_changes_record(members, properties))
+    return records
+
+
+def _changes_record(members: list[bytes], properties: dict[str, str]) -> OutMessage:
+    return OutMessage(b"{" + b",".join(members) + b"}", key=RESERVED_KEY, properties=properties)
 
 
 class MetadataStore:
@@ -341,7 +359,7 @@ class MetadataStore:
     async def _write(self, changes: dict[str, Any]) -> None:
         """Append the changes that change something, with this loop turn's other writes in
         one record (group commit); GONE deletes a key. Durable once this returns."""
-        new: list[tuple[str, Any]] = []
+        new: list[tuple[str, bytes | None]] = []
         earlier: list[asyncio.Future[BaseException | None]] = []
         for key, value in changes.items():
             if self._holds(key, value):
@@ -350,9 +368,11 @@ class MetadataStore:
                 continue
             if value is GONE:
                 self._unset(key)
+                new.append((key, None))
             else:
+                payload = _encode(value)  # a value JSON cannot hold fails here, unstored
                 self._set(key, value)
-            new.append((key, value))
+                new.append((key, payload))
         if new:
             earlier.append(self._join_group(new))
         for outcome in earlier:
@@ -362,29 +382,35 @@ class MetadataStore:
             if error is not None:
                 raise BackendError(f"metadata write failed: {error}") from error
 
-    def _join_group(self, changes: list[tuple[str, Any]]) -> asyncio.Future[BaseException | None]:
+    def _join_group(
+        self, changes: list[tuple[str, bytes | None]]
+    ) -> asyncio.Future[BaseException | None]:
         """Add changes to this loop turn's group; its outcome is theirs (and, while in
-        flight, that of identical puts of the same keys)."""
+        flight, that of identical puts of the same keys). The group's send starts as a task
+        whose first step runs on the next loop turn, once this turn's writers have joined."""
         group = self._group
         if group is None:
-            loop = asyncio.get_running_loop()
-            group = self._group = _Group([], loop.create_future())
-            loop.call_soon(self._send_group)
+            group = self._group = _Group([], asyncio.get_running_loop().create_future())
+            send = asyncio.ensure_future(self._send_group(group))
+            self._group_sends.add(send)  # the loop keeps only weak references to tasks
+            send.add_done_callback(self._group_sent)
         group.changes += changes
         for key, _ in changes:
             self._in_flight[key] = group.outcome
         return group.outcome
 
-    def _send_group(self) -> None:
-        group, self._group = self._group, None
-        if group is None:
-            return
+    async def _send_group(self, group: _Group) -> None:
+        if self._group is group:
+            self._group = None  # later writes start the next group
         keys = [key for key, _ in group.changes]
-        send = asyncio.ensure_future(self._append(_records(group.changes), keys, group.outcome))
-        self._group_sends.add(send)  # the loop keeps only weak references to tasks
-        send.add_done_callback(self._group_sent)
+        try:
+            records = _records(group.changes)
+        except BaseException as error:
+            group.outcome.set_result(error)
+            raise
         if len(group.changes) > 1:
             self.groups_appended += 1
+        await self._append(records, keys, group.outcome)
 
     def _group_sent(self, send: asyncio.Task[Any]) -> None:
         self._group_sends.discard(send)

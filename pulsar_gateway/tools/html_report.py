@@ -55,7 +55,8 @@ def grouped_bar_chart(
     groups = max(1, len(labels))
     bar = max(4, min(24, 640 // (groups * max(1, len(names)) + groups)))
     group_width = bar * len(names) + 10
-    width = max(420, 70 + groups * group_width)
+    # wide enough for the bars, the legend (150 px an entry) and the title
+    width = max(420, 70 + groups * group_width, 80 + 150 * len(names), 20 + 8 * len(title))
     plot = 200
     top = max((v for values in series.values() for v in values), default=1) or 1
     height = plot + 110

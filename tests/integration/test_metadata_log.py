@@ -143,6 +143,16 @@ def test_writes_of_one_loop_turn_share_one_durable_append(broker_url: str) -> No
         assert dict(again.items("")) == dict(store.items(""))
         assert again.get("g/0/a") == 100, "the later write of a key in a group wins"
         assert again.get("gone") is None and again.get("solo") == "x"
+        # a value JSON cannot hold fails its own write at once, stores nothing, and does
+        # not hold up the group it would have joined
+        with pytest.raises(TypeError):
+            await asyncio.gather(store.put("bad", object()), store.put("fine", 1))
+        await store.put("fine", 1)
+        assert store.get("bad") is None and store.get("fine") == 1
+        # a group bigger than a record's key limit spans several records, all applied
+        await asyncio.gather(*(store.put(f"big/{i}", i) for i in range(2500)))
+        again = await _loaded(backend, namespace)
+        assert dict(again.items("")) == dict(store.items(""))
         await backend.close()
 
     asyncio.run(scenario())

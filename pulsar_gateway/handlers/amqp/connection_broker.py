@@ -619,11 +619,10 @@ class ConnectionBroker:
                 True, "publishes awaiting storage exceed amqp.max_in_flight_bytes"
             )
             self.request_flush()
-        write = vh.write(queues, message)
-        channel.writing[write] = queues
-        write.add_done_callback(
-            lambda t: self._published(channel, pending, cost, t, queues, message)
+        write = vh.write(
+            queues, message, lambda t: self._published(channel, pending, cost, t, queues, message)
         )
+        channel.writing[write] = queues
 
     def _published(
         self,

@@ -217,6 +217,9 @@ def route(
             ReplyCode.ACCESS_REFUSED,
             f"cannot publish to internal {resource('exchange', exchange_name, topology.vhost)}",
         )
+    if exchange.name == DEFAULT_EXCHANGE and not extra_routing_keys:
+        # the common publish straight to a queue: what the loop below gives, without it
+        return frozenset((routing_key,)) if routing_key in topology.queues else frozenset()
     keys = (routing_key, *extra_routing_keys)
     message_headers = headers or {}
     queues: set[str] = set()
@@ -275,6 +278,8 @@ def _matching(
 
 def sender_selected_keys(headers: Mapping[str, Any] | None) -> list[str]:
     """The CC and BCC routing keys of a message (string arrays in its headers)."""
+    if not headers:
+        return []
     keys: list[str] = []
     for name in ("CC", "BCC"):
         values = (headers or {}).get(name)

@@ -158,18 +158,28 @@ class VhostState:
 
     # --- messages ---------------------------------------------------------------------
 
-    def write(self, queues: frozenset[str], message: AmqpMessage) -> asyncio.Future[None]:
+    def write(
+        self,
+        queues: frozenset[str],
+        message: AmqpMessage,
+        then: Callable[[asyncio.Future[Any]], None] | None = None,
+    ) -> asyncio.Future[Any]:
         """Start storing one copy per queue; done when every copy is stored.
 
         The queues' engines count the copies as on their way meanwhile (a
         consumer may see a copy before the store answers) and as stored or
-        failed when the write ends, before any callback the caller adds.
+        failed when the write ends, before any callback the caller adds; `then` runs
+        right after that, in the same callback (one loop callback per publish, not two).
         """
         self._writing(queues)
         task = asyncio.ensure_future(self.store.publish(self.name, queues, message))
-        task.add_done_callback(
-            lambda t: self._written(queues, not t.cancelled() and t.exception() is None)
-        )
+
+        def written(done: asyncio.Future[Any]) -> None:
+            self._written(queues, not done.cancelled() and done.exception() is None)
+            if then is not None:
+                then(done)
+
+        task.add_done_callback(written)
         return task
 
     def _writing(self, queues: Iterable[str]) -> None:

@@ -61,6 +61,8 @@ P_TIMESTAMP = "amqp.timestamp"
 P_EXPIRATION = "amqp.expiration"
 P_PERSISTENT = "amqp.persistent"
 TOPIC_CACHE_SIZE = 10_000  # (vhost, queue) -> topic names kept; cleared when full
+PROPERTIES_CACHE_SIZE = 1024  # distinct property octets kept in base64 both ways...
+PROPERTIES_CACHE_ENTRY = 512  # ...when this short (bytes or characters): under 1 MiB in all
 
 
 def _table(arguments: Any) -> str:
@@ -83,22 +85,34 @@ class _PulsarQueueReader:
         self.queue = queue
         self.consumer = consumer
         self.nudger = nudger
+        self._decoded: dict[str, bytes] = {}  # base64 property text -> octets; bounded
 
     async def fetch(self, limit: int, timeout: float | None) -> list[StoredDelivery]:
         received = await self.consumer.fetch(limit, timeout)
         out = []
+        decoded = self._decoded
         for item in received:
             props = item.properties
-            raw = base64.b64decode(props.get(P_PROPERTIES, "")) if P_PROPERTIES in props else b""
+            text = props.get(P_PROPERTIES)
+            if text is None:
+                raw = b"\x00\x00"
+            else:
+                raw = decoded.get(text)  # a queue's messages mostly share their properties
+                if raw is None:
+                    raw = base64.b64decode(text) or b"\x00\x00"
+                    if len(text) <= PROPERTIES_CACHE_ENTRY:
+                        if len(decoded) >= PROPERTIES_CACHE_SIZE:
+                            decoded.clear()
+                        decoded[text] = raw
             expiration = props.get(P_EXPIRATION)
             message = AmqpMessage(
-                exchange=props.get(P_EXCHANGE, ""),
-                routing_key=props.get(P_ROUTING_KEY, self.queue),
-                properties_raw=raw or b"\x00\x00",
-                body=item.payload,
-                persistent=props.get(P_PERSISTENT) == "1",
-                expiration_ms=int(expiration) if expiration else None,
-                timestamp_ms=int(props.get(P_TIMESTAMP) or item.publish_time),
+                props.get(P_EXCHANGE, ""),
+                props.get(P_ROUTING_KEY, self.queue),
+                raw,
+                item.payload,
+                props.get(P_PERSISTENT) == "1",
+                int(expiration) if expiration else None,
+                int(props.get(P_TIMESTAMP) or item.publish_time),
             )
             out.append(StoredDelivery(self.queue, item.id, message, item.redelivery_count))
         return out
@@ -182,6 +196,7 @@ class PulsarAmqpStore:
         self.consumers = QueueConsumers(backend, receiver_queue_size)
         self.sends = GroupedSends(backend)
         self._topics: dict[tuple[str, str], str] = {}
+        self._encoded: dict[bytes, str] = {}  # property octets -> base64 text; bounded
 
     # --- names ------------------------------------------------------------------------
 
@@ -336,7 +351,7 @@ class PulsarAmqpStore:
         properties = {
             P_EXCHANGE: message.exchange,
             P_ROUTING_KEY: message.routing_key,
-            P_PROPERTIES: base64.b64encode(message.properties_raw).decode(),
+            P_PROPERTIES: self._encoded_properties(message.properties_raw),
             P_TIMESTAMP: str(message.timestamp_ms or int(time.time() * 1000)),
         }
         if message.persistent:
@@ -348,6 +363,18 @@ class PulsarAmqpStore:
             for queue in queues:
                 return self.sends.submit(self.topic(vhost, queue), out)
         return asyncio.gather(*(self.sends.submit(self.topic(vhost, q), out) for q in queues))
+
+    def _encoded_properties(self, raw: bytes) -> str:
+        """The property octets as base64 text; publishers mostly repeat theirs (a bounded
+        cache)."""
+        text = self._encoded.get(raw)
+        if text is None:
+            text = base64.b64encode(raw).decode()
+            if len(raw) <= PROPERTIES_CACHE_ENTRY:
+                if len(self._encoded) >= PROPERTIES_CACHE_SIZE:
+                    self._encoded.clear()
+                self._encoded[raw] = text
+        return text
 
     async def open_queue(self, vhost: str, queue: str) -> QueueReader:
         consumer = await self.consumers.open(self.topic(vhost, queue), SUBSCRIPTION)
