@@ -32,6 +32,7 @@ def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess
         "amqp.tls_cert_file": certs["cert"],
         "amqp.tls_key_file": certs["key"],
         "amqp.tls_port": port,
+        "authorization.superusers": "celery",  # rights: test_authorization.py
     }
     process = GatewayProcess(where / "gw", extra=set_flags(settings)).start()
     process.amqps_port = port  # type: ignore[attr-defined]

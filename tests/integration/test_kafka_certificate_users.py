@@ -36,6 +36,7 @@ def gateway(
         "kafka.tls_key_file": certs["key"],
         "kafka.tls_ca_file": certs["ca"],
         "kafka.tls_certificate_users": "true",
+        "authorization.superusers": "carla,dora",  # rights: test_authorization.py
     }
     process = GatewayProcess(tmp_path_factory.mktemp("gw"), extra=set_flags(settings)).start()
     command = [sys.executable, "-m", "pulsar_gateway.cli", "users", "add", "carla"]

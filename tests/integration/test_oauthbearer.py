@@ -55,6 +55,7 @@ def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess
         "kafka.oauthbearer_key_file": public,
         "kafka.oauthbearer_algorithms": "RS256",
         "kafka.oauthbearer_issuer": ISSUER,
+        "authorization.superusers": "olivia",  # rights: test_authorization.py
     }
     process = GatewayProcess(where, extra=set_flags(settings)).start()
     yield process

@@ -51,6 +51,8 @@ def secure_gateway(
         "amqp.tls_cert_file": certs["cert"],
         "amqp.tls_key_file": certs["key"],
         "amqp.tls_port": amqps_port,
+        # about authentication: its users may do everything (test_authorization.py: rights)
+        "authorization.superusers": "alice,bob",
     }
     extra = set_flags(settings)
     process = GatewayProcess(tmp_path_factory.mktemp("secure-gateway"), extra=extra)

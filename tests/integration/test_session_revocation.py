@@ -35,7 +35,10 @@ def _users(gateway: GatewayProcess, *args: str, password: str | None = None) -> 
 
 @pytest.fixture(scope="module")
 def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess]:
-    extra = set_flags({"kafka.sasl_mechanisms": "PLAIN"})
+    # about sessions: its users may do everything (test_authorization.py: rights)
+    extra = set_flags(
+        {"kafka.sasl_mechanisms": "PLAIN", "authorization.superusers": ",".join(PASSWORDS)}
+    )
     process = GatewayProcess(tmp_path_factory.mktemp("revocation"), extra=extra).start()
     for name, password in PASSWORDS.items():
         _users(process, "add", name, password=password)

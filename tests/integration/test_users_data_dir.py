@@ -41,7 +41,8 @@ def plain_login(port: int, user: str, password: str) -> int:
 
 
 def test_users_on_a_stopped_gateways_data_dir(tmp_path: Path) -> None:
-    gateway = GatewayProcess(tmp_path / "gw", extra=["--set", "kafka.sasl_mechanisms=PLAIN"])
+    extra = ["--set", "kafka.sasl_mechanisms=PLAIN", "--set", "authorization.superusers=dave"]
+    gateway = GatewayProcess(tmp_path / "gw", extra=extra)
     gateway.start()
     try:
         running = users_on_dir(gateway.data_dir, "add", "dave", password="dave's pw")

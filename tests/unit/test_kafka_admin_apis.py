@@ -366,3 +366,65 @@ def test_delete_topics_v6_by_name_or_by_topic_id() -> None:
         assert broker.storage.topics.list() == []
 
     run(scenario)
+
+
+def test_admin_apis_ask_for_rights_as_kafka_does() -> None:
+    """A user of namespace team-a/orders only: topic admin there, nothing on the cluster,
+    nothing in team-b/orders (docs/security.md, 'Authorization')."""
+    from tests.unit.test_authorization import A_TOPIC, B_TOPIC, Guarded
+
+    async def scenario() -> None:
+        broker = Guarded()
+        await broker.topics()
+        for name, expected in (
+            (A_TOPIC, ErrorCode.NONE),
+            (B_TOPIC, ErrorCode.TOPIC_AUTHORIZATION_FAILED),
+        ):
+            altered = await incremental(broker, [("segment.ms", SET, "9")], name=name)
+            assert altered["error_code"] == expected, name
+            body = {
+                "topics": [{"name": name, "partitions": [{"partition_index": 0, "offset": 0}]}],
+                "timeout_ms": 1000,
+            }
+            deleted = await broker.call(ApiKey.DELETE_RECORDS, 2, body)
+            assert deleted["topics"][0]["partitions"][0]["error_code"] == expected, name
+        broker_wide = await incremental(broker, [("num.partitions", SET, "3")], kind=4, name="0")
+        assert broker_wide["error_code"] == ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+        denied = ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+        elected = await broker.call(
+            ApiKey.ELECT_LEADERS,
+            2,
+            {
+                "election_type": 0,
+                "topic_partitions": [{"topic": A_TOPIC, "partitions": [0]}],
+                "timeout_ms": 1000,
+            },
+        )
+        assert elected["error_code"] == denied
+        log_dirs = await broker.call(ApiKey.DESCRIBE_LOG_DIRS, 4, {"topics": None})
+        assert log_dirs["error_code"] == denied and log_dirs["results"] == []
+        listed = await broker.call(
+            ApiKey.LIST_PARTITION_REASSIGNMENTS, 0, {"timeout_ms": 1000, "topics": None}
+        )
+        assert listed["error_code"] == denied
+        paged = await broker.call(
+            ApiKey.DESCRIBE_TOPIC_PARTITIONS,
+            0,
+            {"topics": [], "response_partition_limit": 100, "cursor": None},
+        )
+        assert [t["name"] for t in paged["topics"]] == [A_TOPIC]
+        credentials = await broker.call(ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, 0, {"users": None})
+        assert credentials["error_code"] == denied
+        broker.login("root")  # a superuser may
+        elected = await broker.call(
+            ApiKey.ELECT_LEADERS,
+            2,
+            {
+                "election_type": 0,
+                "topic_partitions": [{"topic": B_TOPIC, "partitions": [0]}],
+                "timeout_ms": 1000,
+            },
+        )
+        assert elected["error_code"] == ErrorCode.NONE
+
+    run(scenario)

@@ -8,7 +8,8 @@ goes back to the default, as on Kafka); IncrementalAlterConfigs applies SET, DEL
 APPEND and SUBTRACT to it. `pulsar.entry.format` cannot change once a topic has records in
 one format: the stored entries would no longer read back (docs/pulsar-mapping.md, 'Entry
 formats'). Broker configs are the gateway's own settings (conf/gateway.toml) and are not
-altered over the wire: POLICY_VIOLATION, which clients do not retry.
+altered over the wire: POLICY_VIOLATION, which clients do not retry. Rights: `alter` on
+the topic's namespace, or on the cluster for broker configs (docs/security.md).
 """
 
 from __future__ import annotations
@@ -22,11 +23,13 @@ from pulsar_gateway.handlers.kafka.apis.configs import (
     TOPIC_CONFIGS,
     validate_configs,
 )
+from pulsar_gateway.handlers.kafka.authorization import cluster_allowed, topic_allowed
 from pulsar_gateway.handlers.kafka.context import KafkaContext
 from pulsar_gateway.handlers.kafka.port import StorageError, UnknownTopic
 from pulsar_gateway.handlers.kafka.topic_lookup import reserved_refusal
 from pulsar_gateway.kafka_codec.entry_format import FORMAT_CONFIG
 from pulsar_gateway.kafka_codec.errors import ErrorCode
+from pulsar_gateway.security.rights import ALTER
 
 log = logging.getLogger("gateway.kafka.admin")
 
@@ -88,6 +91,8 @@ async def _alter_one(
     request: dict[str, Any],
 ) -> None:
     if kind in (BROKER, BROKER_LOGGER):
+        if not cluster_allowed(context, ALTER):
+            raise ConfigRefused(ErrorCode.CLUSTER_AUTHORIZATION_FAILED, "Authorization failed.")
         raise ConfigRefused(
             ErrorCode.POLICY_VIOLATION,
             "broker configs are the gateway's settings (conf/gateway.toml); "
@@ -101,6 +106,8 @@ async def _alter_one(
     refusal = reserved_refusal(context, name)
     if refusal is not None:
         raise ConfigRefused(ErrorCode.TOPIC_AUTHORIZATION_FAILED, refusal)
+    if not topic_allowed(context, name, ALTER):
+        raise ConfigRefused(ErrorCode.TOPIC_AUTHORIZATION_FAILED, "Authorization failed.")
     pulsar_name = context.pulsar_name(name)
     record = context.topics.get(pulsar_name)
     if record is None:

@@ -8,7 +8,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from pulsar_gateway.handlers.kafka.authorization import cluster_allowed
 from pulsar_gateway.handlers.kafka.context import KafkaContext
+from pulsar_gateway.kafka_codec.errors import ErrorCode
+from pulsar_gateway.security.rights import DESCRIBE
 
 
 async def describe_cluster(
@@ -37,4 +40,7 @@ async def describe_cluster(
 async def list_client_metrics_resources(
     context: KafkaContext, header: Any, request: dict[str, Any]
 ) -> dict[str, Any]:
+    if not cluster_allowed(context, DESCRIBE):
+        code = ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+        return {"throttle_time_ms": 0, "error_code": code, "client_metrics_resources": []}
     return {"throttle_time_ms": 0, "error_code": 0, "client_metrics_resources": []}

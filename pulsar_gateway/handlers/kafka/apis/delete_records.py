@@ -5,7 +5,8 @@ answers the new start, Fetch below it is OFFSET_OUT_OF_RANGE (so a consumer with
 auto.offset.reset=earliest skips to it), and the start survives restarts in the topic's
 record. The Pulsar messages behind those offsets are not deleted by this call: Pulsar's
 retention reclaims their space (the embedded broker keeps them; docs/pulsar-mapping.md,
-'Deleting records'). Offset -1 means the high watermark, as on Kafka.
+'Deleting records'). Needs `delete` on the topic's namespace
+(docs/security.md, 'Authorization'). Offset -1 means the high watermark, as on Kafka.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from pulsar_gateway.handlers.kafka.context import KafkaContext
 from pulsar_gateway.handlers.kafka.port import StorageError, UnknownTopic
 from pulsar_gateway.handlers.kafka.topic_lookup import find_topic
 from pulsar_gateway.kafka_codec.errors import ErrorCode
+from pulsar_gateway.security.rights import DELETE
 
 log = logging.getLogger("gateway.kafka.admin")
 
@@ -26,7 +28,7 @@ HIGH_WATERMARK = -1
 async def handle(context: KafkaContext, header: Any, request: dict[str, Any]) -> dict[str, Any]:
     topics = []
     for topic in request["topics"]:
-        record, code = await find_topic(context, topic["name"], auto_create=False)
+        record, code = await find_topic(context, topic["name"], auto_create=False, operation=DELETE)
         partitions = []
         for partition in topic["partitions"]:
             index, offset = partition["partition_index"], partition["offset"]

@@ -106,7 +106,9 @@ async def describe_topic_partitions(
     described: list[tuple[str, TopicRecord | None, int]] = []
     if not request["topics"]:
         for record in context.topics.list():
-            described.append((context.kafka_name(record.name), record, ErrorCode.NONE))
+            name = context.kafka_name(record.name)
+            if topic_allowed(context, name, DESCRIBE, audit=False):
+                described.append((name, record, ErrorCode.NONE))
     else:
         for name in sorted({item["name"] for item in request["topics"]}):
             record, code = await find_topic(context, name, auto_create=False)

@@ -12,16 +12,22 @@ Log directories: all data is in Pulsar, shown as the one log dir `LOG_DIR` holdi
 partition. Sizes are not known to the gateway (Pulsar keeps them, and the embedded broker
 does not report them), so partition sizes and the dir's bytes are -1, Kafka's "unknown";
 moving a replica to that dir changes nothing and to any other is LOG_DIR_NOT_FOUND.
+
+Rights, as Kafka asks them: elections, reassignments and log dir moves need `alter` on the
+cluster, listing reassignments and log dirs `describe` on it (CLUSTER_AUTHORIZATION_FAILED);
+OffsetForLeaderEpoch `describe` on the topic.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from pulsar_gateway.handlers.kafka.authorization import cluster_allowed
 from pulsar_gateway.handlers.kafka.context import KafkaContext
 from pulsar_gateway.handlers.kafka.port import StorageError, TopicRecord
 from pulsar_gateway.handlers.kafka.topic_lookup import find_topic
 from pulsar_gateway.kafka_codec.errors import ErrorCode
+from pulsar_gateway.security.rights import ALTER, DESCRIBE
 
 LEADER_EPOCH = 0
 
@@ -40,11 +46,14 @@ async def elect_leaders(
     context: KafkaContext, header: Any, request: dict[str, Any]
 ) -> dict[str, Any]:
     results = []
+    allowed = cluster_allowed(context, ALTER)
     for topic in request.get("topic_partitions") or []:  # null: every partition, none needed
         partitions = []
         for index in topic["partitions"]:
             code = await _partition_error(context, topic["topic"], index)
-            if code == ErrorCode.NONE:
+            if not allowed:
+                code = ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+            elif code == ErrorCode.NONE:
                 code = ErrorCode.ELECTION_NOT_NEEDED
             partitions.append(
                 {
@@ -58,7 +67,7 @@ async def elect_leaders(
         results.append({"topic": topic["topic"], "partition_result": partitions})
     return {
         "throttle_time_ms": 0,
-        "error_code": ErrorCode.NONE,
+        "error_code": ErrorCode.NONE if allowed else ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
         "replica_election_results": results,
     }
 
@@ -67,9 +76,10 @@ async def list_partition_reassignments(
     context: KafkaContext, header: Any, request: dict[str, Any]
 ) -> dict[str, Any]:
     """Nothing is ever being reassigned."""
+    allowed = cluster_allowed(context, DESCRIBE)
     return {
         "throttle_time_ms": 0,
-        "error_code": ErrorCode.NONE,
+        "error_code": ErrorCode.NONE if allowed else ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
         "error_message": None,
         "topics": [],
     }
@@ -79,6 +89,13 @@ async def alter_partition_reassignments(
     context: KafkaContext, header: Any, request: dict[str, Any]
 ) -> dict[str, Any]:
     node = context.identity.node_id
+    if not cluster_allowed(context, ALTER):
+        return {
+            "throttle_time_ms": 0,
+            "error_code": ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
+            "error_message": "Authorization failed.",
+            "responses": [],
+        }
     responses = []
     for topic in request["topics"]:
         partitions = []
@@ -149,6 +166,12 @@ UNKNOWN_SIZE = -1
 async def describe_log_dirs(
     context: KafkaContext, header: Any, request: dict[str, Any]
 ) -> dict[str, Any]:
+    if not cluster_allowed(context, DESCRIBE):
+        return {
+            "throttle_time_ms": 0,
+            "error_code": ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
+            "results": [],
+        }
     wanted = request.get("topics")  # null: every partition
     topics = []
     if wanted is None:
@@ -193,12 +216,15 @@ async def alter_replica_log_dirs(
     context: KafkaContext, header: Any, request: dict[str, Any]
 ) -> dict[str, Any]:
     results = []
+    allowed = cluster_allowed(context, ALTER)
     for log_dir in request["dirs"]:
         for topic in log_dir["topics"]:
             partitions = []
             for index in topic["partitions"]:
                 code = await _partition_error(context, topic["name"], index)
-                if code == ErrorCode.NONE and log_dir["path"] != LOG_DIR:
+                if not allowed:
+                    code = ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+                elif code == ErrorCode.NONE and log_dir["path"] != LOG_DIR:
                     code = ErrorCode.LOG_DIR_NOT_FOUND
                 partitions.append({"partition_index": index, "error_code": code})
             results.append({"topic_name": topic["name"], "partitions": partitions})

@@ -7,7 +7,8 @@ and a SaltedPassword; the store keeps only the StoredKey and ServerKey derived f
 Kafka's rules and errors: mechanisms 1 (SCRAM-SHA-256) and 2 (SCRAM-SHA-512) only, 4096 to
 16384 iterations, one change per user and mechanism per request, a deletion of a credential
 that does not exist is RESOURCE_NOT_FOUND. A user whose SCRAM-SHA-256 keys are gone cannot
-log in with PLAIN any more (PLAIN is checked against those keys).
+log in with PLAIN any more (PLAIN is checked against those keys). Rights: `describe` on
+the cluster to list, `alter` on it to change (docs/security.md, 'Authorization').
 """
 
 from __future__ import annotations
@@ -16,10 +17,12 @@ import logging
 from collections import Counter
 from typing import Any
 
+from pulsar_gateway.handlers.kafka.authorization import cluster_allowed
 from pulsar_gateway.handlers.kafka.context import KafkaContext
 from pulsar_gateway.handlers.kafka.port import ScramCredentials, StorageError
 from pulsar_gateway.kafka_codec.errors import ErrorCode
 from pulsar_gateway.security.credentials import SCRAM_MECHANISMS, mechanism_entry, shown
+from pulsar_gateway.security.rights import ALTER, DESCRIBE
 
 log = logging.getLogger("gateway.kafka.admin")
 
@@ -51,6 +54,8 @@ async def describe(context: KafkaContext, header: Any, request: dict[str, Any]) 
         "results": [],
     }
     try:
+        if not cluster_allowed(context, DESCRIBE):
+            raise CredentialRefused(ErrorCode.CLUSTER_AUTHORIZATION_FAILED, "Authorization failed.")
         store = _store(context)
     except CredentialRefused as refused:
         return {**answer, "error_code": refused.code, "error_message": refused.message}
@@ -101,7 +106,9 @@ async def alter(context: KafkaContext, header: Any, request: dict[str, Any]) -> 
                 "A user credential cannot be altered twice in the same request",
             )
     try:
-        store = _store(context)
+        if not cluster_allowed(context, ALTER):
+            raise CredentialRefused(ErrorCode.CLUSTER_AUTHORIZATION_FAILED, "Authorization failed.")
+        store: ScramCredentials | None = _store(context)
     except CredentialRefused as refused:
         errors = {name: refused for name in users}
         store = None
