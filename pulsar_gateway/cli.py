@@ -9,7 +9,7 @@ import logging
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from pulsar_gateway.gateway.config import DEFAULT_METADATA_NAMESPACE, ConfigError, load_settings
 
@@ -186,7 +186,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command in ("migrate", "parity", "amqp", "users"):
         from pulsar_gateway.tools_cli import run_tool
 
-        return run_tool(args)
+        _exit_now(run_tool(args))
     if args.command != "run":
         parser.print_help()
         return 0 if args.command is None else 2
@@ -205,9 +205,13 @@ def main(argv: list[str] | None = None) -> int:
         runner: Any = uvloop.run
     except ImportError:  # pragma: no cover - uvloop is a dependency
         runner = asyncio.run
-    code = runner(_run(settings))
-    # Everything is closed by now; skip interpreter teardown, where pulsar-client's C++
-    # threads can abort the process (seen as "terminate called without an active exception").
+    _exit_now(runner(_run(settings)))
+
+
+def _exit_now(code: int) -> NoReturn:
+    """Exit with `code` once everything is closed, skipping interpreter teardown, where
+    pulsar-client's C++ threads can abort the process ("terminate called without an active
+    exception", seen for the gateway and for `users` under load, after its work was done)."""
     logging.shutdown()
     sys.stdout.flush()
     sys.stderr.flush()
