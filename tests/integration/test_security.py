@@ -118,7 +118,10 @@ def test_confluent_kafka_over_sasl_ssl(
     )
 
 
-def test_kafka_python_with_scram(secure_gateway: GatewayProcess, certs: dict[str, Path]) -> None:
+@pytest.mark.parametrize("mechanism", ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"])
+def test_kafka_python_over_sasl_ssl(
+    secure_gateway: GatewayProcess, certs: dict[str, Path], mechanism: str
+) -> None:
     from kafka import KafkaProducer
 
     context = ssl.create_default_context(cafile=str(certs["ca"]))
@@ -126,7 +129,7 @@ def test_kafka_python_with_scram(secure_gateway: GatewayProcess, certs: dict[str
         bootstrap_servers=secure_gateway.bootstrap,
         security_protocol="SASL_SSL",
         ssl_context=context,
-        sasl_mechanism="SCRAM-SHA-512",
+        sasl_mechanism=mechanism,
         sasl_plain_username="bob",
         sasl_plain_password=PASSWORD,
     )
@@ -272,8 +275,9 @@ def test_pika_over_tls_with_a_store_user(
         pika.BlockingConnection(wrong)
 
 
-def test_aiokafka_with_scram_sha_256(
-    secure_gateway: GatewayProcess, certs: dict[str, Path]
+@pytest.mark.parametrize("mechanism", ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"])
+def test_aiokafka_over_sasl_ssl(
+    secure_gateway: GatewayProcess, certs: dict[str, Path], mechanism: str
 ) -> None:
     import asyncio
 
@@ -284,7 +288,7 @@ def test_aiokafka_with_scram_sha_256(
             bootstrap_servers=secure_gateway.bootstrap,
             security_protocol="SASL_SSL",
             ssl_context=ssl.create_default_context(cafile=str(certs["ca"])),
-            sasl_mechanism="SCRAM-SHA-256",
+            sasl_mechanism=mechanism,
             sasl_plain_username="alice",
             sasl_plain_password=PASSWORD,
         )
