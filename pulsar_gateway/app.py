@@ -199,7 +199,7 @@ class Gateway:
                 vhost_namespace=store.namespace,
             )
             self.listeners.append(amqp_server)
-            management_api = ManagementApi(amqp_server.broker).handle
+            management_api = ManagementApi(amqp_server.broker, amqp_server.connections).handle
         for listener in self.listeners:
             await listener.start()
             host, port = listener.address

@@ -76,3 +76,30 @@ def test_queues_exchanges_bindings_overview_and_vhosts(gateway: GatewayProcess) 
         ch.exchange_delete(f"{name}.x")
     finally:
         conn.close()
+
+
+def test_open_connections_are_listed_with_rabbitmqs_fields(gateway: GatewayProcess) -> None:
+    """`/api/connections` (what Flower and rabbitmqadmin list connections read): each open
+    connection with its user, vhost, channels and both ends; one by its name; gone once
+    closed."""
+    conn = pika.BlockingConnection(pika.URLParameters(gateway.amqp_url))
+    try:
+        conn.channel()
+        conn.channel()
+        local_port = conn._impl._transport._sock.getsockname()[1]  # the client's own end
+
+        def mine() -> dict | None:
+            rows = _get(gateway, "/api/connections")
+            assert isinstance(rows, list)
+            return next((r for r in rows if r["peer_port"] == local_port), None)
+
+        row = wait_until(mine, 5, message="the connection listed")
+        assert (row["user"], row["vhost"], row["channels"], row["ssl"]) == ("guest", "/", 2, False)
+        assert row["state"] == "running" and row["protocol"] == "AMQP 0-9-1"
+        assert row["name"] == f"127.0.0.1:{local_port} -> 127.0.0.1:{row['port']}"
+        assert row["client_properties"]["product"] == "Pika Python Client Library"
+        one = _get(gateway, "/api/connections/" + urllib.parse.quote(row["name"], safe=""))
+        assert one == row
+    finally:
+        conn.close()
+    wait_until(lambda: mine() is None, 5, message="the closed connection gone")

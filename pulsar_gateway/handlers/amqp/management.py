@@ -2,7 +2,7 @@
 
 `GET /api/overview`, `/api/vhosts[/{vhost}]`, `/api/queues[/{vhost}[/{name}]]`,
 `/api/exchanges[/{vhost}[/{name}]]`, `/api/bindings[/{vhost}]` and
-`/api/definitions[/{vhost}]` (an export) answer with the
+`/api/definitions[/{vhost}]` (an export) and `/api/connections[/{name}]` answer with the
 JSON fields RabbitMQ's management plugin gives (the ones Celery Flower, Prometheus
 exporters and `rabbitmqadmin list` read), from this process's `AmqpBroker`: the
 vhosts some connection has opened since the gateway started, their topology and
@@ -20,7 +20,8 @@ import base64
 import datetime
 import decimal
 import urllib.parse
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from pulsar_gateway.handlers.amqp.broker import AmqpBroker
@@ -36,11 +37,39 @@ Json = Any
 _EXCHANGE_FIELDS = ("name", "vhost", "type", "durable", "auto_delete", "internal", "arguments")
 
 
-class ManagementApi:
-    """Answers the API's GET requests from the broker's in-memory state."""
+@dataclass(frozen=True)
+class ConnectionSummary:
+    """One open AMQP connection as `/api/connections` shows it (the listener makes these)."""
 
-    def __init__(self, broker: AmqpBroker) -> None:
+    peer_host: str
+    peer_port: int
+    host: str
+    port: int
+    user: str | None
+    vhost: str | None
+    channels: int
+    blocked: bool
+    tls: bool
+    connected_at_ms: int
+    client_properties: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        """RabbitMQ's connection name: "peer:port -> host:port"."""
+        return f"{self.peer_host}:{self.peer_port} -> {self.host}:{self.port}"
+
+
+class ManagementApi:
+    """Answers the API's GET requests from the broker's in-memory state and, for
+    `/api/connections`, the listener's open connections."""
+
+    def __init__(
+        self,
+        broker: AmqpBroker,
+        connections: Callable[[], Iterable[ConnectionSummary]] = tuple,
+    ) -> None:
         self.broker = broker
+        self.connections = connections
 
     def handle(self, method: str, target: str) -> tuple[int, Json]:
         """(HTTP status, JSON body) for one request; `target` is the request path."""
@@ -55,6 +84,15 @@ class ManagementApi:
             args = args[:-1]
         if resource == "overview" and not args:
             return 200, self.overview()
+        if resource == "connections" and len(args) <= 1:
+            rows = [_connection_row(c) for c in self.connections()]
+            rows.sort(key=lambda row: row["name"])
+            if not args:
+                return 200, rows
+            found = [row for row in rows if row["name"] == args[0]]
+            if not found:
+                return 404, {"error": "Object Not Found", "reason": "Not Found"}
+            return 200, found[0]
         if resource == "definitions" and len(args) <= 1:
             vhost = args[0] if args else None
             if vhost is not None and vhost not in self.broker.vhosts:
@@ -189,6 +227,26 @@ class ManagementApi:
                     binding.routing_key,
                     binding.arguments,
                 )
+
+
+def _connection_row(connection: ConnectionSummary) -> Json:
+    return {
+        "name": connection.name,
+        "node": NODE_NAME,
+        "type": "network",
+        "protocol": "AMQP 0-9-1",
+        "user": connection.user,
+        "vhost": connection.vhost,
+        "state": "blocked" if connection.blocked else "running",
+        "channels": connection.channels,
+        "peer_host": connection.peer_host,
+        "peer_port": connection.peer_port,
+        "host": connection.host,
+        "port": connection.port,
+        "ssl": connection.tls,
+        "connected_at": connection.connected_at_ms,
+        "client_properties": _json_table(connection.client_properties),
+    }
 
 
 def _queue_row(vhost: VhostState, queue: Queue) -> Json:

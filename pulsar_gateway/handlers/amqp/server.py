@@ -56,6 +56,7 @@ from pulsar_gateway.handlers.amqp.connection_settings import (
 from pulsar_gateway.handlers.amqp.connection_state import AmqpConnection, ConnectionState
 from pulsar_gateway.handlers.amqp.errors import ReplyCode
 from pulsar_gateway.handlers.amqp.events import ConnectionClosed, Event
+from pulsar_gateway.handlers.amqp.management import ConnectionSummary
 from pulsar_gateway.handlers.authorization import AUDIT_LOGGERS, Access, Authorizer
 from pulsar_gateway.handlers.listener_limits import ConnectionLimits, LogLimiter, bound_address
 from pulsar_gateway.security.credentials import NoUsers, UserDirectory, shown
@@ -182,6 +183,10 @@ class AmqpServer:
                 if now is not session.credentials and now != session.credentials:
                     await session.revoke(user)
 
+    def connections(self) -> list[ConnectionSummary]:
+        """The open connections that finished their handshake, for `/api/connections`."""
+        return [s.summary() for s in list(self._sessions) if s.conn.username is not None]
+
     async def stop(self) -> None:
         if self._user_check is not None:
             self._user_check.cancel()
@@ -235,6 +240,22 @@ class AmqpServer:
 
 
 class _Session:
+    def summary(self) -> ConnectionSummary:
+        local = self.writer.get_extra_info("sockname") or ("", 0)
+        return ConnectionSummary(
+            peer_host=self.peer,
+            peer_port=self.peer_port,
+            host=str(local[0]),
+            port=int(local[1]),
+            user=self.conn.username,
+            vhost=self.conn.vhost,
+            channels=len(self.conn.open_channels),
+            blocked=self.conn.blocked,
+            tls=self.writer.get_extra_info("sslcontext") is not None,
+            connected_at_ms=self.connected_at_ms,
+            client_properties=self.conn.client_properties,
+        )
+
     def __init__(
         self,
         server: AmqpServer,
@@ -271,6 +292,8 @@ class _Session:
             ),
         )
         self.broker.peer = f"{peer_host}:{peer_port}"
+        self.peer_port = peer_port
+        self.connected_at_ms = int(time.time() * 1000)
         self._flush_scheduled = False
         self._drain_task: asyncio.Task[None] | None = None
         self._loop = asyncio.get_running_loop()
