@@ -47,6 +47,7 @@ class Broker:
     async def produce(
         self, topic: str, values: list[bytes], partition: int = 0, **batch: Any
     ) -> dict[str, Any]:
+        version = batch.pop("version", 11)
         records = [Record(i, 1000 + i, b"k%d" % i, v, [("h", b"1")]) for i, v in enumerate(values)]
         body = {
             "acks": -1,
@@ -60,7 +61,7 @@ class Broker:
                 }
             ],
         }
-        response = await self.call(ApiKey.PRODUCE, 9, body)
+        response = await self.call(ApiKey.PRODUCE, version, body)
         return response["responses"][0]["partition_responses"][0]
 
     async def fetch(

@@ -76,7 +76,7 @@ async def sasl_outside_connection(
 
 
 API_TABLE: dict[ApiKey, Api] = {
-    ApiKey.PRODUCE: Api(produce.handle, 3, 9),
+    ApiKey.PRODUCE: Api(produce.handle, 3, 11),
     ApiKey.FETCH: Api(fetch.handle, 4, 12),
     ApiKey.LIST_OFFSETS: Api(list_offsets.handle, 0, 10),
     ApiKey.METADATA: Api(metadata.handle, 0, 12),
