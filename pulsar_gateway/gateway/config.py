@@ -299,6 +299,9 @@ class AmqpSection(_TlsSettings):
     # stored: twice the output high water, and ~16,000 small publishes pipelined (a count
     # of 2,000 was the bound, whatever their size)
     max_in_flight_bytes: int = Field(16 * 1024 * 1024, ge=64 * 1024)
+    # the same across every connection: past it, the publish alarm blocks every connection
+    # that publishes until half are stored (RabbitMQ's memory alarm; publish_alarm.py)
+    max_total_in_flight_bytes: int = Field(256 * 1024 * 1024, ge=1024 * 1024)
     users: dict[str, str] = Field(default_factory=lambda: {"guest": "guest"})
 
     @model_validator(mode="after")

@@ -24,6 +24,7 @@ from pulsar_gateway.handlers.amqp.connection_broker import (
     PublishLimits,
 )
 from pulsar_gateway.handlers.amqp.events import ConnectionOpened
+from pulsar_gateway.handlers.amqp.publish_alarm import PublishAlarm
 from tests.support.amqp_memory_store import MemoryStore
 from tests.support.amqp_peer import CLIENT_CAPABILITIES, Peer, open_peer
 
@@ -154,5 +155,67 @@ def test_blocked_clients_without_the_capability_are_only_not_read() -> None:
         assert not peer.conn.blocked
         assert _kinds(peer) == []
         await handler.broker.close()
+
+    asyncio.run(scenario())
+
+
+def test_the_gateway_wide_alarm_blocks_every_publishing_connection() -> None:
+    """Two connections, each under its own bound, together past the gateway's: the alarm
+    blocks each at its publish (connection.blocked naming the total's setting), not a
+    connection that only consumes, and unblocks them all once half is stored."""
+
+    async def scenario() -> None:
+        store = MemoryStore()
+        alarm = PublishAlarm(3 * MIB)
+        limits = PublishLimits(max_in_flight_bytes=16 * MIB, alarm=alarm)
+        first, first_handler = await _connect(store, limits)
+        second, second_handler = await _connect(store, limits)
+        idle, idle_handler = await _connect(store, limits)
+        store.gate.clear()
+        await _publish(first, first_handler, 2 * MIB)
+        assert not first.conn.blocked and not alarm.raised
+        await _publish(second, second_handler, 2 * MIB)  # 4 MiB together: past 3 MiB
+        assert alarm.raised and second.conn.blocked
+        [blocked] = [m for _, m in second.methods() if isinstance(m, commands.Connection.Blocked)]
+        assert "amqp.max_total_in_flight_bytes" in blocked.reason
+        await _publish(first, first_handler, 1024)  # its next publish blocks it too
+        assert first.conn.blocked
+        assert not idle.conn.blocked  # it published nothing
+        waiter = asyncio.ensure_future(first_handler.wait_unblocked())
+        await _settle()
+        assert not waiter.done()
+        store.gate.set()
+        await _settle()
+        assert not alarm.raised and alarm.used == 0
+        assert waiter.done() and not first.conn.blocked and not second.conn.blocked
+        for handler in (first_handler, second_handler, idle_handler):
+            await handler.connection_closed()
+            await handler.broker.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_connection_blocked_by_the_alarm_alone_is_unblocked_when_it_clears() -> None:
+    """A connection with nothing of its own in flight, blocked because others filled the
+    gateway's total, must not wait for a store of its own to be read again."""
+
+    async def scenario() -> None:
+        gated, free = MemoryStore(), MemoryStore()  # two listeners' worth of one alarm
+        alarm = PublishAlarm(2 * MIB)
+        limits = PublishLimits(max_in_flight_bytes=16 * MIB, alarm=alarm)
+        big, big_handler = await _connect(gated, limits)
+        small, small_handler = await _connect(free, limits)
+        gated.gate.clear()
+        await _publish(big, big_handler, 3 * MIB)
+        assert alarm.raised
+        await _publish(small, small_handler, 10)  # blocked by the alarm, then stored at once
+        await _settle()
+        assert small.conn.blocked and small_handler.in_flight_bytes == 0
+        gated.gate.set()
+        await _settle()
+        assert not alarm.raised and not small.conn.blocked and not big.conn.blocked
+        for handler in (big_handler, small_handler):
+            await handler.connection_closed()
+            await handler.broker.close()
 
     asyncio.run(scenario())

@@ -57,6 +57,7 @@ from pulsar_gateway.handlers.amqp.events import (
 from pulsar_gateway.handlers.amqp.exchange_routing import route, sender_selected_keys
 from pulsar_gateway.handlers.amqp.field_values import text_or_none
 from pulsar_gateway.handlers.amqp.frames import make_method
+from pulsar_gateway.handlers.amqp.publish_alarm import PublishAlarm
 from pulsar_gateway.handlers.amqp.queue_engine import QueueEngine
 from pulsar_gateway.handlers.amqp.topology import DestinationKind
 from pulsar_gateway.handlers.amqp.topology_rules import (
@@ -98,10 +99,14 @@ class PublishLimits:
     `max_in_flight_bytes`: publishes handed to the store and not yet stored (one copy
     per queue, plus PUBLISH_OVERHEAD each); at it the connection is blocked until they
     are down to half (amqp.max_in_flight_bytes).
+    `alarm`: the same bytes counted across every connection of the listener
+    (amqp.max_total_in_flight_bytes, publish_alarm.py); while it is raised, a connection
+    that publishes is blocked too.
     """
 
     max_tx_bytes: int = 128 * 1024 * 1024
     max_in_flight_bytes: int = 16 * 1024 * 1024
+    alarm: PublishAlarm | None = None
 
 
 def tx_cost(message: AmqpMessage) -> int:
@@ -149,6 +154,8 @@ class ConnectionBroker:
         self.tx_bytes = 0  # held by every open transaction of the connection
         self._unblocked = asyncio.Event()
         self._unblocked.set()
+        if self.limits.alarm is not None:
+            self.limits.alarm.watch(self._maybe_unblock)
         self.closed = False
         # the user's rights and the vhost's namespace, set by the listener at connection.open
         self.access: Access = everyone_allowed("amqp")
@@ -612,17 +619,39 @@ class ConnectionBroker:
             return
         cost = tx_cost(message) * len(queues) + PUBLISH_OVERHEAD
         self.in_flight_bytes += cost
-        if self.in_flight_bytes >= self.limits.max_in_flight_bytes and self._unblocked.is_set():
-            self._unblocked.clear()
-            # RabbitMQ says "low on memory" (a node-wide alarm); this is one connection's
-            self.connection.set_blocked(
-                True, "publishes awaiting storage exceed amqp.max_in_flight_bytes"
-            )
-            self.request_flush()
+        alarm = self.limits.alarm
+        if alarm is not None:
+            alarm.add(cost)
+        if self._unblocked.is_set():
+            # RabbitMQ says "low on memory" (its node-wide alarm); here, which bound it is
+            if self.in_flight_bytes >= self.limits.max_in_flight_bytes:
+                self._block("publishes awaiting storage exceed amqp.max_in_flight_bytes")
+            elif alarm is not None and alarm.raised:
+                self._block(
+                    "the gateway's publishes awaiting storage exceed amqp.max_total_in_flight_bytes"
+                )
         write = vh.write(
             queues, message, lambda t: self._published(channel, pending, cost, t, queues, message)
         )
         channel.writing[write] = queues
+
+    def _block(self, reason: str) -> None:
+        self._unblocked.clear()
+        self.connection.set_blocked(True, reason)
+        self.request_flush()
+
+    def _maybe_unblock(self) -> None:
+        """Read the peer again once its own publishes are down to half their bound and the
+        gateway-wide alarm is not raised (called after each store, and when the alarm clears)."""
+        if self._unblocked.is_set() or self.closed:
+            return
+        if self.in_flight_bytes > self.limits.max_in_flight_bytes // 2:
+            return
+        if self.limits.alarm is not None and self.limits.alarm.raised:
+            return
+        self._unblocked.set()
+        self.connection.set_blocked(False)
+        self.request_flush()
 
     def _published(
         self,
@@ -635,13 +664,9 @@ class ConnectionBroker:
     ) -> None:
         channel.writing.pop(task, None)
         self.in_flight_bytes -= cost
-        if (
-            self.in_flight_bytes <= self.limits.max_in_flight_bytes // 2
-            and not self._unblocked.is_set()
-        ):
-            self._unblocked.set()
-            self.connection.set_blocked(False)
-            self.request_flush()
+        if self.limits.alarm is not None:
+            self.limits.alarm.remove(cost)
+        self._maybe_unblock()
         error = task.exception() if not task.cancelled() else asyncio.CancelledError()
         if error is not None:
             log.warning("amqp publish failed: %s", error)
@@ -812,6 +837,8 @@ class ConnectionBroker:
         if self.closed:
             return
         self.closed = True
+        if self.limits.alarm is not None:
+            self.limits.alarm.unwatch(self._maybe_unblock)
         for number in list(self.channels):
             await self._channel_closed(number)
         vh = self.vhost

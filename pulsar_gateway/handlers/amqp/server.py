@@ -57,6 +57,7 @@ from pulsar_gateway.handlers.amqp.connection_state import AmqpConnection, Connec
 from pulsar_gateway.handlers.amqp.errors import ReplyCode
 from pulsar_gateway.handlers.amqp.events import ConnectionClosed, Event
 from pulsar_gateway.handlers.amqp.management import ConnectionSummary
+from pulsar_gateway.handlers.amqp.publish_alarm import PublishAlarm
 from pulsar_gateway.handlers.authorization import AUDIT_LOGGERS, Access, Authorizer
 from pulsar_gateway.handlers.listener_limits import ConnectionLimits, LogLimiter, bound_address
 from pulsar_gateway.security.credentials import NoUsers, UserDirectory, shown
@@ -125,6 +126,7 @@ class AmqpServer:
             "amqp", settings.max_connections, settings.max_connections_per_ip, log
         )
         self.log_limiter = LogLimiter()
+        self.publish_alarm = PublishAlarm(settings.max_total_in_flight_bytes)
         self._user_check: asyncio.Task[None] | None = None
 
     @property
@@ -289,6 +291,7 @@ class _Session:
             PublishLimits(
                 max_tx_bytes=server.settings.max_tx_bytes,
                 max_in_flight_bytes=server.settings.max_in_flight_bytes,
+                alarm=server.publish_alarm,
             ),
         )
         self.broker.peer = f"{peer_host}:{peer_port}"
