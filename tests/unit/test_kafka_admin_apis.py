@@ -428,3 +428,54 @@ def test_admin_apis_ask_for_rights_as_kafka_does() -> None:
         assert elected["error_code"] == ErrorCode.NONE
 
     run(scenario)
+
+
+def test_client_quotas_say_none_is_set_or_enforced() -> None:
+    async def scenario() -> None:
+        broker = Broker()
+        described = await broker.call(
+            ApiKey.DESCRIBE_CLIENT_QUOTAS,
+            1,
+            {
+                "components": [{"entity_type": "user", "match_type": 1, "match": None}],
+                "strict": False,
+            },
+        )
+        assert (described["error_code"], described["entries"]) == (ErrorCode.NONE, [])
+        odd = await broker.call(
+            ApiKey.DESCRIBE_CLIENT_QUOTAS,
+            1,
+            {
+                "components": [{"entity_type": "team", "match_type": 1, "match": None}],
+                "strict": False,
+            },
+        )
+        assert odd["error_code"] == ErrorCode.INVALID_REQUEST
+
+        def entry(key: str, kind: str = "user") -> dict[str, Any]:
+            return {
+                "entity": [{"entity_type": kind, "entity_name": "alice"}],
+                "ops": [{"key": key, "value": 1024.0, "remove": False}],
+            }
+
+        altered = await broker.call(
+            ApiKey.ALTER_CLIENT_QUOTAS,
+            1,
+            {
+                "entries": [
+                    entry("producer_byte_rate"),
+                    entry("speed"),
+                    entry("producer_byte_rate", "team"),
+                ],
+                "validate_only": False,
+            },
+        )
+        codes = [e["error_code"] for e in altered["entries"]]
+        assert codes == [
+            ErrorCode.POLICY_VIOLATION,
+            ErrorCode.INVALID_REQUEST,
+            ErrorCode.INVALID_REQUEST,
+        ]
+        assert "not enforced" in altered["entries"][0]["error_message"]
+
+    run(scenario)

@@ -19,6 +19,7 @@ from typing import Any
 from pulsar_gateway.handlers.kafka.apis import (
     acls,
     alter_configs,
+    client_quotas,
     cluster,
     configs,
     delete_records,
@@ -109,6 +110,8 @@ API_TABLE: dict[ApiKey, Api] = {
     ApiKey.ALTER_PARTITION_REASSIGNMENTS: Api(replicas.alter_partition_reassignments, 0, 0),
     ApiKey.LIST_PARTITION_REASSIGNMENTS: Api(replicas.list_partition_reassignments, 0, 0),
     ApiKey.OFFSET_DELETE: Api(group_offsets.offset_delete, 0, 0),
+    ApiKey.DESCRIBE_CLIENT_QUOTAS: Api(client_quotas.describe, 0, 1),
+    ApiKey.ALTER_CLIENT_QUOTAS: Api(client_quotas.alter, 0, 1),
     ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: Api(scram_credentials.describe, 0, 0),
     ApiKey.ALTER_USER_SCRAM_CREDENTIALS: Api(scram_credentials.alter, 0, 0),
     ApiKey.DESCRIBE_CLUSTER: Api(cluster.describe_cluster, 0, 1),
