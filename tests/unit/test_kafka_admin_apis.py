@@ -479,3 +479,24 @@ def test_client_quotas_say_none_is_set_or_enforced() -> None:
         assert "not enforced" in altered["entries"][0]["error_message"]
 
     run(scenario)
+
+
+def test_metadata_finds_a_topic_by_its_id() -> None:
+    async def scenario() -> None:
+        broker = Broker()
+        record = await broker.storage.topics.create(TOPIC, 2)
+        body = {
+            "topics": [
+                {"topic_id": uuid.UUID(record.topic_id), "name": None},
+                {"topic_id": uuid.uuid4(), "name": None},
+            ],
+            "allow_auto_topic_creation": False,
+            "include_topic_authorized_operations": False,
+        }
+        response = await broker.call(ApiKey.METADATA, 12, body)
+        found, missing = response["topics"]
+        assert (found["error_code"], found["name"], len(found["partitions"])) == (0, "orders", 2)
+        assert found["topic_id"] == uuid.UUID(record.topic_id)
+        assert missing["error_code"] == ErrorCode.UNKNOWN_TOPIC_ID
+
+    run(scenario)

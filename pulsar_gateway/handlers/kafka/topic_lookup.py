@@ -74,3 +74,10 @@ def topic_uuid(record: TopicRecord | None) -> uuid.UUID:
     if record is None or not record.topic_id:
         return uuid.UUID(int=0)
     return uuid.UUID(record.topic_id)
+
+
+def topic_with_id(context: KafkaContext, topic_id: uuid.UUID | None) -> TopicRecord | None:
+    """The topic whose Kafka topic id (KIP-516) is `topic_id`, if any."""
+    if topic_id is None or topic_id == uuid.UUID(int=0):
+        return None
+    return next((r for r in context.topics.list() if topic_uuid(r) == topic_id), None)

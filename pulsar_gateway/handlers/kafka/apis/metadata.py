@@ -17,7 +17,7 @@ from typing import Any
 from pulsar_gateway.handlers.kafka.authorization import topic_allowed
 from pulsar_gateway.handlers.kafka.context import KafkaContext
 from pulsar_gateway.handlers.kafka.port import TopicRecord
-from pulsar_gateway.handlers.kafka.topic_lookup import find_topic, topic_uuid
+from pulsar_gateway.handlers.kafka.topic_lookup import find_topic, topic_uuid, topic_with_id
 from pulsar_gateway.kafka_codec.errors import ErrorCode
 from pulsar_gateway.security.rights import DESCRIBE
 
@@ -37,16 +37,19 @@ async def handle(context: KafkaContext, header: Any, request: dict[str, Any]) ->
     else:
         for item in requested:
             name = item.get("name")
-            if name is None:
-                topics.append(
-                    {
-                        "error_code": ErrorCode.UNKNOWN_TOPIC_ID,
-                        "name": None,
-                        "topic_id": item.get("topic_id"),
-                        "partitions": [],
-                    }
-                )
-                continue
+            if name is None:  # v10+: a topic asked for by its id (KIP-516)
+                known = topic_with_id(context, item.get("topic_id"))
+                if known is None:
+                    topics.append(
+                        {
+                            "error_code": ErrorCode.UNKNOWN_TOPIC_ID,
+                            "name": None,
+                            "topic_id": item.get("topic_id"),
+                            "partitions": [],
+                        }
+                    )
+                    continue
+                name = context.kafka_name(known.name)
             record, code = await find_topic(context, name, allow_create)
             topics.append(_describe(context, name, record, code))
     return {

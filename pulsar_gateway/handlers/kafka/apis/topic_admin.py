@@ -11,7 +11,6 @@ saying why.
 from __future__ import annotations
 
 import logging
-import uuid
 from collections import Counter
 from typing import Any
 
@@ -24,10 +23,9 @@ from pulsar_gateway.handlers.kafka.port import (
     StorageError,
     TopicDeletionDisabled,
     TopicExists,
-    TopicRecord,
     UnknownTopic,
 )
-from pulsar_gateway.handlers.kafka.topic_lookup import reserved_refusal, topic_uuid
+from pulsar_gateway.handlers.kafka.topic_lookup import reserved_refusal, topic_uuid, topic_with_id
 from pulsar_gateway.kafka_codec.errors import ErrorCode
 from pulsar_gateway.security.rights import ALTER, DELETE
 
@@ -214,7 +212,7 @@ async def delete_topics(
     for name, topic_id in wanted:
         record = None
         if name is None and topic_id is not None:
-            record = _topic_with_id(context, topic_id)
+            record = topic_with_id(context, topic_id)
             name = context.kafka_name(record.name) if record is not None else None
         if name is None:
             code, message = ErrorCode.UNKNOWN_TOPIC_ID, f"no topic has id {topic_id}"
@@ -234,10 +232,6 @@ async def delete_topics(
             }
         )
     return {"throttle_time_ms": 0, "responses": results}
-
-
-def _topic_with_id(context: KafkaContext, topic_id: uuid.UUID) -> TopicRecord | None:
-    return next((r for r in context.topics.list() if topic_uuid(r) == topic_id), None)
 
 
 async def _delete_one(context: KafkaContext, name: str) -> tuple[ErrorCode, str | None]:
