@@ -60,7 +60,10 @@ class MemoryPartitionLog(_Breakable):
         return self.producers.get(producer_id)
 
     async def append(
-        self, messages: list[OutMessage], producer: ProducerStamp | None = None
+        self,
+        messages: list[OutMessage],
+        producer: ProducerStamp | None = None,
+        encoded: bytes | memoryview | None = None,
     ) -> int:
         self._check()
         if self.stall is not None:

@@ -13,6 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pulsar_gateway.gateway.messages import StoredMessage
+from pulsar_gateway.kafka_codec.entry_format import encode_entries
+from pulsar_gateway.kafka_codec.record_batch import Record, decode_batches, encode_batch
 from pulsar_gateway.storage.kafka.partition_log import PartitionLog
 from pulsar_gateway.storage.kafka.tail_store import TailStore
 
@@ -110,3 +112,28 @@ def test_dropping_the_oldest_unmaps_emptied_segments() -> None:
     assert tail.first_offset == 1990
     assert tail.offset_of((7, 5, -1)) is None
     assert tail.offset_of((7, 1995, -1)) == 1995
+
+
+def test_a_kept_batch_is_served_in_place_of_its_records() -> None:
+    """What the gateway itself just produced in the `pulsar` format is fetched at the tail as
+    the batch the producer sent, re-based, instead of every record unpacked and re-encoded."""
+    records = [Record(i, 1_700_000_000_000 + i, b"k%d" % i, b"v%d" % i, []) for i in range(3)]
+    raw = bytes(encode_batch(0, records))
+    tail = TailStore()
+    for entry in range(5):
+        tail.append(_message(entry, 10), 40 + entry)
+    tail.keep_batch(41, 3, raw)
+    entries = tail.read(40, 1 << 20)
+    assert [entry.offset for entry in entries] == [40, 41, 44]
+    assert entries[1].message.payload == raw and entries[1].message.id == (7, 1, -1)
+    records_bytes, count = encode_entries(entries)
+    assert count == 5
+    [_, batch, _] = decode_batches(memoryview(records_bytes))
+    assert batch.base_offset == 41 and [r.value for r in batch.records] == [b"v0", b"v1", b"v2"]
+    # message by message when asked (a subscription's position needs each message's id)
+    assert [e.offset for e in tail.read(40, 1 << 20, batches=False)] == [40, 41, 42, 43, 44]
+    # the batch goes with its first message
+    tail.drop_oldest()
+    tail.drop_oldest()
+    assert [e.offset for e in tail.read(42, 1 << 20)] == [42, 43, 44]
+    assert tail.size == sum(_message(entry, 10).size for entry in range(2, 5))

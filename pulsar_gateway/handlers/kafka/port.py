@@ -141,11 +141,15 @@ class PartitionLog(ProducerStateStore, Protocol):
     next_offset: int  # the high watermark: one past the last numbered record
 
     async def append(
-        self, messages: list[OutMessage], producer: ProducerStamp | None = None
+        self,
+        messages: list[OutMessage],
+        producer: ProducerStamp | None = None,
+        encoded: bytes | memoryview | None = None,
     ) -> int:
         """Store the messages in order; the offset of the first once all are numbered.
         `producer`: they are an idempotent producer's batch, which `producer_state` shows
-        once it is stored whole."""
+        once it is stored whole. `encoded`: the Kafka batch they are the records of, one
+        each, which the log may serve to fetches in their place."""
         ...
 
     async def read(self, offset: int, max_bytes: int) -> list[LogEntry]:

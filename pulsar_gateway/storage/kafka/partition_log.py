@@ -309,9 +309,15 @@ class PartitionLog:
     # ---- writing ---------------------------------------------------------------------------
 
     async def append(
-        self, messages: list[OutMessage], producer: ProducerStamp | None = None
+        self,
+        messages: list[OutMessage],
+        producer: ProducerStamp | None = None,
+        encoded: bytes | memoryview | None = None,
     ) -> int:
         """Store messages; returns the offset of the first, as the tailer numbered it.
+
+        `encoded`: the Kafka batch whose records the messages are, one each; kept in the
+        tail cache for fetches when its records took consecutive offsets (tail_store.py).
 
         An idempotent producer's batch is stamped, so the tailer learns it (`producer_state`),
         and stored whole once: a retry of a batch the log holds whole stores nothing, one of
@@ -336,10 +342,14 @@ class PartitionLog:
         # broker drop the client connection, after which its readers get nothing more.
         first, last = await self.backend.send(self.topic, messages, batching=False)
         first_offset = await self.offset_of(first)
+        last_offset = first_offset
         if last != first:
             # Kafka's high watermark covers every acknowledged record: answer only once the
             # tailer has numbered the last one too, or a fetch right after sees a short log.
-            await self.offset_of(last)
+            last_offset = await self.offset_of(last)
+        if encoded is not None and base is None and last_offset - first_offset == len(messages) - 1:
+            self._tail.keep_batch(first_offset, len(messages), bytes(encoded))
+            self._trim_tail()
         return first_offset if base is None else base
 
     def producer_state(self, producer_id: int) -> ProducerSnapshot | None:
@@ -474,7 +484,12 @@ class PartitionLog:
         """The message holding `offset`, with the offset of its first record."""
         if not self.log_start <= offset < self.next_offset:
             raise OffsetOutOfRange(offset)
-        entries = await self.read(offset, 1)
+        self.last_used = time.monotonic()
+        if offset >= self.tail_start:
+            # message by message: a kept batch stands for several messages, not one
+            entries = self._tail.read(offset, 1, batches=False)
+        else:
+            entries = await self._read_history(offset, 1)
         if not entries:
             raise OffsetOutOfRange(offset)
         return entries[0]

@@ -13,6 +13,12 @@ doubling from 16 KiB to 1 MiB per partition. Offsets, ids and sizes live in `arr
 it. Dropping the oldest segment unmaps it, so memory goes back to the system at once,
 whatever else the process holds. A message is unpacked into a `StoredMessage` only when a
 fetch reads it.
+
+A Kafka batch the gateway itself just stored in the `pulsar` format (one message per
+record) may be kept beside its messages, as produced (`keep_batch`): a fetch at the tail
+then gets that batch as one entry, re-based like a stored `kafka`-format batch, instead of
+every record unpacked and encoded again. It is kept only when its records took consecutive
+offsets (nothing else landed between them) and goes with its first message.
 """
 
 from __future__ import annotations
@@ -22,10 +28,13 @@ import marshal
 import mmap
 from array import array
 
-from pulsar_gateway.gateway.messages import LogEntry, MessageKey, StoredMessage
+from pulsar_gateway.gateway.messages import RECORDS, LogEntry, MessageKey, StoredMessage
+from pulsar_gateway.kafka_codec.entry_format import BATCH
 
 FIRST_SEGMENT_BYTES = 16 * 1024
 MAX_SEGMENT_BYTES = 1024 * 1024
+# What a produced batch may weigh to be kept beside its records for fetches at the tail.
+MAX_KEPT_BATCH_BYTES = 1024 * 1024
 
 
 def _pack(message: StoredMessage) -> bytes:
@@ -100,6 +109,7 @@ class TailStore:
     def __init__(self) -> None:
         self._segments: list[_Segment] = []
         self._head = 0  # first live message of the first segment
+        self._batches: dict[int, tuple[bytes, int]] = {}  # base offset -> (batch, records)
         self.size = 0
         self.count = 0
 
@@ -115,9 +125,20 @@ class TailStore:
         self.size += size
         self.count += 1
 
+    def keep_batch(self, base: int, records: int, batch: bytes) -> None:
+        """Keep the Kafka batch whose `records` records are the cached messages from offset
+        `base` on (one record each, all of them already appended)."""
+        if len(batch) <= MAX_KEPT_BATCH_BYTES and self.count and self.first_offset <= base:  # type: ignore[operator]
+            self._batches[base] = (batch, records)
+            self.size += len(batch)
+
     def drop_oldest(self) -> None:
         """Forget the oldest message; a segment left empty is unmapped."""
         first = self._segments[0]
+        if self._batches:
+            kept = self._batches.pop(first.offsets[self._head], None)
+            if kept is not None:
+                self.size -= len(kept[0])
         self.size -= first.sizes[self._head]
         self.count -= 1
         self._head += 1
@@ -130,6 +151,7 @@ class TailStore:
         for segment in self._segments:
             segment.release()
         self._segments.clear()
+        self._batches.clear()
         self._head = 0
         self.size = self.count = 0
 
@@ -169,24 +191,47 @@ class TailStore:
             return segments[low + 1].offsets[0]
         return segment.offsets[start]
 
-    def read(self, offset: int, max_bytes: int) -> list[LogEntry]:
+    def read(self, offset: int, max_bytes: int, batches: bool = True) -> list[LogEntry]:
         """Cached messages from the one holding `offset` on (at least one), up to about
-        `max_bytes`, each with the offset of its first record; `offset` must be cached."""
+        `max_bytes`, each with the offset of its first record; `offset` must be cached.
+        With `batches`, a kept batch stands for its messages (from its first on)."""
         segments = self._segments
         first = 0
         while first + 1 < len(segments) and segments[first + 1].offsets[0] <= offset:
             first += 1
         segment = segments[first]
         index = bisect.bisect_right(segment.offsets, offset, self._head if first == 0 else 0) - 1
+        kept = self._batches if batches else {}
         out: list[LogEntry] = []
         size = 0
+        skip = 0  # messages a kept batch already stands for
         for segment in segments[first:]:
             offsets, sizes = segment.offsets, segment.sizes
             while index < len(segment):
+                if skip:
+                    skip -= 1
+                    index += 1
+                    continue
+                at = offsets[index]
+                batch = kept.get(at) if kept else None
+                if batch is not None:
+                    raw, records = batch
+                    size += len(raw) + 16
+                    if out and size > max_bytes:
+                        return out
+                    out.append(LogEntry(at, _batch_message(segment.id(index), raw, records)))
+                    skip = records - 1
+                    index += 1
+                    continue
                 size += sizes[index]
                 if out and size > max_bytes:
                     return out
-                out.append(LogEntry(offsets[index], segment.message(index)))
+                out.append(LogEntry(at, segment.message(index)))
                 index += 1
             index = 0
         return out
+
+
+def _batch_message(first: MessageKey, raw: bytes, records: int) -> StoredMessage:
+    """A kept batch as a fetch reads a stored `kafka`-format batch (entry_format.py)."""
+    return StoredMessage(first, raw, "", {BATCH: "2", RECORDS: str(records)}, 0, 0)

@@ -199,10 +199,15 @@ async def _append(
     except StorageError as exc:
         return PartitionResult(ErrorCode.KAFKA_STORAGE_ERROR, message=str(exc))
     batch = batches[0]
+    # the batch as produced, for fetches at the tail, when the format wrote its records as
+    # they are (one message each, their own timestamps: none unset, which reads back as the
+    # publish time)
+    keep = form.name == "pulsar" and append_time is None and batch.base_timestamp > 0
+    encoded = batch.raw if keep else None
     if batch.producer_id < 0:
-        stored = await _store(partition, messages, name, index)
+        stored = await _store(partition, messages, name, index, None, encoded)
     else:
-        stored = await _store_once(context, partition, messages, count, name, index, batch)
+        stored = await _store_once(context, partition, messages, count, name, index, batch, encoded)
     if stored.error:
         return PartitionResult(stored.error)
     metrics.RECORDS_IN.labels(name).inc(count)
@@ -268,9 +273,10 @@ async def _store(
     name: str,
     index: int,
     producer: ProducerStamp | None = None,
+    encoded: memoryview | None = None,
 ) -> Stored:
     try:
-        return Stored(ErrorCode.NONE, await partition.append(messages, producer))
+        return Stored(ErrorCode.NONE, await partition.append(messages, producer, encoded))
     except StorageError as exc:
         log.error("produce to %s-%d failed: %s", name, index, exc)
         return Stored(ErrorCode.KAFKA_STORAGE_ERROR)
@@ -284,6 +290,7 @@ async def _store_once(
     name: str,
     index: int,
     batch: DecodedBatch,
+    encoded: memoryview | None,
 ) -> Stored:
     """Sequence numbers count records: in the `kafka` format a message holds many."""
     sequences = context.sequences
@@ -297,7 +304,7 @@ async def _store_once(
             return Stored(ErrorCode.NONE, await asyncio.shield(check.duplicate))
         except asyncio.CancelledError:
             return Stored(ErrorCode.KAFKA_STORAGE_ERROR)
-    stored = await _store(partition, messages, name, index, check.stamp)
+    stored = await _store(partition, messages, name, index, check.stamp, encoded)
     sequences.settle(
         batch.producer_id,
         partition,
