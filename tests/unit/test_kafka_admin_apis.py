@@ -500,3 +500,44 @@ def test_metadata_finds_a_topic_by_its_id() -> None:
         assert missing["error_code"] == ErrorCode.UNKNOWN_TOPIC_ID
 
     run(scenario)
+
+
+def test_fetch_v13_names_topics_by_id() -> None:
+    async def scenario() -> None:
+        broker = Broker()
+        record = await broker.storage.topics.create(TOPIC, 1)
+        await broker.produce("orders", [b"a", b"b"])
+        stranger = uuid.uuid4()
+
+        def topic(topic_id: uuid.UUID) -> dict[str, Any]:
+            partition = {
+                "partition": 0,
+                "current_leader_epoch": -1,
+                "fetch_offset": 0,
+                "last_fetched_epoch": -1,
+                "log_start_offset": -1,
+                "partition_max_bytes": 1 << 20,
+                "replica_directory_id": uuid.UUID(int=0),
+            }
+            return {"topic_id": topic_id, "partitions": [partition]}
+
+        body = {
+            "replica_state": {"replica_id": -1, "replica_epoch": -1},
+            "max_wait_ms": 0,
+            "min_bytes": 1,
+            "max_bytes": 1 << 20,
+            "isolation_level": 0,
+            "session_id": 0,
+            "session_epoch": -1,
+            "topics": [topic(uuid.UUID(record.topic_id)), topic(stranger)],
+            "forgotten_topics_data": [],
+            "rack_id": "",
+        }
+        response = await broker.call(ApiKey.FETCH, 17, body)
+        known, unknown = response["responses"]
+        assert known["topic_id"] == uuid.UUID(record.topic_id)
+        assert [v for _, v in fetched(known["partitions"][0])] == [b"a", b"b"]
+        assert unknown["topic_id"] == stranger
+        assert unknown["partitions"][0]["error_code"] == ErrorCode.UNKNOWN_TOPIC_ID
+
+    run(scenario)

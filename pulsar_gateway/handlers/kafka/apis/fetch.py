@@ -1,6 +1,8 @@
 """Fetch: records from any offset, long-polled up to max_wait for min_bytes.
 
-Each partition's answer is record batches built from the stored entries
+From v13 on, topics are named by topic id in the request and the answer (KIP-516); an id
+no topic has is UNKNOWN_TOPIC_ID. Each partition's answer is record batches built from the
+stored entries
 (entry_format.py): stored batches as sent, one-record messages re-encoded. Fetch
 sessions are not kept: session id 0 tells clients to send full requests.
 
@@ -16,31 +18,36 @@ from __future__ import annotations
 
 import asyncio
 import time
+import uuid
 from typing import Any
 
 from pulsar_gateway.gateway import metrics
 from pulsar_gateway.handlers.kafka.apis.configs import LOG_APPEND_TIME, TIMESTAMP_TYPE
 from pulsar_gateway.handlers.kafka.context import KafkaContext
 from pulsar_gateway.handlers.kafka.port import OffsetOutOfRange, PartitionLog, StorageError
-from pulsar_gateway.handlers.kafka.topic_lookup import find_topic
+from pulsar_gateway.handlers.kafka.topic_lookup import find_topic, topic_with_id
 from pulsar_gateway.kafka_codec.entry_format import encode_entries
 from pulsar_gateway.kafka_codec.errors import ErrorCode
 from pulsar_gateway.security.rights import READ
 
 Wanted = list[tuple[str, list[dict[str, Any]]]]
+UNKNOWN_ID = "\x00unknown topic id "  # no Kafka topic name holds a NUL
 
 
 async def handle(context: KafkaContext, header: Any, request: dict[str, Any]) -> dict[str, Any]:
     deadline = time.monotonic() + max(0, request["max_wait_ms"]) / 1000
     min_bytes = request["min_bytes"]
     max_bytes = min(request.get("max_bytes", 0x7FFFFFFF), context.settings.fetch_max_bytes)
-    wanted: Wanted = [(topic["topic"], topic["partitions"]) for topic in request["topics"]]
+    wanted, ids = _wanted(context, header.api_version, request)
     if _repeats_a_partition(wanted):
-        return _refused(wanted)
+        return _with_ids(_refused(wanted), ids)
     logs: dict[tuple[str, int], PartitionLog | int] = {}
     append_time: set[str] = set()  # topics whose batches are marked LogAppendTime
     for name, partitions in wanted:
-        record, code = await find_topic(context, name, auto_create=False, operation=READ)
+        if name.startswith(UNKNOWN_ID):
+            record, code = None, ErrorCode.UNKNOWN_TOPIC_ID
+        else:
+            record, code = await find_topic(context, name, auto_create=False, operation=READ)
         if record is not None and record.configs.get(TIMESTAMP_TYPE) == LOG_APPEND_TIME:
             append_time.add(name)
         for partition in partitions:
@@ -58,13 +65,39 @@ async def handle(context: KafkaContext, header: Any, request: dict[str, Any]) ->
         body, total = await _collect(wanted, logs, max_bytes, append_time)
         remaining = deadline - time.monotonic()
         if total >= min_bytes or remaining <= 0 or _has_errors(body):
-            return body
+            return _with_ids(body, ids)
         waits = [log.data_future() for log in logs.values() if not isinstance(log, int)]
         if not waits:
-            return body
+            return _with_ids(body, ids)
         await asyncio.wait(waits, timeout=remaining, return_when=asyncio.FIRST_COMPLETED)
         for future in waits:
             future.cancel()
+
+
+def _wanted(
+    context: KafkaContext, version: int, request: dict[str, Any]
+) -> tuple[Wanted, dict[str, uuid.UUID]]:
+    """(topic name, partitions) asked for, and for v13+ (which name topics by id, KIP-516)
+    each name's topic id; an id no topic has gets a name no topic can have."""
+    if version < 13:
+        return [(topic["topic"], topic["partitions"]) for topic in request["topics"]], {}
+    wanted: Wanted = []
+    ids: dict[str, uuid.UUID] = {}
+    for topic in request["topics"]:
+        record = topic_with_id(context, topic["topic_id"])
+        name = context.kafka_name(record.name) if record else f"{UNKNOWN_ID}{topic['topic_id']}"
+        ids[name] = topic["topic_id"]
+        wanted.append((name, topic["partitions"]))
+    return wanted, ids
+
+
+def _with_ids(body: dict[str, Any], ids: dict[str, uuid.UUID]) -> dict[str, Any]:
+    """v13+ answers name each topic by its id again (the codec writes `topic_id` there and
+    `topic` below v13)."""
+    if ids:
+        for topic in body["responses"]:
+            topic["topic_id"] = ids[topic["topic"]]
+    return body
 
 
 def _repeats_a_partition(wanted: Wanted) -> bool:

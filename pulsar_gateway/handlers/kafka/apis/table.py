@@ -1,10 +1,10 @@
 """The one table of the Kafka APIs the gateway serves: the coroutine that answers each
 request, and the versions it is served at (also what ApiVersions lists).
 
-Versions are capped where a newer one needs something the gateway does not do yet (Fetch
-v13+ addresses topics by id only). OffsetCommit and OffsetFetch v9 are
-KIP-848's versions; for classic groups, the only kind served, they carry the generation
-and member id as v8 does. FindCoordinator v6's share-group key type is refused. Produce
+Versions are capped where a newer one needs something the gateway does not do yet.
+OffsetCommit and OffsetFetch v9 are KIP-848's versions; for classic groups, the only kind
+served, they carry the generation and member id as v8 does. Fetch v13+ names topics by
+id. FindCoordinator v6's share-group key type is refused. Produce
 below v3 and Fetch below v4 carry message format v0/v1, which the gateway does not write;
 every client that reads RecordBatch v2 negotiates higher. The codec's own range
 (`protocol.SUPPORTED`) bounds each entry from the other side.
@@ -78,7 +78,7 @@ async def sasl_outside_connection(
 
 API_TABLE: dict[ApiKey, Api] = {
     ApiKey.PRODUCE: Api(produce.handle, 3, 11),
-    ApiKey.FETCH: Api(fetch.handle, 4, 12),
+    ApiKey.FETCH: Api(fetch.handle, 4, 17),
     ApiKey.LIST_OFFSETS: Api(list_offsets.handle, 0, 10),
     ApiKey.METADATA: Api(metadata.handle, 0, 12),
     ApiKey.OFFSET_COMMIT: Api(group_offsets.offset_commit, 0, 9),
