@@ -25,6 +25,8 @@ from confluent_kafka.admin import (
 from kafka.admin import ConfigResource as KpConfigResource
 from kafka.admin import ConfigResourceType, KafkaAdminClient
 
+from pulsar_gateway.kafka_codec.protocol.messages import ApiKey
+from tests.support import kafka_wire
 from tests.support.gateway_process import GatewayProcess
 
 
@@ -148,3 +150,22 @@ def test_transactional_producer_is_refused_at_once_not_after_its_timeout(
     error = refused.value.args[0]
     assert error.code() == KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, error
     assert not error.retriable()
+
+
+def test_describe_producers_shows_an_idempotent_producer(
+    gateway: GatewayProcess, topic_name: str
+) -> None:
+    """kafka-transactions describe-producers' request, against the real partition log: the
+    idempotent producer librdkafka used is there with its epoch and last sequence."""
+    admin = _admin(gateway)
+    admin.create_topics([NewTopic(topic_name, 1, 1)])[topic_name].result(30)
+    producer = Producer({"bootstrap.servers": gateway.bootstrap, "enable.idempotence": True})
+    for number in range(5):
+        producer.produce(topic_name, b"%d" % number)
+    assert producer.flush(30) == 0
+    body = {"topics": [{"name": topic_name, "partition_indexes": [0]}]}
+    answer = kafka_wire.call(gateway.kafka_port, ApiKey.DESCRIBE_PRODUCERS, 0, body)
+    [partition] = answer["topics"][0]["partitions"]
+    assert partition["error_code"] == 0
+    [active] = partition["active_producers"]
+    assert active["producer_id"] >= 0 and active["last_sequence"] == 4

@@ -56,6 +56,9 @@ class MemoryPartitionLog(_Breakable):
     def topic(self) -> str:
         return self._topic
 
+    def producer_ids(self) -> list[int]:
+        return list(self.producers)
+
     def producer_state(self, producer_id: int) -> ProducerSnapshot | None:
         return self.producers.get(producer_id)
 

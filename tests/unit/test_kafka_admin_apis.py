@@ -541,3 +541,38 @@ def test_fetch_v13_names_topics_by_id() -> None:
         assert unknown["partitions"][0]["error_code"] == ErrorCode.UNKNOWN_TOPIC_ID
 
     run(scenario)
+
+
+def test_describe_producers_and_the_transactions_there_are_none_of() -> None:
+    async def scenario() -> None:
+        broker = Broker()
+        await broker.storage.topics.create(TOPIC, 2)
+        ids = await broker.call(ApiKey.INIT_PRODUCER_ID, 4, {"transactional_id": None})
+        pid = ids["producer_id"]
+        batch = {"producer_id": pid, "producer_epoch": 0, "base_sequence": 0}
+        await broker.produce("orders", [b"a", b"b", b"c"], **batch)
+        body = {"topics": [{"name": "orders", "partition_indexes": [0, 1, 7]}]}
+        described = await broker.call(ApiKey.DESCRIBE_PRODUCERS, 0, body)
+        zero, one, missing = described["topics"][0]["partitions"]
+        assert [
+            (p["producer_id"], p["producer_epoch"], p["last_sequence"])
+            for p in zero["active_producers"]
+        ] == [(pid, 0, 2)]
+        assert one["active_producers"] == []
+        assert missing["error_code"] == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        listed = await broker.call(
+            ApiKey.LIST_TRANSACTIONS,
+            1,
+            {
+                "state_filters": ["Ongoing", "Sleeping"],
+                "producer_id_filters": [],
+                "duration_filter": -1,
+            },
+        )
+        assert listed["transaction_states"] == [] and listed["unknown_state_filters"] == [
+            "Sleeping"
+        ]
+        txn = await broker.call(ApiKey.DESCRIBE_TRANSACTIONS, 0, {"transactional_ids": ["tx-1"]})
+        assert txn["transaction_states"][0]["error_code"] == ErrorCode.TRANSACTIONAL_ID_NOT_FOUND
+
+    run(scenario)

@@ -128,6 +128,10 @@ class ProducerStateStore(Protocol):
         """The partition's own Pulsar topic (`<topic>-partition-<i>`): a stable key."""
         ...
 
+    def producer_ids(self) -> list[int]:
+        """Every producer whose state the partition holds."""
+        ...
+
     def producer_state(self, producer_id: int) -> ProducerSnapshot | None:
         """The producer's state as of everything appended (and numbered) so far; None for a
         producer that never wrote here (or was forgotten as the least recently seen)."""

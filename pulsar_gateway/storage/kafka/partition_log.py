@@ -352,6 +352,10 @@ class PartitionLog:
             self._trim_tail()
         return first_offset if base is None else base
 
+    def producer_ids(self) -> list[int]:
+        """The idempotent producers whose state this partition holds (DescribeProducers)."""
+        return self._producers.ids()
+
     def producer_state(self, producer_id: int) -> ProducerSnapshot | None:
         """What this partition holds of an idempotent producer, as far as it is numbered."""
         return self._producers.get(producer_id)

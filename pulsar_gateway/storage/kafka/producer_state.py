@@ -146,6 +146,9 @@ class ProducerStateIndex:
         self._producers.move_to_end(producer_id)
         return producer
 
+    def ids(self) -> list[int]:
+        return list(self._producers)
+
     def get(self, producer_id: int) -> ProducerSnapshot | None:
         producer = self._producers.get(producer_id)
         if producer is None:
