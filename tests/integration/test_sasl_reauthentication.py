@@ -28,6 +28,7 @@ PASSWORD = "reauth pw"
 def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess]:
     extra = ["--set", "kafka.sasl_mechanisms=PLAIN,SCRAM-SHA-256"]
     extra += ["--set", f"kafka.sasl_session_lifetime_ms={LIFETIME_MS}"]
+    extra += ["--set", "authorization.superusers=erin"]  # rights are not the subject here
     process = GatewayProcess(tmp_path_factory.mktemp("reauth"), extra=extra).start()
     command = [sys.executable, "-m", "pulsar_gateway.cli", "users", "add", "erin"]
     command += ["--gateway-health", f"http://127.0.0.1:{process.metrics_port}"]

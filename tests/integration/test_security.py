@@ -43,6 +43,8 @@ def secure_gateway(
         "amqp.tls_cert_file": certs["cert"],
         "amqp.tls_key_file": certs["key"],
         "amqp.tls_port": amqps_port,
+        # these tests are about logging in: their users may do everything once in
+        "authorization.superusers": "alice,bob",
     }
     extra = set_flags(settings)
     process = GatewayProcess(tmp_path_factory.mktemp("secure-gateway"), extra=extra)
