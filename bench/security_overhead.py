@@ -88,6 +88,7 @@ def main() -> None:
             ]
             if sasl:
                 extra += ["--set", "kafka.sasl_mechanisms=SCRAM-SHA-256"]
+                extra += ["--set", f"authorization.superusers={USER}"]
             gateway = GatewayProcess(Path(scratch) / f"gw-{sasl}", extra=extra).start()
             try:
                 auth: dict[str, Any] = {}

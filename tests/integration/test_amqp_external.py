@@ -37,6 +37,7 @@ def gateway(
         "amqp.tls_key_file": certs["key"],
         "amqp.tls_ca_file": certs["ca"],
         "amqp.tls_port": port,
+        "authorization.superusers": "frank",  # logging in is tested here, not rights
     }
     extra = set_flags(settings)
     process = GatewayProcess(tmp_path_factory.mktemp("external"), extra=extra).start()
