@@ -40,7 +40,10 @@ def test_thousand_topics_of_ten_partitions(tmp_path) -> None:
         for name, partition in used:
             producer.produce(name, f"{name}/{partition}".encode(), partition=partition)
         assert producer.flush(300) == 0
-        assert gw.health()["open_partitions"] == len(used)
+        # only what is used is open: never more than the partitions written to (all of them
+        # on an idle machine; on a loaded one the first written may have idled out already,
+        # kafka.idle_close_seconds being 20 s here, so an exact count made this test flaky)
+        assert 0 < gw.health()["open_partitions"] <= len(used)
 
         consumer = Consumer(
             {"bootstrap.servers": gw.bootstrap, "group.id": "many", "enable.auto.commit": False}
