@@ -336,12 +336,14 @@ def main() -> None:
             assert gateway.process is not None
             gw_pid = gateway.process.pid
             servers = [gw_pid, gateway.broker_pid()]
+            alone: dict[str, float] = {}  # the gateway process alone, without its broker
             idle = rss_mib(gw_pid)
             create_topic(gateway.bootstrap, parts)
             cpu: dict[str, float] = {}
             with (
                 flame_graph(gw_pid, flames["produce"], args.profile),
                 measured(servers, cpu, "produce"),
+                measured([gw_pid], alone, "produce"),
             ):
                 produce = kafka_produce(gateway.bootstrap, "bench", n, size)
             loaded = rss_mib(gw_pid)
@@ -349,6 +351,7 @@ def main() -> None:
             with (
                 flame_graph(gw_pid, flames["fetch"], args.profile),
                 measured(servers, cpu, "fetch"),
+                measured([gw_pid], alone, "fetch"),
             ):
                 consume = kafka_consume(gateway.bootstrap, "bench", parts, n)
             peak = max(loaded, rss_mib(gw_pid))
@@ -357,6 +360,8 @@ def main() -> None:
                 "consume_s": consume,
                 "cpu_produce_s": cpu["produce"],
                 "cpu_fetch_s": cpu["fetch"],
+                "gateway_process_cpu_produce_s": alone["produce"],
+                "gateway_process_cpu_fetch_s": alone["fetch"],
                 "rss_idle_mib": idle,
                 "rss_load_mib": peak,
             }
@@ -477,6 +482,11 @@ def _print_and_write(results: dict[str, Any], out: Path, flames: dict[str, Path]
             f" end to end p50 {numbers['end_to_end']['p50_ms']:.1f} ms"
             f" p99 {numbers['end_to_end']['p99_ms']:.1f} ms"
         )
+    console.print(
+        "gateway process alone (without its broker), CPU per record: produce"
+        f" {gw['gateway_process_cpu_produce_s'] / n * 1e6:.1f} us,"
+        f" fetch {gw['gateway_process_cpu_fetch_s'] / n * 1e6:.1f} us"
+    )
     console.print(
         f"gateway RSS: idle {gw['rss_idle_mib']:.0f} MiB, under load {gw['rss_load_mib']:.0f} MiB"
     )

@@ -56,7 +56,8 @@ class _Segment:
     __slots__ = ("data", "ends", "entries", "ledgers", "offsets", "sizes", "slots", "used")
 
     def __init__(self, capacity: int) -> None:
-        self.data = mmap.mmap(-1, capacity)
+        # private: a shared anonymous mapping would count as shmem and outlive a fork
+        self.data = mmap.mmap(-1, capacity, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
         self.used = 0
         self.ends = array("Q")  # end of each packed message in `data`
         self.offsets = array("q")  # offset of each message's first record
