@@ -88,6 +88,7 @@ class PartitionLog:
         self.log_start = 0
         self.next_offset = 0
         self.last_used = time.monotonic()
+        self._appending = 0  # appends under way: the idle sweep must not close under them
         self._checkpoint_offsets: list[int] = []
         self._checkpoint_ids: list[MessageKey] = []
         self._checkpoint_states: list[dict[str, int]] = []
@@ -325,6 +326,25 @@ class PartitionLog:
         `producer_state`). Both answer the batch's base offset.
         """
         self.last_used = time.monotonic()
+        self._appending += 1
+        try:
+            return await self._append(messages, producer, encoded)
+        finally:
+            self._appending -= 1
+            self.last_used = time.monotonic()
+
+    @property
+    def busy(self) -> bool:
+        """Whether a request is waiting on this partition (an append, a long poll, an offset
+        lookup): the idle sweep leaves it open, however long a stalled broker makes it wait."""
+        return bool(self._appending or self._id_waiters or self._data_waiters)
+
+    async def _append(
+        self,
+        messages: list[OutMessage],
+        producer: ProducerStamp | None,
+        encoded: bytes | memoryview | None,
+    ) -> int:
         base: int | None = None
         if producer is not None:
             whole = self._producers.stored(producer)

@@ -288,7 +288,8 @@ class TopicService:
             now = time.monotonic()
             for name, partition_log in list(self._logs.items()):
                 await partition_log.close_idle_cursors(self.idle_close_seconds)
-                if now - partition_log.last_used > self.idle_close_seconds:
+                idle = now - partition_log.last_used > self.idle_close_seconds
+                if idle and not partition_log.busy:
                     del self._logs[name]
                     with contextlib.suppress(Exception):
                         await partition_log.close()
