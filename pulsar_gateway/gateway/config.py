@@ -22,6 +22,8 @@ from pydantic import (
     model_validator,
 )
 
+from pulsar_gateway.security.oauthbearer import HMAC_ALGORITHMS, PUBLIC_KEY_ALGORITHMS
+
 ENV_PREFIX = "PULSAR_GATEWAY_"
 DEFAULT_CONFIG_PATH = Path("conf/gateway.toml")
 
@@ -72,21 +74,7 @@ class GatewaySection(_Section):
 
 SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")
 # JWT algorithms OAUTHBEARER may accept (docs/security.md); HMAC ones only when chosen
-JWT_ALGORITHMS = (
-    "HS256",
-    "HS384",
-    "HS512",
-    "RS256",
-    "RS384",
-    "RS512",
-    "PS256",
-    "PS384",
-    "PS512",
-    "ES256",
-    "ES384",
-    "ES512",
-    "EdDSA",
-)
+JWT_ALGORITHMS = HMAC_ALGORITHMS + PUBLIC_KEY_ALGORITHMS
 
 
 class _TlsSettings(_Section):

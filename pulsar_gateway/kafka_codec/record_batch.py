@@ -253,28 +253,13 @@ def decode_batches(
             raise RecordBatchError(
                 f"unknown compression codec {codec}", ErrorCode.UNSUPPORTED_COMPRESSION_TYPE
             )
+        header = (base_offset, leader_epoch, magic, crc, attrs, last_delta, base_ts, max_ts)
+        producer = (pid, pepoch, bseq, count)
         if not records and codec == 0:
             # the count is what the log numbers the batch by: the records' lengths must
             # add up to the body exactly, or a batch could claim offsets it does not hold
             _walk_records(body, count)
-            batches.append(
-                DecodedBatch(
-                    base_offset,
-                    leader_epoch,
-                    magic,
-                    crc,
-                    attrs,
-                    last_delta,
-                    base_ts,
-                    max_ts,
-                    pid,
-                    pepoch,
-                    bseq,
-                    count,
-                    [],
-                    view[pos:end],
-                )
-            )
+            batches.append(DecodedBatch(*header, *producer, [], view[pos:end]))
             pos = end
             continue
         if codec == 0:
@@ -294,24 +279,7 @@ def decode_batches(
             decoded = _decode_records(buf, count, base_ts)
         except IndexError:
             raise RecordBatchError("record runs past the end of the batch") from None
-        batches.append(
-            DecodedBatch(
-                base_offset,
-                leader_epoch,
-                magic,
-                crc,
-                attrs,
-                last_delta,
-                base_ts,
-                max_ts,
-                pid,
-                pepoch,
-                bseq,
-                count,
-                decoded,
-                view[pos:end],
-            )
-        )
+        batches.append(DecodedBatch(*header, *producer, decoded, view[pos:end]))
         pos = end
     return batches
 
