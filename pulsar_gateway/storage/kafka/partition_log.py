@@ -337,7 +337,11 @@ class PartitionLog:
     def busy(self) -> bool:
         """Whether a request is waiting on this partition (an append, a long poll, an offset
         lookup): the idle sweep leaves it open, however long a stalled broker makes it wait."""
-        return bool(self._appending or self._id_waiters or self._data_waiters)
+        if self._appending:
+            return True
+        # a long poll cancels its future when it is answered: only a pending one is a waiter
+        self._data_waiters = [f for f in self._data_waiters if not f.done()]
+        return bool(self._data_waiters) or any(not f.done() for _, _, f in self._id_waiters)
 
     async def _append(
         self,
