@@ -151,8 +151,10 @@ class Gateway:
         self.users = UsersStore(self.backend, settings.pulsar.metadata_namespace)
         await self.users.load()
         await self._bootstrap_user(self.users)
-        # the users' rights live in the same store (docs/security.md, "Authorization")
-        authorizer = Authorizer(self.users, settings.authorization.superusers)
+        # the users' rights live in the same store (docs/security.md, "Authorization"); the
+        # bootstrap user is the deployment's administrator, so it may do everything
+        bootstrap = [settings.gateway.bootstrap_user] if settings.gateway.bootstrap_user else []
+        authorizer = Authorizer(self.users, [*settings.authorization.superusers, *bootstrap])
         if settings.kafka.enabled:
             from pulsar_gateway.handlers.kafka.port import KafkaStorage
             from pulsar_gateway.handlers.kafka.server import KafkaServer
