@@ -13,18 +13,16 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from tests.support.certificates import make_certificates, make_client_certificate
+from tests.support.certificates import make_certificates_with_clients, make_client_certificate
 from tests.support.gateway_process import REPO, GatewayProcess, set_flags
 from tests.support.waiting import wait_until
 
 
 @pytest.fixture(scope="module")
 def certs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    where = tmp_path_factory.mktemp("kafka-certs")
-    found = make_certificates(where)
-    for name in ("carla", "stranger"):
-        found[f"{name}.pem"], found[f"{name}.key"] = make_client_certificate(where, name)
-    return found
+    return make_certificates_with_clients(
+        tmp_path_factory.mktemp("kafka-certs"), "carla", "stranger"
+    )
 
 
 @pytest.fixture(scope="module")

@@ -32,3 +32,12 @@ def make_client_certificate(where: Path, common_name: str) -> tuple[Path, Path]:
     """A client certificate (and its key) for `common_name`, signed by the CA in `where`."""
     _signed(where, f"client-{common_name}", f"/CN={common_name}", "extendedKeyUsage=clientAuth\n")
     return where / f"client-{common_name}.pem", where / f"client-{common_name}.key"
+
+
+def make_certificates_with_clients(where: Path, *common_names: str) -> dict[str, Path]:
+    """The CA and server files of `make_certificates`, plus for each name a client
+    certificate and key signed by the same CA (keys `<name>.pem`, `<name>.key`)."""
+    found = make_certificates(where)
+    for name in common_names:
+        found[f"{name}.pem"], found[f"{name}.key"] = make_client_certificate(where, name)
+    return found
