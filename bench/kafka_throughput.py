@@ -206,6 +206,13 @@ def kafka_latency(bootstrap: str, topic: str, rate: float, size: int) -> dict[st
         stop.set()
         reader.join(30)
         consumer.close()
+    return latency_result(rate, achieved, acks, ends)
+
+
+def latency_result(
+    rate: float, achieved: float, acks: list[float], ends: list[float]
+) -> dict[str, Any]:
+    """One latency run's summary, the same for the gateway and the direct peer."""
     return {
         "rate": rate,
         "achieved_rate": achieved,
@@ -260,13 +267,7 @@ def pulsar_latency(service_url: str, rate: float, size: int) -> dict[str, Any]:
     stop.set()
     thread.join(30)
     client.close()
-    return {
-        "rate": rate,
-        "achieved_rate": achieved,
-        "produce": percentiles(acks),
-        "end_to_end": percentiles(ends),
-        "received": len(ends),
-    }
+    return latency_result(rate, achieved, acks, ends)
 
 
 def pulsar_direct(service_url: str, records: int, size: int) -> tuple[float, float]:
