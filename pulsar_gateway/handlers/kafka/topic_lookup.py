@@ -9,7 +9,7 @@ from pulsar_gateway.gateway.reserved_names import namespace_of
 from pulsar_gateway.gateway.topic_names import InvalidTopicName, validate_kafka_name
 from pulsar_gateway.handlers.kafka.authorization import may_create_topic, topic_allowed
 from pulsar_gateway.handlers.kafka.context import KafkaContext
-from pulsar_gateway.handlers.kafka.port import TopicExists, TopicRecord
+from pulsar_gateway.handlers.kafka.port import PartitionLog, StorageError, TopicExists, TopicRecord
 from pulsar_gateway.kafka_codec.errors import ErrorCode
 from pulsar_gateway.security.rights import DESCRIBE
 
@@ -81,3 +81,19 @@ def topic_with_id(context: KafkaContext, topic_id: uuid.UUID | None) -> TopicRec
     if topic_id is None or topic_id == uuid.UUID(int=0):
         return None
     return next((r for r in context.topics.list() if topic_uuid(r) == topic_id), None)
+
+
+async def open_partition(
+    context: KafkaContext, record: TopicRecord | None, code: int, index: int
+) -> PartitionLog | int:
+    """Partition `index` of a topic `find_topic` answered (record, code), opened; else the
+    error code a partition-level answer gives: the topic's own, UNKNOWN_TOPIC_OR_PARTITION
+    for an index it does not have, KAFKA_STORAGE_ERROR when it cannot be opened."""
+    if record is None:
+        return code
+    if not 0 <= index < record.partitions:
+        return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    try:
+        return await context.topics.partition_of(record, index)
+    except StorageError:
+        return ErrorCode.KAFKA_STORAGE_ERROR

@@ -16,7 +16,7 @@ from typing import Any
 
 from pulsar_gateway.handlers.kafka.context import KafkaContext
 from pulsar_gateway.handlers.kafka.port import StorageError, UnknownTopic
-from pulsar_gateway.handlers.kafka.topic_lookup import find_topic
+from pulsar_gateway.handlers.kafka.topic_lookup import find_topic, open_partition
 from pulsar_gateway.kafka_codec.errors import ErrorCode
 from pulsar_gateway.security.rights import DELETE
 
@@ -34,13 +34,12 @@ async def handle(context: KafkaContext, header: Any, request: dict[str, Any]) ->
             index, offset = partition["partition_index"], partition["offset"]
             result = {"partition_index": index, "low_watermark": -1, "error_code": code}
             partitions.append(result)
-            if record is None:
+            partition_log = await open_partition(context, record, code, index)
+            if isinstance(partition_log, int):
+                result["error_code"] = partition_log
                 continue
-            if not 0 <= index < record.partitions:
-                result["error_code"] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-                continue
+            assert record is not None  # opened, so the topic exists
             try:
-                partition_log = await context.topics.partition_of(record, index)
                 end = partition_log.next_offset
                 wanted = end if offset == HIGH_WATERMARK else offset
                 if not 0 <= wanted <= end:

@@ -16,8 +16,7 @@ from typing import Any
 
 from pulsar_gateway.handlers.kafka.authorization import cluster_allowed
 from pulsar_gateway.handlers.kafka.context import KafkaContext
-from pulsar_gateway.handlers.kafka.port import StorageError
-from pulsar_gateway.handlers.kafka.topic_lookup import find_topic
+from pulsar_gateway.handlers.kafka.topic_lookup import find_topic, open_partition
 from pulsar_gateway.kafka_codec.errors import ErrorCode
 from pulsar_gateway.security.rights import DESCRIBE, READ
 
@@ -48,15 +47,9 @@ async def describe_producers(
                 "active_producers": [],
             }
             partitions.append(result)
-            if record is None:
-                continue
-            if not 0 <= index < record.partitions:
-                result["error_code"] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-                continue
-            try:
-                log = await context.topics.partition_of(record, index)
-            except StorageError:
-                result["error_code"] = ErrorCode.KAFKA_STORAGE_ERROR
+            log = await open_partition(context, record, code, index)
+            if isinstance(log, int):
+                result["error_code"] = log
                 continue
             for producer_id in log.producer_ids():
                 state = log.producer_state(producer_id)

@@ -24,8 +24,8 @@ from typing import Any
 
 from pulsar_gateway.handlers.kafka.authorization import cluster_allowed
 from pulsar_gateway.handlers.kafka.context import KafkaContext
-from pulsar_gateway.handlers.kafka.port import StorageError, TopicRecord
-from pulsar_gateway.handlers.kafka.topic_lookup import find_topic
+from pulsar_gateway.handlers.kafka.port import TopicRecord
+from pulsar_gateway.handlers.kafka.topic_lookup import find_topic, open_partition
 from pulsar_gateway.kafka_codec.errors import ErrorCode
 from pulsar_gateway.security.rights import ALTER, DESCRIBE
 
@@ -150,10 +150,9 @@ async def _epoch_end(
         return result
     if partition["leader_epoch"] > LEADER_EPOCH:
         return result  # an epoch this log never had: undefined, as Kafka answers
-    try:
-        log = await context.topics.partition_of(record, index)
-    except StorageError:
-        result["error_code"] = ErrorCode.KAFKA_STORAGE_ERROR
+    log = await open_partition(context, record, code, index)
+    if isinstance(log, int):
+        result["error_code"] = log
         return result
     result.update(leader_epoch=LEADER_EPOCH, end_offset=log.next_offset)
     return result
