@@ -5,7 +5,8 @@
 Runs, one after the other (each runs the gateway and its peer in the same run):
 Kafka produce/fetch throughput (bench/kafka_throughput.py, as it is), Kafka consumer
 groups (joins, sync and async commits; bench/kafka_groups.py), AMQP publish with
-confirms and consume against RabbitMQ (bench/amqp_throughput.py) and the codec timings.
+confirms and consume against RabbitMQ (bench/amqp_throughput.py), memory under a 2x
+overload of both protocols (bench/overload.py) and the codec timings.
 The gateway is profiled with py-spy during the commit and AMQP phases. Then it prints
 every ratio in one table and writes `{out}/bench.json` and `{out}/bench.html`: the
 machine (cores, memory, load), every peer's version, the ratio tables, charts of
@@ -34,7 +35,14 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from pulsar_gateway.tools.html_report import PALETTE, bar_chart, esc, grouped_bar_chart, page
+from bench import overload
+from pulsar_gateway.tools.html_report import (
+    bar_chart,
+    esc,
+    grouped_bar_chart,
+    line_chart,
+    page,
+)
 from pulsar_gateway.tools.html_report import table as html_table
 
 console = Console()
@@ -68,6 +76,7 @@ PARTS = (
         ("--flame-graphs",),
         ("--flame-graphs", "--quick"),
     ),
+    Part("overload", "bench.overload", ("--seconds", "60"), ("--seconds", "10")),
     Part("codec-timings", "bench.codec_timings", (), ("--repeat", "200"), writes_json=False),
 )
 
@@ -304,39 +313,6 @@ def _leaves(item: Any, prefix: str = "") -> dict[str, float]:
     return found
 
 
-def line_chart(title: str, series: dict[str, Sequence[tuple[float, float]]], unit: str) -> str:
-    """Lines over seconds, one per series, with a legend."""
-    width, height, left, top, plot_w, plot_h = 900, 280, 60, 30, 800, 200
-    points = [p for values in series.values() for p in values]
-    x_max = max((x for x, _ in points), default=1) or 1
-    y_max = max((y for _, y in points), default=1) * 1.1 or 1
-    parts = [
-        f'<svg width="{width}" height="{height}" xmlns="http://www.w3.org/2000/svg" '
-        f'role="img" aria-label="{esc(title)}">',
-        f'<text x="4" y="18" font-size="14" font-weight="bold">{esc(title)}</text>',
-        f'<line x1="{left}" y1="{top + plot_h}" x2="{left + plot_w}" y2="{top + plot_h}" '
-        'stroke="#999"/>',
-        f'<text x="{left - 4}" y="{top + 8}" font-size="11" text-anchor="end">{y_max:,.0f}</text>',
-        f'<text x="{left - 4}" y="{top + plot_h}" font-size="11" text-anchor="end">0</text>',
-        f'<text x="{left + plot_w}" y="{top + plot_h + 16}" font-size="11" text-anchor="end">'
-        f"{x_max:,.0f} s</text>",
-    ]
-    for index, (name, values) in enumerate(series.items()):
-        colour = PALETTE[index % len(PALETTE)]
-        path = " ".join(
-            f"{left + plot_w * x / x_max:.1f},{top + plot_h * (1 - y / y_max):.1f}"
-            for x, y in values
-        )
-        parts.append(f'<polyline fill="none" stroke="{colour}" stroke-width="2" points="{path}"/>')
-        parts.append(
-            f'<rect x="{left + 10 + index * 160}" y="{height - 22}" width="10" height="10" '
-            f'fill="{colour}"/><text x="{left + 24 + index * 160}" y="{height - 13}" '
-            f'font-size="11">{esc(name)} ({esc(unit)})</text>'
-        )
-    parts.append("</svg>")
-    return "\n".join(parts)
-
-
 def flame_graphs(report: dict[str, Any]) -> list[str]:
     """Every flame graph a part recorded, embedded as an image (self-contained; the SVG's
     own script does not run there, hover titles aside the picture is the same)."""
@@ -394,6 +370,7 @@ def write_html(report: dict[str, Any], path: Path) -> None:
         "kafka-throughput": kafka_sections,
         "kafka-groups": groups_sections,
         "amqp-throughput": amqp_sections,
+        "overload": overload.sections,
     }
     for name, outcome in parts.items():
         sections.append(f'<h2 id="{esc(name)}">{esc(name)}</h2>')

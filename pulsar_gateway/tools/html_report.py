@@ -92,6 +92,39 @@ def grouped_bar_chart(
     return "\n".join(parts)
 
 
+def line_chart(title: str, series: dict[str, Sequence[tuple[float, float]]], unit: str) -> str:
+    """Lines over seconds, one per series, with a legend."""
+    width, height, left, top, plot_w, plot_h = 900, 280, 60, 30, 800, 200
+    points = [p for values in series.values() for p in values]
+    x_max = max((x for x, _ in points), default=1) or 1
+    y_max = max((y for _, y in points), default=1) * 1.1 or 1
+    parts = [
+        f'<svg width="{width}" height="{height}" xmlns="http://www.w3.org/2000/svg" '
+        f'role="img" aria-label="{esc(title)}">',
+        f'<text x="4" y="18" font-size="14" font-weight="bold">{esc(title)}</text>',
+        f'<line x1="{left}" y1="{top + plot_h}" x2="{left + plot_w}" y2="{top + plot_h}" '
+        'stroke="#999"/>',
+        f'<text x="{left - 4}" y="{top + 8}" font-size="11" text-anchor="end">{y_max:,.0f}</text>',
+        f'<text x="{left - 4}" y="{top + plot_h}" font-size="11" text-anchor="end">0</text>',
+        f'<text x="{left + plot_w}" y="{top + plot_h + 16}" font-size="11" text-anchor="end">'
+        f"{x_max:,.0f} s</text>",
+    ]
+    for index, (name, values) in enumerate(series.items()):
+        colour = PALETTE[index % len(PALETTE)]
+        path = " ".join(
+            f"{left + plot_w * x / x_max:.1f},{top + plot_h * (1 - y / y_max):.1f}"
+            for x, y in values
+        )
+        parts.append(f'<polyline fill="none" stroke="{colour}" stroke-width="2" points="{path}"/>')
+        parts.append(
+            f'<rect x="{left + 10 + index * 160}" y="{height - 22}" width="10" height="10" '
+            f'fill="{colour}"/><text x="{left + 24 + index * 160}" y="{height - 13}" '
+            f'font-size="11">{esc(name)} ({esc(unit)})</text>'
+        )
+    parts.append("</svg>")
+    return "\n".join(parts)
+
+
 def _numeric(value: Any) -> bool:
     if isinstance(value, int | float):
         return True
