@@ -49,7 +49,7 @@ def run_tool(args: argparse.Namespace) -> int:
 
 
 def _migrate(args: argparse.Namespace, console: Console) -> int:
-    from pulsar_gateway.tools.migration.kafka_side import MigrationError
+    from pulsar_gateway.tools.migration.errors import MigrationError
     from pulsar_gateway.tools.migration.runner import MigrationPlan, migrate, print_summary
 
     plan = MigrationPlan(

@@ -207,9 +207,10 @@ def decode_batches(
 ) -> list[DecodedBatch]:
     """Decode every batch in a Produce request's ``records`` bytes.
 
-    ``records=False`` reads the batch headers (and checks the CRC) only, leaving ``records``
-    empty: a batch stored as sent (the `kafka` entry format) needs nothing more, so it is
-    neither inflated nor walked record by record.
+    ``records=False`` reads the batch headers (and checks the CRC) and leaves ``records``
+    empty: a batch stored as sent (the `kafka` entry format) needs nothing more. Its
+    records are only walked by their length prefixes, to check the count it claims
+    (a compressed one is inflated for that, within the same limits).
 
     The input must be whole batches back to back (a partial trailing batch is an error, unlike
     in a Fetch response). ``max_uncompressed`` bounds what one compressed batch may inflate to,
@@ -272,6 +273,12 @@ def decode_batches(
                 raise RecordBatchError(str(e), e.code) from e
             if budget is not None:
                 budget.take(len(buf))
+            if not records:
+                # stored as sent: inflated only to check its count, as an uncompressed one
+                _walk_records(memoryview(buf), count)
+                batches.append(DecodedBatch(*header, *producer, [], view[pos:end]))
+                pos = end
+                continue
         # Every record takes at least 7 bytes; refuse absurd counts before looping on them.
         if count * 7 > len(buf):
             raise RecordBatchError(f"record count {count} does not fit in {len(buf)} bytes")
@@ -282,6 +289,30 @@ def decode_batches(
         batches.append(DecodedBatch(*header, *producer, decoded, view[pos:end]))
         pos = end
     return batches
+
+
+def batch_headers(data: bytes | bytearray | memoryview) -> list[DecodedBatch]:
+    """The headers of every batch in ``data`` (whole v2 batches back to back), CRCs checked,
+    nothing inflated or walked: for a reader that passes batches on as they are (the
+    migration's copy) and must not pay for their records. ``records`` stays empty."""
+    view = memoryview(data).cast("B") if not isinstance(data, memoryview) else data
+    found: list[DecodedBatch] = []
+    pos = 0
+    while pos < len(view):
+        if len(view) - pos < HEADER_SIZE:
+            raise RecordBatchError(f"truncated batch header: {len(view) - pos} bytes at {pos}")
+        base_offset, length, leader_epoch, magic = _PREFIX.unpack_from(view, pos)
+        end = pos + _LOG_OVERHEAD + length
+        if magic != MAGIC or length < HEADER_SIZE - _LOG_OVERHEAD or end > len(view):
+            raise RecordBatchError(f"not a whole v2 batch at {pos} (magic {magic})")
+        fields = _AFTER_MAGIC.unpack_from(view, pos + _CRC_OFFSET)
+        if crc32c.crc32c(view[pos + _ATTRIBUTES_OFFSET : end]) != fields[0]:
+            raise RecordBatchError(f"CRC mismatch in batch at {pos}")
+        found.append(
+            DecodedBatch(base_offset, leader_epoch, magic, *fields, [], view[pos:end])  # type: ignore[arg-type]
+        )
+        pos = end
+    return found
 
 
 def _walk_records(body: memoryview, count: int) -> None:

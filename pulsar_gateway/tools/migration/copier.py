@@ -1,5 +1,8 @@
 """Copy one source partition into the gateway, exactly once across restarts.
 
+The records travel as record batches over the project's own Kafka codec (source_batches.py:
+passed on as they are where they can be), one Produce of one batch at a time per partition.
+
 Before anything is written, the partition's translation record says where copying
 starts (source offset) and where it lands (the target's end). Every write is checked
 against it: the base offset the gateway answers must be the next target offset, or
@@ -15,11 +18,14 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from aiokafka import AIOKafkaProducer, TopicPartition
-
 from pulsar_gateway.gateway.metadata_store import MetadataStore
-from pulsar_gateway.tools.migration.kafka_side import MigrationError, read_partition, write_batch
+from pulsar_gateway.tools.migration.errors import MigrationError
+from pulsar_gateway.tools.migration.source_batches import Chunk, read_chunks, rest_of
 from pulsar_gateway.tools.migration.translation import PartitionTranslation, partition_key
+from pulsar_gateway.tools.migration.wire import KafkaWire
+
+PRODUCE = 0
+Address = tuple[str, int]
 
 SAVE_SECONDS = 1.0
 
@@ -39,14 +45,14 @@ class PartitionCopier:
         self,
         name: str,
         metadata: MetadataStore,
-        source_bootstrap: str,
-        producer: AIOKafkaProducer,
+        source_leaders: dict[tuple[str, int], Address],
+        target_leaders: dict[tuple[str, int], Address],
         progress: Callable[[int], None],
     ) -> None:
         self.name = name
         self.metadata = metadata
-        self.source_bootstrap = source_bootstrap
-        self.producer = producer
+        self.source_leaders = source_leaders
+        self.target_leaders = target_leaders
         self.progress = progress
 
     def state_of(self, topic: str, partition: int) -> PartitionTranslation | None:
@@ -76,31 +82,36 @@ class PartitionCopier:
             result.skipped_by_retention = low - start
             start = low
         saved_at = time.monotonic()
-        tp = TopicPartition(topic, partition)
-        async for chunk in read_partition(self.source_bootstrap, tp, start, end):
-            index = 0
-            if behind:
-                taken = min(behind, len(chunk))
-                state.add_range([r.offset for r in chunk[:taken]], state.next_target)
-                behind -= taken
-                index = taken
-                result.recovered += taken
-                self.progress(taken)
-            while index < len(chunk):
-                count, base = await write_batch(self.producer, topic, partition, chunk[index:])
-                if base != state.next_target:
+        source = await KafkaWire.connect(*self.source_leaders[(topic, partition)])
+        target = await KafkaWire.connect(*self.target_leaders[(topic, partition)])
+        try:
+            async for chunks in read_chunks(source, topic, partition, start, end):
+                for chunk in chunks:
+                    if behind:
+                        taken = min(behind, len(chunk.offsets))
+                        state.add_range(list(chunk.offsets[:taken]), state.next_target)
+                        behind -= taken
+                        result.recovered += taken
+                        self.progress(taken)
+                        if taken == len(chunk.offsets):
+                            continue
+                        chunk = rest_of(chunk, taken)
+                    base = await _append(target, topic, partition, chunk)
+                    if base != state.next_target:
+                        await self._save(topic, partition, state)
+                        raise MigrationError(
+                            f"{topic}-{partition}: wrote at offset {base}, expected "
+                            f"{state.next_target}: something else writes to this partition"
+                        )
+                    state.add_run(chunk.offsets, base)
+                    result.copied += len(chunk.offsets)
+                    self.progress(len(chunk.offsets))
+                if time.monotonic() - saved_at >= SAVE_SECONDS:
                     await self._save(topic, partition, state)
-                    raise MigrationError(
-                        f"{topic}-{partition}: wrote at offset {base}, expected "
-                        f"{state.next_target}: something else writes to this partition"
-                    )
-                state.add_range([r.offset for r in chunk[index : index + count]], base)
-                index += count
-                result.copied += count
-                self.progress(count)
-            if time.monotonic() - saved_at >= SAVE_SECONDS:
-                await self._save(topic, partition, state)
-                saved_at = time.monotonic()
+                    saved_at = time.monotonic()
+        finally:
+            await source.close()
+            await target.close()
         if behind:
             raise MigrationError(
                 f"{topic}-{partition}: the target holds {behind} more records than the "
@@ -108,3 +119,27 @@ class PartitionCopier:
             )
         await self._save(topic, partition, state)
         return result
+
+
+async def _append(target: KafkaWire, topic: str, partition: int, chunk: Chunk) -> int:
+    """Produce one batch (acks=all); the base offset the gateway gave it."""
+    version = await target.version(PRODUCE, 3, 9)
+    answer = await target.call(
+        PRODUCE,
+        version,
+        {
+            "transactional_id": None,
+            "acks": -1,
+            "timeout_ms": 60_000,
+            "topic_data": [
+                {"name": topic, "partition_data": [{"index": partition, "records": chunk.batch}]}
+            ],
+        },
+    )
+    (found,) = answer["responses"][0]["partition_responses"]
+    if found["error_code"]:
+        raise MigrationError(
+            f"{topic}-{partition}: the gateway refused a batch of {len(chunk.offsets)} records "
+            f"with error {found['error_code']}"
+        )
+    return int(found["base_offset"])

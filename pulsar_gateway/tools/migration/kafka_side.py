@@ -1,38 +1,21 @@
-"""The two Kafka clusters of a migration, through aiokafka.
-
-The source is read with a consumer per partition (read_committed, so aborted
-transactions are not copied); the target is the gateway, written with one batch per
-Produce request so that a batch's records get consecutive offsets from its base.
+"""The two Kafka clusters of a migration, their admin side through aiokafka: topics,
+partition counts, offsets, groups and where each partition's leader is. The records
+themselves travel over the project's own codec (wire.py, source_batches.py).
 """
 
 from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import AsyncIterator, Iterable
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Iterable
 
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import KafkaError, TopicAlreadyExistsError
 from aiokafka.structs import OffsetAndMetadata
 
-MAX_BATCH_BYTES = 1024 * 1024
-MAX_REQUEST_BYTES = 16 * 1024 * 1024
-
-
-class MigrationError(Exception):
-    """A migration cannot go on; the message says why and what to do."""
-
-
-@dataclass(frozen=True)
-class SourceRecord:
-    offset: int
-    key: bytes | None
-    value: bytes | None
-    headers: tuple[tuple[str, bytes], ...]
-    timestamp: int
+from pulsar_gateway.tools.migration.errors import MigrationError
+from pulsar_gateway.tools.migration.wire import KafkaWire, partition_leaders
 
 
 class KafkaCluster:
@@ -135,6 +118,15 @@ class KafkaCluster:
                 pass
         return [topic.name for topic in new]
 
+    async def leaders(self, topics: list[str]) -> dict[tuple[str, int], tuple[str, int]]:
+        """(topic, partition) -> the address of its leader."""
+        host, _, port = self.bootstrap.split(",")[0].strip().rpartition(":")
+        wire = await KafkaWire.connect(host.strip("[]"), int(port))
+        try:
+            return await partition_leaders(wire, topics)
+        finally:
+            await wire.close()
+
     async def groups(self, pattern: str | None) -> list[str]:
         listed = await self.admin.list_consumer_groups()
         names = sorted(group for group, _protocol in listed)
@@ -175,89 +167,3 @@ class KafkaCluster:
             await consumer.commit({tp: OffsetAndMetadata(o, "") for tp, o in offsets.items()})
         finally:
             await consumer.stop()
-
-
-async def read_partition(
-    bootstrap: str, tp: TopicPartition, start: int, end: int, chunk: int = 5000
-) -> AsyncIterator[list[SourceRecord]]:
-    """Records of one partition from `start` up to (not including) `end`, in order."""
-    if start >= end:
-        return
-    consumer = AIOKafkaConsumer(
-        bootstrap_servers=bootstrap,
-        client_id="pulsar-gateway-migrate",
-        enable_auto_commit=False,
-        isolation_level="read_committed",
-        max_partition_fetch_bytes=4 * 1024 * 1024,
-        fetch_max_bytes=16 * 1024 * 1024,
-    )
-    await consumer.start()
-    try:
-        consumer.assign([tp])
-        consumer.seek(tp, start)
-        position = start
-        while position < end:
-            got = await consumer.getmany(tp, timeout_ms=5000, max_records=chunk)
-            records = got.get(tp, [])
-            if not records:
-                # transaction markers and compacted gaps have no records: trust the position
-                position = await consumer.position(tp)
-                if position >= end:
-                    return
-                continue
-            out = []
-            for record in records:
-                if record.offset >= end:
-                    break
-                out.append(
-                    SourceRecord(
-                        record.offset,
-                        record.key,
-                        record.value,
-                        tuple(record.headers),
-                        record.timestamp,
-                    )
-                )
-            if out:
-                yield out
-            position = records[-1].offset + 1
-    finally:
-        await consumer.stop()
-
-
-def new_producer(bootstrap: str) -> AIOKafkaProducer:
-    return AIOKafkaProducer(
-        bootstrap_servers=bootstrap,
-        client_id="pulsar-gateway-migrate",
-        acks="all",
-        max_batch_size=MAX_BATCH_BYTES,
-        max_request_size=MAX_REQUEST_BYTES,
-        linger_ms=0,
-        request_timeout_ms=60000,
-    )
-
-
-async def write_batch(
-    producer: AIOKafkaProducer, topic: str, partition: int, records: list[SourceRecord]
-) -> tuple[int, int]:
-    """Append as many of `records` as fit one Produce request, in order.
-
-    Returns (how many were written, the base offset they got)."""
-    batch = producer.create_batch()
-    taken = 0
-    for record in records:
-        added: Any = batch.append(
-            key=record.key,
-            value=record.value,
-            timestamp=record.timestamp,
-            headers=list(record.headers),
-        )
-        if added is None:
-            break
-        taken += 1
-    if taken == 0:
-        raise MigrationError(f"a record of {topic}-{partition} at {records[0].offset} is too big")
-    batch.close()
-    future = await producer.send_batch(batch, topic, partition=partition)
-    metadata = await future
-    return taken, metadata.offset

@@ -31,7 +31,8 @@ from pulsar_gateway.gateway.backend.pulsar_backend import PulsarBackend
 from pulsar_gateway.gateway.metadata_store import MetadataStore
 from pulsar_gateway.tools.gateway_link import GatewayLink
 from pulsar_gateway.tools.migration.copier import PartitionCopier, PartitionResult
-from pulsar_gateway.tools.migration.kafka_side import KafkaCluster, MigrationError, new_producer
+from pulsar_gateway.tools.migration.errors import MigrationError
+from pulsar_gateway.tools.migration.kafka_side import KafkaCluster
 from pulsar_gateway.tools.migration.translation import group_key
 
 log = logging.getLogger("gateway.migrate")
@@ -84,8 +85,6 @@ async def migrate(plan: MigrationPlan, console: Console | None = None) -> Migrat
     await source.start()
     await target.start()
     await backend.start()
-    producer = new_producer(plan.target)
-    await producer.start()
     summary = MigrationSummary()
     metadata = MetadataStore(backend, plan.link.metadata_namespace)
     try:
@@ -103,7 +102,13 @@ async def migrate(plan: MigrationPlan, console: Console | None = None) -> Migrat
         target_ends = {tp: end for tp, (_, end) in (await target.offset_range(tps)).items()}
 
         with _progress(console) as progress:
-            copier = PartitionCopier(plan.name, metadata, plan.source, producer, lambda n: None)
+            copier = PartitionCopier(
+                plan.name,
+                metadata,
+                await source.leaders(topics),
+                await target.leaders(topics),
+                lambda n: None,
+            )
             left = sum(_left(copier, tp, ranges[tp]) for tp in tps)
             task = progress.add_task("copying", total=left)
             copier.progress = lambda n: progress.advance(task, n)
@@ -125,7 +130,6 @@ async def migrate(plan: MigrationPlan, console: Console | None = None) -> Migrat
         if plan.group_pattern is not None:
             summary.groups = await _translate_groups(plan, source, target, metadata, copier, tps)
     finally:
-        await producer.stop()
         await metadata.close()  # a snapshot it started must not outlive the client
         await backend.close()
         await target.close()

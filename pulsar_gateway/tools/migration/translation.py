@@ -12,6 +12,7 @@ with names percent-quoted so that one migration is one folder of the store.
 from __future__ import annotations
 
 import bisect
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote
@@ -62,6 +63,18 @@ class PartitionTranslation:
     def add_range(self, sources: list[int], first_target: int) -> None:
         for index, source in enumerate(sources):
             self.add(source, first_target + index)
+
+    def add_run(self, sources: Sequence[int], first_target: int) -> None:
+        """Like add_range; a `range` of sources (a batch passed on whole) in one step."""
+        if not isinstance(sources, range) or sources.step != 1 or not sources:
+            self.add_range(list(sources), first_target)
+            return
+        self.add(sources[0], first_target)
+        start, target, length = self.runs[-1]
+        rest = len(sources) - 1
+        self.runs[-1] = (start, target, length + rest)
+        self.next_source += rest
+        self.next_target += rest
 
     def target_of(self, source: int) -> int | None:
         """Where the record at source offset `source` went; None if it was not copied."""
