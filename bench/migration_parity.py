@@ -3,9 +3,12 @@ commands, for several record counts in one run.
 
     python -m bench.migration_parity [--records 1000000,10000000] [--partitions 6]
 
-For each count: fill tansu, `pulsar-gateway migrate`, `pulsar-gateway parity`; prints
-records/s for the copy, parity runtime and the Spark processes' peak memory, and how
-both grow with the record count (they should grow linearly: the job streams). Writes
+For each count: fill tansu, `pulsar-gateway migrate` into a gateway whose topics use the
+default `pulsar` entry format and into a second one with `--entry-format kafka`, then
+`pulsar-gateway parity` on the first; prints records/s for each copy beside the first
+gateway's own Produce rate (confluent-kafka, acks=all, the same record shape, measured in
+the same run), parity runtime and the Spark processes' peak memory, and how both grow
+with the record count (they should grow linearly: the job streams). Writes
 reports/migration-parity.{json,html}.
 """
 
@@ -28,11 +31,15 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 from rich.table import Table
 
+from bench.kafka_throughput import create_topic, kafka_produce
 from pulsar_gateway.tools import html_report
 from tests.support.gateway_process import REPO, GatewayProcess
 from tests.support.tansu_process import TansuProcess
 
 console = Console()
+KAFKA_FORMAT = ("--entry-format", "kafka")
+# records the gateway's own Produce rate is measured with (its ratio's denominator)
+PRODUCE_REFERENCE = 300_000
 
 
 def fill(bootstrap: str, topic: str, partitions: int, records: int, size: int) -> float:
@@ -81,21 +88,29 @@ def run_command(args: list[str]) -> float:
 def one_size(records: int, partitions: int, size: int, scratch: Path) -> dict[str, Any]:
     tansu = TansuProcess().start()
     gateway = GatewayProcess(scratch / f"gw-{records}").start()
+    kafka_format = GatewayProcess(scratch / f"gw-kafka-{records}").start()
     topic = "migrated"
-    health = f"http://127.0.0.1:{gateway.metrics_port}"
     try:
         console.rule(f"{records:,} records")
         fill(tansu.bootstrap, topic, partitions, records, size)
-        common = ["--source", tansu.bootstrap, "--target", gateway.bootstrap]
-        common += ["--topics", topic, "--gateway-health", health]
+        common = _link(tansu, gateway, topic)
         migrate_s = run_command(["migrate", *common])
+        kafka_s = run_command(["migrate", *_link(tansu, kafka_format, topic), *KAFKA_FORMAT])
+        kafka_format.stop()
+        reference = min(records, PRODUCE_REFERENCE)
+        create_topic(gateway.bootstrap, partitions, "produce-reference")
+        produce_s = kafka_produce(gateway.bootstrap, "produce-reference", reference, size)
         report = scratch / f"parity-{records}"
         parity_s = run_command(["parity", *common, "--report", str(report)])
         verdict = json.loads(report.with_suffix(".json").read_text())
+        migrate_rps = records / migrate_s
         return {
             "records": records,
             "migrate_seconds": round(migrate_s, 1),
-            "migrate_records_per_s": round(records / migrate_s),
+            "migrate_records_per_s": round(migrate_rps),
+            "gateway_produce_records_per_s": round(reference / produce_s),
+            "migrate_vs_produce": round(migrate_rps * produce_s / reference, 2),
+            "migrate_kafka_format_records_per_s": round(records / kafka_s),
             "parity_seconds": round(parity_s, 1),
             "parity_verdict": verdict["verdict"],
             **verdict["spark"],
@@ -103,7 +118,17 @@ def one_size(records: int, partitions: int, size: int, scratch: Path) -> dict[st
         }
     finally:
         gateway.stop()
+        kafka_format.stop()
         tansu.stop()
+
+
+def _link(tansu: TansuProcess, gateway: GatewayProcess, topic: str) -> list[str]:
+    """The arguments that point migrate and parity at the source and at this gateway."""
+    health = f"http://127.0.0.1:{gateway.metrics_port}"
+    return [
+        *("--source", tansu.bootstrap, "--target", gateway.bootstrap),
+        *("--topics", topic, "--gateway-health", health),
+    ]
 
 
 def _rss(pid: int) -> float:
@@ -131,11 +156,15 @@ def main() -> None:
         row["migrate_time_growth"] = round(row["migrate_seconds"] / base["migrate_seconds"], 2)
         row["parity_time_growth"] = round(row["parity_seconds"] / base["parity_seconds"], 2)
         row["record_growth"] = scale
-    table = Table(title="migration and parity")
-    for column in rows[0]:
-        table.add_column(column.replace("_", " "), justify="right")
+    table = Table(title="migration and parity (one column per record count)")
+    table.add_column("metric")
     for row in rows:
-        table.add_row(*(f"{v:,}" if isinstance(v, int) else str(v) for v in row.values()))
+        table.add_column(f"{row['records']:,}", justify="right")
+    for metric in rows[0]:
+        values = [row[metric] for row in rows]
+        table.add_row(
+            metric.replace("_", " "), *(f"{v:,}" if isinstance(v, int) else str(v) for v in values)
+        )
     console.print(table)
     results = {
         "rows": rows,
@@ -155,6 +184,18 @@ def main() -> None:
                 "parity": [r["parity_seconds"] for r in rows],
             },
             "s",
+        ),
+        html_report.grouped_bar_chart(
+            "records/s",
+            labels,
+            {
+                "migrate (pulsar format)": [r["migrate_records_per_s"] for r in rows],
+                "gateway produce (pulsar format)": [
+                    r["gateway_produce_records_per_s"] for r in rows
+                ],
+                "migrate (kafka format)": [r["migrate_kafka_format_records_per_s"] for r in rows],
+            },
+            "rec/s",
         ),
         html_report.grouped_bar_chart(
             "peak memory (MiB)",
