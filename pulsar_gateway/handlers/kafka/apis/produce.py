@@ -32,6 +32,7 @@ from pulsar_gateway.handlers.kafka.port import (
 )
 from pulsar_gateway.handlers.kafka.topic_lookup import find_topic
 from pulsar_gateway.kafka_codec.compression import InflateBudget
+from pulsar_gateway.kafka_codec.control_batch import mark_transactional
 from pulsar_gateway.kafka_codec.entry_format import ENTRY_FORMATS, FORMAT_CONFIG, EntryFormat
 from pulsar_gateway.kafka_codec.errors import ErrorCode
 from pulsar_gateway.kafka_codec.record_batch import (
@@ -90,8 +91,6 @@ async def _produce(
             indexes.append(partition["index"])
             if acks not in (0, 1, -1):
                 jobs.append(_fail(ErrorCode.INVALID_REQUIRED_ACKS))
-            elif request.get("transactional_id") is not None:
-                jobs.append(_fail(ErrorCode.INVALID_REQUEST))
             else:
                 job = _append(
                     context,
@@ -100,6 +99,7 @@ async def _produce(
                     partition["records"],
                     header.api_version,
                     budget,
+                    request.get("transactional_id"),
                 )
                 jobs.append(_within(request["timeout_ms"], job))
         layout.append((name, indexes))
@@ -161,6 +161,7 @@ async def _append(
     records: Any,
     version: int,
     budget: InflateBudget,
+    transactional_id: str | None = None,
 ) -> PartitionResult:
     record, code = await find_topic(context, name, auto_create=True, operation=WRITE)
     if record is None:
@@ -194,6 +195,11 @@ async def _append(
     append_time = now if rules.log_append_time else None
     messages = [message for batch in batches for message in form.encode(batch, append_time)]
     count = sum(batch.record_count for batch in batches)
+    if batches[0].is_transactional:
+        refused = _check_transaction(context, transactional_id, batches[0], (record.name, index))
+        if refused:
+            return PartitionResult(refused)
+        mark_transactional(messages, batches[0].producer_id, batches[0].producer_epoch)
     try:
         partition = await context.topics.partition_of(record, index)
     except StorageError as exc:
@@ -217,6 +223,22 @@ async def _append(
         stored.base_offset,
         partition.log_start,
         append_time=-1 if append_time is None else append_time,
+    )
+
+
+def _check_transaction(
+    context: KafkaContext,
+    transactional_id: str | None,
+    batch: DecodedBatch,
+    partition: tuple[str, int],
+) -> ErrorCode:
+    """A transactional batch is its producer's current epoch's, into a partition added to
+    its open transaction (else a zombie's, or one sent out of order); docs/transactions.md."""
+    coordinator = context.transactions
+    if coordinator is None or transactional_id is None:
+        return ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+    return coordinator.check_produce(
+        transactional_id, batch.producer_id, batch.producer_epoch, partition
     )
 
 
