@@ -331,3 +331,36 @@ def test_markers_are_control_batches_of_their_producer(
     assert (batch.producer_id, batch.producer_epoch, batch.record_count) == (producer_id, epoch, 1)
     expected = ControlType.COMMIT if commit else ControlType.ABORT
     assert decode_control_key(batch.records[0].key) == expected
+
+
+def test_describe_and_list_transactions_show_the_coordinator_state() -> None:
+    async def run() -> None:
+        broker, producer = await _ready()
+        await broker.send(producer, [b"a"])
+        described = await broker.call(
+            ApiKey.DESCRIBE_TRANSACTIONS, 0, {"transactional_ids": [TXN_ID, "never-used"]}
+        )
+        known, unknown = described["transaction_states"]
+        assert (known["error_code"], known["transaction_state"]) == (0, ONGOING)
+        assert (known["producer_id"], known["producer_epoch"]) == (
+            producer["producer_id"],
+            producer["producer_epoch"],
+        )
+        assert known["topics"] == [{"topic": "orders", "partitions": [0]}]
+        assert unknown["error_code"] == ErrorCode.TRANSACTIONAL_ID_NOT_FOUND
+        listing = {"state_filters": [], "producer_id_filters": [], "duration_filter": -1}
+        listed = await broker.call(ApiKey.LIST_TRANSACTIONS, 1, listing)
+        assert [
+            (t["transactional_id"], t["transaction_state"]) for t in listed["transaction_states"]
+        ] == [(TXN_ID, ONGOING)]
+        listing["state_filters"] = ["CompleteCommit"]
+        assert (await broker.call(ApiKey.LIST_TRANSACTIONS, 1, listing))["transaction_states"] == []
+        producers = await broker.call(
+            ApiKey.DESCRIBE_PRODUCERS,
+            0,
+            {"topics": [{"name": "orders", "partition_indexes": [0]}]},
+        )
+        (active,) = producers["topics"][0]["partitions"][0]["active_producers"]
+        assert active["current_txn_start_offset"] == 0
+
+    asyncio.run(run())
