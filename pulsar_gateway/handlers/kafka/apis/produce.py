@@ -195,11 +195,6 @@ async def _append(
     append_time = now if rules.log_append_time else None
     messages = [message for batch in batches for message in form.encode(batch, append_time)]
     count = sum(batch.record_count for batch in batches)
-    if batches[0].is_transactional:
-        refused = _check_transaction(context, transactional_id, batches[0], (record.name, index))
-        if refused:
-            return PartitionResult(refused)
-        mark_transactional(messages, batches[0].producer_id, batches[0].producer_epoch)
     try:
         partition = await context.topics.partition_of(record, index)
     except StorageError as exc:
@@ -210,6 +205,13 @@ async def _append(
     # publish time)
     keep = form.name == "pulsar" and append_time is None and batch.base_timestamp > 0
     encoded = batch.raw if keep else None
+    if batch.is_transactional:
+        # checked with no await before the append is queued: a marker queued after a fence
+        # then lands after any batch this check let through (docs/transactions.md)
+        refused = _check_transaction(context, transactional_id, batch, (record.name, index))
+        if refused:
+            return PartitionResult(refused)
+        mark_transactional(messages, batch.producer_id, batch.producer_epoch)
     if batch.producer_id < 0:
         stored = await _store(partition, messages, name, index, None, encoded)
     else:
