@@ -234,7 +234,8 @@ def test_aiokafka_transactional_producer(gateway, topic_name) -> None:
 def test_gateway_killed_mid_transaction(tmp_path, topic_name, entry_format) -> None:
     """kill -9 with a transaction open: after the restart the LSO is still held at it (from
     the checkpoint and the replayed log), the timer aborts it, and read_committed consumers
-    then read on past it; a committed transaction from before the kill stays committed."""
+    then read on past it; a committed transaction from before the kill stays committed and
+    an aborted one aborted."""
     gw = GatewayProcess(
         tmp_path / "gw",
         extra=["--set", f"kafka.entry_format={entry_format}", "--set", "kafka.index_interval=4"],
@@ -246,15 +247,20 @@ def test_gateway_killed_mid_transaction(tmp_path, topic_name, entry_format) -> N
         _send(producer, topic_name, [b"kept-%d" % i for i in range(6)])
         producer.commit_transaction(60)  # offsets 0-5, marker 6
         producer.begin_transaction()
-        _send(producer, topic_name, [b"lost-%d" % i for i in range(3)])  # 7-9, left open
+        _send(producer, topic_name, [b"gone-%d" % i for i in range(3)])
+        producer.abort_transaction(60)  # 7-9, marker 10: below the last checkpoint
+        producer.begin_transaction()
+        _send(producer, topic_name, [b"lost-%d" % i for i in range(3)])  # 11-13, left open
         gw.kill()
         gw.start()
         assert _everything(gw.bootstrap, topic_name)[-1] == b"lost-2"
-        # the open transaction came back from the checkpoint and the replay: LSO at its start
-        assert _stable_offset(gw.bootstrap, topic_name) == 7
-        assert _committed(gw.bootstrap, topic_name) == [b"kept-%d" % i for i in range(6)]
-        wait_until(lambda: _stable_offset(gw.bootstrap, topic_name) == 11, 60, 0.3, "the abort")
-        assert _committed(gw.bootstrap, topic_name) == [b"kept-%d" % i for i in range(6)]
+        # the open transaction came back from the checkpoint and the replay (LSO at its
+        # start), the aborted one from its saved entry
+        assert _stable_offset(gw.bootstrap, topic_name) == 11
+        kept = [b"kept-%d" % i for i in range(6)]
+        assert _committed(gw.bootstrap, topic_name) == kept
+        wait_until(lambda: _stable_offset(gw.bootstrap, topic_name) == 15, 60, 0.3, "the abort")
+        assert _committed(gw.bootstrap, topic_name) == kept
         # a new producer with the id goes on where the old one stopped
         successor = _producer(gw.bootstrap, f"tx-{topic_name}")
         successor.begin_transaction()
