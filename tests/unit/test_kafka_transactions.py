@@ -9,6 +9,7 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
+from pulsar_gateway.gateway.messages import StoredMessage
 from pulsar_gateway.gateway.topic_names import partition_topic
 from pulsar_gateway.handlers.kafka.transaction_coordinator import (
     COMPLETE_ABORT,
@@ -18,15 +19,20 @@ from pulsar_gateway.handlers.kafka.transaction_coordinator import (
     TransactionCoordinator,
 )
 from pulsar_gateway.kafka_codec.control_batch import (
+    MARKER,
+    TXN,
     ControlRecordError,
     ControlType,
     decode_control_key,
     encode_control_key,
     marker_message,
+    parse_txn_value,
+    txn_value,
 )
 from pulsar_gateway.kafka_codec.errors import ErrorCode
 from pulsar_gateway.kafka_codec.protocol.messages import ApiKey
 from pulsar_gateway.kafka_codec.record_batch import decode_batches
+from pulsar_gateway.storage.kafka.transaction_index import AbortedTransaction, TransactionIndex
 from tests.unit.test_kafka_apis import TOPIC, Broker
 
 TXN_ID = "orders-writer"
@@ -364,3 +370,40 @@ def test_describe_and_list_transactions_show_the_coordinator_state() -> None:
         assert active["current_txn_start_offset"] == 0
 
     asyncio.run(run())
+
+
+@given(st.text(max_size=30))
+def test_any_txn_property_parses_or_is_ignored(value: str) -> None:
+    parsed = parse_txn_value(value)
+    if parsed is not None:
+        assert txn_value(*parsed).split(":") == [str(n) for n in parsed]
+
+
+_EVENTS = st.lists(
+    st.tuples(st.integers(1, 3), st.sampled_from(["record", "commit", "abort"])), max_size=40
+)
+
+
+@given(_EVENTS)
+def test_the_index_keeps_kafkas_lso_and_aborted_list(events: list[tuple[int, str]]) -> None:
+    """Against a plain model: the LSO is the first offset of the oldest open transaction,
+    and each abort lists its producer's first offset up to its marker."""
+    index = TransactionIndex()
+    open_at: dict[int, int] = {}
+    aborted: list[AbortedTransaction] = []
+    for offset, (producer_id, kind) in enumerate(events):
+        properties = {TXN: txn_value(producer_id, 0)}
+        if kind != "record":
+            properties[MARKER] = kind
+        index.observe(StoredMessage((0, offset, -1), b"", "", properties, 0, 0), offset)
+        if kind == "record":
+            open_at.setdefault(producer_id, offset)
+        else:
+            first = open_at.pop(producer_id, None)
+            if kind == "abort" and first is not None:
+                aborted.append(AbortedTransaction(producer_id, first, offset))
+        end = offset + 1
+        assert index.last_stable_offset(end) == min(open_at.values(), default=end)
+    assert index.aborted_between(0, len(events) + 1) == aborted
+    restored = TransactionIndex(index.snapshot())
+    assert restored.last_stable_offset(len(events)) == index.last_stable_offset(len(events))
