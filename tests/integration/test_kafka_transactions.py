@@ -8,6 +8,8 @@ from __future__ import annotations
 import asyncio
 import subprocess
 import sys
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 from confluent_kafka import (
@@ -326,3 +328,87 @@ def test_exactly_once_pipeline_survives_a_killed_worker(gateway, topic_name) -> 
     aborted = len(_everything(gateway.bootstrap, sink)) - len(output)
     assert aborted > 0, "the worker was to be killed with a transaction open"
     print(f"{EOS_RECORDS} records exactly once; {aborted} aborted copies left out")
+
+
+def test_a_streams_like_repartition_and_changelog_round(gateway, topic_name) -> None:
+    """What Kafka Streams does with exactly_once_v2, done with confluent-kafka: a
+    repartition stage and a counting stage, each a consume-transform-produce transaction, the
+    counts written to a compacted changelog topic. The changelog ends with each key's count
+    once, whatever the stages saw more than once."""
+    words, repartition, changelog = (f"{topic_name}-{n}" for n in ("words", "rep", "counts"))
+    _create(gateway.bootstrap, words)
+    _create(gateway.bootstrap, repartition, "kafka")
+    admin = AdminClient({"bootstrap.servers": gateway.bootstrap})
+    compacted = NewTopic(changelog, 1, 1, config={"cleanup.policy": "compact"})
+    admin.create_topics([compacted])[changelog].result(30)
+    feeder = Producer({"bootstrap.servers": gateway.bootstrap})
+    sentence = [b"to", b"be", b"or", b"not", b"to", b"be"] * 20
+    for word in sentence:
+        feeder.produce(words, b"", key=word)
+    feeder.flush(30)
+
+    def stage(
+        source: str, group: str, transform: Callable[[Any], tuple[str, bytes, bytes]]
+    ) -> None:
+        consumer = Consumer(
+            {
+                "bootstrap.servers": gateway.bootstrap,
+                "group.id": group,
+                "enable.auto.commit": False,
+                "auto.offset.reset": "earliest",
+                "isolation.level": "read_committed",
+            }
+        )
+        consumer.subscribe([source])
+        producer = _producer(gateway.bootstrap, f"tx-{group}")
+        seen = 0
+        try:
+            while seen < len(sentence):
+                messages = [m for m in consumer.consume(100, timeout=1) if not m.error()]
+                if not messages:
+                    continue
+                producer.begin_transaction()
+                for message in messages:
+                    topic, key, value = transform(message)
+                    producer.produce(topic, value, key=key)
+                positions = consumer.position(consumer.assignment())
+                metadata = consumer.consumer_group_metadata()
+                producer.send_offsets_to_transaction(positions, metadata, 30)
+                producer.commit_transaction(60)
+                seen += len(messages)
+        finally:
+            consumer.close()
+
+    counts: dict[bytes, int] = {}
+
+    def count(message: Any) -> tuple[str, bytes, bytes]:
+        counts[message.key()] = counts.get(message.key(), 0) + 1
+        return changelog, message.key(), b"%d" % counts[message.key()]
+
+    stage(words, f"rep-{topic_name}", lambda m: (repartition, m.key(), m.key().upper()))
+    stage(repartition, f"count-{topic_name}", count)
+    latest: dict[bytes, bytes] = {}
+    consumer = Consumer(
+        {
+            "bootstrap.servers": gateway.bootstrap,
+            "group.id": f"check-{topic_name}",
+            "isolation.level": "read_committed",
+            "enable.partition.eof": True,
+        }
+    )
+    consumer.assign([TopicPartition(changelog, 0, 0)])
+    try:
+
+        def at_end() -> bool:
+            message = consumer.poll(1)
+            if message is None:
+                return False
+            if message.error():
+                return True
+            latest[message.key()] = message.value()
+            return False
+
+        wait_until(at_end, 60, 0, "the end of the changelog")
+    finally:
+        consumer.close()
+    assert latest == {b"to": b"40", b"be": b"40", b"or": b"20", b"not": b"20"}
