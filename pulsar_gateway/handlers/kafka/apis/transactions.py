@@ -10,6 +10,7 @@ namespace, init_producer_id.py), WRITE on each topic added, READ on the group.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable
 from typing import Any
 
 from pulsar_gateway.gateway.topic_names import partition_topic
@@ -18,19 +19,12 @@ from pulsar_gateway.handlers.kafka.authorization import group_allowed
 from pulsar_gateway.handlers.kafka.context import KafkaContext
 from pulsar_gateway.handlers.kafka.port import CommittedOffset, StorageError
 from pulsar_gateway.handlers.kafka.topic_lookup import find_topic
-from pulsar_gateway.handlers.kafka.transaction_coordinator import (
-    TransactionCoordinator,
-    fenced_code,
-)
+from pulsar_gateway.handlers.kafka.transaction_coordinator import fenced_code
 from pulsar_gateway.kafka_codec.errors import ErrorCode
 from pulsar_gateway.security.rights import READ, WRITE
 
 
-def coordinator(context: KafkaContext) -> TransactionCoordinator | None:
-    return context.transactions
-
-
-async def _guarded(context: KafkaContext, job: Any) -> ErrorCode:
+async def _guarded(job: Awaitable[ErrorCode]) -> ErrorCode:
     """A coordinator call's code; COORDINATOR_NOT_AVAILABLE (retried by clients) when the
     store failed, the state then being as it was or prepared for a retry to finish."""
     try:
@@ -43,7 +37,7 @@ async def add_partitions_to_txn(
     context: KafkaContext, header: Any, request: dict[str, Any]
 ) -> dict[str, Any]:
     topics = request["v3_and_below_topics"]
-    txn = coordinator(context)
+    txn = context.transactions
     wanted: list[tuple[str, int]] = []
     results: list[tuple[str, dict[int, ErrorCode]]] = []
     failed = False
@@ -71,7 +65,6 @@ async def add_partitions_to_txn(
                     codes[index] = ErrorCode.OPERATION_NOT_ATTEMPTED
     else:
         outcome = await _guarded(
-            context,
             txn.add_partitions(
                 request["v3_and_below_transactional_id"],
                 request["v3_and_below_producer_id"],
@@ -101,7 +94,7 @@ async def add_partitions_to_txn(
 async def add_offsets_to_txn(
     context: KafkaContext, header: Any, request: dict[str, Any]
 ) -> dict[str, Any]:
-    txn = coordinator(context)
+    txn = context.transactions
     group_id = request["group_id"]
     if txn is None or not may_produce_idempotently(context):
         code = ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
@@ -109,7 +102,6 @@ async def add_offsets_to_txn(
         code = ErrorCode.GROUP_AUTHORIZATION_FAILED
     else:
         code = await _guarded(
-            context,
             txn.add_offsets(
                 request["transactional_id"],
                 request["producer_id"],
@@ -124,7 +116,7 @@ async def add_offsets_to_txn(
 async def txn_offset_commit(
     context: KafkaContext, header: Any, request: dict[str, Any]
 ) -> dict[str, Any]:
-    txn = coordinator(context)
+    txn = context.transactions
     group_id = request["group_id"]
     if txn is None or not may_produce_idempotently(context):
         group_code = ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
@@ -158,7 +150,6 @@ async def txn_offset_commit(
         answers.append((topic["name"], partitions))
     if entries and txn is not None:
         code = await _guarded(
-            context,
             txn.commit_offsets(
                 request["transactional_id"],
                 request["producer_id"],
@@ -179,12 +170,11 @@ async def txn_offset_commit(
 
 
 async def end_txn(context: KafkaContext, header: Any, request: dict[str, Any]) -> dict[str, Any]:
-    txn = coordinator(context)
+    txn = context.transactions
     if txn is None or not may_produce_idempotently(context):
         code = ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
     else:
         code = await _guarded(
-            context,
             txn.end(
                 request["transactional_id"],
                 request["producer_id"],
