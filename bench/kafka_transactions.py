@@ -4,10 +4,10 @@ Per server (the gateway with a `pulsar`-format topic and with a `kafka`-format o
 the Kafka-compatible reference broker): an idempotent producer's records/s, a transactional
 producer's (a commit every `--per-txn` records), and a consumer reading them back with
 read_uncommitted and with read_committed; server CPU per record (user+sys from /proc: the
-gateway and its broker; tansu) for each. Ratios are gateway / tansu. tansu 0.6 returns
-aborted records to read_committed consumers (it does not filter them), so its
-read_committed figure is a lower bound of the work, not a like-for-like peer.
-`--profile` records a py-spy flame graph of the gateway under the transactional produce.
+gateway and its broker, and the gateway alone; tansu) for each. Ratios are gateway / tansu.
+tansu 0.6 returns aborted records to read_committed consumers (it does not filter them),
+so its read_committed figure is a lower bound of the work, not a like-for-like peer.
+`--profile` records py-spy flame graphs of the gateway under the transactional produce.
 
     python -m bench.kafka_transactions [--records 20000] [--per-txn 500] [--profile]
 """
@@ -98,17 +98,21 @@ def _measure(
     _create(bootstrap, transactional, configs)
     for phase, run in phases:
         topic = plain if phase == "idempotent produce" else transactional
-        before = cpu_seconds(pids)
-        profile = args.profile and name == "gateway pulsar" and phase == "transactional produce"
+        before = [cpu_seconds([pid]) for pid in pids]
+        profile = args.profile and len(pids) > 1 and phase == "transactional produce"
         if profile:
-            with flame_graph(pids[0], args.out.parent / "kafka-transactions-produce.svg") as flame:
+            svg = args.out.parent / f"kafka-transactions-produce-{label}.svg"
+            with flame_graph(pids[0], svg) as flame:
                 seconds = run(topic)
             results["flame"] = str(flame.path or flame.error)  # type: ignore[assignment]
         else:
             seconds = run(topic)
-        cpu = cpu_seconds(pids) - before
+        spent = [cpu_seconds([pid]) - was for pid, was in zip(pids, before, strict=True)]
+        cpu = sum(spent)
         results[f"{phase} rec/s"] = round(args.records / seconds)
         results[f"{phase} cpu us/rec"] = round(cpu / args.records * 1e6, 1)
+        if len(pids) > 1:  # the gateway's own share, its broker's being the rest
+            results[f"{phase} gateway-only cpu us/rec"] = round(spent[0] / args.records * 1e6, 1)
     return results
 
 
@@ -151,16 +155,16 @@ def main() -> None:
     servers = results["servers"]
     peer = servers["tansu"]
     rows = []
-    table = Table(title="Kafka transactions (gateway / tansu ratios for rec/s)")
+    table = Table(title="Kafka transactions (gateway / tansu)")
     for column in ("measure", *servers, "pulsar / tansu", "kafka / tansu"):
         table.add_column(column)
-    for key in peer:
+    for key in servers["gateway pulsar"]:
         if key == "flame":
             continue
-        row: dict[str, Any] = {"measure": key, **{s: v[key] for s, v in servers.items()}}
+        row: dict[str, Any] = {"measure": key, **{s: v.get(key, "-") for s, v in servers.items()}}
         for form in ("pulsar", "kafka"):
-            ratio = servers[f"gateway {form}"][key] / peer[key] if peer[key] else 0
-            row[f"{form} / tansu"] = round(ratio, 2)
+            ratio = servers[f"gateway {form}"][key] / peer[key] if peer.get(key) else "-"
+            row[f"{form} / tansu"] = ratio if ratio == "-" else round(ratio, 2)
         rows.append(row)
         table.add_row(*(str(value) for value in row.values()))
     console.print(table)
@@ -172,13 +176,14 @@ def main() -> None:
         )
         for phase in ("idempotent produce", "transactional produce", "read_committed")
     ]
-    flame = servers["gateway pulsar"].get("flame")
-    if flame and str(flame).endswith(".svg"):
-        svg = base64.b64encode(Path(flame).read_bytes()).decode()
-        charts.append(
-            "<h2>Gateway under the transactional produce (py-spy)</h2>"
-            f'<img src="data:image/svg+xml;base64,{svg}" style="max-width:100%">'
-        )
+    for name, values in servers.items():
+        flame = values.get("flame")
+        if flame and str(flame).endswith(".svg"):
+            svg = base64.b64encode(Path(flame).read_bytes()).decode()
+            charts.append(
+                f"<h2>{name} under the transactional produce (py-spy)</h2>"
+                f'<img src="data:image/svg+xml;base64,{svg}" style="max-width:100%">'
+            )
     json_path, html_path = write_report(args.out, "Kafka transactions", results, charts, rows)
     console.print(f"wrote {json_path} and {html_path}")
 
