@@ -121,12 +121,19 @@ def kafka_produce(bootstrap: str, topic: str, records: int, size: int) -> float:
     return time.perf_counter() - start
 
 
-def kafka_consume(bootstrap: str, topic: str, partitions: int, records: int) -> float:
+def kafka_consume(
+    bootstrap: str,
+    topic: str,
+    partitions: int,
+    records: int,
+    isolation: str = "read_committed",  # librdkafka's default
+) -> float:
     consumer = Consumer(
         {
             "bootstrap.servers": bootstrap,
             "group.id": "bench",
             "enable.auto.commit": False,
+            "isolation.level": isolation,
             "fetch.max.bytes": 52428800,
             "session.timeout.ms": 6000,
         }

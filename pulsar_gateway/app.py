@@ -159,6 +159,7 @@ class Gateway:
             from pulsar_gateway.handlers.kafka.port import KafkaStorage
             from pulsar_gateway.handlers.kafka.server import KafkaServer
             from pulsar_gateway.storage.kafka.producer_ids import MetadataProducerIds
+            from pulsar_gateway.storage.kafka.transactions import MetadataTransactionStore
 
             storage = KafkaStorage(
                 self.topics,
@@ -166,6 +167,7 @@ class Gateway:
                 MetadataProducerIds(self.metadata),
                 reserved,
                 credentials=self.users,
+                transactions=MetadataTransactionStore(self.metadata),
             )
             kafka = settings.kafka
             kafka_tls = (

@@ -140,6 +140,8 @@ class KafkaSection(_TlsSettings):
     group_min_session_timeout_ms: int = Field(6000, ge=1)
     group_max_session_timeout_ms: int = Field(1800000, ge=1)
     group_initial_rebalance_delay_ms: int = Field(0, ge=0)
+    # Kafka's transaction.max.timeout.ms: longest transaction.timeout.ms a producer may ask
+    transaction_max_timeout_ms: int = Field(900000, ge=1)
     group_offset_mirror: bool = True
     group_mirror_interval_seconds: float = Field(1.0, gt=0)
     group_mirror_idle_seconds: float = Field(2.0, gt=0)

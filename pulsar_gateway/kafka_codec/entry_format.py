@@ -19,6 +19,7 @@ from collections.abc import Iterator, Sequence
 from typing import NamedTuple, Protocol
 
 from pulsar_gateway.gateway.messages import RECORDS, LogEntry, OutMessage, StoredMessage
+from pulsar_gateway.kafka_codec.control_batch import TXN, parse_txn_value
 from pulsar_gateway.kafka_codec.record_batch import (
     DecodedBatch,
     decode_batches,
@@ -115,6 +116,8 @@ class KafkaEntryFormat:
 
     def records(self, entry: LogEntry) -> Iterator[StoredRecord]:
         for batch in decode_batches(entry.message.payload or b"", verify_crc=False):
+            if batch.is_control:
+                continue  # a transaction marker (control_batch.py): no record of the topic's
             for record in batch.records:
                 stamp = batch.max_timestamp if batch.timestamp_type else record.timestamp
                 yield StoredRecord(
@@ -149,8 +152,9 @@ def encode_entries(
 ) -> tuple[bytearray, int]:
     """Fetch's records bytes for these entries, and how many records they hold.
 
-    Runs of one-record messages become one batch each; stored batches are served
-    as they are, re-based at their offset (the base offset precedes the CRC).
+    Runs of one-record messages become one batch each (a transactional producer's records a
+    transactional batch of their own, with its producer id and epoch); stored batches are
+    served as they are, re-based at their offset (the base offset precedes the CRC).
 
     The bytes stay within ``max_bytes`` as a Kafka broker's do: whole batches (for a run of
     one-record messages, whole records) while they fit, then nothing more; with ``min_one``
@@ -167,6 +171,7 @@ def encode_entries(
         if run and (
             stored_batch
             or (log_append_time and timestamp_of(run[0].message) != timestamp_of(message))
+            or run[0].message.properties.get(TXN) != message.properties.get(TXN)
         ):
             kept, whole = _encode_run(run, out, max_bytes, min_one, log_append_time)
             count += kept
@@ -203,7 +208,18 @@ def _encode_run(
         )
         for e in run
     ]
-    encode_batch(base, records, out=out, timestamp_type=1 if log_append_time else 0)
+    producer = run[0].message.properties.get(TXN)
+    parsed = None if producer is None else parse_txn_value(producer)
+    producer_id, epoch = parsed if parsed is not None else (-1, -1)
+    encode_batch(
+        base,
+        records,
+        out=out,
+        timestamp_type=1 if log_append_time else 0,
+        producer_id=producer_id,
+        producer_epoch=epoch,
+        is_transactional=parsed is not None,
+    )
     if len(out) <= max_bytes:
         return len(run), True
     return truncate_batch(out, start, max_bytes, keep_one=min_one and start == 0), False

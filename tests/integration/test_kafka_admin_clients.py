@@ -138,20 +138,6 @@ def test_log_dirs_through_kafka_python(gateway: GatewayProcess, topic_name: str)
     assert "pulsar" in text and topic_name in text, text
 
 
-def test_transactional_producer_is_refused_at_once_not_after_its_timeout(
-    gateway: GatewayProcess,
-) -> None:
-    """Transactions are not served (docs/compatibility.md): init_transactions must fail with
-    a fatal, non-retriable error well inside its timeout, not time out asking to be retried
-    (what COORDINATOR_NOT_AVAILABLE for the transaction coordinator used to cause)."""
-    producer = Producer({"bootstrap.servers": gateway.bootstrap, "transactional.id": "tx-1"})
-    with pytest.raises(KafkaException) as refused:
-        producer.init_transactions(60)
-    error = refused.value.args[0]
-    assert error.code() == KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, error
-    assert not error.retriable()
-
-
 def test_describe_producers_shows_an_idempotent_producer(
     gateway: GatewayProcess, topic_name: str
 ) -> None:

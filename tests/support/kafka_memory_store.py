@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import bisect
+import copy
 import time
 import uuid
 from collections.abc import Mapping
@@ -29,8 +30,10 @@ from pulsar_gateway.handlers.kafka.port import (
     StorageError,
     TopicExists,
     TopicRecord,
+    TransactionState,
     UnknownTopic,
 )
+from pulsar_gateway.storage.kafka.transaction_index import TransactionIndex
 
 
 class _Breakable:
@@ -51,6 +54,7 @@ class MemoryPartitionLog(_Breakable):
         self.producers: dict[int, ProducerSnapshot] = {}
         # when set, an append waits until it is (a stalled backend, for timeout paths)
         self.stall: asyncio.Event | None = None
+        self.transactions = TransactionIndex()
 
     @property
     def topic(self) -> str:
@@ -83,6 +87,7 @@ class MemoryPartitionLog(_Breakable):
                 now,
             )
             self.entries.append(LogEntry(self.next_offset, stored))
+            self.transactions.observe(stored, self.next_offset)
             self.next_offset += records_in(stored)
         if producer is not None:
             self._remember(producer, base)
@@ -123,6 +128,17 @@ class MemoryPartitionLog(_Breakable):
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._waiters.append(future)
         return future
+
+    @property
+    def last_stable_offset(self) -> int:
+        return self.transactions.last_stable_offset(self.next_offset)
+
+    def aborted_transactions(self, start: int, end: int) -> list[tuple[int, int]]:
+        aborted = self.transactions.aborted_between(start, end)
+        return [(a.producer_id, a.first_offset) for a in aborted]
+
+    def open_transaction_start(self, producer_id: int) -> int | None:
+        return self.transactions.open_start(producer_id)
 
 
 class MemoryTopicStore(_Breakable):
@@ -276,5 +292,29 @@ class MemoryCredentials(_Breakable):
         return True
 
 
+class MemoryTransactionStore(_Breakable):
+    """Transactional ids' coordinator state; `save` stores a copy, as a durable store would
+    (a later change to the caller's object is not stored until saved)."""
+
+    def __init__(self) -> None:
+        self.states: dict[str, TransactionState] = {}
+
+    def get(self, transactional_id: str) -> TransactionState | None:
+        state = self.states.get(transactional_id)
+        return copy.deepcopy(state) if state is not None else None
+
+    def all(self) -> list[TransactionState]:
+        return [copy.deepcopy(state) for state in self.states.values()]
+
+    async def save(self, state: TransactionState) -> None:
+        self._check()
+        self.states[state.transactional_id] = copy.deepcopy(state)
+
+
 def memory_storage() -> KafkaStorage:
-    return KafkaStorage(MemoryTopicStore(), MemoryGroupOffsets(), MemoryProducerIds())
+    return KafkaStorage(
+        MemoryTopicStore(),
+        MemoryGroupOffsets(),
+        MemoryProducerIds(),
+        transactions=MemoryTransactionStore(),
+    )

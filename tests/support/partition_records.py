@@ -9,15 +9,21 @@ from tests.support.waiting import wait_until
 
 
 def read_to_end(
-    bootstrap: str, topic: str, partition: int = 0, timeout: float = 60
+    bootstrap: str,
+    topic: str,
+    partition: int = 0,
+    timeout: float = 60,
+    isolation_level: str = "read_uncommitted",
 ) -> list[tuple[int, bytes]]:
-    """(offset, value) of every record of the partition, up to its end as of the read."""
+    """(offset, value) of every record of the partition, up to its end as of the read (for
+    `read_committed`: its last stable offset, aborted records left out)."""
     consumer = Consumer(
         {
             "bootstrap.servers": bootstrap,
             "group.id": "read-to-end",
             "enable.auto.commit": False,
             "enable.partition.eof": True,
+            "isolation.level": isolation_level,
         }
     )
     consumer.assign([TopicPartition(topic, partition, 0)])

@@ -48,8 +48,10 @@ class Broker:
         self, topic: str, values: list[bytes], partition: int = 0, **batch: Any
     ) -> dict[str, Any]:
         version = batch.pop("version", 11)
+        transactional_id = batch.pop("transactional_id", None)
         records = [Record(i, 1000 + i, b"k%d" % i, v, [("h", b"1")]) for i, v in enumerate(values)]
         body = {
+            "transactional_id": transactional_id,
             "acks": -1,
             "timeout_ms": 1000,
             "topic_data": [
@@ -65,14 +67,19 @@ class Broker:
         return response["responses"][0]["partition_responses"][0]
 
     async def fetch(
-        self, topic: str, offset: int, max_wait_ms: int = 0, partition: int = 0
+        self,
+        topic: str,
+        offset: int,
+        max_wait_ms: int = 0,
+        partition: int = 0,
+        isolation_level: int = 0,
     ) -> dict[str, Any]:
         body = {
             "replica_id": -1,
             "max_wait_ms": max_wait_ms,
             "min_bytes": 1,
             "max_bytes": 1 << 20,
-            "isolation_level": 0,
+            "isolation_level": isolation_level,
             "session_id": 0,
             "session_epoch": -1,
             "topics": [

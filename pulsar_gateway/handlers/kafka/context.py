@@ -16,6 +16,7 @@ from pulsar_gateway.handlers.authorization import Access, Authorizer, everyone_a
 from pulsar_gateway.handlers.kafka.group_coordinator import GroupCoordinator
 from pulsar_gateway.handlers.kafka.idempotence import ProducerSequences
 from pulsar_gateway.handlers.kafka.port import GroupOffsets, KafkaStorage, ProducerIds, TopicStore
+from pulsar_gateway.handlers.kafka.transaction_coordinator import TransactionCoordinator
 from pulsar_gateway.kafka_codec.compression import InflateBudget
 
 
@@ -41,6 +42,8 @@ class KafkaContext:
     # one connection's inflate budget (`kafka.max_connection_inflated_bytes`): the listener
     # gives each connection a copy of its context with its own
     inflated: InflateBudget | None = None
+    # the transaction coordinator; None when the storage keeps no transactions
+    transactions: TransactionCoordinator | None = None
 
     @property
     def topics(self) -> TopicStore:

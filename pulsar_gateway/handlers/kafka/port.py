@@ -40,6 +40,8 @@ __all__ = [
     "TopicExists",
     "TopicRecord",
     "TopicStore",
+    "TransactionState",
+    "TransactionStore",
     "UnknownTopic",
 ]
 
@@ -165,6 +167,21 @@ class PartitionLog(ProducerStateStore, Protocol):
         """Resolves when the log next grows (a long-polling Fetch waits on it)."""
         ...
 
+    @property
+    def last_stable_offset(self) -> int:
+        """The first offset of the oldest open transaction (next_offset when none is open):
+        read_committed consumers read up to it (docs/transactions.md)."""
+        ...
+
+    def aborted_transactions(self, start: int, end: int) -> list[tuple[int, int]]:
+        """(producer id, first offset) of each aborted transaction with a record in
+        [start, end)."""
+        ...
+
+    def open_transaction_start(self, producer_id: int) -> int | None:
+        """The first offset of the producer's open transaction here, if one is open."""
+        ...
+
 
 class TopicStore(Protocol):
     """Kafka topics: what exists, and the open log of each partition."""
@@ -238,6 +255,39 @@ class ProducerIds(Protocol):
     async def next_id(self) -> int: ...
 
 
+@dataclass
+class TransactionState:
+    """One transactional id's coordinator state, as Kafka's transaction log keeps it.
+
+    `partitions` are (Pulsar topic name, partition index) pairs the open transaction wrote to;
+    `offsets` the offsets TxnOffsetCommit sent inside it, per group and partition topic, held
+    until the commit. `start_ms` is wall-clock (the timeout must outlive a restart)."""
+
+    transactional_id: str
+    producer_id: int
+    epoch: int
+    timeout_ms: int
+    state: str = "Empty"
+    start_ms: int = -1
+    partitions: list[tuple[str, int]] = field(default_factory=list)
+    groups: list[str] = field(default_factory=list)
+    offsets: dict[str, dict[str, CommittedOffset]] = field(default_factory=dict)
+    updated_ms: int = 0
+
+
+class TransactionStore(Protocol):
+    """The transaction coordinator's state, keyed by transactional id, durable: a restarted
+    gateway finishes what was prepared and aborts what timed out."""
+
+    def get(self, transactional_id: str) -> TransactionState | None: ...
+
+    def all(self) -> list[TransactionState]: ...
+
+    async def save(self, state: TransactionState) -> None:
+        """Durable once this returns."""
+        ...
+
+
 class ScramCredentials(Protocol):
     """The users store as Kafka's SCRAM credential APIs see it (docs/security.md): users'
     stored keys per mechanism, never a password."""
@@ -262,3 +312,5 @@ class KafkaStorage:
     reserved: ReservedNamespaces = ReservedNamespaces()
     # the users store, for DescribeUserScramCredentials and AlterUserScramCredentials
     credentials: ScramCredentials | None = None
+    # the transaction coordinator's state; None: transactional ids are refused
+    transactions: TransactionStore | None = None

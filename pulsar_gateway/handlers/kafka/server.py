@@ -55,6 +55,7 @@ from pulsar_gateway.handlers.kafka.requests import (
     respond,
 )
 from pulsar_gateway.handlers.kafka.sasl import SaslSession
+from pulsar_gateway.handlers.kafka.transaction_coordinator import TransactionCoordinator
 from pulsar_gateway.handlers.listener_limits import (
     ByteBudget,
     ConnectionLimits,
@@ -110,6 +111,17 @@ class KafkaServer:
             max_session_ms=settings.group_max_session_timeout_ms,
             initial_rebalance_delay_ms=settings.group_initial_rebalance_delay_ms,
         )
+        self.transactions = (
+            None
+            if storage.transactions is None
+            else TransactionCoordinator(
+                storage.transactions,
+                storage.topics,
+                storage.offsets,
+                storage.producer_ids,
+                max_timeout_ms=settings.transaction_max_timeout_ms,
+            )
+        )
         self._server: asyncio.base_events.Server | None = None
         self._tls_server: asyncio.base_events.Server | None = None  # beside: kafka.tls_port
         self._tls_context: KafkaContext | None = None  # its context: its advertised port
@@ -160,7 +172,12 @@ class KafkaServer:
             self.settings.cluster_id,
         )
         self.context = KafkaContext(
-            self.settings, self.storage, identity, self.groups, authorizer=self.authorizer
+            self.settings,
+            self.storage,
+            identity,
+            self.groups,
+            authorizer=self.authorizer,
+            transactions=self.transactions,
         )
         if beside:
             self._tls_server = await asyncio.start_server(
@@ -181,6 +198,8 @@ class KafkaServer:
             log.info("kafka TLS listener on %s:%d", tls_host, tls_port)
         self._warn_about_security()
         self.groups.start()
+        if self.transactions is not None:
+            self.transactions.start()
 
     def _warn_about_security(self) -> None:
         """Say at start-up what a reader of the settings could miss."""
@@ -209,6 +228,8 @@ class KafkaServer:
         if self._tls_server:
             self._tls_server.close()
         await self.groups.close()
+        if self.transactions is not None:
+            await self.transactions.close()
         for task in list(self._connections):
             task.cancel()
         if self._connections:

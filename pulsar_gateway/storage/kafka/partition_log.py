@@ -35,10 +35,12 @@ from pulsar_gateway.gateway.metadata_store import MetadataStore
 from pulsar_gateway.handlers.kafka.port import OffsetOutOfRange, ProducerSnapshot, ProducerStamp
 from pulsar_gateway.storage.kafka.producer_state import ProducerStateIndex, stamp
 from pulsar_gateway.storage.kafka.tail_store import TailStore
+from pulsar_gateway.storage.kafka.transaction_index import AbortedTransaction, TransactionIndex
 
 log = logging.getLogger("gateway.partition")
 
 INDEX_PREFIX = "offset-index/"
+ABORTED_PREFIX = "kafka-aborted-txn/"  # + topic/marker offset: [producer id, first offset]
 # The tailer's back-off between attempts to reopen a failed reader, doubling from the first.
 RETRY_FIRST_SECONDS = 0.1
 RETRY_MAX_SECONDS = 1.0
@@ -94,6 +96,7 @@ class PartitionLog:
         self._checkpoint_states: list[dict[str, int]] = []
         self._resends = ResendFilter()
         self._producers = ProducerStateIndex()
+        self._transactions = TransactionIndex()
         self._resent_ids: dict[MessageKey, int] = {}  # recent resends -> first copy's offset
         self._tail = TailStore()  # the newest messages, packed (tail_store.py)
         self._last_id: MessageKey | None = None
@@ -118,6 +121,11 @@ class PartitionLog:
         self._checkpoint_states = [value["resends"] for _, value in entries]
         # only the last is needed: a reopened log restores it and replays what follows
         self._producers = ProducerStateIndex(entries[-1][1].get("producers") if entries else None)
+        self._transactions = TransactionIndex(entries[-1][1].get("txns") if entries else None)
+        aborted = f"{ABORTED_PREFIX}{self.topic}/"
+        for key, (producer_id, first) in self.metadata.children(aborted):
+            last = int(key[len(aborted) :])
+            self._transactions.add_aborted(AbortedTransaction(producer_id, first, last))
 
     async def open(self) -> None:
         self._load_checkpoints()
@@ -234,6 +242,7 @@ class PartitionLog:
         interval = self.index_interval
         resends = self._resends
         producers = self._producers
+        transactions = self._transactions
         checkpoints = self._checkpoint_offsets
         tail = self._tail
         for message in batch:
@@ -254,6 +263,9 @@ class PartitionLog:
             if before is not None:
                 self._checkpoint(offset, message.id, before, producers.snapshot())
             producers.observe(message, offset)
+            aborted = transactions.observe(message, offset)
+            if aborted is not None:
+                self._save_aborted(aborted)
             tail.append(message, offset)
             while waiters and waiters[0][0] <= message.id:
                 future = heapq.heappop(waiters)[2]
@@ -277,10 +289,37 @@ class PartitionLog:
         value: dict[str, Any] = {"id": list(mid), "resends": resends}
         if producers:
             value["producers"] = producers
+        open_transactions = self._transactions.snapshot()
+        if open_transactions:
+            value["txns"] = open_transactions
         task = asyncio.ensure_future(
             self.metadata.put(f"{INDEX_PREFIX}{self.topic}/{offset:020d}", value)
         )
         task.add_done_callback(_log_failure)
+
+    def _save_aborted(self, aborted: AbortedTransaction) -> None:
+        """Keep an aborted transaction for read_committed fetches after a restart (a save
+        lost to a crash is made again when the reopened log replays the marker)."""
+        key = f"{ABORTED_PREFIX}{self.topic}/{aborted.last_offset:020d}"
+        task = asyncio.ensure_future(
+            self.metadata.put(key, [aborted.producer_id, aborted.first_offset])
+        )
+        task.add_done_callback(_log_failure)
+
+    @property
+    def last_stable_offset(self) -> int:
+        """Where read_committed consumers stop: the oldest open transaction's first offset."""
+        return self._transactions.last_stable_offset(self.next_offset)
+
+    def aborted_transactions(self, start: int, end: int) -> list[tuple[int, int]]:
+        """(producer id, first offset) of each aborted transaction with records in
+        [start, end), for a read_committed Fetch."""
+        return [
+            (a.producer_id, a.first_offset) for a in self._transactions.aborted_between(start, end)
+        ]
+
+    def open_transaction_start(self, producer_id: int) -> int | None:
+        return self._transactions.open_start(producer_id)
 
     def _trim_tail(self, max_bytes: int | None = None) -> None:
         tail = self._tail

@@ -32,7 +32,7 @@ from pulsar_gateway.handlers.kafka.port import (
     TopicRecord,
     UnknownTopic,
 )
-from pulsar_gateway.storage.kafka.partition_log import INDEX_PREFIX, PartitionLog
+from pulsar_gateway.storage.kafka.partition_log import ABORTED_PREFIX, INDEX_PREFIX, PartitionLog
 from pulsar_gateway.storage.kafka.topic_registry import TopicRegistry
 
 log = logging.getLogger("pulsar_gateway.storage.kafka.topics")
@@ -194,7 +194,8 @@ class TopicService:
             checkpoints = [
                 key
                 for partition in partitions
-                for key, _ in self.metadata.children(f"{INDEX_PREFIX}{partition}/")
+                for prefix in (INDEX_PREFIX, ABORTED_PREFIX)
+                for key, _ in self.metadata.children(f"{prefix}{partition}/")
             ]
             await asyncio.gather(*(self.metadata.delete(key) for key in checkpoints))
             log.info("deleted topic %s and %d checkpoints", name, len(checkpoints))

@@ -223,6 +223,7 @@ def broker_configs(settings: KafkaSection) -> dict[str, str]:
         "group.min.session.timeout.ms": str(settings.group_min_session_timeout_ms),
         "group.max.session.timeout.ms": str(settings.group_max_session_timeout_ms),
         "group.initial.rebalance.delay.ms": str(settings.group_initial_rebalance_delay_ms),
+        "transaction.max.timeout.ms": str(settings.transaction_max_timeout_ms),
     }
 
 

@@ -11,7 +11,8 @@ Sizes follow Kafka's ReplicaManager: the records of the whole response stay with
 partition's within `partition_max_bytes`, whole batches only; but the first batch of the
 first partition with data comes back even when it alone is larger (KIP-74), so a consumer
 always makes progress whatever its limits. A request naming a partition twice is refused
-(INVALID_REQUEST), as nothing sensible can be answered to it.
+(INVALID_REQUEST), as nothing sensible can be answered to it. read_committed stops at the
+last stable offset and lists the aborted transactions (read_committed.py).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from pulsar_gateway.gateway import metrics
 from pulsar_gateway.handlers.kafka.apis.configs import LOG_APPEND_TIME, TIMESTAMP_TYPE
 from pulsar_gateway.handlers.kafka.context import KafkaContext
 from pulsar_gateway.handlers.kafka.port import OffsetOutOfRange, PartitionLog, StorageError
+from pulsar_gateway.handlers.kafka.read_committed import READ_COMMITTED, aborted_in, below_stable
 from pulsar_gateway.handlers.kafka.topic_lookup import find_topic, topic_with_id
 from pulsar_gateway.kafka_codec.entry_format import encode_entries
 from pulsar_gateway.kafka_codec.errors import ErrorCode
@@ -61,8 +63,9 @@ async def handle(context: KafkaContext, header: Any, request: dict[str, Any]) ->
                     logs[(name, index)] = await context.topics.partition_of(record, index)
                 except StorageError:
                     logs[(name, index)] = ErrorCode.KAFKA_STORAGE_ERROR
+    committed = request.get("isolation_level", 0) == READ_COMMITTED
     while True:
-        body, total = await _collect(wanted, logs, max_bytes, append_time)
+        body, total = await _collect(wanted, logs, max_bytes, append_time, committed)
         remaining = deadline - time.monotonic()
         if total >= min_bytes or remaining <= 0 or _has_errors(body):
             return _with_ids(body, ids)
@@ -132,6 +135,7 @@ async def _collect(
     logs: dict[tuple[str, int], PartitionLog | int],
     max_bytes: int,
     append_time: set[str],
+    committed: bool = False,
 ) -> tuple[dict[str, Any], int]:
     total = 0
     first = True  # no partition has returned records yet: KIP-74's minimum of one batch
@@ -148,6 +152,8 @@ async def _collect(
             offset = partition["fetch_offset"]
             records: Any = b""  # empty, never null: librdkafka 2.0.2 rejects a null record set
             code = ErrorCode.NONE
+            stable = log.last_stable_offset  # read first: what lies below it is decided
+            aborted = None
             if budget > 0 or first:
                 try:
                     messages = await log.read(offset, max(budget, 1))
@@ -157,6 +163,9 @@ async def _collect(
                 except StorageError:
                     code = ErrorCode.KAFKA_STORAGE_ERROR
                     messages = []
+                if committed:
+                    messages = below_stable(messages, stable)
+                    aborted = aborted_in(log, offset, messages)
                 if messages:
                     records, count = encode_entries(
                         messages, budget, first, log_append_time=name in append_time
@@ -166,7 +175,9 @@ async def _collect(
                         total += len(records)
                         metrics.RECORDS_OUT.labels(name).inc(count)
                         metrics.BYTES_OUT.labels(name).inc(len(records))
-            out.append(_partition(index, code, log.next_offset, log.log_start, records))
+            part = _partition(index, code, log.next_offset, log.log_start, records)
+            part.update(last_stable_offset=stable, aborted_transactions=aborted)
+            out.append(part)
         responses.append({"topic": name, "partitions": out})
     body = {"throttle_time_ms": 0, "error_code": 0, "session_id": 0, "responses": responses}
     return body, total

@@ -1,11 +1,8 @@
 """Group APIs of the classic protocol: FindCoordinator, Join, Sync, Heartbeat, Leave,
 ListGroups, DescribeGroups and DeleteGroups. This gateway is every group's coordinator.
 
-FindCoordinator for a transactional id names this gateway too, although transactions are not
-served: the producer then asks InitProducerId, which refuses the transactional id with an
-error clients treat as fatal (init_producer_id.py). Answering COORDINATOR_NOT_AVAILABLE, as
-earlier versions did, made librdkafka retry until its timeout and then say "retry call to
-resume".
+FindCoordinator for a transactional id names this gateway too: it is every transactional
+id's coordinator (transaction_coordinator.py).
 
 Rights, as Kafka asks them (authorization.py): FindCoordinator and DescribeGroups need
 DESCRIBE on the group, Join/Sync/Heartbeat/Leave READ, DeleteGroups DELETE; ListGroups

@@ -1,11 +1,14 @@
 """InitProducerId: producer ids for idempotent producers, unique across restarts.
 
-Transactions are not served yet: a transactional id gets
-TRANSACTIONAL_ID_AUTHORIZATION_FAILED, which clients report as fatal instead of
-retrying forever.
+With a transactional id the transaction coordinator answers (transaction_coordinator.py): the
+id keeps its producer id, each call bumps the epoch, fencing the previous producer and
+aborting what it left open. Without a coordinator (no transaction store wired in) a
+transactional id gets TRANSACTIONAL_ID_AUTHORIZATION_FAILED, which clients report as fatal
+instead of retrying forever.
 
-An idempotent producer needs, as in Kafka, IDEMPOTENT_WRITE on the cluster or WRITE on
-some topic (here: some namespace); else CLUSTER_AUTHORIZATION_FAILED.
+An idempotent or transactional producer needs, as in Kafka, IDEMPOTENT_WRITE on the cluster
+or WRITE on some topic (here: some namespace); else CLUSTER_AUTHORIZATION_FAILED
+(TRANSACTIONAL_ID_AUTHORIZATION_FAILED for a transactional id).
 """
 
 from __future__ import annotations
@@ -15,23 +18,24 @@ from typing import Any
 from pulsar_gateway.handlers.kafka.authorization import CLUSTER_NAME
 from pulsar_gateway.handlers.kafka.context import KafkaContext
 from pulsar_gateway.handlers.kafka.port import StorageError
+from pulsar_gateway.handlers.kafka.transaction_coordinator import fenced_code
 from pulsar_gateway.kafka_codec.errors import ErrorCode
 from pulsar_gateway.security.rights import CLUSTER, IDEMPOTENT_WRITE, NAMESPACE, WRITE
 
 
-async def handle(context: KafkaContext, header: Any, request: dict[str, Any]) -> dict[str, Any]:
-    if request.get("transactional_id") is not None:
-        return {
-            "throttle_time_ms": 0,
-            "error_code": ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
-            "producer_id": -1,
-            "producer_epoch": -1,
-        }
+def may_produce_idempotently(context: KafkaContext) -> bool:
     access = context.access
-    if not (
-        access.may(CLUSTER, CLUSTER_NAME, IDEMPOTENT_WRITE) or access.may_any(NAMESPACE, WRITE)
-    ):
-        access.denied(CLUSTER, CLUSTER_NAME, IDEMPOTENT_WRITE)
+    if access.may(CLUSTER, CLUSTER_NAME, IDEMPOTENT_WRITE) or access.may_any(NAMESPACE, WRITE):
+        return True
+    access.denied(CLUSTER, CLUSTER_NAME, IDEMPOTENT_WRITE)
+    return False
+
+
+async def handle(context: KafkaContext, header: Any, request: dict[str, Any]) -> dict[str, Any]:
+    transactional_id = request.get("transactional_id")
+    if transactional_id is not None:
+        return await _transactional(context, header, request, transactional_id)
+    if not may_produce_idempotently(context):
         return {
             "throttle_time_ms": 0,
             "error_code": ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
@@ -61,4 +65,29 @@ async def handle(context: KafkaContext, header: Any, request: dict[str, Any]) ->
         "error_code": ErrorCode.NONE,
         "producer_id": producer_id,
         "producer_epoch": 0,
+    }
+
+
+async def _transactional(
+    context: KafkaContext, header: Any, request: dict[str, Any], transactional_id: str
+) -> dict[str, Any]:
+    coordinator = context.transactions
+    if coordinator is None or not may_produce_idempotently(context):
+        code, producer_id, epoch = ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, -1, -1
+    else:
+        try:
+            code, producer_id, epoch = await coordinator.init_producer_id(
+                transactional_id,
+                request["transaction_timeout_ms"],
+                request.get("producer_id", -1),
+                request.get("producer_epoch", -1),
+                fenced_code(header),
+            )
+        except StorageError:
+            code, producer_id, epoch = ErrorCode.COORDINATOR_NOT_AVAILABLE, -1, -1
+    return {
+        "throttle_time_ms": 0,
+        "error_code": code,
+        "producer_id": producer_id,
+        "producer_epoch": epoch,
     }

@@ -2,7 +2,8 @@
 
 v8's earliest-local (-4) is the log start: nothing is tiered away from the "local" log, which
 is all in Pulsar. v9's latest-tiered (-5) is -1: no offset was ever tiered to remote storage.
-v10's timeout applies to remote lookups, which never happen here."""
+v10's timeout applies to remote lookups, which never happen here. Under read_committed
+(isolation level 1, v2+) latest is the last stable offset, as Kafka answers it."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from typing import Any
 from pulsar_gateway.gateway.messages import records_in
 from pulsar_gateway.handlers.kafka.context import KafkaContext
 from pulsar_gateway.handlers.kafka.port import PartitionLog, StorageError
+from pulsar_gateway.handlers.kafka.read_committed import READ_COMMITTED
 from pulsar_gateway.handlers.kafka.topic_lookup import find_topic
 from pulsar_gateway.kafka_codec.entry_format import records_of
 from pulsar_gateway.kafka_codec.errors import ErrorCode
@@ -19,6 +21,7 @@ LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL, LATEST_TIERED = -1, -2, -3, -4,
 
 
 async def handle(context: KafkaContext, header: Any, request: dict[str, Any]) -> dict[str, Any]:
+    committed = request.get("isolation_level", 0) == READ_COMMITTED
     topics = []
     for topic in request["topics"]:
         record, code = await find_topic(context, topic["name"], auto_create=False)
@@ -38,7 +41,7 @@ async def handle(context: KafkaContext, header: Any, request: dict[str, Any]) ->
             elif record is not None:
                 try:
                     log = await context.topics.partition_of(record, index)
-                    offset, timestamp = await _lookup(log, partition["timestamp"])
+                    offset, timestamp = await _lookup(log, partition["timestamp"], committed)
                 except StorageError:
                     result["error_code"] = ErrorCode.KAFKA_STORAGE_ERROR
                 else:
@@ -48,9 +51,9 @@ async def handle(context: KafkaContext, header: Any, request: dict[str, Any]) ->
     return {"throttle_time_ms": 0, "topics": topics}
 
 
-async def _lookup(log: PartitionLog, wanted: int) -> tuple[int, int]:
+async def _lookup(log: PartitionLog, wanted: int, committed: bool) -> tuple[int, int]:
     if wanted == LATEST:
-        return log.next_offset, -1
+        return (log.last_stable_offset if committed else log.next_offset), -1
     if wanted in (EARLIEST, EARLIEST_LOCAL):
         return log.log_start, -1
     if wanted == LATEST_TIERED:

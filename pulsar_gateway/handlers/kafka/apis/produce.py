@@ -32,6 +32,7 @@ from pulsar_gateway.handlers.kafka.port import (
 )
 from pulsar_gateway.handlers.kafka.topic_lookup import find_topic
 from pulsar_gateway.kafka_codec.compression import InflateBudget
+from pulsar_gateway.kafka_codec.control_batch import mark_transactional
 from pulsar_gateway.kafka_codec.entry_format import ENTRY_FORMATS, FORMAT_CONFIG, EntryFormat
 from pulsar_gateway.kafka_codec.errors import ErrorCode
 from pulsar_gateway.kafka_codec.record_batch import (
@@ -90,8 +91,6 @@ async def _produce(
             indexes.append(partition["index"])
             if acks not in (0, 1, -1):
                 jobs.append(_fail(ErrorCode.INVALID_REQUIRED_ACKS))
-            elif request.get("transactional_id") is not None:
-                jobs.append(_fail(ErrorCode.INVALID_REQUEST))
             else:
                 job = _append(
                     context,
@@ -100,6 +99,7 @@ async def _produce(
                     partition["records"],
                     header.api_version,
                     budget,
+                    request.get("transactional_id"),
                 )
                 jobs.append(_within(request["timeout_ms"], job))
         layout.append((name, indexes))
@@ -161,6 +161,7 @@ async def _append(
     records: Any,
     version: int,
     budget: InflateBudget,
+    transactional_id: str | None = None,
 ) -> PartitionResult:
     record, code = await find_topic(context, name, auto_create=True, operation=WRITE)
     if record is None:
@@ -204,6 +205,13 @@ async def _append(
     # publish time)
     keep = form.name == "pulsar" and append_time is None and batch.base_timestamp > 0
     encoded = batch.raw if keep else None
+    if batch.is_transactional:
+        # checked with no await before the append is queued: a marker queued after a fence
+        # then lands after any batch this check let through (docs/transactions.md)
+        refused = _check_transaction(context, transactional_id, batch, (record.name, index))
+        if refused:
+            return PartitionResult(refused)
+        mark_transactional(messages, batch.producer_id, batch.producer_epoch)
     if batch.producer_id < 0:
         stored = await _store(partition, messages, name, index, None, encoded)
     else:
@@ -217,6 +225,22 @@ async def _append(
         stored.base_offset,
         partition.log_start,
         append_time=-1 if append_time is None else append_time,
+    )
+
+
+def _check_transaction(
+    context: KafkaContext,
+    transactional_id: str | None,
+    batch: DecodedBatch,
+    partition: tuple[str, int],
+) -> ErrorCode:
+    """A transactional batch is its producer's current epoch's, into a partition added to
+    its open transaction (else a zombie's, or one sent out of order); docs/transactions.md."""
+    coordinator = context.transactions
+    if coordinator is None or transactional_id is None:
+        return ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+    return coordinator.check_produce(
+        transactional_id, batch.producer_id, batch.producer_epoch, partition
     )
 
 

@@ -3,19 +3,21 @@
 
 DescribeProducers lists each partition's idempotent producers as the partition's producer
 state holds them (docs/offsets.md; the same state that makes retries exactly-once across
-restarts): id, epoch and last sequence. The gateway keeps no per-producer timestamp (-1)
-and no transactions. Transactions are not served, so no transactional id exists:
-ListTransactions lists none (a state filter Kafka does not know is reported as unknown) and
-DescribeTransactions answers TRANSACTIONAL_ID_NOT_FOUND for each id. Rights: `read` on the
-topic (Kafka: READ) and `describe` on the cluster for the listing.
+restarts): id, epoch, last sequence and the first offset of its open transaction there. The
+gateway keeps no per-producer timestamp (-1). ListTransactions and DescribeTransactions
+answer from the transaction coordinator's state (docs/transactions.md): a state filter Kafka
+does not know is reported as unknown, an id never used is TRANSACTIONAL_ID_NOT_FOUND.
+Rights: `read` on the topic (Kafka: READ) and `describe` on the cluster for the listing.
 """
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from pulsar_gateway.handlers.kafka.authorization import cluster_allowed
 from pulsar_gateway.handlers.kafka.context import KafkaContext
+from pulsar_gateway.handlers.kafka.port import PartitionLog
 from pulsar_gateway.handlers.kafka.topic_lookup import find_topic, open_partition
 from pulsar_gateway.kafka_codec.errors import ErrorCode
 from pulsar_gateway.security.rights import DESCRIBE, READ
@@ -63,11 +65,16 @@ async def describe_producers(
                         "last_sequence": last,
                         "last_timestamp": -1,
                         "coordinator_epoch": -1,
-                        "current_txn_start_offset": -1,
+                        "current_txn_start_offset": _open_start(log, producer_id),
                     }
                 )
         topics.append({"name": topic["name"], "partitions": partitions})
     return {"throttle_time_ms": 0, "topics": topics}
+
+
+def _open_start(log: PartitionLog, producer_id: int) -> int:
+    start = log.open_transaction_start(producer_id)
+    return -1 if start is None else start
 
 
 async def list_transactions(
@@ -78,31 +85,69 @@ async def list_transactions(
         if cluster_allowed(context, DESCRIBE)
         else (ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
     )
-    unknown = [s for s in request["state_filters"] if s not in TRANSACTION_STATES]
+    states = request["state_filters"]
+    unknown = [s for s in states if s not in TRANSACTION_STATES]
+    producers = set(request["producer_id_filters"])
+    longer_than = request.get("duration_filter", -1)
+    now = int(time.time() * 1000)
+    listed = []
+    coordinator = context.transactions
+    for state in [] if code or coordinator is None else coordinator.all():
+        if states and state.state not in states:
+            continue
+        if producers and state.producer_id not in producers:
+            continue
+        if longer_than >= 0 and (state.state != "Ongoing" or now - state.start_ms < longer_than):
+            continue
+        listed.append(
+            {
+                "transactional_id": state.transactional_id,
+                "producer_id": state.producer_id,
+                "transaction_state": state.state,
+            }
+        )
     return {
         "throttle_time_ms": 0,
         "error_code": code,
         "unknown_state_filters": unknown,
-        "transaction_states": [],
+        "transaction_states": listed,
     }
 
 
 async def describe_transactions(
     context: KafkaContext, header: Any, request: dict[str, Any]
 ) -> dict[str, Any]:
-    return {
-        "throttle_time_ms": 0,
-        "transaction_states": [
+    coordinator = context.transactions
+    answers = []
+    for transactional_id in request["transactional_ids"]:
+        state = None if coordinator is None else coordinator.get(transactional_id)
+        if state is None:
+            answers.append(
+                {
+                    "error_code": ErrorCode.TRANSACTIONAL_ID_NOT_FOUND,
+                    "transactional_id": transactional_id,
+                    "transaction_state": "",
+                    "transaction_timeout_ms": 0,
+                    "transaction_start_time_ms": -1,
+                    "producer_id": -1,
+                    "producer_epoch": -1,
+                    "topics": [],
+                }
+            )
+            continue
+        topics: dict[str, list[int]] = {}
+        for topic, index in state.partitions:
+            topics.setdefault(context.kafka_name(topic), []).append(index)
+        answers.append(
             {
-                "error_code": ErrorCode.TRANSACTIONAL_ID_NOT_FOUND,
+                "error_code": ErrorCode.NONE,
                 "transactional_id": transactional_id,
-                "transaction_state": "",
-                "transaction_timeout_ms": 0,
-                "transaction_start_time_ms": -1,
-                "producer_id": -1,
-                "producer_epoch": -1,
-                "topics": [],
+                "transaction_state": state.state,
+                "transaction_timeout_ms": state.timeout_ms,
+                "transaction_start_time_ms": state.start_ms,
+                "producer_id": state.producer_id,
+                "producer_epoch": state.epoch,
+                "topics": [{"topic": t, "partitions": p} for t, p in topics.items()],
             }
-            for transactional_id in request["transactional_ids"]
-        ],
-    }
+        )
+    return {"throttle_time_ms": 0, "transaction_states": answers}

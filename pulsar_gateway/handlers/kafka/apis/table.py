@@ -6,8 +6,9 @@ OffsetCommit and OffsetFetch v9 are KIP-848's versions; for classic groups, the 
 served, they carry the generation and member id as v8 does. Fetch v13+ names topics by
 id. FindCoordinator v6's share-group key type is refused. Produce
 below v3 and Fetch below v4 carry message format v0/v1, which the gateway does not write;
-every client that reads RecordBatch v2 negotiates higher. The codec's own range
-(`protocol.SUPPORTED`) bounds each entry from the other side.
+every client that reads RecordBatch v2 negotiates higher. AddPartitionsToTxn v4+ is the
+brokers' batched form; EndTxn v5 is KIP-890's epoch bump per transaction, not done. The
+codec's own range (`protocol.SUPPORTED`) bounds each entry from the other side.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from pulsar_gateway.handlers.kafka.apis import (
     replicas,
     scram_credentials,
     topic_admin,
+    transactions,
 )
 from pulsar_gateway.handlers.kafka.context import KafkaContext
 from pulsar_gateway.kafka_codec import protocol
@@ -96,6 +98,10 @@ API_TABLE: dict[ApiKey, Api] = {
     ApiKey.DELETE_TOPICS: Api(topic_admin.delete_topics, 0, 6),
     ApiKey.DELETE_RECORDS: Api(delete_records.handle, 0, 2),
     ApiKey.INIT_PRODUCER_ID: Api(init_producer_id.handle, 0, 5),
+    ApiKey.ADD_PARTITIONS_TO_TXN: Api(transactions.add_partitions_to_txn, 0, 3),
+    ApiKey.ADD_OFFSETS_TO_TXN: Api(transactions.add_offsets_to_txn, 0, 4),
+    ApiKey.END_TXN: Api(transactions.end_txn, 0, 4),
+    ApiKey.TXN_OFFSET_COMMIT: Api(transactions.txn_offset_commit, 0, 4),
     ApiKey.OFFSET_FOR_LEADER_EPOCH: Api(replicas.offset_for_leader_epoch, 0, 4),
     ApiKey.DESCRIBE_ACLS: Api(acls.describe_acls, 0, 3),
     ApiKey.CREATE_ACLS: Api(acls.create_acls, 0, 3),
