@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import logging
 import signal
+import socket
 import time
 from pathlib import Path
 from typing import Any, Protocol
@@ -16,11 +17,14 @@ from pulsar_gateway.gateway.backend.connection_security import PulsarSecurity
 from pulsar_gateway.gateway.backend.embedded import EmbeddedBroker
 from pulsar_gateway.gateway.backend.pulsar_backend import PulsarBackend
 from pulsar_gateway.gateway.backend.subscription_mirror import SubscriptionMirror
+from pulsar_gateway.gateway.cluster.membership import PulsarMembership
+from pulsar_gateway.gateway.cluster.view import Member, SingleMemberView
 from pulsar_gateway.gateway.config import Settings
 from pulsar_gateway.gateway.memory import HeapTrimmer
 from pulsar_gateway.gateway.metadata_store import MetadataStore
 from pulsar_gateway.gateway.reserved_names import ReservedNamespaces
 from pulsar_gateway.handlers.authorization import Authorizer
+from pulsar_gateway.handlers.kafka.server import advertised_host
 from pulsar_gateway.security.oauthbearer import TokenValidator, load_validator
 from pulsar_gateway.security.tls import server_context
 from pulsar_gateway.storage.kafka.group_offsets import GroupOffsetStore
@@ -54,6 +58,10 @@ class Gateway:
         self.mirror: SubscriptionMirror | None = None
         self.listeners: list[Listener] = []
         self.metrics_server: metrics.MetricsServer | None = None
+        # who serves what (docs/cluster.md): a cluster of one unless [cluster] is enabled
+        self.cluster: SingleMemberView | PulsarMembership = SingleMemberView(
+            cluster_member(settings, None)
+        )
         self._fatal: asyncio.Future[str] | None = None
         self._kafka_tokens: TokenValidator | None = None  # OAUTHBEARER's, when enabled
         self.ready = False
@@ -105,6 +113,14 @@ class Gateway:
         self.metadata = MetadataStore(self.backend, settings.pulsar.metadata_namespace)
         await self.metadata.load()
         metadata = self.metadata
+        if settings.cluster.enabled:
+            self.cluster = PulsarMembership(
+                self.backend,
+                settings.pulsar.metadata_namespace,
+                self.cluster.me(),
+                settings.cluster.heartbeat_seconds,
+                settings.cluster.lease_seconds,
+            )
         metrics.METADATA_UNREADABLE.set_function(lambda: metadata.unreadable_records)
         admin_url = settings.pulsar.admin_url
         admin = PulsarAdmin(admin_url, security=security) if admin_url else None
@@ -206,6 +222,10 @@ class Gateway:
             await listener.start()
             host, port = listener.address
             log.info("%s listener on %s:%d", listener.name, host, port)
+        self.cluster.advertise(cluster_member(settings, self._listener_addresses()))
+        if isinstance(self.cluster, PulsarMembership):
+            # listeners answer "not the owner" until this member has joined and caught up
+            await self.cluster.start()
         if settings.metrics.enabled:
             self.metrics_server = metrics.MetricsServer(
                 settings.metrics.host, settings.metrics.port, self.health, management_api
@@ -244,6 +264,7 @@ class Gateway:
             "embedded": self.broker is not None,
             "broker_restarts": self.broker.restarts if self.broker else 0,
             "open_partitions": self.topics.open_partitions if self.topics else 0,
+            "cluster": self.cluster.status(),
             # where tools beside the gateway (migrate, parity) find its Pulsar side
             "pulsar": {
                 "service_url": self.backend.service_url if self.backend else "",
@@ -275,6 +296,9 @@ class Gateway:
         self.ready = False
         if self._trimming is not None:
             self._trimming.cancel()
+        if isinstance(self.cluster, PulsarMembership):
+            with contextlib.suppress(Exception):
+                await self.cluster.stop()  # the others take over at once
         if self.metrics_server:
             await self.metrics_server.stop()
         for listener in reversed(self.listeners):
@@ -296,6 +320,27 @@ class Gateway:
 
 
 TRIM_CHECK_SECONDS = 10.0
+
+
+def cluster_member(settings: Settings, listening: dict[str, str] | None) -> Member:
+    """This gateway as the other members see it, from the settings and, once the listeners
+    are up, their bound ports (a configured port of 0)."""
+
+    def bound_port(name: str, configured: int) -> int:
+        address = (listening or {}).get(name)
+        return int(address.rsplit(":", 1)[1]) if address else configured
+
+    kafka, amqp, cluster = settings.kafka, settings.amqp, settings.cluster
+    kafka_port = kafka.advertised_port or bound_port("kafka", kafka.port)
+    return Member(
+        member_id=cluster.member_id or f"{socket.gethostname()}/{kafka_port}",
+        node_id=settings.cluster_node_id,
+        kafka_host=advertised_host(kafka.advertised_host, kafka.host),
+        kafka_port=kafka_port,
+        amqp_host=advertised_host(cluster.advertised_amqp_host, amqp.host),
+        amqp_port=cluster.advertised_amqp_port or bound_port("amqp", amqp.port),
+        http_port=settings.metrics.port,
+    )
 
 
 def _has_clients() -> bool:

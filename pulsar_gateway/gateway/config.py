@@ -411,6 +411,44 @@ class AuthorizationSection(_Section):
         return value
 
 
+class ClusterSection(_Section):
+    """Several gateways sharing the work (docs/cluster.md); off: one gateway owns everything."""
+
+    enabled: bool = False
+    # unique and stable per member ("host-a/1"); empty: "<hostname>/<kafka port>"
+    member_id: str = Field("", max_length=200)
+    # this member's Kafka broker id, unique in the cluster; -1: kafka.node_id
+    node_id: int = Field(-1, ge=-1, le=2**31 - 1)
+    # where the OTHER members reach this member's AMQP listener; empty/0: amqp.host/port
+    advertised_amqp_host: str = ""
+    advertised_amqp_port: int = Field(0, ge=0, le=65535)
+    heartbeat_seconds: float = Field(1.0, gt=0, le=60)
+    # ownership of a dead member moves this long after its last heartbeat was read
+    lease_seconds: float = Field(6.0, gt=0, le=600)
+
+    @field_validator("member_id")
+    @classmethod
+    def _printable_id(cls, value: str) -> str:
+        if any(char.isspace() or not char.isprintable() for char in value):
+            raise ValueError("must be printable without spaces")
+        return value
+
+    @field_validator("advertised_amqp_host")
+    @classmethod
+    def _reachable_amqp(cls, value: str) -> str:
+        if value and _is_wildcard(value):
+            raise ValueError("must be an address the other members can reach, not a wildcard")
+        return value
+
+    @model_validator(mode="after")
+    def _lease_covers_heartbeats(self) -> ClusterSection:
+        # a member fences itself a heartbeat before its lease ends, and needs at least one
+        # more heartbeat to renew it before that: three heartbeats per lease at the least
+        if self.lease_seconds < 3 * self.heartbeat_seconds:
+            raise ValueError("lease_seconds must be at least 3 x heartbeat_seconds")
+        return self
+
+
 class Settings(_Section):
     gateway: GatewaySection = GatewaySection()
     kafka: KafkaSection = KafkaSection()
@@ -419,10 +457,18 @@ class Settings(_Section):
     embedded: EmbeddedSection = EmbeddedSection()
     metrics: MetricsSection = MetricsSection()
     authorization: AuthorizationSection = AuthorizationSection()
+    cluster: ClusterSection = ClusterSection()
 
     @property
     def embedded_mode(self) -> bool:
         return not self.pulsar.service_url
+
+    @property
+    def cluster_node_id(self) -> int:
+        """This gateway's Kafka broker id: `cluster.node_id` in a cluster, when set."""
+        if self.cluster.enabled and self.cluster.node_id >= 0:
+            return self.cluster.node_id
+        return self.kafka.node_id
 
     @property
     def embedded_data_dir(self) -> Path:
