@@ -196,6 +196,7 @@ class Gateway:
         if settings.amqp.enabled:
             from pulsar_gateway.handlers.amqp.management import ManagementApi
             from pulsar_gateway.handlers.amqp.server import AmqpServer
+            from pulsar_gateway.handlers.amqp.vhost_owners import VhostOwners
             from pulsar_gateway.storage.amqp.store import PulsarAmqpStore
 
             store = PulsarAmqpStore(
@@ -215,6 +216,12 @@ class Gateway:
                 amqp_tls,
                 authorizer=authorizer,
                 vhost_namespace=store.namespace,
+                # in a cluster a connection waits at most a lease for its vhost's owner
+                owners=(
+                    VhostOwners(self.cluster, settings.cluster.lease_seconds)
+                    if settings.cluster.enabled
+                    else None
+                ),
             )
             self.listeners.append(amqp_server)
             management_api = ManagementApi(amqp_server.broker, amqp_server.connections).handle
@@ -280,6 +287,9 @@ class Gateway:
             tls = getattr(listener, "tls_address", None)
             if tls is not None:
                 found[f"{listener.name}s"] = f"{tls[0]}:{tls[1]}"  # amqps
+            member = getattr(listener, "member_address", None)
+            if member is not None:  # where the other members hand AMQP connections over
+                found[f"{listener.name}-cluster"] = f"{member[0]}:{member[1]}"
         return found
 
     async def wait(self) -> str:
@@ -332,13 +342,15 @@ def cluster_member(settings: Settings, listening: dict[str, str] | None) -> Memb
 
     kafka, amqp, cluster = settings.kafka, settings.amqp, settings.cluster
     kafka_port = kafka.advertised_port or bound_port("kafka", kafka.port)
+    # the other members hand AMQP connections to the member-to-member listener
+    member_amqp = bound_port("amqp-cluster", amqp.cluster_port)
     return Member(
         member_id=cluster.member_id or f"{socket.gethostname()}/{kafka_port}",
         node_id=settings.cluster_node_id,
         kafka_host=advertised_host(kafka.advertised_host, kafka.host),
         kafka_port=kafka_port,
-        amqp_host=advertised_host(cluster.advertised_amqp_host, amqp.host),
-        amqp_port=cluster.advertised_amqp_port or bound_port("amqp", amqp.port),
+        amqp_host=advertised_host(cluster.advertised_amqp_host, amqp.cluster_host),
+        amqp_port=cluster.advertised_amqp_port or member_amqp or amqp.port,
         http_port=settings.metrics.port,
     )
 

@@ -62,6 +62,24 @@ class GatewaySection(_Section):
     # first line of bootstrap_password_file (a container secret), never a setting's value
     bootstrap_user: str = ""
     bootstrap_password_file: str = ""
+    # worker processes (docs/cluster.md, "Workers on one host"): 1 is one process serving
+    # everything; more (or `auto`, one per core) starts a supervisor, one embedded broker and
+    # that many gateways, each a cluster member with its own Kafka port and node id
+    workers: int | Literal["auto"] = 1
+    # a worker that exits more than this many times within the window stops the supervisor
+    worker_restart_limit: int = Field(5, ge=0)
+    worker_restart_window_seconds: float = Field(60.0, gt=0)
+
+    @field_validator("workers", mode="before")
+    @classmethod
+    def _count_or_auto(cls, value: Any) -> Any:
+        if isinstance(value, str) and value.strip().lower() == "auto":
+            return "auto"
+        if isinstance(value, str) and value.strip().isdigit():
+            value = int(value.strip())
+        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 1024:
+            raise ValueError("must be a whole number from 1 to 1024, or auto")
+        return value
 
     @model_validator(mode="after")
     def _bootstrap_pair(self) -> GatewaySection:
@@ -291,6 +309,15 @@ class AmqpSection(_TlsSettings):
     # that publishes until half are stored (RabbitMQ's memory alarm; publish_alarm.py)
     max_total_in_flight_bytes: int = Field(256 * 1024 * 1024, ge=1024 * 1024)
     users: dict[str, str] = Field(default_factory=lambda: {"guest": "guest"})
+    # several processes bind `port` (and `tls_port`) at once (SO_REUSEPORT): the workers of
+    # `gateway.workers` share one AMQP port; the kernel spreads connections over them
+    reuse_port: bool = False
+    # in a cluster: the member-to-member AMQP listener, where the other members hand over
+    # connections for a vhost this member owns (docs/cluster.md, "AMQP on one port"). It
+    # asks for the same login as `port`; plaintext, so across hosts keep it on a private
+    # network. 0: any free port (the members learn it from the heartbeats)
+    cluster_host: str = "127.0.0.1"
+    cluster_port: int = Field(0, ge=0, le=65535)
 
     @model_validator(mode="after")
     def _one_message_fits(self) -> AmqpSection:

@@ -98,6 +98,14 @@ AMQP_BLOCKED_CONNECTIONS = Gauge(
     "AMQP connections not read (connection.blocked) while their publishes await the store",
     registry=REGISTRY,
 )
+AMQP_HANDOFFS = Counter(
+    "gateway_amqp_handoffs_total",
+    "AMQP connections for a vhost another cluster member serves: handed_off, failed (the "
+    "owner could not be reached), no_owner (nobody served it in time), closed_moved (closed "
+    "with 320 because its vhost moved away)",
+    ["outcome"],
+    registry=REGISTRY,
+)
 METADATA_UNREADABLE = Gauge(
     "gateway_metadata_unreadable_records",
     "Records of the metadata log its last load skipped because they were not JSON",
