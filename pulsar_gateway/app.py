@@ -111,7 +111,8 @@ class Gateway:
         )
         await self.backend.start()
         self.metadata = MetadataStore(self.backend, settings.pulsar.metadata_namespace)
-        await self.metadata.load()
+        # in a cluster every member follows the others' writes live (docs/cluster.md)
+        await self.metadata.load(follow=settings.cluster.enabled)
         metadata = self.metadata
         if settings.cluster.enabled:
             self.cluster = PulsarMembership(
@@ -121,6 +122,8 @@ class Gateway:
                 settings.cluster.heartbeat_seconds,
                 settings.cluster.lease_seconds,
             )
+            # a member taking keys over first reads the metadata to its end
+            self.cluster.set_catch_up(self.metadata.catch_up)
         metrics.METADATA_UNREADABLE.set_function(lambda: metadata.unreadable_records)
         admin_url = settings.pulsar.admin_url
         admin = PulsarAdmin(admin_url, security=security) if admin_url else None
@@ -140,6 +143,7 @@ class Gateway:
         )
         self.group_offsets = GroupOffsetStore(self.metadata)
         self.group_offsets.load()
+        self.metadata.watch(self.group_offsets.apply_change)
         self.topics.forget_partitions = self.group_offsets.forget_partitions
         # no client topic or queue may map among the gateway's own topics
         reserved = ReservedNamespaces(frozenset({settings.pulsar.metadata_namespace}))
