@@ -18,11 +18,12 @@ from pulsar_gateway.gateway.backend.embedded import EmbeddedBroker
 from pulsar_gateway.gateway.backend.pulsar_backend import PulsarBackend
 from pulsar_gateway.gateway.backend.subscription_mirror import SubscriptionMirror
 from pulsar_gateway.gateway.cluster.membership import PulsarMembership
-from pulsar_gateway.gateway.cluster.view import Member, SingleMemberView
+from pulsar_gateway.gateway.cluster.view import Member, SingleMemberView, partition_key
 from pulsar_gateway.gateway.config import Settings
 from pulsar_gateway.gateway.memory import HeapTrimmer
 from pulsar_gateway.gateway.metadata_store import MetadataStore
 from pulsar_gateway.gateway.reserved_names import ReservedNamespaces
+from pulsar_gateway.gateway.topic_names import kafka_topic_name
 from pulsar_gateway.handlers.authorization import Authorizer
 from pulsar_gateway.handlers.kafka.server import advertised_host
 from pulsar_gateway.security.oauthbearer import TokenValidator, load_validator
@@ -111,7 +112,8 @@ class Gateway:
         )
         await self.backend.start()
         self.metadata = MetadataStore(self.backend, settings.pulsar.metadata_namespace)
-        await self.metadata.load()
+        # in a cluster every member follows the others' writes live (docs/cluster.md)
+        await self.metadata.load(follow=settings.cluster.enabled)
         metadata = self.metadata
         if settings.cluster.enabled:
             self.cluster = PulsarMembership(
@@ -121,6 +123,8 @@ class Gateway:
                 settings.cluster.heartbeat_seconds,
                 settings.cluster.lease_seconds,
             )
+            # a member taking keys over first reads the metadata to its end
+            self.cluster.set_catch_up(self.metadata.catch_up)
         metrics.METADATA_UNREADABLE.set_function(lambda: metadata.unreadable_records)
         admin_url = settings.pulsar.admin_url
         admin = PulsarAdmin(admin_url, security=security) if admin_url else None
@@ -140,6 +144,7 @@ class Gateway:
         )
         self.group_offsets = GroupOffsetStore(self.metadata)
         self.group_offsets.load()
+        self.metadata.watch(self.group_offsets.apply_change)
         self.topics.forget_partitions = self.group_offsets.forget_partitions
         # no client topic or queue may map among the gateway's own topics
         reserved = ReservedNamespaces(frozenset({settings.pulsar.metadata_namespace}))
@@ -174,15 +179,26 @@ class Gateway:
         if settings.kafka.enabled:
             from pulsar_gateway.handlers.kafka.port import KafkaStorage
             from pulsar_gateway.handlers.kafka.server import KafkaServer
-            from pulsar_gateway.storage.kafka.producer_ids import MetadataProducerIds
+            from pulsar_gateway.storage.kafka.producer_ids import (
+                MetadataProducerIds,
+                NodeProducerIds,
+            )
 
+            membership = self.cluster if isinstance(self.cluster, PulsarMembership) else None
             storage = KafkaStorage(
                 self.topics,
                 self.group_offsets,
-                MetadataProducerIds(self.metadata),
+                (
+                    NodeProducerIds(self.metadata, settings.cluster_node_id)
+                    if membership is not None
+                    else MetadataProducerIds(self.metadata)
+                ),
                 reserved,
                 credentials=self.users,
+                cluster=membership,
             )
+            if membership is not None:
+                self._release_unserved_partitions(membership)
             kafka = settings.kafka
             kafka_tls = (
                 server_context("kafka", kafka.tls_cert_file, kafka.tls_key_file, kafka.tls_ca_file)
@@ -242,6 +258,32 @@ class Gateway:
         self._trimming = asyncio.create_task(self._trim_while_idle(), name="heap trimmer")
         parts = [f"{lst.name} {lst.address[0]}:{lst.address[1]}" for lst in self.listeners]
         log.info("pulsar-gateway ready: %s (backend %s)", ", ".join(parts), service_url)
+
+    def _release_unserved_partitions(self, membership: PulsarMembership) -> None:
+        """When ownership moves, close the partition logs this member no longer serves at
+        once: the new owner numbers what comes next, and a log opened again later reads
+        the partition back to its end first."""
+        topics, kafka = self.topics, self.settings.kafka
+        assert topics is not None
+        closing: set[asyncio.Task[None]] = set()
+
+        def served(pulsar_topic: str, index: int) -> bool:
+            name = kafka_topic_name(pulsar_topic, kafka.tenant, kafka.namespace)
+            return membership.serves(partition_key(name, index))
+
+        def release() -> None:
+            task = asyncio.ensure_future(topics.release(served))
+            closing.add(task)
+            task.add_done_callback(closing.discard)
+
+        membership.on_change(release)
+        membership.add_key_source(
+            "partitions",
+            lambda: [
+                partition_key(kafka_topic_name(t, kafka.tenant, kafka.namespace), i)
+                for t, i in topics.open_partition_names()
+            ],
+        )
 
     async def _bootstrap_user(self, users: UsersStore) -> None:
         """`gateway.bootstrap_user`: created with the password file's first line when the

@@ -490,6 +490,13 @@ class Settings(_Section):
     def embedded_mode(self) -> bool:
         return not self.pulsar.service_url
 
+    @model_validator(mode="after")
+    def _cluster_node_id_in_range(self) -> Settings:
+        # producer ids are counter * 1024 + node id (docs/cluster.md, "Producer ids")
+        if self.cluster.enabled and self.cluster_node_id >= 1024:
+            raise ValueError("cluster.node_id (or kafka.node_id) must be below 1024 in a cluster")
+        return self
+
     @property
     def cluster_node_id(self) -> int:
         """This gateway's Kafka broker id: `cluster.node_id` in a cluster, when set."""

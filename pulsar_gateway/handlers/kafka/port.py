@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from pulsar_gateway.gateway.cluster.view import ClusterView
 from pulsar_gateway.gateway.errors import StorageError
 from pulsar_gateway.gateway.messages import LogEntry, OutMessage
 from pulsar_gateway.gateway.reserved_names import ReservedNamespaces
@@ -262,3 +263,6 @@ class KafkaStorage:
     reserved: ReservedNamespaces = ReservedNamespaces()
     # the users store, for DescribeUserScramCredentials and AlterUserScramCredentials
     credentials: ScramCredentials | None = None
+    # who serves which partition, group and transactional id (docs/cluster.md); None: this
+    # gateway alone serves everything
+    cluster: ClusterView | None = None

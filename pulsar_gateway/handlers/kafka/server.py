@@ -43,6 +43,7 @@ from typing import Any
 
 from pulsar_gateway.gateway import metrics
 from pulsar_gateway.gateway.config import KafkaSection, is_loopback_host
+from pulsar_gateway.gateway.topic_names import split_partition_topic
 from pulsar_gateway.handlers.authorization import AUDIT_LOGGERS, Authorizer, peer_text
 from pulsar_gateway.handlers.kafka.context import BrokerIdentity, KafkaContext
 from pulsar_gateway.handlers.kafka.group_coordinator import GroupCoordinator
@@ -153,8 +154,9 @@ class KafkaServer:
         )
         host, port = self.address
         advertised = advertised_host(self.settings.advertised_host, host)
+        cluster = self.storage.cluster  # docs/cluster.md: this member's own node id
         identity = BrokerIdentity(
-            self.settings.node_id,
+            cluster.me().node_id if cluster is not None else self.settings.node_id,
             advertised,
             self.settings.advertised_port or port,
             self.settings.cluster_id,
@@ -162,6 +164,11 @@ class KafkaServer:
         self.context = KafkaContext(
             self.settings, self.storage, identity, self.groups, authorizer=self.authorizer
         )
+        if cluster is not None:
+            # groups another member coordinates are refused, and dropped when they move
+            self.groups.serves = self.context.serves_group
+            cluster.on_change(self.groups.drop_unserved)
+            cluster.on_change(self._forget_unserved_producers)
         if beside:
             self._tls_server = await asyncio.start_server(
                 self._accept_tls,
@@ -181,6 +188,13 @@ class KafkaServer:
             log.info("kafka TLS listener on %s:%d", tls_host, tls_port)
         self._warn_about_security()
         self.groups.start()
+
+    def _forget_unserved_producers(self) -> None:
+        context = self.context
+        assert context is not None
+        context.sequences.forget_unserved(
+            lambda topic: context.serves_partition(*split_partition_topic(topic))
+        )
 
     def _warn_about_security(self) -> None:
         """Say at start-up what a reader of the settings could miss."""

@@ -198,6 +198,8 @@ async def _append(
         partition = await context.topics.partition_of(record, index)
     except StorageError as exc:
         return PartitionResult(ErrorCode.KAFKA_STORAGE_ERROR, message=str(exc))
+    if not context.serves_partition(record.name, index):  # checked last before storing
+        return PartitionResult(ErrorCode.NOT_LEADER_OR_FOLLOWER)
     batch = batches[0]
     # the batch as produced, for fetches at the tail, when the format wrote its records as
     # they are (one message each, their own timestamps: none unset, which reads back as the
