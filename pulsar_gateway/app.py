@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import signal
 import socket
 import time
@@ -18,7 +19,14 @@ from pulsar_gateway.gateway.backend.embedded import EmbeddedBroker
 from pulsar_gateway.gateway.backend.pulsar_backend import PulsarBackend
 from pulsar_gateway.gateway.backend.subscription_mirror import SubscriptionMirror
 from pulsar_gateway.gateway.cluster.membership import PulsarMembership
-from pulsar_gateway.gateway.cluster.view import Member, SingleMemberView, partition_key
+from pulsar_gateway.gateway.cluster.report import ownership
+from pulsar_gateway.gateway.cluster.view import (
+    Member,
+    SingleMemberView,
+    group_key,
+    partition_key,
+    vhost_key,
+)
 from pulsar_gateway.gateway.config import Settings
 from pulsar_gateway.gateway.memory import HeapTrimmer
 from pulsar_gateway.gateway.metadata_store import MetadataStore
@@ -59,6 +67,7 @@ class Gateway:
         self.mirror: SubscriptionMirror | None = None
         self.listeners: list[Listener] = []
         self.metrics_server: metrics.MetricsServer | None = None
+        self._amqp_store: Any = None  # its vhosts, for /cluster
         # who serves what (docs/cluster.md): a cluster of one unless [cluster] is enabled
         self.cluster: SingleMemberView | PulsarMembership = SingleMemberView(
             cluster_member(settings, None)
@@ -218,6 +227,7 @@ class Gateway:
             store = PulsarAmqpStore(
                 self.backend, self.metadata, settings.amqp.tenant, reserved=reserved
             )
+            self._amqp_store = store
             amqp = settings.amqp
             amqp_tls = (
                 server_context("amqp", amqp.tls_cert_file, amqp.tls_key_file, amqp.tls_ca_file)
@@ -251,7 +261,11 @@ class Gateway:
             await self.cluster.start()
         if settings.metrics.enabled:
             self.metrics_server = metrics.MetricsServer(
-                settings.metrics.host, settings.metrics.port, self.health, management_api
+                settings.metrics.host,
+                settings.metrics.port,
+                self.health,
+                management_api,
+                self.cluster_report,
             )
             await self.metrics_server.start()
         self.ready = True
@@ -308,6 +322,7 @@ class Gateway:
         reachable = self.backend is not None and self.backend.reachable
         return {
             "ok": self.ready and broker_ok and reachable,
+            "pid": os.getpid(),  # which process answers (a worker, under --workers)
             "backend_reachable": reachable,
             "listeners": self._listener_addresses(),
             "embedded": self.broker is not None,
@@ -322,6 +337,30 @@ class Gateway:
                 "kafka_namespace": self.settings.kafka.namespace,
             },
         }
+
+    def cluster_report(self) -> dict[str, Any]:
+        """`/cluster`: the view's status and the owner of every known partition, group and
+        vhost (gateway/cluster/report.py)."""
+        topics, groups, amqp = self.topics, self.group_offsets, self._amqp_store
+        kafka = self.settings.kafka
+
+        def partitions() -> list[str]:
+            return [
+                partition_key(kafka_topic_name(record.name, kafka.tenant, kafka.namespace), i)
+                for record in (topics.list() if topics else [])
+                for i in range(record.partitions)
+            ]
+
+        return ownership(
+            self.cluster,
+            {
+                "partitions": partitions,
+                "groups": lambda: (
+                    [group_key(g) for g in groups.groups_with_offsets()] if groups else []
+                ),
+                "vhosts": lambda: [vhost_key(v) for v in amqp.vhosts()] if amqp else [],
+            },
+        )
 
     def _listener_addresses(self) -> dict[str, str]:
         found = {lst.name: f"{lst.address[0]}:{lst.address[1]}" for lst in self.listeners}

@@ -71,6 +71,9 @@ def _parser() -> argparse.ArgumentParser:
     from pulsar_gateway.tools.users_cli import add_parser as add_users
 
     add_users(commands, _add_gateway_link)
+    from pulsar_gateway.tools.cluster_status import add_parser as add_cluster
+
+    add_cluster(commands)
     return parser
 
 
@@ -190,7 +193,7 @@ def _overrides(args: argparse.Namespace) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
-    if args.command in ("migrate", "parity", "amqp", "users"):
+    if args.command in ("migrate", "parity", "amqp", "users", "cluster"):
         from pulsar_gateway.tools_cli import run_tool
 
         _exit_now(run_tool(args))

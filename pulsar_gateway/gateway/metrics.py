@@ -2,7 +2,8 @@
 
 `/metrics` is Prometheus text; `/health` answers 200 once every listener is up
 and the backend is reachable, 503 otherwise, so orchestrators can gate traffic;
-`/api/...` is the AMQP listener's RabbitMQ management API subset when it is on.
+`/api/...` is the AMQP listener's RabbitMQ management API subset when it is on;
+`/cluster` is the cluster view: members, lease ages, who owns what (docs/cluster.md).
 """
 
 from __future__ import annotations
@@ -126,12 +127,14 @@ class MetricsServer:
         port: int,
         health: Callable[[], dict[str, object]],
         api: Callable[[str, str], tuple[int, object]] | None = None,
+        cluster: Callable[[], dict[str, object]] | None = None,
     ) -> None:
         """`api` answers `/api/...` requests (method, path) -> (status, JSON): the AMQP
         listener's RabbitMQ management API subset (handlers/amqp/management.py)."""
         self.host = host
         self.port = port
         self.health = health
+        self.cluster = cluster
         self.api = api
         self._server: asyncio.base_events.Server | None = None
 
@@ -155,6 +158,9 @@ class MetricsServer:
                 code, payload = self.api(request.split(b" ", 1)[0].decode(), path)
                 status = f"{code} {_REASONS.get(code, '')}".rstrip()
                 kind, body = "application/json", json.dumps(payload).encode()
+            elif self.cluster is not None and path.startswith("/cluster"):
+                status, kind = "200 OK", "application/json"
+                body = json.dumps(self.cluster()).encode()
             elif path.startswith("/health"):
                 state = self.health()
                 status = "200 OK" if state.get("ok") else "503 Service Unavailable"

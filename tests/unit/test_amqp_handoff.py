@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pamqp import commands, frame
 
-from pulsar_gateway.gateway.cluster.view import Member, SingleMemberView
+from pulsar_gateway.gateway.cluster.view import Member, SingleMemberView, vhost_key
 from pulsar_gateway.handlers.amqp.connection_settings import VhostAccess
 from pulsar_gateway.handlers.amqp.connection_state import ConnectionState
 from pulsar_gateway.handlers.amqp.events import ConnectionClosed, ConnectionHandedOff
@@ -27,6 +27,7 @@ from pulsar_gateway.handlers.amqp.handoff import (
 )
 from pulsar_gateway.handlers.amqp.vhost_owners import VhostOwners
 from tests.support.amqp_peer import connect, start_ok
+from tests.support.cluster_view import FixedView, member
 
 
 def tuned(policy):  # type: ignore[no-untyped-def]
@@ -159,41 +160,22 @@ def test_a_single_member_serves_every_vhost() -> None:
     assert asyncio.run(owners.target("any")) == ME
 
 
-class _Elsewhere:
-    """A view in which another member owns everything, or nobody serves (stale lease)."""
-
-    def __init__(self, owner: Member) -> None:
-        self.owner_member = owner
-
-    def me(self) -> Member:
-        return ME
-
-    def members(self) -> list[Member]:
-        return [ME, self.owner_member]
-
-    def owner(self, key: str) -> Member:
-        return self.owner_member
-
-    def serves(self, key: str) -> bool:
-        return False
-
-    def on_change(self, callback: object) -> None:
-        pass
-
-    def status(self) -> dict[str, object]:
-        return {}
-
-
 def test_routes_when_not_served_here() -> None:
-    other = Member("host/1", 1, "127.0.0.1", 9093, "127.0.0.1", 2, 9405)
-    owners = VhostOwners(_Elsewhere(other), 0.2)
-    assert owners.route("v", member_to_member=False) is VhostAccess.ELSEWHERE
+    me, other = member("host/0", 0), member("host/1", 1)
+    view = FixedView(me, [other])
+    vhost = next(f"v{i}" for i in range(1000) if view.owner(vhost_key(f"v{i}")) == other)
+    owners = VhostOwners(view, 0.2)
+    assert owners.route(vhost, member_to_member=False) is VhostAccess.ELSEWHERE
     # a handed-over connection is never passed on: two members that disagree for a moment
     # cannot bounce it between them
-    assert owners.route("v", member_to_member=True) is VhostAccess.MOVING
-    assert asyncio.run(owners.target("v")) == other
+    assert owners.route(vhost, member_to_member=True) is VhostAccess.MOVING
+    assert asyncio.run(owners.target(vhost)) == other
     # owned by me but not served (a stale lease): nobody to hand it to, after the wait
-    assert asyncio.run(VhostOwners(_Elsewhere(ME), 0.2).target("v")) is None
+    mine = next(f"m{i}" for i in range(1000) if view.owner(vhost_key(f"m{i}")) == me)
+    assert owners.route(mine, member_to_member=False) is None
+    view.set_members([other], serving=False)
+    assert owners.route(mine, member_to_member=True) is VhostAccess.MOVING
+    assert asyncio.run(owners.target(mine)) is None
 
 
 def test_hand_off_replays_filters_and_splices_both_ways() -> None:
