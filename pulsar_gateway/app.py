@@ -134,6 +134,10 @@ class Gateway:
             )
             # a member taking keys over first reads the metadata to its end
             self.cluster.set_catch_up(self.metadata.catch_up)
+            cluster = self.cluster
+            metrics.CLUSTER_MEMBERS.set_function(lambda: len(cluster.members()))
+            metrics.CLUSTER_SERVING.set_function(lambda: int(cluster.serving))
+            metrics.CLUSTER_FENCED.set_function(lambda: cluster.fenced)
         metrics.METADATA_UNREADABLE.set_function(lambda: metadata.unreadable_records)
         admin_url = settings.pulsar.admin_url
         admin = PulsarAdmin(admin_url, security=security) if admin_url else None
@@ -214,9 +218,13 @@ class Gateway:
                 if kafka.tls_enabled
                 else None
             )
-            self.listeners.append(
-                KafkaServer(kafka, storage, self.users, kafka_tls, self._kafka_tokens, authorizer)
+            kafka_server = KafkaServer(
+                kafka, storage, self.users, kafka_tls, self._kafka_tokens, authorizer
             )
+            self.listeners.append(kafka_server)
+            if membership is not None:
+                groups = kafka_server.groups.groups
+                membership.add_key_source("groups", lambda: [group_key(g) for g in groups])
         management_api = None  # the AMQP listener's /api/ on the metrics port
         if settings.amqp.enabled:
             from pulsar_gateway.handlers.amqp.management import ManagementApi

@@ -112,6 +112,19 @@ METADATA_UNREADABLE = Gauge(
     "Records of the metadata log its last load skipped because they were not JSON",
     registry=REGISTRY,
 )
+CLUSTER_MEMBERS = Gauge(
+    "gateway_cluster_members", "Live cluster members as this one sees them", registry=REGISTRY
+)
+CLUSTER_SERVING = Gauge(
+    "gateway_cluster_serving",
+    "1 while this member serves its share (joined, lease fresh, caught up)",
+    registry=REGISTRY,
+)
+CLUSTER_FENCED = Gauge(
+    "gateway_cluster_fenced",
+    "Times this member found its own lease stale and stopped serving",
+    registry=REGISTRY,
+)
 BACKEND_UP = Gauge(
     "gateway_backend_up", "1 when the Pulsar backend is reachable", registry=REGISTRY
 )
