@@ -131,6 +131,7 @@ class AmqpServer:
         self.owners = owners
         self._member_server: asyncio.base_events.Server | None = None
         self._closing_moved: asyncio.Task[None] | None = None
+        self._moved_pending = False
         self.connection_settings = offered_settings(settings)
         self._server: asyncio.base_events.Server | None = None
         self._connections: set[asyncio.Task[None]] = set()
@@ -231,11 +232,17 @@ class AmqpServer:
 
     def _ownership_changed(self) -> None:
         """The membership changed or this member stopped serving: close, once, the
-        connections of every vhost it no longer serves."""
+        connections of every vhost it no longer serves, then release those vhosts."""
+        self._moved_pending = True  # a change during a pass gets a pass of its own
         if self._closing_moved is None or self._closing_moved.done():
             self._closing_moved = asyncio.ensure_future(self._close_moved())
 
     async def _close_moved(self) -> None:
+        while self._moved_pending:
+            self._moved_pending = False
+            await self._close_moved_once()
+
+    async def _close_moved_once(self) -> None:
         owners = self.owners
         assert owners is not None
         for session in list(self._sessions):
@@ -248,6 +255,10 @@ class AmqpServer:
                     f"vhost '{vhost}' moved to another gateway; reconnect",
                     f"on vhost '{shown(vhost)}': no longer served here",
                 )
+        for vhost in list(self.broker.vhosts):
+            if not owners.serves(vhost):
+                log.info("amqp vhost '%s': no longer served here, released", shown(vhost))
+                await self.broker.release(vhost)
 
     async def stop(self) -> None:
         if self._user_check is not None:
