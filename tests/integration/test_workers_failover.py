@@ -176,6 +176,7 @@ def test_kill_9_of_one_of_three_workers_loses_and_duplicates_nothing(tmp_path: P
         bootstrap = workers.bootstrap
         admin = AdminClient({"bootstrap.servers": bootstrap})
         admin.create_topics([NewTopic(TOPIC, PARTITIONS, 1)])[TOPIC].result(60)
+        workers.wait_topic(TOPIC, PARTITIONS)
         members = [
             Member(client, workers, TOPIC, GROUP)  # type: ignore[arg-type]
             for client in ("confluent", "kafka-python", "aiokafka")

@@ -12,7 +12,9 @@ import sys
 import urllib.request
 from pathlib import Path
 
+from pulsar_gateway.kafka_codec import protocol
 from tests.support.gateway_process import REPO, free_port, set_flags
+from tests.support.raw_kafka_socket import recv_frame
 from tests.support.waiting import wait_until
 
 
@@ -40,9 +42,18 @@ def free_port_run(count: int, attempts: int = 200) -> int:
 class WorkersProcess:
     """A supervisor with `count` workers in a data directory of its own."""
 
-    def __init__(self, data_dir: Path, count: int, settings: dict[str, object] | None = None):
+    def __init__(
+        self,
+        data_dir: Path,
+        count: int,
+        settings: dict[str, object] | None = None,
+        workers_arg: str = "",
+    ):
+        """`workers_arg`: what `--workers` is given (default `count`; "auto" must resolve to
+        `count` on this machine)."""
         self.data_dir = data_dir
         self.count = count
+        self.workers_arg = workers_arg or str(count)
         self.kafka_base = free_port_run(count)
         self.metrics_base = free_port_run(count)
         self.amqp_port = free_port()
@@ -71,7 +82,7 @@ class WorkersProcess:
             "pulsar_gateway.cli",
             "run",
             "--workers",
-            str(self.count),
+            self.workers_arg,
             "--kafka-port",
             str(self.kafka_base),
             "--metrics-port",
@@ -125,6 +136,28 @@ class WorkersProcess:
             return True
 
         wait_until(ready, timeout, 0.2, lambda: f"all workers serving:\n{self.tail()}")
+
+    def partition_count(self, index: int, topic: str) -> int:
+        """Partitions of `topic` as worker `index`'s Metadata says (0: unknown there), asked
+        without auto-creation."""
+        body = {"topics": [{"name": topic, "topic_id": None}], "allow_auto_topic_creation": False}
+        with socket.create_connection(("127.0.0.1", self.kafka_base + index), timeout=10) as s:
+            s.sendall(protocol.encode_request(3, 12, 1, "workers-test", body))
+            answer = protocol.decode_response(3, 12, memoryview(recv_frame(s)))
+        [found] = answer["topics"]
+        return 0 if found["error_code"] else len(found["partitions"])
+
+    def wait_topic(self, topic: str, partitions: int, timeout: float = 30) -> None:
+        """Until every worker knows `topic` with `partitions` partitions: a member learns of
+        a topic another one created by following the metadata log, and a client that asked
+        it with auto-creation on before that would create the topic again (docs/cluster.md,
+        "Limits")."""
+        wait_until(
+            lambda: all(self.partition_count(i, topic) == partitions for i in range(self.count)),
+            timeout,
+            0.05,
+            f"every worker to know {topic} with {partitions} partitions",
+        )
 
     def kill_worker(self, index: int) -> int:
         """kill -9 one worker; returns its pid."""
