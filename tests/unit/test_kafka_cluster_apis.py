@@ -315,6 +315,8 @@ def test_group_apis_for_a_group_another_member_coordinates_answer_not_coordinato
         )
         assert offsets_deleted["error_code"] == ErrorCode.NOT_COORDINATOR
 
+    run(scenario)
+
 
 def test_list_groups_lists_only_the_groups_this_member_coordinates() -> None:
     async def scenario() -> None:
