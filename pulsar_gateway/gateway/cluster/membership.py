@@ -218,7 +218,8 @@ class PulsarMembership:
             self._joined_at = None
             self._peers.refresh_all(started)
             log.info("cluster: %s joins under epoch %d", self._me.member_id, self._epoch)
-        beat = OutMessage(encode_heartbeat(Heartbeat(self._me, self._epoch)))
+        epoch = self._epoch
+        beat = OutMessage(encode_heartbeat(Heartbeat(self._me, epoch)))
         try:
             stored, _ = await asyncio.wait_for(
                 self.backend.send(self.topic, [beat], batching=False), self.lease_seconds
@@ -229,6 +230,8 @@ class PulsarMembership:
                 self._failures_logged_at = now
                 log.warning("cluster: heartbeat not stored (%s)", exc or type(exc).__name__)
             return None
+        if self._rejoin or epoch != self._epoch:
+            return stored  # fenced while it was in flight: it renews no lease
         self._lease.stored(started)
         if self._joined_at is None:
             self._joined_at = started
