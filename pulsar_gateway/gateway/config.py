@@ -445,7 +445,7 @@ class ClusterSection(_Section):
     # unique and stable per member ("host-a/1"); empty: "<hostname>/<kafka port>"
     member_id: str = Field("", max_length=200)
     # this member's Kafka broker id, unique in the cluster; -1: kafka.node_id
-    node_id: int = Field(-1, ge=-1, le=2**31 - 1)
+    node_id: int = Field(-1, ge=-1, le=1023)  # below 1024: docs/cluster.md, "Producer ids"
     # where the OTHER members reach this member's AMQP listener; empty/0: amqp.host/port
     advertised_amqp_host: str = ""
     advertised_amqp_port: int = Field(0, ge=0, le=65535)
@@ -494,7 +494,9 @@ class Settings(_Section):
     def _cluster_node_id_in_range(self) -> Settings:
         # producer ids are counter * 1024 + node id (docs/cluster.md, "Producer ids")
         if self.cluster.enabled and self.cluster_node_id >= 1024:
-            raise ValueError("cluster.node_id (or kafka.node_id) must be below 1024 in a cluster")
+            raise ValueError(
+                "setting 'kafka.node_id': must be below 1024 in a cluster (or set cluster.node_id)"
+            )
         return self
 
     @property
@@ -537,7 +539,8 @@ def _describe(error: ValidationError) -> str:
     lines = []
     for item in error.errors(include_input=False, include_url=False):
         where = ".".join(str(part) for part in item["loc"])
-        lines.append(f"setting '{where}': {item['msg']}")
+        # a rule across sections names its settings itself
+        lines.append(f"setting '{where}': {item['msg']}" if where else item["msg"])
     return "invalid configuration (values not shown):\n  " + "\n  ".join(lines)
 
 

@@ -182,6 +182,24 @@ def test_ownership_splits_and_the_survivor_takes_over_after_kill_9(
     rest = consume_group(members[0].bootstrap, topic, group, 300)
     assert sorted(rest) == sorted(b"after-%d" % i for i in range(300))
 
+    # the killed member comes back and takes its share again, without loss
+    killed.start()
+    wait_until(
+        lambda: (
+            all(len(m.cluster().get("members", [])) == 2 for m in members)
+            and killed.cluster().get("serving")
+        ),
+        30,
+        0.1,
+        "the restarted member to rejoin",
+    )
+    metadata = AdminClient({"bootstrap.servers": servers}).list_topics(topic, timeout=30)
+    assert {p.leader for p in metadata.topics[topic].partitions.values()} == {1, 2}
+    acked.send(topic, [b"rejoined-%d" % i for i in range(300)])
+    check_partitions(servers, topic, acked.records)
+    last = consume_group(servers, topic, group, 300)
+    assert sorted(last) == sorted(b"rejoined-%d" % i for i in range(300))
+
 
 def raw_request(port: int, api: int, version: int, body: dict) -> socket.socket:
     """Send one request and leave the answer unread (the member may be paused)."""

@@ -12,6 +12,7 @@ from pulsar_gateway.gateway.cluster.view import group_key, partition_key, txn_ke
 from pulsar_gateway.gateway.config import KafkaSection
 from pulsar_gateway.handlers.kafka.context import BrokerIdentity, KafkaContext
 from pulsar_gateway.handlers.kafka.group_coordinator import GroupCoordinator
+from pulsar_gateway.handlers.kafka.port import CommittedOffset
 from pulsar_gateway.handlers.kafka.requests import answer
 from pulsar_gateway.kafka_codec import protocol
 from pulsar_gateway.kafka_codec.errors import ErrorCode
@@ -302,6 +303,31 @@ def test_group_apis_for_a_group_another_member_coordinates_answer_not_coordinato
             ApiKey.DESCRIBE_GROUPS, 5, {"groups": [group], "include_authorized_operations": False}
         )
         assert described["groups"][0]["error_code"] == ErrorCode.NOT_COORDINATOR
+        deleted = await node.call(ApiKey.DELETE_GROUPS, 2, {"groups_names": [group]})
+        assert deleted["results"][0]["error_code"] == ErrorCode.NOT_COORDINATOR
+        offsets_deleted = await node.call(
+            ApiKey.OFFSET_DELETE,
+            0,
+            {
+                "group_id": group,
+                "topics": [{"name": TOPIC, "partitions": [{"partition_index": 0}]}],
+            },
+        )
+        assert offsets_deleted["error_code"] == ErrorCode.NOT_COORDINATOR
+
+    run(scenario)
+
+
+def test_list_groups_lists_only_the_groups_this_member_coordinates() -> None:
+    async def scenario() -> None:
+        node = Member()
+        ours, theirs = group_owned_by(node.view, ME), group_owned_by(node.view, OTHER)
+        partition = "persistent://public/default/orders-partition-0"
+        # both groups' commits are known here (a member follows the others' commits)
+        for group in (ours, theirs):
+            await node.context.offsets.commit(group, {partition: CommittedOffset(3)})
+        listed = await node.call(ApiKey.LIST_GROUPS, 4, {"states_filter": []})
+        assert [g["group_id"] for g in listed["groups"]] == [ours]
 
     run(scenario)
 

@@ -12,7 +12,8 @@ once, tells its listeners (`on_change`), and rejoins under a new epoch. A (re)jo
 serves nothing until about two heartbeats after its first stored one, so that the members
 that served its keys meanwhile have read the join and let go; a member that gains keys
 from one that left first lets the catch-up hook (the metadata store reading to its end)
-run, and serves only what it already owned until then.
+run, and until one that began after the latest change is done, serves only the keys it
+owned under every member list since the last one.
 """
 
 from __future__ import annotations
@@ -69,7 +70,9 @@ class PulsarMembership:
         self._peers = PeerTable(me.member_id, lease_seconds)
         self._members: list[Member] = [me]
         self._owners: dict[str, Member] = {}
-        self._previous: list[Member] | None = None  # the members before a pending handover
+        # the member lists in effect since the last completed catch-up (empty: none
+        # pending): a key is served before the next one only if it was mine in all of them
+        self._previous: list[list[Member]] = []
         self._epoch = 0
         self._joined_at: float | None = None  # send time of this epoch's first stored beat
         self._serving = False
@@ -106,8 +109,8 @@ class PulsarMembership:
             return False
         if not self._serving or self.owner(key).member_id != self._me.member_id:
             return False
-        previous = self._previous
-        return previous is None or owner_of(key, previous).member_id == self._me.member_id
+        my_id = self._me.member_id
+        return all(owner_of(key, members).member_id == my_id for members in self._previous)
 
     def on_change(self, callback: Callable[[], None]) -> None:
         self._callbacks.append(callback)
@@ -190,9 +193,10 @@ class PulsarMembership:
     async def stop(self) -> None:
         """Leave: stop serving, tell the others (they take over at once), stop the tasks."""
         self._serving = False
-        for task in [*self._tasks, *([self._handover] if self._handover else [])]:
+        tasks = [*self._tasks, *([self._handover] if self._handover else [])]
+        for task in tasks:
             task.cancel()
-        for task in self._tasks:
+        for task in tasks:
             with contextlib.suppress(BaseException):
                 await task
         with contextlib.suppress(Exception):
@@ -214,7 +218,8 @@ class PulsarMembership:
             self._joined_at = None
             self._peers.refresh_all(started)
             log.info("cluster: %s joins under epoch %d", self._me.member_id, self._epoch)
-        beat = OutMessage(encode_heartbeat(Heartbeat(self._me, self._epoch)))
+        epoch = self._epoch
+        beat = OutMessage(encode_heartbeat(Heartbeat(self._me, epoch)))
         try:
             stored, _ = await asyncio.wait_for(
                 self.backend.send(self.topic, [beat], batching=False), self.lease_seconds
@@ -225,6 +230,8 @@ class PulsarMembership:
                 self._failures_logged_at = now
                 log.warning("cluster: heartbeat not stored (%s)", exc or type(exc).__name__)
             return None
+        if self._rejoin or epoch != self._epoch:
+            return stored  # fenced while it was in flight: it renews no lease
         self._lease.stored(started)
         if self._joined_at is None:
             self._joined_at = started
@@ -255,7 +262,7 @@ class PulsarMembership:
         if not self._lease.fresh(self._clock()) or self._rejoin:
             return
         self._serving = True
-        self._previous = None
+        self._previous = []
         self._serving_event.set()
         log.info(
             "cluster: %s serving (epoch %d, %d members)",
@@ -310,8 +317,8 @@ class PulsarMembership:
         self._owners.clear()
         log.info("cluster: members now %s", ", ".join(m.member_id for m in new))
         if self._serving:
-            if self._previous is None:
-                self._previous = old
+            if old not in self._previous:
+                self._previous.append(old)
             if self._handover is not None:
                 self._handover.cancel()
             self._handover = asyncio.ensure_future(self._hand_over())
@@ -321,7 +328,7 @@ class PulsarMembership:
         """Serve keys gained from departed members once the metadata has caught up."""
         while not await self._caught_up():
             await asyncio.sleep(self.heartbeat_seconds)
-        self._previous = None
+        self._previous = []  # this catch-up began after the latest change
 
     def _fence(self) -> None:
         """Lease stale: stop serving everything now, and rejoin under a new epoch."""
@@ -329,7 +336,10 @@ class PulsarMembership:
             return
         was_serving = self._serving
         self._serving = False
-        self._previous = None
+        self._previous = []
+        if self._handover is not None:
+            self._handover.cancel()  # the rejoin catches up anew
+            self._handover = None
         self._rejoin = True
         self._lease.forget()
         self._serving_event.clear()

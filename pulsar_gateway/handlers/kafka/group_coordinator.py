@@ -711,10 +711,12 @@ class GroupCoordinator:
         return ErrorCode.NONE
 
     def known_group_ids(self) -> list[str]:
+        """The groups this gateway coordinates (in a cluster, each member lists its own, as
+        Kafka brokers do; clients ask them all)."""
         ids = {gid for gid, g in self.groups.items() if g.state != DEAD}
         if self.store is not None:
             ids.update(self.store.groups_with_offsets())
-        return sorted(ids)
+        return sorted(gid for gid in ids if self.serves(gid))
 
     def describe(self, group_id: str) -> Group | None:
         group = self.groups.get(group_id)
@@ -727,6 +729,8 @@ class GroupCoordinator:
     async def delete_group(self, group_id: str) -> int:
         if not group_id:
             return ErrorCode.INVALID_GROUP_ID
+        if not self.serves(group_id):
+            return ErrorCode.NOT_COORDINATOR
         group = self.groups.get(group_id)
         has_offsets = self.store is not None and self.store.has_offsets(group_id)
         if (group is None or group.state == DEAD) and not has_offsets:

@@ -165,6 +165,8 @@ async def offset_delete(
             "throttle_time_ms": 0,
             "topics": [],
         }
+    if group_id and not context.serves_group(group_id):
+        return {"error_code": ErrorCode.NOT_COORDINATOR, "throttle_time_ms": 0, "topics": []}
     group = coordinator_of(context).describe(group_id) if group_id else None
     if group is None:
         code = ErrorCode.INVALID_GROUP_ID if not group_id else ErrorCode.GROUP_ID_NOT_FOUND
