@@ -5,7 +5,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 ARGS   ?=
 
-.PHONY: run test lint bench bench-migration soak clean
+.PHONY: run test lint bench bench-migration bench-cluster soak clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -35,6 +35,11 @@ $(VENV)/.installed-bench: $(VENV)/.installed-test pyproject.toml
 # (one self-contained page with charts and flame graphs); ARGS="--quick" for a smoke run
 bench: $(VENV)/.installed-bench
 	$(BIN)/python -m bench.suite $(ARGS)
+
+# about 15 minutes: Kafka through 1, 2 and auto workers beside the single process, and
+# kill -9 of a worker to the first stored produce (issue 12); reports/cluster-scaling.*
+bench-cluster: $(VENV)/.installed-bench
+	$(BIN)/python -m bench.cluster_scaling $(ARGS)
 
 # about half an hour: migrate and parity at 1M and 10M records
 bench-migration: $(VENV)/.installed-test

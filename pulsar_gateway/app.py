@@ -5,7 +5,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import signal
+import socket
 import time
 from pathlib import Path
 from typing import Any, Protocol
@@ -16,11 +18,22 @@ from pulsar_gateway.gateway.backend.connection_security import PulsarSecurity
 from pulsar_gateway.gateway.backend.embedded import EmbeddedBroker
 from pulsar_gateway.gateway.backend.pulsar_backend import PulsarBackend
 from pulsar_gateway.gateway.backend.subscription_mirror import SubscriptionMirror
+from pulsar_gateway.gateway.cluster.membership import PulsarMembership
+from pulsar_gateway.gateway.cluster.report import ownership
+from pulsar_gateway.gateway.cluster.view import (
+    Member,
+    SingleMemberView,
+    group_key,
+    partition_key,
+    vhost_key,
+)
 from pulsar_gateway.gateway.config import Settings
 from pulsar_gateway.gateway.memory import HeapTrimmer
 from pulsar_gateway.gateway.metadata_store import MetadataStore
 from pulsar_gateway.gateway.reserved_names import ReservedNamespaces
+from pulsar_gateway.gateway.topic_names import kafka_topic_name
 from pulsar_gateway.handlers.authorization import Authorizer
+from pulsar_gateway.handlers.kafka.server import advertised_host
 from pulsar_gateway.security.oauthbearer import TokenValidator, load_validator
 from pulsar_gateway.security.tls import server_context
 from pulsar_gateway.storage.kafka.group_offsets import GroupOffsetStore
@@ -54,6 +67,11 @@ class Gateway:
         self.mirror: SubscriptionMirror | None = None
         self.listeners: list[Listener] = []
         self.metrics_server: metrics.MetricsServer | None = None
+        self._amqp_store: Any = None  # its vhosts, for /cluster
+        # who serves what (docs/cluster.md): a cluster of one unless [cluster] is enabled
+        self.cluster: SingleMemberView | PulsarMembership = SingleMemberView(
+            cluster_member(settings, None)
+        )
         self._fatal: asyncio.Future[str] | None = None
         self._kafka_tokens: TokenValidator | None = None  # OAUTHBEARER's, when enabled
         self.ready = False
@@ -103,8 +121,23 @@ class Gateway:
         )
         await self.backend.start()
         self.metadata = MetadataStore(self.backend, settings.pulsar.metadata_namespace)
-        await self.metadata.load()
+        # in a cluster every member follows the others' writes live (docs/cluster.md)
+        await self.metadata.load(follow=settings.cluster.enabled)
         metadata = self.metadata
+        if settings.cluster.enabled:
+            self.cluster = PulsarMembership(
+                self.backend,
+                settings.pulsar.metadata_namespace,
+                self.cluster.me(),
+                settings.cluster.heartbeat_seconds,
+                settings.cluster.lease_seconds,
+            )
+            # a member taking keys over first reads the metadata to its end
+            self.cluster.set_catch_up(self.metadata.catch_up)
+            cluster = self.cluster
+            metrics.CLUSTER_MEMBERS.set_function(lambda: len(cluster.members()))
+            metrics.CLUSTER_SERVING.set_function(lambda: int(cluster.serving))
+            metrics.CLUSTER_FENCED.set_function(lambda: cluster.fenced)
         metrics.METADATA_UNREADABLE.set_function(lambda: metadata.unreadable_records)
         admin_url = settings.pulsar.admin_url
         admin = PulsarAdmin(admin_url, security=security) if admin_url else None
@@ -124,6 +157,7 @@ class Gateway:
         )
         self.group_offsets = GroupOffsetStore(self.metadata)
         self.group_offsets.load()
+        self.metadata.watch(self.group_offsets.apply_change)
         self.topics.forget_partitions = self.group_offsets.forget_partitions
         # no client topic or queue may map among the gateway's own topics
         reserved = ReservedNamespaces(frozenset({settings.pulsar.metadata_namespace}))
@@ -158,35 +192,52 @@ class Gateway:
         if settings.kafka.enabled:
             from pulsar_gateway.handlers.kafka.port import KafkaStorage
             from pulsar_gateway.handlers.kafka.server import KafkaServer
-            from pulsar_gateway.storage.kafka.producer_ids import MetadataProducerIds
+            from pulsar_gateway.storage.kafka.producer_ids import (
+                MetadataProducerIds,
+                NodeProducerIds,
+            )
             from pulsar_gateway.storage.kafka.transactions import MetadataTransactionStore
 
+            membership = self.cluster if isinstance(self.cluster, PulsarMembership) else None
             storage = KafkaStorage(
                 self.topics,
                 self.group_offsets,
-                MetadataProducerIds(self.metadata),
+                (
+                    NodeProducerIds(self.metadata, settings.cluster_node_id)
+                    if membership is not None
+                    else MetadataProducerIds(self.metadata)
+                ),
                 reserved,
                 credentials=self.users,
                 transactions=MetadataTransactionStore(self.metadata),
+                cluster=membership,
             )
+            if membership is not None:
+                self._release_unserved_partitions(membership)
             kafka = settings.kafka
             kafka_tls = (
                 server_context("kafka", kafka.tls_cert_file, kafka.tls_key_file, kafka.tls_ca_file)
                 if kafka.tls_enabled
                 else None
             )
-            self.listeners.append(
-                KafkaServer(kafka, storage, self.users, kafka_tls, self._kafka_tokens, authorizer)
+            kafka_server = KafkaServer(
+                kafka, storage, self.users, kafka_tls, self._kafka_tokens, authorizer
             )
+            self.listeners.append(kafka_server)
+            if membership is not None:
+                groups = kafka_server.groups.groups
+                membership.add_key_source("groups", lambda: [group_key(g) for g in groups])
         management_api = None  # the AMQP listener's /api/ on the metrics port
         if settings.amqp.enabled:
             from pulsar_gateway.handlers.amqp.management import ManagementApi
             from pulsar_gateway.handlers.amqp.server import AmqpServer
+            from pulsar_gateway.handlers.amqp.vhost_owners import VhostOwners
             from pulsar_gateway.storage.amqp.store import PulsarAmqpStore
 
             store = PulsarAmqpStore(
                 self.backend, self.metadata, settings.amqp.tenant, reserved=reserved
             )
+            self._amqp_store = store
             amqp = settings.amqp
             amqp_tls = (
                 server_context("amqp", amqp.tls_cert_file, amqp.tls_key_file, amqp.tls_ca_file)
@@ -201,6 +252,12 @@ class Gateway:
                 amqp_tls,
                 authorizer=authorizer,
                 vhost_namespace=store.namespace,
+                # in a cluster a connection waits at most a lease for its vhost's owner
+                owners=(
+                    VhostOwners(self.cluster, settings.cluster.lease_seconds)
+                    if settings.cluster.enabled
+                    else None
+                ),
             )
             self.listeners.append(amqp_server)
             management_api = ManagementApi(amqp_server.broker, amqp_server.connections).handle
@@ -208,15 +265,49 @@ class Gateway:
             await listener.start()
             host, port = listener.address
             log.info("%s listener on %s:%d", listener.name, host, port)
+        self.cluster.advertise(cluster_member(settings, self._listener_addresses()))
+        if isinstance(self.cluster, PulsarMembership):
+            # listeners answer "not the owner" until this member has joined and caught up
+            await self.cluster.start()
         if settings.metrics.enabled:
             self.metrics_server = metrics.MetricsServer(
-                settings.metrics.host, settings.metrics.port, self.health, management_api
+                settings.metrics.host,
+                settings.metrics.port,
+                self.health,
+                management_api,
+                self.cluster_report,
             )
             await self.metrics_server.start()
         self.ready = True
         self._trimming = asyncio.create_task(self._trim_while_idle(), name="heap trimmer")
         parts = [f"{lst.name} {lst.address[0]}:{lst.address[1]}" for lst in self.listeners]
         log.info("pulsar-gateway ready: %s (backend %s)", ", ".join(parts), service_url)
+
+    def _release_unserved_partitions(self, membership: PulsarMembership) -> None:
+        """When ownership moves, close the partition logs this member no longer serves at
+        once: the new owner numbers what comes next, and a log opened again later reads
+        the partition back to its end first."""
+        topics, kafka = self.topics, self.settings.kafka
+        assert topics is not None
+        closing: set[asyncio.Task[None]] = set()
+
+        def served(pulsar_topic: str, index: int) -> bool:
+            name = kafka_topic_name(pulsar_topic, kafka.tenant, kafka.namespace)
+            return membership.serves(partition_key(name, index))
+
+        def release() -> None:
+            task = asyncio.ensure_future(topics.release(served))
+            closing.add(task)
+            task.add_done_callback(closing.discard)
+
+        membership.on_change(release)
+        membership.add_key_source(
+            "partitions",
+            lambda: [
+                partition_key(kafka_topic_name(t, kafka.tenant, kafka.namespace), i)
+                for t, i in topics.open_partition_names()
+            ],
+        )
 
     async def _bootstrap_user(self, users: UsersStore) -> None:
         """`gateway.bootstrap_user`: created with the password file's first line when the
@@ -241,11 +332,13 @@ class Gateway:
         reachable = self.backend is not None and self.backend.reachable
         return {
             "ok": self.ready and broker_ok and reachable,
+            "pid": os.getpid(),  # which process answers (a worker, under --workers)
             "backend_reachable": reachable,
             "listeners": self._listener_addresses(),
             "embedded": self.broker is not None,
             "broker_restarts": self.broker.restarts if self.broker else 0,
             "open_partitions": self.topics.open_partitions if self.topics else 0,
+            "cluster": self.cluster.status(),
             # where tools beside the gateway (migrate, parity) find its Pulsar side
             "pulsar": {
                 "service_url": self.backend.service_url if self.backend else "",
@@ -255,12 +348,39 @@ class Gateway:
             },
         }
 
+    def cluster_report(self) -> dict[str, Any]:
+        """`/cluster`: the view's status and the owner of every known partition, group and
+        vhost (gateway/cluster/report.py)."""
+        topics, groups, amqp = self.topics, self.group_offsets, self._amqp_store
+        kafka = self.settings.kafka
+
+        def partitions() -> list[str]:
+            return [
+                partition_key(kafka_topic_name(record.name, kafka.tenant, kafka.namespace), i)
+                for record in (topics.list() if topics else [])
+                for i in range(record.partitions)
+            ]
+
+        return ownership(
+            self.cluster,
+            {
+                "partitions": partitions,
+                "groups": lambda: (
+                    [group_key(g) for g in groups.groups_with_offsets()] if groups else []
+                ),
+                "vhosts": lambda: [vhost_key(v) for v in amqp.vhosts()] if amqp else [],
+            },
+        )
+
     def _listener_addresses(self) -> dict[str, str]:
         found = {lst.name: f"{lst.address[0]}:{lst.address[1]}" for lst in self.listeners}
         for listener in self.listeners:
             tls = getattr(listener, "tls_address", None)
             if tls is not None:
                 found[f"{listener.name}s"] = f"{tls[0]}:{tls[1]}"  # amqps
+            member = getattr(listener, "member_address", None)
+            if member is not None:  # where the other members hand AMQP connections over
+                found[f"{listener.name}-cluster"] = f"{member[0]}:{member[1]}"
         return found
 
     async def wait(self) -> str:
@@ -277,6 +397,9 @@ class Gateway:
         self.ready = False
         if self._trimming is not None:
             self._trimming.cancel()
+        if isinstance(self.cluster, PulsarMembership):
+            with contextlib.suppress(Exception):
+                await self.cluster.stop()  # the others take over at once
         if self.metrics_server:
             await self.metrics_server.stop()
         for listener in reversed(self.listeners):
@@ -298,6 +421,29 @@ class Gateway:
 
 
 TRIM_CHECK_SECONDS = 10.0
+
+
+def cluster_member(settings: Settings, listening: dict[str, str] | None) -> Member:
+    """This gateway as the other members see it, from the settings and, once the listeners
+    are up, their bound ports (a configured port of 0)."""
+
+    def bound_port(name: str, configured: int) -> int:
+        address = (listening or {}).get(name)
+        return int(address.rsplit(":", 1)[1]) if address else configured
+
+    kafka, amqp, cluster = settings.kafka, settings.amqp, settings.cluster
+    kafka_port = kafka.advertised_port or bound_port("kafka", kafka.port)
+    # the other members hand AMQP connections to the member-to-member listener
+    member_amqp = bound_port("amqp-cluster", amqp.cluster_port)
+    return Member(
+        member_id=cluster.member_id or f"{socket.gethostname()}/{kafka_port}",
+        node_id=settings.cluster_node_id,
+        kafka_host=advertised_host(kafka.advertised_host, kafka.host),
+        kafka_port=kafka_port,
+        amqp_host=advertised_host(cluster.advertised_amqp_host, amqp.cluster_host),
+        amqp_port=cluster.advertised_amqp_port or member_amqp or amqp.port,
+        http_port=settings.metrics.port,
+    )
 
 
 def _has_clients() -> bool:

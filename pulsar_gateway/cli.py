@@ -19,6 +19,7 @@ examples:
   pulsar-gateway run --kafka-port 19092   another port
   pulsar-gateway run --pulsar-url pulsar://pulsar:6650 --admin-url http://pulsar:8080
   pulsar-gateway run --set kafka.default_partitions=3 --set gateway.log_level=debug
+  pulsar-gateway run --workers auto       one worker per core, Kafka on 9092, 9093, ...
 
 settings come from conf/gateway.toml (or --config FILE, or $PULSAR_GATEWAY_CONFIG), then
 environment variables PULSAR_GATEWAY_<SECTION>__<KEY> (PULSAR_GATEWAY_KAFKA__PORT=9093),
@@ -52,6 +53,12 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--metrics-port", dest="metrics.port", help="/metrics and /health port (9404)")
     run.add_argument("--log-level", dest="gateway.log_level", help="debug, info, warning, error")
     run.add_argument(
+        "--workers",
+        dest="gateway.workers",
+        help="worker processes: 1 (default), N or auto (one per core); more than one starts "
+        "a supervisor and a cluster of workers on ports kafka.port, kafka.port+1, ...",
+    )
+    run.add_argument(
         "--set",
         action="append",
         default=[],
@@ -64,6 +71,9 @@ def _parser() -> argparse.ArgumentParser:
     from pulsar_gateway.tools.users_cli import add_parser as add_users
 
     add_users(commands, _add_gateway_link)
+    from pulsar_gateway.tools.cluster_status import add_parser as add_cluster
+
+    add_cluster(commands)
     return parser
 
 
@@ -183,7 +193,7 @@ def _overrides(args: argparse.Namespace) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
-    if args.command in ("migrate", "parity", "amqp", "users"):
+    if args.command in ("migrate", "parity", "amqp", "users", "cluster"):
         from pulsar_gateway.tools_cli import run_tool
 
         _exit_now(run_tool(args))
@@ -191,7 +201,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 0 if args.command is None else 2
     try:
-        settings = load_settings(args.config, _overrides(args))
+        overrides = _overrides(args)
+        settings = load_settings(args.config, overrides)
     except ConfigError as exc:
         print(f"pulsar-gateway: {exc}", file=sys.stderr)
         return 2
@@ -199,6 +210,12 @@ def main(argv: list[str] | None = None) -> int:
         level=settings.gateway.log_level.upper(),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    from pulsar_gateway.supervisor import resolve_workers, supervise
+
+    workers = resolve_workers(settings.gateway.workers)
+    if workers > 1:
+        # the supervisor only starts and watches processes: the standard loop will do
+        _exit_now(asyncio.run(supervise(settings, workers, overrides, args.config)))
     try:
         import uvloop
 

@@ -1,4 +1,5 @@
-"""The commands that run beside a gateway: migrate, parity, amqp import-definitions, users."""
+"""The commands that run beside a gateway: migrate, parity, amqp import-definitions, users,
+cluster status."""
 
 from __future__ import annotations
 
@@ -37,12 +38,19 @@ def run_tool(args: argparse.Namespace) -> int:
 
             link = None if args.data_dir else _link(args)
             return asyncio.run(run_users(args, link))
+        if args.command == "cluster" and args.cluster_command == "status":
+            from pulsar_gateway.tools.cluster_status import run_status
+
+            return run_status(args, console)
     except GatewayUnreachable as exc:
         console.print(f"[red]pulsar-gateway {args.command}:[/] {exc}")
         return 2
     if args.command == "users":
         actions = "add, passwd, remove, list, grant, revoke, rights"
         print(f"pulsar-gateway users: give an action ({actions})", file=sys.stderr)
+        return 2
+    if args.command == "cluster":
+        print("pulsar-gateway cluster: give a tool (status)", file=sys.stderr)
         return 2
     print("pulsar-gateway amqp: give a tool (import-definitions)", file=sys.stderr)
     return 2

@@ -62,6 +62,24 @@ class GatewaySection(_Section):
     # first line of bootstrap_password_file (a container secret), never a setting's value
     bootstrap_user: str = ""
     bootstrap_password_file: str = ""
+    # worker processes (docs/cluster.md, "Workers on one host"): 1 is one process serving
+    # everything; more (or `auto`, one per core) starts a supervisor, one embedded broker and
+    # that many gateways, each a cluster member with its own Kafka port and node id
+    workers: int | Literal["auto"] = 1
+    # a worker that exits more than this many times within the window stops the supervisor
+    worker_restart_limit: int = Field(5, ge=0)
+    worker_restart_window_seconds: float = Field(60.0, gt=0)
+
+    @field_validator("workers", mode="before")
+    @classmethod
+    def _count_or_auto(cls, value: Any) -> Any:
+        if isinstance(value, str) and value.strip().lower() == "auto":
+            return "auto"
+        if isinstance(value, str) and value.strip().isdigit():
+            value = int(value.strip())
+        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 1024:
+            raise ValueError("must be a whole number from 1 to 1024, or auto")
+        return value
 
     @model_validator(mode="after")
     def _bootstrap_pair(self) -> GatewaySection:
@@ -293,6 +311,15 @@ class AmqpSection(_TlsSettings):
     # that publishes until half are stored (RabbitMQ's memory alarm; publish_alarm.py)
     max_total_in_flight_bytes: int = Field(256 * 1024 * 1024, ge=1024 * 1024)
     users: dict[str, str] = Field(default_factory=lambda: {"guest": "guest"})
+    # several processes bind `port` (and `tls_port`) at once (SO_REUSEPORT): the workers of
+    # `gateway.workers` share one AMQP port; the kernel spreads connections over them
+    reuse_port: bool = False
+    # in a cluster: the member-to-member AMQP listener, where the other members hand over
+    # connections for a vhost this member owns (docs/cluster.md, "AMQP on one port"). It
+    # asks for the same login as `port`; plaintext, so across hosts keep it on a private
+    # network. 0: any free port (the members learn it from the heartbeats)
+    cluster_host: str = "127.0.0.1"
+    cluster_port: int = Field(0, ge=0, le=65535)
 
     @model_validator(mode="after")
     def _one_message_fits(self) -> AmqpSection:
@@ -413,6 +440,44 @@ class AuthorizationSection(_Section):
         return value
 
 
+class ClusterSection(_Section):
+    """Several gateways sharing the work (docs/cluster.md); off: one gateway owns everything."""
+
+    enabled: bool = False
+    # unique and stable per member ("host-a/1"); empty: "<hostname>/<kafka port>"
+    member_id: str = Field("", max_length=200)
+    # this member's Kafka broker id, unique in the cluster; -1: kafka.node_id
+    node_id: int = Field(-1, ge=-1, le=1023)  # below 1024: docs/cluster.md, "Producer ids"
+    # where the OTHER members reach this member's AMQP listener; empty/0: amqp.host/port
+    advertised_amqp_host: str = ""
+    advertised_amqp_port: int = Field(0, ge=0, le=65535)
+    heartbeat_seconds: float = Field(1.0, gt=0, le=60)
+    # ownership of a dead member moves this long after its last heartbeat was read
+    lease_seconds: float = Field(6.0, gt=0, le=600)
+
+    @field_validator("member_id")
+    @classmethod
+    def _printable_id(cls, value: str) -> str:
+        if any(char.isspace() or not char.isprintable() for char in value):
+            raise ValueError("must be printable without spaces")
+        return value
+
+    @field_validator("advertised_amqp_host")
+    @classmethod
+    def _reachable_amqp(cls, value: str) -> str:
+        if value and _is_wildcard(value):
+            raise ValueError("must be an address the other members can reach, not a wildcard")
+        return value
+
+    @model_validator(mode="after")
+    def _lease_covers_heartbeats(self) -> ClusterSection:
+        # a member fences itself a heartbeat before its lease ends, and needs at least one
+        # more heartbeat to renew it before that: three heartbeats per lease at the least
+        if self.lease_seconds < 3 * self.heartbeat_seconds:
+            raise ValueError("lease_seconds must be at least 3 x heartbeat_seconds")
+        return self
+
+
 class Settings(_Section):
     gateway: GatewaySection = GatewaySection()
     kafka: KafkaSection = KafkaSection()
@@ -421,10 +486,27 @@ class Settings(_Section):
     embedded: EmbeddedSection = EmbeddedSection()
     metrics: MetricsSection = MetricsSection()
     authorization: AuthorizationSection = AuthorizationSection()
+    cluster: ClusterSection = ClusterSection()
 
     @property
     def embedded_mode(self) -> bool:
         return not self.pulsar.service_url
+
+    @model_validator(mode="after")
+    def _cluster_node_id_in_range(self) -> Settings:
+        # producer ids are counter * 1024 + node id (docs/cluster.md, "Producer ids")
+        if self.cluster.enabled and self.cluster_node_id >= 1024:
+            raise ValueError(
+                "setting 'kafka.node_id': must be below 1024 in a cluster (or set cluster.node_id)"
+            )
+        return self
+
+    @property
+    def cluster_node_id(self) -> int:
+        """This gateway's Kafka broker id: `cluster.node_id` in a cluster, when set."""
+        if self.cluster.enabled and self.cluster.node_id >= 0:
+            return self.cluster.node_id
+        return self.kafka.node_id
 
     @property
     def embedded_data_dir(self) -> Path:
@@ -459,7 +541,8 @@ def _describe(error: ValidationError) -> str:
     lines = []
     for item in error.errors(include_input=False, include_url=False):
         where = ".".join(str(part) for part in item["loc"])
-        lines.append(f"setting '{where}': {item['msg']}")
+        # a rule across sections names its settings itself
+        lines.append(f"setting '{where}': {item['msg']}" if where else item["msg"])
     return "invalid configuration (values not shown):\n  " + "\n  ".join(lines)
 
 

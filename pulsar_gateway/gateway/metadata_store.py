@@ -39,6 +39,15 @@ or deletion (pulsar-lite, docs/backend.md), so:
   applied to the table before it was sent, so it is in the copy; one stored after
   `begin` is read again and applied over the copy, in log order. Either way the last
   write of each key wins, as in a full replay.
+- Followed live (`load(follow=True)`, in a cluster: docs/cluster.md): after the load a
+  reader stays at the log's end and applies every other writer's record in log order, so
+  every member sees the topics, commits and topology the others write. Each record names
+  its writer (`__gw.writer`); a writer's own records were applied before they were sent
+  and are not applied again, and another writer's record of a key this one has a write
+  of not yet read back is skipped: that write comes later in the log, so it wins, as in
+  a replay. `catch_up()` returns once everything stored before it is applied (a member
+  does this before serving a group or partition it took over), and a snapshot copies
+  the table only once the follower has applied everything before its `begin`.
 - A log without snapshots (written by an older version), or with an incomplete one, is
   replayed in full, as before; the snapshot taken right after such a load makes the next
   one short. Control records (marker, begin, chunk, end) look like deletes of a reserved
@@ -51,7 +60,8 @@ import asyncio
 import contextlib
 import json
 import logging
-from collections.abc import Iterator
+import uuid
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -71,6 +81,8 @@ CONTROL = "__gw.meta"  # marker | begin | chunk | end | changes
 PART_OF = "__gw.snapshot"  # chunk and end records: the id of their snapshot's begin
 INDEX = "__gw.chunk"  # a chunk's number; on the end record, how many chunks there are
 RESERVED_KEY = "__gw.metadata__"
+WRITER = "__gw.writer"  # which store instance appended a record (followers skip their own)
+FOLLOW_WAIT_SECONDS = 1.0
 
 
 class _Gone:
@@ -186,6 +198,17 @@ class MetadataStore:
         self.appended = 0  # records this store appended
         self.loaded_records = 0  # records its load read
         self.unreadable_records = 0  # records its load skipped: not JSON
+        # following the log live (a cluster): who this store is among the log's writers,
+        # its writes not yet read back per key, how far the follower has applied, and
+        # who waits for it to get somewhere
+        self.writer_id = uuid.uuid4().hex[:16]
+        self._signing = False  # sign records from the load on, when following
+        self._own_unread: dict[str, int] = {}
+        self._follower: asyncio.Task[None] | None = None
+        self._applied: MessageKey | None = None
+        self._waiters: list[tuple[MessageKey, asyncio.Future[None]]] = []
+        self._watchers: list[Callable[[str, Any], None]] = []
+        self.followed_records = 0  # other writers' records the follower applied
 
     def _set(self, key: str, value: Any) -> None:
         self._table[key] = value
@@ -199,11 +222,16 @@ class MetadataStore:
 
     # ---- loading ---------------------------------------------------------------------------
 
-    async def load(self) -> None:
-        """Read the newest complete snapshot and the changes after it, up to the log's end."""
+    async def load(self, follow: bool = False) -> None:
+        """Read the newest complete snapshot and the changes after it, up to the log's end;
+        with `follow`, then keep applying what other writers append."""
+        self._signing = follow
         if await self.backend.is_empty(self.topic):
             log.info("metadata store %s is empty", self.topic)
             self._loaded = True
+            if follow:
+                end, _ = await self._append_control("marker")
+                await self._start_following(end)
             return
         newest = await self._find_newest()
         # Write a marker and read until it comes back: the end of the log, even on pulsar-lite
@@ -223,6 +251,8 @@ class MetadataStore:
             self.loaded_records,
             f"snapshot at {newest} and what followed" if newest else "the whole log",
         )
+        if follow:
+            await self._start_following(end)
         self._maybe_snapshot()
 
     async def _find_newest(self) -> str:
@@ -318,6 +348,114 @@ class MetadataStore:
                 "metadata store %s: skipping a record that is not JSON (%s)", self.topic, key
             )
         self.unreadable_records += 1
+
+    # ---- following other writers -----------------------------------------------------------
+
+    def watch(self, callback: Callable[[str, Any], None]) -> None:
+        """Hear of every change another writer made, as the follower applies it: (key, the
+        new value, or None when deleted)."""
+        self._watchers.append(callback)
+
+    async def _start_following(self, start: MessageKey) -> None:
+        stream = await self.backend.open_reader(self.topic, start)
+        self._applied = None
+        self._follower = asyncio.ensure_future(self._follow(stream))
+
+    @property
+    def following(self) -> bool:
+        return self._follower is not None and not self._follower.done()
+
+    async def _follow(self, stream: Any) -> None:
+        try:
+            while True:
+                try:
+                    batch = await stream.read_batch(1000, timeout=FOLLOW_WAIT_SECONDS)
+                except asyncio.CancelledError:
+                    raise
+                except Exception as exc:  # the backend reconnects; keep following
+                    log.warning("metadata store: following the log failed (%s); retrying", exc)
+                    await asyncio.sleep(FOLLOW_WAIT_SECONDS)
+                    continue
+                for message in batch:
+                    self._apply_followed(message)
+                if batch:
+                    self._applied = batch[-1].id
+                    self._wake_waiters()
+        finally:
+            with contextlib.suppress(Exception):
+                await stream.close()
+
+    def _apply_followed(self, message: Any) -> None:
+        properties = message.properties or {}
+        kind = properties.get(CONTROL)
+        mine = properties.get(WRITER) == self.writer_id
+        if kind is None:
+            changes: dict[str, Any] = {
+                message.key: GONE if properties.get(DELETED) else _loads(message.payload)
+            }
+        elif kind == "changes":
+            group = _loads(message.payload)
+            if not isinstance(group, dict):
+                return
+            changes = {
+                key: value[0] if isinstance(value, list) and value else GONE
+                for key, value in group.items()
+            }
+        else:
+            if kind == "end" and not mine:
+                self._since = 0  # another member's snapshot bounds the next load too
+            return
+        for key, value in changes.items():
+            if mine:
+                left = self._own_unread.get(key, 0) - 1
+                if left > 0:
+                    self._own_unread[key] = left
+                else:
+                    self._own_unread.pop(key, None)
+                continue
+            if key in self._own_unread or value is _UNREADABLE:
+                continue  # this store's own later write of the key wins, as in a replay
+            if value is GONE:
+                self._unset(key)
+            else:
+                self._set(key, value)
+            self.followed_records += 1
+            for watcher in self._watchers:
+                try:
+                    watcher(key, None if value is GONE else value)
+                except Exception:
+                    log.exception("metadata store: a watcher failed on %s", key)
+        if not mine:
+            self._since += len(changes)
+
+    def _wake_waiters(self) -> None:
+        applied = self._applied
+        if applied is None:
+            return
+        waiting = []
+        for target, future in self._waiters:
+            if target <= applied:
+                if not future.done():
+                    future.set_result(None)
+            else:
+                waiting.append((target, future))
+        self._waiters = waiting
+
+    async def _reach(self, target: MessageKey) -> None:
+        """Until the follower has applied everything up to `target` (a stored record)."""
+        if not self.following or (self._applied is not None and self._applied >= target):
+            return
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiters.append((target, future))
+        await future
+
+    async def catch_up(self) -> None:
+        """Once this returns, every record stored before the call is applied here (a
+        member taking over a group or partition calls it before serving it)."""
+        if not self.following:
+            return
+        end, _ = await self._append_control("marker")
+        await self._reach(end)
 
     # ---- reading ---------------------------------------------------------------------------
 
@@ -428,6 +566,10 @@ class MetadataStore:
             outcome = asyncio.get_running_loop().create_future()
         for key in keys:
             self._in_flight[key] = outcome
+        if self._signing:
+            messages = [_signed(message, self.writer_id) for message in messages]
+            for key in set(keys):
+                self._own_unread[key] = self._own_unread.get(key, 0) + 1
         error: BaseException | None = None
         try:
             return await self.backend.send(self.topic, messages, batching=False)
@@ -439,6 +581,11 @@ class MetadataStore:
                 self._unsure.difference_update(keys)
             else:
                 self._unsure.update(keys)
+                for key in set(keys):  # most likely never stored, so never read back
+                    if self._own_unread.get(key, 0) > 1:
+                        self._own_unread[key] -= 1
+                    else:
+                        self._own_unread.pop(key, None)
             outcome.set_result(error)
             for key in keys:
                 if self._in_flight.get(key) is outcome:
@@ -473,6 +620,8 @@ class MetadataStore:
         begin, _ = await self._append_control("begin")
         appended_before = self.appended
         snapshot_id = _format_id(begin)
+        # other writers' records stored before `begin` must be in the copy
+        await self._reach(begin)
         items = list(self._table.items())  # copied only now: see the module docstring
         count = 0
         for payload in _chunks(items, self.chunk_keys, CHUNK_BYTES):
@@ -486,12 +635,35 @@ class MetadataStore:
         log.info("metadata snapshot at %s: %d keys in %d chunks", snapshot_id, len(items), count)
 
     async def close(self) -> None:
-        """Stop a snapshot in progress: an incomplete one is never used."""
-        task = self._snapshot_task
-        if task is not None and not task.done():
-            task.cancel()
-            with contextlib.suppress(BaseException):
-                await task
+        """Stop a snapshot in progress (an incomplete one is never used), and following."""
+        for task in (self._snapshot_task, self._follower):
+            if task is not None and not task.done():
+                task.cancel()
+                with contextlib.suppress(BaseException):
+                    await task
+
+
+class _Unreadable:
+    """A followed record that is not JSON: skipped."""
+
+
+_UNREADABLE = _Unreadable()
+
+
+def _loads(payload: bytes | None) -> Any:
+    try:
+        return json.loads(payload or b"null")
+    except (ValueError, RecursionError):
+        return _UNREADABLE
+
+
+def _signed(message: OutMessage, writer: str) -> OutMessage:
+    return OutMessage(
+        message.payload,
+        key=message.key,
+        properties={**(message.properties or {}), WRITER: writer},
+        event_time=message.event_time,
+    )
 
 
 def _log_snapshot_failure(task: asyncio.Task[None]) -> None:

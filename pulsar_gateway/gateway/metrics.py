@@ -2,7 +2,8 @@
 
 `/metrics` is Prometheus text; `/health` answers 200 once every listener is up
 and the backend is reachable, 503 otherwise, so orchestrators can gate traffic;
-`/api/...` is the AMQP listener's RabbitMQ management API subset when it is on.
+`/api/...` is the AMQP listener's RabbitMQ management API subset when it is on;
+`/cluster` is the cluster view: members, lease ages, who owns what (docs/cluster.md).
 """
 
 from __future__ import annotations
@@ -98,9 +99,30 @@ AMQP_BLOCKED_CONNECTIONS = Gauge(
     "AMQP connections not read (connection.blocked) while their publishes await the store",
     registry=REGISTRY,
 )
+AMQP_HANDOFFS = Counter(
+    "gateway_amqp_handoffs_total",
+    "AMQP connections for a vhost another cluster member serves: handed_off, failed (the "
+    "owner could not be reached), no_owner (nobody served it in time), closed_moved (closed "
+    "with 320 because its vhost moved away)",
+    ["outcome"],
+    registry=REGISTRY,
+)
 METADATA_UNREADABLE = Gauge(
     "gateway_metadata_unreadable_records",
     "Records of the metadata log its last load skipped because they were not JSON",
+    registry=REGISTRY,
+)
+CLUSTER_MEMBERS = Gauge(
+    "gateway_cluster_members", "Live cluster members as this one sees them", registry=REGISTRY
+)
+CLUSTER_SERVING = Gauge(
+    "gateway_cluster_serving",
+    "1 while this member serves its share (joined, lease fresh, caught up)",
+    registry=REGISTRY,
+)
+CLUSTER_FENCED = Gauge(
+    "gateway_cluster_fenced",
+    "Times this member found its own lease stale and stopped serving",
     registry=REGISTRY,
 )
 BACKEND_UP = Gauge(
@@ -118,12 +140,14 @@ class MetricsServer:
         port: int,
         health: Callable[[], dict[str, object]],
         api: Callable[[str, str], tuple[int, object]] | None = None,
+        cluster: Callable[[], dict[str, object]] | None = None,
     ) -> None:
         """`api` answers `/api/...` requests (method, path) -> (status, JSON): the AMQP
         listener's RabbitMQ management API subset (handlers/amqp/management.py)."""
         self.host = host
         self.port = port
         self.health = health
+        self.cluster = cluster
         self.api = api
         self._server: asyncio.base_events.Server | None = None
 
@@ -147,6 +171,9 @@ class MetricsServer:
                 code, payload = self.api(request.split(b" ", 1)[0].decode(), path)
                 status = f"{code} {_REASONS.get(code, '')}".rstrip()
                 kind, body = "application/json", json.dumps(payload).encode()
+            elif self.cluster is not None and path.startswith("/cluster"):
+                status, kind = "200 OK", "application/json"
+                body = json.dumps(self.cluster()).encode()
             elif path.startswith("/health"):
                 state = self.health()
                 status = "200 OK" if state.get("ok") else "503 Service Unavailable"

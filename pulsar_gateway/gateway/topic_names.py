@@ -37,6 +37,14 @@ def pulsar_topic(name: str, tenant: str, namespace: str) -> str:
     return f"persistent://{tenant}/{namespace}/{name}"
 
 
+def kafka_topic_name(pulsar_name: str, tenant: str, namespace: str) -> str:
+    """The name a Kafka client lists: short in the default namespace, tenant/ns/name else."""
+    prefix = f"persistent://{tenant}/{namespace}/"
+    if pulsar_name.startswith(prefix):
+        return pulsar_name[len(prefix) :]
+    return pulsar_name.removeprefix("persistent://")
+
+
 PARTITION_MARK = "-partition-"
 
 

@@ -198,6 +198,40 @@ class GatewayProcess:
                 pass
             wait_until(lambda: _gone(broker), 10, message=f"the killed broker {broker} to die")
 
+    def pause(self) -> None:
+        """SIGSTOP: the process keeps its sockets but runs nothing, as in a long GC pause
+        or a frozen VM."""
+        os.kill(self.process.pid, signal.SIGSTOP)
+
+    def resume(self) -> None:
+        os.kill(self.process.pid, signal.SIGCONT)
+
+    def cluster(self) -> dict:
+        """This member's view of the cluster (/health)."""
+        return (self.health() or {}).get("cluster", {})
+
+
+def cluster_member(
+    data_dir: Path,
+    service_url: str,
+    member_id: str,
+    node_id: int,
+    heartbeat_seconds: float = 0.5,
+    lease_seconds: float = 3.0,
+) -> GatewayProcess:
+    """A gateway with a `[cluster]` config in front of an already running broker (one
+    standing for a host of docs/cluster.md); start() it."""
+    settings = {
+        "pulsar.service_url": service_url,
+        "cluster.enabled": "true",
+        "cluster.member_id": member_id,
+        "cluster.node_id": node_id,
+        "cluster.heartbeat_seconds": heartbeat_seconds,
+        "cluster.lease_seconds": lease_seconds,
+        "gateway.log_level": "info",
+    }
+    return GatewayProcess(data_dir, extra=set_flags(settings))
+
 
 def _gone(pid: int) -> bool:
     """Exited, or a zombie (its parent, the gateway, is dead, and PID 1 may not reap it)."""

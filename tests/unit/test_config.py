@@ -41,6 +41,12 @@ def test_environment_then_flags_override_the_file(tmp_path: Path) -> None:
         ({"kafka.no_such_setting": "1"}, "kafka.no_such_setting"),
         ({"gateway.log_level": "loud"}, "gateway.log_level"),
         ({"embedded.restart_window_seconds": "0"}, "embedded.restart_window_seconds"),
+        ({"cluster.node_id": "1024"}, "cluster.node_id"),
+        ({"cluster.enabled": "true", "kafka.node_id": "5000"}, "kafka.node_id"),
+        ({"cluster.lease_seconds": "2"}, "cluster"),
+        ({"cluster.heartbeat_seconds": "0"}, "cluster.heartbeat_seconds"),
+        ({"cluster.member_id": "host a"}, "cluster.member_id"),
+        ({"cluster.advertised_amqp_host": "0.0.0.0"}, "cluster.advertised_amqp_host"),
     ],
 )
 def test_bad_values_name_the_setting(override: dict[str, str], named: str) -> None:
@@ -62,6 +68,7 @@ SECRET = "Hunter2-s3cr3t"
         ({"gateway.log_level": SECRET}, "gateway.log_level"),
         ({"kafka.namespace": f"a/{SECRET}"}, "kafka.namespace"),
         ({"embedded.restart_window_seconds": SECRET}, "embedded.restart_window_seconds"),
+        ({"cluster.member_id": f"a {SECRET}"}, "cluster.member_id"),
     ],
 )
 def test_bad_values_are_named_but_never_shown(override: dict, named: str) -> None:

@@ -79,3 +79,59 @@ def test_dockerfile_copies_what_the_package_needs() -> None:
     for folder in ("pulsar_gateway", "conf"):
         assert f"COPY {folder} ./{folder}" in text
     assert "pip install --no-cache-dir ." in text
+
+
+def _services_environment(config_output: str) -> dict[str, dict[str, str]]:
+    """Each service's environment from `docker-compose config` (YAML, two-space indents;
+    read without a YAML library: service names at 2, `environment:` at 4, pairs at 6)."""
+    services: dict[str, dict[str, str]] = {}
+    service, in_env = "", False
+    for line in config_output.splitlines():
+        indent = len(line) - len(line.lstrip())
+        if indent == 2 and line.rstrip().endswith(":"):
+            service, in_env = line.strip()[:-1], False
+        elif indent == 4:
+            in_env = line.strip() == "environment:"
+        elif indent == 6 and in_env and ": " in line:
+            key, value = line.strip().split(": ", 1)
+            services.setdefault(service, {})[key] = value.strip("'\"")
+    return services
+
+
+def test_cluster_compose_runs_three_distinct_members_that_pass_the_settings_checks(
+    tmp_path: Path,
+) -> None:
+    secret = tmp_path / "pw"
+    secret.write_text("a long secret\n")
+    result = subprocess.run(
+        ["docker-compose", "-f", str(REPO / "docker/compose-cluster.yaml"), "config"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"PATH": os.environ["PATH"], "GATEWAY_ADMIN_PASSWORD_FILE": str(secret)},
+    )
+    assert result.returncode == 0, result.stderr
+    services = _services_environment(result.stdout)
+    gateways = sorted(name for name in services if name.startswith("gateway-"))
+    assert gateways == ["gateway-1", "gateway-2", "gateway-3"]
+    members, nodes, kafka_ports = set(), set(), set()
+    for name in gateways:
+        environ = {
+            **_image_environment(),
+            **services[name],
+            "PULSAR_GATEWAY_GATEWAY__BOOTSTRAP_PASSWORD_FILE": str(secret),
+        }
+        settings = load_settings(REPO / "conf/gateway.toml", environ=environ)
+        assert settings.cluster.enabled
+        assert settings.pulsar.service_url == "pulsar://pulsar:6650"
+        # the other members reach this one by its service name, never a wildcard
+        assert settings.cluster.advertised_amqp_host == name
+        assert settings.cluster.advertised_amqp_port == settings.amqp.cluster_port == 25672
+        members.add(settings.cluster.member_id)
+        nodes.add(settings.cluster_node_id)
+        kafka_ports.add(settings.kafka.advertised_port)
+    assert len(members) == len(nodes) == len(kafka_ports) == 3
+    for port in ("6650", "8080", "9404", "9405", "9406"):
+        assert f"127.0.0.1:{port}:" in result.stdout  # loopback only
+    # the member-to-member AMQP port stays inside the compose network
+    assert "published: 25672" not in result.stdout and ":25672:" not in result.stdout

@@ -407,3 +407,28 @@ def test_the_index_keeps_kafkas_lso_and_aborted_list(events: list[tuple[int, str
     assert index.aborted_between(0, len(events) + 1) == aborted
     restored = TransactionIndex(index.snapshot())
     assert restored.last_stable_offset(len(events)) == index.last_stable_offset(len(events))
+
+
+def test_an_id_another_cluster_member_coordinates_is_answered_not_coordinator() -> None:
+    """docs/cluster.md: the owner of `kafka/txn/<id>` coordinates it; any other member answers
+    NOT_COORDINATOR (clients ask FindCoordinator again) and its timer leaves the id alone."""
+
+    async def run() -> None:
+        broker, producer = await _ready()
+        await broker.send(producer, [b"open"])
+        state = broker.coordinator.get(TXN_ID)
+        assert state is not None and state.state == ONGOING
+        broker.coordinator.serves = lambda transactional_id: transactional_id != TXN_ID
+        assert (await broker.init())["error_code"] == ErrorCode.NOT_COORDINATOR
+        assert await broker.add(producer) == ErrorCode.NOT_COORDINATOR
+        assert await broker.add_offsets(producer, "g") == ErrorCode.NOT_COORDINATOR
+        assert await broker.end(producer, commit=True) == ErrorCode.NOT_COORDINATOR
+        await broker.coordinator.expire(now_ms=state.start_ms + 60001)
+        assert broker.coordinator.get(TXN_ID).state == ONGOING  # type: ignore[union-attr]
+        # a partition this member leads still takes the producer's batches
+        accepted = await broker.send(producer, [b"more"], sequence=1)
+        assert accepted["error_code"] == ErrorCode.NONE
+        broker.coordinator.serves = lambda _transactional_id: True
+        assert await broker.end(producer, commit=True) == ErrorCode.NONE
+
+    asyncio.run(run())

@@ -55,6 +55,16 @@ class AmqpBroker:
         self.vhosts[name] = state
         return state
 
+    async def release(self, name: str) -> None:
+        """Forget a vhost this process no longer serves (docs/cluster.md, "AMQP on one
+        port"): its queues' Pulsar consumers close, so what they had fetched and not
+        delivered or not acked goes back to Pulsar for the new owner at once, and its
+        topology is loaded afresh if it comes back (the owner meanwhile may have changed
+        it)."""
+        state = self.vhosts.pop(name, None)
+        if state is not None:
+            await state.close()
+
     async def close(self) -> None:
         for state in list(self.vhosts.values()):
             await state.close()

@@ -35,6 +35,12 @@ class VhostAccess(Enum):
     # the vhost would map onto the gateway's own state (gateway/reserved_names.py): no user
     # may open it; ACCESS_REFUSED rather than RabbitMQ's 530 for a missing permission
     RESERVED = "reserved"
+    # in a cluster (docs/cluster.md, "AMQP on one port"): another member owns the vhost; the
+    # listener hands the connection over to it instead of answering connection.open
+    ELSEWHERE = "elsewhere"
+    # ... or this member owns it but may not serve it now (its lease is stale, or it is
+    # taking the vhost over): 320 CONNECTION_FORCED, and the client reconnects
+    MOVING = "moving"
 
 
 VhostPolicy = Callable[[str, str], VhostAccess]

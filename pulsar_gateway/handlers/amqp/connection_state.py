@@ -41,6 +41,7 @@ from pulsar_gateway.handlers.amqp.events import (
     ChannelFlowChanged,
     ChannelOpened,
     ConnectionClosed,
+    ConnectionHandedOff,
     ConnectionOpened,
     Event,
     MethodReceived,
@@ -113,6 +114,9 @@ class ConnectionState(Enum):
     OPEN = "open"
     CLOSING = "closing"  # connection.close sent, awaiting close-ok
     CLOSED = "closed"  # nothing more to read; close the socket after flushing
+    # connection.open for a vhost another member serves: the driver passes the socket on
+    # to that member (ConnectionHandedOff); this core reads and writes nothing more
+    HANDED_OFF = "handed-off"
 
 
 _PHASES = {
@@ -123,7 +127,10 @@ _PHASES = {
     ConnectionState.OPEN: Phase.RUNNING,
     ConnectionState.CLOSING: Phase.CLOSING,
     ConnectionState.CLOSED: Phase.DONE,
+    ConnectionState.HANDED_OFF: Phase.DONE,
 }
+# states in which the core takes no more input and keeps no time
+_INERT_STATES = frozenset({ConnectionState.CLOSED, ConnectionState.HANDED_OFF})
 _RABBIT_STATE_NAMES = {
     ConnectionState.STARTING: "starting",
     ConnectionState.TUNING: "tuning",
@@ -195,6 +202,12 @@ class AmqpConnection:
         return self._state is ConnectionState.CLOSED
 
     @property
+    def handed_off(self) -> bool:
+        """connection.open named a vhost another member serves: nothing was answered to
+        it, and the bytes after it were not read."""
+        return self._state is ConnectionState.HANDED_OFF
+
+    @property
     def open_channels(self) -> list[int]:
         """Channels the broker may use (open, not closing)."""
         return sorted(n for n, c in self._channels.items() if not c.closing)
@@ -225,7 +238,7 @@ class AmqpConnection:
     def receive_data(self, data: bytes, now: float) -> list[Event]:
         """Feed bytes from the socket; returns what the broker layer must act on."""
         events: list[Event] = []
-        if self._state is ConnectionState.CLOSED or not data:
+        if self._state in _INERT_STATES or not data:
             return events
         self._now = now
         self._clock.received(now)
@@ -234,7 +247,7 @@ class AmqpConnection:
             if self.state is not ConnectionState.STARTING:
                 return events
         self._reader.feed(data)
-        while not self.closed:
+        while self._state not in _INERT_STATES:
             try:
                 frame = self._reader.next_frame()
             except AmqpError as error:
@@ -274,7 +287,7 @@ class AmqpConnection:
     def tick(self, now: float) -> list[Event]:
         """Queue a heartbeat if one is due; give up on a dead peer."""
         events: list[Event] = []
-        if self._state is ConnectionState.CLOSED:
+        if self._state in _INERT_STATES:
             return events
         self._now = now
         reason = self._clock.expired(now, _PHASES[self._state])
@@ -520,7 +533,17 @@ class AmqpConnection:
                 f"access to vhost '{vhost}' refused: it maps onto the gateway's own namespace",
                 *method_ids(method),
             )
+        if access is VhostAccess.MOVING:
+            raise AmqpError(
+                ReplyCode.CONNECTION_FORCED,
+                f"vhost '{vhost}' is moving to another gateway; reconnect",
+                *method_ids(method),
+            )
         self.vhost = vhost
+        if access is VhostAccess.ELSEWHERE:
+            self._state = ConnectionState.HANDED_OFF
+            events.append(ConnectionHandedOff(vhost))
+            return
         self._out += encode_method(0, _Connection.OpenOk())
         self._state = ConnectionState.OPEN
         events.append(

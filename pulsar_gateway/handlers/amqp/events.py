@@ -32,6 +32,15 @@ class ConnectionOpened:
 
 
 @dataclass(frozen=True, slots=True)
+class ConnectionHandedOff:
+    """connection.open named a vhost another cluster member serves (docs/cluster.md, "AMQP
+    on one port"): nothing was answered, and the driver passes the connection on to that
+    member, replaying the handshake it read. No `ConnectionClosed` follows."""
+
+    vhost: str
+
+
+@dataclass(frozen=True, slots=True)
 class ConnectionClosed:
     """The AMQP session is over; emitted exactly once per connection.
 
@@ -99,6 +108,7 @@ class ContentReceived:
 Event = (
     ConnectionOpened
     | ConnectionClosed
+    | ConnectionHandedOff
     | ChannelOpened
     | ChannelClosed
     | ChannelFlowChanged

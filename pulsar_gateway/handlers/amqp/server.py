@@ -24,6 +24,12 @@ Authorization (handlers/amqp/authorization.py): at connection.open the session a
 authorizer for the user's access to the vhost's namespace and hands it to its broker,
 which checks each operation; a users-store user is bound by its rights, a user of the
 config's `amqp.users` table is not (docs/security.md).
+
+In a cluster (docs/cluster.md, "AMQP on one port") every member may share the public port
+(`amqp.reuse_port`) and also listens on a member-to-member port (`amqp.cluster_host` and
+`cluster_port`). A connection for a vhost another member owns is handed to that member at
+connection.open (handoff.py); a member that stops serving a vhost closes its connections
+with 320 CONNECTION_FORCED, which clients recover from by reconnecting.
 """
 
 from __future__ import annotations
@@ -56,8 +62,10 @@ from pulsar_gateway.handlers.amqp.connection_settings import (
 from pulsar_gateway.handlers.amqp.connection_state import AmqpConnection, ConnectionState
 from pulsar_gateway.handlers.amqp.errors import ReplyCode
 from pulsar_gateway.handlers.amqp.events import ConnectionClosed, Event
+from pulsar_gateway.handlers.amqp.handoff import HandOffError, HandshakeRecorder, hand_off
 from pulsar_gateway.handlers.amqp.management import ConnectionSummary
 from pulsar_gateway.handlers.amqp.publish_alarm import PublishAlarm
+from pulsar_gateway.handlers.amqp.vhost_owners import VhostOwners
 from pulsar_gateway.handlers.authorization import AUDIT_LOGGERS, Access, Authorizer
 from pulsar_gateway.handlers.listener_limits import ConnectionLimits, LogLimiter, bound_address
 from pulsar_gateway.security.credentials import NoUsers, UserDirectory, shown
@@ -104,9 +112,11 @@ class AmqpServer:
         tls: ssl.SSLContext | None = None,
         authorizer: Authorizer | None = None,
         vhost_namespace: Callable[[str], str] = str,
+        owners: VhostOwners | None = None,
     ) -> None:
         """`vhost_namespace` maps a vhost onto the Pulsar namespace its rights are kept on
-        (the store's mapping, docs/pulsar-mapping.md)."""
+        (the store's mapping, docs/pulsar-mapping.md). `owners`: in a cluster, who serves
+        which vhost; None: this listener serves every vhost."""
         self.settings = settings
         self.vhost_policy = vhost_policy
         self.users: UserDirectory = users or NoUsers()
@@ -118,6 +128,10 @@ class AmqpServer:
         self.authenticator = Authenticator(settings.users or {"guest": "guest"}, directory=users)
         self.tls = tls  # the AMQPS listener's (amqp.tls_port), beside the plaintext one
         self._tls_server: asyncio.base_events.Server | None = None
+        self.owners = owners
+        self._member_server: asyncio.base_events.Server | None = None
+        self._closing_moved: asyncio.Task[None] | None = None
+        self._moved_pending = False
         self.connection_settings = offered_settings(settings)
         self._server: asyncio.base_events.Server | None = None
         self._connections: set[asyncio.Task[None]] = set()
@@ -140,6 +154,11 @@ class AmqpServer:
         """The AMQPS listener's address, None without TLS."""
         return bound_address(self._tls_server)
 
+    @property
+    def member_address(self) -> tuple[str, int] | None:
+        """The member-to-member listener's address, None outside a cluster."""
+        return bound_address(self._member_server)
+
     async def start(self) -> None:
         self.log_limiter.attach(*PER_REQUEST_LOGGERS)
         # summed when scraped, not kept up to date on every publish
@@ -155,9 +174,26 @@ class AmqpServer:
         metrics.AMQP_BLOCKED_CONNECTIONS.set_function(
             lambda: sum(1 for s in sessions if s.conn.blocked)
         )
+        reuse_port = self.settings.reuse_port or None
         self._server = await asyncio.start_server(
-            self._accept, self.settings.host, self.settings.port, limit=READ_SIZE, backlog=1024
+            self._accept,
+            self.settings.host,
+            self.settings.port,
+            limit=READ_SIZE,
+            backlog=1024,
+            reuse_port=reuse_port,
         )
+        if self.owners is not None:
+            self._member_server = await asyncio.start_server(
+                self._accept_member,
+                self.settings.cluster_host,
+                self.settings.cluster_port,
+                limit=READ_SIZE,
+                backlog=1024,
+            )
+            host, port = self.member_address or ("", 0)
+            log.info("amqp member-to-member listener on %s:%d", host, port)
+            self.owners.view.on_change(self._ownership_changed)
         if self.tls is not None:
             self._tls_server = await asyncio.start_server(
                 self._accept,
@@ -165,6 +201,7 @@ class AmqpServer:
                 self.settings.tls_port,
                 limit=READ_SIZE,
                 backlog=1024,
+                reuse_port=reuse_port,
                 ssl=self.tls,
                 # the TLS handshake comes before _accept: bounded like the AMQP one
                 ssl_handshake_timeout=self.settings.handshake_timeout_seconds,
@@ -187,7 +224,41 @@ class AmqpServer:
 
     def connections(self) -> list[ConnectionSummary]:
         """The open connections that finished their handshake, for `/api/connections`."""
-        return [s.summary() for s in list(self._sessions) if s.conn.username is not None]
+        return [
+            s.summary()
+            for s in list(self._sessions)
+            if s.conn.username is not None and not s.conn.handed_off
+        ]
+
+    def _ownership_changed(self) -> None:
+        """The membership changed or this member stopped serving: close, once, the
+        connections of every vhost it no longer serves, then release those vhosts."""
+        self._moved_pending = True  # a change during a pass gets a pass of its own
+        if self._closing_moved is None or self._closing_moved.done():
+            self._closing_moved = asyncio.ensure_future(self._close_moved())
+
+    async def _close_moved(self) -> None:
+        while self._moved_pending:
+            self._moved_pending = False
+            await self._close_moved_once()
+
+    async def _close_moved_once(self) -> None:
+        owners = self.owners
+        assert owners is not None
+        for session in list(self._sessions):
+            vhost = session.conn.vhost
+            if vhost is None or session.conn.handed_off or session.conn.closed:
+                continue
+            if not owners.serves(vhost):
+                metrics.AMQP_HANDOFFS.labels("closed_moved").inc()
+                await session.force_close(
+                    f"vhost '{vhost}' moved to another gateway; reconnect",
+                    f"on vhost '{shown(vhost)}': no longer served here",
+                )
+        for vhost in list(self.broker.vhosts):
+            if not owners.serves(vhost):
+                log.info("amqp vhost '%s': no longer served here, released", shown(vhost))
+                await self.broker.release(vhost)
 
     async def stop(self) -> None:
         if self._user_check is not None:
@@ -196,6 +267,10 @@ class AmqpServer:
             self._server.close()
         if self._tls_server:
             self._tls_server.close()
+        if self._member_server:
+            self._member_server.close()
+        if self._closing_moved is not None:
+            self._closing_moved.cancel()
         for task in list(self._connections):
             task.cancel()
         if self._connections:
@@ -212,7 +287,18 @@ class AmqpServer:
             return self.authorizer.unrestricted("amqp", peer, username)
         return self.authorizer.bound("amqp", peer, username)
 
-    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _accept_member(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        """A connection another member handed over: served here, or closed, never passed on."""
+        await self._accept(reader, writer, member_to_member=True)
+
+    async def _accept(
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        member_to_member: bool = False,
+    ) -> None:
         task = asyncio.current_task()
         assert task is not None
         ip = self.limits.admit(writer)
@@ -224,7 +310,7 @@ class AmqpServer:
         metrics.CONNECTIONS_TOTAL.labels("amqp").inc()
         session: _Session | None = None
         try:
-            session = _Session(self, reader, writer, str(peer[0]), int(peer[1]))
+            session = _Session(self, reader, writer, str(peer[0]), int(peer[1]), member_to_member)
             self._sessions.add(session)
             await session.run()
         except asyncio.CancelledError:
@@ -265,8 +351,14 @@ class _Session:
         writer: asyncio.StreamWriter,
         peer_host: str,
         peer_port: int,
+        member_to_member: bool = False,
     ) -> None:
         self.server = server
+        self.member_to_member = member_to_member
+        # the client's handshake, to replay to its vhost's owner (handoff.py)
+        self.recorder = (
+            HandshakeRecorder() if server.owners is not None and not member_to_member else None
+        )
         self.reader = reader
         self.writer = writer
         self.peer = peer_host
@@ -312,6 +404,10 @@ class _Session:
         namespace = self.server.vhost_namespace(vhost)
         if not may_open(access, namespace, vhost):
             return VhostAccess.REFUSED
+        if self.server.owners is not None:
+            routed = self.server.owners.route(vhost, self.member_to_member)
+            if routed is not None:
+                return routed
         self.broker.access, self.broker.namespace = access, namespace
         return decision
 
@@ -364,12 +460,46 @@ class _Session:
             timer.cancel()
             if self._drain_task is not None:
                 self._drain_task.cancel()
-            if not self.conn.closed:
+            if not self.conn.closed and not self.conn.handed_off:
                 await self.broker.handle(self.conn.connection_lost())
             await self.broker.connection_closed()
             self._flush()
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self.writer.drain(), 2)
+        if self.conn.handed_off:
+            await self._hand_off()
+
+    async def _hand_off(self) -> None:
+        """Pass the connection to its vhost's owner and splice until either side closes;
+        when no owner takes it, close the socket (the client reconnects)."""
+        owners, recorder, vhost = self.server.owners, self.recorder, self.conn.vhost
+        assert owners is not None and recorder is not None and vhost is not None
+        owner = None if recorder.overflowed else await owners.target(vhost)
+        if owner is None:
+            metrics.AMQP_HANDOFFS.labels("no_owner").inc()
+            log.warning(
+                "amqp %s: closing the connection: no member serves vhost '%s' now",
+                self.broker.peer,
+                shown(vhost),
+            )
+            return
+        try:
+            metrics.AMQP_HANDOFFS.labels("handed_off").inc()
+            await hand_off(
+                recorder.data,
+                (self.reader, self.writer),
+                owner.amqp_host,
+                owner.amqp_port,
+                self.server.settings.handshake_timeout_seconds,
+            )
+        except (OSError, TimeoutError, HandOffError, asyncio.IncompleteReadError) as exc:
+            metrics.AMQP_HANDOFFS.labels("failed").inc()
+            log.warning(
+                "amqp %s: handing the connection to %s failed: %s",
+                self.broker.peer,
+                owner.member_id,
+                exc,
+            )
 
     async def _read_loop(self) -> None:
         while not self.conn.closed:
@@ -403,6 +533,8 @@ class _Session:
             if not data:
                 await self.broker.handle(self.conn.connection_lost())
                 return
+            if self.recorder is not None and self.conn.state in _HANDSHAKE_STATES:
+                self.recorder.record(data)
             events = self.conn.receive_data(data, time.monotonic())
             if self.credentials is _NOT_YET and self.conn.username is not None:
                 self.credentials = self.authenticator.credentials_of(self.conn.username)
@@ -410,6 +542,8 @@ class _Session:
             self._flush()  # the core's own replies go first
             await self.broker.handle(events)
             self._flush()
+            if self.conn.handed_off:
+                return  # run() passes the connection on
             # No drain here: a client blocked writing to us must still be read, or both
             # sides wait for each other. Deliveries stop by themselves while the buffer is
             # full; only past OUTPUT_HIGH_WATER (above) does reading wait for the client.
@@ -418,15 +552,17 @@ class _Session:
     async def revoke(self, user: str) -> None:
         """connection.close 320 CONNECTION_FORCED: the user is gone or has a new password."""
         self.credentials = _REVOKED  # once
-        log.warning(
-            "amqp %s: closing the connection of user '%s': removed or password changed",
-            self.broker.peer,
-            shown(user),
-        )
         metrics.AUTHENTICATIONS.labels("amqp", "none", "revoked").inc()
-        events = self.conn.close(
-            ReplyCode.CONNECTION_FORCED, f"user '{user}' was removed or its password changed"
+        await self.force_close(
+            f"user '{user}' was removed or its password changed",
+            f"of user '{shown(user)}': removed or password changed",
         )
+
+    async def force_close(self, explanation: str, logged: str) -> None:
+        """connection.close 320 CONNECTION_FORCED with `explanation`; `logged` ends the log
+        line ("closing the connection <logged>")."""
+        log.warning("amqp %s: closing the connection %s", self.broker.peer, logged)
+        events = self.conn.close(ReplyCode.CONNECTION_FORCED, explanation)
         self._flush()
         await self.broker.handle(events)
         self._flush()

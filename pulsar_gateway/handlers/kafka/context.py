@@ -10,8 +10,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from pulsar_gateway.gateway.cluster.view import Member, group_key, partition_key, txn_key
 from pulsar_gateway.gateway.config import KafkaSection
-from pulsar_gateway.gateway.topic_names import pulsar_topic
+from pulsar_gateway.gateway.topic_names import kafka_topic_name, pulsar_topic
 from pulsar_gateway.handlers.authorization import Access, Authorizer, everyone_allowed
 from pulsar_gateway.handlers.kafka.group_coordinator import GroupCoordinator
 from pulsar_gateway.handlers.kafka.idempotence import ProducerSequences
@@ -57,16 +58,55 @@ class KafkaContext:
     def producer_ids(self) -> ProducerIds:
         return self.storage.producer_ids
 
-    @property
-    def _short_prefix(self) -> str:
-        return f"persistent://{self.settings.tenant}/{self.settings.namespace}/"
+    # ---- the cluster (docs/cluster.md): whom clients are sent to, and what this one serves
+
+    def serves_partition(self, topic: str, index: int) -> bool:
+        """Whether this member serves partition `index` of `topic` (its Pulsar name, a
+        TopicRecord's: one spelling whatever name the client used)."""
+        cluster = self.storage.cluster
+        return cluster is None or cluster.serves(partition_key(self.kafka_name(topic), index))
+
+    def serves_group(self, group_id: str) -> bool:
+        cluster = self.storage.cluster
+        return cluster is None or cluster.serves(group_key(group_id))
+
+    def serves_transaction(self, transactional_id: str) -> bool:
+        """Whether this member coordinates the transactional id (else NOT_COORDINATOR)."""
+        cluster = self.storage.cluster
+        return cluster is None or cluster.serves(txn_key(transactional_id))
+
+    def leader_of(self, topic: str, index: int) -> int:
+        """The node id of the member that serves the partition (`topic`: its Pulsar name)."""
+        cluster = self.storage.cluster
+        if cluster is None:
+            return self.identity.node_id
+        return cluster.owner(partition_key(self.kafka_name(topic), index)).node_id
+
+    def coordinator_of(self, key: str, transactional: bool) -> tuple[int, str, int]:
+        """(node id, host, port) of the member that coordinates a group or transactional id."""
+        cluster = self.storage.cluster
+        if cluster is None:
+            return self.identity.node_id, self.identity.host, self.identity.port
+        owner = cluster.owner(txn_key(key) if transactional else group_key(key))
+        return self._address(owner)
+
+    def brokers(self) -> list[tuple[int, str, int]]:
+        """(node id, host, port) of every live member, this one as its listener advertises
+        itself (a TLS listener beside the plaintext one gives its own port)."""
+        cluster = self.storage.cluster
+        if cluster is None:
+            return [(self.identity.node_id, self.identity.host, self.identity.port)]
+        return [self._address(member) for member in cluster.members()]
+
+    def _address(self, member: Member) -> tuple[int, str, int]:
+        cluster = self.storage.cluster
+        if cluster is not None and member.member_id == cluster.me().member_id:
+            return self.identity.node_id, self.identity.host, self.identity.port
+        return member.node_id, member.kafka_host, member.kafka_port
 
     def pulsar_name(self, kafka_name: str) -> str:
         return pulsar_topic(kafka_name, self.settings.tenant, self.settings.namespace)
 
     def kafka_name(self, pulsar_name: str) -> str:
         """The name a Kafka client lists: short in the default namespace, tenant/ns/name else."""
-        prefix = self._short_prefix
-        if pulsar_name.startswith(prefix):
-            return pulsar_name[len(prefix) :]
-        return pulsar_name.removeprefix("persistent://")
+        return kafka_topic_name(pulsar_name, self.settings.tenant, self.settings.namespace)

@@ -196,6 +196,8 @@ class GroupCoordinator:
         self.initial_delay = initial_rebalance_delay_ms / 1000
         self.clock = clock
         self.groups: dict[str, Group] = {}
+        # whether this gateway coordinates a group (docs/cluster.md); alone: every group
+        self.serves: Callable[[str], bool] = _every_group
         self._sweeper: asyncio.Task[None] | None = None
         self._deliveries: set[asyncio.Task[None]] = set()
 
@@ -232,6 +234,18 @@ class GroupCoordinator:
             self.groups[group_id] = group
         return group
 
+    def drop_unserved(self) -> None:
+        """Another cluster member coordinates these groups now (or this one stopped serving):
+        forget their members at once, and answer whoever waits with NOT_COORDINATOR, so the
+        clients find the new coordinator; it loads the group's generation and commits from
+        the metadata store."""
+        for group_id in [gid for gid in self.groups if not self.serves(gid)]:
+            group = self.groups.pop(group_id)
+            for member in group.members.values():
+                _finish(member.join_future, JoinResult(ErrorCode.NOT_COORDINATOR))
+                _finish(member.sync_future, SyncResult(ErrorCode.NOT_COORDINATOR))
+            log.info("group %s: no longer coordinated here", group_id)
+
     def _forget_if_unused(self, group: Group) -> None:
         if group.state == EMPTY and not group.members and not group.pending:
             if self.store is None or not self.store.has_offsets(group.group_id):
@@ -255,6 +269,8 @@ class GroupCoordinator:
     ) -> JoinResult:
         if not group_id:
             return JoinResult(ErrorCode.INVALID_GROUP_ID, member_id)
+        if not self.serves(group_id):
+            return JoinResult(ErrorCode.NOT_COORDINATOR, member_id)
         if not self.min_session_ms <= session_ms <= self.max_session_ms:
             return JoinResult(ErrorCode.INVALID_SESSION_TIMEOUT, member_id)
         group = self._group(group_id)
@@ -572,6 +588,8 @@ class GroupCoordinator:
     ) -> SyncResult:
         if not group_id:
             return SyncResult(ErrorCode.INVALID_GROUP_ID)
+        if not self.serves(group_id):
+            return SyncResult(ErrorCode.NOT_COORDINATOR)
         group = self._group(group_id)
         code = self._check_member(group, generation, member_id, instance_id)
         if code:
@@ -617,6 +635,8 @@ class GroupCoordinator:
     ) -> int:
         if not group_id:
             return ErrorCode.INVALID_GROUP_ID
+        if not self.serves(group_id):
+            return ErrorCode.NOT_COORDINATOR
         group = self._group(group_id)
         code = self._check_member(group, generation, member_id, instance_id)
         if code:
@@ -633,6 +653,8 @@ class GroupCoordinator:
         """(top-level error, one error per leaving (member id, instance id))."""
         if not group_id:
             return ErrorCode.INVALID_GROUP_ID, [ErrorCode.INVALID_GROUP_ID] * len(leaving)
+        if not self.serves(group_id):
+            return ErrorCode.NOT_COORDINATOR, [ErrorCode.NOT_COORDINATOR] * len(leaving)
         group = self._group(group_id)
         if group is None:
             return ErrorCode.NONE, [ErrorCode.UNKNOWN_MEMBER_ID] * len(leaving)
@@ -668,6 +690,8 @@ class GroupCoordinator:
         """Kafka's fencing of OffsetCommit; NONE means the offsets may be stored."""
         if not group_id:
             return ErrorCode.INVALID_GROUP_ID
+        if not self.serves(group_id):
+            return ErrorCode.NOT_COORDINATOR
         group = self._group(group_id)
         if group is None:
             return ErrorCode.NONE if generation < 0 else ErrorCode.ILLEGAL_GENERATION
@@ -687,10 +711,12 @@ class GroupCoordinator:
         return ErrorCode.NONE
 
     def known_group_ids(self) -> list[str]:
+        """The groups this gateway coordinates (in a cluster, each member lists its own, as
+        Kafka brokers do; clients ask them all)."""
         ids = {gid for gid, g in self.groups.items() if g.state != DEAD}
         if self.store is not None:
             ids.update(self.store.groups_with_offsets())
-        return sorted(ids)
+        return sorted(gid for gid in ids if self.serves(gid))
 
     def describe(self, group_id: str) -> Group | None:
         group = self.groups.get(group_id)
@@ -703,6 +729,8 @@ class GroupCoordinator:
     async def delete_group(self, group_id: str) -> int:
         if not group_id:
             return ErrorCode.INVALID_GROUP_ID
+        if not self.serves(group_id):
+            return ErrorCode.NOT_COORDINATOR
         group = self.groups.get(group_id)
         has_offsets = self.store is not None and self.store.has_offsets(group_id)
         if (group is None or group.state == DEAD) and not has_offsets:
@@ -715,6 +743,10 @@ class GroupCoordinator:
         if self.store is not None:
             await self.store.delete_group(group_id)
         return ErrorCode.NONE
+
+
+def _every_group(group_id: str) -> bool:
+    return True
 
 
 def _finish(future: asyncio.Future[Any] | None, result: Any) -> None:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from pulsar_gateway.handlers.kafka.port import ProducerSnapshot, ProducerStamp, ProducerStateStore
@@ -81,6 +82,14 @@ class ProducerSequences:
         state.batches.append(batch)
         state.next_sequence = (last + 1) % SEQUENCE_WRAP
         return SequenceCheck(accepted=batch, stamp=ProducerStamp(producer_id, epoch, first, last))
+
+    def forget_unserved(self, served: Callable[[str], bool]) -> None:
+        """Drop the live state of partitions (Pulsar partition topics) `served` refuses:
+        another cluster member appends to them now (docs/cluster.md), so this state is
+        stale; should they come back, it is restored from the log, which has the other
+        member's batches too."""
+        for key in [key for key in self._states if not served(key[1])]:
+            del self._states[key]
 
     def _restore(
         self, key: tuple[int, str], stored: ProducerSnapshot | None

@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from pulsar_gateway.gateway.cluster.view import ClusterView
 from pulsar_gateway.gateway.errors import StorageError
 from pulsar_gateway.gateway.messages import LogEntry, OutMessage
 from pulsar_gateway.gateway.reserved_names import ReservedNamespaces
@@ -314,3 +315,6 @@ class KafkaStorage:
     credentials: ScramCredentials | None = None
     # the transaction coordinator's state; None: transactional ids are refused
     transactions: TransactionStore | None = None
+    # who serves which partition, group and transactional id (docs/cluster.md); None: this
+    # gateway alone serves everything
+    cluster: ClusterView | None = None

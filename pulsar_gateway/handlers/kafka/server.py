@@ -38,11 +38,14 @@ import logging
 import socket
 import ssl
 import struct
+from collections.abc import Callable
 from concurrent.futures import Executor, ThreadPoolExecutor
 from typing import Any
 
 from pulsar_gateway.gateway import metrics
+from pulsar_gateway.gateway.cluster.view import txn_key
 from pulsar_gateway.gateway.config import KafkaSection, is_loopback_host
+from pulsar_gateway.gateway.topic_names import split_partition_topic
 from pulsar_gateway.handlers.authorization import AUDIT_LOGGERS, Authorizer, peer_text
 from pulsar_gateway.handlers.kafka.context import BrokerIdentity, KafkaContext
 from pulsar_gateway.handlers.kafka.group_coordinator import GroupCoordinator
@@ -120,6 +123,7 @@ class KafkaServer:
                 storage.offsets,
                 storage.producer_ids,
                 max_timeout_ms=settings.transaction_max_timeout_ms,
+                serves=_transactions_served_by(storage),
             )
         )
         self._server: asyncio.base_events.Server | None = None
@@ -165,8 +169,9 @@ class KafkaServer:
         )
         host, port = self.address
         advertised = advertised_host(self.settings.advertised_host, host)
+        cluster = self.storage.cluster  # docs/cluster.md: this member's own node id
         identity = BrokerIdentity(
-            self.settings.node_id,
+            cluster.me().node_id if cluster is not None else self.settings.node_id,
             advertised,
             self.settings.advertised_port or port,
             self.settings.cluster_id,
@@ -179,6 +184,11 @@ class KafkaServer:
             authorizer=self.authorizer,
             transactions=self.transactions,
         )
+        if cluster is not None:
+            # groups another member coordinates are refused, and dropped when they move
+            self.groups.serves = self.context.serves_group
+            cluster.on_change(self.groups.drop_unserved)
+            cluster.on_change(self._forget_unserved_producers)
         if beside:
             self._tls_server = await asyncio.start_server(
                 self._accept_tls,
@@ -200,6 +210,13 @@ class KafkaServer:
         self.groups.start()
         if self.transactions is not None:
             self.transactions.start()
+
+    def _forget_unserved_producers(self) -> None:
+        context = self.context
+        assert context is not None
+        context.sequences.forget_unserved(
+            lambda topic: context.serves_partition(*split_partition_topic(topic))
+        )
 
     def _warn_about_security(self) -> None:
         """Say at start-up what a reader of the settings could miss."""
@@ -571,3 +588,12 @@ class _Connection:
 
 async def _ready(response: bytes) -> bytes:
     return response
+
+
+def _transactions_served_by(storage: KafkaStorage) -> Callable[[str], bool]:
+    """Whether this gateway coordinates a transactional id: all of them alone, in a cluster
+    those the view gives it (docs/cluster.md)."""
+    cluster = storage.cluster
+    if cluster is None:
+        return lambda _transactional_id: True
+    return lambda transactional_id: cluster.serves(txn_key(transactional_id))

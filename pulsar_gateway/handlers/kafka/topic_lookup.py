@@ -88,11 +88,14 @@ async def open_partition(
 ) -> PartitionLog | int:
     """Partition `index` of a topic `find_topic` answered (record, code), opened; else the
     error code a partition-level answer gives: the topic's own, UNKNOWN_TOPIC_OR_PARTITION
-    for an index it does not have, KAFKA_STORAGE_ERROR when it cannot be opened."""
+    for an index it does not have, NOT_LEADER_OR_FOLLOWER for one another cluster member
+    serves, KAFKA_STORAGE_ERROR when it cannot be opened."""
     if record is None:
         return code
     if not 0 <= index < record.partitions:
         return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    if not context.serves_partition(record.name, index):
+        return ErrorCode.NOT_LEADER_OR_FOLLOWER  # another cluster member serves it
     try:
         return await context.topics.partition_of(record, index)
     except StorageError:

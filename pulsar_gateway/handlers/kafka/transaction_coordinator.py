@@ -24,7 +24,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 from pulsar_gateway.gateway.messages import OutMessage
 from pulsar_gateway.handlers.kafka.port import (
@@ -77,6 +77,15 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
+class NotServed(Exception):
+    """This gateway does not coordinate the transactional id: another cluster member does
+    (docs/cluster.md), and the client is answered NOT_COORDINATOR."""
+
+
+def _serves_every_id(_transactional_id: str) -> bool:
+    return True
+
+
 class TransactionCoordinator:
     def __init__(
         self,
@@ -86,7 +95,11 @@ class TransactionCoordinator:
         producer_ids: ProducerIds,
         max_timeout_ms: int = 900_000,
         check_interval: float = 1.0,
+        serves: Callable[[str], bool] = _serves_every_id,
     ) -> None:
+        # in a cluster, whether this member coordinates an id now: asked before every
+        # request on it and before its timer touches it, so two members never both do
+        self.serves = serves
         self.store = store
         self.topics = topics
         self.offsets = offsets
@@ -125,34 +138,45 @@ class TransactionCoordinator:
         behind (all of them with `recover`, at start)."""
         now = _now_ms() if now_ms is None else now_ms
         for seen in self.store.all():
+            if not self.serves(seen.transactional_id):
+                continue
             timed_out = seen.state == ONGOING and now - seen.start_ms > seen.timeout_ms
             stuck = seen.state in (PREPARE_COMMIT, PREPARE_ABORT) and (
                 recover or now - seen.updated_ms > STUCK_PREPARED_MS
             )
             if not (timed_out or stuck):
                 continue
-            async with self._locked(seen.transactional_id) as state:
-                if state is None:
-                    continue
-                try:
-                    if state.state == ONGOING and now - state.start_ms > state.timeout_ms:
-                        log.info(
-                            "transaction of %r timed out after %d ms: aborting it",
-                            state.transactional_id,
-                            state.timeout_ms,
-                        )
-                        # as Kafka: the epoch is bumped, so the producer is fenced
-                        await self._bump_and_abort(state)
-                    elif state.state in (PREPARE_COMMIT, PREPARE_ABORT):
-                        await self._complete(state)
-                except StorageError as exc:
-                    log.warning("finishing %r failed: %s", state.transactional_id, exc)
+            with contextlib.suppress(NotServed):  # given to another member meanwhile
+                await self._expire_one(seen.transactional_id, now)
+
+    async def _expire_one(self, transactional_id: str, now: int) -> None:
+        async with self._locked(transactional_id) as state:
+            if state is None:
+                return
+            try:
+                if state.state == ONGOING and now - state.start_ms > state.timeout_ms:
+                    log.info(
+                        "transaction of %r timed out after %d ms: aborting it",
+                        state.transactional_id,
+                        state.timeout_ms,
+                    )
+                    # as Kafka: the epoch is bumped, so the producer is fenced
+                    await self._bump_and_abort(state)
+                elif state.state in (PREPARE_COMMIT, PREPARE_ABORT):
+                    await self._complete(state)
+            except StorageError as exc:
+                log.warning("finishing %r failed: %s", state.transactional_id, exc)
 
     @contextlib.asynccontextmanager
     async def _locked(self, transactional_id: str) -> AsyncIterator[TransactionState | None]:
-        """The id's state, with no other request on the same id under way."""
+        """The id's state, with no other request on the same id under way; NotServed when
+        another cluster member coordinates it (checked again once the lock is held)."""
+        if not self.serves(transactional_id):
+            raise NotServed(transactional_id)
         lock = self._locks.setdefault(transactional_id, asyncio.Lock())
         async with lock:
+            if not self.serves(transactional_id):
+                raise NotServed(transactional_id)
             yield self.store.get(transactional_id)
 
     # ---- the APIs --------------------------------------------------------------------------
@@ -280,6 +304,13 @@ class TransactionCoordinator:
         """Whether a transactional batch may be appended: its producer is the id's current
         one and the partition was added to the open transaction."""
         state = self.store.get(transactional_id)
+        if not self.serves(transactional_id):
+            # another cluster member coordinates the id and this one sees its state only
+            # as the followed metadata store brings it, a moment late: as a Kafka partition
+            # leader before KIP-890, refuse only a producer already fenced
+            known = state is not None and state.producer_id == producer_id
+            late = known and state is not None and epoch < state.epoch
+            return ErrorCode.INVALID_PRODUCER_EPOCH if late else ErrorCode.NONE
         if state is None or state.producer_id != producer_id:
             return ErrorCode.INVALID_PRODUCER_ID_MAPPING
         if epoch != state.epoch:

@@ -74,14 +74,31 @@ class GroupOffsetStore:
     def load(self) -> None:
         """Index what the (already loaded) metadata store holds."""
         for key, value in self.metadata.items(OFFSETS_PREFIX):
-            group_part, _, rest = key[len(OFFSETS_PREFIX) :].partition("/offsets/")
-            if rest and isinstance(value, dict):
-                group = self._offsets.setdefault(unquote(group_part), {})
-                group[unquote(rest)] = CommittedOffset(**value)
+            self.apply_change(key, value)
         for key, value in self.metadata.items(STATE_PREFIX):
+            self.apply_change(key, value)
+
+    def apply_change(self, key: str, value: Any) -> None:
+        """One key of the metadata store as it now is (None: deleted): at load, and as
+        another cluster member's commits are followed (MetadataStore.watch)."""
+        if key.startswith(OFFSETS_PREFIX):
+            group_part, _, rest = key[len(OFFSETS_PREFIX) :].partition("/offsets/")
+            if not rest:
+                return
+            group_id, topic = unquote(group_part), unquote(rest)
             if isinstance(value, dict):
-                group_id = unquote(key[len(STATE_PREFIX) :])
+                self._offsets.setdefault(group_id, {})[topic] = CommittedOffset(**value)
+            elif value is None:
+                stored = self._offsets.get(group_id, {})
+                stored.pop(topic, None)
+                if not stored:
+                    self._offsets.pop(group_id, None)
+        elif key.startswith(STATE_PREFIX):
+            group_id = unquote(key[len(STATE_PREFIX) :])
+            if isinstance(value, dict):
                 self._states[group_id] = (int(value["generation"]), value.get("protocol_type", ""))
+            elif value is None:
+                self._states.pop(group_id, None)
 
     # ---- offsets ---------------------------------------------------------------------------
 

@@ -24,7 +24,7 @@ from pulsar_gateway.gateway.backend.admin import (
 )
 from pulsar_gateway.gateway.backend.pulsar_backend import PulsarBackend
 from pulsar_gateway.gateway.metadata_store import MetadataStore
-from pulsar_gateway.gateway.topic_names import partition_topic
+from pulsar_gateway.gateway.topic_names import partition_topic, split_partition_topic
 from pulsar_gateway.handlers.kafka.port import (
     InvalidPartitions,
     TopicDeletionDisabled,
@@ -282,6 +282,21 @@ class TopicService:
     @property
     def open_partitions(self) -> int:
         return len(self._logs)
+
+    def open_partition_names(self) -> list[tuple[str, int]]:
+        """(topic, partition index) of every open partition log."""
+        return [split_partition_topic(name) for name in self._logs]
+
+    async def release(self, served: Callable[[str, int], bool]) -> None:
+        """Close the open partition logs `served(topic, index)` refuses: in a cluster, those
+        another member serves now (docs/cluster.md). Opened again later, a log reads the
+        partition back to its end first, so it counts what the other member appended."""
+        for name, partition_log in list(self._logs.items()):
+            topic, index = split_partition_topic(name)
+            if not served(topic, index) and self._logs.get(name) is partition_log:
+                del self._logs[name]
+                with contextlib.suppress(Exception):
+                    await partition_log.close()
 
     async def _reap_idle(self) -> None:
         while True:

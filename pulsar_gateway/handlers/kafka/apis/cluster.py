@@ -1,4 +1,5 @@
-"""DescribeCluster: this gateway is the whole cluster, and its own controller.
+"""DescribeCluster: every live gateway of the cluster (docs/cluster.md) is a broker; the
+one answering names itself the controller.
 
 ListClientMetricsResources (KIP-714): the gateway keeps no client-metrics subscriptions
 (it does not serve GetTelemetrySubscriptions, so clients push no telemetry), so the list
@@ -26,12 +27,8 @@ async def describe_cluster(
         "cluster_id": identity.cluster_id,
         "controller_id": identity.node_id,
         "brokers": [
-            {
-                "broker_id": identity.node_id,
-                "host": identity.host,
-                "port": identity.port,
-                "rack": None,
-            }
+            {"broker_id": node, "host": host, "port": port, "rack": None}
+            for node, host, port in context.brokers()
         ],
         "cluster_authorized_operations": -2147483648,
     }

@@ -58,6 +58,8 @@ async def handle(context: KafkaContext, header: Any, request: dict[str, Any]) ->
                 logs[(name, index)] = code
             elif not 0 <= index < record.partitions:
                 logs[(name, index)] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            elif not context.serves_partition(record.name, index):
+                logs[(name, index)] = ErrorCode.NOT_LEADER_OR_FOLLOWER
             else:
                 try:
                     logs[(name, index)] = await context.topics.partition_of(record, index)

@@ -89,6 +89,8 @@ def _fetch_group(
         return ErrorCode.INVALID_GROUP_ID, []
     if not group_allowed(context, group_id, DESCRIBE):
         return ErrorCode.GROUP_AUTHORIZATION_FAILED, []
+    if not context.serves_group(group_id):
+        return ErrorCode.NOT_COORDINATOR, []
     wanted: dict[str, list[int]] = defaultdict(list)
     if topics is None:  # every topic of the group the user may describe, as Kafka
         for pulsar_partition in store.offsets(group_id):
@@ -163,6 +165,8 @@ async def offset_delete(
             "throttle_time_ms": 0,
             "topics": [],
         }
+    if group_id and not context.serves_group(group_id):
+        return {"error_code": ErrorCode.NOT_COORDINATOR, "throttle_time_ms": 0, "topics": []}
     group = coordinator_of(context).describe(group_id) if group_id else None
     if group is None:
         code = ErrorCode.INVALID_GROUP_ID if not group_id else ErrorCode.GROUP_ID_NOT_FOUND

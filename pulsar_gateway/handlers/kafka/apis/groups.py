@@ -1,5 +1,6 @@
 """Group APIs of the classic protocol: FindCoordinator, Join, Sync, Heartbeat, Leave,
-ListGroups, DescribeGroups and DeleteGroups. This gateway is every group's coordinator.
+ListGroups, DescribeGroups and DeleteGroups. A group's coordinator is the cluster member
+that serves its key (docs/cluster.md); the others answer NOT_COORDINATOR.
 
 FindCoordinator for a transactional id names this gateway too: it is every transactional
 id's coordinator (transaction_coordinator.py).
@@ -34,7 +35,6 @@ def coordinator_of(context: KafkaContext) -> GroupCoordinator:
 async def find_coordinator(
     context: KafkaContext, header: Any, request: dict[str, Any]
 ) -> dict[str, Any]:
-    identity = context.identity
     key_type = request.get("key_type", GROUP_KEY)
 
     def answer(key: str) -> dict[str, Any]:
@@ -47,11 +47,12 @@ async def find_coordinator(
         else:
             code, message = ErrorCode.NONE, None
         found = code == ErrorCode.NONE
+        node, host, port = context.coordinator_of(key, key_type == TRANSACTION_KEY)
         return {
             "key": key,
-            "node_id": identity.node_id if found else -1,
-            "host": identity.host if found else "",
-            "port": identity.port if found else -1,
+            "node_id": node if found else -1,
+            "host": host if found else "",
+            "port": port if found else -1,
             "error_code": code,
             "error_message": message,
         }
@@ -219,11 +220,14 @@ async def describe_groups(
             "authorized_operations": NO_OPERATIONS,
         }
         allowed = bool(group_id) and group_allowed(context, group_id, DESCRIBE)
-        group = coordinator.describe(group_id) if allowed else None
+        served = allowed and context.serves_group(group_id)
+        group = coordinator.describe(group_id) if served else None
         if not group_id:
             entry["error_code"] = ErrorCode.INVALID_GROUP_ID
         elif not allowed:
             entry["error_code"] = ErrorCode.GROUP_AUTHORIZATION_FAILED
+        elif not served:
+            entry["error_code"] = ErrorCode.NOT_COORDINATOR
         elif group is not None:
             stable = group.state == STABLE
             entry.update(

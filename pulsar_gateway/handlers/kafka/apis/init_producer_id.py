@@ -18,7 +18,7 @@ from typing import Any
 from pulsar_gateway.handlers.kafka.authorization import CLUSTER_NAME
 from pulsar_gateway.handlers.kafka.context import KafkaContext
 from pulsar_gateway.handlers.kafka.port import StorageError
-from pulsar_gateway.handlers.kafka.transaction_coordinator import fenced_code
+from pulsar_gateway.handlers.kafka.transaction_coordinator import NotServed, fenced_code
 from pulsar_gateway.kafka_codec.errors import ErrorCode
 from pulsar_gateway.security.rights import CLUSTER, IDEMPOTENT_WRITE, NAMESPACE, WRITE
 
@@ -85,6 +85,8 @@ async def _transactional(
             )
         except StorageError:
             code, producer_id, epoch = ErrorCode.COORDINATOR_NOT_AVAILABLE, -1, -1
+        except NotServed:  # another cluster member coordinates it (docs/cluster.md)
+            code, producer_id, epoch = ErrorCode.NOT_COORDINATOR, -1, -1
     return {
         "throttle_time_ms": 0,
         "error_code": code,

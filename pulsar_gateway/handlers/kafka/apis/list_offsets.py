@@ -38,6 +38,8 @@ async def handle(context: KafkaContext, header: Any, request: dict[str, Any]) ->
             }
             if record is not None and not 0 <= index < record.partitions:
                 result["error_code"] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            elif record is not None and not context.serves_partition(record.name, index):
+                result["error_code"] = ErrorCode.NOT_LEADER_OR_FOLLOWER
             elif record is not None:
                 try:
                     log = await context.topics.partition_of(record, index)

@@ -1,5 +1,6 @@
-"""Metadata and DescribeTopicPartitions: every partition is led by this gateway (node
-`kafka.node_id`), at leader epoch 0, its only replica (Pulsar replicates underneath).
+"""Metadata and DescribeTopicPartitions: every live gateway of the cluster is a broker, and
+each partition is led by the member that serves it (docs/cluster.md; alone, this gateway,
+node `kafka.node_id`), at leader epoch 0, its only replica (Pulsar replicates underneath).
 
 DescribeTopicPartitions (KIP-966, what Kafka 4's `kafka-topics --describe` sends) pages
 through partitions: at most `response_partition_limit` per answer (2000 by default, as Kafka
@@ -55,12 +56,8 @@ async def handle(context: KafkaContext, header: Any, request: dict[str, Any]) ->
     return {
         "throttle_time_ms": 0,
         "brokers": [
-            {
-                "node_id": identity.node_id,
-                "host": identity.host,
-                "port": identity.port,
-                "rack": None,
-            }
+            {"node_id": node, "host": host, "port": port, "rack": None}
+            for node, host, port in context.brokers()
         ],
         "cluster_id": identity.cluster_id,
         "controller_id": identity.node_id,
@@ -71,31 +68,35 @@ async def handle(context: KafkaContext, header: Any, request: dict[str, Any]) ->
 
 def _describe(context: KafkaContext, name: str, record: Any, code: int) -> dict[str, Any]:
     indexes = range(record.partitions) if record is not None else range(0)
+    topic = record.name if record is not None else ""
     return {
         "error_code": code,
         "name": name,
         "topic_id": topic_uuid(record),
         "is_internal": False,
-        "partitions": _partitions(context, indexes),
+        "partitions": _partitions(context, topic, indexes),
         "topic_authorized_operations": -2147483648,
     }
 
 
-def _partitions(context: KafkaContext, indexes: Iterable[int]) -> list[dict[str, Any]]:
-    """One row per partition: led by this broker, its only replica, in sync, epoch 0."""
-    node = context.identity.node_id
-    return [
-        {
-            "error_code": 0,
-            "partition_index": index,
-            "leader_id": node,
-            "leader_epoch": 0,
-            "replica_nodes": [node],
-            "isr_nodes": [node],
-            "offline_replicas": [],
-        }
-        for index in indexes
-    ]
+def _partitions(context: KafkaContext, topic: str, indexes: Iterable[int]) -> list[dict[str, Any]]:
+    """One row per partition: led by the member serving it, its only replica, in sync,
+    epoch 0."""
+    rows = []
+    for index in indexes:
+        node = context.leader_of(topic, index)
+        rows.append(
+            {
+                "error_code": 0,
+                "partition_index": index,
+                "leader_id": node,
+                "leader_epoch": 0,
+                "replica_nodes": [node],
+                "isr_nodes": [node],
+                "offline_replicas": [],
+            }
+        )
+    return rows
 
 
 PARTITION_LIMIT = 2000  # Kafka's max.request.partition.size.limit default
@@ -163,6 +164,6 @@ def _paged(
     topic["topic_id"] = topic_uuid(record)
     topic["partitions"] = [
         {**row, "eligible_leader_replicas": None, "last_known_elr": None}
-        for row in _partitions(context, indexes)
+        for row in _partitions(context, record.name if record else "", indexes)
     ]
     return topic

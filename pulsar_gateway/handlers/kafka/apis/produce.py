@@ -168,6 +168,8 @@ async def _append(
         return PartitionResult(code)
     if not 0 <= index < record.partitions:
         return PartitionResult(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+    if not context.serves_partition(record.name, index):  # another cluster member's
+        return PartitionResult(ErrorCode.NOT_LEADER_OR_FOLLOWER)
     if records is None or len(records) == 0:
         return PartitionResult(ErrorCode.CORRUPT_MESSAGE, message="no records")
     rules = produce_rules(record.configs, context.settings.message_max_bytes)
@@ -199,6 +201,8 @@ async def _append(
         partition = await context.topics.partition_of(record, index)
     except StorageError as exc:
         return PartitionResult(ErrorCode.KAFKA_STORAGE_ERROR, message=str(exc))
+    if not context.serves_partition(record.name, index):  # still, after the open's wait
+        return PartitionResult(ErrorCode.NOT_LEADER_OR_FOLLOWER)
     batch = batches[0]
     # the batch as produced, for fetches at the tail, when the format wrote its records as
     # they are (one message each, their own timestamps: none unset, which reads back as the

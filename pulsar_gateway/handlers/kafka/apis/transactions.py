@@ -19,18 +19,21 @@ from pulsar_gateway.handlers.kafka.authorization import group_allowed
 from pulsar_gateway.handlers.kafka.context import KafkaContext
 from pulsar_gateway.handlers.kafka.port import CommittedOffset, StorageError
 from pulsar_gateway.handlers.kafka.topic_lookup import find_topic
-from pulsar_gateway.handlers.kafka.transaction_coordinator import fenced_code
+from pulsar_gateway.handlers.kafka.transaction_coordinator import NotServed, fenced_code
 from pulsar_gateway.kafka_codec.errors import ErrorCode
 from pulsar_gateway.security.rights import READ, WRITE
 
 
 async def _guarded(job: Awaitable[ErrorCode]) -> ErrorCode:
     """A coordinator call's code; COORDINATOR_NOT_AVAILABLE (retried by clients) when the
-    store failed, the state then being as it was or prepared for a retry to finish."""
+    store failed, the state then being as it was or prepared for a retry to finish;
+    NOT_COORDINATOR when another cluster member coordinates the id."""
     try:
         return ErrorCode(await job)
     except StorageError:
         return ErrorCode.COORDINATOR_NOT_AVAILABLE
+    except NotServed:
+        return ErrorCode.NOT_COORDINATOR
 
 
 async def add_partitions_to_txn(

@@ -1,0 +1,1 @@
+"""Gateway cluster: membership, leases and ownership (docs/cluster.md)."""

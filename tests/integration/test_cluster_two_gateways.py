@@ -1,0 +1,281 @@
+"""Two independent `pulsar-gateway run` processes with `[cluster]` in front of one broker,
+standing for two hosts (docs/cluster.md): ownership split, failover after kill -9, and
+fencing of a member paused past its lease."""
+
+from __future__ import annotations
+
+import socket
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Consumer, Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from pulsar_gateway.gateway.cluster.view import group_key, owner_of, partition_key
+from pulsar_gateway.kafka_codec import protocol
+from pulsar_gateway.kafka_codec.errors import ErrorCode
+from pulsar_gateway.kafka_codec.record_batch import encode_batch
+from tests.support.gateway_process import GatewayProcess, cluster_member
+from tests.support.partition_records import read_to_end
+from tests.support.raw_kafka_socket import recv_frame
+from tests.support.shared_broker import SharedBroker
+from tests.support.waiting import wait_until
+
+PARTITIONS = 6
+LEASE = 3.0
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[tuple[SharedBroker, list[GatewayProcess]]]:
+    broker = SharedBroker(tmp_path / "broker").start()
+    members: list[GatewayProcess] = []
+    try:
+        for node in (1, 2):
+            member = cluster_member(
+                tmp_path / f"g{node}", broker.service_url, f"m{node}", node, lease_seconds=LEASE
+            )
+            members.append(member.start())
+        wait_until(
+            lambda: all(len(m.cluster().get("members", [])) == 2 for m in members),
+            30,
+            0.1,
+            "both members to see each other",
+        )
+        yield broker, members
+    finally:
+        for member in members:
+            member.resume() if member.process and member.process.poll() is None else None
+            member.stop()
+        broker.stop()
+
+
+def bootstrap(members: list[GatewayProcess]) -> str:
+    return ",".join(m.bootstrap for m in members)
+
+
+def create_topic(members: list[GatewayProcess], topic: str) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap(members)})
+    admin.create_topics([NewTopic(topic, PARTITIONS, 1)])[topic].result(30)
+
+
+def owners(members: list[GatewayProcess], key: str) -> str:
+    """The member id that owns `key`, as the ownership function computes it from /health."""
+    from pulsar_gateway.gateway.cluster.view import Member
+
+    live = [
+        Member(row["member_id"], row["node_id"], "", 0, "", 0, 0)
+        for row in members[0].cluster()["members"]
+    ]
+    return owner_of(key, live).member_id
+
+
+class Acked:
+    """Records acknowledged to an idempotent producer: (partition, offset, value)."""
+
+    def __init__(self, servers: str) -> None:
+        self.producer = Producer(
+            {
+                "bootstrap.servers": servers,
+                "enable.idempotence": True,
+                "acks": "all",
+                "linger.ms": 5,
+                "message.timeout.ms": 60000,
+                "topic.metadata.refresh.interval.ms": 1000,
+            }
+        )
+        self.records: list[tuple[int, int, bytes]] = []
+        self.failed: list[str] = []
+
+    def _done(self, error: object, message: object) -> None:
+        if error is not None:
+            self.failed.append(str(error))
+        else:
+            self.records.append((message.partition(), message.offset(), message.value()))
+
+    def send(self, topic: str, values: list[bytes]) -> None:
+        for i, value in enumerate(values):
+            self.producer.produce(topic, value, partition=i % PARTITIONS, on_delivery=self._done)
+            self.producer.poll(0)
+        assert self.producer.flush(90) == 0, "records left unacknowledged"
+        assert not self.failed, self.failed[:3]
+
+
+def consume_group(servers: str, topic: str, group: str, expected: int) -> list[bytes]:
+    consumer = Consumer(
+        {
+            "bootstrap.servers": servers,
+            "group.id": group,
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+            "topic.metadata.refresh.interval.ms": 1000,
+        }
+    )
+    consumer.subscribe([topic])
+    values: list[bytes] = []
+
+    def read() -> bool:
+        message = consumer.poll(1)
+        if message is not None and not message.error():
+            values.append(message.value())
+            consumer.commit(message, asynchronous=False)
+        return len(values) >= expected
+
+    try:
+        wait_until(read, 120, 0, lambda: f"{expected} records (got {len(values)})")
+    finally:
+        consumer.close()
+    return values
+
+
+def check_partitions(servers: str, topic: str, acked: list[tuple[int, int, bytes]]) -> None:
+    """Every acked record is in its partition exactly once at its acked offset; offsets are
+    dense from 0."""
+    for partition in range(PARTITIONS):
+        rows = read_to_end(servers, topic, partition)
+        assert [offset for offset, _ in rows] == list(range(len(rows))), "offsets not dense"
+        values = [value for _, value in rows]
+        assert len(values) == len(set(values)), "a record stored twice"
+        stored = dict(rows)
+        for p, offset, value in acked:
+            if p == partition:
+                assert stored.get(offset) == value, f"acked record lost at {p}/{offset}"
+
+
+def test_ownership_splits_and_the_survivor_takes_over_after_kill_9(
+    cluster: tuple[SharedBroker, list[GatewayProcess]],
+) -> None:
+    _, members = cluster
+    servers = bootstrap(members)
+    topic = f"orders-{uuid.uuid4().hex[:6]}"
+    create_topic(members, topic)
+    metadata = AdminClient({"bootstrap.servers": servers}).list_topics(topic, timeout=30)
+    assert sorted(metadata.brokers) == [1, 2]
+    leaders = {p.leader for p in metadata.topics[topic].partitions.values()}
+    assert leaders == {1, 2}, "partitions led by both members"
+
+    acked = Acked(servers)
+    acked.send(topic, [b"before-%d" % i for i in range(300)])
+    group = f"group-{uuid.uuid4().hex[:6]}"
+    first = consume_group(servers, topic, group, 300)
+    assert sorted(first) == sorted(v for _, _, v in acked.records)
+
+    killed = members[1]
+    moved = [p for p in range(PARTITIONS) if owners(members, partition_key(topic, p)) == "m2"]
+    assert moved, "the killed member led some partitions"
+    killed.kill()
+    started = time.monotonic()
+    wait_until(
+        lambda: len(members[0].cluster().get("members", [])) == 1,
+        LEASE + 10,
+        0.1,
+        "the survivor to declare the killed member dead",
+    )
+    acked.send(topic, [b"after-%d" % i for i in range(300)])
+    took = time.monotonic() - started
+    print(f"kill -9 -> survivor serving and 300 records acked: {took:.1f} s")  # noqa: T201
+
+    check_partitions(members[0].bootstrap, topic, acked.records)
+    # the group resumes from its commits: only the records produced after the kill
+    rest = consume_group(members[0].bootstrap, topic, group, 300)
+    assert sorted(rest) == sorted(b"after-%d" % i for i in range(300))
+
+    # the killed member comes back and takes its share again, without loss
+    killed.start()
+    wait_until(
+        lambda: (
+            all(len(m.cluster().get("members", [])) == 2 for m in members)
+            and killed.cluster().get("serving")
+        ),
+        30,
+        0.1,
+        "the restarted member to rejoin",
+    )
+    metadata = AdminClient({"bootstrap.servers": servers}).list_topics(topic, timeout=30)
+    assert {p.leader for p in metadata.topics[topic].partitions.values()} == {1, 2}
+    acked.send(topic, [b"rejoined-%d" % i for i in range(300)])
+    check_partitions(servers, topic, acked.records)
+    last = consume_group(servers, topic, group, 300)
+    assert sorted(last) == sorted(b"rejoined-%d" % i for i in range(300))
+
+
+def raw_request(port: int, api: int, version: int, body: dict) -> socket.socket:
+    """Send one request and leave the answer unread (the member may be paused)."""
+    sock = socket.create_connection(("127.0.0.1", port), timeout=60)
+    sock.sendall(protocol.encode_request(api, version, 1, "fencing", body))
+    return sock
+
+
+def raw_answer(sock: socket.socket, api: int, version: int) -> dict:
+    with sock:
+        return protocol.decode_response(api, version, memoryview(recv_frame(sock)))
+
+
+def produce_body(topic: str, partition: int, value: bytes) -> dict:
+    batch = encode_batch(0, [(0, int(time.time() * 1000), None, value, [])])
+    return {
+        "transactional_id": None,
+        "acks": -1,
+        "timeout_ms": 10000,
+        "topic_data": [
+            {"name": topic, "partition_data": [{"index": partition, "records": bytes(batch)}]}
+        ],
+    }
+
+
+def test_a_member_paused_past_its_lease_serves_nothing_it_lost_then_rejoins(
+    cluster: tuple[SharedBroker, list[GatewayProcess]],
+) -> None:
+    _, members = cluster
+    survivor, paused = members
+    servers = bootstrap(members)
+    topic = f"fenced-{uuid.uuid4().hex[:6]}"
+    create_topic(members, topic)
+    acked = Acked(servers)
+    acked.send(topic, [b"before-%d" % i for i in range(60)])
+    theirs = next(p for p in range(PARTITIONS) if owners(members, partition_key(topic, p)) == "m2")
+    group = next(g for g in (f"g{i}" for i in range(1000)) if owners(members, group_key(g)) == "m2")
+
+    paused.pause()
+    wait_until(
+        lambda: len(survivor.cluster().get("members", [])) == 1,
+        LEASE + 10,
+        0.1,
+        "the survivor to take over from the paused member",
+    )
+    acked.send(topic, [b"during-%d" % i for i in range(60)])  # the survivor serves everything
+    # requests that reach the paused member: answered only after it resumes
+    produce = raw_request(paused.kafka_port, 0, 9, produce_body(topic, theirs, b"stale-write"))
+    join = raw_request(
+        paused.kafka_port,
+        11,
+        5,
+        {
+            "group_id": group,
+            "session_timeout_ms": 10000,
+            "rebalance_timeout_ms": 10000,
+            "member_id": "",
+            "group_instance_id": None,
+            "protocol_type": "consumer",
+            "protocols": [{"name": "range", "metadata": b""}],
+        },
+    )
+    paused.resume()
+    produced = raw_answer(produce, 0, 9)["responses"][0]["partition_responses"][0]
+    assert produced["error_code"] == ErrorCode.NOT_LEADER_OR_FOLLOWER
+    assert raw_answer(join, 11, 5)["error_code"] == ErrorCode.NOT_COORDINATOR
+
+    wait_until(
+        lambda: len(survivor.cluster().get("members", [])) == 2 and paused.cluster().get("serving"),
+        30,
+        0.1,
+        "the resumed member to rejoin",
+    )
+    assert paused.cluster()["fenced"] == 1
+    acked.send(topic, [b"after-%d" % i for i in range(60)])
+    check_partitions(servers, topic, acked.records)
+    stored = [value for p in range(PARTITIONS) for _, value in read_to_end(servers, topic, p)]
+    assert b"stale-write" not in stored
+    assert len(stored) == 180

@@ -1,0 +1,134 @@
+"""The metadata store seen live by every cluster member (docs/cluster.md, "The metadata
+store in a cluster"): two stores on one broker, each following the other's writes."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+from pulsar_gateway.gateway.backend.embedded import EmbeddedBroker
+from pulsar_gateway.gateway.backend.pulsar_backend import PulsarBackend
+from pulsar_gateway.gateway.metadata_store import MetadataStore
+from tests.support.waiting import async_wait_until
+
+
+@pytest.fixture(scope="module")
+def broker_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    loop = asyncio.new_event_loop()
+    broker = EmbeddedBroker(tmp_path_factory.mktemp("broker"))
+    loop.run_until_complete(broker.start())
+    yield broker.service_url
+    loop.run_until_complete(broker.stop())
+    loop.close()
+
+
+def _namespace() -> str:
+    return f"public/follow-{uuid.uuid4().hex[:8]}"
+
+
+async def _store(backend: PulsarBackend, namespace: str, **options: int) -> MetadataStore:
+    store = MetadataStore(backend, namespace, **options)
+    await store.load(follow=True)
+    return store
+
+
+def test_two_stores_see_each_others_writes(broker_url: str) -> None:
+    async def scenario() -> None:
+        backend = PulsarBackend(broker_url)
+        await backend.start()
+        namespace = _namespace()
+        a = await _store(backend, namespace)
+        b = await _store(backend, namespace)
+        seen: list[tuple[str, object]] = []
+        b.watch(lambda key, value: seen.append((key, value)))
+        try:
+            await a.put("topic/t1", {"partitions": 3})
+            await a.put_many({"group/g/p0": 5, "group/g/p1": 7})  # one group-commit record
+            await async_wait_until(
+                lambda: b.get("group/g/p1") == 7, 10, message="b to see a's group commit"
+            )
+            assert b.get("topic/t1") == {"partitions": 3} and b.get("group/g/p0") == 5
+            await b.put("group/g/p0", 6)
+            await a.delete("topic/t1")
+            await async_wait_until(
+                lambda: a.get("group/g/p0") == 6 and b.get("topic/t1") is None,
+                10,
+                message="each to see the other's latest change",
+            )
+            assert ("topic/t1", None) in seen  # a delete reaches the watchers as None
+            # a store's own records are not applied again when read back
+            assert a.followed_records == 1 and b.followed_records == 4
+            # catch_up: what is stored before it is applied when it returns
+            await a.put("group/g/p1", 8)
+            await b.catch_up()
+            assert b.get("group/g/p1") == 8
+        finally:
+            for store in (a, b):
+                await store.close()
+            await backend.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_later_own_write_wins_over_an_earlier_foreign_one(broker_url: str) -> None:
+    """Both write one key at once: each ends with the value last in the log, as a replay."""
+
+    async def scenario() -> None:
+        backend = PulsarBackend(broker_url)
+        await backend.start()
+        namespace = _namespace()
+        a = await _store(backend, namespace)
+        b = await _store(backend, namespace)
+        try:
+            for round_ in range(20):
+                await asyncio.gather(a.put("k", f"a{round_}"), b.put("k", f"b{round_}"))
+            await a.catch_up()
+            await b.catch_up()
+            fresh = await _store(backend, namespace)
+            assert a.get("k") == b.get("k") == fresh.get("k")
+            await fresh.close()
+        finally:
+            for store in (a, b):
+                await store.close()
+            await backend.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_snapshot_taken_while_another_member_writes_loses_nothing(broker_url: str) -> None:
+    async def scenario() -> None:
+        backend = PulsarBackend(broker_url)
+        await backend.start()
+        namespace = _namespace()
+        writer = await _store(backend, namespace)
+        snapshotter = await _store(backend, namespace, snapshot_every=1_000_000)
+        try:
+            expected: dict[str, int] = {}
+
+            async def write_many() -> None:
+                for i in range(300):
+                    key = f"kafka-group/g{i % 7}/offsets/t-{i}"
+                    expected[key] = i
+                    await writer.put(key, i)
+
+            async def snapshot_often() -> None:
+                for _ in range(5):
+                    await snapshotter.snapshot()
+
+            await asyncio.gather(write_many(), snapshot_often())
+            # right after the last write: its record may not be applied there yet
+            await snapshotter.snapshot()  # the newest snapshot: a load starts from it
+            loaded = MetadataStore(backend, namespace)
+            await loaded.load()
+            missing = {k: v for k, v in expected.items() if loaded.get(k) != v}
+            assert not missing, f"{len(missing)} keys lost, e.g. {list(missing)[:3]}"
+            await loaded.close()
+        finally:
+            for store in (writer, snapshotter):
+                await store.close()
+            await backend.close()
+
+    asyncio.run(scenario())
