@@ -284,6 +284,17 @@ def run(args: argparse.Namespace, gateway: GatewayProcess, timeline: Timeline) -
         "faults_by_kind": dict(sorted(_count(f["kind"] for f in faults).items())),
         "rss": rss,
         "stalls": judge.stalls(healthy_producers, timeline, timeline.phases["stop"]),
+        "rates": judge.rate_windows(
+            timeline,
+            timeline.phases["load"],
+            timeline.phases["stop"],
+            {
+                "kafka acknowledged": args.kafka_rate * len(producers),
+                "amqp confirmed": args.amqp_rate * len(QUEUES),
+                "amqp consumed": args.amqp_rate * len(QUEUES),
+            },
+            amqp.loop_lag_ms,
+        ),
         "clients": judge.clients_table(records),
         "timeline": {
             "end": end,

@@ -318,6 +318,15 @@ def write_html(path: Path, results: dict[str, Any]) -> None:
                 }
             ]
         ),
+        "<h2>Rates per window of the load</h2>",
+        '<p class="note">Messages a second of the healthy clients in each window, with the '
+        "share of the rate the load generators aim at (Kafka: every producer's rate; AMQP: "
+        "every queue's): a protocol stalled for part of the run shows here even when its "
+        "total looks plausible.</p>",
+        table(
+            results["rates"],
+            ["bad" if r["under half the target"] else "" for r in results["rates"]],
+        ),
         "<h2>Stalls</h2>",
         histogram,
         "<h3>Gaps of 0.5 s or more (healthy producers), by the faults around them</h3>",
@@ -384,6 +393,7 @@ def print_terminal(console: Console, results: dict[str, Any]) -> None:
         f"partitions {rss.get('at_settle', {}).get('open_partitions', '?')}, connections "
         f"{rss.get('at_settle', {}).get('connections', '?')}"
     )
+    _rows(console, "Rates per window of the load (share of the target rate)", results["rates"])
     stalls = results["stalls"]
     console.print(
         f"longest stall of a healthy producer: {stalls['longest_s']:.2f} s "
