@@ -111,8 +111,9 @@ class AmqpLoad:
             self.loop_lag_ms[second] = max(self.loop_lag_ms.get(second, 0.0), late_ms)
 
     def close(self) -> None:
-        if self._lag_probe is not None:
-            self.loop.call_soon_threadsafe(self._lag_probe.cancel)
+        if self._lag_probe is not None and self.thread.is_alive():
+            probe = self._lag_probe
+            self._call(self._stop(asyncio.Event(), [probe], 0), 10)
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(10)
 
