@@ -4,9 +4,9 @@ sampled while the gateway closes its idle partitions and trims its heap (issue 1
 
     python -m bench.soak_rounds [--rounds 4] [--records 60000] [--messages 3000]
 
-One gateway per Python allocator, side by side in the same run (the C allocator, which
-`pulsar-gateway run` picks, and pymalloc, Python's own), so the two see the same machine
-at the same moment: per round the peak RSS, the RSS settled after the idle period, and
+One gateway per Python allocator, side by side in the same run (pymalloc, Python's own and
+the default, and glibc's, with PYTHONMALLOC=malloc), so the two see the same machine at
+the same moment: per round the peak RSS, the RSS settled after the idle period, and
 the gateway's CPU per message. Memory that settles gives a settled RSS that stops moving
 after the first rounds; a leak keeps adding about the same amount every round. Results
 go to the terminal and to reports/soak-rounds/rounds.{json,html}.
@@ -182,8 +182,8 @@ def main() -> None:
     started = datetime.now(UTC).isoformat(timespec="seconds")
     with tempfile.TemporaryDirectory(prefix="rounds-") as scratch:
         sides = [
-            Side("C allocator (default)", "", Path(scratch)),
-            Side("pymalloc", "pymalloc", Path(scratch)),
+            Side("pymalloc (default)", "pymalloc", Path(scratch)),
+            Side("glibc (PYTHONMALLOC=malloc)", "malloc", Path(scratch)),
         ]
         for side in sides:
             saved = os.environ.get("PYTHONMALLOC")

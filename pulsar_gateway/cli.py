@@ -195,10 +195,6 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"pulsar-gateway: {exc}", file=sys.stderr)
         return 2
-    from pulsar_gateway.gateway.memory import use_c_allocator
-
-    if argv is None:  # the process's own command line, not a call from inside Python
-        use_c_allocator()  # before any thread: freed memory can go back (issue 10)
     logging.basicConfig(
         level=settings.gateway.log_level.upper(),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",

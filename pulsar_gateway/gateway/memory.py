@@ -1,4 +1,4 @@
-"""Giving freed memory back to the system once the gateway goes quiet.
+"""Giving freed heap back to the system once the gateway goes quiet.
 
 A busy gateway frees most of what it allocated (tail caches, batches, queue
 buffers) when its clients leave, but glibc keeps freed chunks in its arenas
@@ -7,17 +7,18 @@ returning them. `malloc_trim(0)` hands every whole free page of every arena
 back. It walks the heaps under their locks, so it runs only when the gateway
 has been idle.
 
-Trimming cannot reach Python's own small-object allocator (pymalloc): it takes
+What it cannot reach is Python's small-object allocator (pymalloc): it takes
 1 MiB arenas from the system and returns one only when every object in it is
-gone, and a busy period leaves each of its arenas pinned by a few long-lived
-objects (a dict entry, a cached name) allocated among the transient ones. In
-issue 10's rounds of load (60,000 Kafka records and 3,000 AMQP messages each)
-pymalloc grew from 24 to 55 arenas holding the same 24 MB of live objects, and
-that, not live data, was most of what the gateway kept after its clients left.
-So `pulsar-gateway run` re-executes itself once with `PYTHONMALLOC=malloc`
-(`use_c_allocator`): small objects then come from glibc, whose free chunks
-coalesce and whose whole free pages the trim returns (docs/architecture.md,
-"Memory"). A `PYTHONMALLOC` the user set is left alone.
+gone, and a busy period leaves most of its arenas pinned by a few long-lived
+objects allocated among the transient ones. In rounds of the same load
+(`bench/soak_rounds.py`) pymalloc went from 24 to 55 to 61 arenas holding the
+same 24 MB of live objects; that, and glibc's main heap fragmented the same
+way, is most of what the gateway keeps after its clients leave. It settles:
+the growth shrinks round after round instead of repeating. `PYTHONMALLOC=malloc`
+puts small objects on glibc, where the trim does reach them (about 10 MiB less
+kept after two rounds), but it cost about 20% more gateway CPU per message in
+the same run, so it is the user's choice, not the default (docs/architecture.md,
+"Memory").
 """
 
 from __future__ import annotations
@@ -25,13 +26,10 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import logging
-import os
-import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable
 from typing import Any
 
 log = logging.getLogger("gateway.memory")
-ALLOCATOR_ENV = "PYTHONMALLOC"
 
 
 def _load_trim() -> Callable[[int], int] | None:
@@ -80,28 +78,3 @@ class HeapTrimmer:
         self.trims += 1
         log.debug("idle for %.0f s: free heap returned to the system", idle_for)
         return True
-
-
-def c_allocator_command(
-    environ: Mapping[str, str], orig_argv: Sequence[str], executable: str, has_trim: bool
-) -> tuple[list[str], dict[str, str]] | None:
-    """The command line and environment that run this same command again with Python's
-    small objects on the C allocator, or None: when the user chose an allocator
-    (PYTHONMALLOC set, even to pymalloc), or when the C library cannot trim (musl, macOS:
-    there pymalloc, which does return empty arenas, is the better of the two)."""
-    if ALLOCATOR_ENV in environ or not has_trim or not executable or not orig_argv:
-        return None
-    return [executable, *orig_argv[1:]], {**environ, ALLOCATOR_ENV: "malloc"}
-
-
-def use_c_allocator() -> None:
-    """Re-execute the process (same pid, same arguments, same descriptors) on the C
-    allocator unless it already is or should not be (`c_allocator_command`); returns
-    only when nothing was done. Call it before any thread or connection exists."""
-    found = c_allocator_command(os.environ, sys.orig_argv, sys.executable, _load_trim() is not None)
-    if found is None:
-        return
-    argv, environ = found
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os.execve(argv[0], argv, environ)
