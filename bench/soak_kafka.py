@@ -315,10 +315,10 @@ def warm_up(bootstrap: str, topic: str, records: int = 2000) -> None:
     for i in range(records):
         producer.produce(topic, kafka_value("warmup", "w", i), b"w")
         producer.poll(0)
-    if producer.flush(60):
-        raise RuntimeError("warm-up: records not delivered in 60 s")
+    if producer.flush(180):
+        raise RuntimeError("warm-up: records not delivered in 180 s")
     config = {"bootstrap.servers": bootstrap, "group.id": "soak-warmup", "logger": logger}
-    consume_all(config, [topic], records, 60, "warm-up")
+    consume_all(config, [topic], records, 180, "warm-up")
 
 
 def consume_all(

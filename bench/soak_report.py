@@ -274,7 +274,10 @@ def write_html(path: Path, results: dict[str, Any]) -> None:
         faults,
         timeline["phases"],
         x_max,
-        [("before", rss["before_mib"], "#1e7b34"), ("limit", rss["limit_mib"], "#b02a37")],
+        [
+            ("after warm-up", rss["before_mib"], "#1e7b34"),
+            ("limit", rss["limit_mib"], "#b02a37"),
+        ],
     )
     stalls = results["stalls"]
     histogram = histogram_chart(
@@ -308,7 +311,8 @@ def write_html(path: Path, results: dict[str, Any]) -> None:
         table(
             [
                 {
-                    "RSS before (MiB)": f"{rss['before_mib']:.0f}",
+                    "RSS cold (MiB)": f"{rss.get('cold_mib', 0):.0f}",
+                    "after warm-up (MiB)": f"{rss['before_mib']:.0f}",
                     "peak (MiB)": f"{rss['peak_mib']:.0f}",
                     "after settle (MiB)": f"{rss['after_mib']:.0f}",
                     "limit (MiB)": f"{rss['limit_mib']:.0f}",
@@ -388,7 +392,8 @@ def print_terminal(console: Console, results: dict[str, Any]) -> None:
     console.print(f"faults: {len(results['faults'])} ({kinds})")
     rss = results["rss"]
     console.print(
-        f"gateway RSS: before {rss['before_mib']:.0f} MiB, peak {rss['peak_mib']:.0f} MiB, "
+        f"gateway RSS: cold {rss.get('cold_mib', 0):.0f} MiB, after the warm-up "
+        f"{rss['before_mib']:.0f} MiB, peak {rss['peak_mib']:.0f} MiB, "
         f"after {rss['after_mib']:.0f} MiB (limit {rss['limit_mib']:.0f} MiB); then open "
         f"partitions {rss.get('at_settle', {}).get('open_partitions', '?')}, connections "
         f"{rss.get('at_settle', {}).get('connections', '?')}"
