@@ -161,13 +161,13 @@ def run(args: argparse.Namespace, gateway: GatewayProcess, timeline: Timeline) -
     asyncio.run(declare_queues(gateway.amqp_url, [*QUEUES, VICTIM_QUEUE]))
     monitor = Monitor(gateway, timeline)
     monitor.start()
+    timeline.phase("warm-up")
     assert gateway.process is not None
     cold = rss_kib(gateway.process.pid) / 1024
     kafka_warm_up(gateway.bootstrap, "soak-warmup", WARM_UP_RECORDS)
     asyncio.run(amqp_warm_up(gateway.amqp_url, "soak-warmup-q", WARM_UP_MESSAGES))
     console.print("warm-up done: waiting for the gateway to close idle partitions and trim")
     before = baseline_rss(monitor, gateway)
-    timeline.phase("warmed up")
     console.print(f"gateway RSS: {cold:.0f} MiB cold, {before:.0f} MiB after the warm-up")
 
     groups = [GroupLedger(g) for g in GROUPS]
