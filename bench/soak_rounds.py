@@ -248,8 +248,15 @@ def write_html(path: Path, results: dict[str, Any], sides: list[Side]) -> None:
         | {"verdict": side["verdict"]}
         for side in results["sides"]
     ]
+    labels = {
+        "round": "round",
+        "peak_mib": "peak (MiB)",
+        "settled_mib": "settled (MiB)",
+        "load_s": "load (s)",
+        "cpu_us_per_message": "gateway CPU per message (us)",
+    }
     detail = [
-        {"gateway": side["name"]} | {k: v for k, v in r.items()}
+        {"gateway": side["name"]} | {labels[k]: v for k, v in r.items()}
         for side in results["sides"]
         for r in side["rounds"]
     ]
