@@ -23,6 +23,7 @@ from aiormq.exceptions import DeliveryError
 from bench.soak_common import ClientRecord, QueueLedger, Timeline, kafka_value, parse_value
 
 PREFETCH = 100
+LAG_PROBE_SECONDS = 0.1
 
 
 async def declare_queues(url: str, queues: list[str]) -> None:
@@ -68,6 +69,11 @@ class AmqpLoad:
         self.consume_tasks: list[asyncio.Task[None]] = []
         self.stop_publishing = asyncio.Event()
         self.stop_consuming = asyncio.Event()
+        # per second of the soak, the longest this client's own loop was late (ms): all
+        # its publishers and consumers share the loop, so a loop starved of CPU slows every
+        # queue at once, which looks like the gateway stalling unless it is measured
+        self.loop_lag_ms: dict[int, float] = {}
+        self._lag_probe: asyncio.Task[None] | None = None
 
     @property
     def records(self) -> list[ClientRecord]:
@@ -82,6 +88,7 @@ class AmqpLoad:
         return self
 
     async def _start(self) -> None:
+        self._lag_probe = asyncio.create_task(self._probe_lag())
         for queue in self.queues:
             self.consume_tasks.append(asyncio.create_task(self._consume(queue)))
             self.publish_tasks.append(asyncio.create_task(self._publish(queue)))
@@ -94,7 +101,19 @@ class AmqpLoad:
     def stop_consumers(self, timeout: float = 60) -> None:
         self._call(self._stop(self.stop_consuming, self.consume_tasks, timeout), timeout + 30)
 
+    async def _probe_lag(self) -> None:
+        """How late a short sleep wakes up, kept as the worst per second."""
+        while True:
+            before = time.monotonic()
+            await asyncio.sleep(LAG_PROBE_SECONDS)
+            late_ms = (time.monotonic() - before - LAG_PROBE_SECONDS) * 1000
+            second = int(self.timeline.now())
+            self.loop_lag_ms[second] = max(self.loop_lag_ms.get(second, 0.0), late_ms)
+
     def close(self) -> None:
+        if self._lag_probe is not None and self.thread.is_alive():
+            probe = self._lag_probe
+            self._call(self._stop(asyncio.Event(), [probe], 0), 10)
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(10)
 

@@ -315,20 +315,22 @@ def warm_up(bootstrap: str, topic: str, records: int = 2000) -> None:
     for i in range(records):
         producer.produce(topic, kafka_value("warmup", "w", i), b"w")
         producer.poll(0)
-    if producer.flush(60):
-        raise RuntimeError("warm-up: records not delivered in 60 s")
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": "soak-warmup",
-            "auto.offset.reset": "earliest",
-            "logger": logger,
-        }
-    )
-    consumer.subscribe([topic])
-    seen, deadline = 0, time.monotonic() + 60
+    if producer.flush(180):
+        raise RuntimeError("warm-up: records not delivered in 180 s")
+    config = {"bootstrap.servers": bootstrap, "group.id": "soak-warmup", "logger": logger}
+    consume_all(config, [topic], records, 180, "warm-up")
+
+
+def consume_all(
+    config: dict[str, Any], topics: list[str], records: int, timeout: float, what: str
+) -> None:
+    """Read `records` records of `topics` from the group's position (the start, for a new
+    group) as its one member, or raise."""
+    consumer = Consumer({**config, "auto.offset.reset": "earliest"})
+    consumer.subscribe(topics)
+    seen, deadline = 0, time.monotonic() + timeout
     while seen < records and time.monotonic() < deadline:
         seen += sum(1 for m in consumer.consume(1000, 0.5) if not m.error())
     consumer.close()
     if seen < records:
-        raise RuntimeError(f"warm-up: consumed {seen} of {records}")
+        raise RuntimeError(f"{what}: consumed {seen} of {records}")

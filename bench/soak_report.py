@@ -274,7 +274,10 @@ def write_html(path: Path, results: dict[str, Any]) -> None:
         faults,
         timeline["phases"],
         x_max,
-        [("before", rss["before_mib"], "#1e7b34"), ("limit", rss["limit_mib"], "#b02a37")],
+        [
+            ("after warm-up", rss["before_mib"], "#1e7b34"),
+            ("limit", rss["limit_mib"], "#b02a37"),
+        ],
     )
     stalls = results["stalls"]
     histogram = histogram_chart(
@@ -308,7 +311,8 @@ def write_html(path: Path, results: dict[str, Any]) -> None:
         table(
             [
                 {
-                    "RSS before (MiB)": f"{rss['before_mib']:.0f}",
+                    "RSS cold (MiB)": f"{rss.get('cold_mib', 0):.0f}",
+                    "after warm-up (MiB)": f"{rss['before_mib']:.0f}",
                     "peak (MiB)": f"{rss['peak_mib']:.0f}",
                     "after settle (MiB)": f"{rss['after_mib']:.0f}",
                     "limit (MiB)": f"{rss['limit_mib']:.0f}",
@@ -317,6 +321,15 @@ def write_html(path: Path, results: dict[str, Any]) -> None:
                     "open connections": held.get("connections", ""),
                 }
             ]
+        ),
+        "<h2>Rates per window of the load</h2>",
+        '<p class="note">Messages a second of the healthy clients in each window, with the '
+        "share of the rate the load generators aim at (Kafka: every producer's rate; AMQP: "
+        "every queue's): a protocol stalled for part of the run shows here even when its "
+        "total looks plausible.</p>",
+        table(
+            results["rates"],
+            ["bad" if r["under half the target"] else "" for r in results["rates"]],
         ),
         "<h2>Stalls</h2>",
         histogram,
@@ -379,11 +392,13 @@ def print_terminal(console: Console, results: dict[str, Any]) -> None:
     console.print(f"faults: {len(results['faults'])} ({kinds})")
     rss = results["rss"]
     console.print(
-        f"gateway RSS: before {rss['before_mib']:.0f} MiB, peak {rss['peak_mib']:.0f} MiB, "
+        f"gateway RSS: cold {rss.get('cold_mib', 0):.0f} MiB, after the warm-up "
+        f"{rss['before_mib']:.0f} MiB, peak {rss['peak_mib']:.0f} MiB, "
         f"after {rss['after_mib']:.0f} MiB (limit {rss['limit_mib']:.0f} MiB); then open "
         f"partitions {rss.get('at_settle', {}).get('open_partitions', '?')}, connections "
         f"{rss.get('at_settle', {}).get('connections', '?')}"
     )
+    _rows(console, "Rates per window of the load (share of the target rate)", results["rates"])
     stalls = results["stalls"]
     console.print(
         f"longest stall of a healthy producer: {stalls['longest_s']:.2f} s "

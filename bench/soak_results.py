@@ -3,7 +3,8 @@ behind it), the per-protocol summary, the stalls with the faults around them, an
 clients' errors and dropped connections.
 
 The checks are the issue's: every acknowledged message exactly once and in order, RSS back
-within 20% of its pre-soak level, nothing but the faulty connections dropped; and two
+within 20% of its pre-soak level (that of the gateway after a warm-up round of the same
+load: see bench/soak.py), nothing but the faulty connections dropped; and two
 that follow from them: every consumer group got every acknowledged record, and nothing a
 hostile client sent was stored in the soak's topics or queues.
 """
@@ -99,6 +100,49 @@ def stalls(records: list[ClientRecord], timeline: Timeline, until: float) -> dic
         "top": top,
         "histogram": stall_histogram(everything),
     }
+
+
+RATE_SERIES = ("kafka acknowledged", "amqp confirmed", "amqp consumed")
+SLOW = 0.5  # a window under half its target rate is marked: a stall a total hides
+
+
+def rate_windows(
+    timeline: Timeline,
+    start: float,
+    end: float,
+    targets: dict[str, float],
+    amqp_loop_lag_ms: dict[int, float],
+) -> list[dict[str, Any]]:
+    """Messages a second per window of the load (a minute, or a tenth of a shorter run)
+    for each series, against the rate the load generators aim at, with the faults that
+    began in the window: a stall of one protocol shows as a window far under its target
+    even when the run's total looks plausible. Beside it, the worst lag of the AMQP
+    clients' own event loop: a slow window with a large lag is the load generator starved
+    of CPU, not the gateway."""
+    window = max(10.0, min(60.0, (end - start) / 10))
+    rows = []
+    left = start
+    while left < end - 1:
+        right = min(end, left + window)
+        seconds = range(int(left), int(right))
+        row: dict[str, Any] = {"from (s)": f"{left:.0f}", "to (s)": f"{right:.0f}"}
+        slow = []
+        for name in RATE_SERIES:
+            counts = timeline.series.get(name, Counter())
+            rate = sum(counts.get(t, 0) for t in seconds) / max(1, len(seconds))
+            target = targets.get(name)
+            share = f" ({rate / target:.0%})" if target else ""
+            row[f"{name} /s"] = f"{rate:,.0f}{share}"
+            if target and rate < target * SLOW:
+                slow.append(name)
+        lag = max((amqp_loop_lag_ms.get(t, 0.0) for t in seconds), default=0.0)
+        row["AMQP client loop lag, max (ms)"] = f"{lag:,.0f}"
+        kinds = Counter(f.kind for f in timeline.faults if left <= f.start < right)
+        row["faults begun"] = ", ".join(f"{k} {n}" for k, n in sorted(kinds.items()))
+        row["under half the target"] = ", ".join(slow)
+        rows.append(row)
+        left = right
+    return rows
 
 
 def clients_table(records: list[ClientRecord]) -> list[dict[str, Any]]:
@@ -220,9 +264,10 @@ def checks(
             f"{a.get('unknown', 0)} unknown messages in its queues",
         ),
         _check(
-            f"gateway RSS back within {RSS_TOLERANCE - 1:.0%} of its pre-soak level",
+            f"gateway RSS back within {RSS_TOLERANCE - 1:.0%} of its level after the warm-up",
             rss["after_mib"] <= rss["limit_mib"],
-            f"before {rss['before_mib']:.0f} MiB, peak {rss['peak_mib']:.0f} MiB, after "
+            f"cold {rss.get('cold_mib', 0):.0f} MiB, after the warm-up "
+            f"{rss['before_mib']:.0f} MiB, peak {rss['peak_mib']:.0f} MiB, after "
             f"{rss['after_mib']:.0f} MiB (limit {rss['limit_mib']:.0f}), "
             f"settle waited {rss['settle_s']:.0f} s",
         ),

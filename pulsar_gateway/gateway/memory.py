@@ -5,8 +5,20 @@ buffers) when its clients leave, but glibc keeps freed chunks in its arenas
 (pulsar-client's C++ threads allocate in arenas of their own) instead of
 returning them. `malloc_trim(0)` hands every whole free page of every arena
 back. It walks the heaps under their locks, so it runs only when the gateway
-has been idle. Measured on a 2-minute soak it returns a few MiB only: most of
-what stays is pages (and pymalloc arenas) pinned by a few live objects each.
+has been idle.
+
+What it cannot reach is Python's small-object allocator (pymalloc): it takes
+1 MiB arenas from the system and returns one only when every object in it is
+gone, and a busy period leaves most of its arenas pinned by a few long-lived
+objects allocated among the transient ones. In rounds of the same load
+(`bench/soak_rounds.py`) pymalloc went from 24 to 55 to 61 arenas holding the
+same 24 MB of live objects; that, and glibc's main heap fragmented the same
+way, is most of what the gateway keeps after its clients leave. It settles:
+the growth shrinks round after round instead of repeating. `PYTHONMALLOC=malloc`
+puts small objects on glibc, where the trim does reach them (about 10 MiB less
+kept after two rounds), but it cost about 20% more gateway CPU per message in
+the same run, so it is the user's choice, not the default (docs/architecture.md,
+"Memory").
 """
 
 from __future__ import annotations

@@ -43,6 +43,7 @@ class ReceivedMessage:
     properties: dict[str, str]
     publish_time: int
     redelivery_count: int
+    producer: str = ""  # the Pulsar producer's name: with its sequence stamp, what a resend repeats
 
 
 class QueueConsumer:
@@ -73,7 +74,12 @@ class QueueConsumer:
             return None  # a replay of a message this consumer still holds
         self._ids[key] = mid
         return ReceivedMessage(
-            key, msg.data(), msg.properties(), msg.publish_timestamp(), msg.redelivery_count()
+            key,
+            msg.data(),
+            msg.properties(),
+            msg.publish_timestamp(),
+            msg.redelivery_count(),
+            msg.producer_name(),
         )
 
     def _drain(self, out: list[ReceivedMessage], limit: int) -> None:

@@ -1,4 +1,5 @@
-"""Drops messages that the Pulsar client resent after a broker crash.
+"""Drops messages that the Pulsar client resent after a broker crash (Kafka partitions:
+`ResendFilter`; AMQP queues: `ResendCopies`).
 
 After a reconnect the client resends every message the broker had not acknowledged;
 pulsar-lite has no deduplication, so a message stored just before a crash is stored
@@ -11,6 +12,7 @@ are never filtered.
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Hashable
 
 from pulsar_gateway.gateway.messages import StoredMessage
 
@@ -48,3 +50,27 @@ class ResendFilter:
 
     def snapshot(self) -> dict[str, int]:
         return dict(self._last)
+
+
+class ResendCopies:
+    """For a queue's Shared subscription, where the same message comes again after a
+    reconnect (unacknowledged, same id) and messages arrive out of order: a message is a
+    resend copy when the (producer, sequence) it carries was seen on a message with a
+    different id. Remembers the `RECENT` last ones: resends come within the send timeout."""
+
+    def __init__(self, recent: int = RECENT) -> None:
+        self.recent = recent
+        self._first: OrderedDict[tuple[str, str], Hashable] = OrderedDict()
+
+    def is_copy(self, producer: str, properties: dict[str, str], message_id: Hashable) -> bool:
+        stamp = properties.get(SEQ)
+        if stamp is None or not producer:
+            return False
+        key = (producer, stamp)
+        first = self._first.get(key)
+        if first is None:
+            self._first[key] = message_id
+            if len(self._first) > self.recent:
+                self._first.popitem(last=False)
+            return False
+        return first != message_id

@@ -34,6 +34,7 @@ from pamqp import decode, encode
 
 from pulsar_gateway.gateway.backend.pulsar_backend import PulsarBackend
 from pulsar_gateway.gateway.backend.queue_consumers import QueueConsumer, QueueConsumers
+from pulsar_gateway.gateway.backend.resend_filter import ResendCopies
 from pulsar_gateway.gateway.messages import MessageKey, OutMessage
 from pulsar_gateway.gateway.metadata_store import MetadataStore
 from pulsar_gateway.gateway.reserved_names import ReservedNamespaces
@@ -86,12 +87,19 @@ class _PulsarQueueReader:
         self.consumer = consumer
         self.nudger = nudger
         self._decoded: dict[str, bytes] = {}  # base64 property text -> octets; bounded
+        # pulsar-lite stores a message the client resent after a broker crash twice
+        # (docs/backend.md, "Producer resends after a reconnect"): the copy is acked unseen
+        self._copies = ResendCopies()
 
     async def fetch(self, limit: int, timeout: float | None) -> list[StoredDelivery]:
         received = await self.consumer.fetch(limit, timeout)
         out = []
         decoded = self._decoded
+        copies = []
         for item in received:
+            if self._copies.is_copy(item.producer, item.properties, item.id):
+                copies.append(item.id)
+                continue
             props = item.properties
             text = props.get(P_PROPERTIES)
             if text is None:
@@ -115,6 +123,9 @@ class _PulsarQueueReader:
                 int(props.get(P_TIMESTAMP) or item.publish_time),
             )
             out.append(StoredDelivery(self.queue, item.id, message, item.redelivery_count))
+        if copies:
+            self.consumer.acknowledge(copies)
+            log.info("queue %s: %d resent copies dropped", self.queue, len(copies))
         return out
 
     def ack(self, message_ids: Iterable[Hashable]) -> None:
