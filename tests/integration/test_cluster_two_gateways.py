@@ -82,7 +82,10 @@ class Acked:
                 "enable.idempotence": True,
                 "acks": "all",
                 "linger.ms": 5,
-                "message.timeout.ms": 60000,
+                "message.timeout.ms": 120000,
+                # a request to a paused member hangs: give up on it and its connection
+                # after 10 s, as against a frozen Kafka broker, so the retry finds the owner
+                "socket.timeout.ms": 10000,
                 "topic.metadata.refresh.interval.ms": 1000,
             }
         )
@@ -99,7 +102,7 @@ class Acked:
         for i, value in enumerate(values):
             self.producer.produce(topic, value, partition=i % PARTITIONS, on_delivery=self._done)
             self.producer.poll(0)
-        assert self.producer.flush(90) == 0, "records left unacknowledged"
+        assert self.producer.flush(150) == 0, "records left unacknowledged"
         assert not self.failed, self.failed[:3]
 
 
