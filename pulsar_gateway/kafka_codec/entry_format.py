@@ -11,6 +11,12 @@ this one definition (docs/pulsar-mapping.md, "Entry formats").
   see raw batches, so the format is chosen per topic (`pulsar.entry.format`).
 A log may hold both (a topic switched format, or a Pulsar producer wrote to it): every
 stored message says which format wrote it, so reading never needs the topic's setting.
+
+Fetch compresses the batches it builds from `pulsar`-format messages as the topic's
+`compression.type` says, as a Kafka broker serves what it stored: a codec by name, or
+`producer` (the default), the codec the record was produced with, which the `pulsar`
+format remembers per record in `__kafka.codec` (absent: uncompressed, as a Pulsar
+producer's messages are).
 """
 
 from __future__ import annotations
@@ -19,7 +25,9 @@ from collections.abc import Iterator, Sequence
 from typing import NamedTuple, Protocol
 
 from pulsar_gateway.gateway.messages import RECORDS, LogEntry, OutMessage, StoredMessage
+from pulsar_gateway.kafka_codec import compression as codecs
 from pulsar_gateway.kafka_codec.record_batch import (
+    ATTR_CODEC_MASK,
     DecodedBatch,
     decode_batches,
     encode_batch,
@@ -36,6 +44,16 @@ from pulsar_gateway.kafka_codec.record_mapping import (
 )
 
 BATCH = "__kafka.batch"
+CODEC = "__kafka.codec"  # the producer's codec of a `pulsar`-format record, when compressed
+# compression.type (a topic config) -> the codec Fetch serves; None: the producer's
+FETCH_CODECS: dict[str, int | None] = {
+    "producer": None,
+    "uncompressed": codecs.NONE,
+    "gzip": codecs.GZIP,
+    "snappy": codecs.SNAPPY,
+    "lz4": codecs.LZ4,
+    "zstd": codecs.ZSTD,
+}
 FORMAT_CONFIG = "pulsar.entry.format"
 # No byte limit: what encode_entries assumes when Fetch gives none.
 UNLIMITED = 1 << 62
@@ -74,8 +92,14 @@ class PulsarEntryFormat:
 
     def encode(self, batch: DecodedBatch, append_time: int | None = None) -> list[OutMessage]:
         if append_time is not None:
-            return [to_message(r.key, r.value, append_time, r.headers) for r in batch.records]
-        return [to_message(r.key, r.value, r.timestamp, r.headers) for r in batch.records]
+            out = [to_message(r.key, r.value, append_time, r.headers) for r in batch.records]
+        else:
+            out = [to_message(r.key, r.value, r.timestamp, r.headers) for r in batch.records]
+        codec = batch.attributes & ATTR_CODEC_MASK
+        if codec:
+            for message in out:
+                message.properties = {**(message.properties or {}), CODEC: str(codec)}
+        return out
 
     def wrote(self, message: StoredMessage) -> bool:
         return BATCH not in message.properties
@@ -146,6 +170,7 @@ def encode_entries(
     max_bytes: int = UNLIMITED,
     min_one: bool = True,
     log_append_time: bool = False,
+    codec: int | None = codecs.NONE,
 ) -> tuple[bytearray, int]:
     """Fetch's records bytes for these entries, and how many records they hold.
 
@@ -157,6 +182,8 @@ def encode_entries(
     (the first partition of a response with data, KIP-74) the first batch or record comes
     back even when it alone is larger, so a consumer always makes progress.
     ``log_append_time`` (a LogAppendTime topic) marks the batches so, one per append time.
+    ``codec`` compresses the batches built from one-record messages (None: each record's
+    producer codec, one batch per run of equal codecs); stored batches keep their own.
     """
     out = bytearray()
     count = 0
@@ -167,8 +194,9 @@ def encode_entries(
         if run and (
             stored_batch
             or (log_append_time and timestamp_of(run[0].message) != timestamp_of(message))
+            or (codec is None and _codec_of(run[0]) != _codec_of(entry))
         ):
-            kept, whole = _encode_run(run, out, max_bytes, min_one, log_append_time)
+            kept, whole = _encode_run(run, out, max_bytes, min_one, log_append_time, codec)
             count += kept
             if not whole:
                 return out, count
@@ -182,18 +210,47 @@ def encode_entries(
         rewrite_base_offset(payload, entry.offset, out=out)
         count += int(message.properties[RECORDS])
     if run:
-        count += _encode_run(run, out, max_bytes, min_one, log_append_time)[0]
+        count += _encode_run(run, out, max_bytes, min_one, log_append_time, codec)[0]
     return out, count
 
 
+_STORED_CODECS = {str(c): c for c in (codecs.GZIP, codecs.SNAPPY, codecs.LZ4, codecs.ZSTD)}
+
+
+def _codec_of(entry: LogEntry) -> int:
+    """The producer's codec of a `pulsar`-format record (a property any Pulsar producer
+    could set: anything but a known codec reads as uncompressed)."""
+    return _STORED_CODECS.get(entry.message.properties.get(CODEC, ""), codecs.NONE)
+
+
 def _encode_run(
-    run: Sequence[LogEntry], out: bytearray, max_bytes: int, min_one: bool, log_append_time: bool
+    run: Sequence[LogEntry],
+    out: bytearray,
+    max_bytes: int,
+    min_one: bool,
+    log_append_time: bool,
+    codec: int | None = codecs.NONE,
 ) -> tuple[int, bool]:
     """One batch of one-record messages appended to ``out``, cut to ``max_bytes``: (records
-    kept, whether all of them were)."""
+    kept, whether all of them were). A compressed batch keeps the records whose
+    uncompressed encoding fits (compression shrinks it, bar a few bytes of framing)."""
+    codec = _codec_of(run[0]) if codec is None else codec
+    if codec != codecs.NONE:
+        return _encode_compressed_run(run, out, max_bytes, min_one, log_append_time, codec)
     start = len(out)
+    encode_batch(
+        run[0].offset, _run_records(run), out=out, timestamp_type=1 if log_append_time else 0
+    )
+    if len(out) <= max_bytes:
+        return len(run), True
+    return truncate_batch(out, start, max_bytes, keep_one=min_one and start == 0), False
+
+
+def _run_records(
+    run: Sequence[LogEntry],
+) -> list[tuple[int, int, bytes | None, bytes | None, list[Header]]]:
     base = run[0].offset
-    records = [
+    return [
         (
             e.offset - base,
             timestamp_of(e.message),
@@ -203,7 +260,23 @@ def _encode_run(
         )
         for e in run
     ]
-    encode_batch(base, records, out=out, timestamp_type=1 if log_append_time else 0)
-    if len(out) <= max_bytes:
-        return len(run), True
-    return truncate_batch(out, start, max_bytes, keep_one=min_one and start == 0), False
+
+
+def _encode_compressed_run(
+    run: Sequence[LogEntry],
+    out: bytearray,
+    max_bytes: int,
+    min_one: bool,
+    log_append_time: bool,
+    codec: int,
+) -> tuple[int, bool]:
+    records = _run_records(run)
+    timestamp_type = 1 if log_append_time else 0
+    plain = encode_batch(run[0].offset, records, timestamp_type=timestamp_type)
+    kept = len(run)
+    if len(out) + len(plain) > max_bytes:
+        kept = truncate_batch(plain, 0, max_bytes - len(out), keep_one=min_one and not out)
+        if not kept:
+            return 0, False
+    encode_batch(run[0].offset, records[:kept], codec, out=out, timestamp_type=timestamp_type)
+    return kept, kept == len(run)

@@ -65,7 +65,12 @@ class Broker:
         return response["responses"][0]["partition_responses"][0]
 
     async def fetch(
-        self, topic: str, offset: int, max_wait_ms: int = 0, partition: int = 0
+        self,
+        topic: str,
+        offset: int,
+        max_wait_ms: int = 0,
+        partition: int = 0,
+        partition_max_bytes: int = 1 << 20,
     ) -> dict[str, Any]:
         body = {
             "replica_id": -1,
@@ -85,7 +90,7 @@ class Broker:
                             "fetch_offset": offset,
                             "last_fetched_epoch": -1,
                             "log_start_offset": -1,
-                            "partition_max_bytes": 1 << 20,
+                            "partition_max_bytes": partition_max_bytes,
                         }
                     ],
                 }
