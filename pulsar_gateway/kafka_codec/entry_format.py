@@ -272,11 +272,31 @@ def _encode_compressed_run(
 ) -> tuple[int, bool]:
     records = _run_records(run)
     timestamp_type = 1 if log_append_time else 0
-    plain = encode_batch(run[0].offset, records, timestamp_type=timestamp_type)
     kept = len(run)
-    if len(out) + len(plain) > max_bytes:
-        kept = truncate_batch(plain, 0, max_bytes - len(out), keep_one=min_one and not out)
-        if not kept:
-            return 0, False
+    if len(out) + _plain_size_bound(records) > max_bytes:
+        # maybe too large: encode it plain to see which records fit (profiled: the plain
+        # pass costs as much as compressing, so it is skipped when the bound says it fits)
+        plain = encode_batch(run[0].offset, records, timestamp_type=timestamp_type)
+        if len(out) + len(plain) > max_bytes:
+            kept = truncate_batch(plain, 0, max_bytes - len(out), keep_one=min_one and not out)
+            if not kept:
+                return 0, False
     encode_batch(run[0].offset, records[:kept], codec, out=out, timestamp_type=timestamp_type)
     return kept, kept == len(run)
+
+
+_BATCH_HEADER_BYTES = 61
+_RECORD_FIXED_BOUND = 40  # varints of length, deltas, key/value lengths and attributes
+_HEADER_FIXED_BOUND = 10  # a header's two length varints
+
+
+def _plain_size_bound(
+    records: Sequence[tuple[int, int, bytes | None, bytes | None, list[Header]]],
+) -> int:
+    """At least the size of these records' uncompressed batch."""
+    size = _BATCH_HEADER_BYTES
+    for _delta, _ts, key, value, headers in records:
+        size += _RECORD_FIXED_BOUND + len(key or b"") + len(value or b"")
+        for name, data in headers:
+            size += _HEADER_FIXED_BOUND + len(name.encode()) + len(data or b"")
+    return size
