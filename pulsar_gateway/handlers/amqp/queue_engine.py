@@ -323,10 +323,13 @@ class QueueEngine:
             self._count_changed()
         if self.queue.max_length_bytes is not None:
             # after a restart the byte total starts at zero: at least what is fetched,
-            # and exactly that once every ready message is fetched
+            # and exactly that once every ready message is fetched; a publish not yet
+            # confirmed may be fetched already, and `stored` will add its bytes then
             fetched = _body_bytes(self.ready)
-            if self._ready_uncapped <= len(self.ready) or self.ready_bytes < fetched:
+            if self._ready_uncapped <= len(self.ready) and not self.pending_stores:
                 self.ready_bytes = fetched
+            else:
+                self.ready_bytes = max(self.ready_bytes, fetched - self.pending_bytes)
         self._expire()
         self._trim()
         self.dispatch()
