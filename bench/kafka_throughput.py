@@ -98,7 +98,9 @@ def rss_mib(pid: int) -> float:
     return 0.0
 
 
-def kafka_produce(bootstrap: str, topic: str, records: int, size: int) -> float:
+def kafka_produce(
+    bootstrap: str, topic: str, records: int, size: int, codec: str = "none"
+) -> float:
     producer = Producer(
         {
             "bootstrap.servers": bootstrap,
@@ -106,9 +108,12 @@ def kafka_produce(bootstrap: str, topic: str, records: int, size: int) -> float:
             "linger.ms": 5,
             "batch.num.messages": 10000,
             "queue.buffering.max.messages": 500000,
+            "compression.type": codec,
         }
     )
     payload = b"x" * size
+    if codec != "none":  # compressible but not trivially: a codec costs what it would
+        payload = (bytes(range(32, 127)) * (size // 95 + 1))[:size]
     start = time.perf_counter()
     for i in range(records):
         while True:
@@ -317,12 +322,19 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path("reports/kafka-throughput"))
     parser.add_argument("--profile", action="store_true", help="py-spy flame graphs")
     parser.add_argument("--no-tansu", action="store_true", help="leave tansu out")
+    parser.add_argument(
+        "--compression",
+        default="none",
+        choices=("none", "gzip", "snappy", "lz4", "zstd"),
+        help="the producers' codec (every peer; the gateway's fetch serves it back)",
+    )
     args = parser.parse_args()
     n, size, parts = args.records, args.size, args.partitions
     results: dict[str, Any] = {
         "records": n,
         "size": size,
         "partitions": parts,
+        "compression": args.compression,
         "peers": {},
         "latency": {},
         "environment": {
@@ -353,7 +365,7 @@ def main() -> None:
                 measured(servers, cpu, "produce"),
                 measured([gw_pid], alone, "produce"),
             ):
-                produce = kafka_produce(gateway.bootstrap, "bench", n, size)
+                produce = kafka_produce(gateway.bootstrap, "bench", n, size, args.compression)
             loaded = rss_mib(gw_pid)
             progress.advance(task)
             with (
@@ -377,7 +389,7 @@ def main() -> None:
             # the same, on a topic in the `kafka` entry format (a message per batch)
             create_topic(gateway.bootstrap, parts, "bench-kf", {"pulsar.entry.format": "kafka"})
             with measured(servers, cpu, "produce"):
-                produce = kafka_produce(gateway.bootstrap, "bench-kf", n, size)
+                produce = kafka_produce(gateway.bootstrap, "bench-kf", n, size, args.compression)
             with measured(servers, cpu, "fetch"):
                 consume = kafka_consume(gateway.bootstrap, "bench-kf", parts, n)
             results["peers"]["gateway, kafka format"] = {
@@ -418,7 +430,7 @@ def main() -> None:
                 tansu_pids = [tansu.process.pid]
                 create_topic(bootstrap, parts)
                 with measured(tansu_pids, cpu, "produce"):
-                    produce = kafka_produce(bootstrap, "bench", n, size)
+                    produce = kafka_produce(bootstrap, "bench", n, size, args.compression)
                 with measured(tansu_pids, cpu, "fetch"):
                     consume = kafka_consume(bootstrap, "bench", parts, n)
                 results["peers"]["tansu"] = {

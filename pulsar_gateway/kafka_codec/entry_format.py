@@ -11,6 +11,12 @@ this one definition (docs/pulsar-mapping.md, "Entry formats").
   see raw batches, so the format is chosen per topic (`pulsar.entry.format`).
 A log may hold both (a topic switched format, or a Pulsar producer wrote to it): every
 stored message says which format wrote it, so reading never needs the topic's setting.
+
+Fetch compresses the batches it builds from `pulsar`-format messages as the topic's
+`compression.type` says, as a Kafka broker serves what it stored: a codec by name, or
+`producer` (the default), the codec the record was produced with, which the `pulsar`
+format remembers per record in `__kafka.codec` (absent: uncompressed, as a Pulsar
+producer's messages are).
 """
 
 from __future__ import annotations
@@ -19,8 +25,10 @@ from collections.abc import Iterator, Sequence
 from typing import NamedTuple, Protocol
 
 from pulsar_gateway.gateway.messages import RECORDS, LogEntry, OutMessage, StoredMessage
+from pulsar_gateway.kafka_codec import compression as codecs
 from pulsar_gateway.kafka_codec.control_batch import TXN, parse_txn_value
 from pulsar_gateway.kafka_codec.record_batch import (
+    ATTR_CODEC_MASK,
     DecodedBatch,
     decode_batches,
     encode_batch,
@@ -37,6 +45,16 @@ from pulsar_gateway.kafka_codec.record_mapping import (
 )
 
 BATCH = "__kafka.batch"
+CODEC = "__kafka.codec"  # the producer's codec of a `pulsar`-format record, when compressed
+# compression.type (a topic config) -> the codec Fetch serves; None: the producer's
+FETCH_CODECS: dict[str, int | None] = {
+    "producer": None,
+    "uncompressed": codecs.NONE,
+    "gzip": codecs.GZIP,
+    "snappy": codecs.SNAPPY,
+    "lz4": codecs.LZ4,
+    "zstd": codecs.ZSTD,
+}
 FORMAT_CONFIG = "pulsar.entry.format"
 # No byte limit: what encode_entries assumes when Fetch gives none.
 UNLIMITED = 1 << 62
@@ -75,8 +93,14 @@ class PulsarEntryFormat:
 
     def encode(self, batch: DecodedBatch, append_time: int | None = None) -> list[OutMessage]:
         if append_time is not None:
-            return [to_message(r.key, r.value, append_time, r.headers) for r in batch.records]
-        return [to_message(r.key, r.value, r.timestamp, r.headers) for r in batch.records]
+            out = [to_message(r.key, r.value, append_time, r.headers) for r in batch.records]
+        else:
+            out = [to_message(r.key, r.value, r.timestamp, r.headers) for r in batch.records]
+        codec = batch.attributes & ATTR_CODEC_MASK
+        if codec:
+            for message in out:
+                message.properties = {**(message.properties or {}), CODEC: str(codec)}
+        return out
 
     def wrote(self, message: StoredMessage) -> bool:
         return BATCH not in message.properties
@@ -149,6 +173,7 @@ def encode_entries(
     max_bytes: int = UNLIMITED,
     min_one: bool = True,
     log_append_time: bool = False,
+    codec: int | None = codecs.NONE,
 ) -> tuple[bytearray, int]:
     """Fetch's records bytes for these entries, and how many records they hold.
 
@@ -161,6 +186,8 @@ def encode_entries(
     (the first partition of a response with data, KIP-74) the first batch or record comes
     back even when it alone is larger, so a consumer always makes progress.
     ``log_append_time`` (a LogAppendTime topic) marks the batches so, one per append time.
+    ``codec`` compresses the batches built from one-record messages (None: each record's
+    producer codec, one batch per run of equal codecs); stored batches keep their own.
     """
     out = bytearray()
     count = 0
@@ -171,9 +198,10 @@ def encode_entries(
         if run and (
             stored_batch
             or (log_append_time and timestamp_of(run[0].message) != timestamp_of(message))
+            or (codec is None and _codec_of(run[0]) != _codec_of(entry))
             or run[0].message.properties.get(TXN) != message.properties.get(TXN)
         ):
-            kept, whole = _encode_run(run, out, max_bytes, min_one, log_append_time)
+            kept, whole = _encode_run(run, out, max_bytes, min_one, log_append_time, codec)
             count += kept
             if not whole:
                 return out, count
@@ -187,18 +215,61 @@ def encode_entries(
         rewrite_base_offset(payload, entry.offset, out=out)
         count += int(message.properties[RECORDS])
     if run:
-        count += _encode_run(run, out, max_bytes, min_one, log_append_time)[0]
+        count += _encode_run(run, out, max_bytes, min_one, log_append_time, codec)[0]
     return out, count
 
 
+_STORED_CODECS = {str(c): c for c in (codecs.GZIP, codecs.SNAPPY, codecs.LZ4, codecs.ZSTD)}
+
+
+def _codec_of(entry: LogEntry) -> int:
+    """The producer's codec of a `pulsar`-format record (a property any Pulsar producer
+    could set: anything but a known codec reads as uncompressed)."""
+    return _STORED_CODECS.get(entry.message.properties.get(CODEC, ""), codecs.NONE)
+
+
 def _encode_run(
-    run: Sequence[LogEntry], out: bytearray, max_bytes: int, min_one: bool, log_append_time: bool
+    run: Sequence[LogEntry],
+    out: bytearray,
+    max_bytes: int,
+    min_one: bool,
+    log_append_time: bool,
+    codec: int | None = codecs.NONE,
 ) -> tuple[int, bool]:
     """One batch of one-record messages appended to ``out``, cut to ``max_bytes``: (records
-    kept, whether all of them were)."""
+    kept, whether all of them were). A compressed batch keeps the records whose
+    uncompressed encoding fits (compression shrinks it, bar a few bytes of framing)."""
+    codec = _codec_of(run[0]) if codec is None else codec
+    if codec != codecs.NONE:
+        return _encode_compressed_run(run, out, max_bytes, min_one, log_append_time, codec)
     start = len(out)
+    encode_batch(
+        run[0].offset,
+        _run_records(run),
+        out=out,
+        timestamp_type=1 if log_append_time else 0,
+        **_producer_of(run),
+    )
+    if len(out) <= max_bytes:
+        return len(run), True
+    return truncate_batch(out, start, max_bytes, keep_one=min_one and start == 0), False
+
+
+def _producer_of(run: Sequence[LogEntry]) -> dict[str, int | bool]:
+    """The batch fields of a run's producer: a transactional producer's id and epoch (its
+    records carry them, control_batch.py), none for any other."""
+    producer = run[0].message.properties.get(TXN)
+    parsed = None if producer is None else parse_txn_value(producer)
+    if parsed is None:
+        return {}
+    return {"producer_id": parsed[0], "producer_epoch": parsed[1], "is_transactional": True}
+
+
+def _run_records(
+    run: Sequence[LogEntry],
+) -> list[tuple[int, int, bytes | None, bytes | None, list[Header]]]:
     base = run[0].offset
-    records = [
+    return [
         (
             e.offset - base,
             timestamp_of(e.message),
@@ -208,18 +279,50 @@ def _encode_run(
         )
         for e in run
     ]
-    producer = run[0].message.properties.get(TXN)
-    parsed = None if producer is None else parse_txn_value(producer)
-    producer_id, epoch = parsed if parsed is not None else (-1, -1)
+
+
+def _encode_compressed_run(
+    run: Sequence[LogEntry],
+    out: bytearray,
+    max_bytes: int,
+    min_one: bool,
+    log_append_time: bool,
+    codec: int,
+) -> tuple[int, bool]:
+    records = _run_records(run)
+    timestamp_type = 1 if log_append_time else 0
+    kept = len(run)
+    if len(out) + _plain_size_bound(records) > max_bytes:
+        # maybe too large: encode it plain to see which records fit (profiled: the plain
+        # pass costs as much as compressing, so it is skipped when the bound says it fits)
+        plain = encode_batch(run[0].offset, records, timestamp_type=timestamp_type)
+        if len(out) + len(plain) > max_bytes:
+            kept = truncate_batch(plain, 0, max_bytes - len(out), keep_one=min_one and not out)
+            if not kept:
+                return 0, False
     encode_batch(
-        base,
-        records,
+        run[0].offset,
+        records[:kept],
+        codec,
         out=out,
-        timestamp_type=1 if log_append_time else 0,
-        producer_id=producer_id,
-        producer_epoch=epoch,
-        is_transactional=parsed is not None,
+        timestamp_type=timestamp_type,
+        **_producer_of(run),
     )
-    if len(out) <= max_bytes:
-        return len(run), True
-    return truncate_batch(out, start, max_bytes, keep_one=min_one and start == 0), False
+    return kept, kept == len(run)
+
+
+_BATCH_HEADER_BYTES = 61
+_RECORD_FIXED_BOUND = 40  # varints of length, deltas, key/value lengths and attributes
+_HEADER_FIXED_BOUND = 10  # a header's two length varints
+
+
+def _plain_size_bound(
+    records: Sequence[tuple[int, int, bytes | None, bytes | None, list[Header]]],
+) -> int:
+    """At least the size of these records' uncompressed batch."""
+    size = _BATCH_HEADER_BYTES
+    for _delta, _ts, key, value, headers in records:
+        size += _RECORD_FIXED_BOUND + len(key or b"") + len(value or b"")
+        for name, data in headers:
+            size += _HEADER_FIXED_BOUND + len(name.encode()) + len(data or b"")
+    return size

@@ -399,12 +399,17 @@ def test_heartbeats_keep_an_idle_connection_alive(gateway) -> None:
         connection.close()
 
 
-@pytest.mark.parametrize("arguments", [{"x-max-length-bytes": 1000}])
-def test_unimplemented_queue_arguments_are_refused_not_ignored(conn, name, arguments) -> None:
+def test_x_max_length_bytes_drops_the_oldest_bodies(conn, name) -> None:
+    """10 bytes of 4-byte bodies: the newest two stay, as RabbitMQ keeps them."""
     ch = conn.channel()
-    with pytest.raises(pika.exceptions.ChannelClosedByBroker) as info:
-        ch.queue_declare(name, arguments=arguments)
-    assert info.value.reply_code == 406 and "not supported" in info.value.reply_text
+    queue = ch.queue_declare(
+        name, exclusive=True, arguments={"x-max-length-bytes": 10}
+    ).method.queue
+    ch.confirm_delivery()
+    for body in (b"aaaa", b"bbbb", b"cccc", b"dddd"):
+        ch.basic_publish("", queue, body)
+    assert [b for _, _, b in _drain(ch, queue, 2)] == [b"cccc", b"dddd"]
+    assert ch.basic_get(queue) == (None, None, None)
 
 
 def test_users_and_limits_come_from_the_config_file(tmp_path) -> None:

@@ -508,6 +508,47 @@ def overflow_modes(url: str, p: str) -> Transcript:
     return log
 
 
+def byte_limits(url: str, p: str) -> Transcript:
+    """x-max-length-bytes 10 under each x-overflow mode, with 4-byte bodies: drop-head
+    keeps the newest that fit (a body over the limit by itself does not stay),
+    reject-publish nacks the body that would go over, reject-publish-dlx also
+    dead-letters it; unacknowledged bodies do not count."""
+    log: Transcript = []
+    conn = _connect(url)
+    ch = conn.channel()
+    ch.confirm_delivery()
+    ch.exchange_declare(f"{p}.bdlx", "fanout")
+    ch.queue_declare(f"{p}.bdead")
+    ch.queue_bind(f"{p}.bdead", f"{p}.bdlx")
+    for mode in ("drop-head", "reject-publish", "reject-publish-dlx"):
+        q = f"{p}.by-{mode}"
+        args = {"x-max-length-bytes": 10, "x-overflow": mode, "x-dead-letter-exchange": f"{p}.bdlx"}
+        ch.queue_declare(q, arguments=args)
+        for i, body in enumerate([b"aaaa", b"bbbb", b"cc", b"dddd", b"twelve-bytes", b"e"]):
+            try:
+                ch.basic_publish("", q, body)
+                log.append((mode, i, "confirmed"))
+            except pika.exceptions.NackError:
+                log.append((mode, i, "nacked"))
+        log.append((mode, "count", _settled_count(ch, q)))
+        log.extend(_get_all(ch, q, settle=False))  # unacked: no bytes are ready
+        try:
+            ch.basic_publish("", q, b"ffffffff")
+            log.append((mode, "again", "confirmed"))
+        except pika.exceptions.NackError:
+            log.append((mode, "again", "nacked"))
+        log.append((mode, "count-again", _settled_count(ch, q)))
+        ch.basic_recover(requeue=True)  # the unacked back: over the limit now
+        log.append((mode, "count-requeued", _settled_count(ch, q)))
+    log.extend(_dead(ch, f"{p}.bdead", expect=20))
+    for mode in ("drop-head", "reject-publish", "reject-publish-dlx"):
+        ch.queue_delete(f"{p}.by-{mode}")
+    ch.queue_delete(f"{p}.bdead")
+    ch.exchange_delete(f"{p}.bdlx")
+    conn.close()
+    return log
+
+
 SCENARIOS = [
     routing_and_returns,
     settle_and_requeue,
@@ -520,4 +561,5 @@ SCENARIOS = [
     publish_then_get_same_channel,
     deliveries_before_confirms,
     overflow_modes,
+    byte_limits,
 ]

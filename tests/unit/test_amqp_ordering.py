@@ -13,6 +13,7 @@ from pulsar_gateway.handlers.amqp.connection_broker import ConnectionBroker
 from pulsar_gateway.handlers.amqp.events import ConnectionOpened
 from tests.support.amqp_memory_store import MemoryStore
 from tests.support.amqp_peer import Peer, open_peer
+from tests.support.waiting import async_wait_until
 
 
 async def _open(
@@ -80,6 +81,39 @@ def test_publishes_in_flight_count_against_a_reject_publish_queue() -> None:
             outcomes.extend((seq, kind) for seq in range(first, method.delivery_tag + 1))
         assert outcomes == [(1, "Ack"), (2, "Ack"), (3, "Nack"), (4, "Nack")]
         assert len(store.messages["r"]) == 2
+        await handler.connection_closed()
+
+    asyncio.run(scenario())
+
+
+def test_publishes_in_flight_count_their_bytes_against_x_max_length_bytes() -> None:
+    """4 + 4 bytes are in flight: a third 4-byte body would take the queue past its
+    10 bytes and is nacked, a 2-byte body after it still fits (RabbitMQ's rule)."""
+
+    async def scenario() -> None:
+        store = MemoryStore()
+        arguments = {"x-max-length-bytes": 10, "x-overflow": "reject-publish"}
+        peer, handler = await _open(
+            store,
+            commands.Queue.Declare(queue="r", arguments=arguments),
+            commands.Confirm.Select(),
+        )
+        store.gate.clear()  # pipelined publishes, none stored yet
+        for body in (b"aaaa", b"bbbb", b"cccc", b"dd"):
+            await handler.handle(_publish(peer, "r", body))
+        store.gate.set()
+        outcomes: list[tuple[int, str]] = []
+
+        def confirmed() -> bool:
+            for _, method in peer.methods():
+                first = len(outcomes) + 1 if method.multiple else method.delivery_tag
+                kind = type(method).__name__
+                outcomes.extend((seq, kind) for seq in range(first, method.delivery_tag + 1))
+            return len(outcomes) >= 4
+
+        await async_wait_until(confirmed, 5, message="four confirms")
+        assert len(store.messages["r"]) == 3
+        assert outcomes == [(1, "Ack"), (2, "Ack"), (3, "Nack"), (4, "Ack")]
         await handler.connection_closed()
 
     asyncio.run(scenario())

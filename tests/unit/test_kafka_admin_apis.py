@@ -338,6 +338,33 @@ def test_log_dirs_are_one_pulsar_dir_of_unknown_size() -> None:
     run(scenario)
 
 
+def test_describe_quorum_is_one_voter_this_gateway() -> None:
+    async def scenario() -> None:
+        broker = Broker()
+        body = {
+            "topics": [
+                {"topic_name": "__cluster_metadata", "partitions": [{"partition_index": 0}]},
+                {"topic_name": "orders", "partitions": [{"partition_index": 0}]},
+            ]
+        }
+        for version in (0, 1, 2):
+            response = await broker.call(ApiKey.DESCRIBE_QUORUM, version, body)
+            assert response["error_code"] == ErrorCode.NONE
+            [quorum], [other] = (t["partitions"] for t in response["topics"])
+            assert (quorum["error_code"], quorum["leader_id"], quorum["leader_epoch"]) == (0, 7, 0)
+            assert [v["replica_id"] for v in quorum["current_voters"]] == [7]
+            assert quorum["observers"] == []
+            assert other["error_code"] == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        assert response["nodes"] == [
+            {
+                "node_id": 7,
+                "listeners": [{"name": "CONTROLLER", "host": "broker.test", "port": 9999}],
+            }
+        ]
+
+    run(scenario)
+
+
 def test_delete_topics_v6_by_name_or_by_topic_id() -> None:
     async def scenario() -> None:
         broker = Broker()
@@ -415,6 +442,8 @@ def test_admin_apis_ask_for_rights_as_kafka_does() -> None:
         assert [t["name"] for t in paged["topics"]] == [A_TOPIC]
         credentials = await broker.call(ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, 0, {"users": None})
         assert credentials["error_code"] == denied
+        quorum = await broker.call(ApiKey.DESCRIBE_QUORUM, 2, {"topics": []})
+        assert quorum["error_code"] == denied
         broker.login("root")  # a superuser may
         elected = await broker.call(
             ApiKey.ELECT_LEADERS,

@@ -73,6 +73,7 @@ class Broker:
         max_wait_ms: int = 0,
         partition: int = 0,
         isolation_level: int = 0,
+        partition_max_bytes: int = 1 << 20,
     ) -> dict[str, Any]:
         body = {
             "replica_id": -1,
@@ -92,7 +93,7 @@ class Broker:
                             "fetch_offset": offset,
                             "last_fetched_epoch": -1,
                             "log_start_offset": -1,
-                            "partition_max_bytes": 1 << 20,
+                            "partition_max_bytes": partition_max_bytes,
                         }
                     ],
                 }

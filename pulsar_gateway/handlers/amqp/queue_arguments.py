@@ -88,7 +88,7 @@ ARGUMENT_SUPPORT: Mapping[str, tuple[str, str]] = {
     "x-dead-letter-routing-key": (ENFORCED, ""),
     "x-dead-letter-strategy": (ACCEPTED, "dead-lettering is always at-least-once here"),
     "x-max-length": (ENFORCED, "counts ready messages, as RabbitMQ"),
-    "x-max-length-bytes": (REFUSED, "byte limits are not implemented"),
+    "x-max-length-bytes": (ENFORCED, "counts ready body bytes, as RabbitMQ"),
     "x-max-in-memory-length": (ACCEPTED, "messages live in Pulsar, not in gateway memory"),
     "x-max-in-memory-bytes": (ACCEPTED, "messages live in Pulsar, not in gateway memory"),
     "x-max-priority": (ACCEPTED, "delivery stays FIFO; no message is lost by it"),

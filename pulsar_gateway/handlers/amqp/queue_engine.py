@@ -8,6 +8,11 @@ basic.get from the same head as basic.consume, requeue to the message's original
 with `redelivered` set (the message stays unacked in Pulsar meanwhile, so a
 crash still redelivers it), TTL at the head, max-length drop-head and purge.
 
+x-max-length-bytes counts the body bytes of ready messages, as RabbitMQ does.
+That total is kept in memory only (`ready_bytes`): after a gateway restart it
+counts what is published from then on plus what the pump has fetched, so a
+queue left over its byte limit is trimmed as its heads are fetched.
+
 Acks to Pulsar are sent in the background by pulsar-client, so a broker crash can
 lose the last ones: Pulsar then delivers those messages again, and a restarted
 broker counts them as never redelivered. The engine therefore remembers the ids it
@@ -124,6 +129,8 @@ class QueueEngine:
         self.count = store.load_count(vhost.name, queue.name)  # stored and not acked
         self.outstanding = 0  # delivered, not acked yet
         self.pending_stores = 0  # publishes to this queue not confirmed by Pulsar yet
+        self.ready_bytes = 0  # body bytes of ready messages (x-max-length-bytes)
+        self.pending_bytes = 0  # body bytes of `pending_stores`
         self._redelivered: set[Hashable] = set()
         # fetched, never delivered, handed back to Pulsar by `release_reader`: Pulsar
         # counts them as redelivered when they come back, AMQP must not
@@ -161,6 +168,16 @@ class QueueEngine:
     def _ready_uncapped(self) -> int:
         return max(0, self.count - self.outstanding)
 
+    def _over_limit(self) -> bool:
+        """More ready than x-max-length or x-max-length-bytes allows."""
+        limit, byte_limit = self.queue.max_length, self.queue.max_length_bytes
+        if limit is not None and self._ready_uncapped > limit:
+            return True
+        return byte_limit is not None and self.ready_bytes > byte_limit
+
+    def _ready_bytes_changed(self, delta: int) -> None:
+        self.ready_bytes = max(0, self.ready_bytes + delta)
+
     @property
     def consumer_count(self) -> int:
         return len(self.consumers)
@@ -181,21 +198,26 @@ class QueueEngine:
             except Exception as exc:  # a lagging count is not worth failing anything for
                 log.warning("saving count of %s failed: %s", self.name, exc)
 
-    def publishing(self, copies: int = 1) -> None:
-        """`copies` messages are on their way to the queue's topic (not stored yet):
-        the consumer may see them before `stored` counts them."""
+    def publishing(self, copies: int = 1, size: int = 0) -> None:
+        """`copies` messages of `size` body bytes are on their way to the queue's topic
+        (not stored yet): the consumer may see them before `stored` counts them."""
         self.pending_stores += copies
+        self.pending_bytes += copies * size
 
-    def publish_failed(self, copies: int = 1) -> None:
+    def publish_failed(self, copies: int = 1, size: int = 0) -> None:
         self.pending_stores -= copies
+        self.pending_bytes -= copies * size
 
-    def stored(self, copies: int = 1) -> None:
-        """`copies` messages were stored in the queue (a confirmed publish)."""
+    def stored(self, copies: int = 1, size: int = 0) -> None:
+        """`copies` messages of `size` body bytes were stored in the queue (a
+        confirmed publish)."""
         self.pending_stores -= copies
+        self.pending_bytes -= copies * size
+        self.ready_bytes += copies * size
         self.count += copies
         self._count_changed()
         self.last_used = time.monotonic()
-        if self.queue.max_length is not None and self._ready_uncapped > self.queue.max_length:
+        if self._over_limit():
             self._ensure_pump()
             self._trim()
         if self.consumers or self.queue.message_ttl is not None:
@@ -230,7 +252,7 @@ class QueueEngine:
             return self._demand > 0 and not self.ready
         if self._demand > 0:
             return True
-        if self.queue.max_length is not None and self._ready_uncapped > self.queue.max_length:
+        if self._over_limit():
             return True
         if self.queue.message_ttl is not None and self.message_count > len(self.ready):
             return True
@@ -277,8 +299,7 @@ class QueueEngine:
                     nudged = True
                     await reader.nudge()
                     continue
-                self.count = self.outstanding
-                self._count_changed()
+                self._nothing_ready()
             if batch:
                 nudged = False
             self._take(batch)
@@ -300,6 +321,15 @@ class QueueEngine:
             # published around the gateway (a Pulsar producer), or a lagging saved count
             self.count = len(self.ready) + self.outstanding - self.pending_stores
             self._count_changed()
+        if self.queue.max_length_bytes is not None:
+            # after a restart the byte total starts at zero: at least what is fetched,
+            # and exactly that once every ready message is fetched; a publish not yet
+            # confirmed may be fetched already, and `stored` will add its bytes then
+            fetched = _body_bytes(self.ready)
+            if self._ready_uncapped <= len(self.ready) and not self.pending_stores:
+                self.ready_bytes = fetched
+            else:
+                self.ready_bytes = max(self.ready_bytes, fetched - self.pending_bytes)
         self._expire()
         self._trim()
         self.dispatch()
@@ -358,14 +388,20 @@ class QueueEngine:
         self._wake.set()
 
     def _trim(self) -> None:
-        limit = self.queue.max_length
-        if limit is None or self.queue.overflow != "drop-head":
+        if self.queue.overflow != "drop-head":
             # reject-publish queues refuse publishes instead (VhostState.overflow); one
             # over its limit all the same (another gateway's publish) keeps its heads
             return
+        limit, byte_limit = self.queue.max_length, self.queue.max_length_bytes
         dropped = []
-        while self.ready and self._ready_uncapped - len(dropped) > limit:
-            dropped.append(self.ready.popleft())
+        dropped_bytes = 0
+        while self.ready and (
+            (limit is not None and self._ready_uncapped - len(dropped) > limit)
+            or (byte_limit is not None and self.ready_bytes - dropped_bytes > byte_limit)
+        ):
+            head = self.ready.popleft()
+            dropped.append(head)
+            dropped_bytes += len(head.message.body)
         if dropped:
             self._drop(dropped, "maxlen")
 
@@ -378,6 +414,7 @@ class QueueEngine:
     ) -> None:
         """The messages are gone from the queue for good; acknowledged in Pulsar
         now, or (ack=False) by `ack_stored` once their dead-letter copy is stored."""
+        deliveries = list(deliveries)
         ids = [d.message_id for d in deliveries]
         if not ids:
             return
@@ -387,6 +424,8 @@ class QueueEngine:
             self._delivered.pop(message_id, None)
         if ack:
             self.ack_stored(ids)
+        if not was_outstanding:
+            self._ready_bytes_changed(-_body_bytes(deliveries))
         self.count -= len(ids)  # below zero only while the publish is being confirmed
         if was_outstanding:
             self.outstanding = max(0, self.outstanding - len(ids))
@@ -489,7 +528,7 @@ class QueueEngine:
                 break
             delivery = self.ready.popleft()
             redelivered = self._mark_delivered(delivery)
-            self.outstanding += 1
+            self._delivering(delivery)
             if consumer.no_ack:
                 self.settle([delivery], was_outstanding=True)
             consumer.deliver(self, delivery, redelivered)
@@ -497,6 +536,18 @@ class QueueEngine:
         if self._need_more():
             self._ensure_pump()
         self._schedule_expiry()
+
+    def _delivering(self, delivery: StoredDelivery) -> None:
+        """A ready message goes to a client: unacked now, no longer ready."""
+        self.outstanding += 1
+        self._ready_bytes_changed(-len(delivery.message.body))
+
+    def _nothing_ready(self) -> None:
+        """The store had nothing when the counts said it had: the counts were stale
+        (a crash lost a save, or the byte total outlived its messages)."""
+        self.count = self.outstanding
+        self.ready_bytes = 0
+        self._count_changed()
 
     def kick(self) -> None:
         """Something gained credit (an ack, qos, flow on): deliver what can go, and
@@ -511,6 +562,7 @@ class QueueEngine:
         if not deliveries:
             return
         self.outstanding = max(0, self.outstanding - len(deliveries))
+        self._ready_bytes_changed(_body_bytes(deliveries))
         for delivery in deliveries:
             self._redelivered.add(delivery.message_id)
         returned = sorted(deliveries, key=_order)
@@ -521,6 +573,8 @@ class QueueEngine:
         """nack/reject without requeue: dead-letter (or drop) delivered messages."""
         if deliveries:
             self.outstanding = max(0, self.outstanding - len(deliveries))
+            # back among the ready for a moment: dropping them settles ready messages
+            self._ready_bytes_changed(_body_bytes(deliveries))
             self._drop(deliveries, "rejected")
             self.dispatch()
 
@@ -533,13 +587,12 @@ class QueueEngine:
         if not self.ready and self.message_count > 0:
             if not await self._wait_for_messages(GET_WAIT_SECONDS) and not self.ready:
                 # The count was ahead of the subscription (a crash lost a save): correct it.
-                self.count = self.outstanding
-                self._count_changed()
+                self._nothing_ready()
             self._expire()
         if not self.ready:
             return None
         delivery = self.ready.popleft()
-        self.outstanding += 1
+        self._delivering(delivery)
         return delivery, self._mark_delivered(delivery)
 
     async def purge(self) -> int:
@@ -556,8 +609,7 @@ class QueueEngine:
             if self.message_count <= 0:
                 break
             if not await self._wait_for_messages(1.0) and not self.ready:
-                self.count = self.outstanding
-                self._count_changed()
+                self._nothing_ready()
                 break
         return purged
 
@@ -593,3 +645,7 @@ class QueueEngine:
 def _order(delivery: StoredDelivery) -> tuple[int, ...]:
     key = delivery.message_id
     return key if isinstance(key, tuple) else (0,)
+
+
+def _body_bytes(deliveries: Iterable[StoredDelivery]) -> int:
+    return sum(len(d.message.body) for d in deliveries)

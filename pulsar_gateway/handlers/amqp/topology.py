@@ -90,6 +90,10 @@ class Queue:
         return self._int("x-max-length")
 
     @property
+    def max_length_bytes(self) -> int | None:
+        return self._int("x-max-length-bytes")
+
+    @property
     def overflow(self) -> str:
         return self._text("x-overflow") or "drop-head"
 

@@ -171,30 +171,31 @@ class VhostState:
         failed when the write ends, before any callback the caller adds; `then` runs
         right after that, in the same callback (one loop callback per publish, not two).
         """
-        self._writing(queues)
+        size = len(message.body)
+        self._writing(queues, size)
         task = asyncio.ensure_future(self.store.publish(self.name, queues, message))
 
         def written(done: asyncio.Future[Any]) -> None:
-            self._written(queues, not done.cancelled() and done.exception() is None)
+            self._written(queues, size, not done.cancelled() and done.exception() is None)
             if then is not None:
                 then(done)
 
         task.add_done_callback(written)
         return task
 
-    def _writing(self, queues: Iterable[str]) -> None:
+    def _writing(self, queues: Iterable[str], size: int) -> None:
         for name in queues:
             if name in self.topology.queues:
-                self.engine(name).publishing(1)
+                self.engine(name).publishing(1, size)
 
-    def _written(self, queues: Iterable[str], ok: bool) -> None:
+    def _written(self, queues: Iterable[str], size: int, ok: bool) -> None:
         for name in queues:
             engine = self.engines.get(name)
             if engine is not None and not engine.closed:
                 if ok:
-                    engine.stored(1)
+                    engine.stored(1, size)
                 else:
-                    engine.publish_failed(1)
+                    engine.publish_failed(1, size)
 
     def overflow(
         self, queues: frozenset[str], message: AmqpMessage
@@ -202,20 +203,28 @@ class VhostState:
         """x-overflow reject-publish and reject-publish-dlx: the routed queues that take
         the message, and those that refuse it for being full.
 
-        RabbitMQ counts ready messages (not unacknowledged ones) against x-max-length;
-        here the publishes on their way to the store count too, so pipelined publishes
-        cannot overshoot. A refused publish is nacked to a confirming publisher even if
-        other queues took it, and is not returned (it was routed). reject-publish-dlx
+        RabbitMQ counts ready messages (not unacknowledged ones) against x-max-length,
+        and refuses a message whose body would take the ready bytes over
+        x-max-length-bytes; here the publishes on their way to the store count too, so
+        pipelined publishes cannot overshoot. A refused publish is nacked to a
+        confirming publisher even if other queues took it, and is not returned (it was
+        routed). reject-publish-dlx
         dead-letters it (reason maxlen) as drop-head does the heads it drops.
         """
         rejected: list[Queue] = []
         for name in queues:
             queue = self.topology.queues.get(name)
-            limit = queue.max_length if queue is not None else None
-            if queue is None or limit is None or queue.overflow == "drop-head":
+            if queue is None or queue.overflow == "drop-head":
+                continue
+            limit, byte_limit = queue.max_length, queue.max_length_bytes
+            if limit is None and byte_limit is None:
                 continue
             engine = self.engine(name)
-            if max(0, engine.count - engine.outstanding) + engine.pending_stores >= limit:
+            ready = max(0, engine.count - engine.outstanding) + engine.pending_stores
+            ready_bytes = engine.ready_bytes + engine.pending_bytes + len(message.body)
+            if (limit is not None and ready >= limit) or (
+                byte_limit is not None and ready_bytes > byte_limit
+            ):
                 rejected.append(queue)
         if not rejected:
             return queues, rejected

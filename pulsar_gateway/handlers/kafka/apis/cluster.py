@@ -1,12 +1,19 @@
 """DescribeCluster: every live gateway of the cluster (docs/cluster.md) is a broker; the
 one answering names itself the controller.
 
+DescribeQuorum: there is no KRaft quorum behind the gateway (metadata lives in the metadata
+store), so the honest answer is a quorum of one voter, this gateway, leading at epoch 0 of
+the `__cluster_metadata` partition with an empty log. Any other partition is
+UNKNOWN_TOPIC_OR_PARTITION, as a Kafka controller answers for a partition it does not run.
+
 ListClientMetricsResources (KIP-714): the gateway keeps no client-metrics subscriptions
 (it does not serve GetTelemetrySubscriptions, so clients push no telemetry), so the list
 is empty, which is what a Kafka broker with none configured answers."""
 
 from __future__ import annotations
 
+import time
+import uuid
 from typing import Any
 
 from pulsar_gateway.handlers.kafka.authorization import cluster_allowed
@@ -31,6 +38,73 @@ async def describe_cluster(
             for node, host, port in context.brokers()
         ],
         "cluster_authorized_operations": -2147483648,
+    }
+
+
+METADATA_TOPIC = "__cluster_metadata"
+_NO_DIRECTORY = uuid.UUID(int=0)
+
+
+def _quorum_partition(context: KafkaContext, topic: str, index: int) -> dict[str, Any]:
+    node = context.identity.node_id
+    if topic != METADATA_TOPIC or index != 0:
+        return {
+            "partition_index": index,
+            "error_code": ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+            "error_message": None,
+            "leader_id": -1,
+            "leader_epoch": -1,
+            "high_watermark": -1,
+            "current_voters": [],
+            "observers": [],
+        }
+    voter = {
+        "replica_id": node,
+        "replica_directory_id": _NO_DIRECTORY,
+        "log_end_offset": 0,
+        "last_fetch_timestamp": -1,  # Kafka's value for the leader itself
+        "last_caught_up_timestamp": int(time.time() * 1000),
+    }
+    return {
+        "partition_index": 0,
+        "error_code": 0,
+        "error_message": None,
+        "leader_id": node,
+        "leader_epoch": 0,
+        "high_watermark": 0,
+        "current_voters": [voter],
+        "observers": [],
+    }
+
+
+async def describe_quorum(
+    context: KafkaContext, header: Any, request: dict[str, Any]
+) -> dict[str, Any]:
+    """One voter, this gateway (see the module docstring); DESCRIBE on the cluster, as Kafka."""
+    if not cluster_allowed(context, DESCRIBE):
+        return {
+            "error_code": ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
+            "error_message": None,
+            "topics": [],
+            "nodes": [],
+        }
+    identity = context.identity
+    topics = [
+        {
+            "topic_name": topic["topic_name"],
+            "partitions": [
+                _quorum_partition(context, topic["topic_name"], p["partition_index"])
+                for p in topic["partitions"]
+            ],
+        }
+        for topic in request["topics"]
+    ]
+    listener = {"name": "CONTROLLER", "host": identity.host, "port": identity.port}
+    return {
+        "error_code": 0,
+        "error_message": None,
+        "topics": topics,
+        "nodes": [{"node_id": identity.node_id, "listeners": [listener]}],
     }
 
 

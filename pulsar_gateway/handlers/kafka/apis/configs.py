@@ -31,6 +31,7 @@ _INTEGER = re.compile(r"[+-]?[0-9]+")  # what Java's Long.parseLong takes (no "1
 
 MAX_MESSAGE_BYTES = "max.message.bytes"
 CLEANUP_POLICY = "cleanup.policy"
+COMPRESSION_TYPE = "compression.type"
 TIMESTAMP_TYPE = "message.timestamp.type"
 LOG_APPEND_TIME = "LogAppendTime"
 TIMESTAMP_DIFFERENCE = "message.timestamp.difference.max.ms"

@@ -3,7 +3,8 @@
 From v13 on, topics are named by topic id in the request and the answer (KIP-516); an id
 no topic has is UNKNOWN_TOPIC_ID. Each partition's answer is record batches built from the
 stored entries
-(entry_format.py): stored batches as sent, one-record messages re-encoded. Fetch
+(entry_format.py): stored batches as sent, one-record messages re-encoded and compressed
+as the topic's `compression.type` says (`producer`: the codec each record came with). Fetch
 sessions are not kept: session id 0 tells clients to send full requests.
 
 Sizes follow Kafka's ReplicaManager: the records of the whole response stay within
@@ -23,12 +24,16 @@ import uuid
 from typing import Any
 
 from pulsar_gateway.gateway import metrics
-from pulsar_gateway.handlers.kafka.apis.configs import LOG_APPEND_TIME, TIMESTAMP_TYPE
+from pulsar_gateway.handlers.kafka.apis.configs import (
+    COMPRESSION_TYPE,
+    LOG_APPEND_TIME,
+    TIMESTAMP_TYPE,
+)
 from pulsar_gateway.handlers.kafka.context import KafkaContext
 from pulsar_gateway.handlers.kafka.port import OffsetOutOfRange, PartitionLog, StorageError
 from pulsar_gateway.handlers.kafka.read_committed import READ_COMMITTED, aborted_in, below_stable
 from pulsar_gateway.handlers.kafka.topic_lookup import find_topic, topic_with_id
-from pulsar_gateway.kafka_codec.entry_format import encode_entries
+from pulsar_gateway.kafka_codec.entry_format import FETCH_CODECS, encode_entries
 from pulsar_gateway.kafka_codec.errors import ErrorCode
 from pulsar_gateway.security.rights import READ
 
@@ -45,6 +50,7 @@ async def handle(context: KafkaContext, header: Any, request: dict[str, Any]) ->
         return _with_ids(_refused(wanted), ids)
     logs: dict[tuple[str, int], PartitionLog | int] = {}
     append_time: set[str] = set()  # topics whose batches are marked LogAppendTime
+    codecs: dict[str, int | None] = {}  # each topic's compression.type (entry_format.py)
     for name, partitions in wanted:
         if name.startswith(UNKNOWN_ID):
             record, code = None, ErrorCode.UNKNOWN_TOPIC_ID
@@ -52,6 +58,8 @@ async def handle(context: KafkaContext, header: Any, request: dict[str, Any]) ->
             record, code = await find_topic(context, name, auto_create=False, operation=READ)
         if record is not None and record.configs.get(TIMESTAMP_TYPE) == LOG_APPEND_TIME:
             append_time.add(name)
+        if record is not None:
+            codecs[name] = FETCH_CODECS.get(record.configs.get(COMPRESSION_TYPE, ""))
         for partition in partitions:
             index = partition["partition"]
             if record is None:
@@ -67,7 +75,7 @@ async def handle(context: KafkaContext, header: Any, request: dict[str, Any]) ->
                     logs[(name, index)] = ErrorCode.KAFKA_STORAGE_ERROR
     committed = request.get("isolation_level", 0) == READ_COMMITTED
     while True:
-        body, total = await _collect(wanted, logs, max_bytes, append_time, committed)
+        body, total = await _collect(wanted, logs, max_bytes, append_time, codecs, committed)
         remaining = deadline - time.monotonic()
         if total >= min_bytes or remaining <= 0 or _has_errors(body):
             return _with_ids(body, ids)
@@ -137,6 +145,7 @@ async def _collect(
     logs: dict[tuple[str, int], PartitionLog | int],
     max_bytes: int,
     append_time: set[str],
+    codecs: dict[str, int | None],
     committed: bool = False,
 ) -> tuple[dict[str, Any], int]:
     total = 0
@@ -170,7 +179,11 @@ async def _collect(
                     aborted = aborted_in(log, offset, messages)
                 if messages:
                     records, count = encode_entries(
-                        messages, budget, first, log_append_time=name in append_time
+                        messages,
+                        budget,
+                        first,
+                        log_append_time=name in append_time,
+                        codec=codecs.get(name),
                     )
                     if records:
                         first = False

@@ -22,7 +22,11 @@ from collections.abc import Coroutine
 from typing import Any, NamedTuple
 
 from pulsar_gateway.gateway import metrics
-from pulsar_gateway.handlers.kafka.apis.configs import ProduceRules, produce_rules
+from pulsar_gateway.handlers.kafka.apis.configs import (
+    COMPRESSION_TYPE,
+    ProduceRules,
+    produce_rules,
+)
 from pulsar_gateway.handlers.kafka.context import KafkaContext
 from pulsar_gateway.handlers.kafka.port import (
     PartitionLog,
@@ -33,9 +37,15 @@ from pulsar_gateway.handlers.kafka.port import (
 from pulsar_gateway.handlers.kafka.topic_lookup import find_topic
 from pulsar_gateway.kafka_codec.compression import InflateBudget
 from pulsar_gateway.kafka_codec.control_batch import mark_transactional
-from pulsar_gateway.kafka_codec.entry_format import ENTRY_FORMATS, FORMAT_CONFIG, EntryFormat
+from pulsar_gateway.kafka_codec.entry_format import (
+    ENTRY_FORMATS,
+    FETCH_CODECS,
+    FORMAT_CONFIG,
+    EntryFormat,
+)
 from pulsar_gateway.kafka_codec.errors import ErrorCode
 from pulsar_gateway.kafka_codec.record_batch import (
+    ATTR_CODEC_MASK,
     DecodedBatch,
     RecordBatchError,
     check_produce_batches,
@@ -206,8 +216,13 @@ async def _append(
     batch = batches[0]
     # the batch as produced, for fetches at the tail, when the format wrote its records as
     # they are (one message each, their own timestamps: none unset, which reads back as the
-    # publish time)
-    keep = form.name == "pulsar" and append_time is None and batch.base_timestamp > 0
+    # publish time), and in the codec Fetch serves (the topic's compression.type)
+    keep = (
+        form.name == "pulsar"
+        and append_time is None
+        and batch.base_timestamp > 0
+        and _served_as_produced(record.configs, batch.attributes & ATTR_CODEC_MASK)
+    )
     encoded = batch.raw if keep else None
     if batch.is_transactional:
         # checked with no await before the append is queued: a marker queued after a fence
@@ -340,3 +355,10 @@ async def _store_once(
         None if stored.error else stored.base_offset,
     )
     return stored
+
+
+def _served_as_produced(configs: dict[str, str], codec: int) -> bool:
+    """Whether Fetch serves a batch of this codec as it came (compression.type `producer`,
+    or that codec itself)."""
+    served = FETCH_CODECS.get(configs.get(COMPRESSION_TYPE, ""))
+    return served is None or served == codec

@@ -121,6 +121,7 @@ API_TABLE: dict[ApiKey, Api] = {
     ApiKey.ALTER_CLIENT_QUOTAS: Api(client_quotas.alter, 0, 1),
     ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: Api(scram_credentials.describe, 0, 0),
     ApiKey.ALTER_USER_SCRAM_CREDENTIALS: Api(scram_credentials.alter, 0, 0),
+    ApiKey.DESCRIBE_QUORUM: Api(cluster.describe_quorum, 0, 2),
     ApiKey.DESCRIBE_CLUSTER: Api(cluster.describe_cluster, 0, 1),
     ApiKey.DESCRIBE_PRODUCERS: Api(producers.describe_producers, 0, 0),
     ApiKey.DESCRIBE_TRANSACTIONS: Api(producers.describe_transactions, 0, 0),
