@@ -432,3 +432,29 @@ def test_an_id_another_cluster_member_coordinates_is_answered_not_coordinator() 
         assert await broker.end(producer, commit=True) == ErrorCode.NONE
 
     asyncio.run(run())
+
+
+def test_a_compressed_transactional_batch_is_fetched_compressed_and_transactional() -> None:
+    """A `pulsar`-format topic serves a record in its producer's codec (compression.type
+    `producer`) and a transactional producer's records as a transactional batch: both at once."""
+
+    async def run() -> None:
+        broker, producer = await _ready()
+        await broker.produce(
+            "orders",
+            [b"a", b"b"],
+            producer_id=producer["producer_id"],
+            producer_epoch=producer["producer_epoch"],
+            base_sequence=0,
+            is_transactional=True,
+            compression_type=3,  # lz4
+            transactional_id=TXN_ID,
+        )
+        assert await broker.end(producer, commit=True) == ErrorCode.NONE
+        view = await broker.fetch("orders", 0)
+        data = [b for b in decode_batches(bytes(view["records"])) if not b.is_control]
+        assert [b.compression for b in data] == [3]
+        assert data[0].is_transactional and data[0].producer_id == producer["producer_id"]
+        assert [r.value for r in data[0].records] == [b"a", b"b"]
+
+    asyncio.run(run())
