@@ -282,3 +282,38 @@ def test_a_member_paused_past_its_lease_serves_nothing_it_lost_then_rejoins(
     stored = [value for p in range(PARTITIONS) for _, value in read_to_end(servers, topic, p)]
     assert b"stale-write" not in stored
     assert len(stored) == 180
+
+
+def test_a_topic_created_on_one_member_is_not_recreated_by_an_auto_create_on_the_other(
+    cluster: tuple[SharedBroker, list[GatewayProcess]],
+) -> None:
+    """docs/cluster.md, "Creating topics": CreateTopics on one member, then at once a
+    Metadata that may auto-create on the other; the other must find the created topic (with
+    its partition count), not write a default one over it."""
+    _, (first, second) = cluster
+    for attempt in range(5):
+        topic = f"made-{attempt}-{uuid.uuid4().hex[:6]}"
+        create = {
+            "topics": [
+                {
+                    "name": topic,
+                    "num_partitions": 12,
+                    "replication_factor": 1,
+                    "assignments": [],
+                    "configs": [],
+                }
+            ],
+            "timeout_ms": 10000,
+            "validate_only": False,
+        }
+        created = raw_answer(raw_request(first.kafka_port, 19, 5, create), 19, 5)
+        assert created["topics"][0]["error_code"] == ErrorCode.NONE
+        metadata = {
+            "topics": [{"name": topic}],
+            "allow_auto_topic_creation": True,
+            "include_topic_authorized_operations": False,
+        }
+        seen = raw_answer(raw_request(second.kafka_port, 3, 9, metadata), 3, 9)
+        assert len(seen["topics"][0]["partitions"]) == 12, topic
+        again = raw_answer(raw_request(first.kafka_port, 3, 9, metadata), 3, 9)
+        assert len(again["topics"][0]["partitions"]) == 12, topic

@@ -128,6 +128,11 @@ class TopicService:
         self, name: str, partitions: int, configs: dict[str, str] | None = None
     ) -> TopicRecord:
         async with self._lock:
+            # in a cluster another member may have just created it (a CreateTopics there, an
+            # auto-create here): read the metadata log up to now first, or this create would
+            # follow that one in the log and win with its own partition count
+            # (docs/cluster.md, "Creating topics")
+            await self.metadata.catch_up()
             if self.registry.get(name) is not None:
                 raise TopicExists(name)
             if partitions < 1:
