@@ -7,6 +7,8 @@ One embedded broker, two `pulsar-gateway run` members with `[cluster]` in front 
 round kills the member that leads some partition, then sends a one-record acks=all Produce
 to that partition to the survivor every 20 ms (a raw request, so client back-off does not
 count) until one is stored; then starts the killed member again and waits until both serve.
+Before the kills, the CPU an idle member spends on membership is measured beside a gateway
+alone on the same broker.
 The floor is `cluster.lease_seconds` (the survivor takes over one lease after the last
 heartbeat it read), so the report gives each time beside it as a ratio. The workers bench
 (N workers under a supervisor) reuses `first_produce_after`.
@@ -25,12 +27,13 @@ from typing import Any
 
 from rich.console import Console
 
+from bench.proc import cpu_seconds
 from bench.report import bar_chart, write_report
 from bench.suite import machine
 from pulsar_gateway.kafka_codec import protocol
 from pulsar_gateway.kafka_codec.errors import ErrorCode
 from pulsar_gateway.kafka_codec.record_batch import encode_batch
-from tests.support.gateway_process import GatewayProcess, cluster_member
+from tests.support.gateway_process import GatewayProcess, cluster_member, set_flags
 from tests.support.raw_kafka_socket import recv_frame
 from tests.support.shared_broker import SharedBroker
 from tests.support.waiting import wait_until
@@ -83,6 +86,16 @@ def first_produce_after(
     raise TimeoutError(f"no produce to {topic}-{partition} stored within {timeout} s")
 
 
+def idle_cpu(members: list[GatewayProcess], alone: GatewayProcess, seconds: float) -> dict:
+    """CPU per second of each idle cluster member (heartbeats, reading them, following the
+    metadata log) beside a gateway alone on the same broker, measured over the same window."""
+    pids = {m.process.pid: f"member {i + 1}" for i, m in enumerate(members)}
+    pids[alone.process.pid] = "alone"
+    before = {pid: cpu_seconds([pid]) for pid in pids}
+    time.sleep(seconds)
+    return {name: (cpu_seconds([pid]) - before[pid]) / seconds for pid, name in pids.items()}
+
+
 def _both_serving(members: list[GatewayProcess]) -> bool:
     views = [m.cluster() for m in members]
     return all(v.get("serving") and len(v.get("members", [])) == len(members) for v in views)
@@ -101,10 +114,21 @@ def run(args: argparse.Namespace, scratch: Path) -> dict[str, Any]:
         )
         for node in (1, 2)
     ]
+    alone = GatewayProcess(
+        scratch / "alone", extra=set_flags({"pulsar.service_url": broker.service_url})
+    )
     times: list[float] = []
+    idle: dict[str, float] = {}
     try:
-        for member in members:
+        for member in [*members, alone]:
             member.start()
+        wait_until(lambda: _both_serving(members), 60, 0.1, "both members serving")
+        idle = idle_cpu(members, alone, args.idle_seconds)
+        console.print(
+            "idle CPU per second: "
+            + ", ".join(f"{name} {share * 1000:.1f} ms" for name, share in idle.items())
+        )
+        alone.stop()
         topic = "failover"
         _call(
             members[0].kafka_port,
@@ -146,6 +170,7 @@ def run(args: argparse.Namespace, scratch: Path) -> dict[str, Any]:
             member.stop()
         broker.stop()
     return {
+        "idle_cpu_seconds_per_second": idle,
         "seconds": times,
         "p50": statistics.median(times),
         "max": max(times),
@@ -158,6 +183,7 @@ def main() -> None:
     parser.add_argument("--kills", type=int, default=5)
     parser.add_argument("--lease", type=float, default=6.0)
     parser.add_argument("--heartbeat", type=float, default=1.0)
+    parser.add_argument("--idle-seconds", type=float, default=20.0)
     parser.add_argument("--out", type=Path, default=Path("reports/cluster-failover"))
     args = parser.parse_args()
     results: dict[str, Any] = {

@@ -12,6 +12,7 @@ import pytest
 from pulsar_gateway.gateway.backend.embedded import EmbeddedBroker
 from pulsar_gateway.gateway.backend.pulsar_backend import PulsarBackend
 from pulsar_gateway.gateway.metadata_store import MetadataStore
+from pulsar_gateway.storage.kafka.producer_ids import NEXT_ID_KEY, NODE_ID_SPACE, NodeProducerIds
 from tests.support.waiting import async_wait_until
 
 
@@ -128,6 +129,37 @@ def test_a_snapshot_taken_while_another_member_writes_loses_nothing(broker_url: 
             await loaded.close()
         finally:
             for store in (writer, snapshotter):
+                await store.close()
+            await backend.close()
+
+    asyncio.run(scenario())
+
+
+def test_producer_ids_of_two_members_never_meet(broker_url: str) -> None:
+    """Each member counts on its own key (docs/cluster.md, "Producer ids"), above every id
+    the single-gateway counter gave, and goes on after a restart without repeating."""
+
+    async def scenario() -> None:
+        backend = PulsarBackend(broker_url)
+        await backend.start()
+        namespace = _namespace()
+        earlier = await _store(backend, namespace)
+        await earlier.put(NEXT_ID_KEY, 5000)  # a single gateway handed out ids below 5000
+        await earlier.close()
+        a, b = await _store(backend, namespace), await _store(backend, namespace)
+        try:
+            ids_a = [await NodeProducerIds(a, 1).next_id() for _ in range(20)]
+            ids_b = [await NodeProducerIds(b, 2).next_id() for _ in range(20)]
+            restarted = await _store(backend, namespace)
+            ids_a += [await NodeProducerIds(restarted, 1).next_id() for _ in range(5)]
+            await restarted.close()
+            every = ids_a + ids_b
+            assert len(set(every)) == len(every)
+            assert min(every) >= 5000
+            assert {i % NODE_ID_SPACE for i in ids_a} == {1}
+            assert {i % NODE_ID_SPACE for i in ids_b} == {2}
+        finally:
+            for store in (a, b):
                 await store.close()
             await backend.close()
 
