@@ -4,6 +4,9 @@ vhost's owner, a killed worker started again by the supervisor, a clean stop."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pika
@@ -59,6 +62,20 @@ def test_two_workers_one_amqp_port_and_a_killed_worker_comes_back(tmp_path: Path
             assert kafka == [f"127.0.0.1:{workers.kafka_base + i}" for i in range(2)]
             assert [m["node_id"] for m in view["members"]] == [0, 1]
             assert [m["me"] for m in view["members"]] == [i == index for i in range(2)]
+        # `pulsar-gateway cluster status` prints one member's view: both members
+        status = subprocess.run(
+            [sys.executable, "-m", "pulsar_gateway.cli", "cluster", "status"]
+            + ["--gateway-health", workers.metrics_url(1)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env={**os.environ, "COLUMNS": "200"},
+        )
+        assert status.returncode == 0, status.stderr
+        assert "serving" in status.stdout
+        for index in range(2):
+            assert views[0]["members"][index]["member_id"] in status.stdout
+            assert f"127.0.0.1:{workers.kafka_base + index}" in status.stdout
         # every vhost works through the one port, whichever worker accepted the connection
         for number in range(8):
             body = f"message {number}".encode()

@@ -231,7 +231,8 @@ def test_kill_9_of_one_of_three_workers_loses_and_duplicates_nothing(tmp_path: P
                 0.2,
                 lambda load=load: (
                     f"{len(load.confirmed - load.received)} confirmed on "
-                    f"{load.vhost!r} not delivered"
+                    f"{load.vhost!r} not delivered: {sorted(load.confirmed - load.received)[:5]}"
+                    f" (published {len(load.confirmed)}, reconnects {load.reconnects})"
                 ),
             )
         log = _log(bootstrap)
