@@ -5,7 +5,9 @@ to provoke on demand: `gate` holds every publish until it is set, `fail`
 makes publishes raise as a lost backend would, `lose_acks` drops acks on the
 floor as a killed broker loses the ones pulsar-client had not sent yet, and
 `restart_broker` makes every reader hand out again everything still stored,
-with a redelivery count of 0 (a restarted pulsar-lite counts from scratch).
+with a redelivery count of 0 (a restarted pulsar-lite counts from scratch), and
+`parked` holds messages back from every reader until one is nudged, as pulsar-lite's
+Shared dispatcher parks a message whose consumer died (docs/backend.md).
 """
 
 from __future__ import annotations
@@ -26,14 +28,20 @@ class MemoryReader:
         self.held: set[Hashable] = set()
 
     async def fetch(self, limit: int, timeout: float | None) -> list[StoredDelivery]:
-        messages = self.store.messages[self.queue]
-        out = [
-            StoredDelivery(self.queue, key, msg)
-            for key, msg in messages.items()
-            if key not in self.held
-        ][:limit]
-        if not out:
-            await asyncio.sleep(timeout if timeout is not None else 0.05)
+        """As the Pulsar reader: what is there at once, else the first that comes within
+        `timeout` (looked for every 50 ms; None: one look, as the engine loops anyway)."""
+        deadline = asyncio.get_running_loop().time() + (timeout or 0.05)
+        while True:
+            messages = self.store.messages[self.queue]
+            out = [
+                StoredDelivery(self.queue, key, msg)
+                for key, msg in messages.items()
+                if key not in self.held and key not in self.store.parked
+            ][:limit]
+            left = deadline - asyncio.get_running_loop().time()
+            if out or left <= 0:
+                break
+            await asyncio.sleep(min(0.05, left))
         self.held.update(d.message_id for d in out)
         return out
 
@@ -46,7 +54,9 @@ class MemoryReader:
             self.store.messages[self.queue].pop(key, None)
 
     async def nudge(self) -> None:
-        """Nothing to nudge: memory never parks a message."""
+        """A subscription event: parked messages are dispatched again."""
+        self.store.nudges.append(asyncio.get_running_loop().time())
+        self.store.parked.clear()
 
     async def close(self) -> None:
         self.held.clear()
@@ -64,6 +74,8 @@ class MemoryStore:
         self.fail = False
         self.ids = itertools.count()
         self.lose_acks = False
+        self.parked: set[Hashable] = set()
+        self.nudges: list[float] = []  # when each reader's nudge came
         self.acks: list[Hashable] = []  # every id acked, lost or not, in order
         self.readers: list[MemoryReader] = []
 

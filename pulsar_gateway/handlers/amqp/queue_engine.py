@@ -43,6 +43,11 @@ log = logging.getLogger("gateway.amqp.queue")
 FETCH_BATCH = 500
 READY_LOW_WATER = 200  # fetch more when fewer than this are ready in memory
 GET_WAIT_SECONDS = 2.0  # basic.get waits this long for a message the count says exists
+# Consumers wait and Pulsar sends nothing: nudge the subscription after this long, then
+# after twice as long each time up to the maximum (docs/backend.md, "Shared dispatch can
+# park a message": after a gateway restart the count does not know the parked message)
+IDLE_NUDGE_FIRST_SECONDS = 2.0
+IDLE_NUDGE_MAX_SECONDS = 60.0
 COUNT_SAVE_SECONDS = 1.0
 # How long, and how many, acked ids are remembered: a lost ack shows up once the
 # broker is back (a restart takes seconds; the soak freezes it for up to ~15 s).
@@ -266,6 +271,7 @@ class QueueEngine:
 
     async def _pump(self) -> None:
         nudged = False
+        idle_nudge = IDLE_NUDGE_FIRST_SECONDS
         while not self.closed:
             if not self._need_more():
                 self._wake.clear()
@@ -281,6 +287,9 @@ class QueueEngine:
             timeout = self._fetch_timeout()
             if expect_more and timeout is None:
                 timeout = GET_WAIT_SECONDS
+            waiting = not self.ready and any(c.has_credit() for c in self._active_consumers())
+            if waiting and (timeout is None or timeout > idle_nudge):
+                timeout = idle_nudge
             try:
                 reader = await self.ensure_reader()
                 batch = await reader.fetch(FETCH_BATCH, timeout)
@@ -302,6 +311,12 @@ class QueueEngine:
                 self._nothing_ready()
             if batch:
                 nudged = False
+                idle_nudge = IDLE_NUDGE_FIRST_SECONDS
+            elif waiting and not expect_more:
+                # nothing for consumers that wait: a message parked when its consumer died
+                # (a killed gateway's) moves only on the next subscription event
+                await reader.nudge()
+                idle_nudge = min(idle_nudge * 2, IDLE_NUDGE_MAX_SECONDS)
             self._take(batch)
 
     def _take(self, batch: list[StoredDelivery]) -> None:
