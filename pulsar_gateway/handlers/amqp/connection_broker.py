@@ -151,6 +151,8 @@ class ConnectionBroker:
         self.exclusive_queues: set[str] = set()
         self.limits = limits or PublishLimits()
         self.in_flight_bytes = 0  # publishes handed to the store, not yet stored
+        # the same publishes' writes, awaited before connection.close-ok (publishes_stored)
+        self._writes: set[asyncio.Future[None]] = set()
         self.tx_bytes = 0  # held by every open transaction of the connection
         self._unblocked = asyncio.Event()
         self._unblocked.set()
@@ -634,6 +636,7 @@ class ConnectionBroker:
             queues, message, lambda t: self._published(channel, pending, cost, t, queues, message)
         )
         channel.writing[write] = queues
+        self._writes.add(write)
 
     def _block(self, reason: str) -> None:
         self._unblocked.clear()
@@ -663,6 +666,7 @@ class ConnectionBroker:
         message: AmqpMessage,
     ) -> None:
         channel.writing.pop(task, None)
+        self._writes.discard(task)
         self.in_flight_bytes -= cost
         if self.limits.alarm is not None:
             self.limits.alarm.remove(cost)
@@ -832,6 +836,19 @@ class ConnectionBroker:
             for engine in engines.values():
                 with contextlib.suppress(Exception):
                     await self.vhost.maybe_auto_delete(engine)
+
+    async def publishes_stored(self, timeout: float) -> bool:
+        """Wait until every publish this connection handed to the store is stored (or
+        failed), at most ``timeout`` seconds; True when none is left.
+
+        The listener holds connection.close-ok until then: a client that published and
+        closed takes close-ok as "the broker has my messages", so a basic.get on another
+        connection right after must find them, as on RabbitMQ (docs/architecture.md,
+        "Data path: AMQP publish and deliver", step 9).
+        """
+        if self._writes:
+            await asyncio.wait(set(self._writes), timeout=timeout)
+        return not self._writes
 
     async def connection_closed(self) -> None:
         if self.closed:

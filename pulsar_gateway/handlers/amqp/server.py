@@ -81,6 +81,9 @@ READ_SIZE = 256 * 1024
 OUTPUT_HIGH_WATER = 2 * WRITE_BUFFER_LIMIT
 # How often open connections' users are checked against the users store (and the table).
 USER_CHECK_SECONDS = 1.0
+# Longest connection.close-ok waits for the connection's publishes to be stored: long
+# enough to ride out a broker restart's reconnect, short of a client's own close timeout.
+CLOSE_STORE_WAIT_SECONDS = 30.0
 # Loggers whose lines a client can cause once per connection or per request.
 PER_REQUEST_LOGGERS = ("gateway.amqp", AUDIT_LOGGERS["amqp"])
 
@@ -390,6 +393,7 @@ class _Session:
         self.peer_port = peer_port
         self.connected_at_ms = int(time.time() * 1000)
         self._flush_scheduled = False
+        self._hold_output = False  # connection.close-ok waits for stores
         self._drain_task: asyncio.Task[None] | None = None
         self._loop = asyncio.get_running_loop()
         self._wake_timer = asyncio.Event()
@@ -424,6 +428,8 @@ class _Session:
 
     def _flush(self) -> None:
         self._flush_scheduled = False
+        if self._hold_output:
+            return  # _close_after_stores flushes when it is done
         data = self.conn.data_to_send(time.monotonic())
         if data and not self.writer.is_closing():
             self.writer.write(data)
@@ -539,6 +545,8 @@ class _Session:
             if self.credentials is _NOT_YET and self.conn.username is not None:
                 self.credentials = self.authenticator.credentials_of(self.conn.username)
             _count_bad_input(events, "")
+            if _client_closed(events):
+                await self._close_after_stores()
             self._flush()  # the core's own replies go first
             await self.broker.handle(events)
             self._flush()
@@ -548,6 +556,21 @@ class _Session:
             # sides wait for each other. Deliveries stop by themselves while the buffer is
             # full; only past OUTPUT_HIGH_WATER (above) does reading wait for the client.
             self._wake_timer.set()
+
+    async def _close_after_stores(self) -> None:
+        """The client closed: its connection.close-ok (already in the core's output) goes
+        out once its publishes are stored, so that close-ok means "stored" as on RabbitMQ
+        (docs/architecture.md, "Data path: AMQP publish and deliver", step 9)."""
+        self._hold_output = True
+        try:
+            if not await self.broker.publishes_stored(CLOSE_STORE_WAIT_SECONDS):
+                log.warning(
+                    "amqp %s: closing with publishes not stored after %g s",
+                    self.broker.peer,
+                    CLOSE_STORE_WAIT_SECONDS,
+                )
+        finally:
+            self._hold_output = False
 
     async def revoke(self, user: str) -> None:
         """connection.close 320 CONNECTION_FORCED: the user is gone or has a new password."""
@@ -582,6 +605,8 @@ class _Session:
             if events:
                 await self.broker.handle(events)
             if self.conn.closed:
+                if self._hold_output:
+                    return  # _close_after_stores writes close-ok; run() closes the socket
                 self._flush()
                 with contextlib.suppress(Exception):
                     await asyncio.wait_for(self.writer.drain(), 2)
@@ -614,6 +639,10 @@ _PROTOCOL_VIOLATIONS = frozenset(
         ReplyCode.ACCESS_REFUSED,  # a failed login: repeated, it is password guessing
     }
 )
+
+
+def _client_closed(events: list[Event]) -> bool:
+    return any(isinstance(e, ConnectionClosed) and e.cause == "client" for e in events)
 
 
 def _count_bad_input(events: list[Event], lost_reason: str) -> None:
