@@ -82,6 +82,10 @@ class _TopicWriter:
         self.last_used = time.monotonic()
         self.lock = asyncio.Lock()
         self.single: Any = None  # batching off: one entry per message (AMQP queues)
+        # Whether the topic's current ledger is known to hold an entry already, so that a
+        # batch sent now cannot be its entry 0 (docs/backend.md, "A batch must not open a
+        # ledger"). Until then a send's first message goes out alone.
+        self.ledger_opened = False
 
 
 class PulsarBackend:
@@ -235,9 +239,15 @@ class PulsarBackend:
                 while start < len(messages):
                     big = _is_big(messages[start])
                     end = start + 1
-                    while end < len(messages) and _is_big(messages[end]) == big:
+                    opens_ledger = batching and not big and not writer.ledger_opened
+                    while (
+                        not opens_ledger and end < len(messages) and _is_big(messages[end]) == big
+                    ):
                         end += 1
-                    kind = "chunking" if big else ("batching" if batching else "single")
+                    if opens_ledger:
+                        kind = "single"
+                    else:
+                        kind = "chunking" if big else ("batching" if batching else "single")
                     producer = await self._producer(writer, kind)
                     if writer.last_kind != kind and writer.last_group is not None:
                         # keep partition order across the two producers
@@ -256,13 +266,20 @@ class PulsarBackend:
                         producer.send_async(_build(messages[index], writer.sequence), callback)
                     writer.last_group = last_future
                     start = end
+                    if opens_ledger and start < len(messages):
+                        # the lone message must be stored before any batch may follow it
+                        await asyncio.shield(last_future)
+                        writer.ledger_opened = True
             assert first_future is not None and last_future is not None
             first = await first_future
             last = await last_future
+            writer.ledger_opened = True
             return first, last
         except BackendError:
+            writer.ledger_opened = False  # a failed send may mean a restarted broker
             raise
         except Exception as exc:
+            writer.ledger_opened = False
             raise BackendError(f"send to {topic} failed: {exc}") from exc
         finally:
             if acquired:
@@ -369,6 +386,11 @@ class PulsarBackend:
                 log.warning("Pulsar backend %s answers again", self.service_url)
             else:
                 log.error("Pulsar backend %s unreachable: %s", self.service_url, why)
+        if not reachable:
+            # a broker that comes back may open new ledgers (docs/backend.md, "A batch must
+            # not open a ledger")
+            for writer in self._writers.values():
+                writer.ledger_opened = False
         self.reachable = reachable
         metrics.BACKEND_UP.set(1 if reachable else 0)
 

@@ -46,6 +46,10 @@ RETRY_FIRST_SECONDS = 0.1
 RETRY_MAX_SECONDS = 1.0
 # How long the tailer's stall check waits for the broker to say whether more is stored.
 STALL_PROBE_SECONDS = 5.0
+# How long the tailer waits for its next message: while an append waits for a message the
+# broker has acknowledged (it is stored, so the reader is owed it), and otherwise.
+OWED_READ_SECONDS = 0.25
+IDLE_READ_SECONDS = 2.0
 
 
 class _Cursor:
@@ -190,7 +194,9 @@ class PartitionLog:
                 if reopen:
                     await stream.reopen()
                     reopen = False
-                batch = await stream.read_batch(2000, timeout=2.0)
+                # short waits while an append waits for its messages to be numbered
+                waited = OWED_READ_SECONDS if self._appending else IDLE_READ_SECONDS
+                batch = await stream.read_batch(2000, timeout=waited)
                 if batch:
                     self._index(batch)
                     failures = 0
@@ -198,10 +204,18 @@ class PartitionLog:
                     # the client's reconnect backoff can reach a minute after a broker restart
                     log.warning("tailer of %s disconnected; reopening it", self.topic)
                     reopen = True
+                elif self._owed_a_stored_message() and self.backend.reachable:
+                    # a send receipt proved the message stored, yet the reader got nothing
+                    # from a broker that answers: pulsar-lite stopped dispatching to it
+                    # (docs/backend.md, "Readers skip or stall"); no need to ask what it holds
+                    log.info(
+                        "tailer of %s stopped short of a stored message; reopening", self.topic
+                    )
+                    reopen = True
                 elif (self._id_waiters or self._data_waiters) and await self._stalled(stream):
                     # connected, data waiting, nothing dispatched: pulsar-lite stops
-                    # dispatching to readers whose connection it dropped (docs/backend.md,
-                    # "Acking a batched entry drops the connection")
+                    # dispatching to readers now and then (docs/backend.md, "Readers skip
+                    # or stall")
                     log.warning("tailer of %s stalled; reopening it", self.topic)
                     reopen = True
             except asyncio.CancelledError:
@@ -218,6 +232,13 @@ class PartitionLog:
                     )
                 reopen = True
                 await asyncio.sleep(min(RETRY_MAX_SECONDS, RETRY_FIRST_SECONDS * 2**failures))
+
+    def _owed_a_stored_message(self) -> bool:
+        """Whether an append waits for a message past what the reader passed on: its send
+        receipt says the broker stored it, so the reader is owed it."""
+        waiters = self._id_waiters
+        last = self._last_id
+        return bool(waiters) and (last is None or waiters[0][0] > last)
 
     async def _stalled(self, stream: ReaderStream) -> bool:
         """Whether the broker holds messages the reader is not being sent. A broker that does
@@ -245,9 +266,10 @@ class PartitionLog:
         transactions = self._transactions
         checkpoints = self._checkpoint_offsets
         tail = self._tail
+        # one checkpoint per `interval` offsets, at the first message starting past it
+        next_due = (checkpoints[-1] // interval + 1) * interval if checkpoints else 0
         for message in batch:
-            # one checkpoint per `interval` offsets, at the first message starting past it
-            due = offset // interval > (checkpoints[-1] // interval if checkpoints else -1)
+            due = offset >= next_due
             before = resends.snapshot() if due else None
             original = resends.original_offset(message, offset)
             if original is not None:
@@ -262,6 +284,7 @@ class PartitionLog:
                 continue
             if before is not None:
                 self._checkpoint(offset, message.id, before, producers.snapshot())
+                next_due = (offset // interval + 1) * interval
             producers.observe(message, offset)
             aborted = transactions.observe(message, offset)
             if aborted is not None:
@@ -401,9 +424,10 @@ class PartitionLog:
             messages = stamp(messages, producer, skip)
             if not messages:
                 return base if base is not None else self.next_offset
-        # Unbatched: a pulsar-lite reader's own cumulative ack of a batched entry makes the
-        # broker drop the client connection, after which its readers get nothing more.
-        first, last = await self.backend.send(self.topic, messages, batching=False)
+        # Batched: many records per entry, which Pulsar consumers read natively; the backend
+        # keeps a batch from opening a ledger (docs/backend.md, "A batch must not open a
+        # ledger").
+        first, last = await self.backend.send(self.topic, messages, batching=True)
         first_offset = await self.offset_of(first)
         last_offset = first_offset
         if last != first:
