@@ -92,10 +92,16 @@ class PulsarEntryFormat:
     name = "pulsar"
 
     def encode(self, batch: DecodedBatch, append_time: int | None = None) -> list[OutMessage]:
-        if append_time is not None:
-            out = [to_message(r.key, r.value, append_time, r.headers) for r in batch.records]
-        else:
-            out = [to_message(r.key, r.value, r.timestamp, r.headers) for r in batch.records]
+        out: list[OutMessage] = []
+        append = out.append
+        for _, timestamp, key, value, headers in batch.records:
+            if append_time is not None:
+                timestamp = append_time
+            if key is None and not headers:
+                # the common record, without to_message's call: nothing to map but the time
+                append(OutMessage(value, None, None, timestamp if timestamp > 0 else 0))
+            else:
+                append(to_message(key, value, timestamp, headers))
         codec = batch.attributes & ATTR_CODEC_MASK
         if codec:
             for message in out:
