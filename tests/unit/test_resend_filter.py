@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from pulsar_gateway.gateway.backend.resend_filter import SEQ, ResendFilter
+from hypothesis import given
+from hypothesis import strategies as st
+
+from pulsar_gateway.gateway.backend.resend_filter import SEQ, RecentOffsets, ResendFilter
 from pulsar_gateway.gateway.messages import StoredMessage
 
 
@@ -40,3 +43,28 @@ def test_state_restored_from_a_checkpoint_keeps_filtering() -> None:
     restored = ResendFilter(first.snapshot())
     assert restored.original_offset(_message("a", 3, 9), 9) == -1  # older than remembered
     assert restored.original_offset(_message("a", 4, 10), 10) is None
+
+
+@given(
+    steps=st.lists(st.tuples(st.integers(1, 3), st.integers(1, 4)), min_size=1, max_size=300),
+    keep=st.integers(1, 40),
+)
+def test_recent_offsets_as_runs_answer_as_a_plain_map(steps, keep) -> None:
+    """The run-length memory of sequences gives every remembered sequence the offset a
+    plain dictionary would, remembers at least the `keep` newest, and -1 for older ones."""
+    recent = RecentOffsets(keep)
+    plain: dict[int, int] = {}
+    sequence, offset = 0, 0
+    for sequence_step, offset_step in steps:
+        sequence += sequence_step
+        offset += offset_step
+        recent.add(sequence, offset)
+        plain[sequence] = offset
+    newest = sorted(plain)[-keep:]
+    for seq in range(sequence + 2):
+        got = recent.offset_of(seq)
+        if seq in newest:
+            assert got == plain[seq]
+        else:
+            assert got in (-1, plain.get(seq, -1))
+    assert recent.count <= keep + keep // 4 + 1

@@ -11,6 +11,7 @@ are never filtered.
 
 from __future__ import annotations
 
+import bisect
 from collections import OrderedDict
 from collections.abc import Hashable
 
@@ -21,11 +22,69 @@ MAX_PRODUCERS = 64
 RECENT = 20000  # resends come within the send timeout; keep this many offsets per producer
 
 
+class RecentOffsets:
+    """One producer's recent sequences and the offsets they got, as arithmetic runs.
+
+    Consecutive sequences at evenly spaced offsets (one record per message: step 1) share
+    one run, so a partition's steady stream from one producer costs a few numbers instead
+    of a dictionary entry per message (about 100 bytes each, `RECENT` of them per producer
+    and partition). Holds at least the `keep` newest sequences."""
+
+    __slots__ = ("count", "firsts", "keep", "lengths", "offsets", "steps")
+
+    def __init__(self, keep: int) -> None:
+        self.keep = keep
+        self.firsts: list[int] = []  # first sequence of each run
+        self.offsets: list[int] = []  # its offset
+        self.steps: list[int] = []  # offsets between consecutive sequences of the run
+        self.lengths: list[int] = []
+        self.count = 0
+
+    def add(self, sequence: int, offset: int) -> None:
+        """Record `sequence` at `offset` (both above every one recorded before)."""
+        lengths = self.lengths
+        if lengths:
+            length = lengths[-1]
+            if sequence == self.firsts[-1] + length:
+                step = self.steps[-1]
+                if length == 1:
+                    step = self.steps[-1] = offset - self.offsets[-1]
+                if step > 0 and offset == self.offsets[-1] + step * length:
+                    lengths[-1] = length + 1
+                    self.count += 1
+                    return
+        self.firsts.append(sequence)
+        self.offsets.append(offset)
+        self.steps.append(0)
+        lengths.append(1)
+        self.count += 1
+        if self.count > self.keep + self.keep // 4:
+            self._forget_oldest()
+
+    def _forget_oldest(self) -> None:
+        """Drop the oldest runs down to `keep` sequences, in one slice (amortised)."""
+        drop, count = 0, self.count
+        while count - self.lengths[drop] >= self.keep:
+            count -= self.lengths[drop]
+            drop += 1
+        for column in (self.firsts, self.offsets, self.steps, self.lengths):
+            del column[:drop]
+        self.count = count
+
+    def offset_of(self, sequence: int) -> int:
+        """The offset `sequence` got; -1 when it is older than what is remembered."""
+        index = bisect.bisect_right(self.firsts, sequence) - 1
+        if index < 0 or sequence >= self.firsts[index] + self.lengths[index]:
+            return -1
+        return self.offsets[index] + self.steps[index] * (sequence - self.firsts[index])
+
+
 class ResendFilter:
     def __init__(self, state: dict[str, int] | None = None) -> None:
-        # producer name -> last sequence passed; recent sequences -> their offsets
+        # producer name -> last sequence passed (least recently used first)
         self._last: OrderedDict[str, int] = OrderedDict(state or {})
-        self._offsets: dict[str, OrderedDict[int, int]] = {}
+        self._offsets: dict[str, RecentOffsets] = {}
+        self._newest = ""  # the producer `_last` was last moved to the end for
 
     def original_offset(self, message: StoredMessage, offset: int) -> int | None:
         """None for a new message (recorded at `offset`); else the first copy's offset (-1
@@ -34,18 +93,22 @@ class ResendFilter:
         if stamp is None:
             return None
         sequence = int(stamp)
-        last = self._last.get(message.producer)
+        producer = message.producer
+        last = self._last.get(producer)
         if last is not None and sequence <= last:
-            return self._offsets.get(message.producer, {}).get(sequence, -1)
-        self._last[message.producer] = sequence
-        self._last.move_to_end(message.producer)
-        if len(self._last) > MAX_PRODUCERS:
-            gone, _ = self._last.popitem(last=False)
-            self._offsets.pop(gone, None)
-        recent = self._offsets.setdefault(message.producer, OrderedDict())
-        recent[sequence] = offset
-        if len(recent) > RECENT:
-            recent.popitem(last=False)
+            recent = self._offsets.get(producer)
+            return -1 if recent is None else recent.offset_of(sequence)
+        self._last[producer] = sequence
+        if producer != self._newest:  # the same producer message after message: no move
+            self._newest = producer
+            self._last.move_to_end(producer)
+            if len(self._last) > MAX_PRODUCERS:
+                gone, _ = self._last.popitem(last=False)
+                self._offsets.pop(gone, None)
+        recent = self._offsets.get(producer)
+        if recent is None:
+            recent = self._offsets[producer] = RecentOffsets(RECENT)
+        recent.add(sequence, offset)
         return None
 
     def snapshot(self) -> dict[str, int]:
