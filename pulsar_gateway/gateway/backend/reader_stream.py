@@ -108,31 +108,18 @@ class ReaderStream:
 
     def _drain(self, out: list[StoredMessage], limit: int) -> None:
         """Take what the client has received, without waiting. The hot path of every
-        partition tailer: the next message of the same entry, or the first of the next
-        entry, is passed on without `_accept`'s general checks."""
+        partition tailer: a message that `follows` the last one is passed on without
+        `_accept`'s general checks."""
         read = self._reader.read_next
         append = out.append
         last = self._last
-        new = tuple.__new__
         while len(out) < limit:
             try:
                 msg = read(0)
             except _pulsar.Timeout:
                 break
-            mid = msg.message_id()
-            key = (mid.ledger_id(), mid.entry_id(), mid.batch_index())
-            stored = new(
-                StoredMessage,
-                (
-                    key,
-                    None if msg.has_null_value() else msg.data(),
-                    msg.partition_key(),
-                    msg.properties(),
-                    msg.event_timestamp(),
-                    msg.publish_timestamp(),
-                    msg.producer_name(),
-                ),
-            )
+            stored = to_stored(msg)
+            key = stored.id
             if last is not None and follows(last, key):
                 last = self._last = key
                 append(stored)
