@@ -15,8 +15,11 @@ import signal
 import threading
 
 import pika
+from pamqp import commands
 
+from pulsar_gateway.handlers.amqp.frames import FrameReader, encode_content, encode_method
 from tests.support.gateway_process import GatewayProcess
+from tests.support.raw_amqp_socket import next_method, open_connection
 
 MESSAGES = 20
 BODY = 64 * 1024
@@ -60,5 +63,46 @@ def test_close_ok_waits_for_the_publishes_and_the_next_connection_finds_them(tmp
             assert got == bodies
         finally:
             reader.close()
+    finally:
+        gw.stop()
+
+
+def test_a_publish_read_together_with_the_close_is_stored_before_close_ok(tmp_path) -> None:
+    """amqp-publish writes its publish and connection.close together: both arrive in one
+    read, and the publish must be stored before close-ok all the same."""
+    gw = GatewayProcess(tmp_path / "gw").start()
+    try:
+        sock = open_connection(gw.amqp_port)
+        reader = FrameReader(0)
+        sock.sendall(encode_method(1, commands.Channel.Open()))
+        assert isinstance(next_method(sock, reader), commands.Channel.OpenOk)
+        sock.sendall(encode_method(1, commands.Queue.Declare(queue="together-q", durable=True)))
+        assert isinstance(next_method(sock, reader), commands.Queue.DeclareOk)
+        publish = commands.Basic.Publish(exchange="", routing_key="together-q")
+        content = encode_content(
+            1, publish, b"hello", commands.Basic.Properties().marshal(), 131072
+        )
+        broker = gw.broker_pid()
+        os.kill(broker, signal.SIGSTOP)
+        try:
+            sock.sendall(content + encode_method(0, commands.Connection.Close(200, "bye", 0, 0)))
+            sock.settimeout(FROZEN_SECONDS)
+            try:
+                early = next_method(sock, reader)
+            except TimeoutError:
+                early = None
+            assert early is None, f"{early} came while the broker was stopped"
+        finally:
+            os.kill(broker, signal.SIGCONT)
+        sock.settimeout(60)
+        assert isinstance(next_method(sock, reader), commands.Connection.CloseOk)
+        sock.close()
+
+        getter = pika.BlockingConnection(pika.URLParameters(gw.amqp_url))
+        try:
+            method, _properties, body = getter.channel().basic_get("together-q", True)
+            assert method is not None and body == b"hello"
+        finally:
+            getter.close()
     finally:
         gw.stop()

@@ -546,9 +546,10 @@ class _Session:
                 self.credentials = self.authenticator.credentials_of(self.conn.username)
             _count_bad_input(events, "")
             if _client_closed(events):
-                await self._close_after_stores()
-            self._flush()  # the core's own replies go first
-            await self.broker.handle(events)
+                await self._close_after_stores(events)
+            else:
+                self._flush()  # the core's own replies go first
+                await self.broker.handle(events)
             self._flush()
             if self.conn.handed_off:
                 return  # run() passes the connection on
@@ -557,12 +558,14 @@ class _Session:
             # full; only past OUTPUT_HIGH_WATER (above) does reading wait for the client.
             self._wake_timer.set()
 
-    async def _close_after_stores(self) -> None:
+    async def _close_after_stores(self, events: list[Event]) -> None:
         """The client closed: its connection.close-ok (already in the core's output) goes
-        out once its publishes are stored, so that close-ok means "stored" as on RabbitMQ
-        (docs/architecture.md, "Data path: AMQP publish and deliver", step 9)."""
+        out once its publishes are stored, those read with the close included, so that
+        close-ok means "stored" as on RabbitMQ (docs/architecture.md, "Data path: AMQP
+        publish and deliver", step 9)."""
         self._hold_output = True
         try:
+            await self.broker.handle(events)
             if not await self.broker.publishes_stored(CLOSE_STORE_WAIT_SECONDS):
                 log.warning(
                     "amqp %s: closing with publishes not stored after %g s",
