@@ -82,6 +82,9 @@ PART_OF = "__gw.snapshot"  # chunk and end records: the id of their snapshot's b
 INDEX = "__gw.chunk"  # a chunk's number; on the end record, how many chunks there are
 RESERVED_KEY = "__gw.metadata__"
 WRITER = "__gw.writer"  # which store instance appended a record (followers skip their own)
+# A record that sets its key only where the key is absent at its place in the log: the first
+# such record of a key wins on every reader, whoever wrote it (`create_if_absent`).
+IF_ABSENT = "__gw.if_absent"
 FOLLOW_WAIT_SECONDS = 1.0
 
 
@@ -129,6 +132,14 @@ def _chunks(items: list[tuple[str, Any]], keys: int, max_bytes: int) -> Iterator
             parts += [part[half:], part[:half]]
             continue
         yield payload
+
+
+def _apply_changes(table: dict[str, Any], changes: dict[str, Any]) -> None:
+    for key, value in changes.items():
+        if value is GONE:
+            table.pop(key, None)
+        else:
+            table[key] = value
 
 
 def _records(changes: list[tuple[str, bytes | None]]) -> list[OutMessage]:
@@ -293,6 +304,9 @@ class MetadataStore:
         )
         base: dict[str, Any] = {}
         changes: dict[str, Any] = {}
+        # records that set a key only where absent, with the changes before each of them
+        # (`changes` is applied over the snapshot at the end, so their test waits too)
+        conditional: list[tuple[dict[str, Any], str, Any]] = []
         chunks: set[str] = set()
         chunk_count = -1
         count = 0
@@ -310,9 +324,15 @@ class MetadataStore:
                             changes[message.key] = GONE
                             continue
                         try:
-                            changes[message.key] = json.loads(message.payload or b"null")
+                            value = json.loads(message.payload or b"null")
                         except ValueError:
                             self._unreadable(message.key)
+                            continue
+                        if properties.get(IF_ABSENT):
+                            conditional.append((changes, message.key, value))
+                            changes = {}
+                        else:
+                            changes[message.key] = value
                     elif kind == "changes":
                         try:
                             group = json.loads(message.payload or b"{}")
@@ -335,11 +355,10 @@ class MetadataStore:
         if newest and (chunk_count < 0 or chunks != {str(i) for i in range(chunk_count)}):
             log.warning("metadata snapshot at %s is incomplete: reading the whole log", newest)
             return None
-        for key, value in changes.items():
-            if value is GONE:
-                base.pop(key, None)
-            else:
-                base[key] = value
+        for before, key, value in conditional:
+            _apply_changes(base, before)
+            base.setdefault(key, value)
+        _apply_changes(base, changes)
         return base, count
 
     def _unreadable(self, key: str) -> None:
@@ -388,7 +407,11 @@ class MetadataStore:
     def _apply_followed(self, message: Any) -> None:
         properties = message.properties or {}
         kind = properties.get(CONTROL)
-        mine = properties.get(WRITER) == self.writer_id
+        conditional = bool(properties.get(IF_ABSENT))
+        # a conditional record is decided here, where it is read: the writer's too
+        mine = properties.get(WRITER) == self.writer_id and not conditional
+        if conditional and message.key in self._table:
+            return  # not the first of its key: the one before it stands
         if kind is None:
             changes: dict[str, Any] = {
                 message.key: GONE if properties.get(DELETED) else _loads(message.payload)
@@ -483,6 +506,34 @@ class MetadataStore:
 
     async def delete(self, key: str) -> None:
         await self._write({key: GONE})
+
+    async def create_if_absent(self, key: str, value: Any) -> Any:
+        """Set `key` to `value` unless it has a value; returns the value it has now.
+
+        Alone, the store decides at once. Following other writers (a cluster), two members
+        may create the same key at the same instant, each before it has read the other's
+        record, and the last-write-wins rule of plain puts would let the later one replace
+        the earlier (a topic created with 12 partitions replaced by an auto-created one
+        with 1). A conditional record is instead decided where it is read, in log order,
+        the same way on every member and on every load: the first one of a key sets it,
+        later ones are ignored. The writer waits until its follower has read its own record
+        and answers with whatever won (docs/cluster.md, "Creating topics").
+        """
+        existing = self._table.get(key)
+        if existing is not None or not self.following:
+            if existing is None:
+                await self.put(key, value)
+                return value
+            return existing
+        message = OutMessage(_encode(value), key=key, properties={IF_ABSENT: "1"})
+        _, last = await self.backend.send(
+            self.topic, [_signed(message, self.writer_id)], batching=False
+        )
+        self.appended += 1
+        self._since += 1
+        await self._reach(last)
+        self._maybe_snapshot()
+        return self._table.get(key)
 
     def _holds(self, key: str, value: Any) -> bool:
         """Whether the log already has (or is about to have) `value` for `key`."""

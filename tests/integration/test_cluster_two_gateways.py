@@ -323,3 +323,44 @@ def test_a_topic_created_on_one_member_is_not_recreated_by_an_auto_create_on_the
         assert len(seen["topics"][0]["partitions"]) == 12, topic
         again = raw_answer(raw_request(first.kafka_port, 3, 9, metadata), 3, 9)
         assert len(again["topics"][0]["partitions"]) == 12, topic
+
+
+def test_racing_creates_on_two_members_agree_on_one_topic(
+    cluster: tuple[SharedBroker, list[GatewayProcess]],
+) -> None:
+    """CreateTopics(12) on one member and an auto-creating Metadata on the other, sent at
+    the same instant: whichever creation is first in the metadata log stands on both
+    members, and the CreateTopics answer says whether it was its own (docs/cluster.md,
+    "Creating topics")."""
+    _, (first, second) = cluster
+    for attempt in range(8):
+        topic = f"raced-{attempt}-{uuid.uuid4().hex[:6]}"
+        create = {
+            "topics": [
+                {
+                    "name": topic,
+                    "num_partitions": 12,
+                    "replication_factor": 1,
+                    "assignments": [],
+                    "configs": [],
+                }
+            ],
+            "timeout_ms": 10000,
+            "validate_only": False,
+        }
+        metadata = {
+            "topics": [{"name": topic}],
+            "allow_auto_topic_creation": True,
+            "include_topic_authorized_operations": False,
+        }
+        created_sock = raw_request(first.kafka_port, 19, 5, create)
+        auto_sock = raw_request(second.kafka_port, 3, 9, metadata)
+        created = raw_answer(created_sock, 19, 5)["topics"][0]["error_code"]
+        raw_answer(auto_sock, 3, 9)
+        counts = set()
+        for member in (first, second):
+            seen = raw_answer(raw_request(member.kafka_port, 3, 9, metadata), 3, 9)
+            counts.add(len(seen["topics"][0]["partitions"]))
+        assert len(counts) == 1, f"{topic}: the members disagree: {counts}"
+        expected = ErrorCode.NONE if counts == {12} else ErrorCode.TOPIC_ALREADY_EXISTS
+        assert created == expected, (topic, created, counts)

@@ -164,3 +164,39 @@ def test_producer_ids_of_two_members_never_meet(broker_url: str) -> None:
             await backend.close()
 
     asyncio.run(scenario())
+
+
+def test_racing_creates_of_a_key_agree_on_the_first_in_the_log(broker_url: str) -> None:
+    """Two members create the same keys at the same instant, each before reading the other:
+    both answer with the same winner, the first record of the key in the log, and so does a
+    store that loads the log afresh (docs/cluster.md, "Creating topics")."""
+
+    async def scenario() -> None:
+        backend = PulsarBackend(broker_url)
+        await backend.start()
+        namespace = _namespace()
+        a = await _store(backend, namespace)
+        b = await _store(backend, namespace)
+        keys = [f"kafka-topic/raced-{i}" for i in range(20)]
+        try:
+            answers = await asyncio.gather(
+                *(a.create_if_absent(key, {"partitions": 12, "by": "a"}) for key in keys),
+                *(b.create_if_absent(key, {"partitions": 1, "by": "b"}) for key in keys),
+            )
+            from_a, from_b = answers[: len(keys)], answers[len(keys) :]
+            assert from_a == from_b
+            assert [a.get(key) for key in keys] == from_a == [b.get(key) for key in keys]
+            # a later create changes nothing, on either member
+            assert await b.create_if_absent(keys[0], {"partitions": 3}) == from_a[0]
+            await a.catch_up()
+            assert a.get(keys[0]) == from_a[0]
+            fresh = MetadataStore(backend, namespace)
+            await fresh.load()
+            assert [fresh.get(key) for key in keys] == from_a
+            await fresh.close()
+        finally:
+            for store in (a, b):
+                await store.close()
+            await backend.close()
+
+    asyncio.run(scenario())

@@ -64,6 +64,13 @@ class TopicRegistry:
     async def save(self, record: TopicRecord) -> None:
         await self.metadata.put(PREFIX + record.name, _to_json(record))
 
+    async def create(self, record: TopicRecord) -> TopicRecord:
+        """Store a new topic's record unless one is there; returns the record that stands
+        (another member's, when it created the name first: docs/cluster.md, "Creating
+        topics")."""
+        value = await self.metadata.create_if_absent(PREFIX + record.name, _to_json(record))
+        return self._record(record.name, value)
+
     async def remove(self, name: str) -> None:
         """Forget the topic entirely: only after its storage was really deleted, so that a
         topic re-created under the name starts at offset 0 on empty partitions."""

@@ -158,7 +158,13 @@ class TopicService:
             record = TopicRecord(
                 name, partitions, dict(configs or {}), log_start, False, str(uuid.uuid4())
             )
-            await self.registry.save(record)
+            if previous is None:
+                # first creation record of the name in the log wins, on every member
+                winner = await self.registry.create(record)
+                if winner.topic_id != record.topic_id:
+                    raise TopicExists(name)
+            else:
+                await self.registry.save(record)  # replaces a record an earlier version left
             for index, start in enumerate(log_start):
                 opened = self._logs.get(partition_topic(name, index))
                 if opened is not None:
