@@ -258,6 +258,7 @@ class Gateway:
                     if settings.cluster.enabled
                     else None
                 ),
+                member_secret=settings.cluster.member_secret.get_secret_value().encode(),
             )
             self.listeners.append(amqp_server)
             management_api = ManagementApi(amqp_server.broker, amqp_server.connections).handle

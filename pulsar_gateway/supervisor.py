@@ -22,6 +22,7 @@ import contextlib
 import ctypes
 import logging
 import os
+import secrets
 import signal
 import socket
 import subprocess
@@ -173,8 +174,14 @@ class Supervisor:
             )
             await self.broker.start()
             service_url = self.broker.service_url
+        # the workers' shared secret for signed AMQP hand-offs, unless one is configured
+        secret = settings.cluster.member_secret.get_secret_value() or secrets.token_hex(32)
         for index in range(self.count):
-            values = {**self.overrides, **worker_settings(settings, index, service_url)}
+            values = {
+                **self.overrides,
+                **worker_settings(settings, index, service_url),
+                "cluster.member_secret": secret,
+            }
             worker = Worker(index, environment_for(os.environ, values, self.config))
             self.workers.append(worker)
             self._spawn(worker)

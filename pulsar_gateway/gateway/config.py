@@ -454,6 +454,10 @@ class ClusterSection(_Section):
     heartbeat_seconds: float = Field(1.0, gt=0, le=60)
     # ownership of a dead member moves this long after its last heartbeat was read
     lease_seconds: float = Field(6.0, gt=0, le=600)
+    # shared by every member: an AMQP hand-off then carries the client's address and TLS
+    # certificate name, signed with it, so guest (loopback only) and EXTERNAL logins work
+    # across members (docs/cluster.md, "AMQP on one port"); `--workers` makes one up
+    member_secret: SecretStr = SecretStr("")
 
     @field_validator("member_id")
     @classmethod

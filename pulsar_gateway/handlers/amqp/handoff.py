@@ -21,7 +21,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
+import hmac
+import json
+import secrets
 import struct
+import time
+from dataclasses import dataclass
 
 # What the accepting member records before connection.open: the protocol header,
 # start-ok, secure-ok, tune-ok and open fit in far less; more is no handshake
@@ -37,6 +43,14 @@ _HEARTBEAT_FRAME = 8
 _FRAME_END = 0xCE
 # connection.start, connection.secure, connection.tune
 _HANDSHAKE_METHODS = frozenset({(10, 10), (10, 20), (10, 30)})
+# The signed origin a hand-off starts with when the members share `cluster.member_secret`:
+# magic, a 2-byte length, the JSON facts, their HMAC-SHA256
+ORIGIN_MAGIC = b"PGHO"
+_ORIGIN_LENGTH = struct.Struct(">H")
+MAX_ORIGIN_BYTES = 1024
+# a signed origin older than this (or from this far ahead) is refused: a recorded one
+# cannot be replayed later, and within the window its nonce is refused a second time
+ORIGIN_MAX_AGE_SECONDS = 60.0
 
 
 class HandshakeRecorder:
@@ -62,7 +76,67 @@ class HandshakeRecorder:
 
 
 class HandOffError(Exception):
-    """The owner's answer was not an AMQP handshake."""
+    """The owner's answer was not an AMQP handshake, or a signed origin did not verify."""
+
+
+@dataclass(frozen=True)
+class Origin:
+    """What the accepting member knew of the client and the owner cannot see: the client's
+    address (`guest` logs in from loopback only) and the name in its TLS certificate
+    (EXTERNAL logins). Trusted only when signed with the members' shared secret."""
+
+    peer_host: str
+    common_name: str | None
+
+
+def sign_origin(secret: bytes, origin: Origin) -> bytes:
+    """The prelude the accepting member sends before the client's handshake."""
+    facts = json.dumps(
+        {
+            "peer": origin.peer_host,
+            "cn": origin.common_name,
+            "at": time.time(),
+            "nonce": secrets.token_hex(16),
+        },
+        separators=(",", ":"),
+    ).encode()
+    tag = hmac.new(secret, facts, hashlib.sha256).digest()
+    return ORIGIN_MAGIC + _ORIGIN_LENGTH.pack(len(facts)) + facts + tag
+
+
+class OriginVerifier:
+    """Checks the signed origins arriving on the member-to-member listener: the tag, the
+    age, and that no nonce is used twice while it is young enough to be accepted."""
+
+    def __init__(self, secret: bytes) -> None:
+        self._secret = secret
+        self._seen: dict[str, float] = {}  # nonce -> when it was accepted
+
+    async def read(self, reader: asyncio.StreamReader) -> Origin:
+        head = await reader.readexactly(len(ORIGIN_MAGIC) + _ORIGIN_LENGTH.size)
+        if head[: len(ORIGIN_MAGIC)] != ORIGIN_MAGIC:
+            raise HandOffError("no signed origin: the members' cluster.member_secret differ")
+        (size,) = _ORIGIN_LENGTH.unpack_from(head, len(ORIGIN_MAGIC))
+        if size > MAX_ORIGIN_BYTES:
+            raise HandOffError("signed origin too large")
+        facts = await reader.readexactly(size)
+        tag = await reader.readexactly(hashlib.sha256().digest_size)
+        expected = hmac.new(self._secret, facts, hashlib.sha256).digest()
+        if not hmac.compare_digest(tag, expected):
+            raise HandOffError("signed origin does not verify")
+        try:
+            values = json.loads(facts)
+            peer, name = str(values["peer"]), values["cn"]
+            at, nonce = float(values["at"]), str(values["nonce"])
+        except (ValueError, KeyError, TypeError):
+            raise HandOffError("signed origin unreadable") from None
+        now = time.time()
+        for old in [n for n, when in self._seen.items() if now - when > ORIGIN_MAX_AGE_SECONDS]:
+            del self._seen[old]
+        if abs(now - at) > ORIGIN_MAX_AGE_SECONDS or nonce in self._seen:
+            raise HandOffError("signed origin too old or replayed")
+        self._seen[nonce] = now
+        return Origin(peer, name if isinstance(name, str) else None)
 
 
 def is_handshake_answer(frame_type: int, channel: int, payload: bytes) -> bool:
@@ -129,15 +203,17 @@ async def hand_off(
     host: str,
     port: int,
     timeout: float,
+    prelude: bytes = b"",
 ) -> None:
-    """Connect to the owner at host:port, replay `recorded`, forward its answer to
-    connection.open and splice until either side closes. Raises OSError, TimeoutError or
-    HandOffError when the owner cannot be reached or does not answer as one; the caller
-    then closes the client's socket (clients reconnect)."""
+    """Connect to the owner at host:port, send `prelude` (a signed origin, or nothing),
+    replay `recorded`, forward its answer to connection.open and splice until either side
+    closes. Raises OSError, TimeoutError or HandOffError when the owner cannot be reached or
+    does not answer as one; the caller then closes the client's socket (clients
+    reconnect)."""
     async with asyncio.timeout(timeout):
         reader, writer = await asyncio.open_connection(host, port, limit=SPLICE_CHUNK)
         try:
-            writer.write(recorded)
+            writer.write(prelude + recorded)
             await writer.drain()
             answer = await skip_handshake_answers(reader)
         except BaseException:

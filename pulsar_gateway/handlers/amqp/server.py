@@ -62,7 +62,14 @@ from pulsar_gateway.handlers.amqp.connection_settings import (
 from pulsar_gateway.handlers.amqp.connection_state import AmqpConnection, ConnectionState
 from pulsar_gateway.handlers.amqp.errors import ReplyCode
 from pulsar_gateway.handlers.amqp.events import ConnectionClosed, Event
-from pulsar_gateway.handlers.amqp.handoff import HandOffError, HandshakeRecorder, hand_off
+from pulsar_gateway.handlers.amqp.handoff import (
+    HandOffError,
+    HandshakeRecorder,
+    Origin,
+    OriginVerifier,
+    hand_off,
+    sign_origin,
+)
 from pulsar_gateway.handlers.amqp.management import ConnectionSummary
 from pulsar_gateway.handlers.amqp.publish_alarm import PublishAlarm
 from pulsar_gateway.handlers.amqp.vhost_owners import VhostOwners
@@ -116,10 +123,13 @@ class AmqpServer:
         authorizer: Authorizer | None = None,
         vhost_namespace: Callable[[str], str] = str,
         owners: VhostOwners | None = None,
+        member_secret: bytes = b"",
     ) -> None:
         """`vhost_namespace` maps a vhost onto the Pulsar namespace its rights are kept on
         (the store's mapping, docs/pulsar-mapping.md). `owners`: in a cluster, who serves
-        which vhost; None: this listener serves every vhost."""
+        which vhost; None: this listener serves every vhost. `member_secret`: shared by the
+        members (`cluster.member_secret`); with it a hand-off carries the client's address
+        and certificate name, signed (handoff.py)."""
         self.settings = settings
         self.vhost_policy = vhost_policy
         self.users: UserDirectory = users or NoUsers()
@@ -132,6 +142,8 @@ class AmqpServer:
         self.tls = tls  # the AMQPS listener's (amqp.tls_port), beside the plaintext one
         self._tls_server: asyncio.base_events.Server | None = None
         self.owners = owners
+        self.member_secret = member_secret
+        self.origins = OriginVerifier(member_secret) if member_secret else None
         self._member_server: asyncio.base_events.Server | None = None
         self._closing_moved: asyncio.Task[None] | None = None
         self._moved_pending = False
@@ -293,14 +305,27 @@ class AmqpServer:
     async def _accept_member(
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
     ) -> None:
-        """A connection another member handed over: served here, or closed, never passed on."""
-        await self._accept(reader, writer, member_to_member=True)
+        """A connection another member handed over: served here, or closed, never passed on.
+        With a shared secret it starts with the client's signed origin, which is checked
+        before anything else is read."""
+        origin = None
+        if self.origins is not None:
+            try:
+                async with asyncio.timeout(self.settings.handshake_timeout_seconds):
+                    origin = await self.origins.read(reader)
+            except (HandOffError, TimeoutError, asyncio.IncompleteReadError, OSError) as exc:
+                peer = writer.get_extra_info("peername") or ("?", 0)
+                log.warning("amqp member connection from %s refused: %s", peer[0], exc)
+                writer.close()
+                return
+        await self._accept(reader, writer, member_to_member=True, origin=origin)
 
     async def _accept(
         self,
         reader: asyncio.StreamReader,
         writer: asyncio.StreamWriter,
         member_to_member: bool = False,
+        origin: Origin | None = None,
     ) -> None:
         task = asyncio.current_task()
         assert task is not None
@@ -313,7 +338,9 @@ class AmqpServer:
         metrics.CONNECTIONS_TOTAL.labels("amqp").inc()
         session: _Session | None = None
         try:
-            session = _Session(self, reader, writer, str(peer[0]), int(peer[1]), member_to_member)
+            session = _Session(
+                self, reader, writer, str(peer[0]), int(peer[1]), member_to_member, origin
+            )
             self._sessions.add(session)
             await session.run()
         except asyncio.CancelledError:
@@ -355,6 +382,7 @@ class _Session:
         peer_host: str,
         peer_port: int,
         member_to_member: bool = False,
+        origin: Origin | None = None,
     ) -> None:
         self.server = server
         self.member_to_member = member_to_member
@@ -364,10 +392,15 @@ class _Session:
         )
         self.reader = reader
         self.writer = writer
-        self.peer = peer_host
         self.frame_timeout = server.settings.frame_timeout_seconds
-        common_name = certificate_common_name(writer.get_extra_info("peercert"))
-        self.authenticator = server.authenticator.for_certificate(common_name)
+        # handed over with a signed origin: the client's, as the accepting member saw them
+        if origin is not None:
+            peer_host = origin.peer_host
+            self.common_name = origin.common_name
+        else:
+            self.common_name = certificate_common_name(writer.get_extra_info("peercert"))
+        self.peer = peer_host
+        self.authenticator = server.authenticator.for_certificate(self.common_name)
         # what the user logged in with, taken in the same step as the login
         self.credentials: object = _NOT_YET
         self.conn = AmqpConnection(
@@ -491,12 +524,14 @@ class _Session:
             return
         try:
             metrics.AMQP_HANDOFFS.labels("handed_off").inc()
+            secret = self.server.member_secret
             await hand_off(
                 recorder.data,
                 (self.reader, self.writer),
                 owner.amqp_host,
                 owner.amqp_port,
                 self.server.settings.handshake_timeout_seconds,
+                sign_origin(secret, Origin(self.peer, self.common_name)) if secret else b"",
             )
         except (OSError, TimeoutError, HandOffError, asyncio.IncompleteReadError) as exc:
             metrics.AMQP_HANDOFFS.labels("failed").inc()
