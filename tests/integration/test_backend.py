@@ -179,3 +179,37 @@ def test_chunked_message_is_never_skipped(broker_url) -> None:
         await backend.close()
 
     run(scenario())
+
+
+def test_a_reader_opened_inside_the_last_batch_sees_the_rest_of_it(broker_url) -> None:
+    """pulsar-lite reports the last message of a topic without its batch index, so a
+    reader positioned inside the last batched entry was told nothing is left (and a
+    partition reopened at a checkpoint there was ready before it had numbered the rest).
+    docs/backend.md, 'A reader inside the last batch'."""
+
+    async def scenario() -> None:
+        backend = PulsarBackend(broker_url)
+        await backend.start()
+        topic = f"persistent://public/default/last-batch-{time.time_ns()}"
+        await backend.send(topic, [OutMessage(b"lone")], batching=True)  # opens the ledger
+        await backend.send(topic, [OutMessage(b"%d" % i) for i in range(50)], batching=True)
+        everything = await backend.open_reader(topic)
+        stored = []
+        while len(stored) < 51:
+            stored += await everything.read_batch(100, timeout=10)
+        await everything.close()
+        batched = [m for m in stored if m.id[2] > 0]
+        assert batched, "the 50 records were not batched: nothing to test"
+        for middle in (batched[0], batched[len(batched) // 2], stored[-1]):
+            stream = await backend.open_reader(topic, middle.id)
+            assert await stream.has_more(), f"nothing left seen from {middle.id}"
+            first = await stream.read_batch(100, timeout=10)
+            assert first and first[0].id == middle.id and first[0].payload == middle.payload
+            rest = [m.id for m in first]
+            while rest[-1] != stored[-1].id:
+                rest += [m.id for m in await stream.read_batch(100, timeout=10)]
+            assert rest == [m.id for m in stored if m.id >= middle.id]
+            await stream.close()
+        await backend.close()
+
+    run(scenario())

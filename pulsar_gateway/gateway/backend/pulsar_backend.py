@@ -292,7 +292,11 @@ class PulsarBackend:
         if start == EARLIEST:
             start_id = pulsar.MessageId.earliest
         else:
-            start_id = pulsar.MessageId(-1, start[0], start[1], start[2])
+            # At the start of `start`'s entry, never inside a batch: pulsar-lite reports a
+            # topic's last message without its batch index, so a reader placed inside the
+            # last batched entry is told nothing is left (docs/backend.md, "A reader inside
+            # the last batch"). The stream drops the batch's messages before `start`.
+            start_id = pulsar.MessageId(-1, start[0], start[1], -1)
         try:
             reader = await self.client.create_reader(
                 topic,

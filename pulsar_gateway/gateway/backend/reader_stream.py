@@ -205,6 +205,11 @@ class ReaderStream:
         self._reader = await self._reopen(start)
 
     @property
+    def last_passed(self) -> MessageKey | None:
+        """The id of the last message this stream accepted to pass on (None: none yet)."""
+        return self._last
+
+    @property
     def connected(self) -> bool:
         return bool(self._reader.is_connected())
 

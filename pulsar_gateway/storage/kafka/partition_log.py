@@ -150,9 +150,12 @@ class PartitionLog:
             raise
 
     async def _catch_up(self) -> None:
-        """Wait until the tailer has indexed everything stored before now."""
-        assert self._stream is not None
-        while await self._stream.has_more():
+        """Wait until the tailer has indexed everything stored before now: the broker has
+        nothing the reader has not passed on, and the tailer has numbered all it passed on
+        (the last ones may sit in a read still gathering more)."""
+        stream = self._stream
+        assert stream is not None
+        while await stream.has_more() or stream.last_passed != self._last_id:
             await asyncio.wait([self.data_future()], timeout=0.5)
         self._ready.set()
 
