@@ -14,7 +14,7 @@ import pytest
 from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from pulsar_gateway.gateway.cluster.view import group_key, owner_of, partition_key
+from pulsar_gateway.gateway.cluster.view import group_key, owner_of, partition_key, txn_key
 from pulsar_gateway.kafka_codec import protocol
 from pulsar_gateway.kafka_codec.errors import ErrorCode
 from pulsar_gateway.kafka_codec.record_batch import encode_batch
@@ -364,3 +364,45 @@ def test_racing_creates_on_two_members_agree_on_one_topic(
         assert len(counts) == 1, f"{topic}: the members disagree: {counts}"
         expected = ErrorCode.NONE if counts == {12} else ErrorCode.TOPIC_ALREADY_EXISTS
         assert created == expected, (topic, created, counts)
+
+
+def test_each_transactional_id_has_one_coordinator(
+    cluster: tuple[SharedBroker, list[GatewayProcess]],
+) -> None:
+    """A transactional id is coordinated by its owner alone (docs/cluster.md, "What each
+    protocol sees"): FindCoordinator names it on both members, the other answers
+    NOT_COORDINATOR, and a transactional producer that bootstraps at the other member
+    follows FindCoordinator and commits."""
+    _, members = cluster
+    other, owner = members  # m1, m2
+    transactional_id = next(
+        t for t in (f"tx-{i}" for i in range(1000)) if owners(members, txn_key(t)) == "m2"
+    )
+    find = {"key_type": 1, "coordinator_keys": [transactional_id]}
+    for member in members:
+        found = raw_answer(raw_request(member.kafka_port, 10, 4, find), 10, 4)["coordinators"][0]
+        assert (found["error_code"], found["port"]) == (ErrorCode.NONE, owner.kafka_port)
+    init = {
+        "transactional_id": transactional_id,
+        "transaction_timeout_ms": 60000,
+        "producer_id": -1,
+        "producer_epoch": -1,
+    }
+    refused = raw_answer(raw_request(other.kafka_port, 22, 4, init), 22, 4)
+    assert refused["error_code"] == ErrorCode.NOT_COORDINATOR
+    topic = f"txn-{uuid.uuid4().hex[:6]}"
+    create_topic(members, topic)
+    producer = Producer(
+        {"bootstrap.servers": other.bootstrap, "transactional.id": transactional_id}
+    )
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    for i in range(20):
+        producer.produce(topic, b"committed-%d" % i, partition=i % PARTITIONS)
+    producer.commit_transaction(30)
+    stored = [
+        value
+        for p in range(PARTITIONS)
+        for _, value in read_to_end(other.bootstrap, topic, p, isolation_level="read_committed")
+    ]
+    assert sorted(stored) == sorted(b"committed-%d" % i for i in range(20))

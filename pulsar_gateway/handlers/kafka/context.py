@@ -70,11 +70,6 @@ class KafkaContext:
         cluster = self.storage.cluster
         return cluster is None or cluster.serves(group_key(group_id))
 
-    def serves_transaction(self, transactional_id: str) -> bool:
-        """Whether this member coordinates the transactional id (else NOT_COORDINATOR)."""
-        cluster = self.storage.cluster
-        return cluster is None or cluster.serves(txn_key(transactional_id))
-
     def leader_of(self, topic: str, index: int) -> int:
         """The node id of the member that serves the partition (`topic`: its Pulsar name)."""
         cluster = self.storage.cluster
