@@ -192,6 +192,7 @@ class Gateway:
         if settings.kafka.enabled:
             from pulsar_gateway.handlers.kafka.port import KafkaStorage
             from pulsar_gateway.handlers.kafka.server import KafkaServer
+            from pulsar_gateway.storage.kafka.client_quotas import MetadataClientQuotas
             from pulsar_gateway.storage.kafka.producer_ids import (
                 MetadataProducerIds,
                 NodeProducerIds,
@@ -211,6 +212,7 @@ class Gateway:
                 credentials=self.users,
                 transactions=MetadataTransactionStore(self.metadata),
                 cluster=membership,
+                quotas=MetadataClientQuotas(self.metadata),
             )
             if membership is not None:
                 self._release_unserved_partitions(membership)

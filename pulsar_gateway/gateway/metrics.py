@@ -74,6 +74,12 @@ PRODUCE_REJECTED = Counter(
     ["error"],
     registry=REGISTRY,
 )
+THROTTLED = Counter(
+    "gateway_kafka_throttled_total",
+    "Produce and Fetch answers throttled for a client over its byte-rate quota (docs/quotas.md)",
+    ["api"],
+    registry=REGISTRY,
+)
 CONNECTIONS_REFUSED = Counter(
     "gateway_connections_refused_total",
     "Client connections refused at accept (max_connections, max_connections_per_ip)",

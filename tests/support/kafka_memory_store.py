@@ -27,6 +27,7 @@ from pulsar_gateway.handlers.kafka.port import (
     ProducerBatch,
     ProducerSnapshot,
     ProducerStamp,
+    QuotaEntity,
     StorageError,
     TopicExists,
     TopicRecord,
@@ -311,10 +312,42 @@ class MemoryTransactionStore(_Breakable):
         self.states[state.transactional_id] = copy.deepcopy(state)
 
 
+class MemoryClientQuotas(_Breakable):
+    """Client quotas by entity (the metadata store's model: an entity without quotas has
+    no entry)."""
+
+    def __init__(self) -> None:
+        self.quotas: dict[QuotaEntity, dict[str, float]] = {}
+
+    @property
+    def empty(self) -> bool:
+        return not self.quotas
+
+    def lookup(self, entity: QuotaEntity) -> Mapping[str, float] | None:
+        return self.quotas.get(entity)
+
+    def entries(self) -> list[tuple[QuotaEntity, Mapping[str, float]]]:
+        return list(self.quotas.items())
+
+    async def alter(self, entity: QuotaEntity, values: Mapping[str, float | None]) -> None:
+        self._check()
+        now = dict(self.quotas.get(entity, {}))
+        for key, value in values.items():
+            if value is None:
+                now.pop(key, None)
+            else:
+                now[key] = value
+        if now:
+            self.quotas[entity] = now
+        else:
+            self.quotas.pop(entity, None)
+
+
 def memory_storage() -> KafkaStorage:
     return KafkaStorage(
         MemoryTopicStore(),
         MemoryGroupOffsets(),
         MemoryProducerIds(),
         transactions=MemoryTransactionStore(),
+        quotas=MemoryClientQuotas(),
     )

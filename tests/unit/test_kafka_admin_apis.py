@@ -459,53 +459,69 @@ def test_admin_apis_ask_for_rights_as_kafka_does() -> None:
     run(scenario)
 
 
-def test_client_quotas_say_none_is_set_or_enforced() -> None:
+def test_client_quotas_are_set_described_and_refused_as_kafka_does() -> None:
     async def scenario() -> None:
         broker = Broker()
-        described = await broker.call(
-            ApiKey.DESCRIBE_CLIENT_QUOTAS,
-            1,
-            {
-                "components": [{"entity_type": "user", "match_type": 1, "match": None}],
-                "strict": False,
-            },
-        )
-        assert (described["error_code"], described["entries"]) == (ErrorCode.NONE, [])
-        odd = await broker.call(
-            ApiKey.DESCRIBE_CLIENT_QUOTAS,
-            1,
-            {
-                "components": [{"entity_type": "team", "match_type": 1, "match": None}],
-                "strict": False,
-            },
-        )
-        assert odd["error_code"] == ErrorCode.INVALID_REQUEST
 
-        def entry(key: str, kind: str = "user") -> dict[str, Any]:
+        def entry(key: str, kind: str = "user", name: str | None = "alice", **op: Any) -> dict:
             return {
-                "entity": [{"entity_type": kind, "entity_name": "alice"}],
-                "ops": [{"key": key, "value": 1024.0, "remove": False}],
+                "entity": [{"entity_type": kind, "entity_name": name}],
+                "ops": [{"key": key, "value": op.get("value", 1024.0), "remove": False}],
             }
 
-        altered = await broker.call(
-            ApiKey.ALTER_CLIENT_QUOTAS,
-            1,
-            {
-                "entries": [
-                    entry("producer_byte_rate"),
-                    entry("speed"),
-                    entry("producer_byte_rate", "team"),
+        async def alter(*entries: dict, validate_only: bool = False) -> list[int]:
+            body = {"entries": list(entries), "validate_only": validate_only}
+            answer = await broker.call(ApiKey.ALTER_CLIENT_QUOTAS, 1, body)
+            return [e["error_code"] for e in answer["entries"]]
+
+        async def describe(*components: tuple[str, int, str | None], strict: bool = False):
+            body = {
+                "components": [
+                    {"entity_type": t, "match_type": m, "match": n} for t, m, n in components
                 ],
-                "validate_only": False,
-            },
-        )
-        codes = [e["error_code"] for e in altered["entries"]]
-        assert codes == [
-            ErrorCode.POLICY_VIOLATION,
-            ErrorCode.INVALID_REQUEST,
-            ErrorCode.INVALID_REQUEST,
+                "strict": strict,
+            }
+            return await broker.call(ApiKey.DESCRIBE_CLIENT_QUOTAS, 1, body)
+
+        assert (await describe(("user", 2, None)))["entries"] == []
+        assert await alter(
+            entry("producer_byte_rate"),
+            entry("speed"),
+            entry("producer_byte_rate", "team"),
+            entry("request_percentage"),
+            entry("consumer_byte_rate", value=-5.0),
+            entry("consumer_byte_rate", value=1.5),
+            entry("consumer_byte_rate", "client-id", None, value=2048.0),
+        ) == [
+            ErrorCode.NONE,
+            ErrorCode.INVALID_REQUEST,  # an unknown key
+            ErrorCode.INVALID_REQUEST,  # an unknown entity type
+            ErrorCode.POLICY_VIOLATION,  # known to Kafka, not enforced here: not stored
+            ErrorCode.INVALID_REQUEST,  # not positive
+            ErrorCode.INVALID_REQUEST,  # a byte rate is a whole number
+            ErrorCode.NONE,  # the default client id
         ]
-        assert "not enforced" in altered["entries"][0]["error_message"]
+        assert await alter(entry("producer_byte_rate", "user", "bob"), validate_only=True) == [0]
+        every = await describe(("user", 2, None))
+        assert every["entries"] == [
+            {
+                "entity": [{"entity_type": "user", "entity_name": "alice"}],
+                "values": [{"key": "producer_byte_rate", "value": 1024.0}],
+            }
+        ]
+        defaults = await describe(("client-id", 1, None), strict=True)
+        assert [e["values"] for e in defaults["entries"]] == [
+            [{"key": "consumer_byte_rate", "value": 2048.0}]
+        ]
+        assert (await describe(("user", 0, "bob")))["entries"] == []  # validate_only kept none
+        assert (await describe(("user", 0, None)))["error_code"] == ErrorCode.INVALID_REQUEST
+        assert (await describe(("team", 1, None)))["error_code"] == ErrorCode.INVALID_REQUEST
+        removed = {
+            "entity": [{"entity_type": "user", "entity_name": "alice"}],
+            "ops": [{"key": "producer_byte_rate", "value": 0.0, "remove": True}],
+        }
+        assert await alter(removed) == [0]
+        assert (await describe(("user", 2, None)))["entries"] == []
 
     run(scenario)
 

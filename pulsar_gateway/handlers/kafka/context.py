@@ -17,6 +17,7 @@ from pulsar_gateway.handlers.authorization import Access, Authorizer, everyone_a
 from pulsar_gateway.handlers.kafka.group_coordinator import GroupCoordinator
 from pulsar_gateway.handlers.kafka.idempotence import ProducerSequences
 from pulsar_gateway.handlers.kafka.port import GroupOffsets, KafkaStorage, ProducerIds, TopicStore
+from pulsar_gateway.handlers.kafka.quotas import ClientQuotas, ConnectionMute
 from pulsar_gateway.handlers.kafka.transaction_coordinator import TransactionCoordinator
 from pulsar_gateway.kafka_codec.compression import InflateBudget
 
@@ -45,6 +46,11 @@ class KafkaContext:
     inflated: InflateBudget | None = None
     # the transaction coordinator; None when the storage keeps no transactions
     transactions: TransactionCoordinator | None = None
+    # client quotas in force and the rates measured against them (one for the listener);
+    # None: no quota can be set
+    quotas: ClientQuotas | None = None
+    # until when the connection's next request waits for an over-quota client (its own)
+    mute: ConnectionMute | None = None
 
     @property
     def topics(self) -> TopicStore:

@@ -302,6 +302,28 @@ class ScramCredentials(Protocol):
     async def remove_credential(self, name: str, mechanism: str) -> bool: ...
 
 
+# a client quota's entity: (type, name) pairs, "user" before "client-id"; a None name is
+# the type's default (docs/quotas.md)
+QuotaEntity = tuple[tuple[str, str | None], ...]
+
+
+class ClientQuotaStore(Protocol):
+    """The client quotas set with AlterClientQuotas, durable, the same on every member."""
+
+    @property
+    def empty(self) -> bool:
+        """No quota is set at all (the common case: nothing to measure)."""
+        ...
+
+    def lookup(self, entity: QuotaEntity) -> Mapping[str, float] | None: ...
+
+    def entries(self) -> list[tuple[QuotaEntity, Mapping[str, float]]]: ...
+
+    async def alter(self, entity: QuotaEntity, values: Mapping[str, float | None]) -> None:
+        """Set each key to its value, removing those whose value is None."""
+        ...
+
+
 @dataclass(frozen=True)
 class KafkaStorage:
     """Everything the Kafka handler stores, as the composition root hands it over."""
@@ -318,3 +340,5 @@ class KafkaStorage:
     # who serves which partition, group and transactional id (docs/cluster.md); None: this
     # gateway alone serves everything
     cluster: ClusterView | None = None
+    # client quotas (docs/quotas.md); None: none can be set
+    quotas: ClientQuotaStore | None = None

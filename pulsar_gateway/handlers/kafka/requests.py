@@ -25,6 +25,11 @@ from pulsar_gateway.handlers.kafka.apis.table import (
     versions_of,
 )
 from pulsar_gateway.handlers.kafka.context import KafkaContext
+from pulsar_gateway.handlers.kafka.quotas import (
+    CONSUMER_BYTE_RATE,
+    PRODUCER_BYTE_RATE,
+    ClientQuotas,
+)
 from pulsar_gateway.kafka_codec import protocol
 from pulsar_gateway.kafka_codec.errors import ErrorCode
 from pulsar_gateway.kafka_codec.protocol.messages import ApiKey
@@ -49,6 +54,7 @@ class DecodedRequest(NamedTuple):
     header: protocol.RequestHeader
     body: dict[str, Any] | None
     entries: int  # array entries decoded: its memory is about entries * ENTRY_BYTES
+    size: int = 0  # bytes of the frame (what a producer_byte_rate quota counts)
 
 
 def api_name(api_key: int) -> str:
@@ -91,7 +97,7 @@ def decode(
     except protocol.KafkaDecodeError as exc:
         metrics.BAD_INPUT.labels("kafka", "body").inc()
         raise ConnectionClosing(f"bad {name} v{header.api_version} body: {exc}") from None
-    return DecodedRequest(header, body, max_entries - budget.left)
+    return DecodedRequest(header, body, max_entries - budget.left, len(frame))
 
 
 async def decode_off_loop(
@@ -112,8 +118,12 @@ async def decode_off_loop(
         return await loop.run_in_executor(executor, decode, header, frame, max_entries)
 
 
-async def respond(context: KafkaContext, request: DecodedRequest) -> bytes | None:
-    """The response frame (size prefix included) to one decoded request, or None (acks=0)."""
+async def respond(
+    context: KafkaContext, request: DecodedRequest, throttle_ms: int = 0
+) -> bytes | None:
+    """The response frame (size prefix included) to one decoded request, or None (acks=0).
+
+    `throttle_ms`: what `charge_produce` gave this request (a Produce over its quota)."""
     header = request.header
     if request.body is None:
         return unsupported_api_versions(header.correlation_id)
@@ -121,16 +131,64 @@ async def respond(context: KafkaContext, request: DecodedRequest) -> bytes | Non
     metrics.REQUESTS.labels("kafka", api_name(header.api_key), "none").inc()
     if header.api_key == ApiKey.PRODUCE and body is not None:
         _count_rejected_batches(body)
+        if throttle_ms:
+            body["throttle_time_ms"] = max(body["throttle_time_ms"], throttle_ms)
+    if header.api_key == ApiKey.FETCH and context.quotas is not None and body is not None:
+        return _fetch_measured(context, context.quotas, header, body)
     if body is None:
         return None
     return protocol.encode_response(header.api_key, header.api_version, header.correlation_id, body)
 
 
+def charge_produce(context: KafkaContext, request: DecodedRequest) -> int:
+    """Count a Produce against the client's producer_byte_rate quota as it is read
+    (docs/quotas.md); over it, the connection reads nothing more for the returned time
+    (KIP-219's muted channel), and the response says so."""
+    quotas = context.quotas
+    if quotas is None or request.header.api_key != ApiKey.PRODUCE:
+        return 0
+    client_id = request.header.client_id or ""
+    throttle = quotas.throttle_ms(PRODUCER_BYTE_RATE, context.access.user, client_id, request.size)
+    if throttle:
+        _mute(context, ApiKey.PRODUCE, throttle)
+    return throttle
+
+
+def _fetch_measured(
+    context: KafkaContext, quotas: ClientQuotas, header: protocol.RequestHeader, body: dict
+) -> bytes:
+    """A Fetch response counted against the client's consumer_byte_rate quota; over it, it
+    goes without its records (as Kafka sends a throttled Fetch: the client fetches them
+    again after its back-off) and the connection is muted for the throttle time."""
+    encoded = protocol.encode_response(
+        header.api_key, header.api_version, header.correlation_id, body
+    )
+    user, client_id = context.access.user, header.client_id or ""
+    throttle = quotas.throttle_ms(CONSUMER_BYTE_RATE, user, client_id, len(encoded))
+    if not throttle:
+        return encoded
+    quotas.refund(CONSUMER_BYTE_RATE, user, client_id, len(encoded))  # not sent after all
+    for topic in body["responses"]:
+        for partition in topic["partitions"]:
+            partition["records"] = b""
+    body["throttle_time_ms"] = max(body["throttle_time_ms"], throttle)
+    _mute(context, ApiKey.FETCH, throttle)
+    return protocol.encode_response(header.api_key, header.api_version, header.correlation_id, body)
+
+
+def _mute(context: KafkaContext, api: ApiKey, throttle_ms: int) -> None:
+    metrics.THROTTLED.labels(api_name(api)).inc()
+    if context.mute is not None:
+        context.mute.extend(throttle_ms, asyncio.get_running_loop().time())
+
+
 async def answer(
     context: KafkaContext, header: protocol.RequestHeader, frame: memoryview
 ) -> bytes | None:
-    """`decode` then `respond`: one request frame to its response (tests and tools)."""
-    return await respond(context, decode(header, frame, context.settings.max_request_entries))
+    """`decode`, `charge_produce` and `respond`, as the listener runs them: one request frame
+    to its response (tests and tools)."""
+    request = decode(header, frame, context.settings.max_request_entries)
+    return await respond(context, request, charge_produce(context, request))
 
 
 def _count_rejected_batches(body: dict[str, Any]) -> None:

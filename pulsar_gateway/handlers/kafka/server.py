@@ -50,10 +50,12 @@ from pulsar_gateway.handlers.authorization import AUDIT_LOGGERS, Authorizer, pee
 from pulsar_gateway.handlers.kafka.context import BrokerIdentity, KafkaContext
 from pulsar_gateway.handlers.kafka.group_coordinator import GroupCoordinator
 from pulsar_gateway.handlers.kafka.port import KafkaStorage
+from pulsar_gateway.handlers.kafka.quotas import ClientQuotas, ConnectionMute
 from pulsar_gateway.handlers.kafka.requests import (
     ENTRY_BYTES,
     ConnectionClosing,
     DecodedRequest,
+    charge_produce,
     decode_off_loop,
     respond,
 )
@@ -183,6 +185,7 @@ class KafkaServer:
             self.groups,
             authorizer=self.authorizer,
             transactions=self.transactions,
+            quotas=None if self.storage.quotas is None else ClientQuotas(self.storage.quotas),
         )
         if cluster is not None:
             # groups another member coordinates are refused, and dropped when they move
@@ -278,7 +281,7 @@ class KafkaServer:
         metrics.CONNECTIONS_TOTAL.labels("kafka").inc()
         queued = ByteBudget(self.settings.max_queued_request_bytes_per_connection, self.queued)
         inflated = InflateBudget(self.settings.max_connection_inflated_bytes)
-        context = dataclasses.replace(context, inflated=inflated)
+        context = dataclasses.replace(context, inflated=inflated, mute=ConnectionMute())
         connection = _Connection(context, reader, writer, peer, queued, self._decoder)
         connection.sasl = SaslSession(
             self.settings.sasl_mechanisms,
@@ -389,6 +392,7 @@ class _Connection:
         max_frame = self.settings.max_frame_bytes
         max_entries = self.settings.max_request_entries
         while True:
+            await self._wait_out_throttle()
             size = _SIZE.unpack(await self._read_exactly(4))[0]
             if size < 8 or size > max_frame:
                 metrics.BAD_INPUT.labels("kafka", "frame_size").inc()
@@ -424,10 +428,22 @@ class _Connection:
             else:
                 if not self.sasl.current:
                     self._refuse_unauthenticated(header)
-                task = asyncio.create_task(respond(self.context, request))
+                # a Produce over its quota mutes the connection before the next read
+                throttle = charge_produce(self.context, request)
+                task = asyncio.create_task(respond(self.context, request, throttle))
             await self.responses.put((task, held))
             if self.writer_gone or self.sasl.failed:
                 return  # after a SASL failure: its answer goes out, then the connection closes
+
+    async def _wait_out_throttle(self) -> None:
+        """A client over its quota is not read from until its throttle time has passed
+        (KIP-219's muted channel; docs/quotas.md). The idle timer does not count the wait."""
+        mute = self.context.mute
+        if mute is None:
+            return
+        while (left := mute.until - self.loop.time()) > 0:
+            await asyncio.sleep(left)
+            self.last_activity = self.loop.time()
 
     def _take_rights(self) -> None:
         """Once a user has authenticated, this connection's requests run with its rights:
