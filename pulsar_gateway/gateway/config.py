@@ -158,6 +158,10 @@ class KafkaSection(_TlsSettings):
     group_min_session_timeout_ms: int = Field(6000, ge=1)
     group_max_session_timeout_ms: int = Field(1800000, ge=1)
     group_initial_rebalance_delay_ms: int = Field(0, ge=0)
+    # KIP-848 consumer groups: Kafka's group.consumer.session.timeout.ms and
+    # group.consumer.heartbeat.interval.ms
+    group_consumer_session_timeout_ms: int = Field(45000, ge=1)
+    group_consumer_heartbeat_interval_ms: int = Field(5000, ge=1)
     # Kafka's transaction.max.timeout.ms: longest transaction.timeout.ms a producer may ask
     transaction_max_timeout_ms: int = Field(900000, ge=1)
     group_offset_mirror: bool = True

@@ -14,6 +14,7 @@ from pulsar_gateway.gateway.cluster.view import Member, group_key, partition_key
 from pulsar_gateway.gateway.config import KafkaSection
 from pulsar_gateway.gateway.topic_names import kafka_topic_name, pulsar_topic
 from pulsar_gateway.handlers.authorization import Access, Authorizer, everyone_allowed
+from pulsar_gateway.handlers.kafka.consumer_groups import ConsumerGroups
 from pulsar_gateway.handlers.kafka.group_coordinator import GroupCoordinator
 from pulsar_gateway.handlers.kafka.idempotence import ProducerSequences
 from pulsar_gateway.handlers.kafka.port import GroupOffsets, KafkaStorage, ProducerIds, TopicStore
@@ -51,6 +52,8 @@ class KafkaContext:
     quotas: ClientQuotas | None = None
     # until when the connection's next request waits for an over-quota client (its own)
     mute: ConnectionMute | None = None
+    # KIP-848 `consumer` protocol groups (the classic ones are `groups`)
+    consumer_groups: ConsumerGroups | None = None
 
     @property
     def topics(self) -> TopicStore:

@@ -47,6 +47,7 @@ from pulsar_gateway.gateway.cluster.view import txn_key
 from pulsar_gateway.gateway.config import KafkaSection, is_loopback_host
 from pulsar_gateway.gateway.topic_names import split_partition_topic
 from pulsar_gateway.handlers.authorization import AUDIT_LOGGERS, Authorizer, peer_text
+from pulsar_gateway.handlers.kafka.consumer_groups import ConsumerGroups
 from pulsar_gateway.handlers.kafka.context import BrokerIdentity, KafkaContext
 from pulsar_gateway.handlers.kafka.group_coordinator import GroupCoordinator
 from pulsar_gateway.handlers.kafka.port import KafkaStorage
@@ -115,6 +116,10 @@ class KafkaServer:
             min_session_ms=settings.group_min_session_timeout_ms,
             max_session_ms=settings.group_max_session_timeout_ms,
             initial_rebalance_delay_ms=settings.group_initial_rebalance_delay_ms,
+        )
+        self.consumer_groups = ConsumerGroups(
+            session_timeout_ms=settings.group_consumer_session_timeout_ms,
+            heartbeat_interval_ms=settings.group_consumer_heartbeat_interval_ms,
         )
         self.transactions = (
             None
@@ -186,11 +191,14 @@ class KafkaServer:
             authorizer=self.authorizer,
             transactions=self.transactions,
             quotas=None if self.storage.quotas is None else ClientQuotas(self.storage.quotas),
+            consumer_groups=self.consumer_groups,
         )
         if cluster is not None:
             # groups another member coordinates are refused, and dropped when they move
             self.groups.serves = self.context.serves_group
             cluster.on_change(self.groups.drop_unserved)
+            self.consumer_groups.serves = self.context.serves_group
+            cluster.on_change(self.consumer_groups.drop_unserved)
             cluster.on_change(self._forget_unserved_producers)
         if beside:
             self._tls_server = await asyncio.start_server(
@@ -211,6 +219,7 @@ class KafkaServer:
             log.info("kafka TLS listener on %s:%d", tls_host, tls_port)
         self._warn_about_security()
         self.groups.start()
+        self.consumer_groups.start()
         if self.transactions is not None:
             self.transactions.start()
 
@@ -248,6 +257,7 @@ class KafkaServer:
         if self._tls_server:
             self._tls_server.close()
         await self.groups.close()
+        await self.consumer_groups.close()
         if self.transactions is not None:
             await self.transactions.close()
         for task in list(self._connections):

@@ -30,8 +30,23 @@ async def offset_commit(
     context: KafkaContext, header: Any, request: dict[str, Any]
 ) -> dict[str, Any]:
     group_id = request["group_id"]
+    consumer_groups = context.consumer_groups
     if not group_allowed(context, group_id, READ):
         group_code = ErrorCode.GROUP_AUTHORIZATION_FAILED
+    elif (
+        consumer_groups is not None
+        and context.serves_group(group_id)
+        and consumer_groups.has_members(group_id)
+    ):
+        # a KIP-848 group: the member epoch is checked (v9 names a stale one as such)
+        group_code = consumer_groups.validate_commit(
+            group_id,
+            request.get("member_id", ""),
+            request.get("generation_id_or_member_epoch", -1),
+            ErrorCode.STALE_MEMBER_EPOCH
+            if header.api_version >= 9
+            else ErrorCode.ILLEGAL_GENERATION,
+        )
     else:
         group_code = coordinator_of(context).validate_commit(
             group_id,

@@ -81,6 +81,21 @@ async def join_group(context: KafkaContext, header: Any, request: dict[str, Any]
             "member_id": request["member_id"],
             "members": [],
         }
+    if context.consumer_groups is not None and context.consumer_groups.has_members(
+        request["group_id"]
+    ):
+        # a KIP-848 consumer group (consumer_groups.py): classic members cannot join it
+        return {
+            "throttle_time_ms": 0,
+            "error_code": ErrorCode.INCONSISTENT_GROUP_PROTOCOL,
+            "generation_id": -1,
+            "protocol_type": None,
+            "protocol_name": None if version >= 7 else "",
+            "leader": "",
+            "skip_assignment": False,
+            "member_id": request["member_id"],
+            "members": [],
+        }
     session_ms = request["session_timeout_ms"]
     rebalance_ms = request.get("rebalance_timeout_ms", -1)
     if rebalance_ms is None or rebalance_ms < 0:
@@ -201,6 +216,24 @@ async def list_groups(
                     "group_type": "classic",
                 }
             )
+    consumer_groups = context.consumer_groups
+    if consumer_groups is not None and (not types or "consumer" in types):
+        for group_id in consumer_groups.group_ids():
+            if not context.serves_group(group_id) or not (
+                every or group_allowed(context, group_id, DESCRIBE, audit=False)
+            ):
+                continue
+            consumer = consumer_groups.describe(group_id)
+            if consumer is None or (states and consumer.state.lower() not in states):
+                continue
+            listed.append(
+                {
+                    "group_id": group_id,
+                    "protocol_type": "consumer",
+                    "group_state": consumer.state,
+                    "group_type": "consumer",
+                }
+            )
     return {"throttle_time_ms": 0, "error_code": ErrorCode.NONE, "groups": listed}
 
 
@@ -228,6 +261,9 @@ async def describe_groups(
             entry["error_code"] = ErrorCode.GROUP_AUTHORIZATION_FAILED
         elif not served:
             entry["error_code"] = ErrorCode.NOT_COORDINATOR
+        elif context.consumer_groups is not None and context.consumer_groups.has_members(group_id):
+            # Kafka 4's answer for a KIP-848 group: ConsumerGroupDescribe describes it
+            entry["error_code"] = ErrorCode.GROUP_ID_NOT_FOUND
         elif group is not None:
             stable = group.state == STABLE
             entry.update(
@@ -258,9 +294,12 @@ async def delete_groups(
     coordinator = coordinator_of(context)
     results = []
     for group_id in request["groups_names"]:
-        if group_allowed(context, group_id, DELETE):
-            code = await coordinator.delete_group(group_id)
-        else:
+        consumer_groups = context.consumer_groups
+        if not group_allowed(context, group_id, DELETE):
             code = ErrorCode.GROUP_AUTHORIZATION_FAILED
+        elif consumer_groups is not None and consumer_groups.has_members(group_id):
+            code = ErrorCode.NON_EMPTY_GROUP
+        else:
+            code = await coordinator.delete_group(group_id)
         results.append({"group_id": group_id, "error_code": code})
     return {"throttle_time_ms": 0, "results": results}

@@ -2,8 +2,9 @@
 request, and the versions it is served at (also what ApiVersions lists).
 
 Versions are capped where a newer one needs something the gateway does not do yet.
-OffsetCommit and OffsetFetch v9 are KIP-848's versions; for classic groups, the only kind
-served, they carry the generation and member id as v8 does. Fetch v13+ names topics by
+OffsetCommit and OffsetFetch v9 are KIP-848's versions: for a classic group they carry
+the generation and member id as v8 does, for a `consumer` group (ConsumerGroupHeartbeat)
+the member epoch. Fetch v13+ names topics by
 id. FindCoordinator v6's share-group key type is refused. Produce
 below v3 and Fetch below v4 carry message format v0/v1, which the gateway does not write;
 every client that reads RecordBatch v2 negotiates higher. AddPartitionsToTxn v4+ is the
@@ -23,6 +24,7 @@ from pulsar_gateway.handlers.kafka.apis import (
     client_quotas,
     cluster,
     configs,
+    consumer_groups,
     delete_records,
     fetch,
     group_offsets,
@@ -130,6 +132,8 @@ API_TABLE: dict[ApiKey, Api] = {
     ApiKey.SASL_AUTHENTICATE: Api(sasl_outside_connection, 0, 2),
     ApiKey.LIST_CLIENT_METRICS_RESOURCES: Api(cluster.list_client_metrics_resources, 0, 0),
     ApiKey.DESCRIBE_TOPIC_PARTITIONS: Api(metadata.describe_topic_partitions, 0, 0),
+    ApiKey.CONSUMER_GROUP_HEARTBEAT: Api(consumer_groups.heartbeat, 0, 1),
+    ApiKey.CONSUMER_GROUP_DESCRIBE: Api(consumer_groups.describe, 0, 0),
 }
 
 
