@@ -201,10 +201,13 @@ async def list_groups(
     types = {kind.lower() for kind in request.get("types_filter") or []}
     every = cluster_allowed(context, DESCRIBE, audit=False)
     listed = []
+    consumer_groups = context.consumer_groups
     if not types or "classic" in types:
         for group_id in coordinator.known_group_ids():
             if not (every or group_allowed(context, group_id, DESCRIBE, audit=False)):
                 continue
+            if consumer_groups is not None and consumer_groups.has_members(group_id):
+                continue  # listed below, as the consumer group it is
             group = coordinator.describe(group_id)
             if group is None or (states and group.state.lower() not in states):
                 continue
@@ -216,7 +219,6 @@ async def list_groups(
                     "group_type": "classic",
                 }
             )
-    consumer_groups = context.consumer_groups
     if consumer_groups is not None and (not types or "consumer" in types):
         for group_id in consumer_groups.group_ids():
             if not context.serves_group(group_id) or not (
