@@ -4,6 +4,8 @@ pika: what monitoring tools (Flower, rabbitmqadmin list, exporters) read."""
 from __future__ import annotations
 
 import json
+import shutil
+import subprocess
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -103,3 +105,70 @@ def test_open_connections_are_listed_with_rabbitmqs_fields(gateway: GatewayProce
     finally:
         conn.close()
     wait_until(lambda: mine() is None, 5, message="the closed connection gone")
+
+
+RABBITMQADMIN = shutil.which("rabbitmqadmin")
+
+
+def _admin(gateway: GatewayProcess, *args: str) -> str:
+    """Run RabbitMQ's own `rabbitmqadmin` (shipped with rabbitmq-server) against the
+    gateway's management port."""
+    assert RABBITMQADMIN, (
+        "rabbitmqadmin comes with rabbitmq-server (scripts/install-system-packages)"
+    )
+    command = [RABBITMQADMIN, "-H", "127.0.0.1", "-P", str(gateway.metrics_port)]
+    done = subprocess.run(
+        [*command, "-u", "guest", "-p", "guest", *args],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def test_rabbitmqadmin_lists_and_exports_what_pika_declared(
+    gateway: GatewayProcess, tmp_path
+) -> None:
+    """The tool people reach for first: `rabbitmqadmin list queues/exchanges/bindings/
+    vhosts/connections`, `show overview` and `export` read the gateway as they read
+    RabbitMQ."""
+    name = f"adm-{uuid.uuid4().hex[:8]}"
+    conn = pika.BlockingConnection(pika.URLParameters(gateway.amqp_url))
+    try:
+        ch = conn.channel()
+        ch.confirm_delivery()
+        ch.exchange_declare(f"{name}.x", "direct", durable=True)
+        ch.queue_declare(name, durable=True)
+        ch.queue_bind(name, f"{name}.x", "k")
+        for i in range(4):
+            ch.basic_publish(f"{name}.x", "k", f"m{i}".encode())
+
+        def queue_row() -> dict | None:
+            rows = json.loads(_admin(gateway, "-f", "raw_json", "list", "queues"))
+            return next((r for r in rows if r["name"] == name and r["messages"] == 4), None)
+
+        row = wait_until(queue_row, 10, message="rabbitmqadmin lists the queue with 4 messages")
+        assert (row["vhost"], row["durable"], row["messages_ready"]) == ("/", True, 4)
+        exchanges = json.loads(_admin(gateway, "-f", "raw_json", "list", "exchanges"))
+        assert {"name": f"{name}.x", "type": "direct"}.items() <= next(
+            e for e in exchanges if e["name"] == f"{name}.x"
+        ).items()
+        bindings = json.loads(_admin(gateway, "-f", "raw_json", "list", "bindings"))
+        assert any(
+            (b["source"], b["destination"], b["routing_key"]) == (f"{name}.x", name, "k")
+            for b in bindings
+        )
+        vhosts = json.loads(_admin(gateway, "-f", "raw_json", "list", "vhosts"))
+        assert "/" in [v["name"] for v in vhosts]
+        connections = json.loads(_admin(gateway, "-f", "raw_json", "list", "connections"))
+        assert any(c["user"] == "guest" and c["vhost"] == "/" for c in connections)
+        overview = json.loads(_admin(gateway, "-f", "raw_json", "show", "overview"))
+        assert overview[0]["rabbitmq_version"]
+        exported = tmp_path / "definitions.json"
+        assert "Exported definitions" in _admin(gateway, "export", str(exported))
+        definitions = json.loads(exported.read_text())
+        assert name in [q["name"] for q in definitions["queues"]]
+        assert f"{name}.x" in [e["name"] for e in definitions["exchanges"]]
+    finally:
+        conn.close()
