@@ -230,6 +230,7 @@ class Gateway:
                 groups = kafka_server.groups.groups
                 membership.add_key_source("groups", lambda: [group_key(g) for g in groups])
         management_api = None  # the AMQP listener's /api/ on the metrics port
+        amqp_listener: Any = None  # its address is known once it listens
         if settings.amqp.enabled:
             from pulsar_gateway.handlers.amqp.management import ManagementApi
             from pulsar_gateway.handlers.amqp.server import AmqpServer
@@ -263,6 +264,7 @@ class Gateway:
                 member_secret=settings.cluster.member_secret.get_secret_value().encode(),
             )
             self.listeners.append(amqp_server)
+            amqp_listener = amqp_server
             management_api = ManagementApi(amqp_server.broker, amqp_server.connections).handle
         for listener in self.listeners:
             await listener.start()
@@ -273,12 +275,18 @@ class Gateway:
             # listeners answer "not the owner" until this member has joined and caught up
             await self.cluster.start()
         if settings.metrics.enabled:
+            definitions_upload = None  # POST /api/definitions, declared over our own listener
+            if amqp_listener is not None:
+                from pulsar_gateway.tools.definitions_upload import DefinitionsUpload
+
+                definitions_upload = DefinitionsUpload(*amqp_listener.address)
             self.metrics_server = metrics.MetricsServer(
                 settings.metrics.host,
                 settings.metrics.port,
                 self.health,
                 management_api,
                 self.cluster_report,
+                definitions_upload,
             )
             await self.metrics_server.start()
         self.ready = True

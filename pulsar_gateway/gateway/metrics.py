@@ -2,7 +2,8 @@
 
 `/metrics` is Prometheus text; `/health` answers 200 once every listener is up
 and the backend is reachable, 503 otherwise, so orchestrators can gate traffic;
-`/api/...` is the AMQP listener's RabbitMQ management API subset when it is on;
+`/api/...` is the AMQP listener's RabbitMQ management API subset when it is on (GETs,
+and a POST of definitions when an upload handler is wired);
 `/cluster` is the cluster view: members, lease ages, who owns what (docs/cluster.md).
 """
 
@@ -11,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -136,7 +137,21 @@ BACKEND_UP = Gauge(
 )
 
 
-_REASONS = {200: "OK", 404: "Not Found", 405: "Method Not Allowed"}
+_REASONS = {
+    200: "OK",
+    204: "No Content",
+    400: "Bad Request",
+    401: "Unauthorized",
+    404: "Not Found",
+    405: "Method Not Allowed",
+    411: "Length Required",
+    413: "Content Too Large",
+}
+# An upload is a definitions file: RabbitMQ's own default limit for one is far larger,
+# but a topology this gateway serves fits easily; past it, 413 before reading the body.
+MAX_UPLOAD_BYTES = 16 * 1024 * 1024
+UPLOAD_SECONDS = 10.0
+Upload = Callable[[str, str | None, bytes], Awaitable[tuple[int, object]]]
 
 
 class MetricsServer:
@@ -147,14 +162,18 @@ class MetricsServer:
         health: Callable[[], dict[str, object]],
         api: Callable[[str, str], tuple[int, object]] | None = None,
         cluster: Callable[[], dict[str, object]] | None = None,
+        upload: Upload | None = None,
     ) -> None:
         """`api` answers `/api/...` requests (method, path) -> (status, JSON): the AMQP
-        listener's RabbitMQ management API subset (handlers/amqp/management.py)."""
+        listener's RabbitMQ management API subset (handlers/amqp/management.py).
+        `upload` answers a POST under `/api/` (path, Authorization header, body): the
+        definitions import (tools/definitions_upload.py)."""
         self.host = host
         self.port = port
         self.health = health
         self.cluster = cluster
         self.api = api
+        self.upload = upload
         self._server: asyncio.base_events.Server | None = None
 
     async def start(self) -> None:
@@ -167,14 +186,37 @@ class MetricsServer:
             self._server.close()
             await self._server.wait_closed()
 
+    async def _posted(
+        self, request: bytes, path: str, reader: asyncio.StreamReader
+    ) -> tuple[int, object]:
+        """A POST's body, bounded by MAX_UPLOAD_BYTES and UPLOAD_SECONDS, handed to the
+        upload handler."""
+        assert self.upload is not None
+        headers = _headers(request)
+        try:
+            length = int(headers.get("content-length", ""))
+        except ValueError:
+            return 411, {"error": "bad_request", "reason": "Content-Length is required"}
+        if not 0 <= length <= MAX_UPLOAD_BYTES:
+            reason = f"an upload is at most {MAX_UPLOAD_BYTES} bytes"
+            return 413, {"error": "bad_request", "reason": reason}
+        body = await asyncio.wait_for(reader.readexactly(length), UPLOAD_SECONDS)
+        return await self.upload(path, headers.get("authorization"), body)
+
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             request = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5)
             path = request.split(b" ", 2)[1].decode(errors="replace")
+            method = request.split(b" ", 1)[0].decode(errors="replace")
             if path.startswith("/metrics"):
                 status, kind, body = "200 OK", CONTENT_TYPE_LATEST, generate_latest(REGISTRY)
+            elif self.upload is not None and method == "POST" and path.startswith("/api/"):
+                code, payload = await self._posted(request, path, reader)
+                status = f"{code} {_REASONS.get(code, '')}".rstrip()
+                kind = "application/json"
+                body = b"" if code == 204 else json.dumps(payload).encode()
             elif self.api is not None and path.startswith("/api/"):
-                code, payload = self.api(request.split(b" ", 1)[0].decode(), path)
+                code, payload = self.api(method, path)
                 status = f"{code} {_REASONS.get(code, '')}".rstrip()
                 kind, body = "application/json", json.dumps(payload).encode()
             elif self.cluster is not None and path.startswith("/cluster"):
@@ -198,3 +240,13 @@ class MetricsServer:
             pass
         finally:
             writer.close()
+
+
+def _headers(request: bytes) -> dict[str, str]:
+    """An HTTP request head's header fields, names lower-cased."""
+    fields = {}
+    for line in request.decode("latin-1").split("\r\n")[1:]:
+        name, sep, value = line.partition(":")
+        if sep:
+            fields[name.strip().lower()] = value.strip()
+    return fields

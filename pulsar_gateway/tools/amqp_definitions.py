@@ -72,8 +72,30 @@ def load(path: Path) -> Plan:
         data = json.loads(path.read_text())
     except (OSError, ValueError) as exc:
         raise DefinitionsError([f"{path}: {exc}"]) from exc
+    return check(data, str(path))
+
+
+def load_upload(body: bytes, vhost: str | None) -> Plan:
+    """An export uploaded to the management API (`POST /api/definitions[/{vhost}]`). With
+    a vhost in the path RabbitMQ loads every queue, exchange and binding into that vhost,
+    whatever vhost the file names, so this does the same."""
+    try:
+        data = json.loads(body)
+    except ValueError as exc:
+        raise DefinitionsError([f"the upload is not JSON: {exc}"]) from exc
+    if vhost is not None and isinstance(data, dict):
+        data["vhosts"] = [{"name": vhost}]
+        for section in ("exchanges", "queues", "bindings"):
+            for item in data.get(section) or []:
+                if isinstance(item, dict):
+                    item["vhost"] = vhost
+    return check(data, "the upload")
+
+
+def check(data: object, source: str) -> Plan:
+    """Check a parsed export as a whole (every problem listed at once) and plan it."""
     if not isinstance(data, dict):
-        raise DefinitionsError([f"{path}: not a RabbitMQ definitions object"])
+        raise DefinitionsError([f"{source}: not a RabbitMQ definitions object"])
     problems: list[str] = []
     plan = Plan()
     known = {*SKIPPED_SECTIONS, *VERSION_FIELDS, *REFUSED_IF_PRESENT, "vhosts", "queues"}
@@ -242,8 +264,12 @@ class _Created:
 
 
 async def import_definitions(path: Path, url: str, console: Console | None = None) -> str:
+    return await import_plan(load(path), url, console)
+
+
+async def import_plan(plan: Plan, url: str, console: Console | None = None) -> str:
+    """Declare a checked plan on the gateway at `url`, all or nothing; what was done."""
     console = console or Console(stderr=True)
-    plan = load(path)
     sessions: dict[str, _Session] = {}
     created: list[_Created] = []
     try:

@@ -172,3 +172,91 @@ def test_rabbitmqadmin_lists_and_exports_what_pika_declared(
         assert f"{name}.x" in [e["name"] for e in definitions["exchanges"]]
     finally:
         conn.close()
+
+
+def _admin_fails(gateway: GatewayProcess, *args: str) -> str:
+    command = [RABBITMQADMIN or "rabbitmqadmin", "-H", "127.0.0.1", "-P", str(gateway.metrics_port)]
+    done = subprocess.run([*command, *args], capture_output=True, text=True, timeout=30)
+    assert done.returncode != 0, done.stdout
+    return done.stderr + done.stdout
+
+
+def test_rabbitmqadmin_imports_definitions_all_or_nothing(
+    gateway: GatewayProcess, tmp_path
+) -> None:
+    """`rabbitmqadmin import` (POST /api/definitions) declares the file's topology with
+    the caller's login, as `pulsar-gateway amqp import-definitions` does: afterwards a
+    publish to the imported exchange reaches the imported queue. A wrong password is
+    refused (401) and a file the gateway cannot apply imports nothing (400 and why)."""
+    name = f"imp-{uuid.uuid4().hex[:8]}"
+    definitions = {
+        "vhosts": [{"name": "/"}],
+        "exchanges": [
+            {"name": f"{name}.x", "vhost": "/", "type": "fanout", "durable": True,
+             "auto_delete": False, "internal": False, "arguments": {}},
+        ],
+        "queues": [
+            {"name": name, "vhost": "/", "durable": True, "auto_delete": False,
+             "arguments": {"x-max-length": 5}},
+        ],
+        "bindings": [
+            {"source": f"{name}.x", "vhost": "/", "destination": name,
+             "destination_type": "queue", "routing_key": "", "arguments": {}},
+        ],
+    }  # fmt: skip
+    good = tmp_path / "good.json"
+    good.write_text(json.dumps(definitions))
+    refused = _admin_fails(gateway, "-u", "guest", "-p", "wrong", "import", str(good))
+    assert "Access refused" in refused
+    assert _get_status(gateway, f"/api/queues/%2F/{name}") == 404
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({**definitions, "policies": [{"name": "ha", "vhost": "/"}]}))
+    why = _admin_fails(gateway, "-u", "guest", "-p", "guest", "import", str(bad))
+    assert "policies are not applied" in why
+    assert _get_status(gateway, f"/api/queues/%2F/{name}") == 404
+    assert "Uploaded definitions" in _admin(gateway, "import", str(good))
+    queue = _get(gateway, f"/api/queues/%2F/{name}")
+    assert isinstance(queue, dict) and queue["arguments"] == {"x-max-length": 5}
+    conn = pika.BlockingConnection(pika.URLParameters(gateway.amqp_url))
+    try:
+        ch = conn.channel()
+        ch.confirm_delivery()
+        ch.basic_publish(f"{name}.x", "", b"through the imported binding")
+        method, _, body = wait_until(
+            lambda: (got := ch.basic_get(name, auto_ack=True))[0] and got, 5, message="delivered"
+        )
+        assert body == b"through the imported binding"
+    finally:
+        conn.close()
+
+
+def _get_status(gateway: GatewayProcess, path: str) -> int:
+    try:
+        with urllib.request.urlopen(
+            f"http://127.0.0.1:{gateway.metrics_port}{path}", timeout=5
+        ) as response:
+            return response.status
+    except urllib.error.HTTPError as exc:
+        return exc.code
+
+
+def test_an_upload_is_bounded_before_its_body_is_read(gateway: GatewayProcess) -> None:
+    """The management port is still a socket: a POST that claims a huge body is answered
+    413 without reading it, one without a length 411, one without a login 401."""
+    import http.client
+
+    def post(headers: dict[str, str], body: bytes = b"") -> int:
+        conn = http.client.HTTPConnection("127.0.0.1", gateway.metrics_port, timeout=5)
+        try:
+            conn.putrequest("POST", "/api/definitions")
+            for key, value in headers.items():
+                conn.putheader(key, value)
+            conn.endheaders(body)
+            return conn.getresponse().status
+        finally:
+            conn.close()
+
+    assert post({"Content-Length": str(10**9)}) == 413
+    assert post({}) == 411
+    assert post({"Content-Length": "2"}, b"{}") == 401
+    assert post({"Content-Length": "2", "Authorization": "Basic !!"}, b"{}") == 401

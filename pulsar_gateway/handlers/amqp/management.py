@@ -7,7 +7,8 @@ JSON fields RabbitMQ's management plugin gives (the ones Celery Flower, Promethe
 exporters and `rabbitmqadmin list` read), from this process's `AmqpBroker`: the
 vhosts some connection has opened since the gateway started, their topology and
 their queue engines' counts. Names in the path are percent-encoded as in RabbitMQ
-(`%2F` is the vhost `/`). Nothing is changed through it: other methods get 405.
+(`%2F` is the vhost `/`). Nothing is changed through it: other methods get 405, except a
+POST of definitions, which the composition root routes to tools/definitions_upload.py.
 
 `ManagementApi` is the pure part (method and path in, status and JSON out); the
 metrics HTTP server (gateway/metrics.py) serves it under `/api/`, on its port
