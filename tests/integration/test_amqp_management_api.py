@@ -260,3 +260,33 @@ def test_an_upload_is_bounded_before_its_body_is_read(gateway: GatewayProcess) -
     assert post({}) == 411
     assert post({"Content-Length": "2"}, b"{}") == 401
     assert post({"Content-Length": "2", "Authorization": "Basic !!"}, b"{}") == 401
+
+
+def test_celery_flower_reads_queue_lengths(gateway: GatewayProcess) -> None:
+    """Celery Flower's broker view asks the management API for the queues' lengths
+    (flower.utils.broker.RabbitMQ, the code Flower runs for an amqp:// broker)."""
+    import asyncio
+
+    from flower.utils.broker import Broker
+
+    name = f"flower-{uuid.uuid4().hex[:8]}"
+    conn = pika.BlockingConnection(pika.URLParameters(gateway.amqp_url))
+    try:
+        ch = conn.channel()
+        ch.confirm_delivery()
+        ch.queue_declare(name, durable=True)
+        for i in range(3):
+            ch.basic_publish("", name, f"task {i}".encode())
+        broker = Broker(
+            f"amqp://guest:guest@127.0.0.1:{gateway.amqp_port}//",
+            http_api=f"http://guest:guest@127.0.0.1:{gateway.metrics_port}/api/",
+        )
+
+        def lengths() -> list | None:
+            rows = asyncio.run(broker.queues([name]))
+            return rows if rows and rows[0]["messages"] == 3 else None
+
+        (row,) = wait_until(lengths, 10, message="Flower sees 3 messages in the queue")
+        assert (row["name"], row["messages_ready"], row["consumers"]) == (name, 3, 0)
+    finally:
+        conn.close()
