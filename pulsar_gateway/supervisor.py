@@ -36,6 +36,7 @@ from typing import Any
 
 from pulsar_gateway.gateway.backend.embedded import EmbeddedBroker
 from pulsar_gateway.gateway.config import ENV_PREFIX, Settings
+from pulsar_gateway.gateway.waiting import result_within
 
 log = logging.getLogger("gateway.supervisor")
 
@@ -243,7 +244,7 @@ class Supervisor:
                 log.info("worker %d starts again in %.1fs", worker.index, delay)
                 restarts[worker.index] = now + delay
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(asyncio.shield(self._fatal), POLL_SECONDS)
+                await result_within(self._fatal, POLL_SECONDS)
         reason = self._fatal.result()
         if reason.startswith("signal"):
             log.info("%s: stopping %d workers", reason, len(self.workers))

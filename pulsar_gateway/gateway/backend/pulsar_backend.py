@@ -30,6 +30,7 @@ from pulsar_gateway.gateway.backend.reader_stream import EARLIEST, ReaderStream
 from pulsar_gateway.gateway.backend.resend_filter import SEQ
 from pulsar_gateway.gateway.errors import StorageError
 from pulsar_gateway.gateway.messages import MessageKey, OutMessage
+from pulsar_gateway.gateway.waiting import result_within
 
 log = logging.getLogger("gateway.backend")
 
@@ -363,7 +364,7 @@ class PulsarBackend:
             try:
                 if pending is None:
                     pending = self._partitions_lookup(topic)
-                result = await asyncio.wait_for(asyncio.shield(pending), PROBE_TIMEOUT_SECONDS)
+                result = await result_within(pending, PROBE_TIMEOUT_SECONDS)
             except TimeoutError:
                 self._set_reachable(False, "no answer")
                 continue

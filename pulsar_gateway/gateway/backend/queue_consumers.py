@@ -27,6 +27,7 @@ import pulsar
 from pulsar_gateway.gateway.backend.loop_bridge import message_future, to_loop
 from pulsar_gateway.gateway.backend.pulsar_backend import BackendError, PulsarBackend
 from pulsar_gateway.gateway.messages import MessageKey
+from pulsar_gateway.gateway.waiting import result_within
 
 log = logging.getLogger("gateway.queues")
 
@@ -114,7 +115,7 @@ class QueueConsumer:
                 return out
             self._pending = self._arm()
         try:
-            msg = await asyncio.wait_for(asyncio.shield(self._pending), timeout)
+            msg = await result_within(self._pending, timeout)
         except TimeoutError:
             return out
         except BackendError:

@@ -19,6 +19,7 @@ import _pulsar
 
 from pulsar_gateway.gateway.backend.loop_bridge import message_future, to_loop
 from pulsar_gateway.gateway.messages import MessageKey, StoredMessage
+from pulsar_gateway.gateway.waiting import result_within
 
 log = logging.getLogger("gateway.reader")
 
@@ -171,7 +172,7 @@ class ReaderStream:
                 self._pending = self._arm()
             left = None if deadline is None else max(0.0, deadline - self._loop.time())
             try:
-                msg = await asyncio.wait_for(asyncio.shield(self._pending), left)
+                msg = await result_within(self._pending, left)
             except TimeoutError:
                 return
             except ConnectionError:

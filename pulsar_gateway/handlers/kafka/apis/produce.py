@@ -22,6 +22,7 @@ from collections.abc import Coroutine
 from typing import Any, NamedTuple
 
 from pulsar_gateway.gateway import metrics
+from pulsar_gateway.gateway.waiting import result_within
 from pulsar_gateway.handlers.kafka.apis.configs import (
     COMPRESSION_TYPE,
     ProduceRules,
@@ -157,7 +158,7 @@ async def _within(timeout_ms: int, job: Coroutine[Any, Any, PartitionResult]) ->
     if timeout_ms <= 0:
         return await task
     try:
-        return await asyncio.wait_for(asyncio.shield(task), timeout_ms / 1000)
+        return await result_within(task, timeout_ms / 1000)
     except TimeoutError:
         return PartitionResult(
             ErrorCode.REQUEST_TIMED_OUT, message=f"not stored in {timeout_ms} ms"
