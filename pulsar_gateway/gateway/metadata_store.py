@@ -68,6 +68,7 @@ from typing import Any
 from pulsar_gateway.gateway.backend.pulsar_backend import BackendError, PulsarBackend
 from pulsar_gateway.gateway.backend.reader_stream import EARLIEST
 from pulsar_gateway.gateway.messages import MessageKey, OutMessage
+from pulsar_gateway.gateway.waiting import cancel_and_wait
 
 log = logging.getLogger("gateway.metadata")
 
@@ -687,11 +688,7 @@ class MetadataStore:
 
     async def close(self) -> None:
         """Stop a snapshot in progress (an incomplete one is never used), and following."""
-        for task in (self._snapshot_task, self._follower):
-            if task is not None and not task.done():
-                task.cancel()
-                with contextlib.suppress(BaseException):
-                    await task
+        await cancel_and_wait(self._snapshot_task, self._follower)
 
 
 class _Unreadable:

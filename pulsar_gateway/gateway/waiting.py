@@ -13,6 +13,9 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+# how long a cancelled task may run on before it is cancelled again
+CANCEL_RETRY_SECONDS = 0.5
+
 
 async def result_within(future: asyncio.Future[Any], timeout: float | None) -> Any:
     """The future's result, or TimeoutError once `timeout` seconds pass (None: no limit).
@@ -22,3 +25,21 @@ async def result_within(future: asyncio.Future[Any], timeout: float | None) -> A
     if not done:
         raise TimeoutError
     return future.result()
+
+
+async def cancel_and_wait(*tasks: asyncio.Task[Any] | None) -> None:
+    """Cancel the tasks and wait until every one has ended, cancelling again any that runs
+    on. A cancel can be lost on Python 3.11: `asyncio.wait_for` inside the task returns its
+    inner result and forgets a cancel that lands in the same loop turn, and the task's loop
+    then goes round again (a membership's heartbeat loop did, and stopping it hung). Errors
+    the tasks end with are theirs: retrieved here, not raised."""
+    pending = {task for task in tasks if task is not None and not task.done()}
+    for task in pending:
+        task.cancel()
+    while pending:
+        done, pending = await asyncio.wait(pending, timeout=CANCEL_RETRY_SECONDS)
+        for task in done:
+            if not task.cancelled():
+                task.exception()
+        for task in pending:
+            task.cancel()

@@ -33,6 +33,7 @@ from pulsar_gateway.gateway.backend.pulsar_backend import PulsarBackend
 from pulsar_gateway.gateway.backend.reader_stream import EARLIEST
 from pulsar_gateway.gateway.messages import OutMessage, StoredMessage
 from pulsar_gateway.gateway.metadata_store import CONTROL, DELETED
+from pulsar_gateway.gateway.waiting import cancel_and_wait
 from pulsar_gateway.security.credentials import SCRAM_MECHANISMS, make_record
 from pulsar_gateway.security.rights import (
     NO_RIGHTS,
@@ -154,10 +155,7 @@ class UsersStore:
         return True
 
     async def close(self) -> None:
-        if self._follower is not None:
-            self._follower.cancel()
-            with contextlib.suppress(BaseException):
-                await self._follower
+        await cancel_and_wait(self._follower)
 
     # ---- writing (the users command) -------------------------------------------------------
 

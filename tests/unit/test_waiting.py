@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from pulsar_gateway.gateway.waiting import result_within
+from pulsar_gateway.gateway.waiting import cancel_and_wait, result_within
 
 
 def test_a_cancel_in_the_same_turn_as_the_result_reaches_the_waiter() -> None:
@@ -44,5 +44,38 @@ def test_a_failed_future_raises_its_error() -> None:
         future.set_exception(ConnectionError("gone"))
         with pytest.raises(ConnectionError):
             await result_within(future, 1)
+
+    asyncio.run(scenario())
+
+
+def test_a_task_that_loses_a_cancel_is_cancelled_again_until_it_ends() -> None:
+    """A loop around `asyncio.wait_for` whose inner future completes in the same turn as
+    the cancel (Python 3.11 then forgets the cancel and the loop goes round again), or a
+    task that ignores one cancel outright: `cancel_and_wait` still ends it."""
+
+    async def scenario() -> None:
+        loop = asyncio.get_running_loop()
+        futures: list[asyncio.Future[int]] = []
+
+        async def looping() -> None:
+            while True:
+                futures.append(loop.create_future())
+                await asyncio.wait_for(futures[-1], 30)
+
+        async def stubborn() -> None:
+            try:
+                await asyncio.sleep(30)
+            except asyncio.CancelledError:
+                pass  # loses the first cancel
+            await asyncio.sleep(30)
+
+        task = asyncio.ensure_future(looping())
+        other = asyncio.ensure_future(stubborn())
+        while not futures:
+            await asyncio.sleep(0)
+        await asyncio.sleep(0.01)  # the task waits inside wait_for now
+        futures[-1].set_result(1)
+        await asyncio.wait_for(cancel_and_wait(task, other, None), 5)
+        assert task.cancelled() and other.cancelled()
 
     asyncio.run(scenario())

@@ -49,6 +49,7 @@ import pulsar.asyncio as pulsar_asyncio
 from pulsar_gateway.gateway.backend.client_logging import client_logger
 from pulsar_gateway.gateway.backend.connection_security import NO_SECURITY, PulsarSecurity
 from pulsar_gateway.gateway.messages import MessageKey
+from pulsar_gateway.gateway.waiting import cancel_and_wait
 
 log = logging.getLogger("gateway.mirror")
 
@@ -224,10 +225,7 @@ class SubscriptionMirror:
                 await self._drop(key)
 
     async def close(self) -> None:
-        if self._task:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        await cancel_and_wait(self._task)
         with contextlib.suppress(Exception):
             await asyncio.wait_for(self.flush(), 10)
         await self._close_idle(-1)

@@ -35,6 +35,7 @@ from pulsar_gateway.gateway.cluster.leases import (
 )
 from pulsar_gateway.gateway.cluster.view import Member, member_fields, owner_of, sorted_members
 from pulsar_gateway.gateway.messages import MessageKey, OutMessage
+from pulsar_gateway.gateway.waiting import cancel_and_wait
 
 log = logging.getLogger("gateway.cluster")
 
@@ -193,12 +194,7 @@ class PulsarMembership:
     async def stop(self) -> None:
         """Leave: stop serving, tell the others (they take over at once), stop the tasks."""
         self._serving = False
-        tasks = [*self._tasks, *([self._handover] if self._handover else [])]
-        for task in tasks:
-            task.cancel()
-        for task in tasks:
-            with contextlib.suppress(BaseException):
-                await task
+        await cancel_and_wait(*self._tasks, self._handover)
         with contextlib.suppress(Exception):
             leaving = OutMessage(encode_heartbeat(Heartbeat(self._me, self._epoch, leaving=True)))
             await asyncio.wait_for(self.backend.send(self.topic, [leaving], batching=False), 2)

@@ -30,7 +30,6 @@ and docs/cluster.md say what clients see.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import re
 import time
@@ -39,6 +38,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from pulsar_gateway.gateway.waiting import cancel_and_wait
 from pulsar_gateway.kafka_codec.errors import ErrorCode
 
 log = logging.getLogger("gateway.kafka.consumer_groups")
@@ -174,10 +174,7 @@ class ConsumerGroups:
         self._sweeper = asyncio.create_task(self._sweep_forever(), name="consumer group sweeper")
 
     async def close(self) -> None:
-        if self._sweeper is not None:
-            self._sweeper.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._sweeper
+        await cancel_and_wait(self._sweeper)
 
     async def _sweep_forever(self) -> None:
         while True:

@@ -15,7 +15,6 @@ state machine is testable without sleeping; `start()` runs the sweep every 0.25 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import struct
 import time
@@ -24,6 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from pulsar_gateway.gateway.waiting import cancel_and_wait
 from pulsar_gateway.handlers.kafka.port import GroupStateStore
 from pulsar_gateway.kafka_codec.errors import ErrorCode
 
@@ -207,10 +207,7 @@ class GroupCoordinator:
         self._sweeper = asyncio.create_task(self._sweep_forever(), name="group sweeper")
 
     async def close(self) -> None:
-        if self._sweeper:
-            self._sweeper.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._sweeper
+        await cancel_and_wait(self._sweeper)
         for group in self.groups.values():
             for member in group.members.values():
                 _finish(member.join_future, JoinResult(ErrorCode.COORDINATOR_NOT_AVAILABLE))

@@ -27,6 +27,7 @@ import time
 from collections.abc import AsyncIterator, Callable
 
 from pulsar_gateway.gateway.messages import OutMessage
+from pulsar_gateway.gateway.waiting import cancel_and_wait
 from pulsar_gateway.handlers.kafka.port import (
     CommittedOffset,
     GroupOffsets,
@@ -116,10 +117,7 @@ class TransactionCoordinator:
         self._task = asyncio.create_task(self._expire_loop(), name="transaction timeouts")
 
     async def close(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        await cancel_and_wait(self._task)
 
     async def _expire_loop(self) -> None:
         first = True

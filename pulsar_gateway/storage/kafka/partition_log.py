@@ -32,6 +32,7 @@ from pulsar_gateway.gateway.messages import (
     records_in,
 )
 from pulsar_gateway.gateway.metadata_store import MetadataStore
+from pulsar_gateway.gateway.waiting import cancel_and_wait
 from pulsar_gateway.handlers.kafka.port import OffsetOutOfRange, ProducerSnapshot, ProducerStamp
 from pulsar_gateway.storage.kafka.producer_state import ProducerStateIndex, stamp
 from pulsar_gateway.storage.kafka.tail_store import TailStore
@@ -160,10 +161,7 @@ class PartitionLog:
         self._ready.set()
 
     async def close(self) -> None:
-        if self._task:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._task
+        await cancel_and_wait(self._task)
         if self._stream:
             await self._stream.close()
         for cursor in self._cursors.values():
