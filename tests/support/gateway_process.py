@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import re
 import signal
 import socket
@@ -21,7 +22,32 @@ from tests.support.waiting import wait_until
 REPO = Path(__file__).resolve().parents[2]
 
 
+# Test ports come from below the kernel's ephemeral range: a port picked there stays free
+# until the gateway binds it, whereas an ephemeral one can be taken in between by any
+# socket bound to port 0 or any outgoing connection (a worker's member-to-member listener
+# took another worker's metrics port that way, and the supervisor gave up on it).
+LOWEST_TEST_PORT = 20000
+
+
+def _ephemeral_start() -> int:
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as ports:
+            return int(ports.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
 def free_port() -> int:
+    """A loopback port free now and outside the ephemeral range (any free one if none is)."""
+    highest = _ephemeral_start() - 1
+    for _ in range(200):
+        port = random.randint(LOWEST_TEST_PORT, highest)
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
