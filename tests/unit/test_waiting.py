@@ -71,9 +71,8 @@ def test_a_task_that_loses_a_cancel_is_cancelled_again_until_it_ends() -> None:
 
         task = asyncio.ensure_future(looping())
         other = asyncio.ensure_future(stubborn())
-        while not futures:
+        while not futures:  # appended, so the task is waiting inside wait_for now
             await asyncio.sleep(0)
-        await asyncio.sleep(0.01)  # the task waits inside wait_for now
         futures[-1].set_result(1)
         await asyncio.wait_for(cancel_and_wait(task, other, None), 5)
         assert task.cancelled() and other.cancelled()

@@ -37,6 +37,8 @@ from collections import deque
 from collections.abc import Callable
 from pathlib import Path
 
+from pulsar_gateway.gateway.waiting import cancel_and_wait
+
 log = logging.getLogger("gateway.embedded")
 
 
@@ -363,10 +365,7 @@ class EmbeddedBroker:
 
     async def stop(self) -> None:
         self._stopping = True
-        if self._watch:
-            self._watch.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._watch
+        await cancel_and_wait(self._watch)
         await self._terminate()
         log.info("embedded pulsar-lite stopped")
 

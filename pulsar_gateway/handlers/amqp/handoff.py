@@ -29,6 +29,8 @@ import struct
 import time
 from dataclasses import dataclass
 
+from pulsar_gateway.gateway.waiting import cancel_and_wait
+
 # What the accepting member records before connection.open: the protocol header,
 # start-ok, secure-ok, tune-ok and open fit in far less; more is no handshake
 MAX_HANDSHAKE_BYTES = 64 * 1024
@@ -187,11 +189,7 @@ async def splice(
     try:
         await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
     finally:
-        for task in tasks:
-            task.cancel()
-        for task in tasks:
-            with contextlib.suppress(asyncio.CancelledError, ConnectionError, OSError):
-                await task
+        await cancel_and_wait(*tasks)
         for writer in (owner[1], client[1]):
             with contextlib.suppress(Exception):
                 writer.close()

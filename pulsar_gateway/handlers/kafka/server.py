@@ -46,6 +46,7 @@ from pulsar_gateway.gateway import metrics
 from pulsar_gateway.gateway.cluster.view import txn_key
 from pulsar_gateway.gateway.config import KafkaSection, is_loopback_host
 from pulsar_gateway.gateway.topic_names import split_partition_topic
+from pulsar_gateway.gateway.waiting import cancel_and_wait
 from pulsar_gateway.handlers.authorization import AUDIT_LOGGERS, Authorizer, peer_text
 from pulsar_gateway.handlers.kafka.consumer_groups import ConsumerGroups
 from pulsar_gateway.handlers.kafka.context import BrokerIdentity, KafkaContext
@@ -260,10 +261,7 @@ class KafkaServer:
         await self.consumer_groups.close()
         if self.transactions is not None:
             await self.transactions.close()
-        for task in list(self._connections):
-            task.cancel()
-        if self._connections:
-            await asyncio.gather(*self._connections, return_exceptions=True)
+        await cancel_and_wait(*self._connections)
         if self._server:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self._server.wait_closed(), 5)
