@@ -89,6 +89,14 @@ def _settled(members: list[Member]) -> bool:
     return sorted(owned) == list(range(PARTITIONS)) and all(m.assigned for m in members)
 
 
+def _group_state(gateway: GatewayProcess, group: str, members: list[Member]) -> str:
+    """What each member reported and what the gateway logged about the group: a group that
+    does not settle says why (a member that never rejoined, one that exited, a loop)."""
+    reported = [(m.client, m.assigned, m.process.poll()) for m in members]
+    lines = [line for line in gateway.log_tail(5000).splitlines() if group in line]
+    return f"members (client, assigned, exit code) {reported}; log: " + " | ".join(lines[-30:])
+
+
 def _seen(members: list[Member]) -> set[str]:
     return {value for m in members for _, _, value in m.records}
 
@@ -99,7 +107,13 @@ def _run_group(gateway: GatewayProcess, topic_name: str, clients: list[str]) -> 
     group = f"group-{topic_name}"
     members = [Member(client, gateway, topic_name, group) for client in clients]
     try:
-        wait_until(lambda: _settled(members), 60, message="three members to share the partitions")
+        wait_until(
+            lambda: _settled(members),
+            60,
+            message=lambda: (
+                "three members to share the partitions: " + _group_state(gateway, group, members)
+            ),
+        )
         _produce(gateway, topic_name, 0, 300, PARTITIONS)
         wait_until(lambda: len(_seen(members)) == 300, 60, message="the first 300 records")
 

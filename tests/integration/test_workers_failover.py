@@ -15,10 +15,12 @@ from pathlib import Path
 
 import pika
 import pika.exceptions
+import pulsar
 import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from pulsar_gateway.storage.amqp.vhost_names import namespace_of
 from tests.integration.test_consumer_groups import Member
 from tests.support.kcat import run_kcat
 from tests.support.waiting import wait_until
@@ -141,6 +143,38 @@ class AmqpLoad:
                 time.sleep(0.2)
 
 
+def _stored_copies(workers: WorkersProcess, vhost: str, bodies: set[str]) -> str:
+    """Where undelivered messages are: how often each is in the queue's Pulsar topic (0:
+    the confirm came without a store) and what the workers logged about the queue, so a
+    failure says whether the message was lost on the way in or stuck on the way out."""
+    wanted = sorted(bodies)[:5]
+    topic = f"persistent://public/{namespace_of(vhost)}/orders"
+    client = pulsar.Client(
+        f"pulsar://127.0.0.1:{workers.broker_port}", operation_timeout_seconds=10
+    )
+    copies = {body: 0 for body in wanted}
+    try:
+        reader = client.create_reader(topic, pulsar.MessageId.earliest)
+        while True:
+            try:
+                message = reader.read_next(2000)
+            except pulsar.Timeout:
+                break
+            body = message.data().decode(errors="replace")
+            if body in copies:
+                copies[body] += 1
+    except Exception as exc:  # noqa: BLE001 - a diagnosis must not hide the failure
+        return f"topic {topic} unreadable: {exc}"
+    finally:
+        client.close()
+    lines = [
+        line
+        for line in workers.tail(100_000).splitlines()
+        if "orders" in line or "vhost" in line or "nudg" in line
+    ]
+    return f"copies in {topic}: {copies}; log: " + " | ".join(lines[-40:])
+
+
 def _settled(members: list[Member]) -> bool:
     owned = sorted(p for m in members for p in m.assigned)
     return owned == list(range(PARTITIONS)) and all(m.assigned for m in members)
@@ -232,7 +266,8 @@ def test_kill_9_of_one_of_three_workers_loses_and_duplicates_nothing(tmp_path: P
                 lambda load=load: (
                     f"{len(load.confirmed - load.received)} confirmed on "
                     f"{load.vhost!r} not delivered: {sorted(load.confirmed - load.received)[:5]}"
-                    f" (published {len(load.confirmed)}, reconnects {load.reconnects})"
+                    f" (published {len(load.confirmed)}, reconnects {load.reconnects}); "
+                    + _stored_copies(workers, load.vhost, load.confirmed - load.received)
                 ),
             )
         log = _log(bootstrap)
