@@ -44,6 +44,7 @@ from typing import Any
 
 from pulsar_gateway.gateway import metrics
 from pulsar_gateway.gateway.config import AmqpSection
+from pulsar_gateway.gateway.waiting import cancel_and_wait
 from pulsar_gateway.handlers.amqp.authentication import Authenticator
 from pulsar_gateway.handlers.amqp.authorization import may_open
 from pulsar_gateway.handlers.amqp.broker import AmqpBroker
@@ -496,9 +497,9 @@ class _Session:
         try:
             await self._read_loop()
         finally:
-            timer.cancel()
-            if self._drain_task is not None:
-                self._drain_task.cancel()
+            # awaited, not only cancelled: on Python 3.11 the timer's wait_for can swallow a
+            # cancel, and the timer then waits on forever and is destroyed pending
+            await cancel_and_wait(timer, self._drain_task)
             if not self.conn.closed and not self.conn.handed_off:
                 await self.broker.handle(self.conn.connection_lost())
             await self.broker.connection_closed()
