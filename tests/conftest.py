@@ -9,6 +9,10 @@ import pytest
 
 from tests.support.gateway_process import GatewayProcess
 
+# what asyncio logs of work a process lost track of: a task destroyed while pending, or one
+# whose failure nobody read
+LOST_TASK = ("Task was destroyed but it is pending", "exception was never retrieved")
+
 
 @pytest.fixture(scope="session")
 def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess]:
@@ -19,6 +23,10 @@ def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess
     yield process
     code = process.stop()
     assert code == 0, f"gateway exited {code}:\n{process.log_tail()}"
+    # asyncio only logs a lost task (LOST_TASK): the log is where a run shows one
+    text = process.log_path.read_text(errors="replace")
+    lost = [line for line in text.splitlines() if any(sign in line for sign in LOST_TASK)]
+    assert not lost, lost[:5]
 
 
 @pytest.fixture
