@@ -321,10 +321,15 @@ class PulsarMembership:
         self._notify()
 
     async def _hand_over(self) -> None:
-        """Serve keys gained from departed members once the metadata has caught up."""
+        """Serve keys gained from departed members once the metadata has caught up.
+
+        Only the current hand-over ends the wait: one superseded by a newer change (or by
+        fencing) is cancelled, but on Python 3.11 `asyncio.wait_for` can swallow that cancel
+        and return, and its catch-up began before the newer change."""
         while not await self._caught_up():
             await asyncio.sleep(self.heartbeat_seconds)
-        self._previous = []  # this catch-up began after the latest change
+        if self._handover is asyncio.current_task():
+            self._previous = []  # this catch-up began after the latest change
 
     def _fence(self) -> None:
         """Lease stale: stop serving everything now, and rejoin under a new epoch."""
