@@ -272,7 +272,10 @@ class QueueEngine:
     async def _pump(self) -> None:
         nudged = False
         idle_nudge = IDLE_NUDGE_FIRST_SECONDS
-        while not self.closed:
+        me = asyncio.current_task()
+        # a pump replaced after `release_reader` stops at its next turn even when its cancel
+        # was lost (Python 3.11's wait_for can swallow one): never two pumps on one queue
+        while not self.closed and self._pump_task is me:
             if not self._need_more():
                 self._wake.clear()
                 timeout = self._fetch_timeout() if self.ready else None
