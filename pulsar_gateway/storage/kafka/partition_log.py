@@ -51,6 +51,69 @@ STALL_PROBE_SECONDS = 5.0
 # broker has acknowledged (it is stored, so the reader is owed it), and otherwise.
 OWED_READ_SECONDS = 0.25
 IDLE_READ_SECONDS = 2.0
+# Ids numbered while appends wait, kept so each append finds its offsets even after the tail
+# cache dropped them (`_NumberedWhileAppending`); beyond this many (about 200 bytes each) the
+# oldest half goes, and an append that needs one of those scans the log as before.
+NUMBERED_KEPT_MAX = 200_000
+
+
+class _NumberedWhileAppending:
+    """(message id, offset) of every message the tailer numbers while an append waits.
+
+    An append learns its ids from the send receipts, and the tailer may number those
+    messages and the tail cache drop them before the append asks for their offsets: under
+    overload (a busy loop, a small cache) it then had to scan the log from a checkpoint with
+    a reader of its own for each append, and those readers held what pulsar-lite sent them
+    (gigabytes in a 2x overload). This index answers instead. Kept only while an append
+    waits, from where the tailer was when the oldest waiting append began (`floors`), and
+    bounded by `NUMBERED_KEPT_MAX`; ids arrive in order."""
+
+    def __init__(self) -> None:
+        self.ids: list[MessageKey] = []
+        self.offsets: list[int] = []
+        # per waiting append, the last id the tailer had numbered when it began (None:
+        # nothing yet): its own messages come after that
+        self.floors: list[MessageKey | None] = []
+
+    @property
+    def wanted(self) -> bool:
+        return bool(self.floors)
+
+    def begin(self, last_numbered: MessageKey | None) -> MessageKey | None:
+        self.floors.append(last_numbered)
+        return last_numbered
+
+    def end(self, floor: MessageKey | None) -> None:
+        self.floors.remove(floor)
+        if not self.floors:
+            self.clear()
+
+    def trim(self) -> None:
+        """Forget ids numbered before every waiting append began."""
+        if None in self.floors or not self.ids:
+            return
+        oldest = min(self.floors)  # type: ignore[type-var]
+        cut = bisect.bisect_right(self.ids, oldest)
+        if cut:
+            del self.ids[:cut], self.offsets[:cut]
+
+    def add(self, mid: MessageKey, offset: int) -> None:
+        if len(self.ids) >= NUMBERED_KEPT_MAX:
+            half = NUMBERED_KEPT_MAX // 2
+            del self.ids[:half], self.offsets[:half]
+        self.ids.append(mid)
+        self.offsets.append(offset)
+
+    def offset_of(self, mid: MessageKey) -> int | None:
+        """Offset of the first message at or after `mid`, when this index spans it."""
+        ids = self.ids
+        if not ids or mid < ids[0] or mid > ids[-1]:
+            return None
+        return self.offsets[bisect.bisect_left(ids, mid)]
+
+    def clear(self) -> None:
+        self.ids.clear()
+        self.offsets.clear()
 
 
 class _Cursor:
@@ -104,6 +167,7 @@ class PartitionLog:
         self._transactions = TransactionIndex()
         self._resent_ids: dict[MessageKey, int] = {}  # recent resends -> first copy's offset
         self._tail = TailStore()  # the newest messages, packed (tail_store.py)
+        self._numbered = _NumberedWhileAppending()
         self._last_id: MessageKey | None = None
         # (message id, tie-breaker, future): resolved by the first message indexed at or after it
         self._id_waiters: list[tuple[MessageKey, int, asyncio.Future[int]]] = []
@@ -267,6 +331,10 @@ class PartitionLog:
         transactions = self._transactions
         checkpoints = self._checkpoint_offsets
         tail = self._tail
+        numbered = self._numbered
+        appending = numbered.wanted
+        if appending:
+            numbered.trim()
         # one checkpoint per `interval` offsets, at the first message starting past it
         next_due = (checkpoints[-1] // interval + 1) * interval if checkpoints else 0
         for message in batch:
@@ -291,6 +359,8 @@ class PartitionLog:
             if aborted is not None:
                 self._save_aborted(aborted)
             tail.append(message, offset)
+            if appending:
+                numbered.add(message.id, offset)
             while waiters and waiters[0][0] <= message.id:
                 future = heapq.heappop(waiters)[2]
                 if not future.done():
@@ -390,10 +460,12 @@ class PartitionLog:
         """
         self.last_used = time.monotonic()
         self._appending += 1
+        floor = self._numbered.begin(self._last_id)
         try:
             return await self._append(messages, producer, encoded)
         finally:
             self._appending -= 1
+            self._numbered.end(floor)
             self.last_used = time.monotonic()
 
     @property
@@ -455,6 +527,8 @@ class PartitionLog:
             if mid in self._resent_ids:
                 return self._resent_ids[mid]
             found = self._find_in_tail(mid)
+            if found is None:
+                found = self._numbered.offset_of(mid)
             return found if found is not None else await self._offset_by_scan(mid)
         future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
         heapq.heappush(self._id_waiters, (mid, next(self._waiter_seq), future))
