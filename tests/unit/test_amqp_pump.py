@@ -67,14 +67,15 @@ def test_a_pump_whose_cancel_was_lost_stops_before_a_new_one_fetches() -> None:
         first = _Consumer()
         engine.add_consumer(first)
         await _until(lambda: store.running[0] == 1)  # the pump waits in a fetch
+        old = engine._pump_task
+        assert old is not None
         engine.remove_consumer(first)
         await engine.release_reader()  # idle: the pump is cancelled, and runs on
         second = _Consumer()
         engine.add_consumer(second)  # a new pump, and a wake-up for any old one
         await store.publish("/", ["q"], AmqpMessage("", "q", b"", b"m"))
         await _until(lambda: len(second.got) == 1)
-        for _ in range(30):  # both pumps would be fetching now
-            await asyncio.sleep(0.01)
+        await _until(old.done)  # the old pump ends by itself (else it fetches on)
         assert store.running[1] == 1, f"{store.running[1]} pumps fetched at once"
         await engine.close()
 

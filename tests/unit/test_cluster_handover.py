@@ -11,6 +11,7 @@ the methods driven here."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Any
 
 from pulsar_gateway.gateway.cluster.leases import Heartbeat
@@ -28,9 +29,13 @@ def _serving_member() -> PulsarMembership:
     return membership
 
 
-async def _turns(count: int = 20) -> None:
-    for _ in range(count):
+async def _until(condition: Callable[[], object], turns: int = 100) -> None:
+    """Until `condition` holds, within `turns` loop turns (all here is in-process)."""
+    for _ in range(turns):
+        if condition():
+            return
         await asyncio.sleep(0)
+    raise AssertionError("condition not met")
 
 
 def test_a_superseded_hand_over_whose_cancel_is_lost_keeps_the_newer_wait() -> None:
@@ -47,8 +52,10 @@ def test_a_superseded_hand_over_whose_cancel_is_lost_keeps_the_newer_wait() -> N
         b, c = _member("b", 2), _member("c", 3)
         membership._peers.seen(Heartbeat(b, 1), 0.0)
         membership._membership_changed()  # b joined: hand-over 1 waits for catch-up 1
-        await _turns()
-        assert len(catch_ups) == 1 and membership._previous
+        await _until(lambda: len(catch_ups) == 1)
+        assert membership._previous
+        first = membership._handover
+        assert first is not None
 
         def catch_up_ends_as_c_joins(*_: Any) -> None:
             catch_ups[0].set_result(None)
@@ -56,11 +63,9 @@ def test_a_superseded_hand_over_whose_cancel_is_lost_keeps_the_newer_wait() -> N
             membership._membership_changed()  # cancels hand-over 1, starts hand-over 2
 
         asyncio.get_running_loop().call_soon(catch_up_ends_as_c_joins)
-        await _turns()
-        assert len(catch_ups) == 2, "the newer change's hand-over did not start its catch-up"
+        await _until(lambda: len(catch_ups) == 2 and first.done())
         assert membership._previous, "a superseded hand-over ended the newer one's wait"
         catch_ups[1].set_result(None)
-        await _turns()
-        assert membership._previous == [], "the current hand-over's catch-up ends the wait"
+        await _until(lambda: membership._previous == [])  # the current one's catch-up does
 
     asyncio.run(scenario())

@@ -77,11 +77,11 @@ class _NumberedWhileAppending:
 
     @property
     def wanted(self) -> bool:
+        """Whether an append waits (what the idle sweep and the tailer's pace ask too)."""
         return bool(self.floors)
 
-    def begin(self, last_numbered: MessageKey | None) -> MessageKey | None:
+    def begin(self, last_numbered: MessageKey | None) -> None:
         self.floors.append(last_numbered)
-        return last_numbered
 
     def end(self, floor: MessageKey | None) -> None:
         self.floors.remove(floor)
@@ -158,7 +158,6 @@ class PartitionLog:
         self.log_start = 0
         self.next_offset = 0
         self.last_used = time.monotonic()
-        self._appending = 0  # appends under way: the idle sweep must not close under them
         self._checkpoint_offsets: list[int] = []
         self._checkpoint_ids: list[MessageKey] = []
         self._checkpoint_states: list[dict[str, int]] = []
@@ -167,6 +166,7 @@ class PartitionLog:
         self._transactions = TransactionIndex()
         self._resent_ids: dict[MessageKey, int] = {}  # recent resends -> first copy's offset
         self._tail = TailStore()  # the newest messages, packed (tail_store.py)
+        # also counts the appends under way: the idle sweep must not close under them
         self._numbered = _NumberedWhileAppending()
         self._last_id: MessageKey | None = None
         # (message id, tie-breaker, future): resolved by the first message indexed at or after it
@@ -260,7 +260,7 @@ class PartitionLog:
                     await stream.reopen()
                     reopen = False
                 # short waits while an append waits for its messages to be numbered
-                waited = OWED_READ_SECONDS if self._appending else IDLE_READ_SECONDS
+                waited = OWED_READ_SECONDS if self._numbered.wanted else IDLE_READ_SECONDS
                 batch = await stream.read_batch(2000, timeout=waited)
                 if batch:
                     self._index(batch)
@@ -459,12 +459,11 @@ class PartitionLog:
         `producer_state`). Both answer the batch's base offset.
         """
         self.last_used = time.monotonic()
-        self._appending += 1
-        floor = self._numbered.begin(self._last_id)
+        floor = self._last_id
+        self._numbered.begin(floor)
         try:
             return await self._append(messages, producer, encoded)
         finally:
-            self._appending -= 1
             self._numbered.end(floor)
             self.last_used = time.monotonic()
 
@@ -472,7 +471,7 @@ class PartitionLog:
     def busy(self) -> bool:
         """Whether a request is waiting on this partition (an append, a long poll, an offset
         lookup): the idle sweep leaves it open, however long a stalled broker makes it wait."""
-        if self._appending:
+        if self._numbered.wanted:
             return True
         # a long poll cancels its future when it is answered: only a pending one is a waiter
         self._data_waiters = [f for f in self._data_waiters if not f.done()]
