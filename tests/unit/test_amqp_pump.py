@@ -12,6 +12,7 @@ from pulsar_gateway.handlers.amqp.broker_model import AmqpMessage, StoredDeliver
 from pulsar_gateway.handlers.amqp.queue_engine import QueueEngine
 from pulsar_gateway.handlers.amqp.topology import Queue
 from tests.support.amqp_memory_store import MemoryReader, MemoryStore
+from tests.support.waiting import async_wait_until
 from tests.unit.test_amqp_lost_acks import _Consumer, _Vhost
 
 
@@ -50,14 +51,6 @@ class _Store(MemoryStore):
         return reader
 
 
-async def _until(condition, turns: int = 200) -> None:  # type: ignore[no-untyped-def]
-    for _ in range(turns):
-        if condition():
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError("condition not met")
-
-
 def test_a_pump_whose_cancel_was_lost_stops_before_a_new_one_fetches() -> None:
     async def scenario() -> None:
         store = _Store()
@@ -66,7 +59,8 @@ def test_a_pump_whose_cancel_was_lost_stops_before_a_new_one_fetches() -> None:
         engine = QueueEngine(_Vhost(), queue, store)  # type: ignore[arg-type]
         first = _Consumer()
         engine.add_consumer(first)
-        await _until(lambda: store.running[0] == 1)  # the pump waits in a fetch
+        # the pump waits in a fetch
+        await async_wait_until(lambda: store.running[0] == 1, 5, 0.01)
         old = engine._pump_task
         assert old is not None
         engine.remove_consumer(first)
@@ -74,8 +68,9 @@ def test_a_pump_whose_cancel_was_lost_stops_before_a_new_one_fetches() -> None:
         second = _Consumer()
         engine.add_consumer(second)  # a new pump, and a wake-up for any old one
         await store.publish("/", ["q"], AmqpMessage("", "q", b"", b"m"))
-        await _until(lambda: len(second.got) == 1)
-        await _until(old.done)  # the old pump ends by itself (else it fetches on)
+        await async_wait_until(lambda: len(second.got) == 1, 5, 0.01)
+        # the old pump ends by itself (else it fetches on)
+        await async_wait_until(old.done, 5, 0.01)
         assert store.running[1] == 1, f"{store.running[1]} pumps fetched at once"
         await engine.close()
 

@@ -11,12 +11,12 @@ the methods driven here."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
 from typing import Any
 
 from pulsar_gateway.gateway.cluster.leases import Heartbeat
 from pulsar_gateway.gateway.cluster.membership import PulsarMembership
 from pulsar_gateway.gateway.cluster.view import Member
+from tests.support.waiting import async_wait_until
 
 
 def _member(name: str, node: int) -> Member:
@@ -27,15 +27,6 @@ def _serving_member() -> PulsarMembership:
     membership = PulsarMembership(None, "public/test", _member("a", 1), 1.0, 10.0)  # type: ignore[arg-type]
     membership._serving = True  # as after its join: only the hand-over is under test
     return membership
-
-
-async def _until(condition: Callable[[], object], turns: int = 100) -> None:
-    """Until `condition` holds, within `turns` loop turns (all here is in-process)."""
-    for _ in range(turns):
-        if condition():
-            return
-        await asyncio.sleep(0)
-    raise AssertionError("condition not met")
 
 
 def test_a_superseded_hand_over_whose_cancel_is_lost_keeps_the_newer_wait() -> None:
@@ -52,7 +43,7 @@ def test_a_superseded_hand_over_whose_cancel_is_lost_keeps_the_newer_wait() -> N
         b, c = _member("b", 2), _member("c", 3)
         membership._peers.seen(Heartbeat(b, 1), 0.0)
         membership._membership_changed()  # b joined: hand-over 1 waits for catch-up 1
-        await _until(lambda: len(catch_ups) == 1)
+        await async_wait_until(lambda: len(catch_ups) == 1, 5, 0)
         assert membership._previous
         first = membership._handover
         assert first is not None
@@ -63,9 +54,10 @@ def test_a_superseded_hand_over_whose_cancel_is_lost_keeps_the_newer_wait() -> N
             membership._membership_changed()  # cancels hand-over 1, starts hand-over 2
 
         asyncio.get_running_loop().call_soon(catch_up_ends_as_c_joins)
-        await _until(lambda: len(catch_ups) == 2 and first.done())
+        await async_wait_until(lambda: len(catch_ups) == 2 and first.done(), 5, 0)
         assert membership._previous, "a superseded hand-over ended the newer one's wait"
         catch_ups[1].set_result(None)
-        await _until(lambda: membership._previous == [])  # the current one's catch-up does
+        # the current hand-over's catch-up ends the wait
+        await async_wait_until(lambda: membership._previous == [], 5, 0)
 
     asyncio.run(scenario())
