@@ -22,6 +22,7 @@ from pulsar_gateway.handlers.amqp.queue_arguments import ARGUMENT_SUPPORT
 from pulsar_gateway.handlers.amqp.topology import ExchangeType
 from pulsar_gateway.handlers.kafka.apis.table import API_TABLE, versions_of
 from pulsar_gateway.kafka_codec import protocol
+from pulsar_gateway.kafka_codec.protocol.messages import LATEST_VERSION_UNSTABLE
 
 BEGIN = "<!-- GENERATED: python -m pulsar_gateway.tools.compatibility --write -->"
 END = "<!-- END GENERATED -->"
@@ -49,15 +50,29 @@ _STATE_MACHINE_METHODS = (
 _NOT_SERVED = (commands.Connection.SecureOk,)
 
 
+def kafka_versions(key: int) -> str:
+    """Kafka's range for an API key, its newest version marked when Kafka's definitions call
+    it unstable (Kafka's brokers then do not advertise it by default)."""
+    low, high = protocol.SUPPORTED.get(key, (0, -1))
+    if high < low:
+        return "-"
+    if key in LATEST_VERSION_UNSTABLE:
+        return f"{low}-{high} ({high} unstable)"
+    return f"{low}-{high}"
+
+
 def kafka_table() -> str:
-    rows = ["| API | key | served versions | Kafka's versions |", "| --- | ---: | --- | --- |"]
+    rows = [
+        "| API | key | served versions | Kafka's versions | why the served range stops lower |",
+        "| --- | ---: | --- | --- | --- |",
+    ]
     for key in sorted(protocol.API_NAMES):
         name = protocol.API_NAMES[key]
-        spec_low, spec_high = protocol.SUPPORTED.get(key, (0, -1))
-        kafka = f"{spec_low}-{spec_high}" if spec_high >= spec_low else "-"
         low, high = versions_of(key)
-        served = f"**{low}-{high}**" if key in API_TABLE and high >= low else "not served"
-        rows.append(f"| {name} | {key} | {served} | {kafka} |")
+        api = API_TABLE.get(key)  # type: ignore[call-overload]
+        served = f"**{low}-{high}**" if api is not None and high >= low else "not served"
+        why = api.capped_because if api is not None else ""
+        rows.append(f"| {name} | {key} | {served} | {kafka_versions(key)} | {why} |")
     return "\n".join(rows)
 
 

@@ -3,7 +3,8 @@ rendering from the Kafka API table, the AMQP method table and the queue argument
 
 from __future__ import annotations
 
-from pulsar_gateway.handlers.kafka.apis.table import API_TABLE
+from pulsar_gateway.handlers.kafka.apis.table import API_TABLE, versions_of
+from pulsar_gateway.kafka_codec import protocol
 from pulsar_gateway.kafka_codec.protocol.messages import ApiKey
 from pulsar_gateway.tools import compatibility
 
@@ -32,3 +33,18 @@ def test_refused_queue_arguments_are_listed_as_refused() -> None:
     table = compatibility.queue_arguments_table()
     assert "| `x-max-priority` | accepted |" in table
     assert "| `x-max-length` | enforced |" in table
+
+
+def test_an_api_served_below_kafkas_newest_version_says_why() -> None:
+    """A served API whose newest version stops below Kafka's must carry its reason in the
+    API table, so a gap in the matrix is a decision, never an accident."""
+    unexplained = [
+        ApiKey(key).name
+        for key, api in API_TABLE.items()
+        if versions_of(key)[1] < protocol.SUPPORTED[key][1] and not api.capped_because
+    ]
+    assert not unexplained, f"served below Kafka's newest version without a reason: {unexplained}"
+    end_txn = next(
+        line for line in compatibility.kafka_table().splitlines() if line.startswith("| EndTxn |")
+    )
+    assert "(5 unstable)" in end_txn and "KIP-890" in end_txn

@@ -49,9 +49,13 @@ Handler = Callable[[KafkaContext, protocol.RequestHeader, dict[str, Any]], Await
 
 @dataclass(frozen=True)
 class Api:
+    """One served API: its handler, the versions served, and, where the highest served
+    version stops below Kafka's, why (docs/compatibility.md shows it; a test requires it)."""
+
     handler: Handler
     lowest: int
     highest: int
+    capped_because: str = ""
 
 
 async def api_versions(
@@ -100,9 +104,21 @@ API_TABLE: dict[ApiKey, Api] = {
     ApiKey.DELETE_TOPICS: Api(topic_admin.delete_topics, 0, 6),
     ApiKey.DELETE_RECORDS: Api(delete_records.handle, 0, 2),
     ApiKey.INIT_PRODUCER_ID: Api(init_producer_id.handle, 0, 5),
-    ApiKey.ADD_PARTITIONS_TO_TXN: Api(transactions.add_partitions_to_txn, 0, 3),
+    ApiKey.ADD_PARTITIONS_TO_TXN: Api(
+        transactions.add_partitions_to_txn,
+        0,
+        3,
+        "v4+ is the batched form Kafka brokers send each other to verify transactions; "
+        "Kafka's clients stop at v3",
+    ),
     ApiKey.ADD_OFFSETS_TO_TXN: Api(transactions.add_offsets_to_txn, 0, 4),
-    ApiKey.END_TXN: Api(transactions.end_txn, 0, 4),
+    ApiKey.END_TXN: Api(
+        transactions.end_txn,
+        0,
+        4,
+        "v5 (an epoch bump per transaction, KIP-890 part 2) is unstable in Kafka's "
+        "definitions, so Kafka's brokers do not offer it either",
+    ),
     ApiKey.TXN_OFFSET_COMMIT: Api(transactions.txn_offset_commit, 0, 4),
     ApiKey.OFFSET_FOR_LEADER_EPOCH: Api(replicas.offset_for_leader_epoch, 0, 4),
     ApiKey.DESCRIBE_ACLS: Api(acls.describe_acls, 0, 3),
