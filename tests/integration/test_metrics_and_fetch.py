@@ -145,3 +145,34 @@ def test_open_partitions_gauge_counts_open_partition_logs(gateway, topic_name) -
         if line.startswith("gateway_open_partitions ")
     ]
     assert gauge and gauge[0] >= 1 and gauge[0] == gateway.health()["open_partitions"]
+
+
+def test_a_partition_closes_when_its_long_poll_was_cut_off(tmp_path, topic_name) -> None:
+    """A client that disconnects while its Fetch waits for data (a consumer closing at the
+    end of a partition) must not leave the wait behind: a pending waiter counts as a request
+    and the idle sweep never closes such a partition, so its reader, producer and tail cache
+    stayed open for the gateway's lifetime."""
+    from tests.support.gateway_process import GatewayProcess
+    from tests.support.kafka_wire import produce
+
+    gw = GatewayProcess(tmp_path / "gw", extra=["--set", "kafka.idle_close_seconds=2"]).start()
+    try:
+        assert produce(gw.kafka_port, topic_name, [b"only"])["error_code"] == 0
+        with socket.create_connection(("127.0.0.1", gw.kafka_port), timeout=30) as sock:
+            body = _fetch(topic_name, 1, 60_000, 1, 1 << 20, 1 << 20)
+            sock.sendall(protocol.encode_request(1, 12, 1, "test", body))
+            # the Fetch is read and unanswered: it waits for a record that never comes
+            wait_until(
+                lambda: gw.metric("gateway_queued_request_bytes", protocol="kafka") > 0,
+                30,
+                0.1,
+                "the Fetch to wait",
+            )
+        wait_until(
+            lambda: gw.health()["open_partitions"] == 0,
+            30,  # well inside the Fetch's 60 s wait: only the cut can have ended it
+            0.5,
+            message=lambda: f"the partition to close ({gw.health()['open_partitions']} open)",
+        )
+    finally:
+        gw.stop()

@@ -370,6 +370,9 @@ class _Connection:
         self.timed_out: Exception | None = None
         self._watchdog: asyncio.TimerHandle | None = None
         self.sasl = SaslSession((), NoUsers(), peer)
+        # Fetches not yet answered: a long poll for a client that has gone is dropped, not
+        # waited out (it would keep its partitions from closing for up to its max_wait)
+        self._fetches: set[asyncio.Task[bytes | None]] = set()
 
     async def serve(self) -> None:
         writer_task = asyncio.create_task(self._write_responses())
@@ -377,7 +380,9 @@ class _Connection:
         try:
             await self._read_requests()
         except (asyncio.IncompleteReadError, ConnectionError):
-            # the end of the stream, or the watchdog's doing
+            # the end of the stream, or the watchdog's doing: nobody will read an answer
+            for fetch in self._fetches:
+                fetch.cancel()
             if isinstance(self.timed_out, _Idle):
                 log.debug("closing idle Kafka connection from %s", self.peer)
             elif self.timed_out is not None:
@@ -439,6 +444,9 @@ class _Connection:
                 # a Produce over its quota mutes the connection before the next read
                 throttle = charge_produce(self.context, request)
                 task = asyncio.create_task(respond(self.context, request, throttle))
+                if header.api_key == ApiKey.FETCH:
+                    self._fetches.add(task)
+                    task.add_done_callback(self._fetches.discard)
             await self.responses.put((task, held))
             if self.writer_gone or self.sasl.failed:
                 return  # after a SASL failure: its answer goes out, then the connection closes
@@ -568,6 +576,11 @@ class _Connection:
             task, held = item
             try:
                 response = await task
+            except asyncio.CancelledError:
+                current = asyncio.current_task()
+                if current is not None and current.cancelling():
+                    raise  # this writer is being stopped
+                response = None  # a Fetch dropped because its client went away
             except ConnectionClosing as reason:
                 log.warning("closing Kafka connection from %s: %s", self.peer, reason)
                 return self._stop_writing()

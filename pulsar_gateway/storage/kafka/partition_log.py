@@ -221,7 +221,11 @@ class PartitionLog:
         stream = self._stream
         assert stream is not None
         while await stream.has_more() or stream.last_passed != self._last_id:
-            await asyncio.wait([self.data_future()], timeout=0.5)
+            arrived = self.data_future()
+            try:
+                await asyncio.wait([arrived], timeout=0.5)
+            finally:
+                arrived.cancel()  # a pending one would keep the partition busy for good
         self._ready.set()
 
     async def close(self) -> None:

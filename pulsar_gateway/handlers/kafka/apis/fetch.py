@@ -82,9 +82,14 @@ async def handle(context: KafkaContext, header: Any, request: dict[str, Any]) ->
         waits = [log.data_future() for log in logs.values() if not isinstance(log, int)]
         if not waits:
             return _with_ids(body, ids)
-        await asyncio.wait(waits, timeout=remaining, return_when=asyncio.FIRST_COMPLETED)
-        for future in waits:
-            future.cancel()
+        try:
+            await asyncio.wait(waits, timeout=remaining, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            # also when the connection closed mid-poll and cancelled this request: a future
+            # left pending counts as a waiter, and the idle sweep never closes a partition
+            # with one (PartitionLog.busy), so its memory would be held for good
+            for future in waits:
+                future.cancel()
 
 
 def _wanted(
