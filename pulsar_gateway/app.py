@@ -290,7 +290,7 @@ class Gateway:
             )
             await self.metrics_server.start()
         self.ready = True
-        self._trimming = asyncio.create_task(self._trim_while_idle(), name="heap trimmer")
+        self._trimming = asyncio.create_task(self._trim_now_and_then(), name="heap trimmer")
         parts = [f"{lst.name} {lst.address[0]}:{lst.address[1]}" for lst in self.listeners]
         log.info("pulsar-gateway ready: %s (backend %s)", ", ".join(parts), service_url)
 
@@ -398,11 +398,12 @@ class Gateway:
         assert self._fatal is not None
         return await self._fatal
 
-    async def _trim_while_idle(self) -> None:
-        """Return freed heap to the system once clients are gone (see gateway/memory.py)."""
+    async def _trim_now_and_then(self) -> None:
+        """Return freed heap to the system now and then (see gateway/memory.py)."""
         while True:
             await asyncio.sleep(TRIM_CHECK_SECONDS)
-            self.trimmer.tick(time.monotonic())
+            if self.trimmer.due(time.monotonic()):
+                await asyncio.to_thread(self.trimmer.trim)  # tens of ms on a big heap
 
     async def stop(self) -> None:
         self.ready = False
