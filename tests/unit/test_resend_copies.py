@@ -22,3 +22,14 @@ def test_unstamped_messages_are_never_copies_and_memory_is_bounded() -> None:
         copies.is_copy("p", {SEQ: str(n)}, (10 + n, 0, -1))
     assert not copies.is_copy("p", {SEQ: "0"}, (99, 0, -1))  # forgotten: the oldest went
     assert copies.is_copy("p", {SEQ: "2"}, (98, 0, -1))
+
+
+def test_remembered_copies_share_one_producer_name() -> None:
+    """The client builds a new producer-name string per message; thousands of remembered
+    stamps per queue must not each keep their own."""
+    copies = ResendCopies()
+    for sequence in range(3):
+        name = "".join(["pulsar-", "producer-7"])  # equal, but a new object each time
+        assert not copies.is_copy(name, {SEQ: str(sequence)}, (1, sequence, -1))
+    names = [producer for producer, _ in copies._first]
+    assert len(names) == 3 and names[0] is names[1] is names[2]

@@ -12,6 +12,7 @@ are never filtered.
 from __future__ import annotations
 
 import bisect
+import sys
 from collections import OrderedDict
 from collections.abc import Hashable
 
@@ -129,7 +130,10 @@ class ResendCopies:
         stamp = properties.get(SEQ)
         if stamp is None or not producer:
             return False
-        key = (producer, stamp)
+        # pulsar-client hands over a new string per message for the producer name: interned,
+        # the RECENT entries kept of a queue share one (in a soak, 84 bytes per entry and
+        # about 4 MiB of every 50k messages kept)
+        key = (sys.intern(producer), stamp)
         first = self._first.get(key)
         if first is None:
             self._first[key] = message_id
