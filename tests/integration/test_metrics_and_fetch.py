@@ -10,6 +10,8 @@ from concurrent.futures import ThreadPoolExecutor
 from confluent_kafka import Producer
 
 from pulsar_gateway.kafka_codec import protocol
+from tests.support.gateway_process import GatewayProcess
+from tests.support.kafka_wire import produce
 from tests.support.waiting import wait_until
 
 
@@ -152,9 +154,6 @@ def test_a_partition_closes_when_its_long_poll_was_cut_off(tmp_path, topic_name)
     end of a partition) must not leave the wait behind: a pending waiter counts as a request
     and the idle sweep never closes such a partition, so its reader, producer and tail cache
     stayed open for the gateway's lifetime."""
-    from tests.support.gateway_process import GatewayProcess
-    from tests.support.kafka_wire import produce
-
     gw = GatewayProcess(tmp_path / "gw", extra=["--set", "kafka.idle_close_seconds=2"]).start()
     try:
         assert produce(gw.kafka_port, topic_name, [b"only"])["error_code"] == 0

@@ -221,11 +221,9 @@ class PartitionLog:
         stream = self._stream
         assert stream is not None
         while await stream.has_more() or stream.last_passed != self._last_id:
-            arrived = self.data_future()
-            try:
-                await asyncio.wait([arrived], timeout=0.5)
-            finally:
-                arrived.cancel()  # a pending one would keep the partition busy for good
+            # wait_for_data takes its waiter along however the wait ends: one left pending
+            # would keep the partition busy for good
+            await self.wait_for_data(self.next_offset, 0.5)
         self._ready.set()
 
     async def close(self) -> None:
