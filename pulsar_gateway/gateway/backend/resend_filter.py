@@ -12,15 +12,15 @@ are never filtered.
 from __future__ import annotations
 
 import bisect
-import sys
+from array import array
 from collections import OrderedDict
-from collections.abc import Hashable
 
-from pulsar_gateway.gateway.messages import StoredMessage
+from pulsar_gateway.gateway.messages import MessageKey, StoredMessage
 
 SEQ = "__gw.seq"
 MAX_PRODUCERS = 64
 RECENT = 20000  # resends come within the send timeout; keep this many offsets per producer
+MAX_QUEUE_PRODUCERS = 8  # producers of one queue whose stamps are remembered
 
 
 class RecentOffsets:
@@ -116,28 +116,73 @@ class ResendFilter:
         return dict(self._last)
 
 
+class _FirstIds:
+    """One producer's recently seen sequences, ascending, each with the id of the message it
+    was first seen on, in arrays: no Python object per remembered stamp. A queue's busy
+    stretch used to leave about 200 bytes of small objects per stamp (tuple, strings, ids,
+    dictionary node) spread over the small-object allocator's arenas, which then stayed
+    pinned long after the filter was gone (docs/architecture.md, "Memory"); here a stamp
+    costs 28 bytes in four buffers that go back to the system as a whole."""
+
+    __slots__ = ("entries", "keep", "ledgers", "sequences", "slots")
+
+    def __init__(self, keep: int) -> None:
+        self.keep = keep
+        self.sequences = array("q")
+        self.ledgers = array("q")
+        self.entries = array("q")
+        self.slots = array("i")  # batch index, -1 for an unbatched message
+
+    def first_id(self, sequence: int, message_id: MessageKey) -> MessageKey | None:
+        """The id `sequence` was first seen with; None when it is new (then remembered with
+        `message_id`). Only the `keep` highest sequences are remembered: a resend copies a
+        message the producer sent shortly before, so an old one is never asked for again."""
+        sequences = self.sequences
+        index = len(sequences)
+        if index and sequences[-1] >= sequence:  # out of order, or seen: search
+            index = bisect.bisect_left(sequences, sequence)
+            if sequences[index] == sequence:
+                return (self.ledgers[index], self.entries[index], self.slots[index])
+        columns = (sequences, self.ledgers, self.entries, self.slots)
+        for column, value in zip(columns, (sequence, *message_id), strict=True):
+            column.insert(index, value)
+        if len(sequences) > self.keep + self.keep // 4:  # forget in one slice (amortised)
+            drop = len(sequences) - self.keep
+            for column in columns:
+                del column[:drop]
+        return None
+
+
 class ResendCopies:
     """For a queue's Shared subscription, where the same message comes again after a
     reconnect (unacknowledged, same id) and messages arrive out of order: a message is a
     resend copy when the (producer, sequence) it carries was seen on a message with a
-    different id. Remembers the `RECENT` last ones: resends come within the send timeout."""
+    different id. Remembers the `recent` highest sequences of each of the `MAX_QUEUE_PRODUCERS`
+    producers seen last: resends come within the send timeout, from a producer still at work.
+    """
 
     def __init__(self, recent: int = RECENT) -> None:
         self.recent = recent
-        self._first: OrderedDict[tuple[str, str], Hashable] = OrderedDict()
+        self._producers: OrderedDict[str, _FirstIds] = OrderedDict()  # least recent first
 
-    def is_copy(self, producer: str, properties: dict[str, str], message_id: Hashable) -> bool:
+    def is_copy(self, producer: str, properties: dict[str, str], message_id: MessageKey) -> bool:
         stamp = properties.get(SEQ)
         if stamp is None or not producer:
             return False
-        # pulsar-client hands over a new string per message for the producer name: interned,
-        # the RECENT entries kept of a queue share one (in a soak, 84 bytes per entry and
-        # about 4 MiB of every 50k messages kept)
-        key = (sys.intern(producer), stamp)
-        first = self._first.get(key)
-        if first is None:
-            self._first[key] = message_id
-            if len(self._first) > self.recent:
-                self._first.popitem(last=False)
+        try:
+            sequence = int(stamp)
+        except ValueError:  # not a stamp of ours: a foreign producer's property
             return False
-        return first != message_id
+        if not -(2**63) <= sequence < 2**63:
+            return False
+        seen = self._producers.get(producer)
+        if seen is None:
+            # the dictionary keeps this first name object: pulsar-client builds a new equal
+            # string per message, which is then looked up and dropped
+            seen = self._producers[producer] = _FirstIds(self.recent)
+            if len(self._producers) > MAX_QUEUE_PRODUCERS:
+                self._producers.popitem(last=False)
+        elif next(reversed(self._producers)) != producer:
+            self._producers.move_to_end(producer)
+        first = seen.first_id(sequence, message_id)
+        return first is not None and first != message_id
