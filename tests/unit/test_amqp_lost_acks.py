@@ -5,6 +5,7 @@ it comes back, and marks what it had delivered unacked as redelivered."""
 from __future__ import annotations
 
 import asyncio
+import tracemalloc
 from dataclasses import dataclass, field
 
 from pulsar_gateway.handlers.amqp.broker_model import AmqpMessage, StoredDelivery
@@ -134,3 +135,27 @@ def test_acked_ids_are_bounded_by_count_and_age() -> None:
     aged.add([(1,)])
     aged.forget_old()
     assert len(aged) == 0
+
+
+def test_acked_ids_are_forgotten_a_generation_at_a_time_keeping_the_newest() -> None:
+    ids = AckedIds(max_age=60, max_ids=8)  # generations of two
+    ids.add([(n,) for n in range(9)])
+    assert (0,) not in ids and (1,) not in ids
+    assert all((n,) in ids for n in range(2, 9)) and len(ids) == 7
+
+
+def test_an_acked_id_costs_no_object_beyond_the_id_itself() -> None:
+    """A busy queue remembers up to 100,000 acked ids for two minutes; per id, an ordered
+    dictionary's node and a float cost over 100 bytes on the small-object heap."""
+    acked = AckedIds()
+    message_ids = [(7, entry, -1) for entry in range(20_000)]
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for start in range(0, len(message_ids), 100):
+            acked.add(message_ids[start : start + 100])
+        kept = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert all(message_id in acked for message_id in message_ids)
+    assert kept < 40 * len(message_ids), f"{kept / len(message_ids):.0f} bytes per id"

@@ -85,37 +85,71 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
+class _Generation:
+    """Ids acknowledged within one stretch of time, and when that stretch began and ended."""
+
+    __slots__ = ("ids", "last", "started")
+
+    def __init__(self, now: float) -> None:
+        self.started = self.last = now
+        self.ids: dict[Hashable, None] = {}  # a dictionary's table is a third of a set's
+
+
 class AckedIds:
-    """Ids of messages acknowledged to the store lately, oldest first, bounded by age
-    and count: a message whose ack the store lost comes back within seconds of the
-    broker's return, so recent ids are all that is needed to recognise it."""
+    """Ids of messages acknowledged to the store lately, bounded by age and count: a
+    message whose ack the store lost comes back within seconds of the broker's return,
+    so recent ids are all that is needed to recognise it.
+
+    Kept as a few generations of plain dictionaries, each covering a quarter of the age or count
+    bound, and forgotten a generation at a time: a generation holds only the id (which the
+    delivery already built), where an ordered dictionary of ids and times added a node and
+    a float per id on the small-object heap, pinning its arenas after a busy stretch
+    (docs/architecture.md, "Memory"). An id lives between `max_age` and 1.25 times that,
+    and at least the `max_ids` * 3/4 newest are kept."""
 
     def __init__(
         self, max_age: float = ACKED_REMEMBER_SECONDS, max_ids: int = ACKED_REMEMBER_MAX
     ) -> None:
         self.max_age = max_age
         self.max_ids = max_ids
-        self._ids: OrderedDict[Hashable, float] = OrderedDict()
+        self._per_generation = max(1, max_ids // 4)
+        self._generations: deque[_Generation] = deque()  # oldest first
+        self._count = 0
 
     def __len__(self) -> int:
-        return len(self._ids)
+        return self._count
 
     def __contains__(self, message_id: Hashable) -> bool:
-        return message_id in self._ids
+        for generation in self._generations:  # a handful
+            if message_id in generation.ids:
+                return True
+        return False
 
     def add(self, ids: Iterable[Hashable]) -> None:
         now = time.monotonic()
+        generations = self._generations
         for message_id in ids:
-            self._ids[message_id] = now
-            self._ids.move_to_end(message_id)
+            current = generations[-1] if generations else None
+            if (
+                current is None
+                or len(current.ids) >= self._per_generation
+                or now - current.started >= self.max_age / 4
+            ):
+                current = _Generation(now)
+                generations.append(current)
+            if message_id not in current.ids:
+                current.ids[message_id] = None
+                current.last = now
+                self._count += 1
         self.forget_old(now)
 
     def forget_old(self, now: float | None = None) -> None:
-        """Drop ids older than `max_age` and any beyond `max_ids`."""
+        """Drop the generations whose newest id is older than `max_age`, and the oldest
+        ones while more than `max_ids` are kept."""
         horizon = (time.monotonic() if now is None else now) - self.max_age
-        ids = self._ids
-        while ids and (len(ids) > self.max_ids or next(iter(ids.values())) < horizon):
-            ids.popitem(last=False)
+        generations = self._generations
+        while generations and (self._count > self.max_ids or generations[0].last < horizon):
+            self._count -= len(generations.popleft().ids)
 
 
 class QueueEngine:
