@@ -137,3 +137,51 @@ def test_a_kept_batch_is_served_in_place_of_its_records() -> None:
     tail.drop_oldest()
     assert [e.offset for e in tail.read(42, 1 << 20)] == [42, 43, 44]
     assert tail.size == sum(_message(entry, 10).size for entry in range(2, 5))
+
+
+def test_kept_batches_live_in_the_segments_not_on_the_heap() -> None:
+    """A busy partition keeps a batch per produce request; kept as heap objects, 31,500 of
+    them (and their index) pinned the small-object allocator's arenas in a soak."""
+    raw = bytes(encode_batch(0, [Record(0, 1_700_000_000_000, b"k", b"v" * 400, [])]))
+    tail = TailStore()
+    tail.append(_message(0, 10), 0)
+    before = _allocated_blocks()
+    for offset in range(1, 5001):
+        tail.append(_message(offset, 10), offset)
+        tail.keep_batch(offset, 1, raw)
+    grown = _allocated_blocks() - before
+    # the segments' own few objects; a heap object per batch would be thousands
+    assert grown < 500, f"{grown} heap blocks stay behind for 5,000 kept batches"
+    entries = tail.read(4990, 1 << 20)
+    assert [e.offset for e in entries] == list(range(4990, 5001))
+    assert all(e.message.payload == raw for e in entries)
+    # the messages between the batches read back as they were appended
+    singly = tail.read(4990, 1 << 20, batches=False)
+    assert [e.message for e in singly] == [_message(offset, 10) for offset in range(4990, 5001)]
+
+
+def test_a_batch_is_kept_only_in_offset_order_and_within_the_newest_segment() -> None:
+    """Produce requests finish in any order, and a batch's records may straddle segments:
+    such a batch is not kept, and its records are read one by one instead."""
+    raw = bytes(encode_batch(0, [Record(i, 0, None, b"v", []) for i in range(2)]))
+    tail = TailStore()
+    for offset in range(6):
+        tail.append(_message(offset, 10), offset)
+    tail.keep_batch(4, 2, raw)
+    tail.keep_batch(2, 2, raw)  # finished after a later one: not kept
+    tail.keep_batch(-1, 2, raw)  # before the cache: not kept
+    assert [e.offset for e in tail.read(0, 1 << 20)] == [0, 1, 2, 3, 4]
+    straddling = TailStore()
+    offset = 0
+    while len(straddling._segments) < 2:
+        straddling.append(_message(offset, 1000), offset)
+        offset += 1
+    first_of_newest = straddling._segments[-1].offsets[0]
+    straddling.keep_batch(first_of_newest - 1, 2, raw)
+    size = straddling.size
+    read = straddling.read(first_of_newest - 1, 1 << 20)
+    assert [e.offset for e in read] == [first_of_newest - 1, first_of_newest]
+    assert straddling.size == size and read[0].message.payload != raw
+    while straddling.count:
+        straddling.drop_oldest()
+    assert straddling.size == 0

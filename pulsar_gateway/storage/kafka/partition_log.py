@@ -509,7 +509,7 @@ class PartitionLog:
             # tailer has numbered the last one too, or a fetch right after sees a short log.
             last_offset = await self.offset_of(last)
         if encoded is not None and base is None and last_offset - first_offset == len(messages) - 1:
-            self._tail.keep_batch(first_offset, len(messages), bytes(encoded))
+            self._tail.keep_batch(first_offset, len(messages), encoded)
             self._trim_tail()
         return first_offset if base is None else base
 

@@ -18,7 +18,11 @@ A Kafka batch the gateway itself just stored in the `pulsar` format (one message
 record) may be kept beside its messages, as produced (`keep_batch`): a fetch at the tail
 then gets that batch as one entry, re-based like a stored `kafka`-format batch, instead of
 every record unpacked and encoded again. It is kept only when its records took consecutive
-offsets (nothing else landed between them) and goes with its first message.
+offsets (nothing else landed between them), all in the newest segment, and that segment has
+room for it; it goes with its first message. The batch is written into the segment too:
+kept as `bytes` in a dictionary, a soak's busy partitions held 31,500 of them with their
+index on the heap, and the index's small objects pinned the allocator's arenas after the
+partitions closed (docs/architecture.md, "Memory").
 """
 
 from __future__ import annotations
@@ -53,18 +57,40 @@ def _pack(message: StoredMessage) -> bytes:
 class _Segment:
     """Packed messages in one mapping, with their offsets, ids and sizes beside."""
 
-    __slots__ = ("data", "ends", "entries", "ledgers", "offsets", "sizes", "slots", "used")
+    __slots__ = (
+        "data",
+        "ends",
+        "entries",
+        "kept_ends",
+        "kept_head",
+        "kept_offsets",
+        "kept_records",
+        "kept_starts",
+        "ledgers",
+        "offsets",
+        "sizes",
+        "slots",
+        "starts",
+        "used",
+    )
 
     def __init__(self, capacity: int) -> None:
         # private: a shared anonymous mapping would count as shmem and outlive a fork
         self.data = mmap.mmap(-1, capacity, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
         self.used = 0
-        self.ends = array("Q")  # end of each packed message in `data`
+        self.starts = array("Q")  # where each packed message is in `data` (kept batches
+        self.ends = array("Q")  # may lie between two of them)
         self.offsets = array("q")  # offset of each message's first record
         self.ledgers = array("q")
         self.entries = array("q")
         self.slots = array("i")  # batch index
         self.sizes = array("Q")  # each message's size as the fetch budget counts it
+        # kept batches, by the offset of their first message, written after it in `data`
+        self.kept_offsets = array("q")
+        self.kept_starts = array("Q")  # where each is in `data`
+        self.kept_ends = array("Q")
+        self.kept_records = array("I")
+        self.kept_head = 0  # the first kept batch whose first message is still cached
 
     def room(self, size: int) -> bool:
         return self.used + size <= len(self.data)
@@ -72,6 +98,7 @@ class _Segment:
     def add(self, packed: bytes, offset: int, mid: MessageKey, size: int) -> None:
         end = self.used + len(packed)
         self.data[self.used : end] = packed
+        self.starts.append(self.used)
         self.used = end
         self.ends.append(end)
         self.offsets.append(offset)
@@ -80,13 +107,24 @@ class _Segment:
         self.slots.append(mid[2])
         self.sizes.append(size)
 
+    def keep(self, offset: int, records: int, batch: bytes | bytearray | memoryview) -> None:
+        end = self.used + len(batch)
+        self.data[self.used : end] = batch
+        self.used = end
+        self.kept_offsets.append(offset)
+        self.kept_starts.append(end - len(batch))
+        self.kept_ends.append(end)
+        self.kept_records.append(records)
+
+    def kept(self, index: int) -> bytes:
+        return self.data[self.kept_starts[index] : self.kept_ends[index]]
+
     def id(self, index: int) -> MessageKey:
         return (self.ledgers[index], self.entries[index], self.slots[index])
 
     def message(self, index: int) -> StoredMessage:
-        start = self.ends[index - 1] if index else 0
         payload, key, properties, event_time, publish_time, producer = marshal.loads(
-            self.data[start : self.ends[index]]
+            self.data[self.starts[index] : self.ends[index]]
         )
         return StoredMessage(
             self.id(index), payload, key, properties, event_time, publish_time, producer
@@ -110,7 +148,6 @@ class TailStore:
     def __init__(self) -> None:
         self._segments: list[_Segment] = []
         self._head = 0  # first live message of the first segment
-        self._batches: dict[int, tuple[bytes, int]] = {}  # base offset -> (batch, records)
         self.size = 0
         self.count = 0
 
@@ -126,20 +163,28 @@ class TailStore:
         self.size += size
         self.count += 1
 
-    def keep_batch(self, base: int, records: int, batch: bytes) -> None:
+    def keep_batch(self, base: int, records: int, batch: bytes | bytearray | memoryview) -> None:
         """Keep the Kafka batch whose `records` records are the cached messages from offset
-        `base` on (one record each, all of them already appended)."""
-        if len(batch) <= MAX_KEPT_BATCH_BYTES and self.count and self.first_offset <= base:  # type: ignore[operator]
-            self._batches[base] = (batch, records)
+        `base` on (one record each, all of them already appended). Produce requests finish
+        in any order: a batch older than one kept already is not kept (fetched record by
+        record instead), so that kept batches stay in offset order."""
+        if not self.count or len(batch) > MAX_KEPT_BATCH_BYTES or base < self.first_offset:  # type: ignore[operator]
+            return
+        last = self._segments[-1]
+        kept = last.kept_offsets
+        if last.offsets[0] <= base and (not kept or kept[-1] < base) and last.room(len(batch)):
+            last.keep(base, records, batch)
             self.size += len(batch)
 
     def drop_oldest(self) -> None:
-        """Forget the oldest message; a segment left empty is unmapped."""
+        """Forget the oldest message (and a batch kept from it); a segment left empty is
+        unmapped."""
         first = self._segments[0]
-        if self._batches:
-            kept = self._batches.pop(first.offsets[self._head], None)
-            if kept is not None:
-                self.size -= len(kept[0])
+        offset = first.offsets[self._head]
+        kept = first.kept_head
+        if kept < len(first.kept_offsets) and first.kept_offsets[kept] == offset:
+            self.size -= first.kept_ends[kept] - first.kept_starts[kept]
+            first.kept_head = kept + 1
         self.size -= first.sizes[self._head]
         self.count -= 1
         self._head += 1
@@ -152,7 +197,6 @@ class TailStore:
         for segment in self._segments:
             segment.release()
         self._segments.clear()
-        self._batches.clear()
         self._head = 0
         self.size = self.count = 0
 
@@ -202,21 +246,23 @@ class TailStore:
             first += 1
         segment = segments[first]
         index = bisect.bisect_right(segment.offsets, offset, self._head if first == 0 else 0) - 1
-        kept = self._batches if batches else {}
         out: list[LogEntry] = []
         size = 0
         skip = 0  # messages a kept batch already stands for
         for segment in segments[first:]:
             offsets, sizes = segment.offsets, segment.sizes
+            kept_offsets = segment.kept_offsets if batches else ()
+            # the next kept batch at or after where this segment is read from
+            kept = bisect.bisect_left(kept_offsets, offsets[index]) if kept_offsets else 0
             while index < len(segment):
                 if skip:
                     skip -= 1
                     index += 1
                     continue
                 at = offsets[index]
-                batch = kept.get(at) if kept else None
-                if batch is not None:
-                    raw, records = batch
+                if kept < len(kept_offsets) and kept_offsets[kept] == at:
+                    raw, records = segment.kept(kept), segment.kept_records[kept]
+                    kept += 1
                     size += len(raw) + 16
                     if out and size > max_bytes:
                         return out
