@@ -195,3 +195,38 @@ def test_batching_pulsar_producer_does_not_stall_the_partition(gateway, topic_na
     wait_until(lambda: read(len(expected) + 1), 30, 0, message="the Kafka record after them")
     consumer.close()
     assert got == expected + [b"k1"]
+
+
+def test_a_pulsar_message_with_a_bogus_gateway_stamp_is_read_like_any_other(
+    gateway, topic_name
+) -> None:
+    """A native producer may set any property, the gateway's `__gw.seq` included; a value
+    that is no sequence must not stop the partition's reader (hostile input through Pulsar)."""
+    producer = Producer({"bootstrap.servers": gateway.bootstrap})
+    producer.produce(topic_name, b"first")
+    assert producer.flush(30) == 0
+    client = _pulsar_client(gateway)
+    direct = client.create_producer(f"persistent://public/default/{topic_name}-partition-0")
+    direct.send(b"bogus-stamp", properties={"__gw.seq": "not-a-number"})
+    direct.send(b"huge-stamp", properties={"__gw.seq": str(2**70)})
+    client.close()
+    producer.produce(topic_name, b"last")
+    assert producer.flush(30) == 0
+
+    consumer = Consumer(
+        {"bootstrap.servers": gateway.bootstrap, "group.id": "z", "enable.auto.commit": False}
+    )
+    consumer.assign([TopicPartition(topic_name, 0, 0)])
+    got = []
+    deadline = time.time() + 30
+    while len(got) < 4 and time.time() < deadline:
+        msg = consumer.poll(1)
+        if msg is not None and not msg.error():
+            got.append(msg)
+    consumer.close()
+    assert [(m.offset(), m.value()) for m in got] == [
+        (0, b"first"),
+        (1, b"bogus-stamp"),
+        (2, b"huge-stamp"),
+        (3, b"last"),
+    ]

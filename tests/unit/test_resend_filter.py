@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import gc
+import sys
+
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -34,6 +37,28 @@ def test_unstamped_messages_are_never_filtered() -> None:
     assert all(
         seen.original_offset(_message("pulsar-native", None, i), i) is None for i in range(5)
     )
+
+
+def test_a_foreign_stamp_that_is_not_a_sequence_is_left_alone() -> None:
+    """A native Pulsar producer may set any property, `__gw.seq` included: what is not one
+    of the gateway's sequences makes a message unstamped, not a reader that crashes."""
+    seen = ResendFilter()
+    for entry, stamp in enumerate(["abc", str(2**70), "-5", ""]):
+        message = StoredMessage((1, entry, -1), b"x", "", {SEQ: stamp}, 0, 0, "native")
+        assert seen.original_offset(message, entry) is None
+    assert seen.snapshot() == {}
+
+
+def test_runs_hold_no_python_object_each() -> None:
+    """Producers interleaving in one partition break the runs (one per produce request):
+    their columns must not keep an int object per run on the small-object heap."""
+    recent = RecentOffsets(20_000)
+    gc.collect()
+    before = sys.getallocatedblocks()
+    for run in range(5_000):
+        recent.add(1_000_000 + 2 * run, 5_000_000 + 3 * run)  # every step breaks the run
+    grown = sys.getallocatedblocks() - before
+    assert len(recent.firsts) == 5_000 and grown < 50, f"{grown} blocks for 5,000 runs"
 
 
 def test_state_restored_from_a_checkpoint_keeps_filtering() -> None:

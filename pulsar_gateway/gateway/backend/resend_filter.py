@@ -23,22 +23,38 @@ RECENT = 20000  # resends come within the send timeout; keep this many offsets p
 MAX_QUEUE_PRODUCERS = 8  # producers of one queue whose stamps are remembered
 
 
+def stamp_of(properties: dict[str, str]) -> int | None:
+    """The gateway's sequence stamp; None when there is none, or it is not one of ours (a
+    native Pulsar producer may set any property, and a crash on it would stop the reader)."""
+    stamp = properties.get(SEQ)
+    if stamp is None:
+        return None
+    try:
+        sequence = int(stamp)
+    except ValueError:
+        return None
+    return sequence if 0 <= sequence < 2**63 else None
+
+
 class RecentOffsets:
     """One producer's recent sequences and the offsets they got, as arithmetic runs.
 
     Consecutive sequences at evenly spaced offsets (one record per message: step 1) share
     one run, so a partition's steady stream from one producer costs a few numbers instead
     of a dictionary entry per message (about 100 bytes each, `RECENT` of them per producer
-    and partition). Holds at least the `keep` newest sequences."""
+    and partition). Producers writing to one partition at once break the runs (a run per
+    produce request), so the columns are `array`s: no Python object per run on the
+    small-object heap (docs/architecture.md, "Memory"). Holds at least the `keep` newest
+    sequences."""
 
     __slots__ = ("count", "firsts", "keep", "lengths", "offsets", "steps")
 
     def __init__(self, keep: int) -> None:
         self.keep = keep
-        self.firsts: list[int] = []  # first sequence of each run
-        self.offsets: list[int] = []  # its offset
-        self.steps: list[int] = []  # offsets between consecutive sequences of the run
-        self.lengths: list[int] = []
+        self.firsts = array("q")  # first sequence of each run
+        self.offsets = array("q")  # its offset
+        self.steps = array("q")  # offsets between consecutive sequences of the run
+        self.lengths = array("q")
         self.count = 0
 
     def add(self, sequence: int, offset: int) -> None:
@@ -90,10 +106,9 @@ class ResendFilter:
     def original_offset(self, message: StoredMessage, offset: int) -> int | None:
         """None for a new message (recorded at `offset`); else the first copy's offset (-1
         when that copy is older than what is remembered)."""
-        stamp = message.properties.get(SEQ)
-        if stamp is None:
+        sequence = stamp_of(message.properties)
+        if sequence is None:
             return None
-        sequence = int(stamp)
         producer = message.producer
         last = self._last.get(producer)
         if last is not None and sequence <= last:
@@ -166,14 +181,8 @@ class ResendCopies:
         self._producers: OrderedDict[str, _FirstIds] = OrderedDict()  # least recent first
 
     def is_copy(self, producer: str, properties: dict[str, str], message_id: MessageKey) -> bool:
-        stamp = properties.get(SEQ)
-        if stamp is None or not producer:
-            return False
-        try:
-            sequence = int(stamp)
-        except ValueError:  # not a stamp of ours: a foreign producer's property
-            return False
-        if not -(2**63) <= sequence < 2**63:
+        sequence = stamp_of(properties)
+        if sequence is None or not producer:
             return False
         seen = self._producers.get(producer)
         if seen is None:
