@@ -18,11 +18,11 @@ A Kafka batch the gateway itself just stored in the `pulsar` format (one message
 record) may be kept beside its messages, as produced (`keep_batch`): a fetch at the tail
 then gets that batch as one entry, re-based like a stored `kafka`-format batch, instead of
 every record unpacked and encoded again. It is kept only when its records took consecutive
-offsets (nothing else landed between them), all in the newest segment, and that segment has
-room for it; it goes with its first message. The batch is written into the segment too:
-kept as `bytes` in a dictionary, a soak's busy partitions held 31,500 of them with their
-index on the heap, and the index's small objects pinned the allocator's arenas after the
-partitions closed (docs/architecture.md, "Memory").
+offsets (nothing else landed between them) and after every batch kept before it (produce
+requests may finish out of order), and goes with its first message. Kept batches have
+mmapped segments of their own: as `bytes` in a dictionary, a soak's busy partitions held
+31,500 of them with their index on the heap, and the index's small objects pinned the
+allocator's arenas after the partitions closed (docs/architecture.md, "Memory").
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ import bisect
 import marshal
 import mmap
 from array import array
+from collections.abc import Iterator
 
 from pulsar_gateway.gateway.messages import RECORDS, LogEntry, MessageKey, StoredMessage
 from pulsar_gateway.kafka_codec.entry_format import BATCH
@@ -57,40 +58,18 @@ def _pack(message: StoredMessage) -> bytes:
 class _Segment:
     """Packed messages in one mapping, with their offsets, ids and sizes beside."""
 
-    __slots__ = (
-        "data",
-        "ends",
-        "entries",
-        "kept_ends",
-        "kept_head",
-        "kept_offsets",
-        "kept_records",
-        "kept_starts",
-        "ledgers",
-        "offsets",
-        "sizes",
-        "slots",
-        "starts",
-        "used",
-    )
+    __slots__ = ("data", "ends", "entries", "ledgers", "offsets", "sizes", "slots", "used")
 
     def __init__(self, capacity: int) -> None:
         # private: a shared anonymous mapping would count as shmem and outlive a fork
         self.data = mmap.mmap(-1, capacity, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
         self.used = 0
-        self.starts = array("Q")  # where each packed message is in `data` (kept batches
-        self.ends = array("Q")  # may lie between two of them)
+        self.ends = array("Q")  # end of each packed message in `data`
         self.offsets = array("q")  # offset of each message's first record
         self.ledgers = array("q")
         self.entries = array("q")
         self.slots = array("i")  # batch index
         self.sizes = array("Q")  # each message's size as the fetch budget counts it
-        # kept batches, by the offset of their first message, written after it in `data`
-        self.kept_offsets = array("q")
-        self.kept_starts = array("Q")  # where each is in `data`
-        self.kept_ends = array("Q")
-        self.kept_records = array("I")
-        self.kept_head = 0  # the first kept batch whose first message is still cached
 
     def room(self, size: int) -> bool:
         return self.used + size <= len(self.data)
@@ -98,7 +77,6 @@ class _Segment:
     def add(self, packed: bytes, offset: int, mid: MessageKey, size: int) -> None:
         end = self.used + len(packed)
         self.data[self.used : end] = packed
-        self.starts.append(self.used)
         self.used = end
         self.ends.append(end)
         self.offsets.append(offset)
@@ -107,28 +85,53 @@ class _Segment:
         self.slots.append(mid[2])
         self.sizes.append(size)
 
-    def keep(self, offset: int, records: int, batch: bytes | bytearray | memoryview) -> None:
-        end = self.used + len(batch)
-        self.data[self.used : end] = batch
-        self.used = end
-        self.kept_offsets.append(offset)
-        self.kept_starts.append(end - len(batch))
-        self.kept_ends.append(end)
-        self.kept_records.append(records)
-
-    def kept(self, index: int) -> bytes:
-        return self.data[self.kept_starts[index] : self.kept_ends[index]]
-
     def id(self, index: int) -> MessageKey:
         return (self.ledgers[index], self.entries[index], self.slots[index])
 
     def message(self, index: int) -> StoredMessage:
+        start = self.ends[index - 1] if index else 0
         payload, key, properties, event_time, publish_time, producer = marshal.loads(
-            self.data[self.starts[index] : self.ends[index]]
+            self.data[start : self.ends[index]]
         )
         return StoredMessage(
             self.id(index), payload, key, properties, event_time, publish_time, producer
         )
+
+    def __len__(self) -> int:
+        return len(self.offsets)
+
+    def release(self) -> None:
+        self.data.close()
+
+
+class _BatchSegment:
+    """Kept batches in one mapping, in offset order, with their offsets beside."""
+
+    __slots__ = ("data", "ends", "offsets", "records", "used")
+
+    def __init__(self, capacity: int) -> None:
+        self.data = mmap.mmap(-1, capacity, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+        self.used = 0
+        self.ends = array("Q")  # end of each batch in `data`
+        self.offsets = array("q")  # offset of each batch's first record
+        self.records = array("I")
+
+    def room(self, size: int) -> bool:
+        return self.used + size <= len(self.data)
+
+    def add(self, batch: bytes | bytearray | memoryview, offset: int, records: int) -> None:
+        end = self.used + len(batch)
+        self.data[self.used : end] = batch
+        self.used = end
+        self.ends.append(end)
+        self.offsets.append(offset)
+        self.records.append(records)
+
+    def batch(self, index: int) -> bytes:
+        return self.data[self.ends[index - 1] if index else 0 : self.ends[index]]
+
+    def length(self, index: int) -> int:
+        return self.ends[index] - (self.ends[index - 1] if index else 0)
 
     def __len__(self) -> int:
         return len(self.offsets)
@@ -148,6 +151,8 @@ class TailStore:
     def __init__(self) -> None:
         self._segments: list[_Segment] = []
         self._head = 0  # first live message of the first segment
+        self._kept: list[_BatchSegment] = []
+        self._kept_head = 0  # first live batch of the first kept segment
         self.size = 0
         self.count = 0
 
@@ -165,26 +170,30 @@ class TailStore:
 
     def keep_batch(self, base: int, records: int, batch: bytes | bytearray | memoryview) -> None:
         """Keep the Kafka batch whose `records` records are the cached messages from offset
-        `base` on (one record each, all of them already appended). Produce requests finish
-        in any order: a batch older than one kept already is not kept (fetched record by
-        record instead), so that kept batches stay in offset order."""
+        `base` on (one record each, all of them already appended). A batch that finished
+        after a later one is not kept: its records are read one by one instead."""
         if not self.count or len(batch) > MAX_KEPT_BATCH_BYTES or base < self.first_offset:  # type: ignore[operator]
             return
-        last = self._segments[-1]
-        kept = last.kept_offsets
-        if last.offsets[0] <= base and (not kept or kept[-1] < base) and last.room(len(batch)):
-            last.keep(base, records, batch)
-            self.size += len(batch)
+        kept = self._kept
+        if kept and kept[-1].offsets[-1] >= base:
+            return
+        if not kept or not kept[-1].room(len(batch)):
+            last = len(kept[-1].data) if kept else FIRST_SEGMENT_BYTES // 2
+            kept.append(_BatchSegment(max(min(last * 2, MAX_SEGMENT_BYTES), len(batch))))
+        kept[-1].add(batch, base, records)
+        self.size += len(batch)
 
     def drop_oldest(self) -> None:
-        """Forget the oldest message (and a batch kept from it); a segment left empty is
+        """Forget the oldest message, and the batch kept from it; a segment left empty is
         unmapped."""
         first = self._segments[0]
-        offset = first.offsets[self._head]
-        kept = first.kept_head
-        if kept < len(first.kept_offsets) and first.kept_offsets[kept] == offset:
-            self.size -= first.kept_ends[kept] - first.kept_starts[kept]
-            first.kept_head = kept + 1
+        kept = self._kept
+        if kept and kept[0].offsets[self._kept_head] == first.offsets[self._head]:
+            self.size -= kept[0].length(self._kept_head)
+            self._kept_head += 1
+            if self._kept_head == len(kept[0]):
+                kept.pop(0).release()
+                self._kept_head = 0
         self.size -= first.sizes[self._head]
         self.count -= 1
         self._head += 1
@@ -197,7 +206,10 @@ class TailStore:
         for segment in self._segments:
             segment.release()
         self._segments.clear()
-        self._head = 0
+        for batches in self._kept:
+            batches.release()
+        self._kept.clear()
+        self._head = self._kept_head = 0
         self.size = self.count = 0
 
     @property
@@ -246,23 +258,25 @@ class TailStore:
             first += 1
         segment = segments[first]
         index = bisect.bisect_right(segment.offsets, offset, self._head if first == 0 else 0) - 1
+        kept = self._kept_from(offset) if batches and self._kept else None
+        next_kept = next(kept, None) if kept else None  # (offset, segment, index)
         out: list[LogEntry] = []
         size = 0
         skip = 0  # messages a kept batch already stands for
         for segment in segments[first:]:
             offsets, sizes = segment.offsets, segment.sizes
-            kept_offsets = segment.kept_offsets if batches else ()
-            # the next kept batch at or after where this segment is read from
-            kept = bisect.bisect_left(kept_offsets, offsets[index]) if kept_offsets else 0
             while index < len(segment):
                 if skip:
                     skip -= 1
                     index += 1
                     continue
                 at = offsets[index]
-                if kept < len(kept_offsets) and kept_offsets[kept] == at:
-                    raw, records = segment.kept(kept), segment.kept_records[kept]
-                    kept += 1
+                while next_kept is not None and next_kept[0] < at:  # never, kept in order
+                    next_kept = next(kept, None)  # type: ignore[arg-type]
+                if next_kept is not None and next_kept[0] == at:
+                    _, holder, slot = next_kept
+                    raw, records = holder.batch(slot), holder.records[slot]
+                    next_kept = next(kept, None)  # type: ignore[arg-type]
                     size += len(raw) + 16
                     if out and size > max_bytes:
                         return out
@@ -277,6 +291,21 @@ class TailStore:
                 index += 1
             index = 0
         return out
+
+    def _kept_from(self, offset: int) -> Iterator[tuple[int, _BatchSegment, int]]:
+        """The kept batches from the first whose first record is at or after `offset`."""
+        kept = self._kept
+        first = 0
+        while first + 1 < len(kept) and kept[first + 1].offsets[0] <= offset:
+            first += 1
+        start = self._kept_head if first == 0 else 0
+        index = bisect.bisect_left(kept[first].offsets, offset, start)
+        for segment in kept[first:]:
+            offsets = segment.offsets
+            while index < len(segment):
+                yield offsets[index], segment, index
+                index += 1
+            index = 0
 
 
 def _batch_message(first: MessageKey, raw: bytes, records: int) -> StoredMessage:
