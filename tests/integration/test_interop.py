@@ -17,6 +17,22 @@ def _pulsar_client(gateway) -> pulsar.Client:
     )
 
 
+def _read_from_start(gateway, topic_name: str, count: int) -> list:
+    """Up to `count` records of partition 0 from offset 0, through the gateway (30 s)."""
+    consumer = Consumer(
+        {"bootstrap.servers": gateway.bootstrap, "group.id": "reader", "enable.auto.commit": False}
+    )
+    consumer.assign([TopicPartition(topic_name, 0, 0)])
+    got = []
+    deadline = time.time() + 30
+    while len(got) < count and time.time() < deadline:
+        msg = consumer.poll(1)
+        if msg is not None and not msg.error():
+            got.append(msg)
+    consumer.close()
+    return got
+
+
 def test_kafka_record_read_by_pulsar_consumer(gateway, topic_name) -> None:
     producer = Producer({"bootstrap.servers": gateway.bootstrap})
     producer.produce(
@@ -58,17 +74,7 @@ def test_kafka_record_read_by_pulsar_consumer(gateway, topic_name) -> None:
     assert keyless.partition_key() == ""
 
     # and the same records read back through Kafka are exactly what was sent
-    consumer = Consumer(
-        {"bootstrap.servers": gateway.bootstrap, "group.id": "x", "enable.auto.commit": False}
-    )
-    consumer.assign([TopicPartition(topic_name, 0, 0)])
-    got = []
-    deadline = time.time() + 30
-    while len(got) < 4 and time.time() < deadline:
-        msg = consumer.poll(1)
-        if msg is not None and not msg.error():
-            got.append(msg)
-    consumer.close()
+    got = _read_from_start(gateway, topic_name, 4)
     assert [m.key() for m in got] == [b"user-42", b"tombstone", b"\xff\x00key", None]
     assert [m.value() for m in got] == [b"value-1", None, b"bin", b"no key"]
     assert got[0].headers() == [("trace", b"abc"), ("n", b"1")]
@@ -93,17 +99,7 @@ def test_pulsar_message_fetched_by_kafka_clients(gateway, topic_name) -> None:
     direct.send(b"no-event-time")
     client.close()
 
-    consumer = Consumer(
-        {"bootstrap.servers": gateway.bootstrap, "group.id": "y", "enable.auto.commit": False}
-    )
-    consumer.assign([TopicPartition(topic_name, 0, 0)])
-    got = []
-    deadline = time.time() + 30
-    while len(got) < 3 and time.time() < deadline:
-        msg = consumer.poll(1)
-        if msg is not None and not msg.error():
-            got.append(msg)
-    consumer.close()
+    got = _read_from_start(gateway, topic_name, 3)
     assert [m.value() for m in got] == [b"from-kafka", b"from-pulsar", b"no-event-time"]
     assert got[1].key() == b"pk"
     assert got[1].headers() == [("h1", b"v1")]
@@ -213,17 +209,7 @@ def test_a_pulsar_message_with_a_bogus_gateway_stamp_is_read_like_any_other(
     producer.produce(topic_name, b"last")
     assert producer.flush(30) == 0
 
-    consumer = Consumer(
-        {"bootstrap.servers": gateway.bootstrap, "group.id": "z", "enable.auto.commit": False}
-    )
-    consumer.assign([TopicPartition(topic_name, 0, 0)])
-    got = []
-    deadline = time.time() + 30
-    while len(got) < 4 and time.time() < deadline:
-        msg = consumer.poll(1)
-        if msg is not None and not msg.error():
-            got.append(msg)
-    consumer.close()
+    got = _read_from_start(gateway, topic_name, 4)
     assert [(m.offset(), m.value()) for m in got] == [
         (0, b"first"),
         (1, b"bogus-stamp"),
