@@ -31,7 +31,7 @@ import bisect
 import marshal
 import mmap
 from array import array
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 from pulsar_gateway.gateway.messages import RECORDS, LogEntry, MessageKey, StoredMessage
 from pulsar_gateway.kafka_codec.entry_format import BATCH
@@ -55,31 +55,60 @@ def _pack(message: StoredMessage) -> bytes:
     )
 
 
-class _Segment:
-    """Packed messages in one mapping, with their offsets, ids and sizes beside."""
+class _Mapped:
+    """Byte strings written one after another into an anonymous mapping, each found by
+    where it ends (`ends`), with the offset of its first record beside (`offsets`)."""
 
-    __slots__ = ("data", "ends", "entries", "ledgers", "offsets", "sizes", "slots", "used")
+    __slots__ = ("data", "ends", "offsets", "used")
 
     def __init__(self, capacity: int) -> None:
         # private: a shared anonymous mapping would count as shmem and outlive a fork
         self.data = mmap.mmap(-1, capacity, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
         self.used = 0
-        self.ends = array("Q")  # end of each packed message in `data`
-        self.offsets = array("q")  # offset of each message's first record
+        self.ends = array("Q")
+        self.offsets = array("q")
+
+    def room(self, size: int) -> bool:
+        return self.used + size <= len(self.data)
+
+    def write(self, raw: bytes | bytearray | memoryview, offset: int) -> None:
+        end = self.used + len(raw)
+        self.data[self.used : end] = raw
+        self.used = end
+        self.ends.append(end)
+        self.offsets.append(offset)
+
+    def bytes_of(self, index: int) -> bytes:
+        return self.data[self.ends[index - 1] if index else 0 : self.ends[index]]
+
+    def __len__(self) -> int:
+        return len(self.offsets)
+
+    def release(self) -> None:
+        self.data.close()
+
+
+def _grown(mappings: Sequence[_Mapped], size: int) -> int:
+    """The capacity of the next mapping of a list: twice the last one's (16 KiB at first,
+    1 MiB at most), or `size` when that is more."""
+    last = len(mappings[-1].data) if mappings else FIRST_SEGMENT_BYTES // 2
+    return max(min(last * 2, MAX_SEGMENT_BYTES), size)
+
+
+class _Segment(_Mapped):
+    """Packed messages in one mapping, with their offsets, ids and sizes beside."""
+
+    __slots__ = ("entries", "ledgers", "sizes", "slots")
+
+    def __init__(self, capacity: int) -> None:
+        super().__init__(capacity)
         self.ledgers = array("q")
         self.entries = array("q")
         self.slots = array("i")  # batch index
         self.sizes = array("Q")  # each message's size as the fetch budget counts it
 
-    def room(self, size: int) -> bool:
-        return self.used + size <= len(self.data)
-
     def add(self, packed: bytes, offset: int, mid: MessageKey, size: int) -> None:
-        end = self.used + len(packed)
-        self.data[self.used : end] = packed
-        self.used = end
-        self.ends.append(end)
-        self.offsets.append(offset)
+        self.write(packed, offset)
         self.ledgers.append(mid[0])
         self.entries.append(mid[1])
         self.slots.append(mid[2])
@@ -89,55 +118,29 @@ class _Segment:
         return (self.ledgers[index], self.entries[index], self.slots[index])
 
     def message(self, index: int) -> StoredMessage:
-        start = self.ends[index - 1] if index else 0
         payload, key, properties, event_time, publish_time, producer = marshal.loads(
-            self.data[start : self.ends[index]]
+            self.bytes_of(index)
         )
         return StoredMessage(
             self.id(index), payload, key, properties, event_time, publish_time, producer
         )
 
-    def __len__(self) -> int:
-        return len(self.offsets)
 
-    def release(self) -> None:
-        self.data.close()
-
-
-class _BatchSegment:
+class _BatchSegment(_Mapped):
     """Kept batches in one mapping, in offset order, with their offsets beside."""
 
-    __slots__ = ("data", "ends", "offsets", "records", "used")
+    __slots__ = ("records",)
 
     def __init__(self, capacity: int) -> None:
-        self.data = mmap.mmap(-1, capacity, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
-        self.used = 0
-        self.ends = array("Q")  # end of each batch in `data`
-        self.offsets = array("q")  # offset of each batch's first record
+        super().__init__(capacity)
         self.records = array("I")
 
-    def room(self, size: int) -> bool:
-        return self.used + size <= len(self.data)
-
     def add(self, batch: bytes | bytearray | memoryview, offset: int, records: int) -> None:
-        end = self.used + len(batch)
-        self.data[self.used : end] = batch
-        self.used = end
-        self.ends.append(end)
-        self.offsets.append(offset)
+        self.write(batch, offset)
         self.records.append(records)
-
-    def batch(self, index: int) -> bytes:
-        return self.data[self.ends[index - 1] if index else 0 : self.ends[index]]
 
     def length(self, index: int) -> int:
         return self.ends[index] - (self.ends[index - 1] if index else 0)
-
-    def __len__(self) -> int:
-        return len(self.offsets)
-
-    def release(self) -> None:
-        self.data.close()
 
 
 class TailStore:
@@ -160,9 +163,7 @@ class TailStore:
         packed = _pack(message)
         segments = self._segments
         if not segments or not segments[-1].room(len(packed)):
-            last = len(segments[-1].data) if segments else FIRST_SEGMENT_BYTES // 2
-            capacity = max(min(last * 2, MAX_SEGMENT_BYTES), len(packed))
-            segments.append(_Segment(capacity))
+            segments.append(_Segment(_grown(segments, len(packed))))
         size = message.size
         segments[-1].add(packed, offset, message.id, size)
         self.size += size
@@ -178,8 +179,7 @@ class TailStore:
         if kept and kept[-1].offsets[-1] >= base:
             return
         if not kept or not kept[-1].room(len(batch)):
-            last = len(kept[-1].data) if kept else FIRST_SEGMENT_BYTES // 2
-            kept.append(_BatchSegment(max(min(last * 2, MAX_SEGMENT_BYTES), len(batch))))
+            kept.append(_BatchSegment(_grown(kept, len(batch))))
         kept[-1].add(batch, base, records)
         self.size += len(batch)
 
@@ -271,11 +271,9 @@ class TailStore:
                     index += 1
                     continue
                 at = offsets[index]
-                while next_kept is not None and next_kept[0] < at:  # never, kept in order
-                    next_kept = next(kept, None)  # type: ignore[arg-type]
                 if next_kept is not None and next_kept[0] == at:
                     _, holder, slot = next_kept
-                    raw, records = holder.batch(slot), holder.records[slot]
+                    raw, records = holder.bytes_of(slot), holder.records[slot]
                     next_kept = next(kept, None)  # type: ignore[arg-type]
                     size += len(raw) + 16
                     if out and size > max_bytes:
