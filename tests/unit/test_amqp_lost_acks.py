@@ -5,12 +5,14 @@ it comes back, and marks what it had delivered unacked as redelivered."""
 from __future__ import annotations
 
 import asyncio
+import time
 import tracemalloc
 from dataclasses import dataclass, field
 
 from pulsar_gateway.handlers.amqp.broker_model import AmqpMessage, StoredDelivery
-from pulsar_gateway.handlers.amqp.queue_engine import AckedIds, QueueEngine
-from pulsar_gateway.handlers.amqp.topology import Queue
+from pulsar_gateway.handlers.amqp.queue_engine import ACKED_REMEMBER_SECONDS, AckedIds, QueueEngine
+from pulsar_gateway.handlers.amqp.topology import Queue, Topology
+from pulsar_gateway.handlers.amqp.vhost_state import VhostState
 from tests.support.amqp_memory_store import MemoryStore
 
 
@@ -159,3 +161,37 @@ def test_an_acked_id_costs_no_object_beyond_the_id_itself() -> None:
         tracemalloc.stop()
     assert all(message_id in acked for message_id in message_ids)
     assert kept < 40 * len(message_ids), f"{kept / len(message_ids):.0f} bytes per id"
+
+
+def test_a_queue_gone_quiet_forgets_its_acked_ids_once_they_are_old() -> None:
+    """The ids are forgotten by age even when no ack follows: after a busy stretch the
+    queue's consumers leave, its Pulsar consumer is closed as idle, and the ids its last
+    two minutes built would otherwise stay until the queue's next ack."""
+
+    async def scenario() -> None:
+        store = MemoryStore()
+        queue = Queue("q", durable=False)
+        await store.save_queue("/", queue)
+        topology = Topology("/")
+        topology.add_queue(queue)
+        vhost = VhostState(store, "/", topology, reader_idle_seconds=30)
+        for n in range(50):
+            await store.publish("/", ["q"], AmqpMessage("", "q", b"", str(n).encode()))
+        engine = vhost.engine("q")
+        engine.stored(50)
+        consumer = _Consumer()
+        engine.add_consumer(consumer)
+        await _settle_down()
+        assert len(consumer.got) == 50
+        consumer.ack_all(engine)
+        engine.remove_consumer(consumer)
+        assert engine.acked_remembered == 50
+        now = time.monotonic()
+        await vhost.sweep(now + 31)  # idle past reader_idle_seconds: the reader goes
+        assert engine.reader is None
+        assert engine.acked_remembered == 50, "forgotten before their time"
+        await vhost.sweep(now + ACKED_REMEMBER_SECONDS * 1.25 + 1)
+        assert engine.acked_remembered == 0
+        await vhost.close()
+
+    asyncio.run(scenario())

@@ -490,9 +490,14 @@ class QueueEngine:
         if self.reader is not None and not self.closed:
             self.reader.ack(ids)
 
-    def forget_old(self) -> None:
-        """Let acked ids past their time go (called now and then while idle)."""
-        self._acked.forget_old()
+    def forget_old(self, now: float | None = None) -> None:
+        """Let acked ids past their time go (the vhost's sweep calls it now and then)."""
+        self._acked.forget_old(now)
+
+    @property
+    def acked_remembered(self) -> int:
+        """Ids acked to the store lately and still remembered (`AckedIds`)."""
+        return len(self._acked)
 
     def _mark_delivered(self, delivery: StoredDelivery) -> bool:
         """A delivery goes to a client: whether it was delivered before."""
