@@ -147,21 +147,21 @@ class VhostState:
             engine.forget_old(now)
             if engine.idle and now - engine.last_used > self.reader_idle_seconds:
                 await engine.release_reader()
-            for name, queue in list(self.topology.queues.items()):
-                expires = queue.expires
-                if expires is None:
-                    continue
-                engine = self.engines.get(name)
-                if engine is not None and engine.consumers:
-                    self.touch(name)
-                    continue
-                used = max(self.queue_used.get(name, now), engine.last_used if engine else 0)
-                if now - used >= expires / 1000:
-                    try:
-                        async with self.lock:
-                            await self.delete_queue(name)
-                    except Exception as exc:
-                        log.warning("expiring queue %s failed: %s", name, exc)
+        for name, queue in list(self.topology.queues.items()):
+            expires = queue.expires
+            if expires is None:
+                continue
+            engine = self.engines.get(name)
+            if engine is not None and engine.consumers:
+                self.touch(name)
+                continue
+            used = max(self.queue_used.get(name, now), engine.last_used if engine else 0)
+            if now - used >= expires / 1000:
+                try:
+                    async with self.lock:
+                        await self.delete_queue(name)
+                except Exception as exc:
+                    log.warning("expiring queue %s failed: %s", name, exc)
 
     # --- messages ---------------------------------------------------------------------
 
