@@ -329,7 +329,13 @@ def _walk_records(body: memoryview, count: int) -> None:
                 size = zz[b]
                 pos += 1
             else:
-                size, pos = _varint_slow(body, pos, 5)  # type: ignore[arg-type]
+                c = body[pos + 1]
+                if c < 128:  # two bytes: every record of 64 B to 8 KiB
+                    u = (b & 127) | (c << 7)
+                    size = (u >> 1) ^ -(u & 1)
+                    pos += 2
+                else:
+                    size, pos = _varint_slow(body, pos, 5)  # type: ignore[arg-type]
             if size < 6:
                 raise RecordBatchError(f"record length {size} out of range")
             pos += size

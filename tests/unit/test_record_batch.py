@@ -191,6 +191,22 @@ def test_headers_only_decode_refuses_a_count_the_records_do_not_fill(claimed, co
         decode_batches(memoryview(raw), records=False)
 
 
+@pytest.mark.parametrize("size", [10, 100, 10_000])  # length prefixes of 1, 2 and 3 bytes
+@pytest.mark.parametrize("claimed", [2, 3, 4])
+def test_headers_only_decode_walks_every_length_prefix_size(size, claimed):
+    """The walk has fast paths for one- and two-byte record lengths (a 100-byte record's is
+    two); each must count the same as the full decode."""
+    raw = bytearray(encode_batch(0, [Record(i, 1, b"k", b"v" * size, []) for i in range(3)]))
+    struct.pack_into(">i", raw, 57, claimed)
+    struct.pack_into(">I", raw, 17, crc32c.crc32c(bytes(raw[21:])))
+    if claimed == 3:
+        [header] = decode_batches(memoryview(raw), records=False)
+        assert header.record_count == 3
+    else:
+        with pytest.raises(RecordBatchError):
+            decode_batches(memoryview(raw), records=False)
+
+
 @given(st.binary(max_size=300))
 def test_headers_only_decode_raises_only_record_batch_errors(junk):
     raw = bytearray(encode_batch(0, [Record(0, 1, b"k", b"v", [])]))
