@@ -530,7 +530,6 @@ class QueueEngine:
     async def release_reader(self) -> None:
         """Close an idle queue's Pulsar consumer; the messages it had fetched go back
         to the subscription (for any consumer, this gateway's next one included)."""
-        self._acked.forget_old()
         if not self.idle or self.reader is None:
             return
         reader, self.reader, self._opening = self.reader, None, None
