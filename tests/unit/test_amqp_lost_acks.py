@@ -14,6 +14,7 @@ from pulsar_gateway.handlers.amqp.queue_engine import ACKED_REMEMBER_SECONDS, Ac
 from pulsar_gateway.handlers.amqp.topology import Queue, Topology
 from pulsar_gateway.handlers.amqp.vhost_state import VhostState
 from tests.support.amqp_memory_store import MemoryStore
+from tests.support.waiting import async_wait_until
 
 
 @dataclass
@@ -181,8 +182,7 @@ def test_a_queue_gone_quiet_forgets_its_acked_ids_once_they_are_old() -> None:
         engine.stored(50)
         consumer = _Consumer()
         engine.add_consumer(consumer)
-        await _settle_down()
-        assert len(consumer.got) == 50
+        await async_wait_until(lambda: len(consumer.got) == 50, 10, 0.01, "50 deliveries")
         consumer.ack_all(engine)
         engine.remove_consumer(consumer)
         assert engine.acked_remembered == 50
