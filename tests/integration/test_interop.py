@@ -7,6 +7,7 @@ import time
 import pulsar
 from confluent_kafka import Consumer, Producer, TopicPartition
 
+from tests.support.partition_records import read_messages
 from tests.support.waiting import wait_until
 
 
@@ -19,18 +20,7 @@ def _pulsar_client(gateway) -> pulsar.Client:
 
 def _read_from_start(gateway, topic_name: str, count: int) -> list:
     """Up to `count` records of partition 0 from offset 0, through the gateway (30 s)."""
-    consumer = Consumer(
-        {"bootstrap.servers": gateway.bootstrap, "group.id": "reader", "enable.auto.commit": False}
-    )
-    consumer.assign([TopicPartition(topic_name, 0, 0)])
-    got = []
-    deadline = time.time() + 30
-    while len(got) < count and time.time() < deadline:
-        msg = consumer.poll(1)
-        if msg is not None and not msg.error():
-            got.append(msg)
-    consumer.close()
-    return got
+    return read_messages(gateway.bootstrap, topic_name, count)
 
 
 def test_kafka_record_read_by_pulsar_consumer(gateway, topic_name) -> None:

@@ -13,13 +13,13 @@ import pulsar
 import pytest
 from confluent_kafka import (
     TIMESTAMP_LOG_APPEND_TIME,
-    Consumer,
     KafkaError,
     KafkaException,
     Producer,
-    TopicPartition,
 )
 from confluent_kafka.admin import AdminClient, ConfigResource, NewPartitions, NewTopic
+
+from tests.support.partition_records import read_messages
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 
@@ -51,18 +51,7 @@ def deliver(gateway, topic: str, messages: list[dict], **settings) -> list[Kafka
 
 
 def read(gateway, topic: str, count: int) -> list:
-    consumer = Consumer(
-        {"bootstrap.servers": gateway.bootstrap, "group.id": "r", "enable.auto.commit": False}
-    )
-    consumer.assign([TopicPartition(topic, 0, 0)])
-    got = []
-    deadline = time.time() + 30
-    while len(got) < count and time.time() < deadline:
-        message = consumer.poll(1)
-        if message is not None and not message.error():
-            got.append(message)
-    consumer.close()
-    return got
+    return read_messages(gateway.bootstrap, topic, count)
 
 
 def code(error: KafkaError | None) -> int | None:

@@ -1,9 +1,12 @@
-"""Every record of a partition, read from offset 0 to the end with confluent-kafka: what tests
-check a log's exact contents with (dense offsets, nothing twice, nothing missing)."""
+"""Records of a partition read from offset 0 with confluent-kafka: every one to the end (what
+tests check a log's exact contents with: dense offsets, nothing twice, nothing missing), or
+the first few as whole messages."""
 
 from __future__ import annotations
 
-from confluent_kafka import Consumer, KafkaError, TopicPartition
+import time
+
+from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
 
 from tests.support.waiting import wait_until
 
@@ -43,3 +46,25 @@ def read_to_end(
     finally:
         consumer.close()
     return rows
+
+
+def read_messages(
+    bootstrap: str, topic: str, count: int, partition: int = 0, timeout: float = 30
+) -> list[Message]:
+    """Up to `count` records of the partition from offset 0, as confluent-kafka messages (key,
+    headers, timestamp and all); fewer if `timeout` seconds pass first, for the caller's
+    assertion to name what is missing."""
+    consumer = Consumer(
+        {"bootstrap.servers": bootstrap, "group.id": "read-messages", "enable.auto.commit": False}
+    )
+    consumer.assign([TopicPartition(topic, partition, 0)])
+    got: list[Message] = []
+    deadline = time.monotonic() + timeout
+    try:
+        while len(got) < count and time.monotonic() < deadline:
+            msg = consumer.poll(1)
+            if msg is not None and not msg.error():
+                got.append(msg)
+    finally:
+        consumer.close()
+    return got
