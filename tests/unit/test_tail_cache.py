@@ -9,6 +9,7 @@ from typing import Any
 
 from pulsar_gateway.gateway.messages import StoredMessage
 from pulsar_gateway.storage.kafka.partition_log import PartitionLog
+from pulsar_gateway.storage.kafka.tail_store import held_bytes
 from pulsar_gateway.storage.kafka.topics import TailCache
 
 
@@ -18,30 +19,34 @@ class _Metadata:
 
 
 def _messages(first: int, count: int) -> list[StoredMessage]:
-    # 100-byte payloads: 116 bytes each as the tail counts them
+    # 100-byte payloads, EACH bytes apiece in a tail
     return [
         StoredMessage((1, i, -1), b"m" * 100, "", {}, 0, 1) for i in range(first, first + count)
     ]
 
 
+EACH = held_bytes(_messages(0, 1)[0])
+
+
 def test_the_least_recently_used_tails_shrink_to_stay_under_the_shared_limit() -> None:
     async def scenario() -> None:
         logs: list[PartitionLog] = []
-        cache = TailCache(1000, lambda: logs)
+        limit = EACH * 86 // 10  # 8.6 messages; eviction goes down to 90% of it
+        cache = TailCache(limit, lambda: logs)
         for name in ("a", "b", "c"):
             logs.append(
-                PartitionLog(None, _Metadata(), name, tail_bytes=800, tail_budget=cache)  # type: ignore[arg-type]
+                PartitionLog(None, _Metadata(), name, tail_bytes=EACH * 7, tail_budget=cache)  # type: ignore[arg-type]
             )
         a, b, c = logs
-        a._index(_messages(0, 5))  # 580 bytes
+        a._index(_messages(0, 5))
         a.last_used, b.last_used, c.last_used = 1.0, 2.0, 3.0
-        assert cache.used == 580 and a.tail_start == 0
-        b._index(_messages(100, 5))  # 1,160 in all: over, down to 900 from the oldest user
-        assert cache.used <= 900
+        assert cache.used == 5 * EACH and a.tail_start == 0
+        b._index(_messages(100, 5))  # 10 in all: over, down to 90% from the oldest user
+        assert cache.used <= limit - limit // 10
         assert a.tail_start == 3 and b.tail_start == 0  # a lost its three oldest
         assert cache.used == sum(log._tail_size for log in logs)
-        c._index(_messages(200, 6))  # 696 more: over again; a empties first, then b shrinks
-        assert cache.used <= 900 and a.tail_start == a.next_offset == 5
+        c._index(_messages(200, 6))  # 6 more: over again; a empties first, then b shrinks
+        assert cache.used <= limit - limit // 10 and a.tail_start == a.next_offset == 5
         assert c.tail_start == 0
         assert cache.used == sum(log._tail_size for log in logs)
         await c.close()
@@ -53,9 +58,10 @@ def test_the_least_recently_used_tails_shrink_to_stay_under_the_shared_limit() -
 def test_each_partition_still_keeps_to_its_own_limit() -> None:
     async def scenario() -> None:
         cache = TailCache(1 << 30, list)
-        log = PartitionLog(None, _Metadata(), "p", tail_bytes=500, tail_budget=cache)  # type: ignore[arg-type]
+        limit = EACH * 45 // 10  # room for four and a half messages
+        log = PartitionLog(None, _Metadata(), "p", tail_bytes=limit, tail_budget=cache)  # type: ignore[arg-type]
         log._index(_messages(0, 10))
-        assert log._tail_size <= 500 and cache.used == log._tail_size
+        assert log._tail_size <= limit and cache.used == log._tail_size
         assert log.tail_start == 6
 
     asyncio.run(scenario())

@@ -16,7 +16,7 @@ from pulsar_gateway.gateway.messages import StoredMessage
 from pulsar_gateway.kafka_codec.entry_format import encode_entries
 from pulsar_gateway.kafka_codec.record_batch import Record, decode_batches, encode_batch
 from pulsar_gateway.storage.kafka.partition_log import PartitionLog
-from pulsar_gateway.storage.kafka.tail_store import TailStore
+from pulsar_gateway.storage.kafka.tail_store import TailStore, held_bytes
 
 
 class _Metadata:
@@ -87,7 +87,7 @@ def test_messages_read_back_as_they_were_indexed(fields: list[Any], start: int) 
     assert [entry.message for entry in read] == stored[start:]
     for message, at in zip(stored, offsets, strict=True):
         assert tail.offset_of(message.id) == at
-    assert tail.size == sum(message.size for message in stored)
+    assert tail.size == sum(held_bytes(message) for message in stored)
 
 
 def test_reads_stop_at_the_byte_budget_but_return_at_least_one() -> None:
@@ -136,7 +136,7 @@ def test_a_kept_batch_is_served_in_place_of_its_records() -> None:
     tail.drop_oldest()
     tail.drop_oldest()
     assert [e.offset for e in tail.read(42, 1 << 20)] == [42, 43, 44]
-    assert tail.size == sum(_message(entry, 10).size for entry in range(2, 5))
+    assert tail.size == sum(held_bytes(_message(entry, 10)) for entry in range(2, 5))
 
 
 def test_kept_batches_live_in_the_segments_not_on_the_heap() -> None:
@@ -186,3 +186,33 @@ def test_a_batch_is_kept_only_in_offset_order_and_may_straddle_segments() -> Non
     while straddling.count:
         straddling.drop_oldest()
     assert straddling.size == 0 and not straddling._kept
+
+
+def _live_bytes(tail: TailStore) -> int:
+    """What a tail's live messages occupy: their packed bytes in the mappings and their
+    entries in every array beside, measured from the structures themselves."""
+    total = 0
+    for number, segment in enumerate(tail._segments):
+        head = tail._head if number == 0 else 0
+        start = segment.ends[head - 1] if head else 0
+        total += segment.used - start
+        arrays = (segment.ends, segment.offsets, segment.ledgers, segment.entries)
+        per_message = sum(a.itemsize for a in (*arrays, segment.slots, segment.sizes))
+        total += (len(segment) - head) * per_message
+    return total
+
+
+def test_a_tail_of_small_records_is_charged_what_it_holds() -> None:
+    """`kafka.tail_cache_*` bound memory: a tail's size covers each message's packed form
+    and its index, not only the bytes a fetch counts. Counted as a fetch counts them
+    (payload, key and 16), 10-byte records held about five times the partition's limit."""
+
+    async def scenario() -> None:
+        limit = 100_000
+        log = PartitionLog(None, _Metadata(), "p", tail_bytes=limit)  # type: ignore[arg-type]
+        log._index([_message(i, 10) for i in range(10_000)])
+        tail = log._tail
+        assert 0 < tail.count < 10_000
+        assert tail.size == _live_bytes(tail) <= limit
+
+    asyncio.run(scenario())

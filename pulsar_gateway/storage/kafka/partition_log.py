@@ -428,7 +428,7 @@ class PartitionLog:
 
     @property
     def _tail_size(self) -> int:
-        """What the tail holds, as the fetch budget counts messages."""
+        """What the tail holds in memory (`TailStore.size`)."""
         return self._tail.size
 
     def shrink_tail(self, excess: int) -> None:

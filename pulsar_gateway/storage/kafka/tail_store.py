@@ -40,6 +40,10 @@ FIRST_SEGMENT_BYTES = 16 * 1024
 MAX_SEGMENT_BYTES = 1024 * 1024
 # What a produced batch may weigh to be kept beside its records for fetches at the tail.
 MAX_KEPT_BATCH_BYTES = 1024 * 1024
+# What each cached message and each kept batch costs in the arrays beside the mappings
+# (an 8-byte end and offset each; a message's id and fetch size, a batch's record count).
+INDEX_BYTES_PER_MESSAGE = 44
+INDEX_BYTES_PER_BATCH = 20
 
 
 def _pack(message: StoredMessage) -> bytes:
@@ -53,6 +57,11 @@ def _pack(message: StoredMessage) -> bytes:
             message.producer,
         )
     )
+
+
+def held_bytes(message: StoredMessage) -> int:
+    """What caching `message` adds to a tail's `size`: its packed form and its index."""
+    return len(_pack(message)) + INDEX_BYTES_PER_MESSAGE
 
 
 class _Mapped:
@@ -80,6 +89,9 @@ class _Mapped:
 
     def bytes_of(self, index: int) -> bytes:
         return self.data[self.ends[index - 1] if index else 0 : self.ends[index]]
+
+    def length(self, index: int) -> int:
+        return self.ends[index] - (self.ends[index - 1] if index else 0)
 
     def __len__(self) -> int:
         return len(self.offsets)
@@ -139,16 +151,15 @@ class _BatchSegment(_Mapped):
         self.write(batch, offset)
         self.records.append(records)
 
-    def length(self, index: int) -> int:
-        return self.ends[index] - (self.ends[index - 1] if index else 0)
-
 
 class TailStore:
     """The messages a tailer indexed last, oldest first; trimmed from the oldest end.
 
-    `size` counts messages as the fetch budget does (`StoredMessage.size`), which is what
-    `kafka.tail_cache_*` limit; the mappings hold that plus the packing's few bytes per
-    message and up to one partly used segment.
+    `size` is what the tail holds, which is what `kafka.tail_cache_*` limit: every packed
+    message and kept batch with its bytes in the arrays beside (`held_bytes`). It once
+    counted messages as the fetch budget does (`StoredMessage.size`), which leaves out the
+    packing and the index: a tail of 10-byte records then held three times its limit. The
+    mappings hold `size` plus up to one partly used segment each.
     """
 
     def __init__(self) -> None:
@@ -164,9 +175,8 @@ class TailStore:
         segments = self._segments
         if not segments or not segments[-1].room(len(packed)):
             segments.append(_Segment(_grown(segments, len(packed))))
-        size = message.size
-        segments[-1].add(packed, offset, message.id, size)
-        self.size += size
+        segments[-1].add(packed, offset, message.id, message.size)
+        self.size += len(packed) + INDEX_BYTES_PER_MESSAGE
         self.count += 1
 
     def keep_batch(self, base: int, records: int, batch: bytes | bytearray | memoryview) -> None:
@@ -181,7 +191,7 @@ class TailStore:
         if not kept or not kept[-1].room(len(batch)):
             kept.append(_BatchSegment(_grown(kept, len(batch))))
         kept[-1].add(batch, base, records)
-        self.size += len(batch)
+        self.size += len(batch) + INDEX_BYTES_PER_BATCH
 
     def drop_oldest(self) -> None:
         """Forget the oldest message, and the batch kept from it; a segment left empty is
@@ -189,12 +199,12 @@ class TailStore:
         first = self._segments[0]
         kept = self._kept
         if kept and kept[0].offsets[self._kept_head] == first.offsets[self._head]:
-            self.size -= kept[0].length(self._kept_head)
+            self.size -= kept[0].length(self._kept_head) + INDEX_BYTES_PER_BATCH
             self._kept_head += 1
             if self._kept_head == len(kept[0]):
                 kept.pop(0).release()
                 self._kept_head = 0
-        self.size -= first.sizes[self._head]
+        self.size -= first.length(self._head) + INDEX_BYTES_PER_MESSAGE
         self.count -= 1
         self._head += 1
         if self._head == len(first):
