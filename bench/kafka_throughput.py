@@ -4,7 +4,10 @@ embedded broker, in one run, with ratios.
 
 Beside records/s: server CPU per record (user+sys from /proc: the gateway and its broker;
 the broker alone for pulsar-client direct; tansu), produce latency p50/p99 at half the
-peer's peak rate, and end-to-end latency (produce to fetch) p50/p99. `--profile` records
+peer's peak rate, and end-to-end latency (produce to fetch) p50/p99. The gateway's fetch
+right after the produce reads its tail cache, as a consumer keeping up does; it is then
+restarted and the same records fetched again, from Pulsar (its history reads), as a
+consumer starting from the beginning of an old topic does. `--profile` records
 py-spy flame graphs of the gateway under the `pulsar`-format produce and fetch and puts
 them in the HTML report.
 
@@ -307,6 +310,18 @@ def pulsar_direct(service_url: str, records: int, size: int) -> tuple[float, flo
     return produce, consume
 
 
+def cold_fetch(gateway: GatewayProcess, partitions: int, records: int) -> dict[str, float]:
+    """Restart the gateway and fetch the `pulsar`-format topic from its start: nothing is in
+    the tail cache, so every record comes from Pulsar through the history readers."""
+    gateway.stop()
+    gateway.start()
+    assert gateway.process is not None
+    cpu: dict[str, float] = {}
+    with measured([gateway.process.pid, gateway.broker_pid()], cpu, "fetch"):
+        seconds = kafka_consume(gateway.bootstrap, "bench", partitions, records)
+    return {"consume_s": seconds, "cpu_fetch_s": cpu["fetch"]}
+
+
 def create_topic(
     bootstrap: str, partitions: int, name: str = "bench", config: dict[str, str] | None = None
 ) -> None:
@@ -349,7 +364,7 @@ def main() -> None:
         "fetch": args.out.with_name(args.out.name + "-fetch.svg"),
     }
     with tempfile.TemporaryDirectory() as scratch, Progress(console=console) as progress:
-        task = progress.add_task("gateway", total=5)
+        task = progress.add_task("gateway", total=6)
         gateway = GatewayProcess(Path(scratch) / "gw").start()
         try:
             time.sleep(1)
@@ -420,6 +435,8 @@ def main() -> None:
             )
             results["latency"]["pulsar-client direct"] = pulsar_latency(service_url, rate, size)
             progress.advance(task)
+            results["cold_fetch"] = cold_fetch(gateway, parts, n)
+            progress.advance(task)
         finally:
             gateway.stop()
         if not args.no_tansu:
@@ -485,6 +502,17 @@ def _print_and_write(results: dict[str, Any], out: Path, flames: dict[str, Path]
         "gateway/direct CPU per record, fetch": gw["cpu_us_per_record_fetch"]
         / direct["cpu_us_per_record_fetch"],
     }
+    cold = results.get("cold_fetch")
+    if cold:
+        cold["consume_rps"] = n / cold["consume_s"]
+        cold["cpu_us_per_record_fetch"] = cold["cpu_fetch_s"] / n * 1e6
+        ratios["gateway/direct fetch, after a restart (from Pulsar)"] = (
+            cold["consume_rps"] / direct["consume_rps"]
+        )
+        console.print(
+            f"gateway fetch after a restart (from Pulsar, no tail cache): "
+            f"{cold['consume_rps']:,.0f} rec/s, {cold['cpu_us_per_record_fetch']:.1f} us/rec"
+        )
     if "tansu" in peers:
         kf, tansu = peers["gateway, kafka format"], peers["tansu"]
         ratios["gateway/tansu produce"] = gw["produce_rps"] / tansu["produce_rps"]
@@ -514,7 +542,12 @@ def _print_and_write(results: dict[str, Any], out: Path, flames: dict[str, Path]
         bar_chart(
             "Produce (records/s)", [(p, v["produce_rps"]) for p, v in peers.items()], "rec/s"
         ),
-        bar_chart("Fetch (records/s)", [(p, v["consume_rps"]) for p, v in peers.items()], "rec/s"),
+        bar_chart(
+            "Fetch (records/s)",
+            [(p, v["consume_rps"]) for p, v in peers.items()]
+            + ([("gateway, after a restart", cold["consume_rps"])] if cold else []),
+            "rec/s",
+        ),
         bar_chart(
             "Server CPU per record, produce (us)",
             [(p, v["cpu_us_per_record_produce"]) for p, v in peers.items()],

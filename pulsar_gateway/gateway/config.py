@@ -142,7 +142,7 @@ class KafkaSection(_TlsSettings):
     node_id: int = Field(0, ge=0)
     cluster_id: str = "pulsar-gateway"
     index_interval: int = Field(1000, ge=1)
-    tail_cache_records: int = Field(20000, ge=0)
+    tail_cache_records: int = Field(1_000_000, ge=0)
     tail_cache_partition_bytes: int = Field(64 * 1024 * 1024, ge=0)
     tail_cache_bytes: int = Field(256 * 1024 * 1024, ge=0)
     # Kafka's message.max.bytes and fetch.max.bytes, with Kafka's defaults

@@ -143,7 +143,7 @@ class PartitionLog:
         metadata: MetadataStore,
         topic: str,
         index_interval: int = 1000,
-        tail_records: int = 20000,
+        tail_records: int = 1_000_000,
         tail_bytes: int = 64 * 1024 * 1024,
         tail_budget: TailBudget | None = None,
     ) -> None:

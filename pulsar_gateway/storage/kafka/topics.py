@@ -80,7 +80,7 @@ class TopicService:
         metadata: MetadataStore,
         admin: PulsarAdmin | None = None,
         index_interval: int = 1000,
-        tail_records: int = 20000,
+        tail_records: int = 1_000_000,
         idle_close_seconds: float = 60.0,
         forget_partitions: Callable[[list[str]], Awaitable[None]] | None = None,
         tail_partition_bytes: int = 64 * 1024 * 1024,
