@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from pulsar_gateway.gateway.config import KafkaSection
 from pulsar_gateway.gateway.messages import StoredMessage
 from pulsar_gateway.storage.kafka.partition_log import PartitionLog
 from pulsar_gateway.storage.kafka.tail_store import held_bytes
@@ -63,5 +64,30 @@ def test_each_partition_still_keeps_to_its_own_limit() -> None:
         log._index(_messages(0, 10))
         assert log._tail_size <= limit and cache.used == log._tail_size
         assert log.tail_start == 6
+
+    asyncio.run(scenario())
+
+
+def test_by_default_a_lag_of_100k_small_records_is_served_from_memory() -> None:
+    """With the default settings a partition keeps its newest 100,000 records of 100 bytes
+    (about 17 MB as held) for fetches at the tail: a consumer that far behind reads memory,
+    not Pulsar. At the old 20,000-record cap a consumer a third of a second behind a busy
+    partition fell to history reads, several times slower, and could not catch up."""
+    kafka = KafkaSection()
+
+    async def scenario() -> None:
+        cache = TailCache(kafka.tail_cache_bytes, list)
+        log = PartitionLog(
+            None,  # type: ignore[arg-type]
+            _Metadata(),  # type: ignore[arg-type]
+            "p",
+            index_interval=1 << 40,
+            tail_records=kafka.tail_cache_records,
+            tail_bytes=kafka.tail_cache_partition_bytes,
+            tail_budget=cache,
+        )
+        log._index(_messages(0, 100_000))
+        assert log.next_offset == 100_000 and log.tail_start == 0
+        await log.close()
 
     asyncio.run(scenario())
