@@ -56,3 +56,44 @@ def test_shared_subscription_ack_nack_and_fresh_start(tmp_path: Path) -> None:
             await broker.stop()
 
     asyncio.run(asyncio.wait_for(scenario(), 60))
+
+
+def test_a_subscribe_refused_for_a_taken_consumer_id_is_retried_with_the_next(
+    tmp_path: Path,
+) -> None:
+    """pulsar-lite never answers a subscribe whose consumer id a consumer of another
+    connection holds on the subscription (docs/backend.md, "Consumer ids collide across
+    connections"), and clients number consumers from 0: a second gateway's first queue
+    consumer on a queue the first gateway consumes (a vhost handed over before the old
+    owner let go) waited out the operation timeout and failed. Now an unanswered attempt
+    is left behind (closed if it ever completes) and the next, with the next id, joins."""
+
+    async def scenario() -> None:
+        broker = EmbeddedBroker(tmp_path / "b")
+        await broker.start()
+        first = PulsarBackend(broker.service_url, operation_timeout_seconds=5)
+        second = PulsarBackend(broker.service_url, operation_timeout_seconds=5)
+        await first.start()
+        await second.start()
+        try:
+            # both clients number their consumers alike: two each for a fresh subscription,
+            # so the second's queue consumer asks for the id the first's holds
+            await QueueConsumers(first).create_fresh(TOPIC, "amqp")
+            await QueueConsumers(second).create_fresh(TOPIC, "other")
+            held = await QueueConsumers(first).open(TOPIC, "amqp")
+            joined = await QueueConsumers(second).open(TOPIC, "amqp")
+            await held.close()
+            await first.send(TOPIC, [OutMessage(f"m{i}".encode()) for i in range(5)], False)
+            got: list[bytes | None] = []
+            while len(got) < 5:
+                batch = await joined.fetch(10, timeout=5)
+                assert batch, "the joined consumer got nothing within 5 s"
+                got.extend(m.payload for m in batch)
+            assert sorted(got) == [f"m{i}".encode() for i in range(5)]  # type: ignore[type-var]
+            await joined.close()
+        finally:
+            await second.close()
+            await first.close()
+            await broker.stop()
+
+    asyncio.run(asyncio.wait_for(scenario(), 60))

@@ -33,6 +33,11 @@ log = logging.getLogger("gateway.queues")
 
 # Redelivery after a negative ack: short, because AMQP's requeue is immediate.
 NACK_REDELIVERY_MS = 100
+# How long each subscribe may go unanswered before the next is tried (None: the client's
+# operation timeout). pulsar-lite never answers one whose consumer id a consumer of another
+# connection holds (docs/backend.md, "Consumer ids collide across connections"); the next
+# attempt takes the client's next id.
+SUBSCRIBE_ATTEMPT_SECONDS = (2.0, 4.0, None)
 
 
 @dataclass(slots=True)
@@ -179,6 +184,14 @@ async def _call_async(loop: asyncio.AbstractEventLoop, method: Any, timeout: flo
         raise BackendError(f"{getattr(method, '__name__', 'call')} failed: {result}")
 
 
+def _close_if_subscribed(attempt: asyncio.Future[Any]) -> None:
+    """The end of a subscribe nobody waits for any more: a consumer it made is closed."""
+    if attempt.cancelled() or attempt.exception() is not None:
+        return
+    with contextlib.suppress(Exception):
+        attempt.result()._consumer.close_async(lambda _result: None)
+
+
 class QueueConsumers:
     """Opens Shared consumers on queue subscriptions through the gateway's client."""
 
@@ -189,20 +202,45 @@ class QueueConsumers:
     async def open(
         self, topic: str, subscription: str, receiver_queue_size: int | None = None
     ) -> QueueConsumer:
-        """A consumer on `subscription`; a new subscription starts at the topic's end."""
-        try:
-            consumer = await self.backend.client.subscribe(
-                topic,
-                subscription,
-                consumer_type=pulsar.ConsumerType.Shared,
-                receiver_queue_size=receiver_queue_size or self.receiver_queue_size,
-                negative_ack_redelivery_delay_ms=NACK_REDELIVERY_MS,
-                initial_position=pulsar.InitialPosition.Latest,
-                batch_index_ack_enabled=False,
+        """A consumer on `subscription`; a new subscription starts at the topic's end.
+
+        A subscribe that goes unanswered for SUBSCRIBE_ATTEMPT_SECONDS is left behind and
+        the next one tried: its consumer id may be one another connection holds on this
+        subscription (a cluster member that has not let go of the vhost yet, a native
+        client), which pulsar-lite never answers. One left behind that completes after all
+        is closed at once, so no consumer the gateway does not read holds messages."""
+        for limit in SUBSCRIBE_ATTEMPT_SECONDS:
+            attempt = asyncio.ensure_future(
+                self.backend.client.subscribe(
+                    topic,
+                    subscription,
+                    consumer_type=pulsar.ConsumerType.Shared,
+                    receiver_queue_size=receiver_queue_size or self.receiver_queue_size,
+                    negative_ack_redelivery_delay_ms=NACK_REDELIVERY_MS,
+                    initial_position=pulsar.InitialPosition.Latest,
+                    batch_index_ack_enabled=False,
+                )
             )
-        except Exception as exc:
-            raise BackendError(f"cannot subscribe {subscription} on {topic}: {exc}") from exc
-        return QueueConsumer(consumer._consumer, topic, subscription)
+            try:
+                await asyncio.wait({attempt}, timeout=limit)
+            finally:
+                if not attempt.done():
+                    attempt.add_done_callback(_close_if_subscribed)
+            if not attempt.done():
+                log.warning(
+                    "subscribing %s on %s: no answer in %.0f s; trying again with the next "
+                    "consumer id",
+                    subscription,
+                    topic,
+                    limit,
+                )
+                continue
+            try:
+                consumer = attempt.result()
+            except Exception as exc:
+                raise BackendError(f"cannot subscribe {subscription} on {topic}: {exc}") from exc
+            return QueueConsumer(consumer._consumer, topic, subscription)
+        raise AssertionError("the last attempt has no time limit")  # not reached
 
     async def create_fresh(self, topic: str, subscription: str) -> None:
         """Make the subscription exist, empty, at the topic's end.
