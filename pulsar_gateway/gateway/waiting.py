@@ -32,7 +32,11 @@ async def cancel_and_wait(*tasks: asyncio.Task[Any] | None) -> None:
     on. A cancel can be lost on Python 3.11: `asyncio.wait_for` inside the task returns its
     inner result and forgets a cancel that lands in the same loop turn, and the task's loop
     then goes round again (a membership's heartbeat loop did, and stopping it hung). Errors
-    the tasks end with are theirs: retrieved here, not raised."""
+    the tasks end with are theirs: retrieved here, not raised, from those that had already
+    ended too (asyncio logs an error never retrieved at ERROR)."""
+    for task in tasks:
+        if task is not None and task.done() and not task.cancelled():
+            task.exception()
     pending = {task for task in tasks if task is not None and not task.done()}
     for task in pending:
         task.cancel()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 
 import pytest
 
@@ -78,3 +79,26 @@ def test_a_task_that_loses_a_cancel_is_cancelled_again_until_it_ends() -> None:
         assert task.cancelled() and other.cancelled()
 
     asyncio.run(scenario())
+
+
+def test_the_error_of_a_task_that_had_already_ended_is_retrieved_too() -> None:
+    """AMQP's splice stops both pumps when the first ends: a pump that ended with a reset
+    connection (a killed cluster member) was already done, was left out, and asyncio logged
+    'Task exception was never retrieved' at ERROR for every such hand-off."""
+    reported: list[dict] = []
+
+    async def scenario() -> None:
+        asyncio.get_running_loop().set_exception_handler(lambda _loop, ctx: reported.append(ctx))
+
+        async def reset() -> None:
+            raise ConnectionResetError(104, "Connection reset by peer")
+
+        ended = asyncio.ensure_future(reset())
+        running = asyncio.ensure_future(asyncio.sleep(60))
+        await asyncio.wait([ended, running], return_when=asyncio.FIRST_COMPLETED)
+        await cancel_and_wait(ended, running)
+        del ended, running
+        gc.collect()
+
+    asyncio.run(scenario())
+    assert not [ctx for ctx in reported if "never retrieved" in ctx.get("message", "")]
