@@ -530,9 +530,7 @@ def _print_and_write(results: dict[str, Any], out: Path, flames: dict[str, Path]
         / direct["cpu_us_per_record_fetch"],
     }
     if cold:
-        ratios["gateway/direct fetch, after a restart (from Pulsar)"] = (
-            cold["consume_rps"] / direct["consume_rps"]
-        )
+        ratios["gateway/direct fetch after restart"] = cold["consume_rps"] / direct["consume_rps"]
     if "tansu" in peers:
         kf, tansu = peers["gateway, kafka format"], peers["tansu"]
         ratios["gateway/tansu produce"] = gw["produce_rps"] / tansu["produce_rps"]
