@@ -158,7 +158,7 @@ class TailStore:
     `size` is what the tail holds, which is what `kafka.tail_cache_*` limit: every packed
     message and kept batch with its bytes in the arrays beside (`held_bytes`). It once
     counted messages as the fetch budget does (`StoredMessage.size`), which leaves out the
-    packing and the index: a tail of 10-byte records then held three times its limit. The
+    packing and the index: a tail of 10-byte records then held about five times its limit. The
     mappings hold `size` plus up to one partly used segment each.
     """
 
