@@ -19,7 +19,10 @@ def test_sequence_rules() -> None:
         seqs.settle(7, p0, first.accepted, 100)
         retry = seqs.check(7, 0, p0, 0, 10)
         assert retry.duplicate is not None and await retry.duplicate == 100
-        assert seqs.check(7, 0, p0, 20, 5).code == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
+        gap = seqs.check(7, 0, p0, 20, 5)
+        assert gap.code == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
+        # the log line says what was expected and from where (a rare, fatal refusal)
+        assert gap.detail == "expected sequence 10 (live; kept 0..9)"
         second = seqs.check(7, 0, p0, 10, 5)
         assert second.accepted is not None
         seqs.settle(7, p0, second.accepted, None)  # failed: its retry is accepted

@@ -50,11 +50,13 @@ class SequenceCheck:
         duplicate: asyncio.Future[int] | None = None,
         accepted: _Batch | None = None,
         stamp: ProducerStamp | None = None,
+        detail: str = "",
     ) -> None:
         self.code = code
         self.duplicate = duplicate
         self.accepted = accepted
         self.stamp = stamp
+        self.detail = detail  # why a batch was refused, for the log
 
 
 class ProducerSequences:
@@ -66,8 +68,10 @@ class ProducerSequences:
     ) -> SequenceCheck:
         key = (producer_id, partition.topic)
         state = self._states.get(key)
+        origin = "live"
         if state is None:
             state = self._restore(key, partition.producer_state(producer_id))
+            origin = "restored from the log"
         if state is None or epoch > state.epoch:
             state = self._states[key] = _ProducerState(epoch)
         elif epoch < state.epoch:
@@ -77,7 +81,11 @@ class ProducerSequences:
             if batch.first == first and batch.last == last:
                 return SequenceCheck(duplicate=batch.base_offset)
         if state.next_sequence is not None and first != state.next_sequence:
-            return SequenceCheck(ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER)
+            kept = ", ".join(f"{b.first}..{b.last}" for b in state.batches)
+            return SequenceCheck(
+                ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
+                detail=f"expected sequence {state.next_sequence} ({origin}; kept {kept})",
+            )
         batch = _Batch(first, last, asyncio.get_running_loop().create_future())
         state.batches.append(batch)
         state.next_sequence = (last + 1) % SEQUENCE_WRAP

@@ -342,6 +342,18 @@ async def _store_once(
         batch.producer_id, batch.producer_epoch, partition, batch.base_sequence, records
     )
     if check.code:
+        # rare and fatal to the client (librdkafka, the Java producer): worth a line
+        log.warning(
+            "%s-%d: producer %d epoch %d, sequences %d+%d refused: %s %s",
+            name,
+            index,
+            batch.producer_id,
+            batch.producer_epoch,
+            batch.base_sequence,
+            records,
+            check.code.name,
+            check.detail,
+        )
         return Stored(check.code)
     if check.duplicate is not None:
         try:
