@@ -10,8 +10,8 @@ from typing import Any
 from pulsar_gateway.gateway.config import KafkaSection
 from pulsar_gateway.gateway.messages import StoredMessage
 from pulsar_gateway.storage.kafka.partition_log import PartitionLog
-from pulsar_gateway.storage.kafka.tail_store import held_bytes
 from pulsar_gateway.storage.kafka.topics import TailCache
+from tests.support.tail_sizes import held
 
 
 class _Metadata:
@@ -26,7 +26,7 @@ def _messages(first: int, count: int) -> list[StoredMessage]:
     ]
 
 
-EACH = held_bytes(_messages(0, 1)[0])
+EACH = held(_messages(0, 1)[0])
 
 
 def test_the_least_recently_used_tails_shrink_to_stay_under_the_shared_limit() -> None:

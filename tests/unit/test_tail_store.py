@@ -16,7 +16,8 @@ from pulsar_gateway.gateway.messages import StoredMessage
 from pulsar_gateway.kafka_codec.entry_format import encode_entries
 from pulsar_gateway.kafka_codec.record_batch import Record, decode_batches, encode_batch
 from pulsar_gateway.storage.kafka.partition_log import PartitionLog
-from pulsar_gateway.storage.kafka.tail_store import TailStore, held_bytes
+from pulsar_gateway.storage.kafka.tail_store import TailStore
+from tests.support.tail_sizes import held
 
 
 class _Metadata:
@@ -87,7 +88,7 @@ def test_messages_read_back_as_they_were_indexed(fields: list[Any], start: int) 
     assert [entry.message for entry in read] == stored[start:]
     for message, at in zip(stored, offsets, strict=True):
         assert tail.offset_of(message.id) == at
-    assert tail.size == sum(held_bytes(message) for message in stored)
+    assert tail.size == sum(held(message) for message in stored)
 
 
 def test_reads_stop_at_the_byte_budget_but_return_at_least_one() -> None:
@@ -136,7 +137,7 @@ def test_a_kept_batch_is_served_in_place_of_its_records() -> None:
     tail.drop_oldest()
     tail.drop_oldest()
     assert [e.offset for e in tail.read(42, 1 << 20)] == [42, 43, 44]
-    assert tail.size == sum(held_bytes(_message(entry, 10)) for entry in range(2, 5))
+    assert tail.size == sum(held(_message(entry, 10)) for entry in range(2, 5))
 
 
 def test_kept_batches_live_in_the_segments_not_on_the_heap() -> None:

@@ -59,11 +59,6 @@ def _pack(message: StoredMessage) -> bytes:
     )
 
 
-def held_bytes(message: StoredMessage) -> int:
-    """What caching `message` adds to a tail's `size`: its packed form and its index."""
-    return len(_pack(message)) + INDEX_BYTES_PER_MESSAGE
-
-
 class _Mapped:
     """Byte strings written one after another into an anonymous mapping, each found by
     where it ends (`ends`), with the offset of its first record beside (`offsets`)."""
@@ -156,7 +151,7 @@ class TailStore:
     """The messages a tailer indexed last, oldest first; trimmed from the oldest end.
 
     `size` is what the tail holds, which is what `kafka.tail_cache_*` limit: every packed
-    message and kept batch with its bytes in the arrays beside (`held_bytes`). It once
+    message and kept batch with its bytes in the arrays beside. It once
     counted messages as the fetch budget does (`StoredMessage.size`), which leaves out the
     packing and the index: a tail of 10-byte records then held about five times its limit. The
     mappings hold `size` plus up to one partly used segment each.
