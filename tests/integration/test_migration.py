@@ -189,6 +189,8 @@ def test_migrate_then_parity_passes_and_groups_resume(gateway, tansu, spark, tmp
     verdict = _parity(gateway, tansu, spark, topic, topic, tmp_path, groups=f"g[ab]-{topic}")
     assert verdict.passed, verdict.to_json(None)  # type: ignore[arg-type]
     assert sum(p.source_records for p in verdict.partitions) == 3000
+    # a faithful copy is settled by the in-order walk: no partition needed the content join
+    assert {p.method for p in verdict.partitions} == {"in order"}
     assert {(g.group, g.partition, g.drift) for g in verdict.groups} == {
         (group_a, 0, 0),
         (group_a, 1, 0),
@@ -305,6 +307,9 @@ def test_parity_names_the_damage(gateway, tansu, spark, tmp_path, damage) -> Non
     assert (first["source_record"] is None) == (source_offset is None), first
     others = [p for p in verdict.partitions if p.partition != partition]
     assert all(p.ok for p in others), [p.to_json() for p in others]
+    # only the damaged partition went on to the comparison by content
+    assert bad.method == "by content"
+    assert {p.method for p in others} == {"in order"}
 
 
 def test_killed_migration_resumes_without_duplicates(tmp_path, tansu, spark) -> None:

@@ -1,5 +1,6 @@
-"""The comparison itself, as Spark DataFrame operations (nothing collected but counts
-and a few example offsets per partition and kind).
+"""The comparison by content, as Spark DataFrame operations (nothing collected but
+counts and a few example offsets per partition and kind). Only partitions whose two
+logs the in-order walk (in_order.py) found different come here.
 
 1. Every source record gets the target offset it should have: from the migration's
    translation runs, or, for a partition copied without one, by aligning the two logs'
@@ -46,6 +47,8 @@ class PartitionReport:
     counts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(KINDS, 0))
     max_timestamp_drift_ms: int = 0
     examples: dict[str, list[tuple[int | None, int | None]]] = field(default_factory=dict)
+    # "in order" (in_order.py found both logs identical) or "by content" (compared here)
+    method: str = "by content"
 
     @property
     def ok(self) -> bool:
@@ -56,6 +59,7 @@ class PartitionReport:
             "topic": self.topic,
             "partition": self.partition,
             "ok": self.ok,
+            "compared": self.method,
             "source_records": self.source_records,
             "target_records": self.target_records,
             **self.counts,

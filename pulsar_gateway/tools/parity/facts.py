@@ -57,6 +57,16 @@ class Facts:
     pulsar_specs: list[dict[str, Any]] = field(default_factory=list)
     groups: list[GroupDrift] = field(default_factory=list)
 
+    def only(self, keys: set[tuple[str, int]]) -> Facts:
+        """The same facts for these partitions alone (groups left out)."""
+        return Facts(
+            self.topics,
+            {k: v for k, v in self.source_ranges.items() if k in keys},
+            {k: v for k, v in self.target_ranges.items() if k in keys},
+            {k: v for k, v in self.translations.items() if k in keys},
+            [s for s in self.pulsar_specs if (s["topic"], s["partition"]) in keys],
+        )
+
     def runs(self) -> list[tuple[str, int, int, int, int]]:
         return [
             (topic, partition, source, target, length)

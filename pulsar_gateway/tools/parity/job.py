@@ -1,8 +1,10 @@
 """`pulsar-gateway parity`: the PySpark job, its verdict and its report.
 
-The driver gathers per-partition facts (facts.py), Spark reads both sides through
-the Python data sources (sources.py) and compares them (compare.py); only counts and
-a few example offsets come back to the driver. The verdict is written as JSON and as
+The driver gathers per-partition facts (facts.py). Spark then walks each partition's
+two logs side by side (in_order.py, one task per partition); the partitions where they
+part, and only those, are read again through the Python data sources (sources.py) and
+compared record by content (compare.py), which names every problem. Only counts and a
+few example offsets come back to the driver. The verdict is written as JSON and as
 a self-contained HTML page; the exit status is 0 only on parity.
 """
 
@@ -25,6 +27,7 @@ from pulsar_gateway.tools import html_report
 from pulsar_gateway.tools.gateway_link import GatewayLink
 from pulsar_gateway.tools.parity.compare import KINDS, PartitionReport
 from pulsar_gateway.tools.parity.facts import Facts, GroupDrift, gather
+from pulsar_gateway.tools.parity.in_order import Walk, walk_partition
 from pulsar_gateway.tools.parity.samples import RecordSample, read_samples
 
 # (topic, partition, "source" or "target", offset) -> the record there
@@ -147,6 +150,38 @@ def _kafka_frame(spark: Any, bootstrap: str, ranges: dict[tuple[str, int], tuple
     )
 
 
+def walk_jobs(plan: ParityPlan, facts: Facts) -> list[dict[str, Any]]:
+    """One in-order walk per partition either side has, the largest first (Spark runs
+    tasks in order, so the long ones start early)."""
+    specs = {(s["topic"], s["partition"]): s for s in facts.pulsar_specs}
+    aligns = {(t, p): (s, g) for t, p, s, g in facts.aligns()}
+    jobs = []
+    for key in sorted(facts.source_ranges.keys() | facts.target_ranges.keys()):
+        translation = facts.translations.get(key)
+        jobs.append(
+            {
+                "topic": key[0],
+                "partition": key[1],
+                "source": plan.source,
+                "source_range": facts.source_ranges.get(key, (0, 0)),
+                "target": plan.target,
+                "target_range": facts.target_ranges.get(key),
+                "pulsar": specs.get(key) if plan.target_via == "pulsar" else None,
+                "service_url": plan.link.service_url,
+                "runs": translation.runs if translation is not None else [],
+                "align": aligns.get(key),
+            }
+        )
+    return sorted(jobs, key=lambda j: j["source_range"][1] - j["source_range"][0], reverse=True)
+
+
+def in_order_pass(spark: Any, plan: ParityPlan, facts: Facts) -> list[Walk]:
+    jobs = walk_jobs(plan, facts)
+    if not jobs:
+        return []
+    return spark.sparkContext.parallelize(jobs, len(jobs)).map(walk_partition).collect()
+
+
 class MemoryWatch:
     """Peak RSS of the Spark driver JVM and of the Python workers it starts (in local
     mode the executors live in the driver JVM), sampled twice a second."""
@@ -244,8 +279,22 @@ def run_parity(
         spark = spark_session(plan.master, plan.spark_conf)
     try:
         with MemoryWatch(spark) as watch:
-            source, target = frames(spark, plan, facts)
-            reports = compare(spark, source, target, facts.runs(), facts.aligns())
+            with console.status("walking both sides of every partition in order"):
+                walks = in_order_pass(spark, plan, facts)
+            reports = [
+                PartitionReport(w.topic, w.partition, w.records, w.records, method="in order")
+                for w in walks
+                if w.identical
+            ]
+            differing = {(w.topic, w.partition) for w in walks if not w.identical}
+            if differing:
+                console.print(
+                    f"{len(differing)} partition(s) differ: comparing their records by content"
+                )
+                narrowed = facts.only(differing)
+                source, target = frames(spark, plan, narrowed)
+                reports += compare(spark, source, target, narrowed.runs(), narrowed.aligns())
+            reports.sort(key=lambda r: (r.topic, r.partition))
         memory = watch.result()
     finally:
         if own:
@@ -317,6 +366,7 @@ def write_report(plan: ParityPlan, verdict: Verdict) -> None:
         row: dict[str, Any] = {
             "partition": f"{p.topic}-{p.partition}",
             "verdict": "ok" if p.ok else "FAIL",
+            "compared": p.method,
             "source": p.source_records,
             "target": p.target_records,
         }

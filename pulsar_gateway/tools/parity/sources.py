@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import pyarrow as pa
@@ -41,6 +41,8 @@ ARROW_SCHEMA = pa.schema(
 )
 BATCH_ROWS = 20000
 STALL_SECONDS = 60.0
+# (offset, key, value, headers, timestamp): a record as both sides' readers yield it
+Record = tuple[int, bytes | None, bytes | None, Sequence[tuple[str, bytes | None]], int]
 
 
 class ReadStalled(Exception):
@@ -106,6 +108,12 @@ class _RangesReader(DataSourceReader):
     def partitions(self) -> list[InputPartition]:
         return [_Range(spec) for spec in json.loads(self.options["ranges"])]
 
+    @staticmethod
+    def spec(partition: InputPartition) -> dict[str, Any] | None:
+        """The range a partition reads; None for the one partition Spark makes up when
+        there are no ranges at all (a side that lacks every partition compared)."""
+        return getattr(partition, "spec", None)
+
 
 # ---- Kafka ----------------------------------------------------------------------------
 
@@ -126,7 +134,9 @@ class KafkaRangeSource(DataSource):
 
 class KafkaRangeReader(_RangesReader):
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        spec = partition.spec  # type: ignore[attr-defined]
+        spec = self.spec(partition)
+        if spec is None:
+            return
         yield from read_kafka_range(
             self.options["bootstrap"], spec["topic"], spec["partition"], spec["start"], spec["end"]
         )
@@ -135,6 +145,14 @@ class KafkaRangeReader(_RangesReader):
 def read_kafka_range(
     bootstrap: str, topic: str, partition: int, start: int, end: int
 ) -> Iterator[pa.RecordBatch]:
+    yield from _batches(topic, partition, kafka_records(bootstrap, topic, partition, start, end))
+
+
+def kafka_records(
+    bootstrap: str, topic: str, partition: int, start: int, end: int
+) -> Iterator[Record]:
+    """The records at offsets [start, end) of a Kafka-protocol cluster's partition, in
+    offset order, as (offset, key, value, headers, timestamp)."""
     from confluent_kafka import Consumer, KafkaException, TopicPartition
 
     if start >= end:
@@ -147,10 +165,11 @@ def read_kafka_range(
             "isolation.level": "read_committed",
             "fetch.max.bytes": 16 * 1024 * 1024,
             "max.partition.fetch.bytes": 8 * 1024 * 1024,
-            "queued.max.messages.kbytes": 256 * 1024,
+            # librdkafka fetches ahead until this much waits; a reader slower than the
+            # cluster (every Python one) would hold it all, per partition read at once
+            "queued.max.messages.kbytes": 32 * 1024,
         }
     )
-    rows = _Rows(topic, partition)
     try:
         tp = TopicPartition(topic, partition, start)
         consumer.assign([tp])
@@ -173,18 +192,14 @@ def read_kafka_range(
                 if offset >= end:
                     position = end
                     break
-                rows.add(
+                yield (
                     offset,
                     message.key(),
                     message.value(),
-                    message.headers() or (),
+                    message.headers() or [],
                     message.timestamp()[1],
                 )
                 position = offset + 1
-            if len(rows) >= BATCH_ROWS:
-                yield rows.take()
-        if len(rows):
-            yield rows.take()
     finally:
         consumer.close()
 
@@ -209,12 +224,18 @@ class PulsarPartitionSource(DataSource):
 
 class PulsarPartitionReader(_RangesReader):
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        yield from read_pulsar_range(self.options["service_url"], partition.spec)  # type: ignore[attr-defined]
+        spec = self.spec(partition)
+        if spec is not None:
+            yield from read_pulsar_range(self.options["service_url"], spec)
 
 
 def read_pulsar_range(service_url: str, spec: dict[str, Any]) -> Iterator[pa.RecordBatch]:
+    yield from _batches(spec["topic"], int(spec["partition"]), pulsar_records(service_url, spec))
+
+
+def pulsar_records(service_url: str, spec: dict[str, Any]) -> Iterator[Record]:
     """Number the partition's messages from a checkpoint as the gateway's tailer does
-    and emit offsets [start, end)."""
+    and yield the records at offsets [start, end), in offset order."""
     from pulsar_gateway.gateway.backend.pulsar_backend import PulsarBackend
     from pulsar_gateway.gateway.backend.reader_stream import EARLIEST
     from pulsar_gateway.gateway.backend.resend_filter import ResendFilter
@@ -230,7 +251,6 @@ def read_pulsar_range(service_url: str, spec: dict[str, Any]) -> Iterator[pa.Rec
     first = tuple(checkpoint) if checkpoint else EARLIEST
     offset = int(spec.get("checkpoint_offset") or 0)
     resends = ResendFilter(spec.get("resends") or {})
-    rows = _Rows(spec["topic"], int(spec["partition"]))
 
     async def open_stream() -> Any:
         await backend.start()
@@ -247,17 +267,24 @@ def read_pulsar_range(service_url: str, spec: dict[str, Any]) -> Iterator[pa.Rec
                     continue
                 count = records_in(message)
                 if offset + count > start:
-                    for number, key, value, headers, ts in records_of(LogEntry(offset, message)):
-                        if start <= number < end:
-                            rows.add(number, key, value, headers, ts)
+                    for record in records_of(LogEntry(offset, message)):
+                        if start <= record[0] < end:
+                            yield record
                 offset += count
                 if offset >= end:
                     break
-            if len(rows) >= BATCH_ROWS:
-                yield rows.take()
-        if len(rows):
-            yield rows.take()
         loop.run_until_complete(stream.close())
     finally:
         loop.run_until_complete(backend.close())
         loop.close()
+
+
+def _batches(topic: str, partition: int, records: Iterator[Record]) -> Iterator[pa.RecordBatch]:
+    """Records as digest rows, BATCH_ROWS to an Arrow batch."""
+    rows = _Rows(topic, partition)
+    for offset, key, value, headers, ts in records:
+        rows.add(offset, key, value, headers, ts)
+        if len(rows) >= BATCH_ROWS:
+            yield rows.take()
+    if len(rows):
+        yield rows.take()
