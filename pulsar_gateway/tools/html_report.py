@@ -55,8 +55,9 @@ def grouped_bar_chart(
     groups = max(1, len(labels))
     bar = max(4, min(24, 640 // (groups * max(1, len(names)) + groups)))
     group_width = bar * len(names) + 10
-    # wide enough for the bars, the legend (150 px an entry) and the title
-    width = max(420, 70 + groups * group_width, 80 + 150 * len(names), 20 + 8 * len(title))
+    legend_x = _legend_positions(names)
+    # wide enough for the bars, the legend and the title
+    width = max(420, 70 + groups * group_width, legend_x[-1] + 10, 20 + 8 * len(title))
     plot = 200
     top = max((v for values in series.values() for v in values), default=1) or 1
     height = plot + 110
@@ -82,7 +83,7 @@ def grouped_bar_chart(
             f'transform="rotate(35 {x0} {54 + plot})">{esc(label)}</text>'
         )
     for s, name in enumerate(names):
-        x = 70 + s * 150
+        x = legend_x[s]
         parts.append(
             f'<rect x="{x}" y="{height - 16}" width="10" height="10" '
             f'fill="{PALETTE[s % len(PALETTE)]}"/>'
@@ -90,6 +91,15 @@ def grouped_bar_chart(
         parts.append(f'<text x="{x + 14}" y="{height - 7}" font-size="11">{esc(name)}</text>')
     parts.append("</svg>")
     return "\n".join(parts)
+
+
+def _legend_positions(names: Sequence[str]) -> list[int]:
+    """Where each legend entry starts, and after the last where the legend ends: an entry
+    takes its swatch and about 7 px a character of its 11 px name (150 px at least)."""
+    positions = [70]
+    for name in names:
+        positions.append(positions[-1] + max(150, 30 + 7 * len(name)))
+    return positions
 
 
 def line_chart(title: str, series: dict[str, Sequence[tuple[float, float]]], unit: str) -> str:

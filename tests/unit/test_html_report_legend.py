@@ -1,0 +1,25 @@
+"""Bar chart legends: long series names get the room they need instead of running into
+the next entry (seen in the migration bench's "records/s" chart)."""
+
+from __future__ import annotations
+
+import re
+
+from pulsar_gateway.tools import html_report
+
+NAMES = ["migrate (pulsar format)", "gateway produce (pulsar format)", "migrate (kafka format)"]
+
+
+def test_legend_entries_do_not_overlap_and_fit_the_chart() -> None:
+    svg = html_report.grouped_bar_chart("records/s", ["1M", "10M"], {n: [1, 2] for n in NAMES}, "")
+    width = int(re.search(r'<svg width="(\d+)"', svg).group(1))  # type: ignore[union-attr]
+    entries = [
+        (int(x), name)
+        for x, name in re.findall(r'<text x="(\d+)" y="\d+" font-size="11">([^<]+)</text>', svg)
+        if name in NAMES
+    ]
+    assert [name for _, name in entries] == NAMES
+    for (x, name), (next_x, _) in zip(entries, entries[1:], strict=False):
+        assert next_x - x >= 6 * len(name), (name, x, next_x)  # 11 px text: ~6 px a character
+    last_x, last = entries[-1]
+    assert last_x + 6 * len(last) <= width
