@@ -150,6 +150,7 @@ class Gateway:
             idle_close_seconds=settings.kafka.idle_close_seconds,
             tail_partition_bytes=settings.kafka.tail_cache_partition_bytes,
             tail_cache_bytes=settings.kafka.tail_cache_bytes,
+            default_entry_format=settings.kafka.entry_format,
         )
         self.topics.start()
         metrics.OPEN_PARTITIONS.set_function(

@@ -94,6 +94,9 @@ def test_batches_are_stored_as_sent_and_read_record_by_record(gateway, topic_nam
         stored.append(reader.read_next(5000))
     assert len(stored) < 100
     assert sum(decode_batches(m.data())[0].record_count for m in stored) == 800
+    # each an entry of its own: a stored batch does not wait out the producer's batching
+    assert len(stored) > 1
+    assert [m.message_id().batch_index() for m in stored] == [-1] * len(stored)
 
     # a Pulsar producer writing to the same partition: its message is the next record
     producer = client.create_producer(

@@ -146,6 +146,7 @@ class PartitionLog:
         tail_records: int = 1_000_000,
         tail_bytes: int = 64 * 1024 * 1024,
         tail_budget: TailBudget | None = None,
+        batched: bool = True,
     ) -> None:
         self.backend = backend
         self.metadata = metadata
@@ -154,6 +155,8 @@ class PartitionLog:
         self.tail_records = tail_records
         self.tail_bytes = tail_bytes
         self.tail_budget = tail_budget
+        # whether appends go through the backend's batching producer (module `_append`)
+        self.batched = batched
         self._tail_charged = 0  # what tail_budget was last told this tail holds
         self.log_start = 0
         self.next_offset = 0
@@ -498,10 +501,13 @@ class PartitionLog:
             messages = stamp(messages, producer, skip)
             if not messages:
                 return base if base is not None else self.next_offset
-        # Batched: many records per entry, which Pulsar consumers read natively; the backend
-        # keeps a batch from opening a ledger (docs/backend.md, "A batch must not open a
-        # ledger").
-        first, last = await self.backend.send(self.topic, messages, batching=True)
+        # `pulsar` format: batched, many records per entry, which Pulsar consumers read
+        # natively; the backend keeps a batch from opening a ledger (docs/backend.md, "A
+        # batch must not open a ledger"). `kafka` format: each message is already a whole
+        # Kafka batch, and the producer's batching would only hold it back (up to 1 ms, a
+        # third of the append's time at low rates); every append of the topic, markers
+        # included, takes the same producer, so they keep their order.
+        first, last = await self.backend.send(self.topic, messages, batching=self.batched)
         first_offset = await self.offset_of(first)
         last_offset = first_offset
         if last != first:

@@ -32,6 +32,7 @@ from pulsar_gateway.handlers.kafka.port import (
     TopicRecord,
     UnknownTopic,
 )
+from pulsar_gateway.kafka_codec.entry_format import FORMAT_CONFIG
 from pulsar_gateway.storage.kafka.partition_log import ABORTED_PREFIX, INDEX_PREFIX, PartitionLog
 from pulsar_gateway.storage.kafka.topic_registry import TopicRegistry
 
@@ -85,8 +86,11 @@ class TopicService:
         forget_partitions: Callable[[list[str]], Awaitable[None]] | None = None,
         tail_partition_bytes: int = 64 * 1024 * 1024,
         tail_cache_bytes: int = 256 * 1024 * 1024,
+        default_entry_format: str = "pulsar",
     ) -> None:
         self.backend = backend
+        # the entry format of a topic that names none (`kafka.entry_format`)
+        self.default_entry_format = default_entry_format
         # drops the groups' committed offsets (and their mirror) on a deleted topic's partitions
         self.forget_partitions = forget_partitions
         self.metadata = metadata
@@ -277,6 +281,7 @@ class TopicService:
                 tail_records=self.tail_records,
                 tail_bytes=self.tail_partition_bytes,
                 tail_budget=self.tail_cache,
+                batched=self.entry_format_of(record) != "kafka",
             )
             partition_log.log_start = record.start_of(index)
             await partition_log.open()
@@ -289,6 +294,10 @@ class TopicService:
             raise
         finally:
             del self._opening[pulsar_name]
+
+    def entry_format_of(self, record: TopicRecord) -> str:
+        """The topic's `pulsar.entry.format`, else the gateway's; fixed at creation."""
+        return record.configs.get(FORMAT_CONFIG) or self.default_entry_format
 
     @property
     def open_partitions(self) -> int:
