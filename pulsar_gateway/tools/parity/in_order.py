@@ -3,7 +3,9 @@
 A faithful copy holds the source's records, in the source's order, at the target
 offsets the migration's translation runs give (or, for a partition copied without one,
 at the same distance from the target's start). That is one streaming pass per
-partition: no digests, no shuffle, no join, memory that does not grow with the log.
+partition: no digests, no shuffle, no join, and nothing kept per record (what pulsar-lite
+sends a Pulsar reader ahead of its reads is another matter: docs/tools.md, "How parity
+compares").
 The pass only says "identical" or "differs here"; a partition that differs goes on to
 the general comparison (compare.py), which matches records by content and names each
 problem. On a passing migration every partition ends here.

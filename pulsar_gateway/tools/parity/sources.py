@@ -7,7 +7,9 @@
   checkpoints; stored Kafka batches count their records), through the in-order
   reader with the defences of docs/backend.md ("Readers replay messages").
 
-Rows carry digests, never payloads (fingerprint.py), and leave as Arrow batches.
+Rows carry digests, never payloads (fingerprint.py), and leave as Arrow batches. The
+readers under them (`kafka_records`, `pulsar_records`) yield the records themselves, in
+offset order, to the in-order walk (in_order.py), which compares them as they stream.
 """
 
 from __future__ import annotations
