@@ -23,8 +23,11 @@ def esc(value: Any) -> str:
 
 
 def bar_chart(title: str, bars: Sequence[tuple[str, float]], unit: str) -> str:
-    """Horizontal bars, one per label."""
-    width, row, left = 720, 30, 220
+    """Horizontal bars, one per label; the bars start after the longest label (12 px text,
+    about 7 px a character)."""
+    row = 30
+    left = max(220, 12 + 7 * max((len(label) for label, _ in bars), default=0))
+    width = left + 500
     top = max((value for _, value in bars), default=1) or 1
     height = row * len(bars) + 40
     parts = [

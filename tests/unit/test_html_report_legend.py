@@ -1,5 +1,6 @@
-"""Bar chart legends: long series names get the room they need instead of running into
-the next entry (seen in the migration bench's "records/s" chart)."""
+"""Chart text gets the room it needs: legend entries do not run into the next (seen in the
+migration bench's "records/s" chart), and horizontal bars start after their longest label
+(seen in make bench's ratio chart)."""
 
 from __future__ import annotations
 
@@ -23,3 +24,11 @@ def test_legend_entries_do_not_overlap_and_fit_the_chart() -> None:
         assert next_x - x >= 6 * len(name), (name, x, next_x)  # 11 px text: ~6 px a character
     last_x, last = entries[-1]
     assert last_x + 6 * len(last) <= width
+
+
+def test_bars_start_after_their_longest_label() -> None:
+    label = "gateway kafka format/tansu produce p99 latency"
+    svg = html_report.bar_chart("ratios", [("short", 1.0), (label, 2.0)], "%")
+    bar_x = {int(x) for x in re.findall(r'<rect x="(\d+)"', svg)}
+    assert len(bar_x) == 1
+    assert bar_x.pop() >= 4 + 6 * len(label)
