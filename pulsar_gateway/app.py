@@ -28,6 +28,7 @@ from pulsar_gateway.gateway.cluster.view import (
     vhost_key,
 )
 from pulsar_gateway.gateway.config import Settings
+from pulsar_gateway.gateway.loop_watch import LoopWatch
 from pulsar_gateway.gateway.memory import HeapTrimmer
 from pulsar_gateway.gateway.metadata_store import MetadataStore
 from pulsar_gateway.gateway.reserved_names import ReservedNamespaces
@@ -77,6 +78,8 @@ class Gateway:
         self.ready = False
         self.trimmer = HeapTrimmer(_has_clients)
         self._trimming: asyncio.Task[None] | None = None
+        # logs where the event loop is stuck when it stops running (gateway/loop_watch.py)
+        self.loop_watch = LoopWatch()
 
     def _on_fatal(self, reason: str) -> None:
         if self._fatal is not None and not self._fatal.done():
@@ -85,6 +88,7 @@ class Gateway:
     async def start(self) -> None:
         settings = self.settings
         self._fatal = asyncio.get_running_loop().create_future()
+        self.loop_watch.start()
         # checked before anything starts: a file that cannot be used stops start-up, named
         security = PulsarSecurity.from_settings(settings.pulsar)
         kafka_settings = settings.kafka
@@ -431,6 +435,7 @@ class Gateway:
             await self.backend.close()
         if self.broker:
             await self.broker.stop()
+        self.loop_watch.stop()
 
 
 TRIM_CHECK_SECONDS = 10.0
@@ -477,7 +482,8 @@ async def run(settings: Settings) -> int:
     try:
         await gateway.start()
     except Exception as exc:
-        log.error("start-up failed: %s", exc)
+        # a timeout's text is empty: say which
+        log.error("start-up failed: %s", str(exc) or repr(exc))
         await gateway.stop()
         return 1
     fatal = asyncio.ensure_future(gateway.wait())

@@ -189,7 +189,12 @@ class PulsarMembership:
             asyncio.ensure_future(self._beat_loop()),
             asyncio.ensure_future(self._read_loop()),
         ]
-        await asyncio.wait_for(self._serving_event.wait(), timeout)
+        try:
+            await asyncio.wait_for(self._serving_event.wait(), timeout)
+        except TimeoutError:
+            raise TimeoutError(
+                f"cluster: {self._me.member_id} joined but was not serving {timeout:.0f} s later"
+            ) from None
 
     async def stop(self) -> None:
         """Leave: stop serving, tell the others (they take over at once), stop the tasks."""
