@@ -8,6 +8,7 @@ survive and reach the end; every confirmed AMQP message is delivered."""
 
 from __future__ import annotations
 
+import subprocess
 import threading
 import time
 from collections import defaultdict
@@ -290,11 +291,19 @@ def test_kill_9_of_one_of_three_workers_loses_and_duplicates_nothing(tmp_path: P
         for load in loads:
             load.stop_publishing.set()
             load.stop_consuming.set()
+        hung = []
         for member in members:
             if member.process.poll() is None:
-                member.stop()
+                try:
+                    member.stop()
+                except subprocess.TimeoutExpired:
+                    # killed, so that the gateways below are stopped all the same (a member
+                    # left hanging here once kept the whole cluster running past the test)
+                    member.kill()
+                    hung.append(member.process.args)
         code = workers.stop()
     assert code == 0, workers.tail()
+    assert not hung, f"group members that did not stop within 30 s of SIGTERM: {hung}"
     # every connection's tasks ended with it (a cancel lost on Python 3.11 left AMQP session
     # timers waiting forever, destroyed pending when the session was collected)
     destroyed = [line for line in workers.tail(10**6).splitlines() if "destroyed but" in line]
