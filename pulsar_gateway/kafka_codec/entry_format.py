@@ -21,7 +21,7 @@ producer's messages are).
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import NamedTuple, Protocol
 
 from pulsar_gateway.gateway.messages import RECORDS, LogEntry, OutMessage, StoredMessage
@@ -162,6 +162,12 @@ class KafkaEntryFormat:
 PULSAR = PulsarEntryFormat()
 KAFKA = KafkaEntryFormat()
 ENTRY_FORMATS: dict[str, EntryFormat] = {PULSAR.name: PULSAR, KAFKA.name: KAFKA}
+
+
+def topic_format(configs: Mapping[str, str], default: str) -> EntryFormat:
+    """A topic's entry format: its own `pulsar.entry.format`, else the gateway's
+    `kafka.entry_format` (`default`). Fixed when the topic is created."""
+    return ENTRY_FORMATS[configs.get(FORMAT_CONFIG) or default]
 
 
 def format_of(message: StoredMessage) -> EntryFormat:

@@ -10,35 +10,51 @@ import time
 import pytest
 
 from pulsar_gateway.gateway.loop_watch import LoopWatch
+from tests.support.waiting import async_wait_until
 
 
 def _block_the_loop_for(seconds: float) -> None:
     time.sleep(seconds)  # what a synchronous client call does to the loop
 
 
-async def _watched(seconds_blocked: float, seconds_running: float) -> LoopWatch:
-    watch = LoopWatch(threshold=0.3, interval=0.05)
-    watch.start()
-    try:
-        await asyncio.sleep(seconds_running)  # the loop runs: nothing to report
-        _block_the_loop_for(seconds_blocked)
-        await asyncio.sleep(0.3)  # running again: the watch sees the loop touch its stamp
-    finally:
-        watch.stop()
-    return watch
+def _said(caplog: pytest.LogCaptureFixture, text: str) -> list[str]:
+    return [r.getMessage() for r in caplog.records if text in r.getMessage()]
 
 
 def test_a_blocked_loop_is_reported_with_its_stack(caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.WARNING, logger="gateway.loop")
-    watch = asyncio.run(_watched(seconds_blocked=1.0, seconds_running=0.5))
-    blocked = [r.getMessage() for r in caplog.records if "blocked for" in r.getMessage()]
+
+    async def scenario() -> LoopWatch:
+        watch = LoopWatch(threshold=0.3, interval=0.05)
+        watch.start()
+        try:
+            _block_the_loop_for(1.0)
+            # running again: the watch notices once the loop has touched its stamp
+            await async_wait_until(lambda: _said(caplog, "runs again after"), 10)
+        finally:
+            watch.stop()
+        return watch
+
+    watch = asyncio.run(scenario())
+    blocked = _said(caplog, "blocked for")
     assert watch.stalls == 1 and len(blocked) == 1, blocked
     assert "_block_the_loop_for" in blocked[0]  # where the loop's thread was
-    assert any("runs again after" in r.getMessage() for r in caplog.records)
 
 
 def test_a_loop_that_keeps_running_is_not_reported(caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.WARNING, logger="gateway.loop")
-    watch = asyncio.run(_watched(seconds_blocked=0.0, seconds_running=1.0))
-    assert watch.stalls == 0
+
+    async def scenario() -> LoopWatch:
+        watch = LoopWatch(threshold=0.3, interval=0.05)
+        watch.start()
+        try:
+            # a loop that stays busy with short steps for 20 of the watch's intervals
+            deadline = time.monotonic() + 1.0
+            while time.monotonic() < deadline:
+                await asyncio.sleep(0.01)
+        finally:
+            watch.stop()
+        return watch
+
+    assert asyncio.run(scenario()).stalls == 0
     assert not caplog.records

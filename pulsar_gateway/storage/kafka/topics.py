@@ -32,7 +32,7 @@ from pulsar_gateway.handlers.kafka.port import (
     TopicRecord,
     UnknownTopic,
 )
-from pulsar_gateway.kafka_codec.entry_format import FORMAT_CONFIG
+from pulsar_gateway.kafka_codec.entry_format import topic_format
 from pulsar_gateway.storage.kafka.partition_log import ABORTED_PREFIX, INDEX_PREFIX, PartitionLog
 from pulsar_gateway.storage.kafka.topic_registry import TopicRegistry
 
@@ -297,7 +297,7 @@ class TopicService:
 
     def entry_format_of(self, record: TopicRecord) -> str:
         """The topic's `pulsar.entry.format`, else the gateway's; fixed at creation."""
-        return record.configs.get(FORMAT_CONFIG) or self.default_entry_format
+        return topic_format(record.configs, self.default_entry_format).name
 
     @property
     def open_partitions(self) -> int:

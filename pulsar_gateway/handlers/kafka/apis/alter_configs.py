@@ -27,7 +27,7 @@ from pulsar_gateway.handlers.kafka.authorization import cluster_allowed, topic_a
 from pulsar_gateway.handlers.kafka.context import KafkaContext
 from pulsar_gateway.handlers.kafka.port import StorageError, UnknownTopic
 from pulsar_gateway.handlers.kafka.topic_lookup import reserved_refusal
-from pulsar_gateway.kafka_codec.entry_format import FORMAT_CONFIG
+from pulsar_gateway.kafka_codec.entry_format import FORMAT_CONFIG, topic_format
 from pulsar_gateway.kafka_codec.errors import ErrorCode
 from pulsar_gateway.security.rights import ALTER
 
@@ -120,9 +120,7 @@ async def _alter_one(
     if problem is not None:
         raise ConfigRefused(ErrorCode.INVALID_CONFIG, problem)
     default_format = context.settings.entry_format
-    if (wanted.get(FORMAT_CONFIG) or default_format) != (
-        record.configs.get(FORMAT_CONFIG) or default_format
-    ):
+    if topic_format(wanted, default_format) is not topic_format(record.configs, default_format):
         raise ConfigRefused(
             ErrorCode.INVALID_CONFIG,
             f"{FORMAT_CONFIG} cannot change after a topic is created: its stored entries "

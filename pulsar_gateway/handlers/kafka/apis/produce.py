@@ -39,10 +39,9 @@ from pulsar_gateway.handlers.kafka.topic_lookup import find_topic
 from pulsar_gateway.kafka_codec.compression import InflateBudget
 from pulsar_gateway.kafka_codec.control_batch import mark_transactional
 from pulsar_gateway.kafka_codec.entry_format import (
-    ENTRY_FORMATS,
     FETCH_CODECS,
-    FORMAT_CONFIG,
     EntryFormat,
+    topic_format,
 )
 from pulsar_gateway.kafka_codec.errors import ErrorCode
 from pulsar_gateway.kafka_codec.record_batch import (
@@ -140,7 +139,7 @@ async def _produce(
 
 def entry_format(context: KafkaContext, record: TopicRecord) -> EntryFormat:
     """The topic's own `pulsar.entry.format`, else the gateway's default."""
-    return ENTRY_FORMATS[record.configs.get(FORMAT_CONFIG) or context.settings.entry_format]
+    return topic_format(record.configs, context.settings.entry_format)
 
 
 async def _fail(code: ErrorCode) -> PartitionResult:
