@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Awaitable, Callable
 
 import pytest
 
@@ -21,21 +22,30 @@ def _said(caplog: pytest.LogCaptureFixture, text: str) -> list[str]:
     return [r.getMessage() for r in caplog.records if text in r.getMessage()]
 
 
-def test_a_blocked_loop_is_reported_with_its_stack(caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level(logging.WARNING, logger="gateway.loop")
+def _watched(body: Callable[[], Awaitable[None]]) -> LoopWatch:
+    """Run `body` on a loop under a quick watch (0.3 s threshold); the watch afterwards."""
 
     async def scenario() -> LoopWatch:
         watch = LoopWatch(threshold=0.3, interval=0.05)
         watch.start()
         try:
-            _block_the_loop_for(1.0)
-            # running again: the watch notices once the loop has touched its stamp
-            await async_wait_until(lambda: _said(caplog, "runs again after"), 10)
+            await body()
         finally:
             watch.stop()
         return watch
 
-    watch = asyncio.run(scenario())
+    return asyncio.run(scenario())
+
+
+def test_a_blocked_loop_is_reported_with_its_stack(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.WARNING, logger="gateway.loop")
+
+    async def block_then_run() -> None:
+        _block_the_loop_for(1.0)
+        # running again: the watch notices once the loop has touched its stamp
+        await async_wait_until(lambda: _said(caplog, "runs again after"), 10)
+
+    watch = _watched(block_then_run)
     blocked = _said(caplog, "blocked for")
     assert watch.stalls == 1 and len(blocked) == 1, blocked
     assert "_block_the_loop_for" in blocked[0]  # where the loop's thread was
@@ -44,17 +54,11 @@ def test_a_blocked_loop_is_reported_with_its_stack(caplog: pytest.LogCaptureFixt
 def test_a_loop_that_keeps_running_is_not_reported(caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.WARNING, logger="gateway.loop")
 
-    async def scenario() -> LoopWatch:
-        watch = LoopWatch(threshold=0.3, interval=0.05)
-        watch.start()
-        try:
-            # a loop that stays busy with short steps for 20 of the watch's intervals
-            deadline = time.monotonic() + 1.0
-            while time.monotonic() < deadline:
-                await asyncio.sleep(0.01)
-        finally:
-            watch.stop()
-        return watch
+    async def short_steps() -> None:
+        # a loop that stays busy with short steps for 20 of the watch's intervals
+        deadline = time.monotonic() + 1.0
+        while time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
 
-    assert asyncio.run(scenario()).stalls == 0
+    assert _watched(short_steps).stalls == 0
     assert not caplog.records
