@@ -42,6 +42,9 @@ log = logging.getLogger("gateway.partition")
 
 INDEX_PREFIX = "offset-index/"
 ABORTED_PREFIX = "kafka-aborted-txn/"  # + topic/marker offset: [producer id, first offset]
+# Opening: the pauses between asking the broker whether the tailer has caught up.
+CATCH_UP_FIRST_PAUSE = 0.01
+CATCH_UP_MAX_PAUSE = 0.5
 # The tailer's back-off between attempts to reopen a failed reader, doubling from the first.
 RETRY_FIRST_SECONDS = 0.1
 RETRY_MAX_SECONDS = 1.0
@@ -223,10 +226,22 @@ class PartitionLog:
         (the last ones may sit in a read still gathering more)."""
         stream = self._stream
         assert stream is not None
-        while await stream.has_more() or stream.last_passed != self._last_id:
+        pause = CATCH_UP_FIRST_PAUSE
+        while True:
+            # Taken before the question: the tailer reads on while the broker answers (the
+            # first answer of a new reader takes some 10 ms, time enough to number a
+            # checkpoint interval), and what it numbers meanwhile must end the wait below
+            # at once. Waiting for the offset as it stands after the answer waited out the
+            # whole pause for data that never came: 0.5 s per partition opened.
+            numbered = self.next_offset
+            if not await stream.has_more() and stream.last_passed == self._last_id:
+                break
             # wait_for_data takes its waiter along however the wait ends: one left pending
             # would keep the partition busy for good
-            await self.wait_for_data(self.next_offset, 0.5)
+            await self.wait_for_data(numbered, pause)
+            # messages that number nothing (resends) end no wait: ask again, less often
+            pause = CATCH_UP_FIRST_PAUSE if self.next_offset > numbered else pause * 2
+            pause = min(pause, CATCH_UP_MAX_PAUSE)
         self._ready.set()
 
     async def close(self) -> None:
