@@ -15,10 +15,12 @@ from __future__ import annotations
 import asyncio
 import bisect
 import contextlib
+import functools
 import heapq
 import itertools
 import logging
 import time
+from collections.abc import Callable
 from typing import Any, Protocol
 
 from pulsar_gateway.gateway.backend.pulsar_backend import BackendError, PulsarBackend
@@ -35,6 +37,7 @@ from pulsar_gateway.gateway.metadata_store import MetadataStore
 from pulsar_gateway.gateway.waiting import cancel_and_wait
 from pulsar_gateway.handlers.kafka.port import OffsetOutOfRange, ProducerSnapshot, ProducerStamp
 from pulsar_gateway.storage.kafka.producer_state import ProducerStateIndex, stamp
+from pulsar_gateway.storage.kafka.send_order import SendOrder
 from pulsar_gateway.storage.kafka.tail_store import TailStore
 from pulsar_gateway.storage.kafka.transaction_index import AbortedTransaction, TransactionIndex
 
@@ -174,6 +177,7 @@ class PartitionLog:
         self._tail = TailStore()  # the newest messages, packed (tail_store.py)
         # also counts the appends under way: the idle sweep must not close under them
         self._numbered = _NumberedWhileAppending()
+        self._send_order = SendOrder()  # appends keep their batches in the order sent
         self._last_id: MessageKey | None = None
         # (message id, tie-breaker, future): resolved by the first message indexed at or after it
         self._id_waiters: list[tuple[MessageKey, int, asyncio.Future[int]]] = []
@@ -522,6 +526,22 @@ class PartitionLog:
         # Kafka batch, and the producer's batching would only hold it back (up to 1 ms, a
         # third of the append's time at low rates); every append of the topic, markers
         # included, takes the same producer, so they keep their order.
+        if encoded is None or base is not None:
+            first_offset, _ = await self._send(messages)
+            return first_offset if base is None else base
+        # a batch produced as one may be kept whole for tail fetches, in the order sent
+        ticket = self._send_order.ticket()
+        keep: Callable[[], None] | None = None
+        try:
+            first_offset, last_offset = await self._send(messages)
+            if last_offset - first_offset == len(messages) - 1:  # nothing landed between
+                keep = functools.partial(self._keep_batch, first_offset, len(messages), encoded)
+        finally:
+            self._send_order.done(ticket, keep)
+        return first_offset
+
+    async def _send(self, messages: list[OutMessage]) -> tuple[int, int]:
+        """Store; the offsets of the first and the last message, as the tailer numbered them."""
         first, last = await self.backend.send(self.topic, messages, batching=self.batched)
         first_offset = await self.offset_of(first)
         last_offset = first_offset
@@ -529,10 +549,11 @@ class PartitionLog:
             # Kafka's high watermark covers every acknowledged record: answer only once the
             # tailer has numbered the last one too, or a fetch right after sees a short log.
             last_offset = await self.offset_of(last)
-        if encoded is not None and base is None and last_offset - first_offset == len(messages) - 1:
-            self._tail.keep_batch(first_offset, len(messages), encoded)
-            self._trim_tail()
-        return first_offset if base is None else base
+        return first_offset, last_offset
+
+    def _keep_batch(self, base: int, records: int, encoded: bytes | memoryview) -> None:
+        self._tail.keep_batch(base, records, encoded)
+        self._trim_tail()
 
     def producer_ids(self) -> list[int]:
         """The idempotent producers whose state this partition holds (DescribeProducers)."""
