@@ -150,6 +150,11 @@ def kafka_consume(
             "isolation.level": isolation,
             "fetch.max.bytes": 52428800,
             "session.timeout.ms": 6000,
+            # librdkafka stops fetching for this long once its queue holds 100,000 records
+            # the loop has not consumed (queued.min.messages); at its default of 1 s, a peer
+            # serving faster than this loop consumes was measured at 180k records/s in one
+            # run and 1.2M in the next (seen with the `kafka` format): every peer gets 10 ms
+            "fetch.queue.backoff.ms": 10,
         }
     )
     consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
