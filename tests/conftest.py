@@ -1,12 +1,15 @@
-"""Shared fixtures: one real gateway process (embedded Pulsar) for the integration tests."""
+"""Shared fixtures: one real gateway process (embedded Pulsar) for the integration tests, and
+an embedded broker of its own for each test module that talks to Pulsar directly."""
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import Iterator
 
 import pytest
 
+from pulsar_gateway.gateway.backend.embedded import EmbeddedBroker
 from tests.support.gateway_process import GatewayProcess
 
 # what asyncio logs of work a process lost track of: a task destroyed while pending, or one
@@ -27,6 +30,18 @@ def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess
     text = process.log_path.read_text(errors="replace")
     lost = [line for line in text.splitlines() if any(sign in line for sign in LOST_TASK)]
     assert not lost, lost[:5]
+
+
+@pytest.fixture(scope="module")
+def broker_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The service URL of a pulsar-lite broker started for the test module, on a loop of its
+    own (each test runs its scenario on a fresh one with `asyncio.run`)."""
+    loop = asyncio.new_event_loop()
+    broker = EmbeddedBroker(tmp_path_factory.mktemp("broker"))
+    loop.run_until_complete(broker.start())
+    yield broker.service_url
+    loop.run_until_complete(broker.stop())
+    loop.close()
 
 
 @pytest.fixture

@@ -53,16 +53,6 @@ def test_embedded_broker_config_ports_and_restart(tmp_path: Path) -> None:
     run(scenario())
 
 
-@pytest.fixture(scope="module")
-def broker_url(tmp_path_factory):
-    loop = asyncio.new_event_loop()
-    broker = EmbeddedBroker(tmp_path_factory.mktemp("broker"))
-    loop.run_until_complete(broker.start())
-    yield broker.service_url
-    loop.run_until_complete(broker.stop())
-    loop.close()
-
-
 def test_one_callback_stands_for_a_group(broker_url) -> None:
     """Pulsar acknowledges one producer's messages in order, so the last message's
     completion means the whole group is stored: every message is read back, in order."""

@@ -7,27 +7,13 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import Iterator
 
-import pytest
-
-from pulsar_gateway.gateway.backend.embedded import EmbeddedBroker
 from pulsar_gateway.gateway.backend.pulsar_backend import PulsarBackend
 from pulsar_gateway.gateway.cluster.membership import PulsarMembership
 from pulsar_gateway.gateway.cluster.view import Member, group_key
 from tests.support.waiting import async_wait_until
 
 HEARTBEAT, LEASE = 0.3, 1.8
-
-
-@pytest.fixture(scope="module")
-def broker_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    loop = asyncio.new_event_loop()
-    broker = EmbeddedBroker(tmp_path_factory.mktemp("broker"))
-    loop.run_until_complete(broker.start())
-    yield broker.service_url
-    loop.run_until_complete(broker.stop())
-    loop.close()
 
 
 def member(name: str, node: int) -> Member:

@@ -5,25 +5,11 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Iterator
 
-import pytest
-
-from pulsar_gateway.gateway.backend.embedded import EmbeddedBroker
 from pulsar_gateway.gateway.backend.pulsar_backend import PulsarBackend
 from pulsar_gateway.gateway.metadata_store import MetadataStore
 from pulsar_gateway.storage.kafka.producer_ids import NEXT_ID_KEY, NODE_ID_SPACE, NodeProducerIds
 from tests.support.waiting import async_wait_until
-
-
-@pytest.fixture(scope="module")
-def broker_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    loop = asyncio.new_event_loop()
-    broker = EmbeddedBroker(tmp_path_factory.mktemp("broker"))
-    loop.run_until_complete(broker.start())
-    yield broker.service_url
-    loop.run_until_complete(broker.stop())
-    loop.close()
 
 
 def _namespace() -> str:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import json
 import uuid
-from collections.abc import Iterator
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -14,7 +13,6 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from pulsar_gateway.gateway.backend.embedded import EmbeddedBroker
 from pulsar_gateway.gateway.backend.pulsar_backend import PulsarBackend
 from pulsar_gateway.gateway.config import DEFAULT_METADATA_NAMESPACE
 from pulsar_gateway.gateway.messages import OutMessage
@@ -25,16 +23,6 @@ from tests.support.gateway_process import GatewayProcess, free_port
 from tests.support.metadata_history import populate, settled, start_up
 
 END = "__test_end__"
-
-
-@pytest.fixture(scope="module")
-def broker_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    loop = asyncio.new_event_loop()
-    broker = EmbeddedBroker(tmp_path_factory.mktemp("broker"))
-    loop.run_until_complete(broker.start())
-    yield broker.service_url
-    loop.run_until_complete(broker.stop())
-    loop.close()
 
 
 def _namespace() -> str:

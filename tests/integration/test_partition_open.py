@@ -4,12 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from pulsar_gateway.gateway.backend.embedded import EmbeddedBroker
 from pulsar_gateway.gateway.backend.pulsar_backend import PulsarBackend
 from pulsar_gateway.gateway.messages import OutMessage
 from pulsar_gateway.gateway.metadata_store import MetadataStore
@@ -17,16 +15,6 @@ from pulsar_gateway.storage.kafka import partition_log
 from pulsar_gateway.storage.kafka.partition_log import PartitionLog
 
 RECORDS = 2_500  # three checkpoints (0, 1000, 2000) and 500 records after the last
-
-
-@pytest.fixture(scope="module")
-def broker_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    loop = asyncio.new_event_loop()
-    broker = EmbeddedBroker(tmp_path_factory.mktemp("broker"))
-    loop.run_until_complete(broker.start())
-    yield broker.service_url
-    loop.run_until_complete(broker.stop())
-    loop.close()
 
 
 def test_a_reopened_partition_is_ready_once_caught_up_without_waiting_out_a_pause(
