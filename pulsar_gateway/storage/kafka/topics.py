@@ -32,7 +32,7 @@ from pulsar_gateway.handlers.kafka.port import (
     TopicRecord,
     UnknownTopic,
 )
-from pulsar_gateway.kafka_codec.entry_format import topic_format
+from pulsar_gateway.kafka_codec.entry_format import KAFKA, topic_format
 from pulsar_gateway.storage.kafka.partition_log import ABORTED_PREFIX, INDEX_PREFIX, PartitionLog
 from pulsar_gateway.storage.kafka.topic_registry import TopicRegistry
 
@@ -281,7 +281,7 @@ class TopicService:
                 tail_records=self.tail_records,
                 tail_bytes=self.tail_partition_bytes,
                 tail_budget=self.tail_cache,
-                batched=self.entry_format_of(record) != "kafka",
+                batched=self.entry_format_of(record) != KAFKA.name,
             )
             partition_log.log_start = record.start_of(index)
             await partition_log.open()
