@@ -8,7 +8,10 @@ latency (produce to fetch) p50/p99 of every peer at one rate they all sustain (h
 gateway's `pulsar`-format peak, at most LATENCY_MAX_RATE). The gateway's fetch
 right after the produce reads its tail cache, as a consumer keeping up does; it is then
 restarted and the same records fetched again, from Pulsar (its history reads), as a
-consumer starting from the beginning of an old topic does. `--profile` records
+consumer starting from the beginning of an old topic does. The `kafka` format's fetch and
+tansu's are also measured on `--parallel-records` records with one consumer process per
+partition, so that one Python consumer loop is not the limit (the consumers' share of the
+cores is printed: near 100% means the clients still set the rate). `--profile` records
 py-spy flame graphs of the gateway under the `pulsar`-format produce and fetch and puts
 them in the HTML report.
 
@@ -20,6 +23,7 @@ from __future__ import annotations
 import argparse
 import base64
 import contextlib
+import multiprocessing
 import os
 import platform
 import shutil
@@ -162,7 +166,7 @@ def kafka_consume(
     start = time.perf_counter()
     deadline = start + 300
     while count < records and time.perf_counter() < deadline:
-        for msg in consumer.consume(10000, 1):
+        for msg in consumer.consume(min(10000, records - count), 1):
             if not msg.error():
                 count += 1
     elapsed = time.perf_counter() - start
@@ -170,6 +174,79 @@ def kafka_consume(
     if count < records:
         raise RuntimeError(f"consumed only {count} of {records}")
     return elapsed
+
+
+def _fetch_one_partition(
+    bootstrap: str, topic: str, partition: int, ready: Any, go: Any, done: Any
+) -> None:
+    """One consumer process of `parallel_fetch`: connects and learns its partition's end
+    before the start signal, so that the timed part is the fetching. (Re-reading with the
+    same consumer is no good: librdkafka's fetch outstanding at the end of the partition
+    holds a re-assignment back for fetch.wait.max.ms, measured at 0.48 s a round.)"""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "bench-parallel",
+            "enable.auto.commit": False,
+            "fetch.max.bytes": 52428800,
+            "fetch.queue.backoff.ms": 10,  # as in kafka_consume
+        }
+    )
+    _low, end = consumer.get_watermark_offsets(TopicPartition(topic, partition), 30)
+    ready.put(end)
+    go.wait()
+    cpu_start = time.process_time()
+    consumer.assign([TopicPartition(topic, partition, 0)])
+    count = 0
+    deadline = time.perf_counter() + 300
+    while count < end and time.perf_counter() < deadline:
+        # never ask for more than is left: consume() waits out its timeout for a count
+        # that never arrives
+        for msg in consumer.consume(min(10000, end - count), 1):
+            if not msg.error():
+                count += 1
+    finished = time.perf_counter() if count == end else None
+    done.put((finished, time.process_time() - cpu_start, count))
+    consumer.close()
+
+
+def parallel_fetch(
+    bootstrap: str, topic: str, partitions: int, servers: list[int]
+) -> dict[str, float]:
+    """Fetch every partition from offset 0, one consumer process per partition, all started
+    at once: the issue asks for the fetch comparison with enough consumer processes that one
+    Python consumer loop is not the limit. Returns the records read, the wall time from the
+    start signal to the last process's last record, the server CPU in it and the consumer
+    processes' own CPU (to tell when the clients are the limit)."""
+    context = multiprocessing.get_context("spawn")
+    ready, done, go = context.Queue(), context.Queue(), context.Event()
+    workers = [
+        context.Process(
+            target=_fetch_one_partition,
+            args=(bootstrap, topic, p, ready, go, done),
+            daemon=True,
+        )
+        for p in range(partitions)
+    ]
+    for worker in workers:
+        worker.start()
+    for _ in workers:
+        ready.get(timeout=120)
+    cpu: dict[str, float] = {}
+    with measured(servers, cpu, "fetch"):
+        start = time.perf_counter()
+        go.set()
+        finished = [done.get(timeout=600) for _ in workers]
+    for worker in workers:
+        worker.join(30)
+    if any(end is None for end, _cpu, _count in finished):
+        raise RuntimeError(f"a consumer process fell short: {finished}")
+    return {
+        "records": float(sum(count for _end, _cpu, count in finished)),
+        "consume_s": max(end for end, _cpu, _count in finished) - start,
+        "cpu_fetch_s": cpu["fetch"],
+        "client_cpu_s": sum(client for _end, client, _count in finished),
+    }
 
 
 def kafka_latency(bootstrap: str, topic: str, rate: float, size: int) -> dict[str, Any]:
@@ -349,6 +426,12 @@ def main() -> None:
     parser.add_argument("--profile", action="store_true", help="py-spy flame graphs")
     parser.add_argument("--no-tansu", action="store_true", help="leave tansu out")
     parser.add_argument(
+        "--parallel-records",
+        type=int,
+        default=1_000_000,
+        help="records of the fetch with a consumer process per partition (kafka format, tansu)",
+    )
+    parser.add_argument(
         "--compression",
         default="none",
         choices=("none", "gzip", "snappy", "lz4", "zstd"),
@@ -363,6 +446,7 @@ def main() -> None:
         "compression": args.compression,
         "peers": {},
         "latency": {},
+        "parallel_fetch": {},
         "environment": {
             "cpus": os.cpu_count(),
             "python": platform.python_version(),
@@ -425,6 +509,13 @@ def main() -> None:
                 "cpu_fetch_s": cpu["fetch"],
                 "rss_load_mib": max(peak, rss_mib(gw_pid)),
             }
+            create_topic(
+                gateway.bootstrap, parts, "bench-kf-wide", {"pulsar.entry.format": "kafka"}
+            )
+            kafka_produce(gateway.bootstrap, "bench-kf-wide", args.parallel_records, size)
+            results["parallel_fetch"]["gateway, kafka format"] = parallel_fetch(
+                gateway.bootstrap, "bench-kf-wide", parts, servers
+            )
             progress.advance(task)
             service_url = f"pulsar://127.0.0.1:{gateway.broker_port}"
             broker = [gateway.broker_pid()]
@@ -473,6 +564,11 @@ def main() -> None:
                     "cpu_fetch_s": cpu["fetch"],
                     "rss_load_mib": rss_mib(tansu.process.pid),
                 }
+                create_topic(bootstrap, parts, "bench-wide")
+                kafka_produce(bootstrap, "bench-wide", args.parallel_records, size)
+                results["parallel_fetch"]["tansu"] = parallel_fetch(
+                    bootstrap, "bench-wide", parts, tansu_pids
+                )
                 create_topic(bootstrap, parts, "bench-latency")
                 # at the rate of the gateway's latency runs above
                 results["latency"]["tansu"] = kafka_latency(bootstrap, "bench-latency", rate, size)
@@ -525,6 +621,24 @@ def _print_and_write(results: dict[str, Any], out: Path, flames: dict[str, Path]
         rows.append(row)
         table.add_row(*row.values())
     console.print(table)
+    parallel = results["parallel_fetch"]
+    for peer, numbers in parallel.items():
+        records = numbers["records"]
+        numbers["consume_rps"] = records / numbers["consume_s"]
+        numbers["cpu_us_per_record_fetch"] = numbers["cpu_fetch_s"] / records * 1e6
+        numbers["client_cpu_us_per_record"] = numbers["client_cpu_s"] / records * 1e6
+        # share of the machine's cores the consumer processes kept busy: near 1 means the
+        # clients, not the server, set the rate
+        numbers["client_core_share"] = numbers["client_cpu_s"] / (
+            numbers["consume_s"] * (os.cpu_count() or 1)
+        )
+        console.print(
+            f"parallel fetch, {peer}: {numbers['consume_rps']:,.0f} rec/s"
+            f" ({parts} consumer processes, {records:,.0f} records), server CPU"
+            f" {numbers['cpu_us_per_record_fetch']:.2f} us/rec, consumers"
+            f" {numbers['client_cpu_us_per_record']:.2f} us/rec"
+            f" ({numbers['client_core_share']:.0%} of the cores)"
+        )
     gw, direct = peers["gateway"], peers["pulsar-client direct"]
     ratios = {
         "gateway/direct produce": gw["produce_rps"] / direct["produce_rps"],
@@ -542,6 +656,10 @@ def _print_and_write(results: dict[str, Any], out: Path, flames: dict[str, Path]
         ratios["gateway/tansu fetch"] = gw["consume_rps"] / tansu["consume_rps"]
         ratios["gateway kafka format/tansu produce"] = kf["produce_rps"] / tansu["produce_rps"]
         ratios["gateway kafka format/tansu fetch"] = kf["consume_rps"] / tansu["consume_rps"]
+    if "tansu" in parallel:
+        ratios[f"gateway kafka format/tansu fetch, {parts} consumer processes"] = (
+            parallel["gateway, kafka format"]["consume_rps"] / parallel["tansu"]["consume_rps"]
+        )
     latency = results["latency"]
     if "tansu" in latency:
         for peer in ("gateway", "gateway, kafka format"):
@@ -589,6 +707,14 @@ def _print_and_write(results: dict[str, Any], out: Path, flames: dict[str, Path]
             "us",
         ),
     ]
+    if parallel:
+        charts.append(
+            bar_chart(
+                f"Fetch with {parts} consumer processes (records/s)",
+                [(p, v["consume_rps"]) for p, v in parallel.items()],
+                "rec/s",
+            )
+        )
     for kind in ("produce", "end_to_end"):
         charts.append(
             bar_chart(
