@@ -353,6 +353,8 @@ class Gateway:
             "listeners": self._listener_addresses(),
             "embedded": self.broker is not None,
             "broker_restarts": self.broker.restarts if self.broker else 0,
+            # planned: after a dropped connection left consumers in the embedded broker
+            "broker_heal_restarts": self.broker.heal_restarts if self.broker else 0,
             "open_partitions": self.topics.open_partitions if self.topics else 0,
             "cluster": self.cluster.status(),
             # where tools beside the gateway (migrate, parity) find its Pulsar side

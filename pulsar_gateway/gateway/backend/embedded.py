@@ -28,6 +28,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import re
 import signal
 import socket
 import stat
@@ -40,6 +41,14 @@ from pathlib import Path
 from pulsar_gateway.gateway.waiting import cancel_and_wait
 
 log = logging.getLogger("gateway.embedded")
+
+# The broker's log line for a connection it dropped on an I/O error (a client killed, or
+# closed, with messages still unread in its socket: the kernel resets it). pulsar-lite then
+# skips removing that connection's consumers, and a Shared subscription keeps dispatching to
+# the dead one: docs/backend.md, "A reset connection leaves its consumers behind".
+RESET_LINE = re.compile(rb"Connection error from (\S+): [^\n]*\(os error \d+\)")
+# At most this much of the broker's log is read per look (it grows with its own errors).
+LOG_READ_LIMIT = 1 << 20
 
 
 def broker_binary() -> Path:
@@ -200,6 +209,12 @@ def move_misplaced_database(data_dir: Path, misplaced: Path) -> bool:
     return True
 
 
+def reset_peers(text: bytes) -> list[str]:
+    """The client addresses of the connections the broker dropped on an I/O error, in the
+    order its log names them."""
+    return [match.group(1).decode(errors="replace") for match in RESET_LINE.finditer(text)]
+
+
 class EmbeddedBroker:
     """Starts, watches and stops one pulsar-lite process on a loopback port.
 
@@ -209,6 +224,13 @@ class EmbeddedBroker:
     now and then over weeks keeps being restarted, and only more than `restart_limit`
     crashes inside one window call `on_fatal`, so that the gateway exits non-zero instead
     of restarting a broker that cannot stay up.
+
+    With `heal_resets`, the broker is also restarted (planned, not counted as a crash) once
+    its log says it dropped a connection on an I/O error: the consumers of that connection
+    stay registered, holding their messages, and nothing but a restart removes them
+    (docs/backend.md, "A reset connection leaves its consumers behind"). The restart waits
+    for `heal_quiet` seconds without another such line (a killed process drops all its
+    connections at once) and comes at most once per `heal_interval` seconds.
     """
 
     def __init__(
@@ -221,6 +243,9 @@ class EmbeddedBroker:
         on_fatal: Callable[[str], None] | None = None,
         restart_window: float = 60.0,
         clock: Callable[[], float] = time.monotonic,
+        heal_resets: bool = True,
+        heal_quiet: float = 0.5,
+        heal_interval: float = 10.0,
     ) -> None:
         # absolute: the child's working directory is the data directory (module docstring)
         self.data_dir = data_dir.absolute()
@@ -238,6 +263,13 @@ class EmbeddedBroker:
         self._process: subprocess.Popen[bytes] | None = None
         self._watch: asyncio.Task[None] | None = None
         self._stopping = False
+        self.heal_resets = heal_resets
+        self.heal_quiet = heal_quiet
+        self.heal_interval = heal_interval
+        self.heal_restarts = 0  # planned restarts after a reset connection, for /health
+        self._log_position = 0  # how far the broker's log has been read for reset lines
+        self._planned_restart = False
+        self._log_watch: asyncio.Task[None] | None = None
 
     @property
     def service_url(self) -> str:
@@ -256,6 +288,8 @@ class EmbeddedBroker:
         await asyncio.to_thread(stop_orphans, self.data_dir / DB_NAME)
         await self._spawn(config_path)
         self._watch = asyncio.create_task(self._watch_process(config_path))
+        if self.heal_resets:
+            self._log_watch = asyncio.create_task(self._watch_log())
 
     async def _spawn(self, config_path: Path) -> None:
         command = [
@@ -269,6 +303,10 @@ class EmbeddedBroker:
             "--log-level",
             self.log_level,
         ]
+
+        # only what this process logs is looked at for reset connections
+        with contextlib.suppress(FileNotFoundError):
+            self._log_position = (self.data_dir / "broker.log").stat().st_size
 
         def spawn() -> subprocess.Popen[bytes]:
             log_fd = os.open(
@@ -318,6 +356,16 @@ class EmbeddedBroker:
             code = await _wait(self._process)
             if self._stopping:
                 return
+            if self._planned_restart:
+                self._planned_restart = False
+                try:
+                    await self._spawn(config_path)
+                except Exception as exc:  # noqa: BLE001 - reported, then fatal
+                    log.error("embedded pulsar-lite restart failed: %s", exc)
+                    if self.on_fatal:
+                        self.on_fatal(f"embedded broker restart failed: {exc}")
+                    return
+                continue
             self.restarts += 1
             recent = self._count_crash()
             log.error(
@@ -340,6 +388,62 @@ class EmbeddedBroker:
                 if self.on_fatal:
                     self.on_fatal(f"embedded broker restart failed: {exc}")
                 return
+
+    async def _watch_log(self, poll: float = 0.1) -> None:
+        """Restart the broker after it dropped a connection on an I/O error (class
+        docstring): read its log as it grows, wait for the quiet and the interval."""
+        last_reset: float | None = None  # the newest reset line not yet healed
+        reset_generation = self.generation  # the broker process that logged it
+        last_heal = -self.heal_interval
+        while not self._stopping:
+            await asyncio.sleep(poll)
+            position = self._log_position
+            consumed, peers = await asyncio.to_thread(self._read_log, position)
+            if self._log_position != position:
+                continue  # a new broker process started meanwhile: its log is read next
+            self._log_position = position + consumed
+            now = self._clock()
+            if last_reset is not None and reset_generation != self.generation:
+                last_reset = None  # that process is gone (a crash, a restart): so are they
+            if peers:
+                log.warning(
+                    "embedded pulsar-lite dropped %s on an I/O error; their consumers stay"
+                    " registered until it restarts",
+                    ", ".join(peers),
+                )
+                last_reset = now
+                reset_generation = self.generation
+            if (
+                last_reset is not None
+                and now - last_reset >= self.heal_quiet
+                and now - last_heal >= self.heal_interval
+                and self._process is not None
+                and self._process.poll() is None
+            ):
+                last_reset = None
+                last_heal = now
+                self.heal_restarts += 1
+                log.warning(
+                    "restarting embedded pulsar-lite (planned restart %d) to remove the"
+                    " consumers of connections it dropped",
+                    self.heal_restarts,
+                )
+                self._planned_restart = True
+                await self._terminate()
+
+    def _read_log(self, position: int) -> tuple[int, list[str]]:
+        """The bytes of whole lines the broker logged from `position` on (at most
+        LOG_READ_LIMIT) and the reset lines among them."""
+        try:
+            with open(self.data_dir / "broker.log", "rb") as log_file:
+                log_file.seek(position)
+                chunk = log_file.read(LOG_READ_LIMIT)
+        except FileNotFoundError:
+            return 0, []
+        end = chunk.rfind(b"\n") + 1
+        if end == 0 and len(chunk) == LOG_READ_LIMIT:
+            end = len(chunk)  # one absurdly long line: skip it rather than stall on it
+        return end, reset_peers(chunk[:end])
 
     def _count_crash(self) -> int:
         """Record a crash now; the number of crashes within the last `restart_window`."""
@@ -365,6 +469,7 @@ class EmbeddedBroker:
 
     async def stop(self) -> None:
         self._stopping = True
+        await cancel_and_wait(self._log_watch)
         await cancel_and_wait(self._watch)
         await self._terminate()
         log.info("embedded pulsar-lite stopped")
