@@ -22,6 +22,12 @@ def esc(value: Any) -> str:
     return html.escape(str(value))
 
 
+def bar_value(value: float) -> str:
+    """A bar's label: whole numbers from 10 up, two significant digits below (CPU per record
+    is a fraction of a microsecond, which a whole number showed as 0)."""
+    return f"{value:,.0f}" if abs(value) >= 10 else f"{value:.2g}"
+
+
 def bar_chart(title: str, bars: Sequence[tuple[str, float]], unit: str) -> str:
     """Horizontal bars, one per label; the bars start after the longest label (12 px text,
     about 7 px a character)."""
@@ -44,7 +50,7 @@ def bar_chart(title: str, bars: Sequence[tuple[str, float]], unit: str) -> str:
         )
         parts.append(
             f'<text x="{left + length + 6:.1f}" y="{y + 15}" font-size="12">'
-            f"{value:,.0f} {esc(unit)}</text>"
+            f"{bar_value(value)} {esc(unit)}</text>"
         )
     parts.append("</svg>")
     return "\n".join(parts)

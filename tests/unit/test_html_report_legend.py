@@ -1,6 +1,6 @@
 """Chart text gets the room it needs: legend entries do not run into the next (seen in the
 migration bench's "records/s" chart), and horizontal bars start after their longest label
-(seen in make bench's ratio chart)."""
+(seen in make bench's ratio chart), and values below one are not shown as 0."""
 
 from __future__ import annotations
 
@@ -32,3 +32,11 @@ def test_bars_start_after_their_longest_label() -> None:
     bar_x = {int(x) for x in re.findall(r'<rect x="(\d+)"', svg)}
     assert len(bar_x) == 1
     assert bar_x.pop() >= 4 + 6 * len(label)
+
+
+def test_a_bar_below_one_shows_its_value_not_zero() -> None:
+    """CPU per record is a fraction of a microsecond: make bench's chart labelled 0.25 us
+    as "0 us"."""
+    svg = html_report.bar_chart("CPU", [("gateway", 0.25), ("tansu", 1422480.0)], "us")
+    labels = re.findall(r'font-size="12">([^<]+ us)</text>', svg)
+    assert labels == ["0.25 us", "1,422,480 us"]
