@@ -438,7 +438,7 @@ class EmbeddedBroker:
             with open(self.data_dir / "broker.log", "rb") as log_file:
                 log_file.seek(position)
                 chunk = log_file.read(LOG_READ_LIMIT)
-        except FileNotFoundError:
+        except OSError:  # not there (yet), or unreadable: nothing to act on, look again
             return 0, []
         end = chunk.rfind(b"\n") + 1
         if end == 0 and len(chunk) == LOG_READ_LIMIT:
