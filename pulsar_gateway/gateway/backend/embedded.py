@@ -356,14 +356,9 @@ class EmbeddedBroker:
             code = await _wait(self._process)
             if self._stopping:
                 return
-            if self._planned_restart:
+            if self._planned_restart:  # by _watch_log: not a crash
                 self._planned_restart = False
-                try:
-                    await self._spawn(config_path)
-                except Exception as exc:  # noqa: BLE001 - reported, then fatal
-                    log.error("embedded pulsar-lite restart failed: %s", exc)
-                    if self.on_fatal:
-                        self.on_fatal(f"embedded broker restart failed: {exc}")
+                if not await self._respawn(config_path):
                     return
                 continue
             self.restarts += 1
@@ -381,13 +376,19 @@ class EmbeddedBroker:
                         f"embedded broker crashed {recent} times within {self.restart_window:g}s"
                     )
                 return
-            try:
-                await self._spawn(config_path)
-            except Exception as exc:  # noqa: BLE001 - reported, then fatal
-                log.error("embedded pulsar-lite restart failed: %s", exc)
-                if self.on_fatal:
-                    self.on_fatal(f"embedded broker restart failed: {exc}")
+            if not await self._respawn(config_path):
                 return
+
+    async def _respawn(self, config_path: Path) -> bool:
+        """Start the broker again; a failure is reported to `on_fatal` (False)."""
+        try:
+            await self._spawn(config_path)
+        except Exception as exc:  # noqa: BLE001 - reported, then fatal
+            log.error("embedded pulsar-lite restart failed: %s", exc)
+            if self.on_fatal:
+                self.on_fatal(f"embedded broker restart failed: {exc}")
+            return False
+        return True
 
     async def _watch_log(self, poll: float = 0.1) -> None:
         """Restart the broker after it dropped a connection on an I/O error (class
