@@ -575,6 +575,8 @@ class PartitionLog:
             return found if found is not None else await self._offset_by_scan(mid)
         future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
         heapq.heappush(self._id_waiters, (mid, next(self._waiter_seq), future))
+        if self._stream is not None:
+            self._stream.hurry()  # the receipt came in: the reader holds it, or soon will
         return await asyncio.shield(future)
 
     def _find_in_tail(self, mid: MessageKey) -> int | None:
