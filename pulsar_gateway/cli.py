@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from pulsar_gateway.gateway.config import DEFAULT_METADATA_NAMESPACE, ConfigError, load_settings
+from pulsar_gateway.gateway.timer_slack import tighten_timer_slack
 
 EPILOG = """\
 examples:
@@ -191,6 +192,8 @@ def _overrides(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    # before any thread starts, so that pulsar-client's threads inherit it
+    tighten_timer_slack()
     parser = _parser()
     args = parser.parse_args(argv)
     if args.command in ("migrate", "parity", "amqp", "users", "cluster"):
