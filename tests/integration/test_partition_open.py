@@ -3,22 +3,19 @@
 from __future__ import annotations
 
 import asyncio
-import uuid
-from pathlib import Path
 
 import pytest
 
-from pulsar_gateway.gateway.backend.pulsar_backend import PulsarBackend
 from pulsar_gateway.gateway.messages import OutMessage
-from pulsar_gateway.gateway.metadata_store import MetadataStore
 from pulsar_gateway.storage.kafka import partition_log
 from pulsar_gateway.storage.kafka.partition_log import PartitionLog
+from tests.support.partition_backend import partition_backend
 
 RECORDS = 2_500  # three checkpoints (0, 1000, 2000) and 500 records after the last
 
 
 def test_a_reopened_partition_is_ready_once_caught_up_without_waiting_out_a_pause(
-    broker_url: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+    broker_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The tailer numbers what follows the last checkpoint while `open` asks the broker
     whether anything is left (a new reader's first answer takes some 10 ms). What it numbered
@@ -28,13 +25,8 @@ def test_a_reopened_partition_is_ready_once_caught_up_without_waiting_out_a_paus
     nothing returns inside the deadline."""
 
     async def scenario() -> None:
-        backend = PulsarBackend(broker_url)
-        await backend.start()
-        metadata = MetadataStore(backend, f"public/open-{uuid.uuid4().hex[:8]}")
-        await metadata.load()
-        topic = f"persistent://public/default/open-{uuid.uuid4().hex[:8]}"
-        await backend.send(topic, [OutMessage(b"r%d" % i) for i in range(RECORDS)])
-        try:
+        async with partition_backend(broker_url, "open") as (backend, metadata, topic):
+            await backend.send(topic, [OutMessage(b"r%d" % i) for i in range(RECORDS)])
             first = PartitionLog(backend, metadata, topic, index_interval=1000)
             await asyncio.wait_for(first.open(), 60)  # numbers all 2,500 from the start
             assert first.next_offset == RECORDS
@@ -50,7 +42,5 @@ def test_a_reopened_partition_is_ready_once_caught_up_without_waiting_out_a_paus
                 entries = await reopened.read(RECORDS - 1, 1 << 20)
                 assert [e.message.payload for e in entries] == [b"r%d" % (RECORDS - 1)]
                 await reopened.close()
-        finally:
-            await backend.close()
 
     asyncio.run(scenario())

@@ -11,15 +11,14 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from pathlib import Path
 
 import pytest
 
 from pulsar_gateway.gateway.backend import reader_stream
 from pulsar_gateway.gateway.backend.pulsar_backend import PulsarBackend
 from pulsar_gateway.gateway.messages import OutMessage
-from pulsar_gateway.gateway.metadata_store import MetadataStore
 from pulsar_gateway.storage.kafka.partition_log import PartitionLog
+from tests.support.partition_backend import partition_backend
 from tests.support.waiting import async_wait_until
 
 LONG_PAUSE = 60.0
@@ -27,28 +26,23 @@ DEADLINE = 20.0
 
 
 def test_appends_are_numbered_without_waiting_out_the_readers_pause(
-    broker_url: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+    broker_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(reader_stream, "COALESCE_SECONDS", LONG_PAUSE)
 
     async def scenario() -> None:
-        backend = PulsarBackend(broker_url)
-        await backend.start()
-        metadata = MetadataStore(backend, f"public/prompt-{uuid.uuid4().hex[:8]}")
-        await metadata.load()
-        topic = f"persistent://public/default/prompt-{uuid.uuid4().hex[:8]}"
-        log = PartitionLog(backend, metadata, topic)
-        try:
-            await asyncio.wait_for(log.open(), DEADLINE)
-            offsets = []
-            for i in range(10):
-                records = [OutMessage(b"batch %d record %d" % (i, r)) for r in range(3)]
-                offsets.append(await asyncio.wait_for(log.append(records), DEADLINE))
-            assert offsets == list(range(0, 30, 3))
-            assert log.next_offset == 30
-        finally:
-            await log.close()
-            await backend.close()
+        async with partition_backend(broker_url, "prompt") as (backend, metadata, topic):
+            log = PartitionLog(backend, metadata, topic)
+            try:
+                await asyncio.wait_for(log.open(), DEADLINE)
+                offsets = []
+                for i in range(10):
+                    records = [OutMessage(b"batch %d record %d" % (i, r)) for r in range(3)]
+                    offsets.append(await asyncio.wait_for(log.append(records), DEADLINE))
+                assert offsets == list(range(0, 30, 3))
+                assert log.next_offset == 30
+            finally:
+                await log.close()
 
     asyncio.run(scenario())
 
