@@ -34,7 +34,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -254,6 +254,19 @@ def parallel_fetch(
     }
 
 
+def due_in_ticks(count: int, rate: float, wait: Callable[[], Any]) -> Iterator[int]:
+    """0..count-1 at `rate` a second, in ticks: every index due by now at once, then `wait()`
+    (which should last about PACE_SECONDS) before the next tick. The latency runs' pacing."""
+    start = time.perf_counter()
+    i = 0
+    while i < count:
+        due = min(count, int((time.perf_counter() - start) * rate) + 1)
+        while i < due:
+            yield i
+            i += 1
+        wait()
+
+
 def kafka_latency(bootstrap: str, topic: str, rate: float, size: int) -> dict[str, Any]:
     """Produce at `rate` records/s for LATENCY_SECONDS (acks=all) while one consumer reads
     partition 0..n: produce (ack) and end-to-end (send to receipt) percentiles."""
@@ -298,23 +311,20 @@ def kafka_latency(bootstrap: str, topic: str, rate: float, size: int) -> dict[st
         # milliseconds, so the 50 us gaps at 20k/s became zero-timeout polls, 85% of a core
         # that the server on the same machine then lacked.)
         start = time.perf_counter()
-        i = 0
-        while i < count:
-            due = min(count, int((time.perf_counter() - start) * rate) + 1)
-            while i < due:
-                sent = time.perf_counter()
+        for _ in due_in_ticks(count, rate, lambda: producer.poll(PACE_SECONDS)):
+            sent = time.perf_counter()
 
-                def acked(err: Any, _msg: Any, sent: float = sent) -> None:
-                    if err is None:
-                        acks.append(time.perf_counter() - sent)
+            def acked(err: Any, _msg: Any, sent: float = sent) -> None:
+                if err is None:
+                    acks.append(time.perf_counter() - sent)
 
-                value = b"lat" + f"{sent:20.6f}".encode() + padding
+            value = b"lat" + f"{sent:20.6f}".encode() + padding
+            while True:
                 try:
                     producer.produce(topic, value, on_delivery=acked)
-                    i += 1
+                    break
                 except BufferError:  # the server is behind the rate: its latency shows it
                     producer.poll(0.01)
-            producer.poll(PACE_SECONDS)
         producer.flush(120)
         achieved = count / (time.perf_counter() - start)
         wait_deadline = time.monotonic() + 30
@@ -369,18 +379,13 @@ def pulsar_latency(service_url: str, rate: float, size: int) -> dict[str, Any]:
     thread.start()
     padding = b"x" * max(0, size - 23)
     start = time.perf_counter()
-    i = 0
-    while i < count:
-        due = min(count, int((time.perf_counter() - start) * rate) + 1)  # as kafka_latency
-        while i < due:
-            sent = time.perf_counter()
+    for _ in due_in_ticks(count, rate, lambda: time.sleep(PACE_SECONDS)):
+        sent = time.perf_counter()
 
-            def acked(result: Any, _mid: Any, sent: float = sent) -> None:
-                acks.append(time.perf_counter() - sent)
+        def acked(result: Any, _mid: Any, sent: float = sent) -> None:
+            acks.append(time.perf_counter() - sent)
 
-            producer.send_async(b"lat" + f"{sent:20.6f}".encode() + padding, acked)
-            i += 1
-        time.sleep(PACE_SECONDS)
+        producer.send_async(b"lat" + f"{sent:20.6f}".encode() + padding, acked)
     producer.flush()
     achieved = count / (time.perf_counter() - start)
     time.sleep(1)
