@@ -13,7 +13,7 @@ import bisect
 import copy
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from pulsar_gateway.gateway.messages import LogEntry, OutMessage, StoredMessage, records_in
@@ -55,6 +55,7 @@ class MemoryPartitionLog(_Breakable):
         self.producers: dict[int, ProducerSnapshot] = {}
         # when set, an append waits until it is (a stalled backend, for timeout paths)
         self.stall: asyncio.Event | None = None
+        self._last_append: asyncio.Future[int] | None = None  # the latest queued behind a stall
         self.transactions = TransactionIndex()
 
     @property
@@ -67,15 +68,37 @@ class MemoryPartitionLog(_Breakable):
     def producer_state(self, producer_id: int) -> ProducerSnapshot | None:
         return self.producers.get(producer_id)
 
-    async def append(
+    def append(
         self,
         messages: list[OutMessage],
         producer: ProducerStamp | None = None,
         encoded: bytes | memoryview | None = None,
-    ) -> int:
+    ) -> asyncio.Future[int]:
+        """Stored in the order of the calls, as the port promises; with `stall` set, the
+        appends wait (in that order) until it is."""
         self._check()
+        previous = self._last_append
+        if self.stall is None and (previous is None or previous.done()):
+            done: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+            done.set_result(self._store(messages, producer))
+            return done
+        later = asyncio.ensure_future(self._store_later(previous, messages, producer))
+        self._last_append = later
+        return later
+
+    async def _store_later(
+        self,
+        previous: asyncio.Future[int] | None,
+        messages: list[OutMessage],
+        producer: ProducerStamp | None,
+    ) -> int:
+        if previous is not None and not previous.done():
+            await asyncio.wait((previous,))
         if self.stall is not None:
             await self.stall.wait()
+        return self._store(messages, producer)
+
+    def _store(self, messages: list[OutMessage], producer: ProducerStamp | None) -> int:
         base = self.next_offset
         now = int(time.time() * 1000)
         for message in messages:
@@ -146,6 +169,13 @@ class MemoryTopicStore(_Breakable):
     def __init__(self) -> None:
         self.records: dict[str, TopicRecord] = {}
         self.logs: dict[str, MemoryPartitionLog] = {}
+        # seconds each topic creation and partition open waits, as a backend's answer does
+        # (None: no wait); the ordering tests draw them at random
+        self.delay: Callable[[], float] | None = None
+
+    async def _wait(self) -> None:
+        if self.delay is not None:
+            await asyncio.sleep(self.delay())
 
     def get(self, name: str) -> TopicRecord | None:
         return self.records.get(name)
@@ -157,6 +187,7 @@ class MemoryTopicStore(_Breakable):
         self, name: str, partitions: int, configs: dict[str, str] | None = None
     ) -> TopicRecord:
         self._check()
+        await self._wait()
         if name in self.records:
             raise TopicExists(name)
         if partitions < 1:
@@ -210,6 +241,7 @@ class MemoryTopicStore(_Breakable):
 
     async def partition_of(self, record: TopicRecord, index: int) -> MemoryPartitionLog:
         self._check()
+        await self._wait()
         name = partition_topic(record.name, index)
         log = self.logs.get(name)
         if log is None:
@@ -221,6 +253,7 @@ class MemoryGroupOffsets(_Breakable):
     def __init__(self) -> None:
         self.committed: dict[str, dict[str, CommittedOffset]] = {}
         self.states: dict[str, tuple[int, str]] = {}
+        self.delay: Callable[[], float] | None = None  # as MemoryTopicStore's, for commits
 
     def get(self, group_id: str, topic: str) -> CommittedOffset | None:
         return self.committed.get(group_id, {}).get(topic)
@@ -230,6 +263,8 @@ class MemoryGroupOffsets(_Breakable):
 
     async def commit(self, group_id: str, entries: dict[str, CommittedOffset]) -> None:
         self._check()
+        if self.delay is not None:
+            await asyncio.sleep(self.delay())
         self.committed.setdefault(group_id, {}).update(entries)
 
     async def delete(self, group_id: str, topics: list[str]) -> None:

@@ -38,7 +38,7 @@ class _RacingBackend:
         return out
 
     async def send(
-        self, topic: str, messages: list[OutMessage], batching: bool = True
+        self, topic: str, messages: list[OutMessage], batching: bool = True, whole: bool = False
     ) -> tuple[MessageKey, MessageKey]:
         assert self.log is not None
         mine = self._stored(len(messages))

@@ -60,7 +60,7 @@ class _GatedBackend:
         self.gates: list[asyncio.Event] = []
 
     async def send(
-        self, topic: str, messages: list[OutMessage], batching: bool = True
+        self, topic: str, messages: list[OutMessage], batching: bool = True, whole: bool = False
     ) -> tuple[MessageKey, MessageKey]:
         assert self.log is not None
         stored = [

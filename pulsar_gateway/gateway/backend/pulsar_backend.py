@@ -27,7 +27,7 @@ from pulsar_gateway.gateway.backend.client_logging import client_logger
 from pulsar_gateway.gateway.backend.connection_security import NO_SECURITY, PulsarSecurity
 from pulsar_gateway.gateway.backend.loop_bridge import to_loop
 from pulsar_gateway.gateway.backend.reader_stream import EARLIEST, ReaderStream
-from pulsar_gateway.gateway.backend.resend_filter import SEQ
+from pulsar_gateway.gateway.backend.resend_filter import SEQ, stamp_text
 from pulsar_gateway.gateway.errors import StorageError
 from pulsar_gateway.gateway.messages import MessageKey, OutMessage
 from pulsar_gateway.gateway.waiting import result_within
@@ -45,9 +45,9 @@ class BackendError(StorageError):
     """A Pulsar operation failed; handlers see it as the ports' `StorageError`."""
 
 
-def _build(message: OutMessage, sequence: int) -> Any:
+def _build(message: OutMessage, sequence: int, more: bool = False) -> Any:
     builder = _pulsar.MessageBuilder()
-    builder.property(SEQ, str(sequence))
+    builder.property(SEQ, stamp_text(sequence, more))
     if message.payload is None:
         builder.set_null_value()
     else:
@@ -81,7 +81,8 @@ class _TopicWriter:
         self.last_kind = "batching"
         self.sequence = 0  # stamped on every message: resends are recognised by it
         self.last_used = time.monotonic()
-        self.lock = asyncio.Lock()
+        # set once the topic's last send has queued its messages: the next waits for it
+        self.queued: asyncio.Future[None] | None = None
         self.single: Any = None  # batching off: one entry per message (AMQP queues)
         # Whether the topic's current ledger is known to hold an entry already, so that a
         # batch sent now cannot be its entry 0 (docs/backend.md, "A batch must not open a
@@ -209,16 +210,24 @@ class PulsarBackend:
 
         return future, done
 
-    async def send(
-        self, topic: str, messages: list[OutMessage], batching: bool = True
-    ) -> tuple[MessageKey, MessageKey]:
-        """Append messages in order; returns the ids of the first and last once all are stored.
+    def send(
+        self, topic: str, messages: list[OutMessage], batching: bool = True, whole: bool = False
+    ) -> asyncio.Future[tuple[MessageKey, MessageKey]]:
+        """Append messages in order; the returned future gives the ids of the first and the
+        last once all are stored.
+
+        The messages' place in the topic is fixed when this is called, not when the future
+        is awaited: sends to one topic are stored in the order of the calls (what one Kafka
+        connection's order rests on, docs/offsets.md), however long each waits for room.
 
         `batching=False` writes one entry per message, without the batching delay:
         for queues whose messages are acknowledged one by one (AMQP), where a batch
         is redelivered whole after a reconnect (batch index acks are off:
         docs/backend.md, "Batch index acks lose messages")
         and a client waiting for each confirm would wait out the delay every time.
+        `whole`: the messages are one Kafka record batch; every one but the last is stamped
+        as having more to follow, so that a tailer numbers them together (docs/offsets.md,
+        "A batch is numbered whole").
         """
         if not messages:
             raise ValueError("nothing to send")
@@ -227,16 +236,37 @@ class PulsarBackend:
         if writer is None:
             writer = self._writers[topic] = _TopicWriter(topic)
         writer.last_used = time.monotonic()
+        previous = writer.queued
+        queued: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        writer.queued = queued
+        return asyncio.ensure_future(
+            self._send(writer, previous, queued, messages, batching, whole)
+        )
+
+    async def _send(
+        self,
+        writer: _TopicWriter,
+        previous: asyncio.Future[None] | None,
+        queued: asyncio.Future[None],
+        messages: list[OutMessage],
+        batching: bool,
+        whole: bool,
+    ) -> tuple[MessageKey, MessageKey]:
+        """`send`'s work, once every earlier send to the topic has queued its messages
+        (`previous`); `queued` is set once this one has, however it ends."""
         acquired = False
         try:
             first_future: asyncio.Future[Any] | None = None
             last_future: asyncio.Future[Any] | None = None
-            # The lock is first-come first-served: waiting for send capacity inside it keeps
-            # the partition's order even when a later, smaller request would fit sooner.
-            async with writer.lock:
+            try:
+                if previous is not None and not previous.done():
+                    # first come first served: waiting for send capacity in line keeps the
+                    # partition's order even when a later, smaller request would fit sooner
+                    await asyncio.wait((previous,))
                 await self._acquire(len(messages))
                 acquired = True
                 start = 0
+                last_index = len(messages) - 1
                 while start < len(messages):
                     big = _is_big(messages[start])
                     end = start + 1
@@ -258,19 +288,25 @@ class PulsarBackend:
                         callback = None
                         if index == 0:
                             first_future, callback = self._group_future()
-                        if index == len(messages) - 1 or index == end - 1:
+                        if index == last_index or index == end - 1:
                             if index != 0:
                                 last_future, callback = self._group_future()
                             else:
                                 last_future = first_future
                         writer.sequence += 1
-                        producer.send_async(_build(messages[index], writer.sequence), callback)
+                        more = whole and index != last_index
+                        producer.send_async(
+                            _build(messages[index], writer.sequence, more), callback
+                        )
                     writer.last_group = last_future
                     start = end
                     if opens_ledger and start < len(messages):
                         # the lone message must be stored before any batch may follow it
                         await asyncio.shield(last_future)
                         writer.ledger_opened = True
+            finally:
+                if not queued.done():
+                    queued.set_result(None)
             assert first_future is not None and last_future is not None
             first = await first_future
             last = await last_future
@@ -281,7 +317,7 @@ class PulsarBackend:
             raise
         except Exception as exc:
             writer.ledger_opened = False
-            raise BackendError(f"send to {topic} failed: {exc}") from exc
+            raise BackendError(f"send to {writer.topic} failed: {exc}") from exc
         finally:
             if acquired:
                 self._release(len(messages))
@@ -414,7 +450,9 @@ class PulsarBackend:
             await asyncio.sleep(min(10.0, self.idle_close_seconds / 2))
             now = time.monotonic()
             for topic, writer in list(self._writers.items()):
-                if now - writer.last_used > self.idle_close_seconds and not writer.lock.locked():
+                if now - writer.last_used > self.idle_close_seconds and (
+                    writer.queued is None or writer.queued.done()
+                ):
                     if writer.last_group is None or writer.last_group.done():
                         del self._writers[topic]
                         await self._close_writer(writer)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import bisect
 from array import array
 from collections import OrderedDict
+from collections.abc import Sequence
 
 from pulsar_gateway.gateway.messages import MessageKey, StoredMessage
 
@@ -23,17 +24,45 @@ RECENT = 20000  # resends come within the send timeout; keep this many offsets p
 MAX_QUEUE_PRODUCERS = 8  # producers of one queue whose stamps are remembered
 
 
+# A stamp ending in MORE: the message is not the last of the Kafka record batch it was
+# written with (docs/offsets.md, "A batch is numbered whole").
+MORE = "+"
+
+
+def stamp_text(sequence: int, more: bool = False) -> str:
+    """The `SEQ` property of the gateway's `sequence`-th message to a topic."""
+    return f"{sequence}{MORE}" if more else str(sequence)
+
+
 def stamp_of(properties: dict[str, str]) -> int | None:
     """The gateway's sequence stamp; None when there is none, or it is not one of ours (a
     native Pulsar producer may set any property, and a crash on it would stop the reader)."""
     stamp = properties.get(SEQ)
     if stamp is None:
         return None
+    if stamp.endswith(MORE):
+        stamp = stamp[:-1]
     try:
         sequence = int(stamp)
     except ValueError:
         return None
     return sequence if 0 <= sequence < 2**63 else None
+
+
+def open_batch_start(messages: Sequence[StoredMessage]) -> int:
+    """Where the first Kafka batch begins that has not ended by the end of `messages` (its
+    producer's last message there says more follows), or len(messages) when every batch
+    ended. Other producers' messages may lie inside a batch; they are held with it."""
+    open_at: dict[str, int] = {}
+    for position, message in enumerate(messages):
+        stamp = message.properties.get(SEQ)
+        if stamp is None:
+            continue
+        if stamp.endswith(MORE):
+            open_at.setdefault(message.producer, position)
+        elif open_at:
+            open_at.pop(message.producer, None)
+    return min(open_at.values()) if open_at else len(messages)
 
 
 class RecentOffsets:

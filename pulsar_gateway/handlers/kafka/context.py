@@ -19,6 +19,7 @@ from pulsar_gateway.handlers.kafka.group_coordinator import GroupCoordinator
 from pulsar_gateway.handlers.kafka.idempotence import ProducerSequences
 from pulsar_gateway.handlers.kafka.port import GroupOffsets, KafkaStorage, ProducerIds, TopicStore
 from pulsar_gateway.handlers.kafka.quotas import ClientQuotas, ConnectionMute
+from pulsar_gateway.handlers.kafka.request_order import ProduceTurn, RequestOrder
 from pulsar_gateway.handlers.kafka.transaction_coordinator import TransactionCoordinator
 from pulsar_gateway.kafka_codec.compression import InflateBudget
 
@@ -54,6 +55,9 @@ class KafkaContext:
     mute: ConnectionMute | None = None
     # KIP-848 `consumer` protocol groups (the classic ones are `groups`)
     consumer_groups: ConsumerGroups | None = None
+    # the connection's line (request_order.py); a Produce gets a copy with its own turn
+    order: RequestOrder | None = None
+    produce_turn: ProduceTurn | None = None
 
     @property
     def topics(self) -> TopicStore:

@@ -14,7 +14,7 @@ entry takes as many offsets as it holds records.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -147,16 +147,19 @@ class PartitionLog(ProducerStateStore, Protocol):
     log_start: int
     next_offset: int  # the high watermark: one past the last numbered record
 
-    async def append(
+    def append(
         self,
         messages: list[OutMessage],
         producer: ProducerStamp | None = None,
         encoded: bytes | memoryview | None = None,
-    ) -> int:
-        """Store the messages in order; the offset of the first once all are numbered.
-        `producer`: they are an idempotent producer's batch, which `producer_state` shows
-        once it is stored whole. `encoded`: the Kafka batch they are the records of, one
-        each, which the log may serve to fetches in their place."""
+    ) -> Awaitable[int]:
+        """Store the messages in order, as one Kafka batch; what it returns gives the offset
+        of the first once all are numbered, together (a fetch sees all of them or none).
+        Their place in the log is fixed by the call itself: appends are stored in the order
+        they are called, however long each then waits (docs/offsets.md, "One connection's
+        order"). `producer`: they are an idempotent producer's batch, which
+        `producer_state` shows once it is stored whole. `encoded`: the Kafka batch they are
+        the records of, one each, which the log may serve to fetches in their place."""
         ...
 
     async def read(self, offset: int, max_bytes: int) -> list[LogEntry]:

@@ -15,6 +15,7 @@ legitimate or hostile, never holds the event loop (and every other client) for l
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from concurrent.futures import Executor
 from typing import Any, NamedTuple
 
@@ -30,6 +31,7 @@ from pulsar_gateway.handlers.kafka.quotas import (
     PRODUCER_BYTE_RATE,
     ClientQuotas,
 )
+from pulsar_gateway.handlers.kafka.request_order import OrderedTurn, ProduceTurn
 from pulsar_gateway.kafka_codec import protocol
 from pulsar_gateway.kafka_codec.errors import ErrorCode
 from pulsar_gateway.kafka_codec.protocol.messages import ApiKey
@@ -119,15 +121,27 @@ async def decode_off_loop(
 
 
 async def respond(
-    context: KafkaContext, request: DecodedRequest, throttle_ms: int = 0
+    context: KafkaContext,
+    request: DecodedRequest,
+    throttle_ms: int = 0,
+    turn: ProduceTurn | OrderedTurn | None = None,
 ) -> bytes | None:
     """The response frame (size prefix included) to one decoded request, or None (acks=0).
 
-    `throttle_ms`: what `charge_produce` gave this request (a Produce over its quota)."""
+    `throttle_ms`: what `charge_produce` gave this request (a Produce over its quota).
+    `turn`: its place in its connection's line (request_order.py), given up however it ends."""
     header = request.header
     if request.body is None:
         return unsupported_api_versions(header.correlation_id)
-    body = await API_TABLE[ApiKey(header.api_key)].handler(context, header, request.body)
+    try:
+        if isinstance(turn, OrderedTurn):
+            await turn.wait()
+        elif turn is not None:
+            context = dataclasses.replace(context, produce_turn=turn)
+        body = await API_TABLE[ApiKey(header.api_key)].handler(context, header, request.body)
+    finally:
+        if turn is not None:
+            turn.close()
     metrics.REQUESTS.labels("kafka", api_name(header.api_key), "none").inc()
     if header.api_key == ApiKey.PRODUCE and body is not None:
         _count_rejected_batches(body)
@@ -186,9 +200,19 @@ async def answer(
     context: KafkaContext, header: protocol.RequestHeader, frame: memoryview
 ) -> bytes | None:
     """`decode`, `charge_produce` and `respond`, as the listener runs them: one request frame
-    to its response (tests and tools)."""
+    to its response (tests and tools), in line behind the requests `answer` was given before
+    on the context's connection (`context.order`), if it has one."""
     request = decode(header, frame, context.settings.max_request_entries)
-    return await respond(context, request, charge_produce(context, request))
+    return await respond(
+        context, request, charge_produce(context, request), admit(context, request)
+    )
+
+
+def admit(context: KafkaContext, request: DecodedRequest) -> ProduceTurn | OrderedTurn | None:
+    """The request's place in its connection's line; call in the order requests were read."""
+    if context.order is None:
+        return None
+    return context.order.admit(request.header.api_key, request.body)
 
 
 def _count_rejected_batches(body: dict[str, Any]) -> None:

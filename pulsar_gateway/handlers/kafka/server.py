@@ -53,10 +53,12 @@ from pulsar_gateway.handlers.kafka.context import BrokerIdentity, KafkaContext
 from pulsar_gateway.handlers.kafka.group_coordinator import GroupCoordinator
 from pulsar_gateway.handlers.kafka.port import KafkaStorage
 from pulsar_gateway.handlers.kafka.quotas import ClientQuotas, ConnectionMute
+from pulsar_gateway.handlers.kafka.request_order import RequestOrder
 from pulsar_gateway.handlers.kafka.requests import (
     ENTRY_BYTES,
     ConnectionClosing,
     DecodedRequest,
+    admit,
     charge_produce,
     decode_off_loop,
     respond,
@@ -289,7 +291,9 @@ class KafkaServer:
         metrics.CONNECTIONS_TOTAL.labels("kafka").inc()
         queued = ByteBudget(self.settings.max_queued_request_bytes_per_connection, self.queued)
         inflated = InflateBudget(self.settings.max_connection_inflated_bytes)
-        context = dataclasses.replace(context, inflated=inflated, mute=ConnectionMute())
+        context = dataclasses.replace(
+            context, inflated=inflated, mute=ConnectionMute(), order=RequestOrder()
+        )
         connection = _Connection(context, reader, writer, peer, queued, self._decoder)
         connection.sasl = SaslSession(
             self.settings.sasl_mechanisms,
@@ -443,7 +447,8 @@ class _Connection:
                     self._refuse_unauthenticated(header)
                 # a Produce over its quota mutes the connection before the next read
                 throttle = charge_produce(self.context, request)
-                task = asyncio.create_task(respond(self.context, request, throttle))
+                turn = admit(self.context, request)  # its place in the connection's line
+                task = asyncio.create_task(respond(self.context, request, throttle, turn))
                 if header.api_key == ApiKey.FETCH:
                     self._fetches.add(task)
                     task.add_done_callback(self._fetches.discard)

@@ -20,12 +20,12 @@ import heapq
 import itertools
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
 from pulsar_gateway.gateway.backend.pulsar_backend import BackendError, PulsarBackend
 from pulsar_gateway.gateway.backend.reader_stream import EARLIEST, ReaderStream
-from pulsar_gateway.gateway.backend.resend_filter import ResendFilter
+from pulsar_gateway.gateway.backend.resend_filter import ResendFilter, open_batch_start
 from pulsar_gateway.gateway.messages import (
     LogEntry,
     MessageKey,
@@ -57,6 +57,11 @@ STALL_PROBE_SECONDS = 5.0
 # broker has acknowledged (it is stored, so the reader is owed it), and otherwise.
 OWED_READ_SECONDS = 0.25
 IDLE_READ_SECONDS = 2.0
+# A batch held back until its last message comes (`_index_whole`): at most this many
+# messages (a longer run of "more follows" stamps is no batch of ours: a native producer may
+# set any property), and for at most this long after the reader found nothing more.
+HELD_MAX_MESSAGES = 100_000
+HELD_MAX_SECONDS = 1.0
 # Ids numbered while appends wait, kept so each append finds its offsets even after the tail
 # cache dropped them (`_NumberedWhileAppending`); beyond this many (about 200 bytes each) the
 # oldest half goes, and an append that needs one of those scans the log as before.
@@ -187,6 +192,10 @@ class PartitionLog:
         self._task: asyncio.Task[None] | None = None
         self._cursors: dict[int, _Cursor] = {}
         self._ready = asyncio.Event()
+        # messages passed on by the reader and not numbered yet: a Kafka batch whose last
+        # message has not come (`_index_whole`), since when
+        self._held: list[StoredMessage] = []
+        self._held_since = 0.0
 
     # ---- lifecycle -------------------------------------------------------------------------
 
@@ -287,8 +296,15 @@ class PartitionLog:
                 waited = OWED_READ_SECONDS if self._numbered.wanted else IDLE_READ_SECONDS
                 batch = await stream.read_batch(2000, timeout=waited)
                 if batch:
-                    self._index(batch)
+                    self._index_whole(batch)
                     failures = 0
+                elif self._held and self._held_too_long():
+                    log.info(
+                        "%s: numbering %d messages of a Kafka batch whose rest did not come",
+                        self.topic,
+                        len(self._held),
+                    )
+                    self._index_whole([], release=True)
                 elif not stream.connected:
                     # the client's reconnect backoff can reach a minute after a broker restart
                     log.warning("tailer of %s disconnected; reopening it", self.topic)
@@ -326,7 +342,7 @@ class PartitionLog:
         """Whether an append waits for a message past what the reader passed on: its send
         receipt says the broker stored it, so the reader is owed it."""
         waiters = self._id_waiters
-        last = self._last_id
+        last = self._held[-1].id if self._held else self._last_id
         return bool(waiters) and (last is None or waiters[0][0] > last)
 
     async def _stalled(self, stream: ReaderStream) -> bool:
@@ -345,6 +361,35 @@ class PartitionLog:
             if not future.done():
                 future.set_exception(error)
         self._id_waiters.clear()
+
+    def _index_whole(self, batch: list[StoredMessage], release: bool = False) -> None:
+        """Number what the reader passed on, but never part of a Kafka record batch: the
+        messages from where a batch begins that has not ended yet are held back until its
+        last message arrives, so that a fetch sees a batch whole or not at all (docs/offsets.md,
+        "A batch is numbered whole"). `release`: number what is held, ended or not."""
+        if self._held:
+            batch = self._held + batch
+            self._held = []
+        cut = len(batch) if release else open_batch_start(batch)
+        if cut < len(batch):
+            held = batch[cut:]
+            if len(held) <= HELD_MAX_MESSAGES:
+                if not self._held_since:
+                    self._held_since = time.monotonic()
+                self._held = held
+                batch = batch[:cut]
+            # else: a batch this long is no Kafka batch of ours; number it as it comes
+        if not self._held:
+            self._held_since = 0.0
+        if batch:
+            self._index(batch)
+
+    def _held_too_long(self) -> bool:
+        """Whether the rest of a held batch should have come by now: the reader found
+        nothing more for a while from a broker that answers. A send that failed part-way
+        (the producer gave up) never sends the rest; after a restart the new tailer meets
+        the same cut batch at the end of the log."""
+        return self.backend.reachable and time.monotonic() - self._held_since >= HELD_MAX_SECONDS
 
     def _index(self, batch: list[StoredMessage]) -> None:
         offset = self.next_offset
@@ -466,13 +511,18 @@ class PartitionLog:
 
     # ---- writing ---------------------------------------------------------------------------
 
-    async def append(
+    def append(
         self,
         messages: list[OutMessage],
         producer: ProducerStamp | None = None,
         encoded: bytes | memoryview | None = None,
-    ) -> int:
-        """Store messages; returns the offset of the first, as the tailer numbered it.
+    ) -> asyncio.Future[int]:
+        """Store messages; the future gives the offset of the first, as the tailer numbered
+        it, once the whole batch is numbered (and so visible to fetches).
+
+        The messages' place in the partition is fixed by this call, before it returns:
+        appends are stored in the order they are called (docs/offsets.md, "One
+        connection's order").
 
         `encoded`: the Kafka batch whose records the messages are, one each; kept in the
         tail cache for fetches when its records took consecutive offsets (tail_store.py).
@@ -486,7 +536,15 @@ class PartitionLog:
         floor = self._last_id
         self._numbered.begin(floor)
         try:
-            return await self._append(messages, producer, encoded)
+            pending = self._queue(messages, producer, encoded)
+        except BaseException:
+            self._numbered.end(floor)
+            raise
+        return asyncio.ensure_future(self._appended(pending, floor))
+
+    async def _appended(self, pending: Awaitable[int], floor: MessageKey | None) -> int:
+        try:
+            return await pending
         finally:
             self._numbered.end(floor)
             self.last_used = time.monotonic()
@@ -501,17 +559,19 @@ class PartitionLog:
         self._data_waiters = [f for f in self._data_waiters if not f.done()]
         return bool(self._data_waiters) or any(not f.done() for _, _, f in self._id_waiters)
 
-    async def _append(
+    def _queue(
         self,
         messages: list[OutMessage],
         producer: ProducerStamp | None,
         encoded: bytes | memoryview | None,
-    ) -> int:
+    ) -> Awaitable[int]:
+        """`append`'s part that fixes the messages' place, with no await; what it returns
+        waits for their offsets."""
         base: int | None = None
         if producer is not None:
             whole = self._producers.stored(producer)
             if whole is not None:
-                return whole
+                return _ready(whole)
             resumed = self._producers.resume_from(producer)
             skip = 0
             if resumed is not None:
@@ -519,7 +579,7 @@ class PartitionLog:
                 log.info("%s: completing a batch cut short at %d records", self.topic, skip)
             messages = stamp(messages, producer, skip)
             if not messages:
-                return base if base is not None else self.next_offset
+                return _ready(base if base is not None else self.next_offset)
         # `pulsar` format: batched, many records per entry, which Pulsar consumers read
         # natively; the backend keeps a batch from opening a ledger (docs/backend.md, "A
         # batch must not open a ledger"). `kafka` format: each message is already a whole
@@ -527,22 +587,42 @@ class PartitionLog:
         # third of the append's time at low rates); every append of the topic, markers
         # included, takes the same producer, so they keep their order.
         if encoded is None or base is not None:
-            first_offset, _ = await self._send(messages)
-            return first_offset if base is None else base
+            sent = self.backend.send(self.topic, messages, batching=self.batched, whole=True)
+            return self._first_offset(sent, base)
         # a batch produced as one may be kept whole for tail fetches, in the order sent
         ticket = self._send_order.ticket()
+        try:
+            sent = self.backend.send(self.topic, messages, batching=self.batched, whole=True)
+        except BaseException:
+            self._send_order.done(ticket, None)
+            raise
+        return self._kept(sent, ticket, messages, encoded)
+
+    async def _first_offset(
+        self, sent: Awaitable[tuple[MessageKey, MessageKey]], base: int | None
+    ) -> int:
+        first_offset, _ = await self._offsets(sent)
+        return first_offset if base is None else base
+
+    async def _kept(
+        self,
+        sent: Awaitable[tuple[MessageKey, MessageKey]],
+        ticket: int,
+        messages: list[OutMessage],
+        encoded: bytes | memoryview,
+    ) -> int:
         keep: Callable[[], None] | None = None
         try:
-            first_offset, last_offset = await self._send(messages)
+            first_offset, last_offset = await self._offsets(sent)
             if last_offset - first_offset == len(messages) - 1:  # nothing landed between
                 keep = functools.partial(self._keep_batch, first_offset, len(messages), encoded)
         finally:
             self._send_order.done(ticket, keep)
         return first_offset
 
-    async def _send(self, messages: list[OutMessage]) -> tuple[int, int]:
-        """Store; the offsets of the first and the last message, as the tailer numbered them."""
-        first, last = await self.backend.send(self.topic, messages, batching=self.batched)
+    async def _offsets(self, sent: Awaitable[tuple[MessageKey, MessageKey]]) -> tuple[int, int]:
+        """The offsets of the first and the last message sent, as the tailer numbered them."""
+        first, last = await sent
         first_offset = await self.offset_of(first)
         last_offset = first_offset
         if last != first:
@@ -726,3 +806,9 @@ class PartitionLog:
 def _log_failure(task: Any) -> None:
     if not task.cancelled() and task.exception() is not None:
         log.error("offset checkpoint failed: %s", task.exception())
+
+
+def _ready(value: int) -> asyncio.Future[int]:
+    future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+    future.set_result(value)
+    return future

@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Coroutine
+from collections.abc import Awaitable, Coroutine
 from typing import Any, NamedTuple
 
 from pulsar_gateway.gateway import metrics
@@ -29,12 +29,14 @@ from pulsar_gateway.handlers.kafka.apis.configs import (
     produce_rules,
 )
 from pulsar_gateway.handlers.kafka.context import KafkaContext
+from pulsar_gateway.handlers.kafka.idempotence import ProducerSequences
 from pulsar_gateway.handlers.kafka.port import (
     PartitionLog,
     ProducerStamp,
     StorageError,
     TopicRecord,
 )
+from pulsar_gateway.handlers.kafka.request_order import ProduceTurn
 from pulsar_gateway.handlers.kafka.topic_lookup import find_topic
 from pulsar_gateway.kafka_codec.compression import InflateBudget
 from pulsar_gateway.kafka_codec.control_batch import mark_transactional
@@ -94,12 +96,18 @@ async def _produce(
 ) -> dict[str, Any] | None:
     jobs = []
     layout: list[tuple[str, list[int]]] = []
+    turn = context.produce_turn
+    entry = 0  # the partition entry's position in the request: its place in line (turn)
     for topic in request["topic_data"]:
         name = topic["name"]
         indexes = []
         for partition in topic["partition_data"]:
             indexes.append(partition["index"])
+            place = None if turn is None else Place(turn, entry)
+            entry += 1
             if acks not in (0, 1, -1):
+                if place is not None:
+                    place.handed_over()
                 jobs.append(_fail(ErrorCode.INVALID_REQUIRED_ACKS))
             else:
                 job = _append(
@@ -110,6 +118,7 @@ async def _produce(
                     header.api_version,
                     budget,
                     request.get("transactional_id"),
+                    place,
                 )
                 jobs.append(_within(request["timeout_ms"], job))
         layout.append((name, indexes))
@@ -164,6 +173,19 @@ async def _within(timeout_ms: int, job: Coroutine[Any, Any, PartitionResult]) ->
         )
 
 
+class Place(NamedTuple):
+    """A partition entry's place in its connection's line (handlers/kafka/request_order.py)."""
+
+    turn: ProduceTurn
+    entry: int
+
+    async def wait(self) -> None:
+        await self.turn.wait(self.entry)
+
+    def handed_over(self) -> None:
+        self.turn.handed_over(self.entry)
+
+
 async def _append(
     context: KafkaContext,
     name: str,
@@ -172,6 +194,29 @@ async def _append(
     version: int,
     budget: InflateBudget,
     transactional_id: str | None = None,
+    place: Place | None = None,
+) -> PartitionResult:
+    """One partition's batch stored. Everything up to the hand-over to the partition log
+    runs beside the connection's other requests; the hand-over itself waits for `place`,
+    so the connection's batches reach each partition in the order they were sent."""
+    try:
+        return await _checked_append(
+            context, name, index, records, version, budget, transactional_id, place
+        )
+    finally:
+        if place is not None:
+            place.handed_over()  # also when it stopped before: the next may go
+
+
+async def _checked_append(
+    context: KafkaContext,
+    name: str,
+    index: int,
+    records: Any,
+    version: int,
+    budget: InflateBudget,
+    transactional_id: str | None,
+    place: Place | None,
 ) -> PartitionResult:
     record, code = await find_topic(context, name, auto_create=True, operation=WRITE)
     if record is None:
@@ -211,7 +256,10 @@ async def _append(
         partition = await context.topics.partition_of(record, index)
     except StorageError as exc:
         return PartitionResult(ErrorCode.KAFKA_STORAGE_ERROR, message=str(exc))
-    if not context.serves_partition(record.name, index):  # still, after the open's wait
+    if place is not None:
+        await place.wait()  # the connection's earlier batches to this partition go first
+    # from here to the hand-over nothing awaits: what is checked still holds when it is queued
+    if not context.serves_partition(record.name, index):  # still, after the waits
         return PartitionResult(ErrorCode.NOT_LEADER_OR_FOLLOWER)
     batch = batches[0]
     # the batch as produced, for fetches at the tail, when the format wrote its records as
@@ -232,9 +280,12 @@ async def _append(
             return PartitionResult(refused)
         mark_transactional(messages, batch.producer_id, batch.producer_epoch)
     if batch.producer_id < 0:
-        stored = await _store(partition, messages, name, index, None, encoded)
+        pending = _store(partition, messages, name, index, None, encoded)
     else:
-        stored = await _store_once(context, partition, messages, count, name, index, batch, encoded)
+        pending = _store_once(context, partition, messages, count, name, index, batch, encoded)
+    if place is not None:
+        place.handed_over()
+    stored = await pending
     if stored.error:
         return PartitionResult(stored.error)
     metrics.RECORDS_IN.labels(name).inc(count)
@@ -310,22 +361,37 @@ def _bound(value: int | None) -> str:
     return "unbounded" if value is None else str(value)
 
 
-async def _store(
+def _store(
     partition: PartitionLog,
     messages: list[Any],
     name: str,
     index: int,
     producer: ProducerStamp | None = None,
     encoded: memoryview | None = None,
-) -> Stored:
+) -> Awaitable[Stored]:
+    """Hand the messages to the partition log now (their place is fixed by this call); what
+    it returns waits for the base offset."""
     try:
-        return Stored(ErrorCode.NONE, await partition.append(messages, producer, encoded))
+        appended = partition.append(messages, producer, encoded)
+    except StorageError as exc:
+        log.error("produce to %s-%d failed: %s", name, index, exc)
+        return _done(Stored(ErrorCode.KAFKA_STORAGE_ERROR))
+    return _stored(appended, name, index)
+
+
+async def _stored(appended: Awaitable[int], name: str, index: int) -> Stored:
+    try:
+        return Stored(ErrorCode.NONE, await appended)
     except StorageError as exc:
         log.error("produce to %s-%d failed: %s", name, index, exc)
         return Stored(ErrorCode.KAFKA_STORAGE_ERROR)
 
 
-async def _store_once(
+async def _done(stored: Stored) -> Stored:
+    return stored
+
+
+def _store_once(
     context: KafkaContext,
     partition: PartitionLog,
     messages: list[Any],
@@ -334,8 +400,10 @@ async def _store_once(
     index: int,
     batch: DecodedBatch,
     encoded: memoryview | None,
-) -> Stored:
-    """Sequence numbers count records: in the `kafka` format a message holds many."""
+) -> Awaitable[Stored]:
+    """`_store` for an idempotent producer's batch, checked against its sequences first (in
+    the order the batches are handed over). Sequence numbers count records: in the `kafka`
+    format a message holds many."""
     sequences = context.sequences
     check = sequences.check(
         batch.producer_id, batch.producer_epoch, partition, batch.base_sequence, records
@@ -353,18 +421,31 @@ async def _store_once(
             check.code.name,
             check.detail,
         )
-        return Stored(check.code)
+        return _done(Stored(check.code))
     if check.duplicate is not None:
-        try:
-            return Stored(ErrorCode.NONE, await asyncio.shield(check.duplicate))
-        except asyncio.CancelledError:
-            return Stored(ErrorCode.KAFKA_STORAGE_ERROR)
-    stored = await _store(partition, messages, name, index, check.stamp, encoded)
+        return _duplicate(check.duplicate)
+    pending = _store(partition, messages, name, index, check.stamp, encoded)
+    return _settled(sequences, batch, partition, check.accepted, pending)
+
+
+async def _duplicate(first_attempt: asyncio.Future[int]) -> Stored:
+    """A retried batch: its first attempt's base offset."""
+    try:
+        return Stored(ErrorCode.NONE, await asyncio.shield(first_attempt))
+    except asyncio.CancelledError:
+        return Stored(ErrorCode.KAFKA_STORAGE_ERROR)
+
+
+async def _settled(
+    sequences: ProducerSequences,
+    batch: DecodedBatch,
+    partition: PartitionLog,
+    accepted: Any,
+    pending: Awaitable[Stored],
+) -> Stored:
+    stored = await pending
     sequences.settle(
-        batch.producer_id,
-        partition,
-        check.accepted,
-        None if stored.error else stored.base_offset,
+        batch.producer_id, partition, accepted, None if stored.error else stored.base_offset
     )
     return stored
 

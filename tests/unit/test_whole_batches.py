@@ -1,0 +1,93 @@
+"""A Kafka batch stored as one message per record is numbered whole (docs/offsets.md, "A
+batch is numbered whole"): the tailer holds back the messages from where a batch begins that
+has not ended yet, so the high watermark never stops inside a batch, even when the reader
+hands the batch over in two reads; the offsets are those of numbering all at once."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pulsar_gateway.gateway.backend.resend_filter import SEQ, open_batch_start, stamp_text
+from pulsar_gateway.gateway.messages import StoredMessage
+from pulsar_gateway.storage.kafka.partition_log import PartitionLog
+
+
+class _Metadata:
+    async def put(self, key: str, value: Any) -> None:
+        pass
+
+
+class _Backend:
+    reachable = True
+
+
+def _message(entry: int, producer: str, stamp: str | None) -> StoredMessage:
+    properties = {} if stamp is None else {SEQ: stamp}
+    return StoredMessage((1, entry, -1), b"v", "", properties, 0, 1, producer)
+
+
+def _batches(sizes: list[int], producer: str = "gw-a", first_entry: int = 0) -> list[StoredMessage]:
+    """Messages of batches of these sizes, stamped as the backend stamps them."""
+    out = []
+    sequence = 0
+    for size in sizes:
+        for position in range(size):
+            sequence += 1
+            stamp = stamp_text(sequence, more=position < size - 1)
+            out.append(_message(first_entry + len(out), producer, stamp))
+    return out
+
+
+def test_open_batch_start_finds_the_first_unended_batch() -> None:
+    assert open_batch_start(_batches([3, 2])) == 5
+    assert open_batch_start(_batches([3, 2])[:4]) == 3
+    assert open_batch_start(_batches([3])[:1]) == 0
+    # a native producer's message inside the batch neither ends nor opens one
+    mixed = _batches([3])[:2] + [_message(99, "native", None)]
+    assert open_batch_start(mixed) == 0
+    # another gateway producer's whole batch inside the open one leaves it open
+    other = _batches([2], producer="gw-b", first_entry=50)
+    assert open_batch_start(_batches([3])[:1] + other) == 0
+    assert open_batch_start(_batches([3]) + other) == 5
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.integers(1, 6), min_size=1, max_size=12),
+    st.lists(st.integers(1, 7), min_size=1, max_size=20),
+)
+def test_reads_split_anywhere_stop_the_watermark_only_between_batches(
+    sizes: list[int], reads: list[int]
+) -> None:
+    messages = _batches(sizes)
+    ends = {sum(sizes[: i + 1]) for i in range(len(sizes))} | {0}
+
+    async def scenario() -> None:
+        log = PartitionLog(_Backend(), _Metadata(), "t")  # type: ignore[arg-type]
+        position = 0
+        read = 0
+        while position < len(messages):
+            take = reads[read % len(reads)]
+            read += 1
+            log._index_whole(messages[position : position + take])
+            position += take
+            assert log.next_offset in ends  # never inside a batch
+        assert log.next_offset == len(messages)
+        assert [entry.offset for entry in log._tail.read(0, 1 << 30)] == list(range(len(messages)))
+
+    asyncio.run(scenario())
+
+
+def test_a_batch_whose_rest_never_comes_is_released() -> None:
+    async def scenario() -> None:
+        log = PartitionLog(_Backend(), _Metadata(), "t")  # type: ignore[arg-type]
+        log._index_whole(_batches([2, 4])[:4])
+        assert log.next_offset == 2 and len(log._held) == 2
+        log._index_whole([], release=True)
+        assert log.next_offset == 4 and not log._held
+
+    asyncio.run(scenario())
