@@ -7,7 +7,9 @@ floor as a killed broker loses the ones pulsar-client had not sent yet, and
 `restart_broker` makes every reader hand out again everything still stored,
 with a redelivery count of 0 (a restarted pulsar-lite counts from scratch), and
 `parked` holds messages back from every reader until one is nudged, as pulsar-lite's
-Shared dispatcher parks a message whose consumer died (docs/backend.md).
+Shared dispatcher parks a message whose consumer died (docs/backend.md), and
+`dispatch_delay` hands each message to readers only that many seconds after it was
+stored, as a loaded broker and machine do.
 """
 
 from __future__ import annotations
@@ -36,7 +38,9 @@ class MemoryReader:
             out = [
                 StoredDelivery(self.queue, key, msg)
                 for key, msg in messages.items()
-                if key not in self.held and key not in self.store.parked
+                if key not in self.held
+                and key not in self.store.parked
+                and self.store.dispatchable(key)
             ][:limit]
             left = deadline - asyncio.get_running_loop().time()
             if out or left <= 0:
@@ -78,6 +82,14 @@ class MemoryStore:
         self.nudges: list[float] = []  # when each reader's nudge came
         self.acks: list[Hashable] = []  # every id acked, lost or not, in order
         self.readers: list[MemoryReader] = []
+        self.dispatch_delay = 0.0
+        self._stored_at: dict[Hashable, float] = {}
+
+    def dispatchable(self, key: Hashable) -> bool:
+        if not self.dispatch_delay:
+            return True
+        now = asyncio.get_running_loop().time()
+        return now - self._stored_at.get(key, 0.0) >= self.dispatch_delay
 
     def restart_broker(self) -> None:
         """Forget what each reader was handed: it all comes again, counted as new."""
@@ -109,7 +121,9 @@ class MemoryStore:
         if self.fail:
             raise ConnectionError("backend down")
         for queue in queues:
-            self.messages[queue][(next(self.ids),)] = message
+            key = (next(self.ids),)
+            self.messages[queue][key] = message
+            self._stored_at[key] = asyncio.get_running_loop().time()
 
     async def open_queue(self, vhost: str, queue: str) -> MemoryReader:
         reader = MemoryReader(self, queue)

@@ -43,6 +43,9 @@ log = logging.getLogger("gateway.amqp.queue")
 FETCH_BATCH = 500
 READY_LOW_WATER = 200  # fetch more when fewer than this are ready in memory
 GET_WAIT_SECONDS = 2.0  # basic.get waits this long for a message the count says exists
+# ... and, for one this process stored itself (`owed`), this long in all
+GET_OWED_SECONDS = 30.0
+PURGE_WAIT_SECONDS = 1.0  # queue.purge: a quiet store this long has nothing more
 # Consumers wait and Pulsar sends nothing: nudge the subscription after this long, then
 # after twice as long each time up to the maximum (docs/backend.md, "Shared dispatch can
 # park a message": after a gateway restart the count does not know the parked message)
@@ -170,6 +173,10 @@ class QueueEngine:
         self.pending_stores = 0  # publishes to this queue not confirmed by Pulsar yet
         self.ready_bytes = 0  # body bytes of ready messages (x-max-length-bytes)
         self.pending_bytes = 0  # body bytes of `pending_stores`
+        # stored by this process and not fetched by the pump since: these are in the store
+        # for certain, however long Pulsar takes to hand them over, so a fetch that comes
+        # back empty is no proof that the count is stale while any is owed
+        self.owed = 0
         self._redelivered: set[Hashable] = set()
         # fetched, never delivered, handed back to Pulsar by `release_reader`: Pulsar
         # counts them as redelivered when they come back, AMQP must not
@@ -254,6 +261,7 @@ class QueueEngine:
         self.pending_bytes -= copies * size
         self.ready_bytes += copies * size
         self.count += copies
+        self.owed += copies
         self._count_changed()
         self.last_used = time.monotonic()
         if self._over_limit():
@@ -339,7 +347,7 @@ class QueueEngine:
             if self.closed:
                 return
             if not batch and expect_more and not self.ready and not self.pending_stores:
-                if not nudged:
+                if not nudged or self.owed:
                     # pulsar-lite can park a message and stop dispatching (docs/backend.md,
                     # "Shared dispatch can park a message")
                     nudged = True
@@ -358,6 +366,7 @@ class QueueEngine:
 
     def _take(self, batch: list[StoredDelivery]) -> None:
         reacked: list[Hashable] = []
+        taken = 0
         for delivery in batch:
             if delivery.message_id in self._held:
                 continue
@@ -366,6 +375,8 @@ class QueueEngine:
                 continue
             self._held.add(delivery.message_id)
             self.ready.append(delivery)
+            taken += 1
+        self.owed = max(0, self.owed - taken)
         if reacked and self.reader is not None and not self.closed:
             log.info("queue %s: %d acked messages came back, acked again", self.name, len(reacked))
             self.reader.ack(reacked)
@@ -600,7 +611,10 @@ class QueueEngine:
 
     def _nothing_ready(self) -> None:
         """The store had nothing when the counts said it had: the counts were stale
-        (a crash lost a save, or the byte total outlived its messages)."""
+        (a crash lost a save, or the byte total outlived its messages). What this process
+        stored and the pump has not fetched yet is there all the same."""
+        if self.owed:
+            return
         self.count = self.outstanding
         self.ready_bytes = 0
         self._count_changed()
@@ -641,9 +655,18 @@ class QueueEngine:
         self._expire()
         self._trim()
         if not self.ready and self.message_count > 0:
-            if not await self._wait_for_messages(GET_WAIT_SECONDS) and not self.ready:
-                # The count was ahead of the subscription (a crash lost a save): correct it.
-                self._nothing_ready()
+            waited = 0.0
+            while not await self._wait_for_messages(GET_WAIT_SECONDS) and not self.ready:
+                waited += GET_WAIT_SECONDS
+                if not self.owed:
+                    # The count was ahead of the subscription (a crash lost a save): correct it.
+                    self._nothing_ready()
+                    break
+                if waited >= GET_OWED_SECONDS:
+                    break  # stored, but Pulsar will not hand it over: empty for now
+                # stored here for certain: Pulsar is slow to hand it over (a loaded machine)
+                # or parked it (docs/backend.md, "Shared dispatch can park a message")
+                log.info("queue %s: basic.get waits on for a stored message", self.name)
             self._expire()
         if not self.ready:
             return None
@@ -664,7 +687,9 @@ class QueueEngine:
                 self.settle(batch, was_outstanding=False)
             if self.message_count <= 0:
                 break
-            if not await self._wait_for_messages(1.0) and not self.ready:
+            if not await self._wait_for_messages(PURGE_WAIT_SECONDS) and not self.ready:
+                if self.owed:
+                    continue  # stored here: still on its way from Pulsar (the deadline bounds it)
                 self._nothing_ready()
                 break
         return purged
