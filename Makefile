@@ -5,7 +5,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 ARGS   ?=
 
-.PHONY: run test lint bench bench-migration bench-cluster soak clean
+.PHONY: run test stress lint bench bench-migration bench-cluster soak clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -26,6 +26,16 @@ test: $(VENV)/.installed-test
 	$(BIN)/ruff check pulsar_gateway tests bench
 	$(BIN)/ruff format --check pulsar_gateway tests bench
 	$(BIN)/python -m pytest -q -p no:cacheprovider $(ARGS)
+
+# the tests where races would show (ordering, counts, offsets, transactions, real clients),
+# with a busy process per core beside them for the whole run: races hide on an idle machine
+STRESS_TESTS = tests/differential tests/integration/test_produce_order.py \
+	tests/integration/test_whole_batch_fetch.py tests/integration/test_offsets.py \
+	tests/integration/test_kafka_transactions.py tests/integration/test_idempotent_producer.py \
+	tests/integration/test_kafka_clients.py tests/integration/test_amqp_pika.py
+stress: $(VENV)/.installed-test
+	./scripts/install-system-packages
+	$(BIN)/python -m pytest -q -p no:cacheprovider --cpu-hogs $$(nproc) $(STRESS_TESTS) $(ARGS)
 
 $(VENV)/.installed-bench: $(VENV)/.installed-test pyproject.toml
 	$(BIN)/pip install -q -e '.[test,bench]'

@@ -10,11 +10,28 @@ from collections.abc import Iterator
 import pytest
 
 from pulsar_gateway.gateway.backend.embedded import EmbeddedBroker
+from tests.support.cpu_hogs import burning_cpus
 from tests.support.gateway_process import GatewayProcess
 
 # what asyncio logs of work a process lost track of: a task destroyed while pending, or one
 # whose failure nobody read
 LOST_TASK = ("Task was destroyed but it is pending", "exception was never retrieved")
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--cpu-hogs",
+        type=int,
+        default=0,
+        help="run this many busy-looping processes beside the tests (races hide on an "
+        "idle machine: `make stress` runs a subset with one per core)",
+    )
+
+
+@pytest.fixture(scope="session", autouse=True)
+def cpu_hogs(request: pytest.FixtureRequest) -> Iterator[None]:
+    with burning_cpus(request.config.getoption("--cpu-hogs")):
+        yield
 
 
 @pytest.fixture(scope="session")

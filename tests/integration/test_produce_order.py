@@ -8,11 +8,13 @@ holds the listener to it with random storage waits)."""
 
 from __future__ import annotations
 
+import os
 import threading
 import uuid
 
 import pytest
 
+from tests.support.cpu_hogs import burning_cpus
 from tests.support.send_order import PRODUCERS, create_topic, read_back
 
 RECORDS = 6000
@@ -46,6 +48,13 @@ def test_one_producer_keeps_send_order(gateway, client, acks, codec, partitions)
     beside.join(60)
     verdict = read_back(gateway.bootstrap, topic, partitions + 1, RECORDS)
     assert verdict.ok, verdict.first_problem or verdict
+
+
+@pytest.mark.parametrize(("client", "acks", "codec", "partitions"), [CASES[1], CASES[3]])
+def test_send_order_holds_under_load(gateway, client, acks, codec, partitions) -> None:
+    """The same, with a busy process per core competing with the gateway and its broker."""
+    with burning_cpus(os.cpu_count() or 2):
+        test_one_producer_keeps_send_order(gateway, client, acks, codec, partitions)
 
 
 def _write_beside(bootstrap: str, topic: str, partitions: int) -> None:
