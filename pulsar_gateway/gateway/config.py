@@ -164,6 +164,8 @@ class KafkaSection(_TlsSettings):
     group_consumer_heartbeat_interval_ms: int = Field(5000, ge=1)
     # Kafka's transaction.max.timeout.ms: longest transaction.timeout.ms a producer may ask
     transaction_max_timeout_ms: int = Field(900000, ge=1)
+    # answer a transaction request that waits longer with a retriable error (it goes on)
+    coordinator_answer_seconds: float = Field(5.0, gt=0, allow_inf_nan=False)
     group_offset_mirror: bool = True
     group_mirror_interval_seconds: float = Field(1.0, gt=0)
     group_mirror_idle_seconds: float = Field(2.0, gt=0)

@@ -19,6 +19,7 @@ from prometheus_client import (
     CollectorRegistry,
     Counter,
     Gauge,
+    Histogram,
     generate_latest,
 )
 
@@ -36,6 +37,14 @@ REQUESTS = Counter(
     "gateway_requests_total",
     "Requests handled, by API and error",
     ["protocol", "api", "error"],
+    registry=REGISTRY,
+)
+REQUEST_SECONDS = Histogram(
+    "gateway_request_seconds",
+    "Time from a request being read to its answer being ready (waits for storage and the "
+    "connection's earlier requests included), by API",
+    ["protocol", "api"],
+    buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
     registry=REGISTRY,
 )
 BYTES_IN = Counter(

@@ -309,6 +309,35 @@ def test_a_store_failure_leaves_the_outcome_prepared_for_a_retry() -> None:
     asyncio.run(run())
 
 
+def test_requests_waiting_on_a_stalled_store_are_answered_busy_in_time() -> None:
+    """EndTxn whose marker cannot be stored (a stalled broker) is answered with the retriable
+    COORDINATOR_LOAD_IN_PROGRESS once answer_seconds pass, and so are the id's requests
+    queued behind it; the completion goes on, and the client's retry sees its outcome."""
+
+    async def run() -> None:
+        broker, producer = await _ready()
+        broker.coordinator.answer_seconds = 0.1
+        await broker.send(producer, [b"a"])
+        log = await broker.storage.topics.partition_of(broker.storage.topics.get(TOPIC), 0)  # type: ignore[arg-type]
+        log.stall = asyncio.Event()  # type: ignore[attr-defined]
+        assert await broker.end(producer, commit=True) == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
+        again = await broker.init()  # behind the completion, which holds the id
+        assert again["error_code"] == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
+        log.stall.set()  # type: ignore[attr-defined]
+        log.stall = None  # type: ignore[attr-defined]
+        for _ in range(100):  # the completion, then the InitProducerId behind it, go on
+            state = broker.coordinator.get(TXN_ID)
+            if state is not None and state.epoch > producer["producer_epoch"]:
+                break
+            await asyncio.sleep(0.01)
+        assert state is not None and state.epoch == producer["producer_epoch"] + 1
+        fetched = await broker.fetch("orders", 0)
+        assert [kind for _, kind in _controls(fetched)] == [ControlType.COMMIT]
+        await broker.coordinator.close()
+
+    asyncio.run(run())
+
+
 def test_timeouts_beyond_the_maximum_are_refused() -> None:
     async def run() -> None:
         broker = TxnBroker()

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import time
 from concurrent.futures import Executor
 from typing import Any, NamedTuple
 
@@ -133,6 +134,23 @@ async def respond(
     header = request.header
     if request.body is None:
         return unsupported_api_versions(header.correlation_id)
+    started = time.monotonic()
+    try:
+        return await _respond(context, request, throttle_ms, turn)
+    finally:
+        metrics.REQUEST_SECONDS.labels("kafka", api_name(header.api_key)).observe(
+            time.monotonic() - started
+        )
+
+
+async def _respond(
+    context: KafkaContext,
+    request: DecodedRequest,
+    throttle_ms: int,
+    turn: ProduceTurn | OrderedTurn | None,
+) -> bytes | None:
+    header = request.header
+    assert request.body is not None
     try:
         if isinstance(turn, OrderedTurn):
             await turn.wait()

@@ -133,6 +133,7 @@ class KafkaServer:
                 storage.offsets,
                 storage.producer_ids,
                 max_timeout_ms=settings.transaction_max_timeout_ms,
+                answer_seconds=settings.coordinator_answer_seconds,
                 serves=_transactions_served_by(storage),
             )
         )

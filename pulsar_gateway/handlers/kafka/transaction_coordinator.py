@@ -16,18 +16,26 @@ INVALID_PRODUCER_EPOCH) and its Produce requests INVALID_PRODUCER_EPOCH.
 
 All state is reached through the store by transactional id, one lock per id: a check that this
 gateway owns the id would go in `_locked` alone. docs/transactions.md says more.
+
+Every request is answered within `answer_seconds`, whatever it waits for (the id's lock held by
+a completion writing its markers, a storage write of a stalled broker): past that the client
+gets COORDINATOR_LOAD_IN_PROGRESS, which every client retries, while the work goes on to its
+end, holding the id's lock, so a retry sees its outcome (docs/transactions.md, "Answers in
+time").
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
+from typing import Any, TypeVar
 
 from pulsar_gateway.gateway.messages import OutMessage
-from pulsar_gateway.gateway.waiting import cancel_and_wait
+from pulsar_gateway.gateway.waiting import cancel_and_wait, result_within
 from pulsar_gateway.handlers.kafka.port import (
     CommittedOffset,
     GroupOffsets,
@@ -54,6 +62,28 @@ MAX_EPOCH = 32766  # an epoch is an int16; past this a new producer id is handed
 # a prepared outcome left this long (its EndTxn failed or the gateway restarted) is finished
 # by the timer
 STUCK_PREPARED_MS = 5000
+# what a request answers when its work is not done within answer_seconds (it goes on)
+BUSY = ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
+
+T = TypeVar("T")
+
+
+def answered_within(
+    busy: Any,
+) -> Callable[[Callable[..., Coroutine[Any, Any, T]]], Callable[..., Coroutine[Any, Any, T]]]:
+    """The coordinator method answers `busy` once its work has taken `answer_seconds`; the
+    work runs on to its end (module docstring)."""
+
+    def wrap(
+        method: Callable[..., Coroutine[Any, Any, T]],
+    ) -> Callable[..., Coroutine[Any, Any, T]]:
+        @functools.wraps(method)
+        async def answered(self: TransactionCoordinator, *args: Any, **kwargs: Any) -> T:
+            return await self._within(method(self, *args, **kwargs), busy)
+
+        return answered
+
+    return wrap
 
 
 # the first version of each API that knows PRODUCER_FENCED (KIP-588)
@@ -97,6 +127,7 @@ class TransactionCoordinator:
         max_timeout_ms: int = 900_000,
         check_interval: float = 1.0,
         serves: Callable[[str], bool] = _serves_every_id,
+        answer_seconds: float = 5.0,
     ) -> None:
         # in a cluster, whether this member coordinates an id now: asked before every
         # request on it and before its timer touches it, so two members never both do
@@ -109,6 +140,8 @@ class TransactionCoordinator:
         self.check_interval = check_interval
         self._locks: dict[str, asyncio.Lock] = {}
         self._task: asyncio.Task[None] | None = None
+        self.answer_seconds = answer_seconds
+        self._late: set[asyncio.Task[Any]] = set()  # answered as busy, still working
 
     # ---- lifecycle -------------------------------------------------------------------------
 
@@ -118,6 +151,7 @@ class TransactionCoordinator:
 
     async def close(self) -> None:
         await cancel_and_wait(self._task)
+        await cancel_and_wait(*self._late)
 
     async def _expire_loop(self) -> None:
         first = True
@@ -177,8 +211,26 @@ class TransactionCoordinator:
                 raise NotServed(transactional_id)
             yield self.store.get(transactional_id)
 
+    async def _within(self, work: Awaitable[T], busy: T) -> T:
+        task = asyncio.ensure_future(work)
+        try:
+            return await result_within(task, self.answer_seconds)
+        except TimeoutError:
+            log.info("a transaction request takes over %g s; answered busy", self.answer_seconds)
+            self._late.add(task)
+            task.add_done_callback(self._late_done)
+            return busy
+
+    def _late_done(self, task: asyncio.Task[Any]) -> None:
+        self._late.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            exc = task.exception()
+            if not isinstance(exc, StorageError | NotServed):
+                log.error("a transaction request failed after it was answered", exc_info=exc)
+
     # ---- the APIs --------------------------------------------------------------------------
 
+    @answered_within((BUSY, -1, -1))
     async def init_producer_id(
         self,
         transactional_id: str,
@@ -212,6 +264,7 @@ class TransactionCoordinator:
             await self._save(state)
             return ErrorCode.NONE, state.producer_id, state.epoch
 
+    @answered_within(BUSY)
     async def add_partitions(
         self,
         transactional_id: str,
@@ -233,6 +286,7 @@ class TransactionCoordinator:
                 await self._save(state)
             return ErrorCode.NONE
 
+    @answered_within(BUSY)
     async def add_offsets(
         self, transactional_id: str, producer_id: int, epoch: int, group_id: str, fenced: ErrorCode
     ) -> ErrorCode:
@@ -249,6 +303,7 @@ class TransactionCoordinator:
                 await self._save(state)
             return ErrorCode.NONE
 
+    @answered_within(BUSY)
     async def commit_offsets(
         self,
         transactional_id: str,
@@ -269,6 +324,7 @@ class TransactionCoordinator:
             await self._save(state)
             return ErrorCode.NONE
 
+    @answered_within(BUSY)
     async def end(
         self,
         transactional_id: str,
