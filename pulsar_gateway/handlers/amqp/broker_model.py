@@ -16,9 +16,32 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Collection, Hashable, Iterable
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import Protocol, runtime_checkable
 
 from pulsar_gateway.handlers.amqp.topology import Binding, Exchange, Queue, Topology
+
+
+class VhostAccess(Enum):
+    """Answer of the vhost policy for (user, vhost) at connection.open.
+
+    Part of the port's vocabulary: the store decides it for a vhost name (the reserved
+    names, `PulsarAmqpStore.vhost_access`), the listener and the cluster add theirs, and
+    the connection core acts on it."""
+
+    ALLOWED = "allowed"
+    CREATE = "create"  # allowed; the vhost does not exist yet and is to be created
+    NOT_FOUND = "not-found"
+    REFUSED = "refused"
+    # the vhost would map onto the gateway's own state (gateway/reserved_names.py): no user
+    # may open it; ACCESS_REFUSED rather than RabbitMQ's 530 for a missing permission
+    RESERVED = "reserved"
+    # in a cluster (docs/cluster.md, "AMQP on one port"): another member owns the vhost; the
+    # listener hands the connection over to it instead of answering connection.open
+    ELSEWHERE = "elsewhere"
+    # ... or this member owns it but may not serve it now (its lease is stale, or it is
+    # taking the vhost over): 320 CONNECTION_FORCED, and the client reconnects
+    MOVING = "moving"
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,9 +23,10 @@ from typing import Any, Literal
 from pamqp import base, commands
 
 from pulsar_gateway.handlers.amqp.authentication import Authenticator
+from pulsar_gateway.handlers.amqp.broker_methods import BROKER_METHODS
+from pulsar_gateway.handlers.amqp.broker_model import VhostAccess
 from pulsar_gateway.handlers.amqp.connection_settings import (
     ConnectionSettings,
-    VhostAccess,
     VhostPolicy,
     allow_and_create,
 )
@@ -72,33 +73,6 @@ _Connection = commands.Connection
 _Channel = commands.Channel
 _Basic = commands.Basic
 
-# Channel methods a client may send that the broker layer answers.
-BROKER_METHODS: frozenset[type[base.Frame]] = frozenset(
-    {
-        commands.Exchange.Declare,
-        commands.Exchange.Delete,
-        commands.Exchange.Bind,
-        commands.Exchange.Unbind,
-        commands.Queue.Declare,
-        commands.Queue.Bind,
-        commands.Queue.Purge,
-        commands.Queue.Delete,
-        commands.Queue.Unbind,
-        _Basic.Qos,
-        _Basic.Consume,
-        _Basic.Cancel,
-        _Basic.Get,
-        _Basic.Ack,
-        _Basic.Reject,
-        _Basic.RecoverAsync,
-        _Basic.Recover,
-        _Basic.Nack,
-        commands.Tx.Select,
-        commands.Tx.Commit,
-        commands.Tx.Rollback,
-        commands.Confirm.Select,
-    }
-)
 # Replies to methods only the server sends; RabbitMQ rejects them (503), but
 # they are harmless, and some clients answer a server-sent basic.cancel.
 _IGNORED_METHODS: frozenset[type[base.Frame]] = frozenset({_Basic.CancelOk, _Channel.FlowOk})

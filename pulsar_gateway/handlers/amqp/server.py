@@ -48,15 +48,10 @@ from pulsar_gateway.gateway.waiting import cancel_and_wait
 from pulsar_gateway.handlers.amqp.authentication import Authenticator
 from pulsar_gateway.handlers.amqp.authorization import may_open
 from pulsar_gateway.handlers.amqp.broker import AmqpBroker
-from pulsar_gateway.handlers.amqp.broker_model import BrokerStore
-from pulsar_gateway.handlers.amqp.connection_broker import (
-    WRITE_BUFFER_LIMIT,
-    ConnectionBroker,
-    PublishLimits,
-)
+from pulsar_gateway.handlers.amqp.broker_model import BrokerStore, VhostAccess
+from pulsar_gateway.handlers.amqp.connection_broker import WRITE_BUFFER_LIMIT, ConnectionBroker
 from pulsar_gateway.handlers.amqp.connection_settings import (
     ConnectionSettings,
-    VhostAccess,
     VhostPolicy,
     allow_and_create,
 )
@@ -73,6 +68,7 @@ from pulsar_gateway.handlers.amqp.handoff import (
 )
 from pulsar_gateway.handlers.amqp.management import ConnectionSummary
 from pulsar_gateway.handlers.amqp.publish_alarm import PublishAlarm
+from pulsar_gateway.handlers.amqp.publishing import PublishLimits
 from pulsar_gateway.handlers.amqp.vhost_owners import VhostOwners
 from pulsar_gateway.handlers.authorization import AUDIT_LOGGERS, Access, Authorizer
 from pulsar_gateway.handlers.listener_limits import ConnectionLimits, LogLimiter, bound_address
