@@ -16,6 +16,7 @@ from pamqp import base, commands
 
 from pulsar_gateway.handlers.amqp.broker_model import StoredDelivery
 from pulsar_gateway.handlers.amqp.channel import Channel, Consumer, Unacked
+from pulsar_gateway.handlers.amqp.direct_reply import REPLY_TO, check_reply_consume
 from pulsar_gateway.handlers.amqp.errors import AmqpError, ReplyCode, resource
 from pulsar_gateway.handlers.amqp.frames import make_method
 from pulsar_gateway.handlers.amqp.method_context import MethodContext, TransactionLedger
@@ -47,6 +48,9 @@ class Deliveries:
 
     async def basic_consume(self, channel: Channel, m: commands.Basic.Consume) -> None:
         vh = self.context.state
+        if m.queue == REPLY_TO:
+            self._consume_replies(channel, m)
+            return
         queue = check_queue_access(vh.topology, m.queue, self.context.id)
         engine = vh.engine(queue.name)
         tag = m.consumer_tag or channel.next_consumer_tag()
@@ -61,7 +65,20 @@ class Deliveries:
         self.context.reply(channel, make_method(_B.ConsumeOk, consumer_tag=tag), m.nowait)
         engine.add_consumer(consumer)
 
+    def _consume_replies(self, channel: Channel, m: commands.Basic.Consume) -> None:
+        """basic.consume on amq.rabbitmq.reply-to (direct_reply.py)."""
+        check_reply_consume(m.no_ack, channel.reply_consumer)
+        tag = m.consumer_tag or channel.next_consumer_tag()
+        if tag in channel.consumers:
+            raise AmqpError(ReplyCode.NOT_ALLOWED, f"attempt to reuse consumer tag '{tag}'")
+        channel.reply_consumer = self.context.state.replies.add(channel, tag)
+        self.context.reply(channel, make_method(_B.ConsumeOk, consumer_tag=tag), m.nowait)
+
     async def basic_cancel(self, channel: Channel, m: commands.Basic.Cancel) -> None:
+        replies = channel.reply_consumer
+        if replies is not None and replies.tag == m.consumer_tag:
+            self.context.state.replies.remove(replies)
+            channel.reply_consumer = None
         consumer = channel.consumers.pop(m.consumer_tag, None)
         reply = make_method(_B.CancelOk, consumer_tag=m.consumer_tag)
         self.context.reply(channel, reply, m.nowait)
@@ -176,6 +193,9 @@ class Deliveries:
         channel.consumers.clear()
         self.requeue_all(channel)
         vhost = self.context.vhost
+        if vhost is not None:
+            vhost.replies.remove(channel.reply_consumer)
+        channel.reply_consumer = None
         if vhost is not None:
             for engine in engines.values():
                 with contextlib.suppress(Exception):

@@ -23,12 +23,14 @@ from pamqp import commands
 from pulsar_gateway.handlers.amqp.authorization import authorize_publish
 from pulsar_gateway.handlers.amqp.broker_model import AmqpMessage
 from pulsar_gateway.handlers.amqp.channel import Channel, PendingConfirm
+from pulsar_gateway.handlers.amqp.direct_reply import REPLY_TO, is_reply_address, no_reply_consumer
 from pulsar_gateway.handlers.amqp.errors import AmqpError, ReplyCode
 from pulsar_gateway.handlers.amqp.events import ContentReceived
 from pulsar_gateway.handlers.amqp.exchange_routing import route, sender_selected_keys
 from pulsar_gateway.handlers.amqp.field_values import text_or_none
 from pulsar_gateway.handlers.amqp.frames import make_method
 from pulsar_gateway.handlers.amqp.method_context import MethodContext, TransactionLedger
+from pulsar_gateway.handlers.amqp.property_octets import replace_shortstr
 from pulsar_gateway.handlers.amqp.publish_alarm import PublishAlarm
 from pulsar_gateway.handlers.amqp.transactions import tx_cost
 
@@ -100,6 +102,16 @@ class Publishing:
         vh = context.state
         authorize_publish(context.access, context.namespace, vh.name, method.exchange)
         properties = event.properties
+        properties_raw = event.properties_raw
+        if properties.reply_to == REPLY_TO:
+            if channel.reply_consumer is None:
+                raise no_reply_consumer()
+            properties_raw = replace_shortstr(
+                properties_raw, "reply_to", channel.reply_consumer.address
+            )
+        if is_reply_address(method.exchange, method.routing_key):
+            self._reply(channel, event, properties_raw)
+            return
         headers = properties.headers if isinstance(properties.headers, dict) else None
         queues = route(
             vh.topology,
@@ -111,7 +123,7 @@ class Publishing:
         message = AmqpMessage(
             method.exchange,
             method.routing_key,
-            event.properties_raw,
+            properties_raw,
             event.body,
             properties.delivery_mode == 2,
             _expiration(properties.expiration),
@@ -146,6 +158,23 @@ class Publishing:
         )
         channel.writing[write] = queues
         self._writes.add(write)
+
+    def _reply(self, channel: Channel, event: ContentReceived, properties_raw: bytes) -> None:
+        """A direct reply-to reply: straight to the requester's channel, never stored.
+        Confirmed at once; unroutable (returned when mandatory) when its consumer is gone.
+        RabbitMQ 3.10 also returned a delivered reply published as mandatory; later
+        versions do not, nor does the gateway (docs/compatibility.md)."""
+        method = event.method
+        message = AmqpMessage(method.exchange, method.routing_key, properties_raw, event.body)
+        target = self.context.state.replies.find(method.routing_key)
+        if target is not None:
+            target.channel.deliver_reply(target.tag, message)
+        elif method.mandatory:
+            self.return_unroutable(channel, message)
+        if channel.tx is None and channel.confirm:
+            channel.publish_seq += 1
+            channel.confirms.append(PendingConfirm(channel.publish_seq, done=True))
+            self.flush_confirms(channel)
 
     def _count_in(self, cost: int) -> None:
         """A publish of `cost` bytes goes to the store: block the peer past the bounds."""

@@ -14,6 +14,7 @@ from typing import Any
 from pamqp import commands
 
 from pulsar_gateway.handlers.amqp.channel import Channel
+from pulsar_gateway.handlers.amqp.direct_reply import REPLY_TO
 from pulsar_gateway.handlers.amqp.frames import make_method
 from pulsar_gateway.handlers.amqp.method_context import MethodContext
 from pulsar_gateway.handlers.amqp.topology import DestinationKind
@@ -114,6 +115,11 @@ class TopologyMethods:
 
     async def queue_declare(self, channel: Channel, m: commands.Queue.Declare) -> None:
         vh = self.context.state
+        if m.queue == REPLY_TO:
+            # RabbitMQ answers for the pseudo-queue, passive or not: no messages, one consumer
+            reply = make_method(_Q.DeclareOk, queue=REPLY_TO, message_count=0, consumer_count=1)
+            self.context.reply(channel, reply, m.nowait)
+            return
         if not m.passive:
             check_supported_arguments(m.arguments or {}, m.queue, vh.name)
         async with vh.lock:

@@ -19,6 +19,7 @@ from typing import Any
 from pamqp import commands
 
 from pulsar_gateway.handlers.amqp.broker_model import AmqpMessage, BrokerStore, StoredDelivery
+from pulsar_gateway.handlers.amqp.direct_reply import ReplyRoutes
 from pulsar_gateway.handlers.amqp.errors import AmqpError
 from pulsar_gateway.handlers.amqp.exchange_routing import route, sender_selected_keys
 from pulsar_gateway.handlers.amqp.frames import encode_properties
@@ -47,6 +48,7 @@ class VhostState:
         self.store = store
         self.reader_idle_seconds = reader_idle_seconds
         self.engines: dict[str, QueueEngine] = {}
+        self.replies = ReplyRoutes()  # direct reply-to consumers by address
         # held across a check (topology_rules) and the change it allows
         self.lock = asyncio.Lock()
         self.queue_used: dict[str, float] = {q: time.monotonic() for q in topology.queues}
