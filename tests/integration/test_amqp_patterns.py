@@ -52,3 +52,62 @@ def test_a_mandatory_reply_is_delivered_and_not_returned(gateway: GatewayProcess
         for connection in (requester, responder):
             if connection.is_open:
                 connection.close()
+
+
+def test_x_last_death_headers_follow_each_death(gateway: GatewayProcess) -> None:
+    """RabbitMQ 3.13 and later add x-last-death-reason, -queue and -exchange beside the
+    x-first-death-* headers (3.10 has only the first): they name the latest death."""
+    conn = pika.BlockingConnection(pika.URLParameters(gateway.amqp_url))
+    try:
+        ch = conn.channel()
+        p = _name("last")
+        ch.exchange_declare(f"{p}.dlx", "fanout")
+        ch.queue_declare(f"{p}.a", arguments={"x-dead-letter-exchange": f"{p}.dlx"})
+        ch.queue_declare(f"{p}.b", arguments={"x-message-ttl": 0, "x-dead-letter-exchange": ""})
+        ch.queue_declare(f"{p}.dead")
+        ch.queue_bind(f"{p}.b", f"{p}.dlx")
+        ch.basic_publish("", f"{p}.a", b"m")
+        method = None
+        while method is None:
+            method, _, _ = ch.basic_get(f"{p}.a")
+        ch.basic_reject(method.delivery_tag, requeue=False)
+        # b expires it at once into the default exchange with its own name as key: gone
+        # unless a queue of that name exists; route it to .dead through the key instead
+        ch.queue_delete(f"{p}.b")
+        ch.queue_declare(
+            f"{p}.b",
+            arguments={
+                "x-message-ttl": 0,
+                "x-dead-letter-exchange": "",
+                "x-dead-letter-routing-key": f"{p}.dead",
+            },
+        )
+        ch.queue_bind(f"{p}.b", f"{p}.dlx")
+        ch.basic_publish("", f"{p}.a", b"m2")
+        method = None
+        while method is None:
+            method, _, _ = ch.basic_get(f"{p}.a")
+        ch.basic_reject(method.delivery_tag, requeue=False)
+        props = None
+        for _ in range(200):
+            method, props, _ = ch.basic_get(f"{p}.dead", auto_ack=True)
+            if method is not None:
+                break
+            conn.sleep(0.02)
+        assert method is not None
+        headers = props.headers
+        assert (headers["x-first-death-reason"], headers["x-first-death-queue"]) == (
+            "rejected",
+            f"{p}.a",
+        )
+        assert (headers["x-last-death-reason"], headers["x-last-death-queue"]) == (
+            "expired",
+            f"{p}.b",
+        )
+        assert headers["x-last-death-exchange"] == f"{p}.dlx"
+        assert [d["reason"] for d in headers["x-death"]] == ["expired", "rejected"]
+        for queue in ("a", "b", "dead"):
+            ch.queue_delete(f"{p}.{queue}")
+        ch.exchange_delete(f"{p}.dlx")
+    finally:
+        conn.close()

@@ -16,6 +16,7 @@ import pika
 import pika.exceptions
 
 from tests.support.amqp_frame_trace import confirm_after_delivery, publish_and_consume_trace
+from tests.support.amqp_pattern_scenarios import PATTERN_SCENARIOS
 from tests.support.pika_waits import pump_until, round_trip
 from tests.support.waiting import wait_until, wait_until_stable
 
@@ -549,124 +550,6 @@ def byte_limits(url: str, p: str) -> Transcript:
     return log
 
 
-REPLY_TO = "amq.rabbitmq.reply-to"
-
-
-def _closed_by(call: Callable[[], object]) -> tuple[int, str]:
-    try:
-        call()
-    except pika.exceptions.ChannelClosedByBroker as error:
-        return (error.reply_code, error.reply_text)
-    return (0, "no error")
-
-
-def direct_reply_to(url: str, p: str) -> Transcript:
-    """RPC over the amq.rabbitmq.reply-to pseudo-queue, and its errors when misused. The
-    reply address itself is the broker's own (only its prefix is compared); a reply
-    published as mandatory is left out: RabbitMQ 3.10 returned it although it delivered it,
-    later versions do not (the gateway follows them, tests/integration/test_amqp_patterns.py)."""
-    log: Transcript = []
-    requester = _connect(url)
-    ch = requester.channel()
-    ok = ch.queue_declare(REPLY_TO, passive=True).method
-    log.append(("passive", ok.queue, ok.message_count, ok.consumer_count))
-    ok = ch.queue_declare(REPLY_TO).method
-    log.append(("declare", ok.queue, ok.message_count, ok.consumer_count))
-    replies: list = []
-    tag = ch.basic_consume(
-        REPLY_TO, lambda _c, m, props, body: replies.append((m, props, body)), auto_ack=True
-    )
-    ch.queue_declare(f"{p}.rpc")
-    headers = {"n": 5, "big": 2**40, "s": "x"}
-    for i in range(3):
-        properties = pika.BasicProperties(
-            reply_to=REPLY_TO, correlation_id=f"c{i}", headers=headers
-        )
-        ch.basic_publish("", f"{p}.rpc", f"req{i}".encode(), properties)
-    responder = _connect(url)
-    rch = responder.channel()
-    rch.confirm_delivery()
-    requests = []
-    deadline = time.time() + 5
-    while len(requests) < 3 and time.time() < deadline:
-        method, props, body = rch.basic_get(f"{p}.rpc", auto_ack=True)
-        if method is None:
-            time.sleep(0.05)
-            continue
-        requests.append((props, body))
-        address = props.reply_to
-        log.append(("request", body, address.startswith(REPLY_TO + "."), props.headers))
-        answer = pika.BasicProperties(correlation_id=props.correlation_id)
-        rch.basic_publish("", address, body.replace(b"req", b"answer"), answer)
-    pump_until(requester, lambda: len(replies) >= 3, "the replies", 5)
-    for m, props, body in replies:
-        log.append(
-            (
-                "reply",
-                m.consumer_tag == tag,
-                m.redelivered,
-                m.exchange,
-                m.routing_key == requests[0][0].reply_to,
-                props.correlation_id,
-                props.reply_to,
-                body,
-            )
-        )
-    try:
-        rch.basic_publish("", REPLY_TO + ".nobody", b"lost", mandatory=True)
-        log.append(("bogus", "confirmed"))
-    except pika.exceptions.UnroutableError as error:
-        log.append(("bogus", "returned", error.messages[0].method.reply_code))
-    log.append(
-        (
-            "passive-address",
-            _closed_by(lambda: requester.channel().queue_declare(REPLY_TO + ".abc", passive=True)),
-        )
-    )
-    other = requester.channel()
-    log.append(
-        (
-            "no-consumer",
-            _closed_by(
-                lambda: (
-                    other.basic_publish(
-                        "", f"{p}.rpc", b"x", pika.BasicProperties(reply_to=REPLY_TO)
-                    ),
-                    other.queue_declare(f"{p}.rpc", passive=True),
-                )
-            ),
-        )
-    )
-    acking = requester.channel()
-    log.append(
-        (
-            "ack-mode",
-            _closed_by(lambda: acking.basic_consume(REPLY_TO, lambda *a: None, auto_ack=False)),
-        )
-    )
-    twice = requester.channel()
-    twice.basic_consume(REPLY_TO, lambda *a: None, auto_ack=True)
-    log.append(
-        ("twice", _closed_by(lambda: twice.basic_consume(REPLY_TO, lambda *a: None, auto_ack=True)))
-    )
-    ch.basic_cancel(tag)
-    log.append(
-        (
-            "after-cancel",
-            _closed_by(
-                lambda: (
-                    ch.basic_publish("", f"{p}.rpc", b"x", pika.BasicProperties(reply_to=REPLY_TO)),
-                    ch.queue_declare(f"{p}.rpc", passive=True),
-                )
-            ),
-        )
-    )
-    rch.queue_delete(f"{p}.rpc")
-    responder.close()
-    requester.close()
-    return log
-
-
 SCENARIOS = [
     routing_and_returns,
     settle_and_requeue,
@@ -680,5 +563,5 @@ SCENARIOS = [
     deliveries_before_confirms,
     overflow_modes,
     byte_limits,
-    direct_reply_to,
+    *PATTERN_SCENARIOS,
 ]

@@ -60,6 +60,7 @@ class AmqpMessage:
     persistent: bool = False  # delivery_mode == 2
     expiration_ms: int | None = None  # per-message TTL from the expiration property
     timestamp_ms: int = 0  # when the gateway accepted it
+    priority: int = 0  # the priority property (0 when unset), for x-max-priority queues
 
 
 @dataclass(frozen=True, slots=True)
