@@ -17,7 +17,7 @@ from pathlib import Path
 from pamqp import commands
 
 from pulsar_gateway.handlers.amqp.authentication import KNOWN_MECHANISMS
-from pulsar_gateway.handlers.amqp.connection_state import BROKER_METHODS
+from pulsar_gateway.handlers.amqp.broker_methods import BROKER_METHODS
 from pulsar_gateway.handlers.amqp.queue_arguments import ARGUMENT_SUPPORT
 from pulsar_gateway.handlers.amqp.topology import ExchangeType
 from pulsar_gateway.handlers.kafka.apis.table import API_TABLE, versions_of

@@ -16,7 +16,7 @@ import time
 from pamqp import commands
 
 from pulsar_gateway.handlers.amqp.frames import encode_content, encode_method
-from pulsar_gateway.handlers.amqp.server import OUTPUT_HIGH_WATER
+from pulsar_gateway.handlers.amqp.session import OUTPUT_HIGH_WATER
 from pulsar_gateway.tools.parity.job import _rss_mib
 from tests.support.gateway_process import GatewayProcess
 from tests.support.raw_amqp_socket import open_connection

@@ -11,7 +11,8 @@ from typing import Any
 from pamqp import base, commands, frame
 
 from pulsar_gateway.handlers.amqp.authentication import Authenticator
-from pulsar_gateway.handlers.amqp.connection_settings import ConnectionSettings, VhostAccess
+from pulsar_gateway.handlers.amqp.broker_model import VhostAccess
+from pulsar_gateway.handlers.amqp.connection_settings import ConnectionSettings
 from pulsar_gateway.handlers.amqp.connection_state import AmqpConnection
 from pulsar_gateway.handlers.amqp.events import ConnectionOpened, Event
 from pulsar_gateway.handlers.amqp.frames import PROTOCOL_HEADER, FrameReader, MethodFrame

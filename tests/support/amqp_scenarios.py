@@ -16,6 +16,7 @@ import pika
 import pika.exceptions
 
 from tests.support.amqp_frame_trace import confirm_after_delivery, publish_and_consume_trace
+from tests.support.amqp_pattern_scenarios import PATTERN_SCENARIOS
 from tests.support.pika_waits import pump_until, round_trip
 from tests.support.waiting import wait_until, wait_until_stable
 
@@ -562,4 +563,5 @@ SCENARIOS = [
     deliveries_before_confirms,
     overflow_modes,
     byte_limits,
+    *PATTERN_SCENARIOS,
 ]

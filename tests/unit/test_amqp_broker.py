@@ -9,12 +9,9 @@ import itertools
 from pamqp import commands
 
 from pulsar_gateway.handlers.amqp.broker import AmqpBroker
-from pulsar_gateway.handlers.amqp.connection_broker import (
-    PUBLISH_OVERHEAD,
-    ConnectionBroker,
-    PublishLimits,
-)
+from pulsar_gateway.handlers.amqp.connection_broker import ConnectionBroker
 from pulsar_gateway.handlers.amqp.events import ConnectionOpened
+from pulsar_gateway.handlers.amqp.publishing import PUBLISH_OVERHEAD, PublishLimits
 from tests.support.amqp_memory_store import MemoryStore
 from tests.support.amqp_peer import Peer, open_peer
 

@@ -19,7 +19,8 @@ from pamqp import body as pamqp_body
 from pamqp import commands, encode, frame, header
 
 from pulsar_gateway.handlers.amqp.authentication import Authenticator, is_loopback, parse_plain
-from pulsar_gateway.handlers.amqp.connection_settings import ConnectionSettings, VhostAccess
+from pulsar_gateway.handlers.amqp.broker_model import VhostAccess
+from pulsar_gateway.handlers.amqp.connection_settings import ConnectionSettings
 from pulsar_gateway.handlers.amqp.connection_state import AmqpConnection, ConnectionState
 from pulsar_gateway.handlers.amqp.errors import AmqpError, ReplyCode
 from pulsar_gateway.handlers.amqp.events import (

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from pamqp import commands, frame
 
 from pulsar_gateway.gateway.cluster.view import Member, SingleMemberView, vhost_key
-from pulsar_gateway.handlers.amqp.connection_settings import VhostAccess
+from pulsar_gateway.handlers.amqp.broker_model import VhostAccess
 from pulsar_gateway.handlers.amqp.connection_state import ConnectionState
 from pulsar_gateway.handlers.amqp.events import ConnectionClosed, ConnectionHandedOff
 from pulsar_gateway.handlers.amqp.frames import PROTOCOL_HEADER

@@ -18,13 +18,10 @@ from pamqp import header as pamqp_header
 
 from pulsar_gateway.gateway.config import AmqpSection
 from pulsar_gateway.handlers.amqp.broker import AmqpBroker
-from pulsar_gateway.handlers.amqp.connection_broker import (
-    PUBLISH_OVERHEAD,
-    ConnectionBroker,
-    PublishLimits,
-)
+from pulsar_gateway.handlers.amqp.connection_broker import ConnectionBroker
 from pulsar_gateway.handlers.amqp.events import ConnectionOpened
 from pulsar_gateway.handlers.amqp.publish_alarm import PublishAlarm
+from pulsar_gateway.handlers.amqp.publishing import PUBLISH_OVERHEAD, PublishLimits
 from tests.support.amqp_memory_store import MemoryStore
 from tests.support.amqp_peer import CLIENT_CAPABILITIES, Peer, open_peer
 

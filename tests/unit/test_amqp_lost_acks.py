@@ -10,7 +10,8 @@ import tracemalloc
 from dataclasses import dataclass, field
 
 from pulsar_gateway.handlers.amqp.broker_model import AmqpMessage, StoredDelivery
-from pulsar_gateway.handlers.amqp.queue_engine import ACKED_REMEMBER_SECONDS, AckedIds, QueueEngine
+from pulsar_gateway.handlers.amqp.message_memory import ACKED_REMEMBER_SECONDS, AckedIds
+from pulsar_gateway.handlers.amqp.queue_engine import QueueEngine
 from pulsar_gateway.handlers.amqp.topology import Queue, Topology
 from pulsar_gateway.handlers.amqp.vhost_state import VhostState
 from tests.support.amqp_memory_store import MemoryStore

@@ -614,15 +614,21 @@ def test_queue_inequivalent(kwargs: dict, field: str, received: str, current: st
 
 
 def test_queue_redeclare_ignores_arguments_rabbitmq_ignores() -> None:
+    """A redeclare that differs only in arguments RabbitMQ does not compare (an unknown
+    x-custom, x-queue-type classic where none was given) is accepted and changes nothing."""
     topology = Topology("/")
-    topology.add_queue(Queue("q", durable=True, arguments={"x-custom": 1}))
-    declare_queue(
+    existing = Queue("q", durable=True, arguments={"x-custom": 1})
+    topology.add_queue(existing)
+    queue, new = declare_queue(
         topology,
         "q",
         connection_id="c1",
         durable=True,
         arguments={"x-custom": 2, "x-queue-type": "classic"},
     )
+    assert new is False
+    assert queue is existing
+    assert topology.queues["q"].arguments == {"x-custom": 1}
 
 
 def test_passive_and_exclusive_queue_access() -> None:

@@ -15,13 +15,11 @@ from pamqp import body as pamqp_body
 from pamqp import header as pamqp_header
 
 from pulsar_gateway.handlers.amqp.broker import AmqpBroker
-from pulsar_gateway.handlers.amqp.connection_broker import (
-    ConnectionBroker,
-    PublishLimits,
-    tx_cost,
-)
+from pulsar_gateway.handlers.amqp.connection_broker import ConnectionBroker
 from pulsar_gateway.handlers.amqp.errors import ReplyCode
 from pulsar_gateway.handlers.amqp.events import ConnectionOpened
+from pulsar_gateway.handlers.amqp.publishing import PublishLimits
+from pulsar_gateway.handlers.amqp.transactions import tx_cost
 from tests.support.amqp_memory_store import MemoryStore
 from tests.support.amqp_peer import Peer, open_peer
 

@@ -16,9 +16,32 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Collection, Hashable, Iterable
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import Protocol, runtime_checkable
 
 from pulsar_gateway.handlers.amqp.topology import Binding, Exchange, Queue, Topology
+
+
+class VhostAccess(Enum):
+    """Answer of the vhost policy for (user, vhost) at connection.open.
+
+    Part of the port's vocabulary: the store decides it for a vhost name (the reserved
+    names, `PulsarAmqpStore.vhost_access`), the listener and the cluster add theirs, and
+    the connection core acts on it."""
+
+    ALLOWED = "allowed"
+    CREATE = "create"  # allowed; the vhost does not exist yet and is to be created
+    NOT_FOUND = "not-found"
+    REFUSED = "refused"
+    # the vhost would map onto the gateway's own state (gateway/reserved_names.py): no user
+    # may open it; ACCESS_REFUSED rather than RabbitMQ's 530 for a missing permission
+    RESERVED = "reserved"
+    # in a cluster (docs/cluster.md, "AMQP on one port"): another member owns the vhost; the
+    # listener hands the connection over to it instead of answering connection.open
+    ELSEWHERE = "elsewhere"
+    # ... or this member owns it but may not serve it now (its lease is stale, or it is
+    # taking the vhost over): 320 CONNECTION_FORCED, and the client reconnects
+    MOVING = "moving"
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,6 +60,7 @@ class AmqpMessage:
     persistent: bool = False  # delivery_mode == 2
     expiration_ms: int | None = None  # per-message TTL from the expiration property
     timestamp_ms: int = 0  # when the gateway accepted it
+    priority: int = 0  # the priority property (0 when unset), for x-max-priority queues
 
 
 @dataclass(frozen=True, slots=True)

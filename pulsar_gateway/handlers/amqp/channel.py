@@ -19,6 +19,7 @@ from typing import Any, Protocol
 from pamqp import base, commands
 
 from pulsar_gateway.handlers.amqp.broker_model import AmqpMessage, StoredDelivery
+from pulsar_gateway.handlers.amqp.direct_reply import ReplyConsumer
 from pulsar_gateway.handlers.amqp.frames import make_method
 from pulsar_gateway.handlers.amqp.queue_engine import QueueEngine
 
@@ -170,6 +171,8 @@ class Channel:
         # stored confirm-mode publishes whose copies this channel's consumers are about
         # to receive, by `delivery_key`: one entry per copy (see `hold`)
         self.awaiting_delivery: dict[tuple[str, str, int, bytes], list[PendingConfirm]] = {}
+        # the channel's consumer on amq.rabbitmq.reply-to (direct_reply.py), if any
+        self.reply_consumer: ReplyConsumer | None = None
 
     def hold(self, pending: PendingConfirm, message: AmqpMessage, copies: int) -> None:
         """Keep a stored publish's confirm until `copies` deliveries of it went out here.
@@ -253,6 +256,15 @@ class Channel:
         self.connection.send_deliver(self.number, consumer.tag, tag, redelivered, message)
         if self.awaiting_delivery:
             self._delivered(message)
+
+    def deliver_reply(self, consumer_tag: str, message: AmqpMessage) -> None:
+        """A direct reply-to reply: delivered as published, nothing to settle (the
+        reply consumer is no-ack); it skips credit and flow, as on RabbitMQ."""
+        if self.closed:
+            return
+        tag = self.next_tag
+        self.next_tag += 1
+        self.connection.send_deliver(self.number, consumer_tag, tag, False, message)
 
     def take(self, tag: int, multiple: bool) -> list[Unacked]:
         """The unacked deliveries an ack/nack/reject names; [] when the tag is unknown."""

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from enum import Enum
 
+from pulsar_gateway.handlers.amqp.broker_model import VhostAccess
 from pulsar_gateway.handlers.amqp.frames import FRAME_MIN_SIZE
 
 # Advertised in connection.start; clients switch features on from these
@@ -23,24 +23,6 @@ DEFAULT_CAPABILITIES: Mapping[str, bool] = {
     "authentication_failure_close": True,
     "per_consumer_qos": True,
 }
-
-
-class VhostAccess(Enum):
-    """Answer of the vhost policy for (user, vhost) at connection.open."""
-
-    ALLOWED = "allowed"
-    CREATE = "create"  # allowed; the vhost does not exist yet and is to be created
-    NOT_FOUND = "not-found"
-    REFUSED = "refused"
-    # the vhost would map onto the gateway's own state (gateway/reserved_names.py): no user
-    # may open it; ACCESS_REFUSED rather than RabbitMQ's 530 for a missing permission
-    RESERVED = "reserved"
-    # in a cluster (docs/cluster.md, "AMQP on one port"): another member owns the vhost; the
-    # listener hands the connection over to it instead of answering connection.open
-    ELSEWHERE = "elsewhere"
-    # ... or this member owns it but may not serve it now (its lease is stale, or it is
-    # taking the vhost over): 320 CONNECTION_FORCED, and the client reconnects
-    MOVING = "moving"
 
 
 VhostPolicy = Callable[[str, str], VhostAccess]

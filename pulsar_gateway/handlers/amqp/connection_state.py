@@ -16,35 +16,27 @@ send connection.close and soft ones channel.close.
 
 from __future__ import annotations
 
-import sys
-from enum import Enum
 from typing import Any, Literal
 
 from pamqp import base, commands
 
 from pulsar_gateway.handlers.amqp.authentication import Authenticator
+from pulsar_gateway.handlers.amqp.broker_model import VhostAccess
+from pulsar_gateway.handlers.amqp.channel_table import ChannelTable
 from pulsar_gateway.handlers.amqp.connection_settings import (
     ConnectionSettings,
-    VhostAccess,
     VhostPolicy,
     allow_and_create,
 )
 from pulsar_gateway.handlers.amqp.content_assembly import (
-    BodyBudget,
-    ContentAssembler,
     method_ids,
-    unexpected,
 )
 from pulsar_gateway.handlers.amqp.errors import AmqpError, ReplyCode
 from pulsar_gateway.handlers.amqp.events import (
-    ChannelClosed,
-    ChannelFlowChanged,
-    ChannelOpened,
     ConnectionClosed,
     ConnectionHandedOff,
     ConnectionOpened,
     Event,
-    MethodReceived,
 )
 from pulsar_gateway.handlers.amqp.frames import (
     FRAME_MIN_SIZE,
@@ -64,89 +56,20 @@ from pulsar_gateway.handlers.amqp.frames import (
     encode_properties,
     make_method,
 )
-from pulsar_gateway.handlers.amqp.heartbeat_clock import HeartbeatClock, Phase
-
-CHANNEL_MIN = 1
+from pulsar_gateway.handlers.amqp.handshake import (
+    INERT_STATES,
+    PHASES,
+    RABBIT_STATE_NAMES,
+    ConnectionState,
+    check_tune_ok,
+    open_refusal,
+    server_start,
+)
+from pulsar_gateway.handlers.amqp.heartbeat_clock import HeartbeatClock
 
 _Connection = commands.Connection
 _Channel = commands.Channel
 _Basic = commands.Basic
-
-# Channel methods a client may send that the broker layer answers.
-BROKER_METHODS: frozenset[type[base.Frame]] = frozenset(
-    {
-        commands.Exchange.Declare,
-        commands.Exchange.Delete,
-        commands.Exchange.Bind,
-        commands.Exchange.Unbind,
-        commands.Queue.Declare,
-        commands.Queue.Bind,
-        commands.Queue.Purge,
-        commands.Queue.Delete,
-        commands.Queue.Unbind,
-        _Basic.Qos,
-        _Basic.Consume,
-        _Basic.Cancel,
-        _Basic.Get,
-        _Basic.Ack,
-        _Basic.Reject,
-        _Basic.RecoverAsync,
-        _Basic.Recover,
-        _Basic.Nack,
-        commands.Tx.Select,
-        commands.Tx.Commit,
-        commands.Tx.Rollback,
-        commands.Confirm.Select,
-    }
-)
-# Replies to methods only the server sends; RabbitMQ rejects them (503), but
-# they are harmless, and some clients answer a server-sent basic.cancel.
-_IGNORED_METHODS: frozenset[type[base.Frame]] = frozenset({_Basic.CancelOk, _Channel.FlowOk})
-
-
-class ConnectionState(Enum):
-    """Where the connection is in its life; RabbitMQ's reader has the same steps."""
-
-    AWAITING_HEADER = "awaiting-header"
-    STARTING = "starting"  # connection.start sent, awaiting start-ok
-    TUNING = "tuning"  # connection.tune sent, awaiting tune-ok
-    OPENING = "opening"  # awaiting connection.open
-    OPEN = "open"
-    CLOSING = "closing"  # connection.close sent, awaiting close-ok
-    CLOSED = "closed"  # nothing more to read; close the socket after flushing
-    # connection.open for a vhost another member serves: the driver passes the socket on
-    # to that member (ConnectionHandedOff); this core reads and writes nothing more
-    HANDED_OFF = "handed-off"
-
-
-_PHASES = {
-    ConnectionState.AWAITING_HEADER: Phase.HANDSHAKE,
-    ConnectionState.STARTING: Phase.HANDSHAKE,
-    ConnectionState.TUNING: Phase.HANDSHAKE,
-    ConnectionState.OPENING: Phase.HANDSHAKE,
-    ConnectionState.OPEN: Phase.RUNNING,
-    ConnectionState.CLOSING: Phase.CLOSING,
-    ConnectionState.CLOSED: Phase.DONE,
-    ConnectionState.HANDED_OFF: Phase.DONE,
-}
-# states in which the core takes no more input and keeps no time
-_INERT_STATES = frozenset({ConnectionState.CLOSED, ConnectionState.HANDED_OFF})
-_RABBIT_STATE_NAMES = {
-    ConnectionState.STARTING: "starting",
-    ConnectionState.TUNING: "tuning",
-    ConnectionState.OPENING: "opening",
-    ConnectionState.OPEN: "running",
-}
-
-
-class _ChannelState:
-    __slots__ = ("number", "closing", "flow_active", "content")
-
-    def __init__(self, number: int, max_message_size: int, budget: BodyBudget) -> None:
-        self.number = number
-        self.closing = False  # channel.close sent by us, close-ok awaited
-        self.flow_active = True
-        self.content = ContentAssembler(max_message_size, budget)
 
 
 class AmqpConnection:
@@ -172,8 +95,7 @@ class AmqpConnection:
         self._reader = FrameReader(FRAME_MIN_SIZE)
         self._header = b""
         self._out = bytearray()
-        self._channels: dict[int, _ChannelState] = {}
-        self._bodies = BodyBudget(self.settings.max_incoming_body_bytes)
+        self._channels = ChannelTable(self.settings, self._out)
         self._clock = HeartbeatClock(now, self.settings.handshake_timeout)
         self._now = now
         self._heartbeat_queued = False
@@ -210,7 +132,7 @@ class AmqpConnection:
     @property
     def open_channels(self) -> list[int]:
         """Channels the broker may use (open, not closing)."""
-        return sorted(n for n, c in self._channels.items() if not c.closing)
+        return self._channels.open_numbers()
 
     @property
     def partial_frame(self) -> bool:
@@ -221,7 +143,7 @@ class AmqpConnection:
     @property
     def incoming_body_bytes(self) -> int:
         """Bytes reserved by content headers whose bodies have not fully arrived."""
-        return self._bodies.used
+        return self._channels.bodies.used
 
     @property
     def blocked(self) -> bool:
@@ -230,15 +152,14 @@ class AmqpConnection:
 
     def channel_flow_active(self, channel: int) -> bool:
         """False after the client asked, with channel.flow, to pause deliveries."""
-        chan = self._channels.get(channel)
-        return chan is not None and not chan.closing and chan.flow_active
+        return self._channels.flow_active(channel)
 
     # --- input ------------------------------------------------------------------------
 
     def receive_data(self, data: bytes, now: float) -> list[Event]:
         """Feed bytes from the socket; returns what the broker layer must act on."""
         events: list[Event] = []
-        if self._state in _INERT_STATES or not data:
+        if self._state in INERT_STATES or not data:
             return events
         self._now = now
         self._clock.received(now)
@@ -247,7 +168,7 @@ class AmqpConnection:
             if self.state is not ConnectionState.STARTING:
                 return events
         self._reader.feed(data)
-        while self._state not in _INERT_STATES:
+        while self._state not in INERT_STATES:
             try:
                 frame = self._reader.next_frame()
             except AmqpError as error:
@@ -274,23 +195,23 @@ class AmqpConnection:
 
     def heartbeat_due(self, now: float) -> bool:
         """True when nothing was sent for half the heartbeat interval."""
-        return self._clock.heartbeat_due(now, _PHASES[self._state])
+        return self._clock.heartbeat_due(now, PHASES[self._state])
 
     def peer_dead(self, now: float) -> bool:
         """True when the peer is to be given up on (see `HeartbeatClock`)."""
-        return self._clock.expired(now, _PHASES[self._state]) is not None
+        return self._clock.expired(now, PHASES[self._state]) is not None
 
     def next_deadline(self) -> float | None:
         """The earliest clock value at which `tick` may have something to do."""
-        return self._clock.next_deadline(_PHASES[self._state])
+        return self._clock.next_deadline(PHASES[self._state])
 
     def tick(self, now: float) -> list[Event]:
         """Queue a heartbeat if one is due; give up on a dead peer."""
         events: list[Event] = []
-        if self._state in _INERT_STATES:
+        if self._state in INERT_STATES:
             return events
         self._now = now
-        reason = self._clock.expired(now, _PHASES[self._state])
+        reason = self._clock.expired(now, PHASES[self._state])
         if reason is not None:
             self._finish(0, reason, "lost", events)
             self._set_closed()
@@ -421,19 +342,7 @@ class AmqpConnection:
             return b""
         rest = self._header[len(PROTOCOL_HEADER) :]
         self._header = b""
-        start = _Connection.Start(
-            version_major=0,
-            version_minor=9,
-            server_properties={
-                "product": self.settings.product,
-                "version": self.settings.version,
-                "platform": f"Python {sys.version.split()[0]}",
-                "information": "AMQP 0-9-1 on Apache Pulsar",
-                "capabilities": dict(self.settings.capabilities),
-            },
-            mechanisms=" ".join(self._auth.mechanisms),
-            locales="en_US",
-        )
+        start = server_start(self.settings, self._auth.mechanisms)
         self._out += encode_method(0, start)
         self._state = ConnectionState.STARTING
         return rest
@@ -451,7 +360,7 @@ class AmqpConnection:
             raise _unexpected_frame(frame)
         if self._state is not ConnectionState.OPEN or isinstance(frame, HeartbeatFrame):
             raise _unexpected_frame(frame)
-        self._channel_frame(frame, events)
+        self._channels.frame(frame, events)
 
     def _dispatch_closing(self, frame: Frame) -> None:
         """After our connection.close only close and close-ok matter (RabbitMQ too)."""
@@ -481,7 +390,7 @@ class AmqpConnection:
         else:
             raise AmqpError(
                 ReplyCode.CHANNEL_ERROR,
-                f"unexpected method in connection state {_RABBIT_STATE_NAMES[state]}",
+                f"unexpected method in connection state {RABBIT_STATE_NAMES[state]}",
                 *method_ids(method),
             )
 
@@ -506,10 +415,9 @@ class AmqpConnection:
         self._state = ConnectionState.TUNING
 
     def _tune_ok(self, method: commands.Connection.TuneOk) -> None:
-        _check_negotiated("frame_max", FRAME_MIN_SIZE, self.settings.frame_max, method.frame_max)
-        _check_negotiated("channel_max", CHANNEL_MIN, self.settings.channel_max, method.channel_max)
+        check_tune_ok(self.settings, method)
         self.frame_max = method.frame_max
-        self.channel_max = method.channel_max
+        self.channel_max = self._channels.channel_max = method.channel_max
         self.heartbeat = method.heartbeat  # the client's choice, as RabbitMQ takes it
         self._clock.interval = method.heartbeat
         self._reader.frame_max = method.frame_max
@@ -519,26 +427,9 @@ class AmqpConnection:
         vhost = method.virtual_host
         username = self.username or ""
         access = self._vhost_policy(username, vhost)
-        if access is VhostAccess.NOT_FOUND:
-            raise AmqpError(ReplyCode.NOT_ALLOWED, f"vhost {vhost} not found", *method_ids(method))
-        if access is VhostAccess.REFUSED:
-            raise AmqpError(
-                ReplyCode.NOT_ALLOWED,
-                f"access to vhost '{vhost}' refused for user '{username}'",
-                *method_ids(method),
-            )
-        if access is VhostAccess.RESERVED:
-            raise AmqpError(
-                ReplyCode.ACCESS_REFUSED,
-                f"access to vhost '{vhost}' refused: it maps onto the gateway's own namespace",
-                *method_ids(method),
-            )
-        if access is VhostAccess.MOVING:
-            raise AmqpError(
-                ReplyCode.CONNECTION_FORCED,
-                f"vhost '{vhost}' is moving to another gateway; reconnect",
-                *method_ids(method),
-            )
+        refusal = open_refusal(access, vhost, username)
+        if refusal is not None:
+            raise refusal.blame(*method_ids(method))
         self.vhost = vhost
         if access is VhostAccess.ELSEWHERE:
             self._state = ConnectionState.HANDED_OFF
@@ -561,83 +452,6 @@ class AmqpConnection:
         if self._blocked:
             self._send_blocked_state()
 
-    # --- channels ---------------------------------------------------------------------
-
-    def _channel_frame(self, frame: Frame, events: list[Event]) -> None:
-        number = frame.channel
-        chan = self._channels.get(number)
-        if chan is None:
-            if not isinstance(frame, MethodFrame):
-                raise unexpected("expected method frame, got non method frame instead")
-            if not isinstance(frame.method, _Channel.Open):
-                raise AmqpError(
-                    ReplyCode.CHANNEL_ERROR, "expected 'channel.open'", *method_ids(frame.method)
-                )
-            self._open_channel(number, events)
-        elif chan.closing:
-            self._closing_channel_frame(chan, frame)
-        elif not chan.content.idle:
-            message = chan.content.add(frame)
-            if message is not None:
-                events.append(message)
-        elif isinstance(frame, MethodFrame):
-            self._channel_method(chan, frame.method, events)
-        else:
-            raise unexpected("expected method frame, got non method frame instead")
-
-    def _open_channel(self, number: int, events: list[Event]) -> None:
-        if self.channel_max and len(self._channels) >= self.channel_max:
-            raise AmqpError(
-                ReplyCode.NOT_ALLOWED,
-                f"number of channels opened ({len(self._channels)}) has reached "
-                f"the negotiated channel_max ({self.channel_max})",
-            )
-        self._channels[number] = _ChannelState(number, self.settings.max_message_size, self._bodies)
-        self._out += encode_method(number, make_method(_Channel.OpenOk, channel_id=""))
-        events.append(ChannelOpened(number))
-
-    def _closing_channel_frame(self, chan: _ChannelState, frame: Frame) -> None:
-        """After our channel.close only close-ok frees the number (RabbitMQ too)."""
-        if not isinstance(frame, MethodFrame):
-            return
-        if isinstance(frame.method, _Channel.CloseOk):
-            del self._channels[chan.number]
-        elif isinstance(frame.method, _Channel.Close):
-            self._out += encode_method(chan.number, _Channel.CloseOk())
-
-    def _channel_method(self, chan: _ChannelState, method: base.Frame, events: list[Event]) -> None:
-        kind = type(method)
-        if isinstance(method, _Basic.Publish):
-            chan.content.start(method)
-        elif kind in BROKER_METHODS:
-            events.append(MethodReceived(chan.number, method))
-        elif isinstance(method, _Channel.Close):
-            del self._channels[chan.number]
-            self._out += encode_method(chan.number, _Channel.CloseOk())
-            events.append(
-                ChannelClosed(chan.number, method.reply_code or 0, method.reply_text or "", True)
-            )
-        elif isinstance(method, _Channel.Flow):
-            self._channel_flow(chan, method, events)
-        elif isinstance(method, _Channel.Open):
-            raise AmqpError(
-                ReplyCode.CHANNEL_ERROR, "second 'channel.open' seen", *method_ids(method)
-            )
-        elif kind not in _IGNORED_METHODS:
-            # Server-only methods, and connection methods off channel 0.
-            raise AmqpError(ReplyCode.COMMAND_INVALID, "unimplemented method", *method_ids(method))
-
-    def _channel_flow(
-        self, chan: _ChannelState, method: commands.Channel.Flow, events: list[Event]
-    ) -> None:
-        active = bool(method.active)
-        if not active and not self.settings.support_channel_flow:
-            raise AmqpError(ReplyCode.NOT_IMPLEMENTED, "active=false", *method_ids(method))
-        self._out += encode_method(chan.number, _Channel.FlowOk(active=active))
-        if active != chan.flow_active:
-            chan.flow_active = active
-            events.append(ChannelFlowChanged(chan.number, active))
-
     # --- errors and closing -----------------------------------------------------------
 
     def _fail(self, channel: int, error: AmqpError, events: list[Event]) -> None:
@@ -647,9 +461,7 @@ class AmqpConnection:
             return
         if state is ConnectionState.OPEN:
             if channel and not error.hard:
-                chan = self._channels.get(channel)
-                if chan is not None and not chan.closing:
-                    self._close_channel(chan, error, events)
+                self._channels.close(channel, error, events)
                 # else the channel is already closing or gone: nothing to say
             else:
                 self._close_connection(error, events)
@@ -677,19 +489,6 @@ class AmqpConnection:
             self._finish(error.reply_code, error.reply_text, "server", events)
             self._set_closed()
 
-    def _close_channel(self, chan: _ChannelState, error: AmqpError, events: list[Event]) -> None:
-        close = make_method(
-            _Channel.Close,
-            reply_code=error.reply_code,
-            reply_text=error.reply_text,
-            class_id=error.class_id,
-            method_id=error.method_id,
-        )
-        self._out += encode_method(chan.number, close)
-        chan.closing = True
-        chan.content.reset()
-        events.append(ChannelClosed(chan.number, error.reply_code, error.reply_text, False))
-
     def _close_connection(self, error: AmqpError, events: list[Event]) -> None:
         close = make_method(
             _Connection.Close,
@@ -714,11 +513,7 @@ class AmqpConnection:
         if self._finished:
             return
         self._finished = True
-        for number in sorted(self._channels):
-            chan = self._channels[number]
-            if not chan.closing:
-                chan.closing = True
-                events.append(ChannelClosed(number, reply_code, reply_text, cause == "client"))
+        self._channels.release_all(reply_code, reply_text, cause == "client", events)
         events.append(ConnectionClosed(reply_code, reply_text, cause))
 
     def _set_closed(self) -> None:
@@ -728,8 +523,7 @@ class AmqpConnection:
     def _usable(self, channel: int) -> bool:
         if self._state is not ConnectionState.OPEN:
             return False
-        chan = self._channels.get(channel)
-        return chan is not None and not chan.closing
+        return self._channels.usable(channel)
 
     def _send_blocked_state(self) -> None:
         if self.capabilities.get("connection.blocked") is not True:
@@ -740,26 +534,6 @@ class AmqpConnection:
         elif not self._blocked and self._blocked_sent:
             self._out += encode_method(0, _Connection.Unblocked())
             self._blocked_sent = False
-
-
-def _check_negotiated(field_name: str, minimum: int, server: int, client: int) -> None:
-    """RabbitMQ's validate_negotiated_integer_value, with its texts (530)."""
-    if client != 0 and client < minimum:
-        _fail_negotiation(field_name, "lower", "minimum", minimum, client)
-    if server != 0 and (client == 0 or client > server):
-        _fail_negotiation(field_name, "higher", "maximum", server, client)
-
-
-def _fail_negotiation(
-    field_name: str, comparison: str, bound: str, limit: int, client: int
-) -> None:
-    detail = " (no limit)" if field_name == "channel_max" and client == 0 else ""
-    raise AmqpError(
-        ReplyCode.NOT_ALLOWED,
-        f"negotiated {field_name} = {client}{detail} is {comparison} than the {bound} "
-        f"allowed value ({limit})",
-        *method_ids(_Connection.Tune()),
-    )
 
 
 def _unexpected_frame(frame: Frame) -> AmqpError:

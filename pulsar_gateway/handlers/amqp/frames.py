@@ -5,7 +5,7 @@ but `AmqpError`. pamqp does the decoding, but it is lenient (a truncated
 shortstr or a table overrunning its length decodes to garbage, and some
 values raise errors it does not wrap), while RabbitMQ's decoder matches
 binaries exactly. So every method and content-header payload is first walked
-against its wire layout here; only a payload that fits exactly is handed to
+against its wire layout (wire_layout.py); only a payload that fits exactly is handed to
 pamqp, and anything pamqp still throws becomes a 501 FRAME_ERROR.
 """
 
@@ -21,6 +21,7 @@ from pamqp import frame as pamqp_frame
 from pamqp.header import ContentHeader
 
 from pulsar_gateway.handlers.amqp.errors import AmqpError, ReplyCode
+from pulsar_gateway.handlers.amqp.wire_layout import check_layout, check_properties, method_layout
 
 PROTOCOL_HEADER = b"AMQP\x00\x00\x09\x01"
 FRAME_METHOD = 1
@@ -32,7 +33,6 @@ FRAME_MIN_SIZE = 4096  # the spec's minimum frame_max, RabbitMQ's before tune-ok
 FRAME_HEADER_SIZE = 7
 EMPTY_FRAME_SIZE = 8  # header + end octet
 HEARTBEAT_FRAME = struct.pack(">BHIB", FRAME_HEARTBEAT, 0, 0, FRAME_END)
-MAX_TABLE_DEPTH = 64  # deeper nesting is refused rather than recursed into
 BASIC_CLASS_ID = commands.Basic.frame_id
 MethodT = TypeVar("MethodT", bound=base.Frame)
 
@@ -212,7 +212,7 @@ def _decode_method(channel: int, payload: bytes) -> MethodFrame:
         )
     fields = payload[4:]
     try:
-        _check_layout(fields, 0, len(fields), _method_layout(cls), 0)
+        check_layout(fields, 0, len(fields), method_layout(cls), 0)
         _, _, method = pamqp_frame.unmarshal(_frame_bytes(FRAME_METHOD, channel, payload))
     except Exception as exc:  # pamqp may raise anything on bad input
         raise AmqpError(
@@ -236,7 +236,7 @@ def _decode_header(channel: int, payload: bytes) -> HeaderFrame:
     if properties is not None:
         return HeaderFrame(channel, class_id, weight, body_size, properties, raw)
     try:
-        _check_properties(raw)
+        check_properties(raw)
         _, _, header = pamqp_frame.unmarshal(_frame_bytes(FRAME_HEADER, channel, payload))
     except Exception as exc:  # pamqp may raise anything on bad input
         raise AmqpError(
@@ -364,153 +364,6 @@ def encode_deliver(
     return _content_frames(
         channel, _frame_bytes(FRAME_METHOD, channel, fields), body, properties_raw, frame_max
     )
-
-
-# --- wire layout checks ---------------------------------------------------------------
-
-
-class _Malformed(ValueError):
-    """Internal: the payload does not fit its layout."""
-
-
-_FIXED_SIZES = {"octet": 1, "short": 2, "long": 4, "longlong": 8, "timestamp": 8}
-# Field-table value types (RabbitMQ's errata set plus pamqp's b"\x00" void).
-_TABLE_FIXED = {
-    0x74: 1,  # t bool
-    0x62: 1,  # b int8
-    0x42: 1,  # B uint8
-    0x73: 2,  # s int16
-    0x75: 2,  # u uint16
-    0x49: 4,  # I int32
-    0x69: 4,  # i uint32
-    0x6C: 8,  # l int64
-    0x4C: 8,  # L uint64
-    0x66: 4,  # f float
-    0x64: 8,  # d double
-    0x44: 5,  # D decimal
-    0x54: 8,  # T timestamp
-    0x56: 0,  # V void
-    0x00: 0,  # void, seen in the wild
-}
-_TABLE_LONG_BYTES = {0x53, 0x78}  # S longstr, x byte array
-_LAYOUTS: dict[type[base.Frame], tuple[str, ...]] = {}
-
-
-def _method_layout(cls: type[base.Frame]) -> tuple[str, ...]:
-    """Field types in wire order; up to 8 consecutive bits share one octet."""
-    layout = _LAYOUTS.get(cls)
-    if layout is None:
-        types: list[str] = []
-        bits = 0
-        for attribute in cls.__slots__:
-            kind = cls.amqp_type(attribute)
-            if kind == "bit":
-                if bits % 8 == 0:
-                    types.append("octet")
-                bits += 1
-            else:
-                bits = 0
-                types.append(kind)
-        layout = _LAYOUTS[cls] = tuple(types)
-    return layout
-
-
-def _check_layout(data: bytes, pos: int, end: int, layout: tuple[str, ...], depth: int) -> None:
-    for kind in layout:
-        pos = _skip_field(data, pos, end, kind, depth)
-    if pos != end:
-        raise _Malformed("trailing octets")
-
-
-def _skip_field(data: bytes, pos: int, end: int, kind: str, depth: int) -> int:
-    size = _FIXED_SIZES.get(kind)
-    if size is not None:
-        new = pos + size
-    elif kind == "shortstr":
-        if pos >= end:
-            raise _Malformed("shortstr length")
-        new = pos + 1 + data[pos]
-    elif kind == "longstr":
-        new = pos + 4 + _length(data, pos, end)
-    elif kind == "table":
-        length = _length(data, pos, end)
-        new = pos + 4 + length
-        if new > end:
-            raise _Malformed("table overruns")
-        _check_table(data, pos + 4, new, depth + 1)
-    else:
-        raise _Malformed(f"unknown field type {kind}")
-    if new > end:
-        raise _Malformed(f"{kind} overruns")
-    return new
-
-
-def _length(data: bytes, pos: int, end: int) -> int:
-    if pos + 4 > end:
-        raise _Malformed("length overruns")
-    return int(_U32.unpack_from(data, pos)[0])
-
-
-def _check_table(data: bytes, pos: int, end: int, depth: int) -> None:
-    if depth > MAX_TABLE_DEPTH:
-        raise _Malformed("tables nested too deeply")
-    while pos < end:
-        key_end = pos + 1 + data[pos]
-        if key_end >= end:  # the key and at least a type octet
-            raise _Malformed("table key overruns")
-        pos = _skip_value(data, key_end, end, depth)
-
-
-def _check_array(data: bytes, pos: int, end: int, depth: int) -> None:
-    if depth > MAX_TABLE_DEPTH:
-        raise _Malformed("arrays nested too deeply")
-    while pos < end:
-        pos = _skip_value(data, pos, end, depth)
-
-
-def _skip_value(data: bytes, pos: int, end: int, depth: int) -> int:
-    kind = data[pos]
-    pos += 1
-    size = _TABLE_FIXED.get(kind)
-    if size is not None:
-        new = pos + size
-    elif kind in _TABLE_LONG_BYTES:
-        new = pos + 4 + _length(data, pos, end)
-    elif kind in (0x46, 0x41):  # F table, A array
-        new = pos + 4 + _length(data, pos, end)
-        if new > end:
-            raise _Malformed("nested value overruns")
-        if kind == 0x46:
-            _check_table(data, pos + 4, new, depth + 1)
-        else:
-            _check_array(data, pos + 4, new, depth + 1)
-    else:
-        raise _Malformed(f"unknown field value type {kind}")
-    if new > end:
-        raise _Malformed("field value overruns")
-    return new
-
-
-_PROPERTY_LAYOUT = tuple(
-    (commands.Basic.Properties.flags[name], commands.Basic.Properties.amqp_type(name))
-    for name in commands.Basic.Properties.__slots__
-)
-
-
-def _check_properties(raw: bytes) -> None:
-    """Walk basic properties exactly as RabbitMQ's decoder would match them."""
-    if len(raw) < 2:
-        raise _Malformed("no property flags")
-    flags = _U16.unpack_from(raw)[0]
-    if flags & 1:
-        # A continuation flag word: basic has 14 properties, none needs it.
-        raise _Malformed("property flags continuation")
-    pos, end = 2, len(raw)
-    for bit, kind in _PROPERTY_LAYOUT:
-        if flags & bit:
-            pos = _skip_field(raw, pos, end, kind, 0)
-    if pos != end:
-        raise _Malformed("trailing octets after properties")
 
 
 # --- encoding ------------------------------------------------------------------------

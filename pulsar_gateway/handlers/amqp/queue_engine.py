@@ -13,12 +13,9 @@ That total is kept in memory only (`ready_bytes`): after a gateway restart it
 counts what is published from then on plus what the pump has fetched, so a
 queue left over its byte limit is trimmed as its heads are fetched.
 
-Acks to Pulsar are sent in the background by pulsar-client, so a broker crash can
-lose the last ones: Pulsar then delivers those messages again, and a restarted
-broker counts them as never redelivered. The engine therefore remembers the ids it
-acknowledged lately (`AckedIds`) and acks such a message again instead of
-delivering it twice, and remembers what it delivered and is still unacked, so that
-a message coming back from that set is marked `redelivered` whatever Pulsar says.
+Acks to Pulsar are sent in the background, so a broker crash can lose the last ones;
+the engine remembers what it acked and delivered lately (message_memory.py), so such a
+message is acked again rather than delivered twice, and `redelivered` stays right.
 
 Only the pump task calls `fetch`, so a pending Pulsar receive never hands one
 message to two waiters. Everything else runs synchronously on the loop.
@@ -31,11 +28,13 @@ import contextlib
 import heapq
 import logging
 import time
-from collections import OrderedDict, deque
+from collections import deque
 from collections.abc import Hashable, Iterable
 from typing import Protocol
 
 from pulsar_gateway.handlers.amqp.broker_model import BrokerStore, QueueReader, StoredDelivery
+from pulsar_gateway.handlers.amqp.message_memory import AckedIds, DeliveredIds
+from pulsar_gateway.handlers.amqp.saved_count import SavedCount
 from pulsar_gateway.handlers.amqp.topology import Queue
 
 log = logging.getLogger("gateway.amqp.queue")
@@ -51,12 +50,6 @@ PURGE_WAIT_SECONDS = 1.0  # queue.purge: a quiet store this long has nothing mor
 # park a message": after a gateway restart the count does not know the parked message)
 IDLE_NUDGE_FIRST_SECONDS = 2.0
 IDLE_NUDGE_MAX_SECONDS = 60.0
-COUNT_SAVE_SECONDS = 1.0
-# How long, and how many, acked ids are remembered: a lost ack shows up once the
-# broker is back (a restart takes seconds; the soak freezes it for up to ~15 s).
-ACKED_REMEMBER_SECONDS = 120.0
-ACKED_REMEMBER_MAX = 100_000
-DELIVERED_REMEMBER_MAX = 100_000
 
 
 class QueueConsumer(Protocol):
@@ -88,73 +81,6 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
-class _Generation:
-    """Ids acknowledged within one stretch of time, and when that stretch began and ended."""
-
-    __slots__ = ("ids", "last", "started")
-
-    def __init__(self, now: float) -> None:
-        self.started = self.last = now
-        self.ids: dict[Hashable, None] = {}  # a dictionary's table is a third of a set's
-
-
-class AckedIds:
-    """Ids of messages acknowledged to the store lately, bounded by age and count: a
-    message whose ack the store lost comes back within seconds of the broker's return,
-    so recent ids are all that is needed to recognise it.
-
-    Kept as a few generations of plain dictionaries, each covering a quarter of the age or count
-    bound, and forgotten a generation at a time: a generation holds only the id (which the
-    delivery already built), where an ordered dictionary of ids and times added a node and
-    a float per id on the small-object heap, pinning its arenas after a busy stretch
-    (docs/architecture.md, "Memory"). An id lives between `max_age` and 1.25 times that,
-    and at least the `max_ids` * 3/4 newest are kept."""
-
-    def __init__(
-        self, max_age: float = ACKED_REMEMBER_SECONDS, max_ids: int = ACKED_REMEMBER_MAX
-    ) -> None:
-        self.max_age = max_age
-        self.max_ids = max_ids
-        self._per_generation = max(1, max_ids // 4)
-        self._generations: deque[_Generation] = deque()  # oldest first
-        self._count = 0
-
-    def __len__(self) -> int:
-        return self._count
-
-    def __contains__(self, message_id: Hashable) -> bool:
-        for generation in self._generations:  # a handful
-            if message_id in generation.ids:
-                return True
-        return False
-
-    def add(self, ids: Iterable[Hashable]) -> None:
-        now = time.monotonic()
-        generations = self._generations
-        for message_id in ids:
-            current = generations[-1] if generations else None
-            if (
-                current is None
-                or len(current.ids) >= self._per_generation
-                or now - current.started >= self.max_age / 4
-            ):
-                current = _Generation(now)
-                generations.append(current)
-            if message_id not in current.ids:
-                current.ids[message_id] = None
-                current.last = now
-                self._count += 1
-        self.forget_old(now)
-
-    def forget_old(self, now: float | None = None) -> None:
-        """Drop the generations whose newest id is older than `max_age`, and the oldest
-        ones while more than `max_ids` are kept."""
-        horizon = (time.monotonic() if now is None else now) - self.max_age
-        generations = self._generations
-        while generations and (self._count > self.max_ids or generations[0].last < horizon):
-            self._count -= len(generations.popleft().ids)
-
-
 class QueueEngine:
     """A queue's delivery state in this process (see the module docstring)."""
 
@@ -177,21 +103,14 @@ class QueueEngine:
         # for certain, however long Pulsar takes to hand them over, so a fetch that comes
         # back empty is no proof that the count is stale while any is owed
         self.owed = 0
-        self._redelivered: set[Hashable] = set()
-        # fetched, never delivered, handed back to Pulsar by `release_reader`: Pulsar
-        # counts them as redelivered when they come back, AMQP must not
-        self._never_delivered: set[Hashable] = set()
         self._held: set[Hashable] = set()  # ids in `ready` or outstanding
         self._acked = AckedIds()  # acked to the store lately: never deliver again
-        # delivered to a client and not settled yet (insertion order, bounded): if one
-        # comes back from the store (its Pulsar count restarted), it is redelivered
-        self._delivered: OrderedDict[Hashable, None] = OrderedDict()
+        self._deliveries = DeliveredIds()  # whether a message was delivered before
         self._pump_task: asyncio.Task[None] | None = None
         self._wake = asyncio.Event()
         self._arrived = asyncio.Event()
         self._demand = 0
-        self._count_dirty = False
-        self._count_task: asyncio.Task[None] | None = None
+        self._saved_count = SavedCount(store, vhost.name, queue.name, lambda: self.count)
         self._expiry_handle: asyncio.TimerHandle | None = None
         self.closed = False
         self.ever_consumed = False
@@ -229,20 +148,8 @@ class QueueEngine:
         return len(self.consumers)
 
     def _count_changed(self) -> None:
-        if not self.queue.durable or self.closed:
-            return
-        self._count_dirty = True
-        if self._count_task is None or self._count_task.done():
-            self._count_task = asyncio.ensure_future(self._save_count())
-
-    async def _save_count(self) -> None:
-        while self._count_dirty and not self.closed:
-            await asyncio.sleep(COUNT_SAVE_SECONDS)
-            self._count_dirty = False
-            try:
-                await self.store.save_count(self.vhost.name, self.name, self.count)
-            except Exception as exc:  # a lagging count is not worth failing anything for
-                log.warning("saving count of %s failed: %s", self.name, exc)
+        if self.queue.durable and not self.closed:
+            self._saved_count.changed()
 
     def publishing(self, copies: int = 1, size: int = 0) -> None:
         """`copies` messages of `size` body bytes are on their way to the queue's topic
@@ -483,8 +390,7 @@ class QueueEngine:
             return
         for message_id in ids:
             self._held.discard(message_id)
-            self._redelivered.discard(message_id)
-            self._delivered.pop(message_id, None)
+            self._deliveries.forget(message_id)
         if ack:
             self.ack_stored(ids)
         if not was_outstanding:
@@ -510,23 +416,6 @@ class QueueEngine:
         """Ids acked to the store lately and still remembered (`AckedIds`)."""
         return len(self._acked)
 
-    def _mark_delivered(self, delivery: StoredDelivery) -> bool:
-        """A delivery goes to a client: whether it was delivered before."""
-        redelivered = self._was_delivered(delivery)
-        self._delivered[delivery.message_id] = None
-        if len(self._delivered) > DELIVERED_REMEMBER_MAX:
-            self._delivered.popitem(last=False)
-        return redelivered
-
-    def _was_delivered(self, delivery: StoredDelivery) -> bool:
-        message_id = delivery.message_id
-        if message_id in self._redelivered or message_id in self._delivered:
-            return True
-        if message_id in self._never_delivered:
-            self._never_delivered.discard(message_id)
-            return False
-        return delivery.redelivered
-
     @property
     def idle(self) -> bool:
         """Nothing needs the Pulsar consumer: no AMQP consumer, nothing unacked."""
@@ -545,8 +434,7 @@ class QueueEngine:
             return
         reader, self.reader, self._opening = self.reader, None, None
         for delivery in self.ready:
-            if delivery.message_id not in self._redelivered:
-                self._never_delivered.add(delivery.message_id)
+            self._deliveries.handed_back(delivery.message_id)
             self._held.discard(delivery.message_id)
         self.ready.clear()
         if self._pump_task is not None and not self._pump_task.done():
@@ -594,7 +482,7 @@ class QueueEngine:
             if consumer is None:
                 break
             delivery = self.ready.popleft()
-            redelivered = self._mark_delivered(delivery)
+            redelivered = self._deliveries.mark(delivery)
             self._delivering(delivery)
             if consumer.no_ack:
                 self.settle([delivery], was_outstanding=True)
@@ -634,7 +522,7 @@ class QueueEngine:
         self.outstanding = max(0, self.outstanding - len(deliveries))
         self._ready_bytes_changed(_body_bytes(deliveries))
         for delivery in deliveries:
-            self._redelivered.add(delivery.message_id)
+            self._deliveries.requeued(delivery.message_id)
         returned = sorted(deliveries, key=_order)
         self.ready = deque(heapq.merge(returned, self.ready, key=_order))
         self.dispatch()
@@ -672,7 +560,7 @@ class QueueEngine:
             return None
         delivery = self.ready.popleft()
         self._delivering(delivery)
-        return delivery, self._mark_delivered(delivery)
+        return delivery, self._deliveries.mark(delivery)
 
     async def purge(self) -> int:
         """Drop every ready message (acked in Pulsar); unacked deliveries stay."""
@@ -704,9 +592,9 @@ class QueueEngine:
         self.closed = True
         if self._expiry_handle is not None:
             self._expiry_handle.cancel()
-        for task in (self._pump_task, self._count_task):
-            if task is not None and not task.done():
-                task.cancel()
+        self._saved_count.close()
+        if self._pump_task is not None and not self._pump_task.done():
+            self._pump_task.cancel()
         if self.reader is not None:
             with contextlib.suppress(Exception):
                 await self.reader.close()
@@ -719,8 +607,7 @@ class QueueEngine:
 
     async def flush_count(self) -> None:
         if self.queue.durable and not self.closed:
-            with contextlib.suppress(Exception):
-                await self.store.save_count(self.vhost.name, self.name, self.count)
+            await self._saved_count.flush()
 
 
 def _order(delivery: StoredDelivery) -> tuple[int, ...]:

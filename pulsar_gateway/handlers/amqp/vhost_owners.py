@@ -11,7 +11,7 @@ import asyncio
 import time
 
 from pulsar_gateway.gateway.cluster.view import ClusterView, Member, vhost_key
-from pulsar_gateway.handlers.amqp.connection_settings import VhostAccess
+from pulsar_gateway.handlers.amqp.broker_model import VhostAccess
 
 # How often a connection waiting for its vhost's owner looks again
 _POLL_SECONDS = 0.05

@@ -10,18 +10,14 @@ write the store before (or right after) changing memory.
 from __future__ import annotations
 
 import asyncio
-import datetime
 import logging
 import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from pamqp import commands
-
 from pulsar_gateway.handlers.amqp.broker_model import AmqpMessage, BrokerStore, StoredDelivery
-from pulsar_gateway.handlers.amqp.errors import AmqpError
-from pulsar_gateway.handlers.amqp.exchange_routing import route, sender_selected_keys
-from pulsar_gateway.handlers.amqp.frames import encode_properties
+from pulsar_gateway.handlers.amqp.dead_letters import dead_letter_copy
+from pulsar_gateway.handlers.amqp.direct_reply import ReplyRoutes
 from pulsar_gateway.handlers.amqp.queue_engine import QueueEngine
 from pulsar_gateway.handlers.amqp.topology import (
     Binding,
@@ -47,6 +43,7 @@ class VhostState:
         self.store = store
         self.reader_idle_seconds = reader_idle_seconds
         self.engines: dict[str, QueueEngine] = {}
+        self.replies = ReplyRoutes()  # direct reply-to consumers by address
         # held across a check (topology_rules) and the change it allows
         self.lock = asyncio.Lock()
         self.queue_used: dict[str, float] = {q: time.monotonic() for q in topology.queues}
@@ -237,7 +234,7 @@ class VhostState:
             return queues, rejected
         for queue in rejected:
             if queue.overflow == "reject-publish-dlx":
-                copy = self._dead_letter_copy(queue, message, "maxlen")
+                copy = dead_letter_copy(self.topology, queue, message, "maxlen")
                 if copy is not None:
                     self.write(*copy).add_done_callback(_log_failed_dead_letter)
         return queues - {q.name for q in rejected}, rejected
@@ -254,7 +251,7 @@ class VhostState:
         copies = [
             copy
             for delivery in deliveries
-            if (copy := self._dead_letter_copy(engine.queue, delivery.message, reason))
+            if (copy := dead_letter_copy(self.topology, engine.queue, delivery.message, reason))
         ]
         ids = [d.message_id for d in deliveries]
 
@@ -269,27 +266,6 @@ class VhostState:
 
         asyncio.ensure_future(publish())
 
-    def _dead_letter_copy(
-        self, queue: Queue, message: AmqpMessage, reason: str
-    ) -> tuple[frozenset[str], AmqpMessage] | None:
-        """The copy of `message` the queue's dead-letter exchange routes (with x-death
-        added), and where it goes; None when it goes nowhere."""
-        dlx = queue.dead_letter_exchange
-        if dlx is None or dlx not in self.topology.exchanges:
-            return None
-        key = queue.dead_letter_routing_key or message.routing_key
-        raw, headers = _dead_letter_properties(message, queue.name, reason)
-        try:
-            queues = route(self.topology, dlx, key, headers, sender_selected_keys(headers))
-        except AmqpError:
-            return None
-        if not queues:
-            return None
-        copy = AmqpMessage(
-            dlx, key, raw, message.body, message.persistent, None, int(time.time() * 1000)
-        )
-        return queues, copy
-
     async def close(self) -> None:
         self._sweeper.cancel()
         for engine in list(self.engines.values()):
@@ -300,36 +276,3 @@ class VhostState:
 def _log_failed_dead_letter(task: asyncio.Future[None]) -> None:
     if not task.cancelled() and task.exception() is not None:
         log.warning("dead-lettering a refused publish failed: %s", task.exception())
-
-
-def _dead_letter_properties(
-    message: AmqpMessage, queue: str, reason: str
-) -> tuple[bytes, dict[str, Any]]:
-    """The message's properties with an x-death entry added and expiration removed."""
-    raw = message.properties_raw
-    try:
-        properties = commands.Basic.Properties()
-        properties.unmarshal(int.from_bytes(raw[:2], "big"), raw[2:])
-    except Exception:
-        return raw, {}
-    headers = dict(properties.headers or {})
-    deaths = list(headers.get("x-death") or [])
-    death = {
-        "count": 1,
-        "reason": reason,
-        "queue": queue,
-        # an AMQP timestamp: whole seconds, UTC, naive as pamqp encodes it
-        "time": datetime.datetime.now(datetime.UTC).replace(microsecond=0, tzinfo=None),
-        "exchange": message.exchange,
-        "routing-keys": [message.routing_key],
-    }
-    if properties.expiration:
-        death["original-expiration"] = properties.expiration
-    deaths.insert(0, death)
-    headers["x-death"] = deaths
-    headers.setdefault("x-first-death-reason", reason)
-    headers.setdefault("x-first-death-queue", queue)
-    headers.setdefault("x-first-death-exchange", message.exchange)
-    properties.headers = headers
-    properties.expiration = None
-    return encode_properties(properties), headers

@@ -38,8 +38,12 @@ from pulsar_gateway.gateway.backend.resend_filter import ResendCopies
 from pulsar_gateway.gateway.messages import MessageKey, OutMessage
 from pulsar_gateway.gateway.metadata_store import MetadataStore
 from pulsar_gateway.gateway.reserved_names import ReservedNamespaces
-from pulsar_gateway.handlers.amqp.broker_model import AmqpMessage, QueueReader, StoredDelivery
-from pulsar_gateway.handlers.amqp.connection_settings import VhostAccess
+from pulsar_gateway.handlers.amqp.broker_model import (
+    AmqpMessage,
+    QueueReader,
+    StoredDelivery,
+    VhostAccess,
+)
 from pulsar_gateway.handlers.amqp.topology import (
     Binding,
     DestinationKind,

