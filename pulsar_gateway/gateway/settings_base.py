@@ -1,0 +1,30 @@
+"""What every settings section shares: the base model (unknown keys refused, values
+checked on assignment, no infinite or NaN numbers) and the listener-address rules."""
+
+from __future__ import annotations
+
+import ipaddress
+
+from pydantic import BaseModel, ConfigDict
+
+
+def is_loopback_host(host: str) -> bool:
+    """A listener address only this machine reaches: `localhost` or a loopback IP. Any other
+    name counts as reachable from elsewhere (it is not resolved here)."""
+    if host.lower() in ("localhost", "localhost."):
+        return True
+    try:
+        return ipaddress.ip_address(host.split("%", 1)[0]).is_loopback
+    except ValueError:
+        return False
+
+
+def is_wildcard(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host.split("%", 1)[0]).is_unspecified
+    except ValueError:
+        return False
+
+
+class Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
