@@ -102,6 +102,19 @@ class Gateway:
                 kafka_settings.oauthbearer_audience,
                 kafka_settings.oauthbearer_principal_claim,
             )
+        # the listeners' TLS files too: a key that cannot be used (encrypted, say) stops
+        # start-up before the broker starts, named
+        kafka, amqp = settings.kafka, settings.amqp
+        kafka_tls = (
+            server_context("kafka", kafka.tls_cert_file, kafka.tls_key_file, kafka.tls_ca_file)
+            if kafka.enabled and kafka.tls_enabled
+            else None
+        )
+        amqp_tls = (
+            server_context("amqp", amqp.tls_cert_file, amqp.tls_key_file, amqp.tls_ca_file)
+            if amqp.enabled and amqp.tls_enabled
+            else None
+        )
         service_url = settings.pulsar.service_url
         if settings.embedded_mode:
             self.broker = EmbeddedBroker(
@@ -221,14 +234,8 @@ class Gateway:
             )
             if membership is not None:
                 self._release_unserved_partitions(membership)
-            kafka = settings.kafka
-            kafka_tls = (
-                server_context("kafka", kafka.tls_cert_file, kafka.tls_key_file, kafka.tls_ca_file)
-                if kafka.tls_enabled
-                else None
-            )
             kafka_server = KafkaServer(
-                kafka, storage, self.users, kafka_tls, self._kafka_tokens, authorizer
+                settings.kafka, storage, self.users, kafka_tls, self._kafka_tokens, authorizer
             )
             self.listeners.append(kafka_server)
             if membership is not None:
@@ -246,14 +253,8 @@ class Gateway:
                 self.backend, self.metadata, settings.amqp.tenant, reserved=reserved
             )
             self._amqp_store = store
-            amqp = settings.amqp
-            amqp_tls = (
-                server_context("amqp", amqp.tls_cert_file, amqp.tls_key_file, amqp.tls_ca_file)
-                if amqp.tls_enabled
-                else None
-            )
             amqp_server = AmqpServer(
-                amqp,
+                settings.amqp,
                 store,
                 store.vhost_access,
                 self.users,

@@ -207,7 +207,8 @@ def main(argv: list[str] | None = None) -> int:
         overrides = _overrides(args)
         settings = load_settings(args.config, overrides)
     except ConfigError as exc:
-        print(f"pulsar-gateway: {exc}", file=sys.stderr)
+        for line in str(exc).splitlines():  # one line per bad setting
+            print(f"pulsar-gateway: {line}", file=sys.stderr)
         return 2
     logging.basicConfig(
         level=settings.gateway.log_level.upper(),

@@ -281,14 +281,33 @@ def _env_overrides(environ: dict[str, str]) -> dict[str, str]:
 
 
 def _describe(error: ValidationError) -> str:
-    """Each bad setting by name with the rule it breaks, never its value: the value may be a
-    password (`amqp.users`, credentials in a URL) and this text goes to a terminal or a log."""
+    """One line per bad setting, naming it with the rule it breaks, never its value: the
+    value may be a password (`amqp.users`, credentials in a URL) and this text goes to a
+    terminal or a log."""
     lines = []
     for item in error.errors(include_input=False, include_url=False):
         where = ".".join(str(part) for part in item["loc"])
         # a rule across sections names its settings itself
-        lines.append(f"setting '{where}': {item['msg']}" if where else item["msg"])
-    return "invalid configuration (values not shown):\n  " + "\n  ".join(lines)
+        rule = f"setting '{where}': {item['msg']}" if where else item["msg"]
+        lines.append(f"{rule} (value not shown)")
+    return "\n".join(lines)
+
+
+def _read_config_file(path: Path) -> dict[str, Any]:
+    """The TOML file's settings; ConfigError (one line naming the file) when it cannot be
+    read, is not UTF-8 text or is not TOML."""
+    try:
+        data = path.read_bytes()
+    except OSError as exc:  # a directory, no permission, ...
+        raise ConfigError(f"config file {path}: {exc.strerror or exc}") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"config file {path}: not UTF-8 text (byte {exc.start})") from None
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"config file {path}: {exc}") from None
 
 
 def load_settings(
@@ -306,10 +325,7 @@ def load_settings(
         required = True
     tree: dict[str, Any] = {}
     if path.exists():
-        try:
-            tree = tomllib.loads(path.read_text())
-        except tomllib.TOMLDecodeError as exc:
-            raise ConfigError(f"config file {path}: {exc}") from exc
+        tree = _read_config_file(path)
     elif required:
         raise ConfigError(f"config file {path}: not found")
     for dotted, value in _env_overrides(environ).items():

@@ -27,4 +27,6 @@ def is_wildcard(host: str) -> bool:
 
 
 class Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    # a duration or size of `inf` or `nan` would pass `gt=0` and mean nothing useful (a
+    # timeout that never fires): refused like any other bad value, by name
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
