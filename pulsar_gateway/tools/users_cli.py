@@ -143,6 +143,7 @@ async def run_users(args: argparse.Namespace, link: GatewayLink | None) -> int:
     """The exit status: 0 done, 1 refused (unknown user, user exists, empty password,
     a gateway running on --data-dir)."""
     from pulsar_gateway.gateway.backend.embedded import DB_NAME, EmbeddedBroker
+    from pulsar_gateway.gateway.data_dir_lock import DataDirBusy
 
     action = args.users_command
     password = ""
@@ -164,7 +165,11 @@ async def run_users(args: argparse.Namespace, link: GatewayLink | None) -> int:
         print(f"users: no embedded broker data in {args.data_dir}", file=sys.stderr)
         return 1
     broker = EmbeddedBroker(broker_dir)
-    await broker.start()
+    try:
+        await broker.start()
+    except DataDirBusy as exc:
+        print(f"users: {exc}; use --gateway-health instead", file=sys.stderr)
+        return 1
     try:
         link = GatewayLink(broker.service_url, args.metadata_namespace)
         return await _change(args, link, password)
