@@ -9,8 +9,8 @@ the change, and refuses while a broker already runs on it (two brokers on one da
 would each miss the other's writes).
 
 Rights: `grant NAME --namespace tenant/ns --operations read,write` (or `--group PATTERN`,
-`--cluster`, `--superuser`), `revoke` the same way (without `--operations`: all of them),
-`rights [NAME]` shows them. Grants are merged into the user's record, which every gateway
+`--transactional-id PATTERN`, `--cluster`, `--superuser`), `revoke` the same way (without
+`--operations`: all of them), `rights [NAME]` shows them. Grants are merged into the user's record, which every gateway
 follows like the users; they apply to open connections at their next request.
 
 A password is read from a prompt (asked twice) or, when stdin is not a terminal, from its
@@ -82,6 +82,11 @@ def _add_grant_arguments(sub: argparse.ArgumentParser) -> None:
     target.add_argument(
         "--group", metavar="PATTERN", help="Kafka consumer groups: a name, 'prefix*' or '*'"
     )
+    target.add_argument(
+        "--transactional-id",
+        metavar="PATTERN",
+        help="Kafka transactional ids: a name, 'prefix*' or '*' (write: use the id, describe)",
+    )
     target.add_argument("--cluster", action="store_true", help="the gateway as a whole")
     target.add_argument("--superuser", action="store_true", help="every operation on everything")
     sub.add_argument(
@@ -104,6 +109,8 @@ def change_rights(args: argparse.Namespace, current: model.Rights) -> model.Righ
         resource, pattern = model.NAMESPACE, args.namespace
     elif args.group is not None:
         resource, pattern = model.GROUP, args.group
+    elif args.transactional_id is not None:
+        resource, pattern = model.TRANSACTIONAL_ID, args.transactional_id
     else:
         resource, pattern = model.CLUSTER, ""
     words = (args.operations or "").split(",")
