@@ -10,8 +10,9 @@ would each miss the other's writes).
 
 Rights: `grant NAME --namespace tenant/ns --operations read,write` (or `--group PATTERN`,
 `--transactional-id PATTERN`, `--cluster`, `--superuser`), `revoke` the same way (without
-`--operations`: all of them), `rights [NAME]` shows them. Grants are merged into the user's record, which every gateway
-follows like the users; they apply to open connections at their next request.
+`--operations`: all of them), `rights [NAME]` shows them. Grants are merged into the user's
+record, which every gateway follows like the users; they apply to open connections at their
+next request.
 
 A password is read from a prompt (asked twice) or, when stdin is not a terminal, from its
 first line: never from a flag, where it would sit in the shell history and in `ps`.
