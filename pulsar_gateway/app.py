@@ -35,6 +35,7 @@ from pulsar_gateway.gateway.reserved_names import ReservedNamespaces
 from pulsar_gateway.gateway.topic_names import kafka_topic_name
 from pulsar_gateway.handlers.authorization import Authorizer
 from pulsar_gateway.handlers.kafka.server import advertised_host
+from pulsar_gateway.management_port import management_port
 from pulsar_gateway.security.oauthbearer import TokenValidator, load_validator
 from pulsar_gateway.security.tls import server_context
 from pulsar_gateway.storage.kafka.group_offsets import GroupOffsetStore
@@ -241,10 +242,9 @@ class Gateway:
             if membership is not None:
                 groups = kafka_server.groups.groups
                 membership.add_key_source("groups", lambda: [group_key(g) for g in groups])
-        management_api = None  # the AMQP listener's /api/ on the metrics port
-        amqp_listener: Any = None  # its address is known once it listens
+        amqp_listener: Any = None  # the management API's, once it listens
+        vhost_namespace: Any = str
         if settings.amqp.enabled:
-            from pulsar_gateway.handlers.amqp.management import ManagementApi
             from pulsar_gateway.handlers.amqp.server import AmqpServer
             from pulsar_gateway.handlers.amqp.vhost_owners import VhostOwners
             from pulsar_gateway.storage.amqp.store import PulsarAmqpStore
@@ -270,8 +270,7 @@ class Gateway:
                 member_secret=settings.cluster.member_secret.get_secret_value().encode(),
             )
             self.listeners.append(amqp_server)
-            amqp_listener = amqp_server
-            management_api = ManagementApi(amqp_server.broker, amqp_server.connections).handle
+            amqp_listener, vhost_namespace = amqp_server, store.namespace
         for listener in self.listeners:
             await listener.start()
             host, port = listener.address
@@ -281,18 +280,14 @@ class Gateway:
             # listeners answer "not the owner" until this member has joined and caught up
             await self.cluster.start()
         if settings.metrics.enabled:
-            definitions_upload = None  # POST /api/definitions, declared over our own listener
-            if amqp_listener is not None:
-                from pulsar_gateway.tools.definitions_upload import DefinitionsUpload
-
-                definitions_upload = DefinitionsUpload(*amqp_listener.address)
-            self.metrics_server = metrics.MetricsServer(
-                settings.metrics.host,
-                settings.metrics.port,
+            self.metrics_server = management_port(
+                settings,
                 self.health,
-                management_api,
                 self.cluster_report,
-                definitions_upload,
+                self.users,
+                authorizer,
+                amqp_listener,
+                vhost_namespace,
             )
             await self.metrics_server.start()
         self.ready = True

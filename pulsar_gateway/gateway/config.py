@@ -20,7 +20,7 @@ from pydantic import (
 )
 
 from pulsar_gateway.gateway.listener_settings import AmqpSection, KafkaSection
-from pulsar_gateway.gateway.settings_base import Section, is_loopback_host, is_wildcard
+from pulsar_gateway.gateway.settings_base import Section, is_host, is_loopback_host, is_wildcard
 
 # the listeners' sections live beside (listener_settings.py); importable from here as before
 __all__ = ["AmqpSection", "KafkaSection", "is_loopback_host"]
@@ -163,6 +163,16 @@ class MetricsSection(Section):
     enabled: bool = True
     host: str = "127.0.0.1"
     port: int = Field(9404, ge=0, le=65535)
+    # /metrics asks for a login too (a user with describe on the cluster, or an
+    # administrator); /api/ and /cluster always do, /health never (docs/security.md)
+    require_login: bool = False
+
+    @field_validator("host")
+    @classmethod
+    def _an_address(cls, value: str) -> str:
+        if not is_host(value):
+            raise ValueError("must be an IP address or a host name")
+        return value
 
 
 class AuthorizationSection(Section):

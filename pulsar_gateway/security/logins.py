@@ -20,6 +20,8 @@ told anyone who exists.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import hmac
 import ipaddress
 from collections.abc import Iterable, Mapping
@@ -85,3 +87,15 @@ class PasswordLogins:
     def from_store(self, user: str) -> bool:
         """Whether the name is the users store's (bound by its rights), not the table's."""
         return self.directory.lookup(user) is not None
+
+
+def basic_credentials(header: str | None) -> tuple[str, str] | None:
+    """(user, password) of an HTTP Basic Authorization header, or None."""
+    if not header or not header[:6].lower() == "basic ":
+        return None
+    try:
+        decoded = base64.b64decode(header[6:].strip(), validate=True).decode()
+    except (binascii.Error, UnicodeDecodeError):
+        return None
+    user, sep, password = decoded.partition(":")
+    return (user, password) if sep and user else None

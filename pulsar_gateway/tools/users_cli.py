@@ -132,11 +132,12 @@ def describe_rights(name: str, rights: model.Rights) -> list[str]:
     return lines
 
 
-def read_password(prompt: str = "password: ") -> str:
-    """Twice from a terminal; else the first line of stdin (its newline dropped)."""
+def read_password(prompt: str = "password: ", twice: bool = True) -> str:
+    """From a terminal (`twice` for a new one); else the first line of stdin (its newline
+    dropped)."""
     if sys.stdin.isatty():
         first = getpass.getpass(prompt)
-        if getpass.getpass("again: ") != first:
+        if twice and getpass.getpass("again: ") != first:
             raise ValueError("the passwords differ")
         return first
     return sys.stdin.readline().rstrip("\r\n")
