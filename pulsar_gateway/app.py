@@ -35,6 +35,7 @@ from pulsar_gateway.gateway.reserved_names import ReservedNamespaces
 from pulsar_gateway.gateway.topic_names import kafka_topic_name
 from pulsar_gateway.handlers.authorization import Authorizer
 from pulsar_gateway.handlers.kafka.server import advertised_host
+from pulsar_gateway.management_port import management_port
 from pulsar_gateway.security.oauthbearer import TokenValidator, load_validator
 from pulsar_gateway.security.tls import server_context
 from pulsar_gateway.storage.kafka.group_offsets import GroupOffsetStore
@@ -102,6 +103,19 @@ class Gateway:
                 kafka_settings.oauthbearer_audience,
                 kafka_settings.oauthbearer_principal_claim,
             )
+        # the listeners' TLS files too: a key that cannot be used (encrypted, say) stops
+        # start-up before the broker starts, named
+        kafka, amqp = settings.kafka, settings.amqp
+        kafka_tls = (
+            server_context("kafka", kafka.tls_cert_file, kafka.tls_key_file, kafka.tls_ca_file)
+            if kafka.enabled and kafka.tls_enabled
+            else None
+        )
+        amqp_tls = (
+            server_context("amqp", amqp.tls_cert_file, amqp.tls_key_file, amqp.tls_ca_file)
+            if amqp.enabled and amqp.tls_enabled
+            else None
+        )
         service_url = settings.pulsar.service_url
         if settings.embedded_mode:
             self.broker = EmbeddedBroker(
@@ -221,23 +235,16 @@ class Gateway:
             )
             if membership is not None:
                 self._release_unserved_partitions(membership)
-            kafka = settings.kafka
-            kafka_tls = (
-                server_context("kafka", kafka.tls_cert_file, kafka.tls_key_file, kafka.tls_ca_file)
-                if kafka.tls_enabled
-                else None
-            )
             kafka_server = KafkaServer(
-                kafka, storage, self.users, kafka_tls, self._kafka_tokens, authorizer
+                settings.kafka, storage, self.users, kafka_tls, self._kafka_tokens, authorizer
             )
             self.listeners.append(kafka_server)
             if membership is not None:
                 groups = kafka_server.groups.groups
                 membership.add_key_source("groups", lambda: [group_key(g) for g in groups])
-        management_api = None  # the AMQP listener's /api/ on the metrics port
-        amqp_listener: Any = None  # its address is known once it listens
+        amqp_listener: Any = None  # the management API's, once it listens
+        vhost_namespace: Any = str
         if settings.amqp.enabled:
-            from pulsar_gateway.handlers.amqp.management import ManagementApi
             from pulsar_gateway.handlers.amqp.server import AmqpServer
             from pulsar_gateway.handlers.amqp.vhost_owners import VhostOwners
             from pulsar_gateway.storage.amqp.store import PulsarAmqpStore
@@ -246,14 +253,8 @@ class Gateway:
                 self.backend, self.metadata, settings.amqp.tenant, reserved=reserved
             )
             self._amqp_store = store
-            amqp = settings.amqp
-            amqp_tls = (
-                server_context("amqp", amqp.tls_cert_file, amqp.tls_key_file, amqp.tls_ca_file)
-                if amqp.tls_enabled
-                else None
-            )
             amqp_server = AmqpServer(
-                amqp,
+                settings.amqp,
                 store,
                 store.vhost_access,
                 self.users,
@@ -269,8 +270,7 @@ class Gateway:
                 member_secret=settings.cluster.member_secret.get_secret_value().encode(),
             )
             self.listeners.append(amqp_server)
-            amqp_listener = amqp_server
-            management_api = ManagementApi(amqp_server.broker, amqp_server.connections).handle
+            amqp_listener, vhost_namespace = amqp_server, store.namespace
         for listener in self.listeners:
             await listener.start()
             host, port = listener.address
@@ -280,18 +280,14 @@ class Gateway:
             # listeners answer "not the owner" until this member has joined and caught up
             await self.cluster.start()
         if settings.metrics.enabled:
-            definitions_upload = None  # POST /api/definitions, declared over our own listener
-            if amqp_listener is not None:
-                from pulsar_gateway.tools.definitions_upload import DefinitionsUpload
-
-                definitions_upload = DefinitionsUpload(*amqp_listener.address)
-            self.metrics_server = metrics.MetricsServer(
-                settings.metrics.host,
-                settings.metrics.port,
+            self.metrics_server = management_port(
+                settings,
                 self.health,
-                management_api,
                 self.cluster_report,
-                definitions_upload,
+                self.users,
+                authorizer,
+                amqp_listener,
+                vhost_namespace,
             )
             await self.metrics_server.start()
         self.ready = True

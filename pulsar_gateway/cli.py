@@ -207,12 +207,22 @@ def main(argv: list[str] | None = None) -> int:
         overrides = _overrides(args)
         settings = load_settings(args.config, overrides)
     except ConfigError as exc:
-        print(f"pulsar-gateway: {exc}", file=sys.stderr)
+        for line in str(exc).splitlines():  # one line per bad setting
+            print(f"pulsar-gateway: {line}", file=sys.stderr)
         return 2
     logging.basicConfig(
         level=settings.gateway.log_level.upper(),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    from pulsar_gateway.gateway.data_dir_lock import DataDirBusy, DataDirLock
+
+    # before anything touches the data directory; held until the process exits
+    data_dir_lock = DataDirLock(settings.gateway.data_dir)
+    try:
+        data_dir_lock.acquire()
+    except (DataDirBusy, OSError) as exc:
+        print(f"pulsar-gateway: {exc}", file=sys.stderr)
+        return 1
     from pulsar_gateway.supervisor import resolve_workers, supervise
 
     workers = resolve_workers(settings.gateway.workers)

@@ -1,10 +1,15 @@
-"""Prometheus metrics and the health endpoint, on one loopback HTTP port.
+"""Prometheus metrics and the health endpoint, on one HTTP port (loopback by default).
 
 `/metrics` is Prometheus text; `/health` answers 200 once every listener is up
 and the backend is reachable, 503 otherwise, so orchestrators can gate traffic;
 `/api/...` is the AMQP listener's RabbitMQ management API subset when it is on (GETs,
 and a POST of definitions when an upload handler is wired);
 `/cluster` is the cluster view: members, lease ages, who owns what (docs/cluster.md).
+
+`/health` and `/metrics` answer anyone (`/metrics` asks for a login with
+`metrics.require_login`); the rest asks for HTTP Basic credentials, checked by the login
+the composition root wires in (handlers/http_login.py; docs/security.md, "The management
+port"): 401 with a Basic challenge without them, 403 for a caller who may not see it.
 """
 
 from __future__ import annotations
@@ -12,7 +17,10 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import urllib.parse
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -151,38 +159,82 @@ _REASONS = {
     204: "No Content",
     400: "Bad Request",
     401: "Unauthorized",
+    403: "Forbidden",
     404: "Not Found",
     405: "Method Not Allowed",
     411: "Length Required",
     413: "Content Too Large",
+    503: "Service Unavailable",
 }
 # An upload is a definitions file: RabbitMQ's own default limit for one is far larger,
 # but a topology this gateway serves fits easily; past it, 413 before reading the body.
 MAX_UPLOAD_BYTES = 16 * 1024 * 1024
 UPLOAD_SECONDS = 10.0
-Upload = Callable[[str, str | None, bytes], Awaitable[tuple[int, object]]]
+REALM = 'Basic realm="pulsar-gateway"'
+_LOGIN_FAILED = {"error": "not_authorized", "reason": "Login failed"}
+_NOT_ALLOWED = {"error": "not_authorized", "reason": "Not administrator"}
+
+
+class Caller(Protocol):
+    """Who called, as the composition root's login (handlers/http_login.py) found out;
+    the API and the upload get it as it is."""
+
+    @property
+    def may_monitor(self) -> bool:
+        """May read every tenant's names: `/metrics` (when it asks for a login), `/cluster`."""
+        ...
+
+
+# (Authorization header, the caller's address) -> the caller, or None: refused
+Login = Callable[[str | None, str], Awaitable[Caller | None]]
+# (method, path, caller) -> (status, JSON)
+Api = Callable[[str, str, Any], tuple[int, object]]
+# (path, caller, Authorization header, body) -> (status, JSON)
+Upload = Callable[[str, Any, str | None, bytes], Awaitable[tuple[int, object]]]
+
+
+@dataclass(frozen=True)
+class _Answer:
+    status: int
+    kind: str
+    body: bytes
+    challenge: bool = False  # 401: ask for Basic credentials
+
+
+def _json(status: int, payload: object) -> _Answer:
+    body = b"" if status == 204 else json.dumps(payload).encode()
+    return _Answer(status, "application/json", body, challenge=status == 401)
 
 
 class MetricsServer:
+    """The management port: `/health` and `/metrics` for anyone (`/metrics` behind a login
+    with `require_login`), `/api/...` and `/cluster` for a caller `login` accepts; without
+    a `login`, only the public two are served."""
+
     def __init__(
         self,
         host: str,
         port: int,
         health: Callable[[], dict[str, object]],
-        api: Callable[[str, str], tuple[int, object]] | None = None,
+        api: Api | None = None,
         cluster: Callable[[], dict[str, object]] | None = None,
         upload: Upload | None = None,
+        login: Login | None = None,
+        require_login: bool = False,
     ) -> None:
-        """`api` answers `/api/...` requests (method, path) -> (status, JSON): the AMQP
-        listener's RabbitMQ management API subset (handlers/amqp/management.py).
-        `upload` answers a POST under `/api/` (path, Authorization header, body): the
-        definitions import (tools/definitions_upload.py)."""
+        """`api` answers `/api/...` requests: the AMQP listener's RabbitMQ management API
+        subset (handlers/amqp/management.py). `upload` answers a POST under `/api/`: the
+        definitions import (tools/definitions_upload.py). `login` checks an HTTP Basic
+        Authorization header against the gateway's users (handlers/http_login.py);
+        `require_login` puts `/metrics` behind it too."""
         self.host = host
         self.port = port
         self.health = health
         self.cluster = cluster
         self.api = api
         self.upload = upload
+        self.login = login
+        self.require_login = require_login
         self._server: asyncio.base_events.Server | None = None
 
     async def start(self) -> None:
@@ -196,51 +248,83 @@ class MetricsServer:
             await self._server.wait_closed()
 
     async def _posted(
-        self, request: bytes, path: str, reader: asyncio.StreamReader
-    ) -> tuple[int, object]:
+        self, headers: dict[str, str], path: str, caller: Any, reader: asyncio.StreamReader
+    ) -> _Answer:
         """A POST's body, bounded by MAX_UPLOAD_BYTES and UPLOAD_SECONDS, handed to the
         upload handler."""
         assert self.upload is not None
-        headers = _headers(request)
         try:
             length = int(headers.get("content-length", ""))
         except ValueError:
-            return 411, {"error": "bad_request", "reason": "Content-Length is required"}
+            return _json(411, {"error": "bad_request", "reason": "Content-Length is required"})
         if not 0 <= length <= MAX_UPLOAD_BYTES:
             reason = f"an upload is at most {MAX_UPLOAD_BYTES} bytes"
-            return 413, {"error": "bad_request", "reason": reason}
+            return _json(413, {"error": "bad_request", "reason": reason})
         body = await asyncio.wait_for(reader.readexactly(length), UPLOAD_SECONDS)
-        return await self.upload(path, headers.get("authorization"), body)
+        return _json(*await self.upload(path, caller, headers.get("authorization"), body))
+
+    def _public(self, route: str) -> _Answer | None:
+        """The answer for a path anyone may read; None when the path needs a caller."""
+        if route == "/health":
+            state = self.health()
+            return _json(200 if state.get("ok") else 503, state)
+        if route == "/metrics" and not self.require_login:
+            return _Answer(200, CONTENT_TYPE_LATEST, generate_latest(REGISTRY))
+        return None
+
+    def _protected(self, route: str) -> bool:
+        """Whether the path is served here, behind a login."""
+        return (
+            route == "/metrics"
+            or (route == "/cluster" and self.cluster is not None)
+            or (route.startswith("/api/") and (self.api is not None or self.upload is not None))
+        )
+
+    async def _answer(
+        self, request: bytes, reader: asyncio.StreamReader, peer_host: str
+    ) -> _Answer:
+        method = request.split(b" ", 1)[0].decode(errors="replace")
+        path = request.split(b" ", 2)[1].decode(errors="replace")
+        route = urllib.parse.urlsplit(path).path
+        if not route.startswith("/api/"):
+            route = route.rstrip("/") or "/"
+        public = self._public(route)
+        if public is not None:
+            return public
+        if not self._protected(route):
+            return _Answer(404, "text/plain", b"not found\n")
+        headers = _headers(request)
+        caller = None
+        if self.login is not None:
+            caller = await self.login(headers.get("authorization"), peer_host)
+        if caller is None:
+            return _json(401, _LOGIN_FAILED)
+        if route in ("/metrics", "/cluster"):
+            if not caller.may_monitor:
+                return _json(403, _NOT_ALLOWED)
+            if route == "/metrics":
+                return _Answer(200, CONTENT_TYPE_LATEST, generate_latest(REGISTRY))
+            assert self.cluster is not None
+            return _json(200, self.cluster())
+        if method == "POST" and self.upload is not None:
+            return await self._posted(headers, path, caller, reader)
+        if self.api is None:
+            return _json(405, {"error": "Method Not Allowed", "reason": "only uploads here"})
+        return _json(*self.api(method, path, caller))
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             request = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5)
-            path = request.split(b" ", 2)[1].decode(errors="replace")
-            method = request.split(b" ", 1)[0].decode(errors="replace")
-            if path.startswith("/metrics"):
-                status, kind, body = "200 OK", CONTENT_TYPE_LATEST, generate_latest(REGISTRY)
-            elif self.upload is not None and method == "POST" and path.startswith("/api/"):
-                code, payload = await self._posted(request, path, reader)
-                status = f"{code} {_REASONS.get(code, '')}".rstrip()
-                kind = "application/json"
-                body = b"" if code == 204 else json.dumps(payload).encode()
-            elif self.api is not None and path.startswith("/api/"):
-                code, payload = self.api(method, path)
-                status = f"{code} {_REASONS.get(code, '')}".rstrip()
-                kind, body = "application/json", json.dumps(payload).encode()
-            elif self.cluster is not None and path.startswith("/cluster"):
-                status, kind = "200 OK", "application/json"
-                body = json.dumps(self.cluster()).encode()
-            elif path.startswith("/health"):
-                state = self.health()
-                status = "200 OK" if state.get("ok") else "503 Service Unavailable"
-                kind, body = "application/json", json.dumps(state).encode()
-            else:
-                status, kind, body = "404 Not Found", "text/plain", b"not found\n"
+            peer = writer.get_extra_info("peername")
+            peer_host = str(peer[0]) if isinstance(peer, tuple) and peer else ""
+            answer = await self._answer(request, reader, peer_host)
+            status = f"{answer.status} {_REASONS.get(answer.status, '')}".rstrip()
+            challenge = f"WWW-Authenticate: {REALM}\r\n" if answer.challenge else ""
             writer.write(
-                f"HTTP/1.1 {status}\r\nContent-Type: {kind}\r\nContent-Length: {len(body)}\r\n"
+                f"HTTP/1.1 {status}\r\nContent-Type: {answer.kind}\r\n"
+                f"Content-Length: {len(answer.body)}\r\n{challenge}"
                 "Connection: close\r\n\r\n".encode()
-                + body
+                + answer.body
             )
             await writer.drain()
         except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, TimeoutError, IndexError):

@@ -29,7 +29,11 @@ from pulsar_gateway.gateway import metrics
 from pulsar_gateway.security.credentials import shown
 from pulsar_gateway.security.rights import NO_RIGHTS, Rights, RightsTable
 
-AUDIT_LOGGERS = {"kafka": "gateway.kafka.authz", "amqp": "gateway.amqp.authz"}
+AUDIT_LOGGERS = {
+    "kafka": "gateway.kafka.authz",
+    "amqp": "gateway.amqp.authz",
+    "http": "gateway.http.authz",  # the management port (handlers/http_login.py)
+}
 SUPERUSER = Rights(superuser=True)
 # answers one connection remembers while its user's rights stay the same object (a Produce
 # checks each topic on every request: ~0.5 us remembered against 5-30 us worked out)

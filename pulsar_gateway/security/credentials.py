@@ -113,6 +113,23 @@ def password_matches(record: Mapping[str, Any] | None, password: str) -> bool:
     return bool(stored) and bool(password) and hmac.compare_digest(derived, stored)
 
 
+# The key of this process's stand-in SCRAM salts: a name without credentials gets the same
+# salt on every attempt (a salt that changed between attempts would give it away)
+_STAND_IN_KEY = os.urandom(32)
+
+
+def stand_in_keys(mechanism: str, name: str) -> tuple[bytes, bytes, bytes, int]:
+    """(salt, stored key, server key, iterations) for a user without `mechanism` keys: fixed
+    per name for the process's life, matching no password."""
+    digest = "sha256" if mechanism == "SCRAM-SHA-256" else "sha512"
+
+    def part(label: str) -> bytes:
+        message = f"{label}\x00{mechanism}\x00{name}".encode()
+        return hmac.new(_STAND_IN_KEY, message, digest).digest()
+
+    return part("salt")[:SALT_BYTES], part("stored"), part("server"), ITERATIONS
+
+
 def parse_plain(response: bytes) -> tuple[str, str]:
     """RFC 4616 "[authzid]\\0user\\0password"; ValueError (never echoing the bytes, which
     hold a password) when malformed or when an authorization id other than the user is
@@ -148,6 +165,7 @@ class ScramExchange:
             raise ValueError(f"not a SCRAM mechanism: {mechanism}")
         self.mechanism = mechanism
         self.user = ""
+        self.unknown = False  # the user has no keys for the mechanism (stand-ins answered)
         self._users = users
         self._server = scramp.ScramMechanism(mechanism).make_server(self._auth_fn)
         self._step = 0
@@ -156,7 +174,11 @@ class ScramExchange:
         self.user = name
         record = self._users.lookup(name)
         if record is None or self.mechanism not in record:
-            raise AuthenticationFailed(f"user '{shown(name)}' has no {self.mechanism} credentials")
+            # RFC 5802 section 9: carry on with stand-in keys, so that an unknown user gets
+            # a challenge like any other and fails where a wrong password fails, at the
+            # proof (refusing at once told who exists)
+            self.unknown = True
+            return stand_in_keys(self.mechanism, name)
         return auth_info(record, self.mechanism)
 
     def step(self, message: bytes) -> tuple[bytes, bool]:
@@ -175,7 +197,8 @@ class ScramExchange:
             raise
         except (scramp.ScramException, UnicodeDecodeError) as exc:
             who = f"user '{shown(self.user)}'" if self.user else "client"
-            raise AuthenticationFailed(f"{self.mechanism} failed for {who}: {exc}") from None
+            why = f"no {self.mechanism} credentials" if self.unknown else str(exc)
+            raise AuthenticationFailed(f"{self.mechanism} failed for {who}: {why}") from None
         raise AuthenticationFailed(f"{self.mechanism} exchange already complete")
 
 

@@ -11,6 +11,10 @@ a superuser flag (docs/security.md, "Authorization"):
 - `group` grants cover Kafka consumer groups: a name, `prefix*`, or `*`.
 - `cluster` grants cover the gateway as a whole (Kafka's CLUSTER resource): creating topics
   anywhere, listing every group, managing the ACLs, idempotent producers.
+- `transactional_id` grants cover Kafka transactional ids (Kafka's TRANSACTIONAL_ID): a
+  name, `prefix*`, or `*`. `write` lets a producer use the id (and so fence the producer
+  that had it before), `describe` lets a user see its transaction. Like Kafka, an id is
+  nobody's until granted: without a grant a user cannot take over another's producer.
 
 Operations are Kafka's names, which AMQP's configure/write/read split maps onto: `read`,
 `write`, `describe`, `create`, `delete`, `alter`, and on the cluster `idempotent_write`.
@@ -30,7 +34,10 @@ from typing import Any
 NAMESPACE = "namespace"
 GROUP = "group"
 CLUSTER = "cluster"
-RESOURCES = (NAMESPACE, GROUP, CLUSTER)
+TRANSACTIONAL_ID = "transactional_id"
+RESOURCES = (NAMESPACE, GROUP, CLUSTER, TRANSACTIONAL_ID)
+# resources named by a name, `prefix*` or `*` (a namespace pattern is `tenant/ns`-shaped)
+NAMED_RESOURCES = (GROUP, TRANSACTIONAL_ID)
 
 READ = "read"
 WRITE = "write"
@@ -44,6 +51,7 @@ OPERATIONS: dict[str, tuple[str, ...]] = {
     NAMESPACE: (READ, WRITE, DESCRIBE, CREATE, DELETE, ALTER),
     GROUP: (READ, DESCRIBE, DELETE),
     CLUSTER: (DESCRIBE, CREATE, ALTER, IDEMPOTENT_WRITE),
+    TRANSACTIONAL_ID: (WRITE, DESCRIBE),
 }
 SHORTHANDS: dict[str, tuple[str, ...]] = {"admin": (CREATE, DELETE, ALTER)}
 # Kafka's implication: an operation that needs to see the resource lets it be described
@@ -140,13 +148,14 @@ def expand_operations(resource: str, words: Iterable[str]) -> frozenset[str]:
 
 
 def check_pattern(resource: str, name: str) -> str:
-    """The pattern, validated: namespaces `tenant/ns`, `tenant/*` or `*`; groups a name,
-    `prefix*` or `*`; the cluster has none (empty)."""
+    """The pattern, validated: namespaces `tenant/ns`, `tenant/*` or `*`; groups and
+    transactional ids a name, `prefix*` or `*`; the cluster has none (empty)."""
     if resource == CLUSTER:
         return ""
-    if resource == GROUP:
+    if resource in NAMED_RESOURCES:
         if not name or "*" in name[:-1]:
-            raise RightsError("a group pattern is a name, 'prefix*' or '*'")
+            what = resource.replace("_", " ")
+            raise RightsError(f"a {what} pattern is a name, 'prefix*' or '*'")
         return name
     if resource != NAMESPACE:
         raise RightsError(f"unknown resource '{resource}'; one of {', '.join(RESOURCES)}")

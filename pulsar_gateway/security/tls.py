@@ -16,6 +16,29 @@ class TlsConfigError(Exception):
     """A certificate, key or CA file that cannot be used; the message names the setting."""
 
 
+class EncryptedKey(Exception):
+    """A private key that needs a passphrase: refused, never asked for."""
+
+
+def _no_passphrase() -> bytes:
+    raise EncryptedKey("the key is encrypted")
+
+
+def load_key_pair(context: ssl.SSLContext, cert_file: str, key_file: str) -> None:
+    """`load_cert_chain` that never asks for a passphrase: without a password callback,
+    OpenSSL prompts on the terminal for an encrypted key, with the event loop blocked until
+    someone types. An encrypted key raises EncryptedKey instead."""
+    context.load_cert_chain(cert_file, key_file, password=_no_passphrase)
+
+
+def encrypted_key_problem(setting: str) -> str:
+    """The one line start-up stops with for an encrypted key."""
+    return (
+        f"setting '{setting}': the key is encrypted; give an unencrypted key file (readable "
+        "by the gateway's user only): the gateway never asks for a passphrase"
+    )
+
+
 def server_context(
     section: str, cert_file: str, key_file: str, ca_file: str = ""
 ) -> ssl.SSLContext:
@@ -23,7 +46,9 @@ def server_context(
     file stops start-up with the setting's name instead of failing each handshake."""
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     try:
-        context.load_cert_chain(cert_file, key_file)
+        load_key_pair(context, cert_file, key_file)
+    except EncryptedKey:
+        raise TlsConfigError(encrypted_key_problem(f"{section}.tls_key_file")) from None
     except (OSError, ssl.SSLError) as exc:
         raise TlsConfigError(
             f"setting '{section}.tls_cert_file'/'{section}.tls_key_file': cannot load "

@@ -1,6 +1,8 @@
 """`pulsar-gateway cluster status`: a running member's view of the cluster, as tables.
 
-It reads one member's `/cluster` (docs/cluster.md, "Operations"): the live members with
+It reads one member's `/cluster` (docs/cluster.md, "Operations"), logged in with `--user`
+(the view names every partition and group: it asks for an administrator or a user with
+`describe` on the cluster): the live members with
 their addresses and lease ages, and how many partitions, groups and vhosts each owns.
 Every member computes ownership from the same live set, so any member's answer will do;
 two members disagreeing is itself worth reporting.
@@ -9,6 +11,7 @@ two members disagreeing is itself worth reporting.
 from __future__ import annotations
 
 import argparse
+import base64
 import json
 import urllib.error
 import urllib.request
@@ -35,15 +38,27 @@ def add_parser(commands: Any) -> None:
         default="http://127.0.0.1:9404",
         help="a member's metrics URL (default http://127.0.0.1:9404)",
     )
+    status.add_argument(
+        "--user",
+        help="log in as this user (an administrator, or with describe on the cluster); its "
+        "password from a prompt or the first line of stdin",
+    )
     status.add_argument("--json", action="store_true", help="print the raw JSON instead")
 
 
-def fetch(url: str, timeout: float = 5.0) -> dict[str, Any]:
-    """The member's `/cluster` answer; OSError/ValueError when there is none."""
+def fetch(
+    url: str, credentials: tuple[str, str] | None = None, timeout: float = 5.0
+) -> dict[str, Any]:
+    """The member's `/cluster` answer (which asks for a login: docs/security.md);
+    OSError/ValueError when there is none."""
     base = url.rstrip("/")
     if base.endswith("/health"):
         base = base[: -len("/health")]
-    with urllib.request.urlopen(base + "/cluster", timeout=timeout) as response:
+    request = urllib.request.Request(base + "/cluster")
+    if credentials is not None:
+        token = base64.b64encode(":".join(credentials).encode()).decode()
+        request.add_header("Authorization", f"Basic {token}")
+    with urllib.request.urlopen(request, timeout=timeout) as response:
         answer = json.loads(response.read())
     if not isinstance(answer, dict):
         raise ValueError("not a cluster view")
@@ -83,8 +98,17 @@ def render(view: dict[str, Any], console: Console) -> None:
 
 
 def run_status(args: argparse.Namespace, console: Console) -> int:
+    credentials = None
+    if args.user:
+        from pulsar_gateway.tools.users_cli import read_password
+
+        credentials = (args.user, read_password(f"{args.user}'s password: ", twice=False))
     try:
-        view = fetch(args.gateway_health)
+        view = fetch(args.gateway_health, credentials)
+    except urllib.error.HTTPError as exc:
+        why = "log in with --user" if exc.code == 401 and not args.user else exc.reason
+        console.print(f"[red]pulsar-gateway cluster status:[/] {exc.code}: {why}")
+        return 2
     except (OSError, ValueError) as exc:
         where = args.gateway_health
         console.print(f"[red]pulsar-gateway cluster status:[/] no answer at {where}: {exc}")

@@ -4,23 +4,25 @@ management API, as `rabbitmqadmin import` and the management UI send it.
 The upload is checked and declared exactly as `pulsar-gateway amqp import-definitions`
 does it (tools/amqp_definitions.py: all or nothing, every problem listed), over an AMQP
 connection to this gateway's own listener made with the caller's Basic credentials. So
-the import is authenticated and authorized by the same rules as any AMQP client's
-declares, and in a cluster each vhost's declares reach the vhost's owner the way every
-connection does. The composition root wires this to the metrics server; the handlers
-never see it.
+the import is authorized by the same rules as any AMQP client's declares, and in a
+cluster each vhost's declares reach the vhost's owner the way every connection does.
+
+The caller has logged in on the management port before this runs (handlers/http_login.py),
+from its own address: that connection comes from the gateway's loopback, where the AMQP
+listener would let `guest` in whoever sent the upload. The composition root wires this to
+the metrics server; the handlers never see it.
 """
 
 from __future__ import annotations
 
 import asyncio
-import base64
-import binascii
 import logging
 import urllib.parse
 
 import aiormq
 from rich.console import Console
 
+from pulsar_gateway.security.logins import basic_credentials
 from pulsar_gateway.tools.amqp_definitions import DefinitionsError, import_plan, load_upload
 
 log = logging.getLogger("gateway.definitions_upload")
@@ -39,13 +41,16 @@ class DefinitionsUpload:
         self.port = amqp_port
         self._one_at_a_time = asyncio.Lock()
 
-    async def __call__(self, path: str, authorization: str | None, body: bytes) -> Answer:
+    async def __call__(
+        self, path: str, caller: object, authorization: str | None, body: bytes
+    ) -> Answer:
+        """`caller` logged in with `authorization` (the metrics server checked it)."""
         parts = [urllib.parse.unquote(p) for p in urllib.parse.urlsplit(path).path.split("/")]
         parts = [p for p in parts[1:] if p != ""] if path.endswith("/") else parts[1:]
         if parts[:2] != ["api", "definitions"] or len(parts) > 3:
             return 405, {"error": "Method Not Allowed", "reason": "only definitions are uploaded"}
-        credentials = _basic(authorization)
-        if credentials is None:
+        credentials = basic_credentials(authorization)
+        if caller is None or credentials is None:
             return _REFUSED
         try:
             plan = load_upload(body, parts[2] if len(parts) == 3 else None)
@@ -76,19 +81,6 @@ class DefinitionsUpload:
             return True  # not the login: the import itself will say what is wrong
         await connection.close()
         return True
-
-
-def _basic(header: str | None) -> tuple[str, str] | None:
-    """(user, password) of an HTTP Basic Authorization header, or None."""
-    if not header or not header.lower().startswith("basic "):
-        return None
-    try:
-        user, sep, password = (
-            base64.b64decode(header[6:].strip(), validate=True).decode().partition(":")
-        )
-    except (binascii.Error, UnicodeDecodeError):
-        return None
-    return (user, password) if sep else None
 
 
 def _quote(text: str) -> str:

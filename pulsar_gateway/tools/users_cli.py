@@ -9,9 +9,10 @@ the change, and refuses while a broker already runs on it (two brokers on one da
 would each miss the other's writes).
 
 Rights: `grant NAME --namespace tenant/ns --operations read,write` (or `--group PATTERN`,
-`--cluster`, `--superuser`), `revoke` the same way (without `--operations`: all of them),
-`rights [NAME]` shows them. Grants are merged into the user's record, which every gateway
-follows like the users; they apply to open connections at their next request.
+`--transactional-id PATTERN`, `--cluster`, `--superuser`), `revoke` the same way (without
+`--operations`: all of them), `rights [NAME]` shows them. Grants are merged into the user's
+record, which every gateway follows like the users; they apply to open connections at their
+next request.
 
 A password is read from a prompt (asked twice) or, when stdin is not a terminal, from its
 first line: never from a flag, where it would sit in the shell history and in `ps`.
@@ -82,6 +83,11 @@ def _add_grant_arguments(sub: argparse.ArgumentParser) -> None:
     target.add_argument(
         "--group", metavar="PATTERN", help="Kafka consumer groups: a name, 'prefix*' or '*'"
     )
+    target.add_argument(
+        "--transactional-id",
+        metavar="PATTERN",
+        help="Kafka transactional ids: a name, 'prefix*' or '*' (write: use the id, describe)",
+    )
     target.add_argument("--cluster", action="store_true", help="the gateway as a whole")
     target.add_argument("--superuser", action="store_true", help="every operation on everything")
     sub.add_argument(
@@ -104,6 +110,8 @@ def change_rights(args: argparse.Namespace, current: model.Rights) -> model.Righ
         resource, pattern = model.NAMESPACE, args.namespace
     elif args.group is not None:
         resource, pattern = model.GROUP, args.group
+    elif args.transactional_id is not None:
+        resource, pattern = model.TRANSACTIONAL_ID, args.transactional_id
     else:
         resource, pattern = model.CLUSTER, ""
     words = (args.operations or "").split(",")
@@ -124,11 +132,12 @@ def describe_rights(name: str, rights: model.Rights) -> list[str]:
     return lines
 
 
-def read_password(prompt: str = "password: ") -> str:
-    """Twice from a terminal; else the first line of stdin (its newline dropped)."""
+def read_password(prompt: str = "password: ", twice: bool = True) -> str:
+    """From a terminal (`twice` for a new one); else the first line of stdin (its newline
+    dropped)."""
     if sys.stdin.isatty():
         first = getpass.getpass(prompt)
-        if getpass.getpass("again: ") != first:
+        if twice and getpass.getpass("again: ") != first:
             raise ValueError("the passwords differ")
         return first
     return sys.stdin.readline().rstrip("\r\n")
@@ -143,6 +152,7 @@ async def run_users(args: argparse.Namespace, link: GatewayLink | None) -> int:
     """The exit status: 0 done, 1 refused (unknown user, user exists, empty password,
     a gateway running on --data-dir)."""
     from pulsar_gateway.gateway.backend.embedded import DB_NAME, EmbeddedBroker
+    from pulsar_gateway.gateway.data_dir_lock import DataDirBusy
 
     action = args.users_command
     password = ""
@@ -164,7 +174,11 @@ async def run_users(args: argparse.Namespace, link: GatewayLink | None) -> int:
         print(f"users: no embedded broker data in {args.data_dir}", file=sys.stderr)
         return 1
     broker = EmbeddedBroker(broker_dir)
-    await broker.start()
+    try:
+        await broker.start()
+    except DataDirBusy as exc:
+        print(f"users: {exc}; use --gateway-health instead", file=sys.stderr)
+        return 1
     try:
         link = GatewayLink(broker.service_url, args.metadata_namespace)
         return await _change(args, link, password)

@@ -1,5 +1,6 @@
 """The RabbitMQ management API subset on the metrics port, against a real gateway and
-pika: what monitoring tools (Flower, rabbitmqadmin list, exporters) read."""
+pika: what monitoring tools (Flower, rabbitmqadmin list, exporters) read, logged in as
+guest (from loopback) as RabbitMQ's tools do by default."""
 
 from __future__ import annotations
 
@@ -13,13 +14,13 @@ import uuid
 
 import pika
 
-from tests.support.gateway_process import GatewayProcess
+from tests.support.gateway_process import GUEST, GatewayProcess
 from tests.support.waiting import wait_until
 
 
 def _get(gateway: GatewayProcess, path: str) -> object:
     url = f"http://127.0.0.1:{gateway.metrics_port}{path}"
-    with urllib.request.urlopen(url, timeout=5) as response:
+    with urllib.request.urlopen(urllib.request.Request(url, headers=GUEST), timeout=5) as response:
         assert response.headers["Content-Type"] == "application/json"
         return json.loads(response.read())
 
@@ -232,8 +233,9 @@ def test_rabbitmqadmin_imports_definitions_all_or_nothing(
 
 def _get_status(gateway: GatewayProcess, path: str) -> int:
     try:
+        url = f"http://127.0.0.1:{gateway.metrics_port}{path}"
         with urllib.request.urlopen(
-            f"http://127.0.0.1:{gateway.metrics_port}{path}", timeout=5
+            urllib.request.Request(url, headers=GUEST), timeout=5
         ) as response:
             return response.status
     except urllib.error.HTTPError as exc:
@@ -241,8 +243,9 @@ def _get_status(gateway: GatewayProcess, path: str) -> int:
 
 
 def test_an_upload_is_bounded_before_its_body_is_read(gateway: GatewayProcess) -> None:
-    """The management port is still a socket: a POST that claims a huge body is answered
-    413 without reading it, one without a length 411, one without a login 401."""
+    """The management port is still a socket: a POST without a login is answered 401
+    before its body is looked at; a logged-in one that claims a huge body 413 without
+    reading it, one without a length 411."""
     import http.client
 
     def post(headers: dict[str, str], body: bytes = b"") -> int:
@@ -256,10 +259,11 @@ def test_an_upload_is_bounded_before_its_body_is_read(gateway: GatewayProcess) -
         finally:
             conn.close()
 
-    assert post({"Content-Length": str(10**9)}) == 413
-    assert post({}) == 411
+    assert post({"Content-Length": str(10**9)}) == 401
     assert post({"Content-Length": "2"}, b"{}") == 401
     assert post({"Content-Length": "2", "Authorization": "Basic !!"}, b"{}") == 401
+    assert post({"Content-Length": str(10**9), **GUEST}) == 413
+    assert post(GUEST) == 411
 
 
 def test_celery_flower_reads_queue_lengths(gateway: GatewayProcess) -> None:

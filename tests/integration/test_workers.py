@@ -64,8 +64,9 @@ def test_two_workers_one_amqp_port_and_a_killed_worker_comes_back(tmp_path: Path
             assert [m["me"] for m in view["members"]] == [i == index for i in range(2)]
         # `pulsar-gateway cluster status` prints one member's view: both members
         status = subprocess.run(
-            [sys.executable, "-m", "pulsar_gateway.cli", "cluster", "status"]
+            [sys.executable, "-m", "pulsar_gateway.cli", "cluster", "status", "--user", "guest"]
             + ["--gateway-health", workers.metrics_url(1)],
+            input="guest\n",
             capture_output=True,
             text=True,
             timeout=60,

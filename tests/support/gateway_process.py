@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import random
@@ -20,6 +21,9 @@ from pulsar_gateway.gateway.backend.embedded import process_alive
 from tests.support.waiting import wait_until
 
 REPO = Path(__file__).resolve().parents[2]
+# HTTP Basic for the management port's /api/ and /cluster: guest, from loopback an
+# administrator (docs/security.md, "The management port")
+GUEST = {"Authorization": "Basic " + base64.b64encode(b"guest:guest").decode()}
 
 
 # Test ports come from below the kernel's ephemeral range: a port picked there stays free

@@ -13,7 +13,7 @@ import urllib.request
 from pathlib import Path
 
 from pulsar_gateway.kafka_codec import protocol
-from tests.support.gateway_process import REPO, free_port, set_flags
+from tests.support.gateway_process import GUEST, REPO, free_port, set_flags
 from tests.support.raw_kafka_socket import recv_frame
 from tests.support.waiting import wait_until
 
@@ -109,8 +109,10 @@ class WorkersProcess:
             return None
 
     def cluster(self, index: int) -> dict | None:
+        """The worker's `/cluster`, logged in as guest (from loopback: an administrator)."""
+        request = urllib.request.Request(self.metrics_url(index) + "/cluster", headers=GUEST)
         try:
-            with urllib.request.urlopen(self.metrics_url(index) + "/cluster", timeout=2) as r:
+            with urllib.request.urlopen(request, timeout=2) as r:
                 return json.loads(r.read())
         except (OSError, ValueError):
             return None

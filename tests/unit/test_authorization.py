@@ -420,24 +420,27 @@ def test_acl_apis_map_onto_the_rights_and_refuse_what_they_cannot_hold() -> None
                     creation(TOPIC, "team-c/", PREFIXED, ALL),
                     creation(GROUP, "bob-", PREFIXED, READ),
                     creation(CLUSTER, "kafka-cluster", LITERAL, 12),
+                    creation(5, "bob.tx-", PREFIXED, WRITE),  # TRANSACTIONAL_ID
                     creation(TOPIC, "orders", LITERAL, READ),  # one topic: not representable
                     creation(TOPIC, "team-b/ord", PREFIXED, READ),  # not a namespace boundary
                     creation(TOPIC, "team-b/orders/", PREFIXED, READ, permission=DENY),
                     creation(TOPIC, "team-b/orders/", PREFIXED, READ, host="10.0.0.1"),
                     creation(TOPIC, "team-b/orders/", PREFIXED, READ, principal="Group:x"),
-                    creation(5, "tx", LITERAL, WRITE),  # TRANSACTIONAL_ID
+                    creation(6, "token", LITERAL, 8),  # DELEGATION_TOKEN
                 ]
             },
         )
         codes = [r["error_code"] for r in created["results"]]
-        assert codes == [ErrorCode.NONE] * 4 + [ErrorCode.INVALID_REQUEST] * 6
-        assert "per Pulsar namespace" in created["results"][4]["error_message"]
+        assert codes == [ErrorCode.NONE] * 5 + [ErrorCode.INVALID_REQUEST] * 6
+        assert "per Pulsar namespace" in created["results"][5]["error_message"]
         bob = broker.table.rights_of("bob")
         assert bob.allows(model.NAMESPACE, "team-b/orders", model.READ)
         assert not bob.allows(model.NAMESPACE, "team-b/orders", model.WRITE)
         assert bob.allows(model.NAMESPACE, "team-c/x", model.DELETE)
         assert bob.allows(model.GROUP, "bob-1", model.READ)
         assert bob.allows(model.CLUSTER, "", model.IDEMPOTENT_WRITE)
+        assert bob.allows(model.TRANSACTIONAL_ID, "bob.tx-1", model.WRITE)
+        assert not bob.allows(model.TRANSACTIONAL_ID, "alice.tx-1", model.WRITE)
         described = await broker.call(ApiKey.DESCRIBE_ACLS, 3, any_filter(principal="User:bob"))
         assert described["error_code"] == ErrorCode.NONE
         seen = {
@@ -450,6 +453,7 @@ def test_acl_apis_map_onto_the_rights_and_refuse_what_they_cannot_hold() -> None
             (TOPIC, "team-c/", PREFIXED, ALL),
             (GROUP, "bob-", PREFIXED, READ),
             (CLUSTER, "kafka-cluster", LITERAL, 12),
+            (5, "bob.tx-", PREFIXED, WRITE),
         }
         # alice's grants read as ACLs too
         alice = await broker.call(ApiKey.DESCRIBE_ACLS, 3, any_filter(principal="User:alice"))

@@ -33,13 +33,33 @@ def test_compose_file_is_valid(tmp_path: Path) -> None:
     assert "PULSAR_GATEWAY_PULSAR__SERVICE_URL: pulsar://pulsar:6650" in result.stdout
 
 
-def test_compose_publishes_pulsar_and_metrics_on_loopback_only(tmp_path: Path) -> None:
+def test_compose_publishes_what_clients_need_and_no_more(tmp_path: Path) -> None:
+    """Kafka and AMQP for clients; the metrics port on the host's loopback only; Pulsar's
+    ports (standalone checks no credentials) not at all (issue 33)."""
     result = _compose_config({"GATEWAY_ADMIN_PASSWORD_FILE": str(tmp_path / "pw")})
     assert result.returncode == 0, result.stderr
-    for port in ("6650", "8080", "9404"):
-        assert f"127.0.0.1:{port}:{port}" in result.stdout
-        assert f"published: {port}" not in result.stdout  # not on every interface
+    assert _published(result.stdout) == {
+        ("", "9092"), ("", "5672"), ("127.0.0.1", "9404"),
+    }  # fmt: skip
     assert f"file: {tmp_path / 'pw'}" in result.stdout  # the admin password as a secret
+
+
+def _published(config_output: str) -> set[tuple[str, str]]:
+    """(host address, published port) of every port `docker-compose config` lists, in its
+    long form (`host_ip:`, `published:`) or its short one ("ip:port:port")."""
+    found: set[tuple[str, str]] = set()
+    host = ""
+    for line in config_output.splitlines():
+        text = line.strip().strip("-").strip().strip("'\"")
+        if text.startswith("host_ip:"):
+            host = text.split(":", 1)[1].strip()
+        elif text.startswith("published:"):
+            found.add((host, text.split(":", 1)[1].strip().strip("'\"")))
+            host = ""
+        elif re.fullmatch(r"(\d+\.\d+\.\d+\.\d+:)?\d+:\d+(/tcp)?", text):
+            parts = text.split(":")
+            found.add((parts[0], parts[1]) if len(parts) == 3 else ("", parts[0]))
+    return found
 
 
 def test_compose_refuses_to_run_without_the_admin_password_file() -> None:
@@ -60,6 +80,8 @@ def _image_environment() -> dict[str, str]:
 def test_the_image_ships_with_sasl_on_and_a_bootstrap_user(tmp_path: Path) -> None:
     environ = _image_environment()
     assert environ["PULSAR_GATEWAY_KAFKA__HOST"] == "0.0.0.0"
+    # the metrics port listens beyond loopback in the container: /metrics asks for a login
+    assert environ["PULSAR_GATEWAY_METRICS__REQUIRE_LOGIN"] == "true"
     assert "SCRAM-SHA-256" in environ["PULSAR_GATEWAY_KAFKA__SASL_MECHANISMS"]
     assert environ["PULSAR_GATEWAY_GATEWAY__BOOTSTRAP_USER"] == "admin"
     assert environ["PULSAR_GATEWAY_GATEWAY__BOOTSTRAP_PASSWORD_FILE"].startswith("/run/secrets/")
@@ -131,7 +153,9 @@ def test_cluster_compose_runs_three_distinct_members_that_pass_the_settings_chec
         nodes.add(settings.cluster_node_id)
         kafka_ports.add(settings.kafka.advertised_port)
     assert len(members) == len(nodes) == len(kafka_ports) == 3
-    for port in ("6650", "8080", "9404", "9405", "9406"):
-        assert f"127.0.0.1:{port}:" in result.stdout  # loopback only
-    # the member-to-member AMQP port stays inside the compose network
-    assert "published: 25672" not in result.stdout and ":25672:" not in result.stdout
+    # Kafka and AMQP for clients, metrics on loopback, nothing of Pulsar's or the
+    # member-to-member AMQP port (inside the compose network)
+    assert _published(result.stdout) == {
+        *(("", str(port)) for port in (9092, 9093, 9094, 5672, 5673, 5674)),
+        *(("127.0.0.1", str(port)) for port in (9404, 9405, 9406)),
+    }

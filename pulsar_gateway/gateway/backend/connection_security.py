@@ -25,6 +25,7 @@ from typing import Any
 import pulsar
 
 from pulsar_gateway.gateway.config import PulsarSection
+from pulsar_gateway.security.tls import EncryptedKey, encrypted_key_problem, load_key_pair
 
 log = logging.getLogger("gateway.backend")
 
@@ -104,7 +105,7 @@ class PulsarSecurity:
         if not self.verify_hostname:
             context.check_hostname = False
         if self.method == "tls":
-            context.load_cert_chain(self.cert_file, self.key_file)
+            load_key_pair(context, self.cert_file, self.key_file)
         return context
 
 
@@ -123,7 +124,10 @@ def _load_trust(path: str) -> None:
 
 def _load_client_certificate(cert_file: str, key_file: str) -> None:
     try:
-        ssl.create_default_context().load_cert_chain(cert_file, key_file)
+        load_key_pair(ssl.create_default_context(), cert_file, key_file)
+    except EncryptedKey:
+        # pulsar-client would ask for its passphrase on the terminal, or fail each connect
+        raise PulsarSecurityError(encrypted_key_problem("pulsar.tls_key_file")) from None
     except (OSError, ssl.SSLError) as exc:
         raise PulsarSecurityError(
             "setting 'pulsar.tls_cert_file'/'pulsar.tls_key_file': cannot load "

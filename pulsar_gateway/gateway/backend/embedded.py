@@ -38,6 +38,7 @@ from collections import deque
 from collections.abc import Callable
 from pathlib import Path
 
+from pulsar_gateway.gateway.data_dir_lock import BROKER_LOCK, DataDirLock
 from pulsar_gateway.gateway.waiting import cancel_and_wait
 
 log = logging.getLogger("gateway.embedded")
@@ -137,7 +138,8 @@ def brokers_on(db_path: Path) -> list[int]:
 def stop_orphans(db_path: Path, timeout: float = 10.0) -> list[int]:
     """Stop brokers left running on this database by a gateway that was killed (the broker
     runs in its own session, so it outlives a kill -9 of its gateway). Two brokers on one
-    database must never run at once. Returns the pids stopped."""
+    database must never run at once. Called only with the directory's broker lock held, so
+    a live gateway's broker is never taken for an orphan. Returns the pids stopped."""
     orphans = [pid for pid in brokers_on(db_path) if pid != os.getpid()]
     for pid in orphans:
         log.warning(
@@ -270,6 +272,7 @@ class EmbeddedBroker:
         self._log_position = 0  # how far the broker's log has been read for reset lines
         self._planned_restart = False
         self._log_watch: asyncio.Task[None] | None = None
+        self._lock = DataDirLock(self.data_dir, BROKER_LOCK, "embedded broker")
 
     @property
     def service_url(self) -> str:
@@ -280,6 +283,9 @@ class EmbeddedBroker:
         return self._process.pid if self._process else None
 
     async def start(self) -> None:
+        # before anything here is touched: a second gateway on this directory stops now,
+        # and a broker still running on the database is an orphan (gateway/data_dir_lock.py)
+        self._lock.acquire()
         make_private_dir(self.data_dir)
         if self._misplaced is not None:
             move_misplaced_database(self.data_dir, self._misplaced)
@@ -473,6 +479,7 @@ class EmbeddedBroker:
         await cancel_and_wait(self._log_watch)
         await cancel_and_wait(self._watch)
         await self._terminate()
+        self._lock.release()
         log.info("embedded pulsar-lite stopped")
 
 

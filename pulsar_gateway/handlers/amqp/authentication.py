@@ -16,8 +16,6 @@ common name, and must exist (in the store or the table); no password is asked.
 from __future__ import annotations
 
 import copy
-import hmac
-import ipaddress
 import logging
 from collections.abc import Iterable, Mapping
 
@@ -25,30 +23,21 @@ from pamqp import decode
 
 from pulsar_gateway.gateway import metrics
 from pulsar_gateway.handlers.amqp.errors import AmqpError, ReplyCode
-from pulsar_gateway.security.credentials import (
-    NoUsers,
-    UserDirectory,
-    password_matches,
-    shown,
+from pulsar_gateway.security.credentials import NoUsers, UserDirectory, shown
+from pulsar_gateway.security.logins import (
+    DEFAULT_LOOPBACK_USERS,
+    PasswordLogins,
+    Verdict,
+    is_loopback,
 )
+
+__all__ = ["Authenticator", "is_loopback", "parse_amqplain", "parse_plain"]
 
 log = logging.getLogger("gateway.amqp.auth")
 
 DEFAULT_MECHANISMS = ("PLAIN", "AMQPLAIN")
-DEFAULT_LOOPBACK_USERS = ("guest",)
 EXTERNAL = "EXTERNAL"
 KNOWN_MECHANISMS = (*DEFAULT_MECHANISMS, EXTERNAL)
-
-
-def is_loopback(host: str) -> bool:
-    """True for 127.0.0.0/8, ::1 and IPv4-mapped loopback, like RabbitMQ."""
-    try:
-        address = ipaddress.ip_address(host.split("%", 1)[0])
-    except ValueError:
-        return False
-    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-        return address.ipv4_mapped.is_loopback
-    return address.is_loopback
 
 
 def parse_plain(response: bytes) -> tuple[str, str]:
@@ -103,7 +92,8 @@ class Authenticator:
     ) -> None:
         self._users = dict(users)
         self._directory: UserDirectory = directory or NoUsers()
-        self._loopback_users = frozenset(loopback_users)
+        # the password check and the loopback rule (security/logins.py)
+        self.logins = PasswordLogins(self._directory, self._users, loopback_users)
         self.mechanisms = tuple(mechanisms)
         self.certificate_user = ""
         unknown = set(self.mechanisms) - set(DEFAULT_MECHANISMS)
@@ -135,7 +125,8 @@ class Authenticator:
         raw = response.encode() if isinstance(response, str) else bytes(response)
         parse = parse_plain if mechanism == "PLAIN" else parse_amqplain
         username, password = parse(raw)
-        if not self._password_matches(username, password):
+        verdict = self.logins.check(username, password, peer_host)
+        if verdict is Verdict.INVALID:
             log.warning(
                 "AMQP authentication failed from %s: user '%s' (%s)",
                 peer_host,
@@ -147,7 +138,7 @@ class Authenticator:
                 ReplyCode.ACCESS_REFUSED,
                 f"{mechanism} login refused: user '{username}' - invalid credentials",
             )
-        if username in self._loopback_users and not is_loopback(peer_host):
+        if verdict is Verdict.LOOPBACK_ONLY:
             log.warning("AMQP user '%s' refused from %s: loopback only", shown(username), peer_host)
             metrics.AUTHENTICATIONS.labels("amqp", mechanism, "failure").inc()
             raise AmqpError(
@@ -183,14 +174,3 @@ class Authenticator:
             return record
         stored = self._users.get(username)
         return None if stored is None else ("amqp.users", stored)
-
-    def _password_matches(self, username: str, password: str) -> bool:
-        record = self._directory.lookup(username)
-        if record is not None:
-            return password_matches(record, password)
-        stored = self._users.get(username)
-        # Compare even for unknown users so timing does not reveal who exists.
-        matches = hmac.compare_digest(
-            (stored if stored is not None else "\x00unknown").encode(), password.encode()
-        )
-        return stored is not None and bool(password) and matches

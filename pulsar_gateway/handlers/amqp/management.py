@@ -10,9 +10,12 @@ their queue engines' counts. Names in the path are percent-encoded as in RabbitM
 (`%2F` is the vhost `/`). Nothing is changed through it: other methods get 405, except a
 POST of definitions, which the composition root routes to tools/definitions_upload.py.
 
-`ManagementApi` is the pure part (method and path in, status and JSON out); the
-metrics HTTP server (gateway/metrics.py) serves it under `/api/`, on its port
-(loopback unless metrics.host says otherwise: the API has no login of its own).
+`ManagementApi` is the pure part (method, path and caller in, status and JSON out); the
+metrics HTTP server (gateway/metrics.py) serves it under `/api/`, on its port, to callers
+that logged in with HTTP Basic (handlers/http_login.py). As on AMQP, a caller sees only the
+vhosts it has some right on (an administrator: every one), and only an administrator sees
+other users' connections and any connection's client properties (which may carry tokens);
+a vhost it may not see is answered 404, as one that does not exist.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ import decimal
 import urllib.parse
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from pulsar_gateway.handlers.amqp.broker import AmqpBroker
 from pulsar_gateway.handlers.amqp.topology import DEFAULT_EXCHANGE, DestinationKind, Queue
@@ -60,6 +63,17 @@ class ConnectionSummary:
         return f"{self.peer_host}:{self.peer_port} -> {self.host}:{self.port}"
 
 
+class Viewer(Protocol):
+    """Who asks (handlers/http_login.py's HttpCaller)."""
+
+    user: str
+
+    @property
+    def administrator(self) -> bool: ...
+
+    def may_see_namespace(self, namespace: str) -> bool: ...
+
+
 class ManagementApi:
     """Answers the API's GET requests from the broker's in-memory state and, for
     `/api/connections`, the listener's open connections."""
@@ -68,12 +82,43 @@ class ManagementApi:
         self,
         broker: AmqpBroker,
         connections: Callable[[], Iterable[ConnectionSummary]] = tuple,
+        vhost_namespace: Callable[[str], str] = str,
     ) -> None:
+        """`vhost_namespace` maps a vhost onto the namespace its rights are kept on (the
+        store's mapping, as the AMQP listener's)."""
         self.broker = broker
         self.connections = connections
+        self.vhost_namespace = vhost_namespace
+
+    def handle(self, method: str, target: str, caller: Viewer) -> tuple[int, Json]:
+        """(HTTP status, JSON body) for one request; `target` is the request path."""
+        return _Request(self, caller).handle(method, target)
+
+
+class _Request:
+    """One request's view: the API's state as `caller` may see it."""
+
+    def __init__(self, api: ManagementApi, caller: Viewer) -> None:
+        self.broker = api.broker
+        self.api = api
+        self.caller = caller
+
+    def _visible(self, vhost: str) -> bool:
+        return self.caller.administrator or self.caller.may_see_namespace(
+            self.api.vhost_namespace(vhost)
+        )
+
+    def _connection_rows(self) -> list[Json]:
+        administrator = self.caller.administrator
+        rows = [
+            _connection_row(c, with_properties=administrator)
+            for c in self.api.connections()
+            if administrator or c.user == self.caller.user
+        ]
+        rows.sort(key=lambda row: row["name"])
+        return rows
 
     def handle(self, method: str, target: str) -> tuple[int, Json]:
-        """(HTTP status, JSON body) for one request; `target` is the request path."""
         path = urllib.parse.urlsplit(target).path
         parts = [urllib.parse.unquote(p) for p in path.split("/")[1:]]
         if not parts or parts[0] != "api":
@@ -86,8 +131,7 @@ class ManagementApi:
         if resource == "overview" and not args:
             return 200, self.overview()
         if resource == "connections" and len(args) <= 1:
-            rows = [_connection_row(c) for c in self.connections()]
-            rows.sort(key=lambda row: row["name"])
+            rows = self._connection_rows()
             if not args:
                 return 200, rows
             found = [row for row in rows if row["name"] == args[0]]
@@ -96,7 +140,7 @@ class ManagementApi:
             return 200, found[0]
         if resource == "definitions" and len(args) <= 1:
             vhost = args[0] if args else None
-            if vhost is not None and vhost not in self.broker.vhosts:
+            if vhost is not None and not self._known(vhost):
                 return 404, {"error": "Object Not Found", "reason": "Not Found"}
             return 200, self.definitions(vhost)
         listing = {
@@ -109,7 +153,7 @@ class ManagementApi:
             return 404, {"error": "Object Not Found", "reason": "Not Found"}
         rows_of, depth = listing
         vhost = args[0] if args else None
-        if vhost is not None and vhost not in self.broker.vhosts:
+        if vhost is not None and not self._known(vhost):
             return 404, {"error": "Object Not Found", "reason": "Not Found"}
         rows = list(rows_of(self._vhosts(vhost)))
         if len(args) == depth and resource in ("queues", "exchanges", "vhosts"):
@@ -120,9 +164,13 @@ class ManagementApi:
             return 200, found[0]
         return 200, rows
 
+    def _known(self, vhost: str) -> bool:
+        """Open here and visible to the caller (a vhost it may not see does not exist)."""
+        return vhost in self.broker.vhosts and self._visible(vhost)
+
     def _vhosts(self, name: str | None) -> list[VhostState]:
         states = sorted(self.broker.vhosts.values(), key=lambda v: v.name)
-        return [v for v in states if name is None or v.name == name]
+        return [v for v in states if (name is None or v.name == name) and self._visible(v.name)]
 
     # --- resources ---------------------------------------------------------------------
 
@@ -230,7 +278,8 @@ class ManagementApi:
                 )
 
 
-def _connection_row(connection: ConnectionSummary) -> Json:
+def _connection_row(connection: ConnectionSummary, with_properties: bool) -> Json:
+    properties = connection.client_properties if with_properties else {}
     return {
         "name": connection.name,
         "node": NODE_NAME,
@@ -246,7 +295,7 @@ def _connection_row(connection: ConnectionSummary) -> Json:
         "port": connection.port,
         "ssl": connection.tls,
         "connected_at": connection.connected_at_ms,
-        "client_properties": _json_table(connection.client_properties),
+        "client_properties": _json_table(properties),
     }
 
 

@@ -1,10 +1,12 @@
 """Kafka's resources on the permission model: what each API asks the authorizer.
 
-Kafka names three resources the gateway serves: TOPIC (checked on the topic's Pulsar
+Kafka names four resources the gateway serves: TOPIC (checked on the topic's Pulsar
 namespace: a short name is in `kafka.tenant/kafka.namespace`, `tenant/ns/name` in its own),
-GROUP and CLUSTER. The APIs ask as Kafka's own broker does (docs/security.md lists them):
-Produce WRITE, Fetch READ, ListOffsets and Metadata DESCRIBE on the topic, creating a topic
-CREATE on the cluster or its namespace, the group APIs READ/DESCRIBE/DELETE on the group.
+GROUP, TRANSACTIONAL_ID and CLUSTER. The APIs ask as Kafka's own broker does
+(docs/security.md lists them): Produce WRITE, Fetch READ, ListOffsets and Metadata DESCRIBE
+on the topic, creating a topic CREATE on the cluster or its namespace, the group APIs
+READ/DESCRIBE/DELETE on the group, a transactional producer's APIs WRITE on its
+transactional id (DESCRIBE to find its coordinator or to describe its transaction).
 A refused topic is TOPIC_AUTHORIZATION_FAILED whether it exists or not, so a user cannot
 learn which topics exist where they may not look.
 """
@@ -13,7 +15,7 @@ from __future__ import annotations
 
 from pulsar_gateway.gateway.reserved_names import namespace_of
 from pulsar_gateway.handlers.kafka.context import KafkaContext
-from pulsar_gateway.security.rights import CLUSTER, CREATE, GROUP, NAMESPACE
+from pulsar_gateway.security.rights import CLUSTER, CREATE, GROUP, NAMESPACE, TRANSACTIONAL_ID
 
 CLUSTER_NAME = "kafka-cluster"  # Kafka's one CLUSTER resource name
 
@@ -65,3 +67,18 @@ def cluster_allowed(context: KafkaContext, operation: str, audit: bool = True) -
     if audit:
         return access.check(CLUSTER, CLUSTER_NAME, operation)
     return access.may(CLUSTER, CLUSTER_NAME, operation)
+
+
+def transactional_id_allowed(
+    context: KafkaContext, transactional_id: str, operation: str, audit: bool = True
+) -> bool:
+    """Kafka's TRANSACTIONAL_ID resource: WRITE to use the id (InitProducerId, the
+    transaction APIs, a transactional Produce), DESCRIBE to see it. The only check of
+    transactional ids (docs/security.md, "Transactional ids")."""
+    access = context.access
+    if access.unrestricted:
+        return True
+    if audit:
+        subject = f"transactional id {transactional_id}"
+        return access.check(TRANSACTIONAL_ID, transactional_id, operation, subject=subject)
+    return access.may(TRANSACTIONAL_ID, transactional_id, operation)

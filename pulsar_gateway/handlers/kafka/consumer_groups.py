@@ -83,6 +83,9 @@ class ConsumerMember:
     owned: Assignment | None = None  # what it last said it owns
     last_heartbeat: float = 0.0
     send_assignment: bool = True  # its next answer carries its assignment
+    # the topics its user may describe (as of its last heartbeat): it is assigned nothing
+    # of the others, named or matched, so an assignment never names another tenant's topic
+    may_describe: Callable[[str], bool] = field(default=lambda name: True, repr=False)
 
 
 @dataclass
@@ -93,6 +96,7 @@ class ConsumerGroup:
     members: dict[str, ConsumerMember] = field(default_factory=dict)
     target: dict[str, Assignment] = field(default_factory=dict)
     topics_seen: dict[str, int] = field(default_factory=dict)  # what the target was built on
+    subscriptions_seen: dict[str, list[str]] = field(default_factory=dict)  # and this
 
     @property
     def state(self) -> str:
@@ -246,6 +250,7 @@ class ConsumerGroups:
         owned: Assignment | None = None,
         client_id: str = "",
         client_host: str = "",
+        may_describe: Callable[[str], bool] | None = None,
     ) -> HeartbeatResult:
         if not group_id:
             return HeartbeatResult(ErrorCode.INVALID_REQUEST, message="GroupId can't be empty.")
@@ -299,6 +304,8 @@ class ConsumerGroups:
         if rebalance_timeout_ms >= 0:
             member.rebalance_timeout_ms = rebalance_timeout_ms
         member.client_id, member.client_host = client_id, client_host
+        if may_describe is not None:
+            member.may_describe = may_describe
         if subscribed is not None and sorted(subscribed) != sorted(member.subscribed):
             member.subscribed = sorted(set(subscribed))
             group.epoch += 1
@@ -328,8 +335,9 @@ class ConsumerGroups:
                 count = catalog.partitions(name)
                 if count:
                     topics[name] = count
-        if topics != group.topics_seen:
-            group.topics_seen = topics
+        if topics != group.topics_seen or subscriptions != group.subscriptions_seen:
+            # a topic appeared or grew, or a member's rights changed what it may be given
+            group.topics_seen, group.subscriptions_seen = topics, subscriptions
             group.epoch += 1
         if group.assignment_epoch == group.epoch:
             return
@@ -344,11 +352,13 @@ class ConsumerGroups:
 
     @staticmethod
     def _topics_of(member: ConsumerMember, catalog: TopicCatalog) -> list[str]:
+        """The topics the member subscribes to, named or matched, that its user may
+        describe (the others are as if they did not exist)."""
         names = set(member.subscribed)
         if member.regex:
             pattern = re.compile(member.regex)
             names.update(name for name in catalog.names() if pattern.fullmatch(name))
-        return sorted(names)
+        return sorted(name for name in names if member.may_describe(name))
 
     def _reconcile(self, group: ConsumerGroup, member: ConsumerMember) -> None:
         """Move `member` one step toward its target (module docstring)."""
@@ -388,6 +398,7 @@ class ConsumerGroups:
         if not group.members:
             group.target = {}
             group.topics_seen = {}
+            group.subscriptions_seen = {}
 
 
 def _regex_problem(regex: str) -> str | None:

@@ -13,11 +13,13 @@ one grant, for principal `User:<name>`, host `*`, ALLOW:
 | GROUP LITERAL `name` (or `*`)     | group `name` (or `*`)          |
 | GROUP PREFIXED `prefix`           | group `prefix*`                |
 | CLUSTER LITERAL `kafka-cluster`   | cluster                        |
+| TRANSACTIONAL_ID LITERAL `id` (or `*`) | transactional_id `id` (or `*`) |
+| TRANSACTIONAL_ID PREFIXED `prefix` | transactional_id `prefix*`    |
 
 What the model cannot hold is refused with INVALID_REQUEST and a message saying what can
 be: a literal topic or a prefix that is not a namespace (rights are per namespace), DENY,
-a host other than `*`, a principal other than `User:<name>`, TRANSACTIONAL_ID and
-DELEGATION_TOKEN resources, and operations the resource has no use for. A grant holding
+a host other than `*`, a principal other than `User:<name>`, DELEGATION_TOKEN resources,
+and operations the resource has no use for. A grant holding
 every operation of its resource is shown as one ALL binding. A superuser (the record's
 flag or `authorization.superusers`) has no ACL to show.
 
@@ -38,7 +40,7 @@ from pulsar_gateway.security import rights as model
 from pulsar_gateway.security.rights import Grant, Rights, RightsError
 
 # Kafka's enums (org.apache.kafka.common.resource / acl)
-RESOURCE_ANY, TOPIC, GROUP, CLUSTER = 1, 2, 3, 4
+RESOURCE_ANY, TOPIC, GROUP, CLUSTER, TRANSACTIONAL_ID = 1, 2, 3, 4, 5
 PATTERN_ANY, PATTERN_MATCH, LITERAL, PREFIXED = 1, 2, 3, 4
 OP_ANY, OP_ALL = 1, 2
 PERMISSION_ANY, DENY, ALLOW = 1, 2, 3
@@ -52,9 +54,20 @@ OPERATIONS = {
     12: model.IDEMPOTENT_WRITE,
 }
 OPERATION_CODES = {name: code for code, name in OPERATIONS.items()}
-RESOURCES = {TOPIC: model.NAMESPACE, GROUP: model.GROUP, CLUSTER: model.CLUSTER}
+RESOURCES = {
+    TOPIC: model.NAMESPACE,
+    GROUP: model.GROUP,
+    CLUSTER: model.CLUSTER,
+    TRANSACTIONAL_ID: model.TRANSACTIONAL_ID,
+}
+# the Kafka resources named by a name, a prefix or `*`, as the model's named resources
+NAMED = {GROUP: model.GROUP, TRANSACTIONAL_ID: model.TRANSACTIONAL_ID}
+NAMED_KAFKA = {resource: kind for kind, resource in NAMED.items()}
 PRINCIPAL_PREFIX = "User:"
-CANNOT = "the gateway keeps rights per Pulsar namespace, group and cluster (docs/security.md)"
+CANNOT = (
+    "the gateway keeps rights per Pulsar namespace, group, transactional id and cluster "
+    "(docs/security.md)"
+)
 NOT_STORED = "the rights could not be stored; try again"
 
 log = logging.getLogger("gateway.kafka.admin")
@@ -79,10 +92,11 @@ def kafka_pattern(grant: Grant) -> tuple[int, str, int]:
     if grant.resource == model.CLUSTER:
         return CLUSTER, CLUSTER_NAME, LITERAL
     prefix = grant.prefix
-    if grant.resource == model.GROUP:
+    if grant.resource in NAMED_KAFKA:
+        kind = NAMED_KAFKA[grant.resource]
         if grant.name == "*" or prefix is None:
-            return GROUP, grant.name, LITERAL
-        return GROUP, prefix, PREFIXED
+            return kind, grant.name, LITERAL
+        return kind, prefix, PREFIXED
     if grant.name == "*":
         return TOPIC, "*", LITERAL
     return TOPIC, (prefix if prefix is not None else grant.name + "/"), PREFIXED
@@ -94,13 +108,15 @@ def grant_pattern(resource_type: int, name: str, pattern_type: int) -> tuple[str
         if name != CLUSTER_NAME or pattern_type != LITERAL:
             raise Unrepresentable(f"the cluster resource is LITERAL '{CLUSTER_NAME}'")
         return model.CLUSTER, ""
-    if resource_type == GROUP:
+    if resource_type in NAMED:
+        resource = NAMED[resource_type]
         if not name or ("*" in name and (name, pattern_type) != ("*", LITERAL)):
-            raise Unrepresentable("a group pattern is a name or prefix without '*', or '*'")
+            what = resource.replace("_", " ")
+            raise Unrepresentable(f"a {what} pattern is a name or prefix without '*', or '*'")
         if pattern_type == LITERAL:
-            return model.GROUP, name
+            return resource, name
         if pattern_type == PREFIXED:
-            return model.GROUP, name + "*"
+            return resource, name + "*"
     elif resource_type == TOPIC:
         if pattern_type == LITERAL and name == "*":
             return model.NAMESPACE, "*"

@@ -3,9 +3,12 @@
 coordinator works in Kafka topic names, and this module translates.
 
 Rights, as Kafka asks them: the heartbeat needs READ on the group, ConsumerGroupDescribe
-DESCRIBE on it. A group id that has classic members is not a consumer group
-(GROUP_ID_NOT_FOUND, Kafka's answer), and JoinGroup refuses a group that has consumer
-members (groups.py)."""
+DESCRIBE on it. A member is assigned only topics its user may describe (a subscription
+naming or matching others gets nothing of them: no name, id or partition count), and a
+describe that would name a topic the caller may not describe is refused with
+TOPIC_AUTHORIZATION_FAILED, as Kafka refuses it. A group id that has classic members is not
+a consumer group (GROUP_ID_NOT_FOUND, Kafka's answer), and JoinGroup refuses a group that
+has consumer members (groups.py)."""
 
 from __future__ import annotations
 
@@ -13,7 +16,7 @@ import uuid
 from collections.abc import Iterable
 from typing import Any
 
-from pulsar_gateway.handlers.kafka.authorization import group_allowed
+from pulsar_gateway.handlers.kafka.authorization import group_allowed, topic_allowed
 from pulsar_gateway.handlers.kafka.consumer_groups import (
     ASSIGNOR,
     Assignment,
@@ -33,6 +36,9 @@ class _Catalog:
     def __init__(self, context: KafkaContext) -> None:
         self.context = context
 
+    def may_describe(self, name: str) -> bool:
+        return topic_allowed(self.context, name, DESCRIBE, audit=False)
+
     def partitions(self, name: str) -> int | None:
         record = self.context.topics.get(self.context.pulsar_name(name))
         return None if record is None else record.partitions
@@ -47,7 +53,8 @@ class _Catalog:
         wanted = str(topic_id)
         for record in self.context.topics.list():
             if record.topic_id and str(uuid.UUID(record.topic_id)) == wanted:
-                return self.context.kafka_name(record.name)
+                name = self.context.kafka_name(record.name)
+                return name if self.may_describe(name) else None
         return None
 
 
@@ -107,6 +114,7 @@ async def heartbeat(context: KafkaContext, header: Any, request: dict[str, Any])
         owned=owned,
         client_id=header.client_id or "",
         client_host=context.access.peer.rsplit(":", 1)[0] if context.access.peer else "",
+        may_describe=catalog.may_describe,
     )
     if result.error:
         return refused(result.error, result.message)
@@ -161,6 +169,11 @@ async def describe(context: KafkaContext, header: Any, request: dict[str, Any]) 
         elif group is None or not group.members:
             entry["error_code"] = ErrorCode.GROUP_ID_NOT_FOUND
             entry["error_message"] = f"Group {group_id} not found."
+        elif not all(catalog.may_describe(name) for name in _topics_named(group)):
+            entry["error_code"] = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+            entry["error_message"] = (
+                "The group has described topic(s) that the client is not authorized to describe."
+            )
         else:
             entry.update(
                 group_state=group.state,
@@ -186,3 +199,13 @@ async def describe(context: KafkaContext, header: Any, request: dict[str, Any]) 
             )
         described.append(entry)
     return {"throttle_time_ms": 0, "groups": described}
+
+
+def _topics_named(group: Any) -> set[str]:
+    """Every topic a describe of the group would name: subscriptions and assignments."""
+    names: set[str] = set()
+    for member in group.members.values():
+        names.update(member.subscribed)
+        names.update(member.assigned)
+        names.update(group.target.get(member.member_id, {}))
+    return names

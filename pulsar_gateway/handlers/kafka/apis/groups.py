@@ -2,8 +2,8 @@
 ListGroups, DescribeGroups and DeleteGroups. A group's coordinator is the cluster member
 that serves its key (docs/cluster.md); the others answer NOT_COORDINATOR.
 
-FindCoordinator for a transactional id names this gateway too: it is every transactional
-id's coordinator (transaction_coordinator.py).
+FindCoordinator for a transactional id names its coordinator too (transaction_coordinator.py),
+to a user who may DESCRIBE the id.
 
 Rights, as Kafka asks them (authorization.py): FindCoordinator and DescribeGroups need
 DESCRIBE on the group, Join/Sync/Heartbeat/Leave READ, DeleteGroups DELETE; ListGroups
@@ -14,7 +14,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from pulsar_gateway.handlers.kafka.authorization import cluster_allowed, group_allowed
+from pulsar_gateway.handlers.kafka.authorization import (
+    cluster_allowed,
+    group_allowed,
+    transactional_id_allowed,
+)
 from pulsar_gateway.handlers.kafka.context import KafkaContext
 from pulsar_gateway.handlers.kafka.group_coordinator import (
     STABLE,
@@ -44,6 +48,9 @@ async def find_coordinator(
             code, message = ErrorCode.INVALID_REQUEST, "empty coordinator key"
         elif key_type == GROUP_KEY and not group_allowed(context, key, DESCRIBE):
             code, message = ErrorCode.GROUP_AUTHORIZATION_FAILED, "Authorization failed."
+        elif key_type == TRANSACTION_KEY and not transactional_id_allowed(context, key, DESCRIBE):
+            code = ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+            message = "Authorization failed."
         else:
             code, message = ErrorCode.NONE, None
         found = code == ErrorCode.NONE

@@ -6,16 +6,17 @@ aborting what it left open. Without a coordinator (no transaction store wired in
 transactional id gets TRANSACTIONAL_ID_AUTHORIZATION_FAILED, which clients report as fatal
 instead of retrying forever.
 
-An idempotent or transactional producer needs, as in Kafka, IDEMPOTENT_WRITE on the cluster
-or WRITE on some topic (here: some namespace); else CLUSTER_AUTHORIZATION_FAILED
-(TRANSACTIONAL_ID_AUTHORIZATION_FAILED for a transactional id).
+An idempotent producer needs, as in Kafka, IDEMPOTENT_WRITE on the cluster or WRITE on some
+topic (here: some namespace); else CLUSTER_AUTHORIZATION_FAILED. A transactional one needs
+WRITE on its transactional id (else TRANSACTIONAL_ID_AUTHORIZATION_FAILED): the call fences
+the id's previous producer, so using an id is what must be granted.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from pulsar_gateway.handlers.kafka.authorization import CLUSTER_NAME
+from pulsar_gateway.handlers.kafka.authorization import CLUSTER_NAME, transactional_id_allowed
 from pulsar_gateway.handlers.kafka.context import KafkaContext
 from pulsar_gateway.handlers.kafka.port import StorageError
 from pulsar_gateway.handlers.kafka.transaction_coordinator import NotServed, fenced_code
@@ -72,7 +73,7 @@ async def _transactional(
     context: KafkaContext, header: Any, request: dict[str, Any], transactional_id: str
 ) -> dict[str, Any]:
     coordinator = context.transactions
-    if coordinator is None or not may_produce_idempotently(context):
+    if coordinator is None or not transactional_id_allowed(context, transactional_id, WRITE):
         code, producer_id, epoch = ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, -1, -1
     else:
         try:

@@ -8,7 +8,8 @@ caps it), in topic-name then partition order, with a cursor to the next one; an 
 list means every topic.
 
 As in Kafka, the list of all topics holds only those the user may describe, a topic named
-but not describable is TOPIC_AUTHORIZATION_FAILED, and auto-creation needs CREATE."""
+but not describable is TOPIC_AUTHORIZATION_FAILED (asked for by its id: without its name),
+and auto-creation needs CREATE."""
 
 from __future__ import annotations
 
@@ -40,17 +41,21 @@ async def handle(context: KafkaContext, header: Any, request: dict[str, Any]) ->
             name = item.get("name")
             if name is None:  # v10+: a topic asked for by its id (KIP-516)
                 known = topic_with_id(context, item.get("topic_id"))
-                if known is None:
+                name = None if known is None else context.kafka_name(known.name)
+                code = ErrorCode.UNKNOWN_TOPIC_ID
+                if name is not None and not topic_allowed(context, name, DESCRIBE):
+                    # as Kafka: refused without the name, which the user may not learn
+                    name, code = None, ErrorCode.TOPIC_AUTHORIZATION_FAILED
+                if name is None:
                     topics.append(
                         {
-                            "error_code": ErrorCode.UNKNOWN_TOPIC_ID,
+                            "error_code": code,
                             "name": None,
                             "topic_id": item.get("topic_id"),
                             "partitions": [],
                         }
                     )
                     continue
-                name = context.kafka_name(known.name)
             record, code = await find_topic(context, name, allow_create)
             topics.append(_describe(context, name, record, code))
     return {

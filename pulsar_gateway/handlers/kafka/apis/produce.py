@@ -28,6 +28,7 @@ from pulsar_gateway.handlers.kafka.apis.configs import (
     ProduceRules,
     produce_rules,
 )
+from pulsar_gateway.handlers.kafka.authorization import transactional_id_allowed
 from pulsar_gateway.handlers.kafka.context import KafkaContext
 from pulsar_gateway.handlers.kafka.idempotence import ProducerSequences
 from pulsar_gateway.handlers.kafka.port import (
@@ -309,6 +310,8 @@ def _check_transaction(
     coordinator = context.transactions
     if coordinator is None or transactional_id is None:
         return ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+    if not transactional_id_allowed(context, transactional_id, WRITE):
+        return ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED  # another user's transaction
     return coordinator.check_produce(
         transactional_id, batch.producer_id, batch.producer_epoch, partition
     )

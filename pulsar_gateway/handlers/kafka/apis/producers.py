@@ -7,7 +7,10 @@ restarts): id, epoch, last sequence and the first offset of its open transaction
 gateway keeps no per-producer timestamp (-1). ListTransactions and DescribeTransactions
 answer from the transaction coordinator's state (docs/transactions.md): a state filter Kafka
 does not know is reported as unknown, an id never used is TRANSACTIONAL_ID_NOT_FOUND.
-Rights: `read` on the topic (Kafka: READ) and `describe` on the cluster for the listing.
+Rights, as Kafka asks them: `read` on the topic for DescribeProducers; ListTransactions
+lists the ids the user may describe (every one with `describe` on the cluster);
+DescribeTransactions needs `describe` on each id (else TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+and leaves out the partitions of topics the user may not describe.
 """
 
 from __future__ import annotations
@@ -15,7 +18,11 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from pulsar_gateway.handlers.kafka.authorization import cluster_allowed
+from pulsar_gateway.handlers.kafka.authorization import (
+    cluster_allowed,
+    topic_allowed,
+    transactional_id_allowed,
+)
 from pulsar_gateway.handlers.kafka.context import KafkaContext
 from pulsar_gateway.handlers.kafka.port import PartitionLog
 from pulsar_gateway.handlers.kafka.topic_lookup import find_topic, open_partition
@@ -80,11 +87,7 @@ def _open_start(log: PartitionLog, producer_id: int) -> int:
 async def list_transactions(
     context: KafkaContext, header: Any, request: dict[str, Any]
 ) -> dict[str, Any]:
-    code = (
-        ErrorCode.NONE
-        if cluster_allowed(context, DESCRIBE)
-        else (ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
-    )
+    every = cluster_allowed(context, DESCRIBE, audit=False)
     states = request["state_filters"]
     unknown = [s for s in states if s not in TRANSACTION_STATES]
     producers = set(request["producer_id_filters"])
@@ -92,7 +95,11 @@ async def list_transactions(
     now = int(time.time() * 1000)
     listed = []
     coordinator = context.transactions
-    for state in [] if code or coordinator is None else coordinator.all():
+    for state in [] if coordinator is None else coordinator.all():
+        if not every and not transactional_id_allowed(
+            context, state.transactional_id, DESCRIBE, audit=False
+        ):
+            continue
         if states and state.state not in states:
             continue
         if producers and state.producer_id not in producers:
@@ -108,7 +115,7 @@ async def list_transactions(
         )
     return {
         "throttle_time_ms": 0,
-        "error_code": code,
+        "error_code": ErrorCode.NONE,
         "unknown_state_filters": unknown,
         "transaction_states": listed,
     }
@@ -120,11 +127,16 @@ async def describe_transactions(
     coordinator = context.transactions
     answers = []
     for transactional_id in request["transactional_ids"]:
-        state = None if coordinator is None else coordinator.get(transactional_id)
+        allowed = transactional_id_allowed(context, transactional_id, DESCRIBE)
+        state = None if coordinator is None or not allowed else coordinator.get(transactional_id)
         if state is None:
             answers.append(
                 {
-                    "error_code": ErrorCode.TRANSACTIONAL_ID_NOT_FOUND,
+                    "error_code": (
+                        ErrorCode.TRANSACTIONAL_ID_NOT_FOUND
+                        if allowed
+                        else ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+                    ),
                     "transactional_id": transactional_id,
                     "transaction_state": "",
                     "transaction_timeout_ms": 0,
@@ -137,7 +149,9 @@ async def describe_transactions(
             continue
         topics: dict[str, list[int]] = {}
         for topic, index in state.partitions:
-            topics.setdefault(context.kafka_name(topic), []).append(index)
+            name = context.kafka_name(topic)
+            if topic_allowed(context, name, DESCRIBE, audit=False):  # Kafka leaves them out
+                topics.setdefault(name, []).append(index)
         answers.append(
             {
                 "error_code": ErrorCode.NONE,

@@ -27,7 +27,7 @@ from pulsar_gateway.handlers.kafka.port import (
 )
 from pulsar_gateway.handlers.kafka.topic_lookup import reserved_refusal, topic_uuid, topic_with_id
 from pulsar_gateway.kafka_codec.errors import ErrorCode
-from pulsar_gateway.security.rights import ALTER, DELETE
+from pulsar_gateway.security.rights import ALTER, DELETE, DESCRIBE
 
 AUTHORIZATION_FAILED = "Authorization failed."  # Kafka's text for a refused topic
 
@@ -203,7 +203,8 @@ def _limit_problem(
 async def delete_topics(
     context: KafkaContext, header: Any, request: dict[str, Any]
 ) -> dict[str, Any]:
-    """v6+ name topics by name or by topic id (KIP-516); earlier versions by name only."""
+    """v6+ name topics by name or by topic id (KIP-516); earlier versions by name only. A
+    topic asked for by id that the user may not describe is refused without its name."""
     if header.api_version >= 6:
         wanted = [(item["name"], item["topic_id"]) for item in request["topics"]]
     else:
@@ -214,6 +215,12 @@ async def delete_topics(
         if name is None and topic_id is not None:
             record = topic_with_id(context, topic_id)
             name = context.kafka_name(record.name) if record is not None else None
+            if name is not None and not topic_allowed(context, name, DESCRIBE):
+                # as Kafka: a topic asked for by id that the user may not describe is
+                # refused without its name
+                refused = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+                results.append(_deleted(None, topic_id, None, refused, AUTHORIZATION_FAILED))
+                continue
         if name is None:
             code, message = ErrorCode.UNKNOWN_TOPIC_ID, f"no topic has id {topic_id}"
         elif (refusal := reserved_refusal(context, name)) is not None:
@@ -223,15 +230,19 @@ async def delete_topics(
         else:
             record = record or context.topics.get(context.pulsar_name(name))
             code, message = await _delete_one(context, name)
-        results.append(
-            {
-                "name": name,
-                "error_code": code,
-                "error_message": message,
-                "topic_id": topic_uuid(record) if topic_id is None else topic_id,
-            }
-        )
+        results.append(_deleted(name, topic_id, record, code, message))
     return {"throttle_time_ms": 0, "responses": results}
+
+
+def _deleted(
+    name: str | None, topic_id: Any, record: Any, code: int, message: str | None
+) -> dict[str, Any]:
+    return {
+        "name": name,
+        "error_code": code,
+        "error_message": message,
+        "topic_id": topic_uuid(record) if topic_id is None else topic_id,
+    }
 
 
 async def _delete_one(context: KafkaContext, name: str) -> tuple[ErrorCode, str | None]:

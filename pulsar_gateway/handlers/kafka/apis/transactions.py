@@ -4,8 +4,8 @@ producer's requests to its coordinator (transaction_coordinator.py holds the sta
 AddPartitionsToTxn is served in the clients' form (v0-3, one transactional id per request);
 v4+ is the brokers' batched form, which only Kafka brokers send. A fenced producer gets
 PRODUCER_FENCED from the versions that know it (KIP-588) and INVALID_PRODUCER_EPOCH before.
-Rights: as an idempotent producer (IDEMPOTENT_WRITE on the cluster or WRITE on some
-namespace, init_producer_id.py), WRITE on each topic added, READ on the group.
+Rights, as Kafka asks them: WRITE on the transactional id (else
+TRANSACTIONAL_ID_AUTHORIZATION_FAILED), and WRITE on each topic added, READ on the group.
 """
 
 from __future__ import annotations
@@ -14,14 +14,17 @@ from collections.abc import Awaitable
 from typing import Any
 
 from pulsar_gateway.gateway.topic_names import partition_topic
-from pulsar_gateway.handlers.kafka.apis.init_producer_id import may_produce_idempotently
-from pulsar_gateway.handlers.kafka.authorization import group_allowed
+from pulsar_gateway.handlers.kafka.authorization import group_allowed, transactional_id_allowed
 from pulsar_gateway.handlers.kafka.context import KafkaContext
 from pulsar_gateway.handlers.kafka.port import CommittedOffset, StorageError
 from pulsar_gateway.handlers.kafka.topic_lookup import find_topic
 from pulsar_gateway.handlers.kafka.transaction_coordinator import NotServed, fenced_code
 from pulsar_gateway.kafka_codec.errors import ErrorCode
 from pulsar_gateway.security.rights import READ, WRITE
+
+
+def _may_use(context: KafkaContext, transactional_id: str) -> bool:
+    return transactional_id_allowed(context, transactional_id, WRITE)
 
 
 async def _guarded(job: Awaitable[ErrorCode]) -> ErrorCode:
@@ -44,11 +47,14 @@ async def add_partitions_to_txn(
     wanted: list[tuple[str, int]] = []
     results: list[tuple[str, dict[int, ErrorCode]]] = []
     failed = False
+    allowed = _may_use(context, request["v3_and_below_transactional_id"])
     for topic in topics:
         codes: dict[int, ErrorCode] = {}
-        record, code = await find_topic(context, topic["name"], auto_create=False, operation=WRITE)
+        record, code = None, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+        if allowed:  # topics are not even looked up for an id the user may not use
+            record, code = await find_topic(context, topic["name"], False, operation=WRITE)
         for index in topic["partitions"]:
-            if txn is None or not may_produce_idempotently(context):
+            if txn is None or not allowed:
                 codes[index] = ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
             elif record is None:
                 codes[index] = ErrorCode(code)
@@ -99,7 +105,7 @@ async def add_offsets_to_txn(
 ) -> dict[str, Any]:
     txn = context.transactions
     group_id = request["group_id"]
-    if txn is None or not may_produce_idempotently(context):
+    if txn is None or not _may_use(context, request["transactional_id"]):
         code = ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
     elif not group_allowed(context, group_id, READ):
         code = ErrorCode.GROUP_AUTHORIZATION_FAILED
@@ -121,7 +127,7 @@ async def txn_offset_commit(
 ) -> dict[str, Any]:
     txn = context.transactions
     group_id = request["group_id"]
-    if txn is None or not may_produce_idempotently(context):
+    if txn is None or not _may_use(context, request["transactional_id"]):
         group_code = ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
     elif not group_allowed(context, group_id, READ):
         group_code = ErrorCode.GROUP_AUTHORIZATION_FAILED
@@ -174,7 +180,7 @@ async def txn_offset_commit(
 
 async def end_txn(context: KafkaContext, header: Any, request: dict[str, Any]) -> dict[str, Any]:
     txn = context.transactions
-    if txn is None or not may_produce_idempotently(context):
+    if txn is None or not _may_use(context, request["transactional_id"]):
         code = ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
     else:
         code = await _guarded(

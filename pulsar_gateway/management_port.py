@@ -1,0 +1,60 @@
+"""The composition root's wiring of the management port (gateway/metrics.py): who may call
+it (handlers/http_login.py), the AMQP management API and definitions upload behind it, and
+the start-up warning for a port reachable from elsewhere (docs/security.md, "The
+management port")."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from pulsar_gateway.gateway import metrics
+from pulsar_gateway.gateway.config import Settings, is_loopback_host
+from pulsar_gateway.handlers.authorization import Authorizer
+from pulsar_gateway.handlers.http_login import HttpLogins
+from pulsar_gateway.security.credentials import UserDirectory
+from pulsar_gateway.security.logins import PasswordLogins
+
+log = logging.getLogger("gateway")
+
+
+def management_port(
+    settings: Settings,
+    health: Callable[[], dict[str, Any]],
+    cluster: Callable[[], dict[str, Any]],
+    users: UserDirectory,
+    authorizer: Authorizer,
+    amqp_server: Any = None,
+    vhost_namespace: Callable[[str], str] = str,
+) -> metrics.MetricsServer:
+    """The HTTP server of `[metrics]`, not started. `amqp_server`: the AMQP listener, once
+    it listens (its broker, connections and address), or None without AMQP."""
+    # the same users as AMQP's: the store, then the bootstrap table (guest from loopback)
+    table = settings.amqp.users or {"guest": "guest"}
+    logins = HttpLogins(PasswordLogins(users, table), authorizer)
+    api = upload = None
+    if amqp_server is not None:
+        from pulsar_gateway.handlers.amqp.management import ManagementApi
+        from pulsar_gateway.tools.definitions_upload import DefinitionsUpload
+
+        api = ManagementApi(amqp_server.broker, amqp_server.connections, vhost_namespace).handle
+        upload = DefinitionsUpload(*amqp_server.address)  # declared over our own listener
+    section = settings.metrics
+    if not is_loopback_host(section.host) and not section.require_login:
+        log.warning(
+            "metrics.host %s is reachable beyond this machine and /metrics needs no login: "
+            "it names every topic; set metrics.require_login = true, or keep the port on "
+            "loopback (/api/ and /cluster ask for a login either way)",
+            section.host,
+        )
+    return metrics.MetricsServer(
+        section.host,
+        section.port,
+        health,
+        api,
+        cluster,
+        upload,
+        login=logins,
+        require_login=section.require_login,
+    )
