@@ -23,9 +23,15 @@ run: $(VENV)/.installed
 
 test: $(VENV)/.installed-test
 	./scripts/install-system-packages
+	$(MAKE) lint
+	$(BIN)/python -m pytest -q -p no:cacheprovider $(ARGS)
+
+# style, the layers of docs/architecture.md (pyproject's [tool.importlinter]) and types
+lint: $(VENV)/.installed-test
 	$(BIN)/ruff check pulsar_gateway tests bench
 	$(BIN)/ruff format --check pulsar_gateway tests bench
-	$(BIN)/python -m pytest -q -p no:cacheprovider $(ARGS)
+	$(BIN)/lint-imports --no-logo
+	$(BIN)/mypy
 
 # the tests where races would show (ordering, counts, offsets, transactions, real clients),
 # with a busy process per core beside them for the whole run: races hide on an idle machine

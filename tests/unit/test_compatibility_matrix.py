@@ -3,17 +3,17 @@ rendering from the Kafka API table, the AMQP method table and the queue argument
 
 from __future__ import annotations
 
+from pulsar_gateway import compatibility_matrix as compatibility
 from pulsar_gateway.handlers.kafka.apis.table import API_TABLE, versions_of
 from pulsar_gateway.kafka_codec import protocol
 from pulsar_gateway.kafka_codec.protocol.messages import ApiKey
-from pulsar_gateway.tools import compatibility
 
 
 def test_doc_matches_the_code() -> None:
     written = compatibility.generated_part(compatibility.DOC.read_text())
     assert written, "docs/compatibility.md lost its GENERATED markers"
     assert written == compatibility.render(), (
-        "docs/compatibility.md is stale: run python -m pulsar_gateway.tools.compatibility --write"
+        "docs/compatibility.md is stale: run python -m pulsar_gateway.compatibility_matrix --write"
     )
 
 

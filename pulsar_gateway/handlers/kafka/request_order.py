@@ -25,6 +25,7 @@ never holds up the ones behind it.
 from __future__ import annotations
 
 import asyncio
+import functools
 from typing import Any
 
 from pulsar_gateway.kafka_codec.protocol.messages import ApiKey
@@ -111,7 +112,7 @@ class RequestOrder:
                     previous.append(self._handing.get(key))
                     handed.append(mine)
                     self._handing[key] = mine
-                    mine.add_done_callback(lambda done, key=key: self._forget(key, done))
+                    mine.add_done_callback(functools.partial(self._forget, key))
             return ProduceTurn(before, previous, handed)
         produces = list(self._handing.values())
         done: asyncio.Future[None] = loop.create_future()

@@ -87,7 +87,7 @@ def answered_within(
 
 
 # the first version of each API that knows PRODUCER_FENCED (KIP-588)
-_FENCED_SINCE = {
+_FENCED_SINCE: dict[int, int] = {
     ApiKey.INIT_PRODUCER_ID: 4,
     ApiKey.ADD_PARTITIONS_TO_TXN: 2,
     ApiKey.ADD_OFFSETS_TO_TXN: 2,

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import functools
 import hashlib
 import logging
 import time
@@ -109,8 +110,10 @@ class _PulsarQueueReader:
             if text is None:
                 raw = b"\x00\x00"
             else:
-                raw = decoded.get(text)  # a queue's messages mostly share their properties
-                if raw is None:
+                known = decoded.get(text)  # a queue's messages mostly share their properties
+                if known is not None:
+                    raw = known
+                else:
                     raw = base64.b64decode(text) or b"\x00\x00"
                     if len(text) <= PROPERTIES_CACHE_ENTRY:
                         if len(decoded) >= PROPERTIES_CACHE_SIZE:
@@ -177,12 +180,13 @@ class GroupedSends:
             task = asyncio.ensure_future(
                 self.backend.send(topic, [message for message, _ in items], batching=False)
             )
-            task.add_done_callback(lambda done, items=items: _settle(done, items))
+            task.add_done_callback(functools.partial(_settle_group, items))
 
 
-def _settle(
-    done: asyncio.Future[Any], items: list[tuple[OutMessage, asyncio.Future[None]]]
+def _settle_group(
+    items: list[tuple[OutMessage, asyncio.Future[None]]], done: asyncio.Future[Any]
 ) -> None:
+    """Every publish of a group sent as one: the group's outcome is each one's."""
     error = done.exception() if not done.cancelled() else asyncio.CancelledError()
     for _, future in items:
         if future.done():

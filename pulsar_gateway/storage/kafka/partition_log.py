@@ -101,10 +101,10 @@ class _NumberedWhileAppending:
 
     def trim(self) -> None:
         """Forget ids numbered before every waiting append began."""
-        if None in self.floors or not self.ids:
+        floors = [floor for floor in self.floors if floor is not None]
+        if len(floors) < len(self.floors) or not self.ids:
             return
-        oldest = min(self.floors)  # type: ignore[type-var]
-        cut = bisect.bisect_right(self.ids, oldest)
+        cut = bisect.bisect_right(self.ids, min(floors))
         if cut:
             del self.ids[:cut], self.offsets[:cut]
 

@@ -41,7 +41,7 @@ def stamp(messages: list[OutMessage], producer: ProducerStamp, skip: int = 0) ->
         f"{producer.producer_id}:{producer.epoch}:"
         f"{producer.first_sequence}:{producer.last_sequence}"
     )
-    out = []
+    out: list[OutMessage] = []
     before = 0
     for message in messages:
         records = int((message.properties or {}).get(RECORDS, 1))

@@ -9,6 +9,7 @@ budget (`TailCache`), so memory stays bounded however many are open.
 from __future__ import annotations
 
 import asyncio
+import builtins
 import contextlib
 import logging
 import time
@@ -122,7 +123,7 @@ class TopicService:
     def get(self, name: str) -> TopicRecord | None:
         return self.registry.get(name)
 
-    def list(self) -> list[TopicRecord]:
+    def list(self) -> builtins.list[TopicRecord]:
         return self.registry.all()
 
     def total_partitions(self) -> int:
@@ -303,7 +304,7 @@ class TopicService:
     def open_partitions(self) -> int:
         return len(self._logs)
 
-    def open_partition_names(self) -> list[tuple[str, int]]:
+    def open_partition_names(self) -> builtins.list[tuple[str, int]]:
         """(topic, partition index) of every open partition log."""
         return [split_partition_topic(name) for name in self._logs]
 

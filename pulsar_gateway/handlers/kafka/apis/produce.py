@@ -221,7 +221,7 @@ async def _checked_append(
 ) -> PartitionResult:
     record, code = await find_topic(context, name, auto_create=True, operation=WRITE)
     if record is None:
-        return PartitionResult(code)
+        return PartitionResult(ErrorCode(code))
     if not 0 <= index < record.partitions:
         return PartitionResult(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
     if not context.serves_partition(record.name, index):  # another cluster member's
@@ -276,9 +276,9 @@ async def _checked_append(
     if batch.is_transactional:
         # checked with no await before the append is queued: a marker queued after a fence
         # then lands after any batch this check let through (docs/transactions.md)
-        refused = _check_transaction(context, transactional_id, batch, (record.name, index))
-        if refused:
-            return PartitionResult(refused)
+        fenced = _check_transaction(context, transactional_id, batch, (record.name, index))
+        if fenced:
+            return PartitionResult(fenced)
         mark_transactional(messages, batch.producer_id, batch.producer_epoch)
     if batch.producer_id < 0:
         pending = _store(partition, messages, name, index, None, encoded)

@@ -162,6 +162,12 @@ def versions_of(api_key: int) -> tuple[int, int]:
     return max(low, api.lowest), min(high, api.highest)
 
 
+def served_apis() -> dict[int, tuple[int, int, str]]:
+    """Every API in the table: (lowest, highest served, why the range stops below Kafka's,
+    or ""): the one table as the compatibility matrix reads it."""
+    return {int(key): (*versions_of(key), api.capped_because) for key, api in API_TABLE.items()}
+
+
 def served_versions() -> list[dict[str, int]]:
     return [
         {"api_key": key, "min_version": versions_of(key)[0], "max_version": versions_of(key)[1]}

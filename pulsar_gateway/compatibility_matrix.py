@@ -5,7 +5,8 @@ Kafka API key the protocol specs define, with the versions the gateway serves (t
 table, `handlers/kafka/apis/table.py`) beside the versions Kafka defines; every AMQP 0-9-1
 method a client may send and whether the gateway answers it; every queue argument with what
 the gateway does with it. A unit test renders them again and compares, so the page cannot
-drift from the code; `python -m pulsar_gateway.tools.compatibility --write` refreshes it.
+drift from the code; `python -m pulsar_gateway.compatibility_matrix --write` refreshes it.
+It reads both protocol handlers, so it sits with the composition root (docs/architecture.md).
 """
 
 from __future__ import annotations
@@ -20,13 +21,13 @@ from pulsar_gateway.handlers.amqp.authentication import KNOWN_MECHANISMS
 from pulsar_gateway.handlers.amqp.broker_methods import BROKER_METHODS
 from pulsar_gateway.handlers.amqp.queue_arguments import ARGUMENT_SUPPORT
 from pulsar_gateway.handlers.amqp.topology import ExchangeType
-from pulsar_gateway.handlers.kafka.apis.table import API_TABLE, versions_of
+from pulsar_gateway.handlers.kafka.apis.table import served_apis
 from pulsar_gateway.kafka_codec import protocol
 from pulsar_gateway.kafka_codec.protocol.messages import LATEST_VERSION_UNSTABLE
 
-BEGIN = "<!-- GENERATED: python -m pulsar_gateway.tools.compatibility --write -->"
+BEGIN = "<!-- GENERATED: python -m pulsar_gateway.compatibility_matrix --write -->"
 END = "<!-- END GENERATED -->"
-DOC = Path(__file__).resolve().parents[2] / "docs" / "compatibility.md"
+DOC = Path(__file__).resolve().parents[1] / "docs" / "compatibility.md"
 
 # Methods of the connection and channel classes, and basic.publish, are answered by the
 # connection's state machine (handlers/amqp/connection_state.py) rather than the broker's
@@ -66,12 +67,11 @@ def kafka_table() -> str:
         "| API | key | served versions | Kafka's versions | why the served range stops lower |",
         "| --- | ---: | --- | --- | --- |",
     ]
+    apis = served_apis()
     for key in sorted(protocol.API_NAMES):
         name = protocol.API_NAMES[key]
-        low, high = versions_of(key)
-        api = API_TABLE.get(key)  # type: ignore[call-overload]
-        served = f"**{low}-{high}**" if api is not None and high >= low else "not served"
-        why = api.capped_because if api is not None else ""
+        low, high, why = apis.get(key, (1, 0, ""))
+        served = f"**{low}-{high}**" if key in apis and high >= low else "not served"
         rows.append(f"| {name} | {key} | {served} | {kafka_versions(key)} | {why} |")
     return "\n".join(rows)
 
