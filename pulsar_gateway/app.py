@@ -28,6 +28,7 @@ from pulsar_gateway.gateway.cluster.view import (
     vhost_key,
 )
 from pulsar_gateway.gateway.config import Settings
+from pulsar_gateway.gateway.link_file import LinkRecord, remove_link, write_link
 from pulsar_gateway.gateway.loop_watch import LoopWatch
 from pulsar_gateway.gateway.memory import HeapTrimmer
 from pulsar_gateway.gateway.metadata_store import MetadataStore
@@ -37,6 +38,7 @@ from pulsar_gateway.handlers.authorization import Authorizer
 from pulsar_gateway.handlers.kafka.server import advertised_host
 from pulsar_gateway.management_port import management_port
 from pulsar_gateway.security.oauthbearer import TokenValidator, load_validator
+from pulsar_gateway.security.record_signing import load_or_create_key
 from pulsar_gateway.security.tls import server_context
 from pulsar_gateway.storage.kafka.group_offsets import GroupOffsetStore
 from pulsar_gateway.storage.kafka.subscription_position import ack_position
@@ -200,10 +202,23 @@ class Gateway:
             self.group_offsets.on_commit = self.mirror.request
             self.group_offsets.on_forget = self.mirror.forget
         metrics.BACKEND_UP.set(1)
-        # one users store for both listeners, followed live (docs/security.md)
-        self.users = UsersStore(self.backend, settings.pulsar.metadata_namespace)
-        await self.users.load()
+        # one users store for both listeners, followed live, signed with the users key
+        # (docs/security.md); whoever makes the key adopts the records already there
+        key, made = users_key(settings)
+        self.users = UsersStore(self.backend, settings.pulsar.metadata_namespace, key)
+        await self.users.load(adopt=made)
         await self._bootstrap_user(self.users)
+        # where tools run by this account find this gateway's Pulsar (not /health)
+        write_link(
+            settings.gateway.data_dir,
+            LinkRecord(
+                service_url,
+                settings.pulsar.metadata_namespace,
+                settings.kafka.tenant,
+                settings.kafka.namespace,
+                str(settings.users_key_path.absolute()) if settings.users_key_path else "",
+            ),
+        )
         # the users' rights live in the same store (docs/security.md, "Authorization"); the
         # bootstrap user is the deployment's administrator, so it may do everything
         bootstrap = [settings.gateway.bootstrap_user] if settings.gateway.bootstrap_user else []
@@ -353,13 +368,10 @@ class Gateway:
             "broker_heal_restarts": self.broker.heal_restarts if self.broker else 0,
             "open_partitions": self.topics.open_partitions if self.topics else 0,
             "cluster": self.cluster.status(),
-            # where tools beside the gateway (migrate, parity) find its Pulsar side
-            "pulsar": {
-                "service_url": self.backend.service_url if self.backend else "",
-                "metadata_namespace": self.settings.pulsar.metadata_namespace,
-                "kafka_tenant": self.settings.kafka.tenant,
-                "kafka_namespace": self.settings.kafka.namespace,
-            },
+            # where tools beside the gateway (migrate, parity, users) find its Pulsar side:
+            # the link file in this directory, readable by the gateway's account only (the
+            # embedded broker's address is not given to anyone who asks)
+            "data_dir": str(self.settings.gateway.data_dir.absolute()),
         }
 
     def cluster_report(self) -> dict[str, Any]:
@@ -433,10 +445,23 @@ class Gateway:
             await self.backend.close()
         if self.broker:
             await self.broker.stop()
+        remove_link(self.settings.gateway.data_dir)
         self.loop_watch.stop()
 
 
 TRIM_CHECK_SECONDS = 10.0
+
+
+def users_key(settings: Settings) -> tuple[bytes | None, bool]:
+    """The users store's signing key (made at the first start) and whether it was just
+    made; (None, False) when records are not signed (`gateway.users_key_file`)."""
+    path = settings.users_key_path
+    if path is None:
+        return None, False
+    try:
+        return load_or_create_key(path)
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"setting 'gateway.users_key_file': {exc}") from None
 
 
 def cluster_member(settings: Settings, listening: dict[str, str] | None) -> Member:

@@ -82,8 +82,12 @@ def worker_settings(settings: Settings, index: int, service_url: str) -> dict[st
         "cluster.member_id": f"{base_id}/{index}",
         "cluster.node_id": str(base_node + index),
     }
-    if service_url:
+    if service_url:  # the supervisor's embedded broker
         values["pulsar.service_url"] = service_url
+        # its users store is signed with the broker directory's key (docs/security.md)
+        key = settings.users_key_path
+        if key is not None:
+            values["gateway.users_key_file"] = str(key.absolute())
     if kafka.advertised_port:
         values["kafka.advertised_port"] = str(kafka.advertised_port + index)
     if kafka.tls_port > 0:

@@ -41,6 +41,11 @@ class GatewaySection(Section):
     # first line of bootstrap_password_file (a container secret), never a setting's value
     bootstrap_user: str = ""
     bootstrap_password_file: str = ""
+    # the key users-store records are signed with (docs/security.md, "The embedded
+    # broker"): empty, `<embedded data dir>/users.key` with the embedded broker (made at
+    # the first start), no signing with an external Pulsar (its own authentication guards
+    # the topic); set it to one file shared by every gateway of a cluster to sign there too
+    users_key_file: str = ""
     # worker processes (docs/cluster.md, "Workers on one host"): 1 is one process serving
     # everything; more (or `auto`, one per core) starts a supervisor, one embedded broker and
     # that many gateways, each a cluster member with its own Kafka port and node id
@@ -262,6 +267,15 @@ class Settings(Section):
         if self.cluster.enabled and self.cluster.node_id >= 0:
             return self.cluster.node_id
         return self.kafka.node_id
+
+    @property
+    def users_key_path(self) -> Path | None:
+        """The users store's signing key file (`gateway.users_key_file`); None: unsigned."""
+        if self.gateway.users_key_file:
+            return Path(self.gateway.users_key_file)
+        if self.embedded_mode:
+            return self.embedded_data_dir / "users.key"
+        return None
 
     @property
     def embedded_data_dir(self) -> Path:

@@ -1,9 +1,12 @@
 """`pulsar-gateway users add|remove|list|passwd|grant|revoke|rights`: manage the users store
 of a running gateway: its users, and what each may do (docs/security.md, "Authorization").
 
-The command finds the gateway's Pulsar through its `/health` answer (as migrate does) or
-`--pulsar-url`, and writes to the users topic directly; every gateway follows that topic,
-so a change applies within a second or so, without a restart. With `--data-dir` it works
+The command finds the gateway's Pulsar through its `/health` answer and the link file in
+its data directory (as migrate does: tools/gateway_link.py) or `--pulsar-url`, and writes
+to the users topic directly, each record signed with the users key the gateway names
+(storage/users.py: a record without it is refused), so it works for the gateway's own
+account, which can read the 0700 data directory; every gateway follows that topic, so a
+change applies within a second or so, without a restart. With `--data-dir` it works
 on a stopped gateway's embedded broker instead: it starts the broker on that directory for
 the change, and refuses while a broker already runs on it (two brokers on one database
 would each miss the other's writes).
@@ -35,6 +38,7 @@ from pulsar_gateway.gateway.backend.connection_security import NO_SECURITY, Puls
 from pulsar_gateway.gateway.backend.embedded import brokers_on
 from pulsar_gateway.gateway.config import load_settings
 from pulsar_gateway.security import rights as model
+from pulsar_gateway.security.record_signing import load_or_create_key
 from pulsar_gateway.tools.gateway_link import GatewayLink
 
 
@@ -180,10 +184,38 @@ async def run_users(args: argparse.Namespace, link: GatewayLink | None) -> int:
         print(f"users: {exc}; use --gateway-health instead", file=sys.stderr)
         return 1
     try:
-        link = GatewayLink(broker.service_url, args.metadata_namespace)
+        # the stopped gateway's key, in the broker's directory (made here if it has none)
+        key_file = str((broker_dir / "users.key").absolute())
+        link = GatewayLink(broker.service_url, args.metadata_namespace, users_key_file=key_file)
         return await _change(args, link, password)
     finally:
         await broker.stop()
+
+
+def _users_key(link: GatewayLink) -> tuple[bytes | None, bool]:
+    """The users store's signing key for `link` and whether this call made it: the file
+    the gateway named, or for `--pulsar-url` the configured `gateway.users_key_file` when
+    the settings are for that service URL; (None, False) when records are not signed."""
+    path = Path(link.users_key_file) if link.users_key_file else None
+    if path is None:
+        settings = load_settings()
+        if settings.pulsar.service_url and settings.pulsar.service_url == link.service_url:
+            path = settings.users_key_path
+    if path is None:
+        return None, False
+    try:
+        return load_or_create_key(path)
+    except PermissionError:
+        raise UsersKeyError(
+            f"the users key {path} is readable by the gateway's account only: run this as "
+            "that account"
+        ) from None
+    except (OSError, ValueError) as exc:
+        raise UsersKeyError(f"the users key {path}: {exc}") from None
+
+
+class UsersKeyError(Exception):
+    """The users store's key cannot be had; the message says why."""
 
 
 def _security_for(service_url: str) -> PulsarSecurity:
@@ -200,13 +232,19 @@ async def _change(args: argparse.Namespace, link: GatewayLink, password: str) ->
     from pulsar_gateway.storage.users import UsersStore
 
     action = args.users_command
+    try:
+        key, made = _users_key(link)
+    except UsersKeyError as exc:
+        print(f"users: {exc}", file=sys.stderr)
+        return 1
     backend = PulsarBackend(
         link.service_url, operation_timeout_seconds=10, security=_security_for(link.service_url)
     )
     await backend.start()
-    store = UsersStore(backend, link.metadata_namespace)
+    # signed like the gateway's own writes: a record without the key's signature is refused
+    store = UsersStore(backend, link.metadata_namespace, key)
     try:
-        await store.load(follow=False)
+        await store.load(follow=False, adopt=made)
         if action == "list":
             for name in store.names():
                 print(name)

@@ -10,6 +10,7 @@ Users: `root` is a superuser by `authorization.superusers`; `alice` holds everyt
 
 from __future__ import annotations
 
+import socket
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -30,9 +31,13 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 
+from pulsar_gateway.kafka_codec import protocol
+from pulsar_gateway.kafka_codec.errors import ErrorCode
+from pulsar_gateway.kafka_codec.protocol.messages import ApiKey
 from tests.integration.test_security import users
 from tests.integration.test_users_data_dir import users_on_dir
 from tests.support.gateway_process import GatewayProcess, set_flags
+from tests.support.raw_kafka_socket import recv_frame
 from tests.support.waiting import wait_until
 
 PASSWORD = "a long enough test password"
@@ -402,3 +407,92 @@ def test_grant_on_a_stopped_gateways_data_dir(tmp_path: Path) -> None:
         assert code_of(refused) == KafkaError.TOPIC_AUTHORIZATION_FAILED
     finally:
         assert stopped.stop() == 0
+
+
+def test_a_transactional_id_is_used_only_by_whom_it_is_granted_to(
+    gateway: GatewayProcess,
+) -> None:
+    """Issue 33: dave may write topics but holds no transactional id, so he cannot take
+    alice's over (which fenced her producer before); alice, granted `alice.*`, commits her
+    transaction through it all."""
+    done = users(gateway, "grant", "alice", "--transactional-id", "alice.*", "-o", "write")
+    assert done.returncode == 0, done.stderr
+    transactional_id = f"alice.{uuid.uuid4().hex[:8]}"
+    topic = f"txn-{uuid.uuid4().hex[:8]}"
+    settings = {"transactional.id": transactional_id, "transaction.timeout.ms": 20000}
+    alice = Producer({**config(gateway, "alice"), **settings})
+    alice.init_transactions(30)
+    alice.begin_transaction()
+    alice.produce(topic, b"alice's")
+    alice.flush(30)
+    thief = Producer({**config(gateway, "dave"), **settings})
+    with pytest.raises(KafkaException) as refused:
+        thief.init_transactions(30)
+    assert code_of(refused.value) == KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+    alice.commit_transaction(30)  # not fenced
+    consumer = Consumer(
+        {
+            **config(gateway, "alice"),
+            "group.id": f"a-{uuid.uuid4().hex[:8]}",
+            "auto.offset.reset": "earliest",
+            "isolation.level": "read_committed",
+        }
+    )
+    try:
+        consumer.subscribe([topic])
+        message = wait_until(lambda: consumer.poll(1), 30, message="the committed record")
+        assert message.error() is None and message.value() == b"alice's"
+    finally:
+        consumer.close()
+
+
+def _kafka_call(sock: Any, api: Any, version: int, body: dict[str, Any]) -> dict[str, Any]:
+    sock.sendall(protocol.encode_request(api, version, 1, "t", body))
+    return protocol.decode_response(api, version, recv_frame(sock))
+
+
+def _logged_in(gateway: GatewayProcess, user: str) -> Any:
+    sock = socket.create_connection(("127.0.0.1", gateway.kafka_port), timeout=10)
+    assert not _kafka_call(sock, ApiKey.SASL_HANDSHAKE, 1, {"mechanism": "PLAIN"})["error_code"]
+    token = f"\x00{user}\x00{PASSWORD}".encode()
+    assert not _kafka_call(sock, ApiKey.SASL_AUTHENTICATE, 1, {"auth_bytes": token})["error_code"]
+    return sock
+
+
+def test_another_tenants_topic_is_not_given_away_by_a_subscription_or_its_id(
+    gateway: GatewayProcess,
+) -> None:
+    """Issue 33: alice's KIP-848 heartbeat subscribing to dave's topic gets no assignment of
+    it (no topic id, no partition count), and Metadata by that id, learned elsewhere, does
+    not name it."""
+    secret = f"team-b/orders/secret-{uuid.uuid4().hex[:8]}"
+    admin = AdminClient(config(gateway, "dave"))
+    admin.create_topics([NewTopic(secret, 2, 1)])[secret].result(30)
+    metadata = {"allow_auto_topic_creation": False, "include_topic_authorized_operations": False}
+    with _logged_in(gateway, "dave") as dave:
+        asked = _kafka_call(dave, ApiKey.METADATA, 12, {**metadata, "topics": [{"name": secret}]})
+        topic_id = asked["topics"][0]["topic_id"]
+    with _logged_in(gateway, "alice") as alice:
+        heartbeat = {
+            "group_id": f"a-{uuid.uuid4().hex[:8]}",
+            "member_id": uuid.uuid4().hex,
+            "member_epoch": 0,
+            "instance_id": None,
+            "rack_id": None,
+            "rebalance_timeout_ms": 30000,
+            "subscribed_topic_names": [secret],
+            "subscribed_topic_regex": None,
+            "server_assignor": None,
+            "topic_partitions": [],
+        }
+        joined = _kafka_call(alice, ApiKey.CONSUMER_GROUP_HEARTBEAT, 1, heartbeat)
+        assert joined["error_code"] == ErrorCode.NONE
+        assert (joined["assignment"] or {}).get("topic_partitions", []) == []
+        by_id = _kafka_call(
+            alice, ApiKey.METADATA, 12, {**metadata, "topics": [{"topic_id": topic_id}]}
+        )
+        (answer,) = by_id["topics"]
+        assert (answer["error_code"], answer["name"]) == (
+            ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+            None,
+        )
