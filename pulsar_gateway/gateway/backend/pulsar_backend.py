@@ -75,6 +75,7 @@ class _TopicWriter:
 
     def __init__(self, topic: str) -> None:
         self.topic = topic
+        self.id = uuid.uuid4().hex  # names its producers (resend_filter.writer_of)
         self.batching: Any = None
         self.chunking: Any = None
         self.last_group: asyncio.Future[Any] | None = None
@@ -157,8 +158,10 @@ class PulsarBackend:
         try:
             producer = await self.client.create_producer(
                 writer.topic,
-                # unique, so a resend filter never mistakes a new producer for an old one
-                producer_name=f"gw-{uuid.uuid4().hex}",
+                # unique, so a resend filter never mistakes a new producer for an old one; the
+                # writer's id first, so a tailer tells one writer's batches apart
+                # (resend_filter.writer_of)
+                producer_name=f"gw-{writer.id}.{kind}",
                 batching_enabled=kind == "batching",
                 chunking_enabled=kind == "chunking",
                 batching_max_publish_delay_ms=1,

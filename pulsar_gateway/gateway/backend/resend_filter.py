@@ -14,7 +14,6 @@ from __future__ import annotations
 import bisect
 from array import array
 from collections import OrderedDict
-from collections.abc import Sequence
 
 from pulsar_gateway.gateway.messages import MessageKey, StoredMessage
 
@@ -49,20 +48,13 @@ def stamp_of(properties: dict[str, str]) -> int | None:
     return sequence if 0 <= sequence < 2**63 else None
 
 
-def open_batch_start(messages: Sequence[StoredMessage]) -> int:
-    """Where the first Kafka batch begins that has not ended by the end of `messages` (its
-    producer's last message there says more follows), or len(messages) when every batch
-    ended. Other producers' messages may lie inside a batch; they are held with it."""
-    open_at: dict[str, int] = {}
-    for position, message in enumerate(messages):
-        stamp = message.properties.get(SEQ)
-        if stamp is None:
-            continue
-        if stamp.endswith(MORE):
-            open_at.setdefault(message.producer, position)
-        elif open_at:
-            open_at.pop(message.producer, None)
-    return min(open_at.values()) if open_at else len(messages)
+def writer_of(producer: str) -> str:
+    """The gateway writer a producer belongs to (`gw-<writer>.<kind>`: a writer sends on a
+    batching, a single and a chunking producer, and one Kafka batch may cross two of them);
+    any other producer is its own writer."""
+    if producer.startswith("gw-"):
+        return producer.split(".", 1)[0]
+    return producer
 
 
 class RecentOffsets:

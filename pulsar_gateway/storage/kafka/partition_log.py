@@ -25,7 +25,7 @@ from typing import Any, Protocol
 
 from pulsar_gateway.gateway.backend.pulsar_backend import BackendError, PulsarBackend
 from pulsar_gateway.gateway.backend.reader_stream import EARLIEST, ReaderStream
-from pulsar_gateway.gateway.backend.resend_filter import ResendFilter, open_batch_start
+from pulsar_gateway.gateway.backend.resend_filter import ResendFilter
 from pulsar_gateway.gateway.messages import (
     LogEntry,
     MessageKey,
@@ -40,6 +40,7 @@ from pulsar_gateway.storage.kafka.producer_state import ProducerStateIndex, stam
 from pulsar_gateway.storage.kafka.send_order import SendOrder
 from pulsar_gateway.storage.kafka.tail_store import TailStore
 from pulsar_gateway.storage.kafka.transaction_index import AbortedTransaction, TransactionIndex
+from pulsar_gateway.storage.kafka.whole_batches import WholeBatches
 
 log = logging.getLogger("gateway.partition")
 
@@ -60,7 +61,7 @@ IDLE_READ_SECONDS = 2.0
 # A batch held back until its last message comes (`_index_whole`): at most this many
 # messages (a longer run of "more follows" stamps is no batch of ours: a native producer may
 # set any property), and for at most this long after the reader found nothing more.
-HELD_MAX_MESSAGES = 100_000
+HELD_MAX_MESSAGES = 50_000
 HELD_MAX_SECONDS = 1.0
 # Ids numbered while appends wait, kept so each append finds its offsets even after the tail
 # cache dropped them (`_NumberedWhileAppending`); beyond this many (about 200 bytes each) the
@@ -194,8 +195,7 @@ class PartitionLog:
         self._ready = asyncio.Event()
         # messages passed on by the reader and not numbered yet: a Kafka batch whose last
         # message has not come (`_index_whole`), since when
-        self._held: list[StoredMessage] = []
-        self._held_since = 0.0
+        self._whole = WholeBatches(HELD_MAX_MESSAGES)
 
     # ---- lifecycle -------------------------------------------------------------------------
 
@@ -298,11 +298,11 @@ class PartitionLog:
                 if batch:
                     self._index_whole(batch)
                     failures = 0
-                elif self._held and self._held_too_long():
+                elif self._whole.held and self._held_too_long():
                     log.info(
                         "%s: numbering %d messages of a Kafka batch whose rest did not come",
                         self.topic,
-                        len(self._held),
+                        len(self._whole.held),
                     )
                     self._index_whole([], release=True)
                 elif not stream.connected:
@@ -342,7 +342,7 @@ class PartitionLog:
         """Whether an append waits for a message past what the reader passed on: its send
         receipt says the broker stored it, so the reader is owed it."""
         waiters = self._id_waiters
-        last = self._held[-1].id if self._held else self._last_id
+        last = self._whole.last_id or self._last_id
         return bool(waiters) and (last is None or waiters[0][0] > last)
 
     async def _stalled(self, stream: ReaderStream) -> bool:
@@ -365,31 +365,18 @@ class PartitionLog:
     def _index_whole(self, batch: list[StoredMessage], release: bool = False) -> None:
         """Number what the reader passed on, but never part of a Kafka record batch: the
         messages from where a batch begins that has not ended yet are held back until its
-        last message arrives, so that a fetch sees a batch whole or not at all (docs/offsets.md,
-        "A batch is numbered whole"). `release`: number what is held, ended or not."""
-        if self._held:
-            batch = self._held + batch
-            self._held = []
-        cut = len(batch) if release else open_batch_start(batch)
-        if cut < len(batch):
-            held = batch[cut:]
-            if len(held) <= HELD_MAX_MESSAGES:
-                if not self._held_since:
-                    self._held_since = time.monotonic()
-                self._held = held
-                batch = batch[:cut]
-            # else: a batch this long is no Kafka batch of ours; number it as it comes
-        if not self._held:
-            self._held_since = 0.0
-        if batch:
-            self._index(batch)
+        last message arrives (whole_batches.py), so that a fetch sees a batch whole or not at
+        all. `release`: number what is held, ended or not."""
+        ready = self._whole.release() if release else self._whole.take(batch)
+        if ready:
+            self._index(ready)
 
     def _held_too_long(self) -> bool:
         """Whether the rest of a held batch should have come by now: the reader found
         nothing more for a while from a broker that answers. A send that failed part-way
         (the producer gave up) never sends the rest; after a restart the new tailer meets
         the same cut batch at the end of the log."""
-        return self.backend.reachable and time.monotonic() - self._held_since >= HELD_MAX_SECONDS
+        return self.backend.reachable and time.monotonic() - self._whole.since >= HELD_MAX_SECONDS
 
     def _index(self, batch: list[StoredMessage]) -> None:
         offset = self.next_offset
