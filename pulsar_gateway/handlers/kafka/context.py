@@ -17,6 +17,7 @@ from pulsar_gateway.handlers.authorization import Access, Authorizer, everyone_a
 from pulsar_gateway.handlers.kafka.consumer_groups import ConsumerGroups
 from pulsar_gateway.handlers.kafka.group_coordinator import GroupCoordinator
 from pulsar_gateway.handlers.kafka.idempotence import ProducerSequences
+from pulsar_gateway.handlers.kafka.in_time import LateWork
 from pulsar_gateway.handlers.kafka.port import GroupOffsets, KafkaStorage, ProducerIds, TopicStore
 from pulsar_gateway.handlers.kafka.quotas import ClientQuotas, ConnectionMute
 from pulsar_gateway.handlers.kafka.request_order import ProduceTurn, RequestOrder
@@ -58,6 +59,8 @@ class KafkaContext:
     # the connection's line (request_order.py); a Produce gets a copy with its own turn
     order: RequestOrder | None = None
     produce_turn: ProduceTurn | None = None
+    # storage work of requests answered as busy, still running (in_time.py); the listener's
+    late: LateWork = field(default_factory=LateWork)
 
     @property
     def topics(self) -> TopicStore:

@@ -35,7 +35,8 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from typing import Any, TypeVar
 
 from pulsar_gateway.gateway.messages import OutMessage
-from pulsar_gateway.gateway.waiting import cancel_and_wait, result_within
+from pulsar_gateway.gateway.waiting import cancel_and_wait
+from pulsar_gateway.handlers.kafka.in_time import LateWork
 from pulsar_gateway.handlers.kafka.port import (
     CommittedOffset,
     GroupOffsets,
@@ -141,7 +142,7 @@ class TransactionCoordinator:
         self._locks: dict[str, asyncio.Lock] = {}
         self._task: asyncio.Task[None] | None = None
         self.answer_seconds = answer_seconds
-        self._late: set[asyncio.Task[Any]] = set()  # answered as busy, still working
+        self._late = LateWork()  # requests answered as busy, still working
 
     # ---- lifecycle -------------------------------------------------------------------------
 
@@ -151,7 +152,7 @@ class TransactionCoordinator:
 
     async def close(self) -> None:
         await cancel_and_wait(self._task)
-        await cancel_and_wait(*self._late)
+        await cancel_and_wait(*self._late.tasks)
 
     async def _expire_loop(self) -> None:
         first = True
@@ -212,21 +213,7 @@ class TransactionCoordinator:
             yield self.store.get(transactional_id)
 
     async def _within(self, work: Awaitable[T], busy: T) -> T:
-        task = asyncio.ensure_future(work)
-        try:
-            return await result_within(task, self.answer_seconds)
-        except TimeoutError:
-            log.info("a transaction request takes over %g s; answered busy", self.answer_seconds)
-            self._late.add(task)
-            task.add_done_callback(self._late_done)
-            return busy
-
-    def _late_done(self, task: asyncio.Task[Any]) -> None:
-        self._late.discard(task)
-        if not task.cancelled() and task.exception() is not None:
-            exc = task.exception()
-            if not isinstance(exc, StorageError | NotServed):
-                log.error("a transaction request failed after it was answered", exc_info=exc)
+        return await self._late.within(work, self.answer_seconds, busy, "a transaction request")
 
     # ---- the APIs --------------------------------------------------------------------------
 

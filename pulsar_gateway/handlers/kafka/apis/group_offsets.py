@@ -86,14 +86,27 @@ async def offset_commit(
         answers.append((topic["name"], partitions))
     if entries:
         try:
-            await context.offsets.commit(group_id, entries)
+            code = await context.late.within(
+                _committed(context, group_id, entries),
+                context.settings.coordinator_answer_seconds,
+                ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
+                "an offset commit",
+            )
         except StorageError:
-            for result in stored_at:
-                result["error_code"] = ErrorCode.COORDINATOR_NOT_AVAILABLE
+            code = ErrorCode.COORDINATOR_NOT_AVAILABLE
+        for result in stored_at:
+            result["error_code"] = code
     return {
         "throttle_time_ms": 0,
         "topics": [{"name": name, "partitions": parts} for name, parts in answers],
     }
+
+
+async def _committed(
+    context: KafkaContext, group_id: str, entries: dict[str, CommittedOffset]
+) -> ErrorCode:
+    await context.offsets.commit(group_id, entries)
+    return ErrorCode.NONE
 
 
 def _fetch_group(

@@ -53,11 +53,20 @@ async def handle(context: KafkaContext, header: Any, request: dict[str, Any]) ->
             "producer_epoch": (request.get("producer_epoch", 0) + 1) % 32767,
         }
     try:
-        producer_id = await context.producer_ids.next_id()
+        producer_id = await context.late.within(
+            context.producer_ids.next_id(),
+            context.settings.coordinator_answer_seconds,
+            -1,
+            "a producer id",
+        )
     except StorageError:
+        producer_id = -2
+    if producer_id < 0:  # busy (answered in time) or failed
         return {
             "throttle_time_ms": 0,
-            "error_code": ErrorCode.COORDINATOR_NOT_AVAILABLE,
+            "error_code": ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
+            if producer_id == -1
+            else ErrorCode.COORDINATOR_NOT_AVAILABLE,
             "producer_id": -1,
             "producer_epoch": -1,
         }
