@@ -62,7 +62,7 @@ IDLE_READ_SECONDS = 2.0
 # messages (a longer run of "more follows" stamps is no batch of ours: a native producer may
 # set any property), and for at most this long after the reader found nothing more.
 HELD_MAX_MESSAGES = 50_000
-HELD_MAX_SECONDS = 1.0
+HELD_MAX_SECONDS = 5.0
 # Ids numbered while appends wait, kept so each append finds its offsets even after the tail
 # cache dropped them (`_NumberedWhileAppending`); beyond this many (about 200 bytes each) the
 # oldest half goes, and an append that needs one of those scans the log as before.
@@ -376,6 +376,8 @@ class PartitionLog:
         nothing more for a while from a broker that answers. A send that failed part-way
         (the producer gave up) never sends the rest; after a restart the new tailer meets
         the same cut batch at the end of the log."""
+        if self._owed_a_stored_message():
+            return False  # an append's receipt proves more is stored: the reader is behind
         return self.backend.reachable and time.monotonic() - self._whole.since >= HELD_MAX_SECONDS
 
     def _index(self, batch: list[StoredMessage]) -> None:
