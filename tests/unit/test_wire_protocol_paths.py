@@ -363,3 +363,32 @@ def test_a_closed_consumer_is_resubscribed_after_its_last_entry() -> None:
         side.send_raw(simple_frame(c.Ping()))
 
     run(scenario)
+
+
+@pytest.mark.parametrize(("server", "granted"), [("Pulsar-Lite-0.1.0", 4), ("Apache Pulsar", 20)])
+def test_permits_count_messages_or_entries_as_the_broker_does(server, granted) -> None:
+    """Pulsar takes a permit per message, pulsar-lite one per entry: granting a batched
+    entry's messages back to pulsar-lite would let it run ahead without bound."""
+
+    async def scenario(make, broker: ScriptedBroker) -> None:
+        def connected(side: BrokerSide, frame: Frame) -> bool:
+            if isinstance(frame.command, c.Connect):
+                side.send(c.Connected(server, 19))
+                return True
+            return False
+
+        broker.handlers.append(connected)
+        consumer = await make().subscribe(TOPIC, "s", receiver_queue_size=8)
+        [subscribe] = broker.of_type(c.Subscribe)
+        batch = MessageMetadata("p", 1, 1, num_messages_in_batch=5).encode()
+        side = broker.connections[-1]
+        for entry in range(4):
+            section = payload_section(batch, b"")  # (an empty batch: only counts matter)
+            command = c.Message(subscribe.consumer_id, MessageIdData(1, entry))
+            side.send_raw(payload_frame_head(command, len(section)) + section)
+        for _ in range(4):
+            await consumer.receive(2)
+        await async_wait_until(lambda: len(broker.of_type(c.Flow)) >= 2, 5, message="FLOW")
+        assert sum(flow.message_permits for flow in broker.of_type(c.Flow)[1:]) == granted
+
+    run(scenario)

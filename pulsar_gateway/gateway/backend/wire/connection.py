@@ -309,13 +309,13 @@ class Connection(asyncio.Protocol):
         return self._next_request
 
     def send(self, command: c.Command) -> None:
-        if self.closed or self._transport is None:
+        if self.closed or self._transport is None or self._transport.is_closing():
             raise ConnectionClosed(f"connection to {self.physical} is closed: {self.close_reason}")
         self._transport.write(simple_frame(command))
 
     def write(self, head: bytes, section: bytes) -> None:
         """A payload frame already encoded (a SEND): its head and its payload section."""
-        if self.closed or self._transport is None:
+        if self.closed or self._transport is None or self._transport.is_closing():
             raise ConnectionClosed(f"connection to {self.physical} is closed: {self.close_reason}")
         self._transport.write(head)
         self._transport.write(section)

@@ -53,6 +53,8 @@ RECONNECT_DELAYS = (0.1, 0.2, 0.5, 1.0, 2.0, 5.0)
 # acknowledgements kept while disconnected, sent once subscribed again
 MAX_HELD_ACKS = 100_000
 FATAL_ERRORS = frozenset({4, 11, 12, 15, 17, 22})
+# brokers (by the start of their CONNECTED server_version) that count a permit per entry
+PER_ENTRY_BROKERS = ("Pulsar-Lite",)
 
 AckItem = MessageId | ReceivedEntry
 
@@ -74,6 +76,7 @@ class Consumer:
         name: str | None = None,
         drop_replays: bool | None = None,
         chunks: ChunkAssembler | None = None,
+        permits_per_entry: bool | None = None,
     ) -> None:
         if receiver_queue_size < 1:
             raise ValueError("receiver_queue_size must be at least 1")
@@ -90,6 +93,11 @@ class Consumer:
         self.name = name or f"gw-{uuid.uuid4().hex[:12]}"
         self.drop_replays = (not durable) if drop_replays is None else drop_replays
         self.chunks = chunks or ChunkAssembler()
+        # Pulsar counts a permit per message, a batched entry takes as many as it holds;
+        # pulsar-lite counts one per entry, so granting per message lets it run ahead without
+        # bound (docs/pulsar-protocol.md, "Flow control"). None: decided by the broker's name.
+        self.permits_per_entry = permits_per_entry
+        self._per_entry = bool(permits_per_entry)
         self._loop = asyncio.get_running_loop()
         self._connection: Connection | None = None
         self._consumer_id = 0
@@ -197,6 +205,11 @@ class Consumer:
             raise ConsumerClosed(f"{self} closed while subscribing")
         self._connection = connection
         self._consumer_id = consumer_id
+        self._per_entry = (
+            connection.server_version.startswith(PER_ENTRY_BROKERS)
+            if self.permits_per_entry is None
+            else self.permits_per_entry
+        )
         self.ready = True
         self._owed = 0
         held, self._held_acks = self._held_acks, []
@@ -206,8 +219,11 @@ class Consumer:
 
     def _permits_to_give(self) -> int:
         """A full queue's worth, less what is queued (nothing, right after subscribing)."""
-        queued = sum(entry.num_messages for entry in self._queue)
+        queued = sum(self._permits_of(entry) for entry in self._queue)
         return max(1, self.receiver_queue_size - queued)
+
+    def _permits_of(self, entry: ReceivedEntry) -> int:
+        return 1 if self._per_entry else entry.num_messages
 
     def on_disconnect(self, connection: Connection, reason: str) -> None:
         if connection is not self._connection:
@@ -304,7 +320,7 @@ class Consumer:
 
     def _replay(self, entry: ReceivedEntry) -> None:
         self.replays_dropped += 1
-        self._owe(entry.num_messages)
+        self._owe(self._permits_of(entry))
 
     def _owe(self, messages: int) -> None:
         """Messages taken (or dropped) count toward the next FLOW: half a queue at a time,
@@ -324,7 +340,7 @@ class Consumer:
         entry = self._queue.popleft()
         self._queued_bytes -= len(entry.payload)
         self._last_passed = entry.id
-        self._owe(entry.num_messages)
+        self._owe(self._permits_of(entry))
         return entry
 
     async def _wait(self, timeout: float | None) -> bool:
@@ -402,7 +418,7 @@ class Consumer:
         if connection is None or not self.ready:
             return  # a new subscribe redelivers everything unacknowledged anyway
         if items is None:
-            dropped = sum(entry.num_messages for entry in self._queue)
+            dropped = sum(self._permits_of(entry) for entry in self._queue)
             self._drop_queue()
             self._last_passed = self._last_seen = None if self.durable else self._last_passed
             with contextlib.suppress(ConnectionClosed):
