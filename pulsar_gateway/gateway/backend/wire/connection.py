@@ -128,7 +128,7 @@ class Connection(asyncio.Protocol):
             context = ssl.create_default_context()
         loop = asyncio.get_running_loop()
         try:
-            await asyncio.wait_for(
+            transport, _ = await asyncio.wait_for(
                 loop.create_connection(
                     lambda: connection,
                     physical.host,
@@ -140,6 +140,8 @@ class Connection(asyncio.Protocol):
             )
         except (OSError, TimeoutError, ssl.SSLError) as exc:
             raise ConnectionClosed(f"cannot connect to {physical}: {exc or 'timeout'}") from None
+        if connection._transport is None:  # uvloop may call connection_made a turn later
+            connection.connection_made(transport)
         try:
             await connection._handshake()
         except BaseException:
@@ -172,8 +174,9 @@ class Connection(asyncio.Protocol):
     # ---- asyncio.Protocol ------------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self._transport = transport
+        if self._transport is not None:
+            return
+        self._transport = transport  # type: ignore[assignment]
         self._last_received = self._loop.time()
         self._schedule_keepalive()
 

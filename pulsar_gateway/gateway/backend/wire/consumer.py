@@ -55,6 +55,14 @@ MAX_HELD_ACKS = 100_000
 FATAL_ERRORS = frozenset({4, 11, 12, 15, 17, 22})
 # brokers (by the start of their CONNECTED server_version) that count a permit per entry
 PER_ENTRY_BROKERS = ("Pulsar-Lite",)
+# on those, an empty queue that gets nothing asks again (an empty FLOW) after this long,
+# then after twice as long each time, up to the maximum
+# on those, at most this many entries are asked for at once: pulsar-lite dispatches up to
+# 20 entries per FLOW it gets, and rounds that overlap send entries twice; more permits in
+# flight only meant more copies (measured: docs/pulsar-protocol.md, "Flow control")
+PER_ENTRY_WINDOW = 20
+NUDGE_FIRST_SECONDS = 0.05
+NUDGE_MAX_SECONDS = 2.0
 
 AckItem = MessageId | ReceivedEntry
 
@@ -98,6 +106,7 @@ class Consumer:
         # bound (docs/pulsar-protocol.md, "Flow control"). None: decided by the broker's name.
         self.permits_per_entry = permits_per_entry
         self._per_entry = bool(permits_per_entry)
+        self._window = receiver_queue_size  # permits asked for at once
         self._loop = asyncio.get_running_loop()
         self._connection: Connection | None = None
         self._consumer_id = 0
@@ -114,6 +123,7 @@ class Consumer:
         self.end_of_topic = False
         self.reconnects = 0
         self.replays_dropped = 0
+        self.nudges = 0
         self.received = 0  # entries queued, in all
 
     @classmethod
@@ -210,6 +220,11 @@ class Consumer:
             if self.permits_per_entry is None
             else self.permits_per_entry
         )
+        self._window = (
+            min(self.receiver_queue_size, PER_ENTRY_WINDOW)
+            if self._per_entry
+            else self.receiver_queue_size
+        )
         self.ready = True
         self._owed = 0
         held, self._held_acks = self._held_acks, []
@@ -220,7 +235,7 @@ class Consumer:
     def _permits_to_give(self) -> int:
         """A full queue's worth, less what is queued (nothing, right after subscribing)."""
         queued = sum(self._permits_of(entry) for entry in self._queue)
-        return max(1, self.receiver_queue_size - queued)
+        return max(1, self._window - queued)
 
     def _permits_of(self, entry: ReceivedEntry) -> int:
         return 1 if self._per_entry else entry.num_messages
@@ -327,7 +342,7 @@ class Consumer:
         and none while the queue holds more than its byte bound."""
         self._owed += messages
         if (
-            self._owed >= (self.receiver_queue_size + 1) // 2
+            self._owed >= (self._window + 1) // 2
             and self._queued_bytes < self.max_queue_bytes
             and self.ready
             and self._connection is not None
@@ -343,17 +358,44 @@ class Consumer:
         self._owe(self._permits_of(entry))
         return entry
 
+    def _give_owed(self) -> None:
+        """Every permit owed goes back now: the queue is empty, nothing is held."""
+        if self._owed and self.ready and self._connection is not None:
+            permits, self._owed = self._owed, 0
+            with contextlib.suppress(ConnectionClosed):
+                self._connection.send(c.Flow(self._consumer_id, permits))
+
     async def _wait(self, timeout: float | None) -> bool:
-        """Wait for an entry to be queued; False on timeout."""
+        """Wait for an entry to be queued; False on timeout. An empty queue gives back
+        the permits it still owes (pulsar-lite may stop dispatching, its own permits left,
+        until a FLOW comes: docs/pulsar-protocol.md, "Flow control")."""
+        deadline = None if timeout is None else self._loop.time() + timeout
+        pause = NUDGE_FIRST_SECONDS
         while not self._queue:
             if self.closed:
                 raise ConsumerClosed(f"{self} is closed")
+            self._give_owed()
             if self._arrival is None or self._arrival.done():
                 self._arrival = self._loop.create_future()
-            done, _ = await asyncio.wait([self._arrival], timeout=timeout)
-            if not done:
+            wait = None if deadline is None else max(0.0, deadline - self._loop.time())
+            if self._per_entry:
+                wait = pause if wait is None else min(wait, pause)
+            done, _ = await asyncio.wait([self._arrival], timeout=wait)
+            if done:
+                continue
+            if deadline is not None and self._loop.time() >= deadline:
                 return False
+            self._nudge()
+            pause = min(pause * 2, NUDGE_MAX_SECONDS)
         return True
+
+    def _nudge(self) -> None:
+        """A FLOW of no permits: pulsar-lite dispatches on a FLOW and may otherwise hold
+        entries while it has permits left (docs/pulsar-protocol.md, "Flow control")."""
+        if self.ready and self._connection is not None:
+            self.nudges += 1
+            with contextlib.suppress(ConnectionClosed):
+                self._connection.send(c.Flow(self._consumer_id, 0))
 
     async def receive(self, timeout: float | None = None) -> ReceivedEntry:
         """The next entry; TimeoutError when none comes within `timeout` seconds."""
