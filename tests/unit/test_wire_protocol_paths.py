@@ -392,3 +392,20 @@ def test_permits_count_messages_or_entries_as_the_broker_does(server, granted) -
         assert sum(flow.message_permits for flow in broker.of_type(c.Flow)[1:]) == granted
 
     run(scenario)
+
+
+def test_a_broker_sending_past_its_permits_loses_the_connection() -> None:
+    async def scenario(make, broker: ScriptedBroker) -> None:
+        client = make()
+        consumer = await client.subscribe(TOPIC, "s", receiver_queue_size=4, max_queue_bytes=1000)
+        [subscribe] = broker.of_type(c.Subscribe)
+        side = broker.connections[-1]
+        metadata = MessageMetadata("p", 1, 1).encode()
+        for entry in range(50):  # four permits, fifty entries of 200 bytes
+            section = payload_section(metadata, b"x" * 200)
+            command = c.Message(subscribe.consumer_id, MessageIdData(1, entry))
+            side.send_raw(payload_frame_head(command, len(section)) + section)
+        await async_wait_until(lambda: len(broker.of_type(c.Subscribe)) == 2, 5, message="again")
+        assert consumer.queued_bytes <= 2000
+
+    run(scenario)

@@ -213,12 +213,16 @@ class Client:
     def unregister(self, user: Any) -> None:
         self._users.discard(user)
 
-    async def close(self) -> None:
-        """Close every producer and consumer, then every connection."""
+    async def close(self, timeout: float = 5.0) -> None:
+        """Close every producer (waiting up to `timeout` for its pending sends) and
+        consumer, then every connection."""
         self.closed = True
         for user in list(self._users):
             with contextlib.suppress(PulsarError):
-                await user.close()
+                if hasattr(user, "flush"):
+                    await user.close(timeout=timeout)
+                else:
+                    await user.close()
         pool, self._pool = self._pool, {}
         for future in pool.values():
             if future.done() and future.exception() is None:

@@ -327,11 +327,27 @@ class Consumer:
         self._queue.append(entry)
         self._queued_bytes += len(entry.payload)
         self.received += 1
+        if self._queued_bytes > self.max_queue_bytes and len(self._queue) > 2 * self._window + 2:
+            self._overrun()
+            return
         arrival = self._arrival
         if arrival is not None:
             self._arrival = None
             if not arrival.done():
                 arrival.set_result(None)
+
+    def _overrun(self) -> None:
+        """The broker sent far past the permits it was given: memory is bounded, so the
+        connection goes (and the consumer subscribes again, its queue dropped)."""
+        connection = self._connection
+        log.warning(
+            "%s: %d entries (%d bytes) queued, past its permits: closing the connection",
+            self,
+            len(self._queue),
+            self._queued_bytes,
+        )
+        if connection is not None:
+            connection.close("a consumer was sent past its permits", abort=True)
 
     def _replay(self, entry: ReceivedEntry) -> None:
         self.replays_dropped += 1
