@@ -409,3 +409,28 @@ def test_a_broker_sending_past_its_permits_loses_the_connection() -> None:
         assert consumer.queued_bytes <= 2000
 
     run(scenario)
+
+
+def test_a_broker_closing_the_producer_gets_the_pending_sends_again() -> None:
+    """CLOSE_PRODUCER (a topic moving, a broker unloading): the producer looks the topic up
+    again, registers anew and resends what has no receipt, in order, same sequence ids."""
+
+    async def scenario(make, broker: ScriptedBroker) -> None:
+        held = _hold_receipts(broker)
+        producer = await make().create_producer(TOPIC)
+        futures = [await producer.enqueue(single_entry(b"%d" % i)) for i in range(2)]
+        await async_wait_until(lambda: len(held) == 2, 5, message="two sends")
+        side, first = held[0]
+        side.send(c.CloseProducer(first.producer_id, 0))
+        await async_wait_until(lambda: len(held) == 4, 5, message="the resends")
+        assert len(broker.of_type(c.Lookup)) == 2
+        assert [(s.sequence_id, s.producer_id != first.producer_id) for _, s in held[2:]] == [
+            (0, True),
+            (1, True),
+        ]
+        for entry, (side, send) in enumerate(held[2:]):
+            side.send(c.SendReceipt(send.producer_id, send.sequence_id, MessageIdData(2, entry)))
+        assert [await f for f in futures] == [MessageId(2, 0), MessageId(2, 1)]
+        assert producer.reconnects == 1 and producer.epoch == 1
+
+    run(scenario)
