@@ -216,3 +216,9 @@ def test_chunks_are_joined_in_order_and_bounded() -> None:
     # a message announcing more than the bound is never held
     assert assembler.add(MessageId(4, 0), _chunk("big", 0, 2, 1000), b"x", 0) is None
     assert assembler.held_bytes <= 100
+
+
+def test_keys_and_properties_may_be_given_as_utf8_bytes() -> None:
+    as_text = message_fields("k\u00e9", {"h": "v\u2603"}, 5)
+    as_bytes = message_fields("k\u00e9".encode(), [(b"h", "v\u2603".encode())], 5)
+    assert as_text == as_bytes

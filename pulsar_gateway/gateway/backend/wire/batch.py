@@ -49,7 +49,7 @@ def varint(value: int) -> bytes:
     return VARINTS[value] if 0 <= value < _TABLE_LIMIT else encode_varint(value)
 
 
-Properties = Mapping[str, str] | Sequence[tuple[str, str]]
+Properties = Mapping[str, str] | Sequence[tuple[str | bytes, str | bytes]]
 
 
 @dataclass(slots=True, frozen=True)
@@ -83,8 +83,8 @@ def _add_properties(parts: list[bytes], properties: Properties, key_tag: bytes) 
     table = VARINTS
     items = properties.items() if type(properties) is dict else properties
     for name, value in items:  # type: ignore[union-attr]
-        raw_name = name.encode("utf-8", "surrogateescape")
-        raw_value = value.encode("utf-8", "surrogateescape")
+        raw_name = name if type(name) is bytes else name.encode("utf-8", "surrogateescape")
+        raw_value = value if type(value) is bytes else value.encode("utf-8", "surrogateescape")
         n = len(raw_name)
         v = len(raw_value)
         if n < 0x80 and v < 0x80:
@@ -96,7 +96,7 @@ def _add_properties(parts: list[bytes], properties: Properties, key_tag: bytes) 
 
 
 def message_fields(
-    key: str | None = None,
+    key: str | bytes | None = None,
     properties: Properties | None = None,
     event_time: int = 0,
     ordering_key: bytes | None = None,
@@ -109,12 +109,14 @@ def message_fields(
 
     `key` is the partition key (None: none); `encoded_properties` are properties already
     encoded with `encode_properties` (for the same `tags`), written before `properties`.
+    The key and the properties' names and values may be given as UTF-8 bytes (a Kafka
+    record's key and header values are): they are written as they are, saving an encode.
     """
     parts = [encoded_properties]
     if properties:
         _add_properties(parts, properties, tags.properties)
     if key is not None:
-        raw = key.encode("utf-8", "surrogateescape")
+        raw = key if type(key) is bytes else key.encode("utf-8", "surrogateescape")
         parts += (tags.partition_key, varint(len(raw)), raw)
     if event_time:
         parts += (tags.event_time, encode_varint(event_time))
