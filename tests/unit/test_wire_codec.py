@@ -104,7 +104,7 @@ def instances(cls: type, depth: int = 0) -> st.SearchStrategy[Any]:
 
 
 @pytest.mark.parametrize("cls", DATA_MESSAGES, ids=lambda cls: cls.__name__)
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=60, deadline=None)
 @given(data=st.data())
 def test_data_messages_round_trip(cls: type[ProtoMessage], data: st.DataObject) -> None:
     message = data.draw(instances(cls))
@@ -162,7 +162,7 @@ def test_strings_that_are_not_utf8_survive() -> None:
     assert pair.encode() == raw
 
 
-@settings(max_examples=1500, deadline=None)
+@settings(max_examples=600, deadline=None)
 @given(st.binary(max_size=200))
 def test_random_bytes_decode_or_raise_decode_error(data: bytes) -> None:
     for decode in (
@@ -177,7 +177,7 @@ def test_random_bytes_decode_or_raise_decode_error(data: bytes) -> None:
             pass
 
 
-@settings(max_examples=500, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(data=st.data())
 def test_corrupted_commands_decode_or_raise_decode_error(data: st.DataObject) -> None:
     cls = data.draw(st.sampled_from(ALL_COMMANDS))

@@ -125,7 +125,7 @@ def test_unknown_commands_come_through_as_unknown() -> None:
     assert FrameReader().feed(frame)[0].command == c.UnknownCommand(68)
 
 
-@settings(max_examples=1000, deadline=None)
+@settings(max_examples=400, deadline=None)
 @given(st.binary(max_size=300), st.integers(1, 50))
 def test_random_bytes_never_raise_anything_but_decode_error(data: bytes, step: int) -> None:
     reader = FrameReader(max_frame_size=4096)
@@ -137,7 +137,7 @@ def test_random_bytes_never_raise_anything_but_decode_error(data: bytes, step: i
         pass
 
 
-@settings(max_examples=500, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(st.data())
 def test_corrupted_and_truncated_frames_raise_decode_error_or_parse(data: st.DataObject) -> None:
     stream = bytearray(_stream()[0])

@@ -31,7 +31,11 @@ from pulsar_gateway.gateway.backend.wire.frames import (
     simple_frame,
 )
 from pulsar_gateway.gateway.backend.wire.ids import MessageId
-from pulsar_gateway.gateway.backend.wire.messages import MessageIdData, MessageMetadata
+from pulsar_gateway.gateway.backend.wire.messages import (
+    KeyValue,
+    MessageIdData,
+    MessageMetadata,
+)
 from tests.support.scripted_pulsar import BrokerSide, ScriptedBroker
 from tests.support.waiting import async_wait_until
 
@@ -218,7 +222,7 @@ def _hold_receipts(broker: ScriptedBroker) -> list[tuple[BrokerSide, c.Send]]:
 def test_receipts_are_matched_in_order_and_a_mismatch_resends_everything() -> None:
     async def scenario(make, broker: ScriptedBroker) -> None:
         held = _hold_receipts(broker)
-        producer = await make().create_producer(TOPIC, name="ordered")
+        producer = await make().create_producer(TOPIC, name="ordered", properties={"role": "kafka"})
         futures = [await producer.enqueue(single_entry(b"%d" % i)) for i in range(3)]
         await async_wait_until(lambda: len(held) == 3, 5, message="three sends")
         side, first = held[0]
@@ -231,6 +235,7 @@ def test_receipts_are_matched_in_order_and_a_mismatch_resends_everything() -> No
         producers = broker.of_type(c.Producer)
         assert [p.epoch for p in producers] == [0, 1]
         assert producers[1].producer_name == "ordered"
+        assert producers[0].metadata == [KeyValue("role", "kafka")] == producers[1].metadata
         assert [s.sequence_id for _, s in held[3:]] == [1, 2]
         assert all(s.producer_id == producers[1].producer_id for _, s in held[3:])
         assert producer.resent == 2

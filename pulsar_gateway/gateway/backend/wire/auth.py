@@ -32,7 +32,10 @@ OAUTH2_HTTP_TIMEOUT_SECONDS = 10.0
 
 
 class Authentication(Protocol):
-    method: str
+    @property
+    def method(self) -> str:
+        """The method's name in CONNECT ("none": no authentication)."""
+        ...
 
     async def data(self) -> bytes:
         """The bytes CONNECT (and AUTH_RESPONSE) carries for this method."""

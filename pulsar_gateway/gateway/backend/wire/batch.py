@@ -19,7 +19,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import NamedTuple, cast
 
 from pulsar_gateway.gateway.backend.wire.compression import (
     DEFAULT_UNCOMPRESSED_LIMIT,
@@ -81,10 +81,13 @@ def encode_properties(properties: Properties, key_tag: bytes = b"\x0a") -> bytes
 
 def _add_properties(parts: list[bytes], properties: Properties, key_tag: bytes) -> None:
     table = VARINTS
-    items = properties.items() if type(properties) is dict else properties
-    for name, value in items:  # type: ignore[union-attr]
-        raw_name = name if type(name) is bytes else name.encode("utf-8", "surrogateescape")
-        raw_value = value if type(value) is bytes else value.encode("utf-8", "surrogateescape")
+    items = cast(
+        "Iterable[tuple[str | bytes, str | bytes]]",
+        properties.items() if hasattr(properties, "items") else properties,
+    )
+    for name, value in items:
+        raw_name = name if isinstance(name, bytes) else name.encode("utf-8", "surrogateescape")
+        raw_value = value if isinstance(value, bytes) else value.encode("utf-8", "surrogateescape")
         n = len(raw_name)
         v = len(raw_value)
         if n < 0x80 and v < 0x80:
@@ -116,7 +119,7 @@ def message_fields(
     if properties:
         _add_properties(parts, properties, tags.properties)
     if key is not None:
-        raw = key if type(key) is bytes else key.encode("utf-8", "surrogateescape")
+        raw = key if isinstance(key, bytes) else key.encode("utf-8", "surrogateescape")
         parts += (tags.partition_key, varint(len(raw)), raw)
     if event_time:
         parts += (tags.event_time, encode_varint(event_time))
@@ -236,7 +239,7 @@ class SingleMessage(NamedTuple):
     """One message of a received entry. `payload` is None for a null value; `key` None
     when the message has no partition key."""
 
-    index: int  # the batch index (-1: an unbatched entry)
+    batch_index: int  # -1: an unbatched entry
     payload: bytes | None
     key: str | None
     properties: dict[str, str]

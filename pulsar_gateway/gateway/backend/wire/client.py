@@ -26,12 +26,15 @@ from pulsar_gateway.gateway.backend.wire.auth import (
     ssl_context_for,
 )
 from pulsar_gateway.gateway.backend.wire.connection import Connection, ConnectionSettings
+from pulsar_gateway.gateway.backend.wire.consumer import Consumer
 from pulsar_gateway.gateway.backend.wire.errors import (
     ConnectionClosed,
     PulsarError,
     ServerError,
     TopicLookupError,
 )
+from pulsar_gateway.gateway.backend.wire.ids import EARLIEST, MessageId
+from pulsar_gateway.gateway.backend.wire.producer import Producer
 from pulsar_gateway.gateway.backend.wire.urls import BrokerUrl, parse_broker_url, parse_service_url
 
 log = logging.getLogger("gateway.pulsar.wire")
@@ -183,26 +186,22 @@ class Client:
 
     # ---- producers and consumers -----------------------------------------------------------
 
-    async def create_producer(self, topic: str, **options: Any) -> Any:
+    async def create_producer(self, topic: str, **options: Any) -> Producer:
         """A started `Producer` (producer.py) on `topic`."""
-        from pulsar_gateway.gateway.backend.wire.producer import Producer
-
         producer = Producer(self, topic, **options)
         await producer.start()
         return producer
 
-    async def subscribe(self, topic: str, subscription: str, **options: Any) -> Any:
+    async def subscribe(self, topic: str, subscription: str, **options: Any) -> Consumer:
         """A started `Consumer` (consumer.py) on a subscription of `topic`."""
-        from pulsar_gateway.gateway.backend.wire.consumer import Consumer
-
         consumer = Consumer(self, topic, subscription, **options)
         await consumer.start()
         return consumer
 
-    async def create_reader(self, topic: str, start: Any, **options: Any) -> Any:
+    async def create_reader(
+        self, topic: str, start: MessageId = EARLIEST, **options: Any
+    ) -> Consumer:
         """A started reader (a `Consumer` on a non-durable subscription) at `start`."""
-        from pulsar_gateway.gateway.backend.wire.consumer import Consumer
-
         consumer = Consumer.reader(self, topic, start, **options)
         await consumer.start()
         return consumer

@@ -426,7 +426,7 @@ class Consumer:
         when none came): the entries a loop wake-up brings, taken together."""
         if not await self._wait(timeout):
             return []
-        out = []
+        out: list[ReceivedEntry] = []
         while self._queue and len(out) < max_entries:
             out.append(self._take())
         return out

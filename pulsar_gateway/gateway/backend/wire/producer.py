@@ -45,6 +45,7 @@ from pulsar_gateway.gateway.backend.wire.frames import (
     payload_section,
 )
 from pulsar_gateway.gateway.backend.wire.ids import MessageId
+from pulsar_gateway.gateway.backend.wire.messages import KeyValue
 from pulsar_gateway.gateway.backend.wire.protobuf import encode_varint
 
 if TYPE_CHECKING:
@@ -183,7 +184,7 @@ class Producer:
             producer_name=self.name,
             epoch=self.epoch,
             user_provided_producer_name=self.user_named,
-            metadata=[c.KeyValue(k, v) for k, v in self.properties.items()]
+            metadata=[KeyValue(k, v) for k, v in self.properties.items()]
             if self.properties
             else [],
         )
