@@ -140,6 +140,7 @@ class Client:
     async def lookup(self, topic: str) -> tuple[BrokerUrl, BrokerUrl]:
         """The broker that serves `topic` and where to send its bytes."""
         connection = await self.service_connection()
+        service = connection.physical  # a proxy is reached through the service URL
         authoritative = False
         for _ in range(self.max_lookup_redirects + 1):
             answer: c.LookupResponse = await connection.request(
@@ -152,7 +153,7 @@ class Client:
                 logical = parse_broker_url(url)
             except ValueError as exc:
                 raise TopicLookupError(f"lookup of {topic}: {exc}") from None
-            physical = connection.physical if answer.proxy_through_service_url else logical
+            physical = service if answer.proxy_through_service_url else logical
             if answer.response == c.LookupType.CONNECT:
                 return logical, physical
             authoritative = answer.authoritative
