@@ -9,11 +9,16 @@ Then reads each topic back from its start: ours entry by entry (`receive_many`, 
 split into its messages), pulsar-client with a reader (`read_next` and the message's data,
 key, properties and event time: what the gateway needs of every record).
 
+Then the same for one record per entry (as AMQP queues write): our producer sending
+`single_entry`s beside pulsar-client without batching, and a Shared subscription reading
+and acknowledging each (ours `receive_many` + `ack`, pulsar-client `receive` +
+`acknowledge`).
+
 Reports records/s, the client process's CPU per record (user+sys of this process, so
 pulsar-client's own threads count) and the broker's CPU per record, per phase; and the
 per-record cost of building and splitting a batch alone (no I/O).
 
-    python -m bench.pulsar_wire [--records 200000] [--batch 500] [--size 200]
+    python -m bench.pulsar_wire [--records 200000] [--batch 500] [--size 200] [--single 20000]
 """
 
 from __future__ import annotations
@@ -34,8 +39,10 @@ from pulsar_gateway.gateway.backend.wire import (
     EARLIEST,
     BatchBuilder,
     Client,
+    SubscriptionType,
     batch_entry,
     message_fields,
+    single_entry,
     split_batch,
 )
 
@@ -89,6 +96,35 @@ async def ours_produce(url: str, topic: str, data: list[Any], batch: int) -> Non
     await client.close()
 
 
+async def ours_produce_single(url: str, topic: str, data: list[Any]) -> None:
+    """One unbatched entry per record (as AMQP queues write), pipelined."""
+    client = Client(url, operation_timeout=30)
+    producer = await client.create_producer(topic, max_pending_messages=1000)
+    receipts = []
+    for value, key, properties, event_time in data:
+        entry = single_entry(value, key=key, properties=properties, event_time=event_time)
+        receipts.append(await producer.enqueue(entry))
+    await asyncio.gather(*receipts)
+    await client.close()
+
+
+async def ours_consume_shared(url: str, topic: str, count: int) -> int:
+    """A Shared subscription from the start, every entry acknowledged (as AMQP does)."""
+    client = Client(url, operation_timeout=30)
+    consumer = await client.subscribe(
+        topic, "bench", subscription_type=SubscriptionType.SHARED, initial_position=1
+    )
+    seen = 0
+    while seen < count:
+        entries = await consumer.receive_many(500, timeout=30)
+        for entry in entries:
+            entry.messages()
+        consumer.ack(entries)
+        seen += len(entries)
+    await client.close()
+    return seen
+
+
 async def ours_read(url: str, topic: str, count: int) -> int:
     client = Client(url, operation_timeout=30)
     reader = await client.create_reader(topic, EARLIEST, receiver_queue_size=200)
@@ -123,6 +159,40 @@ def pulsar_client_produce(url: str, topic: str, data: list[Any], batch: int) -> 
         )
     producer.flush()
     client.close()
+
+
+def pulsar_client_produce_single(url: str, topic: str, data: list[Any]) -> None:
+    import pulsar
+
+    client = pulsar.Client(url, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error))
+    producer = client.create_producer(
+        topic, batching_enabled=False, block_if_queue_full=True, max_pending_messages=1000
+    )
+    for value, key, properties, event_time in data:
+        producer.send_async(
+            value, None, partition_key=key, properties=properties, event_timestamp=event_time
+        )
+    producer.flush()
+    client.close()
+
+
+def pulsar_client_consume_shared(url: str, topic: str, count: int) -> int:
+    import pulsar
+
+    client = pulsar.Client(url, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error))
+    consumer = client.subscribe(
+        topic,
+        "bench",
+        consumer_type=pulsar.ConsumerType.Shared,
+        initial_position=pulsar.InitialPosition.Earliest,
+        receiver_queue_size=1000,
+    )
+    for _ in range(count):
+        message = consumer.receive(30_000)
+        message.data(), message.partition_key(), message.properties()
+        consumer.acknowledge(message)
+    client.close()
+    return count
 
 
 def pulsar_client_read(url: str, topic: str, count: int) -> int:
@@ -180,6 +250,7 @@ async def main() -> None:
     parser.add_argument("--records", type=int, default=200_000)
     parser.add_argument("--batch", type=int, default=500)
     parser.add_argument("--size", type=int, default=200)
+    parser.add_argument("--single", type=int, default=20_000, help="records sent 1/entry")
     args = parser.parse_args()
     data = records(args.records, args.size)
     with tempfile.TemporaryDirectory(prefix="wire-bench-") as where:
@@ -204,13 +275,33 @@ async def main() -> None:
             with Phase(broker.pid) as phase:
                 await asyncio.to_thread(pulsar_client_read, url, theirs_topic, args.records)
             rows.append(phase.row("read: pulsar-client reader", args.records))
+            singles = data[: args.single]
+            ours_single = f"{ours_topic}-single"
+            theirs_single = f"{theirs_topic}-single"
+            with Phase(broker.pid) as phase:
+                await ours_produce_single(url, ours_single, singles)
+            rows.append(phase.row("produce 1/entry: ours (wire)", len(singles)))
+            with Phase(broker.pid) as phase:
+                await asyncio.to_thread(pulsar_client_produce_single, url, theirs_single, singles)
+            rows.append(phase.row("produce 1/entry: pulsar-client", len(singles)))
+            with Phase(broker.pid) as phase:
+                await ours_consume_shared(url, ours_single, len(singles))
+            rows.append(phase.row("Shared + ack 1/entry: ours", len(singles)))
+            with Phase(broker.pid) as phase:
+                await asyncio.to_thread(
+                    pulsar_client_consume_shared, url, theirs_single, len(singles)
+                )
+            rows.append(phase.row("Shared + ack 1/entry: pulsar-client", len(singles)))
         finally:
             await broker.stop()
     print(f"{args.records} records of {args.size} B, key + 2 properties + event time, "
           f"batches of {args.batch}; {os.cpu_count()} cores")  # fmt: skip
     print(table(rows))
-    ours_p, theirs_p, ours_r, theirs_r = (row["records/s"] for row in rows)
-    print(f"ratio produce {ours_p / theirs_p:.2f}x, read {ours_r / theirs_r:.2f}x")
+    speed = [row["records/s"] for row in rows]
+    print(
+        f"ratios: produce {speed[0] / speed[1]:.2f}x, read {speed[2] / speed[3]:.2f}x, "
+        f"produce 1/entry {speed[4] / speed[5]:.2f}x, Shared + ack {speed[6] / speed[7]:.2f}x"
+    )
     for name, cost in codec_costs(data, args.batch).items():
         print(f"codec, {name}: {cost:.2f} us/record")
 

@@ -191,3 +191,31 @@ def test_corrupted_commands_decode_or_raise_decode_error(data: st.DataObject) ->
         c.decode_command(bytes(encoded[:cut]))
     except DecodeError:
         pass
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.integers(0, U64),
+    st.integers(0, U64),
+    st.integers(1, (1 << 31) - 1),
+    st.integers(0, U64),
+    st.booleans(),
+)
+def test_the_direct_send_encoder_writes_what_the_generic_one_does(
+    producer: int, sequence: int, count: int, highest: int, chunk: bool
+) -> None:
+    generic = c.encode_command(c.Send(producer, sequence, count, highest, chunk))
+    assert c.encode_send(producer, sequence, count, highest, chunk) == generic
+    assert c.decode_command(generic) == c.Send(producer, sequence, count, highest, chunk)
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.integers(0, U64),
+    st.sampled_from(list(c.AckType)),
+    st.lists(st.tuples(st.integers(-1, U64 >> 1), st.integers(-1, U64 >> 1)), max_size=5),
+)
+def test_the_direct_ack_encoder_writes_what_the_generic_one_does(consumer, kind, entries) -> None:
+    ids = [MessageIdData(ledger & U64, entry & U64) for ledger, entry in entries]
+    generic = c.encode_command(c.Ack(consumer, kind, ids))
+    assert c.encode_ack(consumer, kind, entries) == generic

@@ -19,6 +19,7 @@ import asyncio
 import contextlib
 import logging
 import ssl
+import struct
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -42,6 +43,7 @@ from pulsar_gateway.gateway.backend.wire.urls import BrokerUrl
 from pulsar_gateway.gateway.waiting import result_within
 
 log = logging.getLogger("gateway.pulsar.wire")
+_U32_PAIR = struct.Struct(">II")
 
 # v19: CONNECT feature flags and broker entry metadata are understood; v20 would allow the
 # broker to send TOPIC_MIGRATED, which this client does not handle.
@@ -103,6 +105,7 @@ class Connection(asyncio.Protocol):
         self._consumers: dict[int, ConsumerListener] = {}
         self._connected: asyncio.Future[None] = self._loop.create_future()
         self._writable: asyncio.Future[None] | None = None
+        self._out: list[bytes] = []  # frames of this loop turn, not yet written
         self._last_received = self._loop.time()
         self._ping_sent: float | None = None
         self._keepalive: asyncio.TimerHandle | None = None
@@ -312,16 +315,31 @@ class Connection(asyncio.Protocol):
         return self._next_request
 
     def send(self, command: c.Command) -> None:
-        if self.closed or self._transport is None or self._transport.is_closing():
-            raise ConnectionClosed(f"connection to {self.physical} is closed: {self.close_reason}")
-        self._transport.write(simple_frame(command))
+        self._queue_out(simple_frame(command))
+
+    def send_encoded(self, command: bytes) -> None:
+        """A command already encoded as a BaseCommand (`commands.encode_ack`...)."""
+        self._queue_out(_U32_PAIR.pack(len(command) + 4, len(command)), command)
 
     def write(self, head: bytes, section: bytes) -> None:
         """A payload frame already encoded (a SEND): its head and its payload section."""
+        self._queue_out(head, section)
+
+    def _queue_out(self, *chunks: bytes) -> None:
+        """Frames written in one loop turn go to the socket together, at the end of the
+        turn: one system call for a pipeline of sends instead of one or two each (a send
+        cost 70 µs of system time each on this machine, written one by one)."""
         if self.closed or self._transport is None or self._transport.is_closing():
             raise ConnectionClosed(f"connection to {self.physical} is closed: {self.close_reason}")
-        self._transport.write(head)
-        self._transport.write(section)
+        if not self._out:
+            self._loop.call_soon(self._flush)
+        self._out += chunks
+
+    def _flush(self) -> None:
+        out, self._out = self._out, []
+        transport = self._transport
+        if out and transport is not None and not transport.is_closing():
+            transport.writelines(out)
 
     @property
     def writable(self) -> bool:
@@ -401,8 +419,10 @@ class Connection(asyncio.Protocol):
         self.close_reason = reason
         if self._transport is not None:
             if abort:
+                self._out.clear()
                 self._transport.abort()
             else:
+                self._flush()
                 self._transport.close()
         self._end(reason)
 

@@ -52,6 +52,9 @@ DEFAULT_MAX_QUEUE_BYTES = 64 * 1024 * 1024
 RECONNECT_DELAYS = (0.1, 0.2, 0.5, 1.0, 2.0, 5.0)
 # acknowledgements kept while disconnected, sent once subscribed again
 MAX_HELD_ACKS = 100_000
+# acknowledgements are grouped for this long (or until this many wait), one ACK for all
+ACK_DELAY_SECONDS = 0.01
+ACK_GROUP_MAX = 1000
 FATAL_ERRORS = frozenset({4, 11, 12, 15, 17, 22})
 # brokers (by the start of their CONNECTED server_version) that count a permit per entry
 PER_ENTRY_BROKERS = ("Pulsar-Lite",)
@@ -85,6 +88,7 @@ class Consumer:
         drop_replays: bool | None = None,
         chunks: ChunkAssembler | None = None,
         permits_per_entry: bool | None = None,
+        ack_delay: float = ACK_DELAY_SECONDS,
     ) -> None:
         if receiver_queue_size < 1:
             raise ValueError("receiver_queue_size must be at least 1")
@@ -116,7 +120,10 @@ class Consumer:
         self._arrival: asyncio.Future[None] | None = None
         self._last_passed: MessageId | None = None  # the last entry handed out
         self._last_seen: MessageId | None = None  # the last entry queued (readers' filter)
-        self._held_acks: list[MessageIdData] = []
+        self.ack_delay = ack_delay
+        self._held_acks: list[tuple[int, int]] = []  # while disconnected
+        self._pending_acks: list[tuple[int, int]] = []  # grouped, sent within ack_delay
+        self._ack_timer: asyncio.TimerHandle | None = None
         self._reconnector: asyncio.Task[None] | None = None
         self.ready = False
         self.closed = False
@@ -229,7 +236,7 @@ class Consumer:
         self._owed = 0
         held, self._held_acks = self._held_acks, []
         if held:  # before the permits: the broker must not send these again
-            connection.send(c.Ack(consumer_id, c.AckType.INDIVIDUAL, held))
+            connection.send_encoded(c.encode_ack(consumer_id, c.AckType.INDIVIDUAL, held))
         connection.send(c.Flow(consumer_id, self._permits_to_give()))
 
     def _permits_to_give(self) -> int:
@@ -246,6 +253,7 @@ class Consumer:
         self._connection = None
         self.ready = False
         self._drop_queue()
+        self._flush_acks()  # into the held ones, sent after the next subscribe
         if self.closed or self._reconnector is not None:
             return
         log.info("%s disconnected (%s): subscribing again", self, reason)
@@ -447,26 +455,44 @@ class Consumer:
 
     def ack(self, items: Iterable[AckItem]) -> None:
         """Acknowledge entries (or ids; a batch index is ignored: the whole entry is
-        acknowledged, and a chunked message with all its chunks). Sent at once; held while
-        disconnected and sent after the next subscribe."""
-        ids = _ack_ids(items)
-        if ids:
-            self._send_ack(c.AckType.INDIVIDUAL, ids)
+        acknowledged, and a chunked message with all its chunks). Acknowledgements are
+        grouped: sent within `ack_delay` seconds (at once with 0, or when 1,000 wait), one
+        ACK for all, as Pulsar's clients group theirs; held while disconnected and sent
+        after the next subscribe."""
+        if self.closed:
+            raise ConsumerClosed(f"{self} is closed")
+        self._pending_acks += _ack_ids(items)
+        if len(self._pending_acks) >= ACK_GROUP_MAX or self.ack_delay <= 0:
+            self._flush_acks()
+        elif self._ack_timer is None and self._pending_acks:
+            self._ack_timer = self._loop.call_later(self.ack_delay, self._flush_acks)
 
     def ack_cumulative(self, item: AckItem) -> None:
         """Acknowledge everything up to and including this entry (not on Shared)."""
-        mid = item.id if isinstance(item, ReceivedEntry) else item
-        self._send_ack(c.AckType.CUMULATIVE, [MessageId(*mid.entry).to_data()])
-
-    def _send_ack(self, kind: int, ids: list[MessageIdData]) -> None:
         if self.closed:
             raise ConsumerClosed(f"{self} is closed")
+        self._flush_acks()
+        mid = item.id if isinstance(item, ReceivedEntry) else item
         connection = self._connection
         if connection is not None and self.ready:
             with contextlib.suppress(ConnectionClosed):
-                connection.send(c.Ack(self._consumer_id, kind, ids))
+                command = c.encode_ack(self._consumer_id, c.AckType.CUMULATIVE, [mid.entry])
+                connection.send_encoded(command)
+
+    def _flush_acks(self) -> None:
+        if self._ack_timer is not None:
+            self._ack_timer.cancel()
+            self._ack_timer = None
+        ids, self._pending_acks = self._pending_acks, []
+        if not ids:
+            return
+        connection = self._connection
+        if connection is not None and self.ready:
+            with contextlib.suppress(ConnectionClosed):
+                command = c.encode_ack(self._consumer_id, c.AckType.INDIVIDUAL, ids)
+                connection.send_encoded(command)
                 return
-        if kind == c.AckType.INDIVIDUAL and len(self._held_acks) + len(ids) <= MAX_HELD_ACKS:
+        if len(self._held_acks) + len(ids) <= MAX_HELD_ACKS:
             self._held_acks += ids
 
     def redeliver(self, items: Iterable[AckItem] | None = None) -> None:
@@ -483,8 +509,9 @@ class Consumer:
                 connection.send(c.RedeliverUnacknowledged(self._consumer_id))
             self._owe(dropped)
             return
-        ids = _ack_ids(items)
+        ids = [MessageId(*entry).to_data() for entry in _ack_ids(items)]
         if ids:
+            self._flush_acks()
             with contextlib.suppress(ConnectionClosed):
                 connection.send(c.RedeliverUnacknowledged(self._consumer_id, ids))
 
@@ -528,6 +555,7 @@ class Consumer:
         """Close; unacknowledged entries of a durable subscription stay in it."""
         if self.closed:
             return
+        self._flush_acks()
         connection, consumer_id = self._connection, self._consumer_id
         self._finish(ConsumerClosed(f"{self} closed"))
         if connection is not None and not connection.closed:
@@ -553,14 +581,15 @@ class Consumer:
         log.debug("%s: %s", self, why)
 
 
-def _ack_ids(items: Iterable[AckItem]) -> list[MessageIdData]:
-    ids: list[MessageIdData] = []
+def _ack_ids(items: Iterable[AckItem]) -> list[tuple[int, int]]:
+    """The (ledger, entry) of each item, a chunked message's chunks included."""
+    ids: list[tuple[int, int]] = []
     for item in items:
         if isinstance(item, ReceivedEntry):
-            ids += (MessageId(*mid.entry).to_data() for mid in item.chunk_ids)
-            ids.append(MessageId(*item.id.entry).to_data())
+            ids += (mid.entry for mid in item.chunk_ids)
+            ids.append(item.id.entry)
         else:
-            ids.append(MessageId(*item.entry).to_data())
+            ids.append(item.entry)
     return ids
 
 

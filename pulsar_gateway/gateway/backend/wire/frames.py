@@ -65,9 +65,10 @@ def payload_section(metadata: bytes, payload: bytes) -> bytes:
     return b"".join((MAGIC_CRC32C, _U32.pack(checksum), sized, payload))
 
 
-def payload_frame_head(command: Command, section_size: int) -> bytes:
-    """The sizes and command that go before a payload section of `section_size` bytes."""
-    body = encode_command(command)
+def payload_frame_head(command: Command | bytes, section_size: int) -> bytes:
+    """The sizes and command (or its encoded bytes) that go before a payload section of
+    `section_size` bytes."""
+    body = command if isinstance(command, bytes) else encode_command(command)
     return _U32_PAIR.pack(4 + len(body) + section_size, len(body)) + body
 
 

@@ -24,6 +24,7 @@ from pulsar_gateway.gateway.backend.wire.protobuf import (
     UINT64,
     Field,
     ProtoMessage,
+    decode_varint,
     proto,
 )
 
@@ -47,6 +48,23 @@ class KeyValue(ProtoMessage):
         Field(2, "value", STRING, required=True),
     )
 
+    @classmethod
+    def decode(
+        cls, data: bytes | bytearray | memoryview, start: int = 0, end: int = -1
+    ) -> KeyValue:
+        """Every property of every message: the usual layout (key, then value, both
+        shorter than 128 bytes) read directly, any other through the general decoder."""
+        if end < 0:
+            end = len(data)
+        if end - start >= 4 and data[start] == 0x0A:
+            middle = start + 2 + data[start + 1]
+            if middle + 2 <= end and data[middle] == 0x12 and middle + 2 + data[middle + 1] == end:
+                return cls(
+                    str(data[start + 2 : middle], "utf-8", "surrogateescape"),
+                    str(data[middle + 2 : end], "utf-8", "surrogateescape"),
+                )
+        return super(KeyValue, cls).decode(data, start, end)
+
 
 @proto
 @dataclass(slots=True)
@@ -62,6 +80,22 @@ class MessageIdData(ProtoMessage):
     first_chunk_message_id: MessageIdData | None = None
 
     FIELDS: ClassVar[tuple[Field, ...]] = ()  # set below: the message refers to itself
+
+    @classmethod
+    def decode(
+        cls, data: bytes | bytearray | memoryview, start: int = 0, end: int = -1
+    ) -> MessageIdData:
+        """Every receipt and MESSAGE carries one: a ledger and an entry alone, in order,
+        read directly; any other layout through the general decoder."""
+        if end < 0:
+            end = len(data)
+        if end - start >= 4 and data[start] == 0x08:
+            ledger, pos = decode_varint(data, start + 1, end)
+            if pos < end and data[pos] == 0x10:
+                entry, pos = decode_varint(data, pos + 1, end)
+                if pos == end:
+                    return cls(ledger, entry)
+        return super(MessageIdData, cls).decode(data, start, end)
 
 
 MessageIdData.FIELDS = (

@@ -399,12 +399,12 @@ class Producer:
         connection = self._connection
         if connection is None:
             return
-        command = c.Send(
-            producer_id=self._producer_id,
-            sequence_id=send.sequence_id,
-            num_messages=send.count,
-            highest_sequence_id=send.highest if send.count > 1 else 0,
-            is_chunk=send.chunk,
+        command = c.encode_send(
+            self._producer_id,
+            send.sequence_id,
+            send.count,
+            send.highest if send.count > 1 else 0,
+            send.chunk,
         )
         try:
             connection.write(payload_frame_head(command, send.size), send.section)

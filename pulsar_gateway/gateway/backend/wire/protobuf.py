@@ -156,12 +156,18 @@ class ProtoMessage:
     __slots__ = ()
     FIELDS: ClassVar[tuple[Field, ...]] = ()
     _BY_NUMBER: ClassVar[dict[int, Field]]
+    _PLAN: ClassVar[dict[int, tuple[str, int, bool, Any]]]
     _DEFAULTS: ClassVar[dict[str, Any]]
     _TAGS: ClassVar[dict[str, bytes]]
 
     @classmethod
     def _prepare(cls) -> None:
         cls._BY_NUMBER = {f.number: f for f in cls.FIELDS}
+        # field key (number and the wire type its kind is written with) -> what to do
+        cls._PLAN = {
+            f.number << 3 | _WIRE_TYPE[f.kind]: (f.name, f.kind, f.repeated, f.message)
+            for f in cls.FIELDS
+        }
         cls._TAGS = {f.name: tag(f.number, _WIRE_TYPE[f.kind]) for f in cls.FIELDS}
         defaults: dict[str, Any] = {}
         for field in dataclasses.fields(cls):  # type: ignore[arg-type]
@@ -196,48 +202,88 @@ class ProtoMessage:
     def decode(
         cls: type[M], data: bytes | bytearray | memoryview, start: int = 0, end: int = -1
     ) -> M:
+        """The message in data[start:end]. Every MESSAGE frame and receipt comes through
+        here, so the usual cases (one-byte keys, lengths and values) are read inline; any
+        other key goes the general way, and an unknown field is skipped."""
         if end < 0:
             end = len(data)
         message = cls()
-        by_number = cls._BY_NUMBER
+        plan = cls._PLAN
         pos = start
         while pos < end:
-            key, pos = decode_varint(data, pos, end)
-            number = key >> 3
-            wire_type = key & 7
-            field = by_number.get(number)
-            if field is None or (
-                _WIRE_TYPE[field.kind] != wire_type
-                and not (field.repeated and wire_type == LEN and field.kind <= BOOL)
-            ):
-                pos = skip_field(data, wire_type, pos, end)
+            key = data[pos]
+            if key < 0x80:
+                pos += 1
+            else:
+                key, pos = decode_varint(data, pos, end)
+            step = plan.get(key)
+            if step is None:
+                pos = cls._other_field(message, key, data, pos, end)
                 continue
-            if wire_type == VARINT:
-                raw, pos = decode_varint(data, pos, end)
-                value = _from_varint(field.kind, raw)
-            elif wire_type == FIXED64:
+            name, kind, repeated, sub = step
+            if pos >= end:
+                raise DecodeError(f"{cls.__name__}: field {key >> 3} without a value")
+            value: Any
+            if kind <= BOOL:
+                value = data[pos]
+                if value < 0x80:
+                    pos += 1
+                else:
+                    value, pos = decode_varint(data, pos, end)
+                if kind == BOOL:
+                    value = value != 0
+                elif kind == INT32:
+                    value = to_signed32(value)
+                elif kind == INT64:
+                    value = to_signed64(value)
+            elif kind == DOUBLE:
                 if pos + 8 > end:
                     raise DecodeError("truncated double")
                 value = _DOUBLE.unpack_from(data, pos)[0]
                 pos += 8
             else:
-                length, pos = decode_varint(data, pos, end)
+                length = data[pos]
+                if length < 0x80:
+                    pos += 1
+                else:
+                    length, pos = decode_varint(data, pos, end)
                 stop = pos + length
                 if stop > end:
-                    raise DecodeError(f"field {number} of {cls.__name__} runs past its end")
-                if field.kind <= BOOL:  # packed repeated varints
-                    items = getattr(message, field.name)
-                    while pos < stop:
-                        raw, pos = decode_varint(data, pos, stop)
-                        items.append(_from_varint(field.kind, raw))
-                    continue
-                value = _from_bytes(field, data, pos, stop)
+                    raise DecodeError(f"field {key >> 3} of {cls.__name__} runs past its end")
+                if kind == STRING:
+                    # surrogateescape: any byte string survives a round trip (a C++ client
+                    # may put bytes that are not UTF-8 in a string field), and never fails
+                    value = str(data[pos:stop], "utf-8", "surrogateescape")
+                elif kind == BYTES:
+                    value = bytes(data[pos:stop])
+                else:
+                    value = sub.decode(data, pos, stop)
                 pos = stop
-            if field.repeated:
-                getattr(message, field.name).append(value)
+            if repeated:
+                getattr(message, name).append(value)
             else:
-                setattr(message, field.name, value)
+                setattr(message, name, value)
         return message
+
+    @classmethod
+    def _other_field(
+        cls, message: Any, key: int, data: bytes | bytearray | memoryview, pos: int, end: int
+    ) -> int:
+        """A key the plan does not expect: packed repeated varints, or a field to skip
+        (unknown, or a known one with another wire type)."""
+        field = cls._BY_NUMBER.get(key >> 3)
+        wire_type = key & 7
+        if field is None or not (field.repeated and wire_type == LEN and field.kind <= BOOL):
+            return skip_field(data, wire_type, pos, end)
+        length, pos = decode_varint(data, pos, end)
+        stop = pos + length
+        if stop > end:
+            raise DecodeError(f"field {field.number} of {cls.__name__} runs past its end")
+        items = getattr(message, field.name)
+        while pos < stop:
+            raw, pos = decode_varint(data, pos, stop)
+            items.append(_from_varint(field.kind, raw))
+        return pos
 
 
 def _from_varint(kind: int, raw: int) -> int | bool:
@@ -248,17 +294,6 @@ def _from_varint(kind: int, raw: int) -> int | bool:
     if kind == INT32:
         return to_signed32(raw)
     return to_signed64(raw)
-
-
-def _from_bytes(field: Field, data: bytes | bytearray | memoryview, pos: int, stop: int) -> Any:
-    if field.kind == STRING:
-        # surrogateescape: any byte string survives a round trip (a C++ producer may put
-        # bytes that are not UTF-8 into a string field) and decoding never fails
-        return bytes(data[pos:stop]).decode("utf-8", "surrogateescape")
-    if field.kind == BYTES:
-        return bytes(data[pos:stop])
-    assert field.message is not None
-    return field.message.decode(data, pos, stop)
 
 
 def _encode_value(parts: list[bytes], kind: int, value: Any) -> None:

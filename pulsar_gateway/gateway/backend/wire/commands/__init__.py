@@ -29,7 +29,9 @@ from pulsar_gateway.gateway.backend.wire.commands.consuming import (
 from pulsar_gateway.gateway.backend.wire.commands.envelope import (
     COMMANDS,
     decode_command,
+    encode_ack,
     encode_command,
+    encode_send,
 )
 from pulsar_gateway.gateway.backend.wire.commands.producing import (
     CloseProducer,
@@ -100,5 +102,7 @@ __all__ = [
     "UnknownCommand",
     "Unsubscribe",
     "decode_command",
+    "encode_ack",
     "encode_command",
+    "encode_send",
 ]

@@ -99,6 +99,7 @@ COMMANDS: dict[int, type[Command]] = {
     )
 }
 _TYPE_KEY = b"\x08"  # field 1, varint
+_U64 = (1 << 64) - 1
 
 
 def encode_command(command: Command) -> bytes:
@@ -116,6 +117,31 @@ def encode_command(command: Command) -> bytes:
     )
 
 
+def encode_send(
+    producer_id: int, sequence_id: int, num_messages: int, highest: int, is_chunk: bool
+) -> bytes:
+    """SEND, written directly: one per entry sent (the same bytes as `encode_command(Send)`)."""
+    body = b"\x08" + encode_varint(producer_id) + b"\x10" + encode_varint(sequence_id)
+    if num_messages != 1:
+        body += b"\x18" + encode_varint(num_messages)
+    if highest:
+        body += b"\x30" + encode_varint(highest)
+    if is_chunk:
+        body += b"\x38\x01"
+    return b"\x08\x06\x32" + encode_varint(len(body)) + body
+
+
+def encode_ack(consumer_id: int, ack_type: int, entries: list[tuple[int, int]]) -> bytes:
+    """ACK of whole entries (ledger, entry), written directly: the same bytes as
+    `encode_command(Ack)` with their MessageIdData, without an object per id."""
+    parts = [b"\x08", encode_varint(consumer_id), b"\x10", encode_varint(ack_type)]
+    for ledger, entry in entries:
+        data = b"\x08" + encode_varint(ledger & _U64) + b"\x10" + encode_varint(entry & _U64)
+        parts += (b"\x1a", encode_varint(len(data)), data)
+    body = b"".join(parts)
+    return b"\x08\x0a\x52" + encode_varint(len(body)) + body
+
+
 def decode_command(
     data: bytes | bytearray | memoryview, start: int = 0, end: int = -1
 ) -> Command | UnknownCommand:
@@ -123,6 +149,21 @@ def decode_command(
     known type without its body decodes from empty bytes (defaults), as protobuf would."""
     if end < 0:
         end = len(data)
+    if end - start >= 4 and data[start] == 0x08 and data[start + 1] < 0x10:
+        # the usual layout (what every broker writes for the commands on the hot path):
+        # the type, then its body and nothing else
+        kind = data[start + 1]
+        length = data[start + 3]
+        if data[start + 2] == kind << 3 | LEN and length < 0x80 and start + 4 + length == end:
+            cls = COMMANDS.get(kind)
+            if cls is not None:
+                return cls.decode(data, start + 4, end)
+    return _decode_any(data, start, end)
+
+
+def _decode_any(
+    data: bytes | bytearray | memoryview, start: int, end: int
+) -> Command | UnknownCommand:
     kind: int | None = None
     bodies: dict[int, tuple[int, int]] = {}
     pos = start
