@@ -7,7 +7,10 @@ whole (`entries.ReceivedEntry`); the caller splits batches when it wants message
 Memory is bounded by flow control: the broker may send as many messages as it was given
 permits; the consumer gives `receiver_queue_size` at first and gives more only as the
 application takes entries (half a queue at a time), and not while the queue holds more
-than `max_queue_bytes`.
+than `max_queue_bytes`. pulsar-lite counts permits per entry, not per message, and is
+given at most 20 at once (docs/pulsar-protocol.md, "Flow control").
+
+Acknowledgements are grouped: those made within `ack_delay` go in one ACK.
 
 After a lost connection or a broker's CLOSE_CONSUMER the consumer subscribes again
 (looking the topic up anew). What it held and had not handed out is dropped: a durable
@@ -58,12 +61,12 @@ ACK_GROUP_MAX = 1000
 FATAL_ERRORS = frozenset({4, 11, 12, 15, 17, 22})
 # brokers (by the start of their CONNECTED server_version) that count a permit per entry
 PER_ENTRY_BROKERS = ("Pulsar-Lite",)
-# on those, an empty queue that gets nothing asks again (an empty FLOW) after this long,
-# then after twice as long each time, up to the maximum
 # on those, at most this many entries are asked for at once: pulsar-lite dispatches up to
 # 20 entries per FLOW it gets, and rounds that overlap send entries twice; more permits in
 # flight only meant more copies (measured: docs/pulsar-protocol.md, "Flow control")
 PER_ENTRY_WINDOW = 20
+# on those, an empty queue that gets nothing asks again (an empty FLOW) after this long,
+# then after twice as long each time, up to the maximum
 NUDGE_FIRST_SECONDS = 0.05
 NUDGE_MAX_SECONDS = 2.0
 
