@@ -571,6 +571,9 @@ class Consumer:
     def _finish(self, why: Exception) -> None:
         self.closed = True
         self.ready = False
+        if self._ack_timer is not None:
+            self._ack_timer.cancel()
+            self._ack_timer = None
         self.client.unregister(self)
         if self._reconnector is not None and self._reconnector is not asyncio.current_task():
             self._reconnector.cancel()
