@@ -1,0 +1,168 @@
+"""Pulsar frames, sans I/O: bytes in, frames out, and the bytes of frames to send.
+
+A simple frame is `[total size][command size][BaseCommand]`, sizes 4-byte big-endian, the
+total counting everything after itself. A payload frame (SEND, MESSAGE) goes on with
+`[0x0e01][crc32c][metadata size][MessageMetadata][payload]`, the checksum covering
+everything after it; a broker may put `[0x0e02][size][BrokerEntryMetadata]` before the
+0x0e01 magic of a MESSAGE (docs/pulsar-protocol.md, "Frames").
+
+`FrameReader.feed` takes bytes split anywhere and returns the whole frames they complete.
+Every byte is treated as hostile: a frame announcing more than `max_frame_size` is refused
+before it is buffered (so the buffer never holds more than one frame and one read), sizes
+that do not add up and checksums that do not match raise `DecodeError` subclasses, and
+nothing else escapes. The connection closes on any of them.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+
+from crc32c import crc32c
+
+from pulsar_gateway.gateway.backend.wire.commands import (
+    Command,
+    UnknownCommand,
+    decode_command,
+    encode_command,
+)
+from pulsar_gateway.gateway.backend.wire.errors import ChecksumMismatch, DecodeError, FrameTooLarge
+from pulsar_gateway.gateway.backend.wire.messages import BrokerEntryMetadata, MessageMetadata
+
+MAGIC_CRC32C = b"\x0e\x01"
+MAGIC_BROKER_ENTRY = b"\x0e\x02"
+# What a broker allows when CONNECTED does not say (Pulsar's default maxMessageSize).
+DEFAULT_MAX_MESSAGE_SIZE = 5 * 1024 * 1024
+# Room for the command and metadata around a message of the largest size (Pulsar's own
+# padding is 10 KiB).
+FRAME_OVERHEAD = 64 * 1024
+
+_U32 = struct.Struct(">I")
+_U32_PAIR = struct.Struct(">II")
+
+
+@dataclass(slots=True)
+class Frame:
+    """One frame read: its command and, for MESSAGE, what follows the command."""
+
+    command: Command | UnknownCommand
+    metadata: MessageMetadata | None = None
+    payload: bytes = b""
+    broker_entry: BrokerEntryMetadata | None = None
+
+
+def simple_frame(command: Command) -> bytes:
+    body = encode_command(command)
+    return _U32_PAIR.pack(len(body) + 4, len(body)) + body
+
+
+def payload_section(metadata: bytes, payload: bytes) -> bytes:
+    """What follows the command of a SEND: magic, crc32c, metadata size, metadata, payload.
+
+    Kept by a producer as is, so a resend after a reconnect only needs a new command."""
+    sized = _U32.pack(len(metadata)) + metadata
+    checksum = crc32c(payload, crc32c(sized))
+    return b"".join((MAGIC_CRC32C, _U32.pack(checksum), sized, payload))
+
+
+def payload_frame_head(command: Command | bytes, section_size: int) -> bytes:
+    """The sizes and command (or its encoded bytes) that go before a payload section of
+    `section_size` bytes."""
+    body = command if isinstance(command, bytes) else encode_command(command)
+    return _U32_PAIR.pack(4 + len(body) + section_size, len(body)) + body
+
+
+class FrameReader:
+    """Splits a byte stream into frames; `max_frame_size` bounds one frame (its total size
+    field), and may be changed once the broker says its message size limit."""
+
+    def __init__(self, max_frame_size: int = DEFAULT_MAX_MESSAGE_SIZE + FRAME_OVERHEAD) -> None:
+        self.max_frame_size = max_frame_size
+        self.verify_checksums = True
+        self._buffer = bytearray()
+        self._needed = 4  # bytes the buffer must hold before the next frame can be parsed
+
+    @property
+    def buffered(self) -> int:
+        return len(self._buffer)
+
+    def feed(self, data: bytes | bytearray | memoryview) -> list[Frame]:
+        buffer = self._buffer
+        buffer += data
+        if len(buffer) < self._needed:
+            return []
+        frames: list[Frame] = []
+        pos = 0
+        end = len(buffer)
+        with memoryview(buffer) as view:
+            while end - pos >= 4:
+                total = _U32.unpack_from(view, pos)[0]
+                if total > self.max_frame_size:
+                    raise FrameTooLarge(
+                        f"frame of {total} bytes over the limit of {self.max_frame_size}"
+                    )
+                if total < 4:
+                    raise DecodeError(f"frame of {total} bytes cannot hold a command")
+                if end - pos < 4 + total:
+                    self._needed = 4 + total
+                    break
+                frames.append(parse_frame(view, pos + 4, pos + 4 + total, self.verify_checksums))
+                pos += 4 + total
+            else:
+                self._needed = 4
+        if pos:
+            del buffer[:pos]
+            if not buffer:
+                self._needed = 4
+        return frames
+
+
+def parse_frame(
+    data: bytes | bytearray | memoryview, start: int, end: int, verify: bool = True
+) -> Frame:
+    """The frame in `data[start:end]` (after its total size field)."""
+    if end - start < 4:
+        raise DecodeError("frame too short for its command size")
+    command_size = _U32.unpack_from(data, start)[0]
+    command_end = start + 4 + command_size
+    if command_end > end:
+        raise DecodeError(f"command of {command_size} bytes runs past its frame")
+    command = decode_command(data, start + 4, command_end)
+    if command_end == end:
+        return Frame(command)
+    return _payload(command, data, command_end, end, verify)
+
+
+def _payload(
+    command: Command | UnknownCommand,
+    data: bytes | bytearray | memoryview,
+    pos: int,
+    end: int,
+    verify: bool,
+) -> Frame:
+    broker_entry = None
+    if data[pos : pos + 2] == MAGIC_BROKER_ENTRY:
+        if end - pos < 6:
+            raise DecodeError("truncated broker entry metadata")
+        size = _U32.unpack_from(data, pos + 2)[0]
+        stop = pos + 6 + size
+        if stop > end:
+            raise DecodeError("broker entry metadata runs past its frame")
+        broker_entry = BrokerEntryMetadata.decode(data, pos + 6, stop)
+        pos = stop
+    if data[pos : pos + 2] == MAGIC_CRC32C:
+        if end - pos < 6:
+            raise DecodeError("truncated checksum")
+        expected = _U32.unpack_from(data, pos + 2)[0]
+        pos += 6
+        if verify and crc32c(data[pos:end]) != expected:
+            raise ChecksumMismatch("payload checksum mismatch")
+    # (no magic: a payload written without a checksum, as very old producers did)
+    if end - pos < 4:
+        raise DecodeError("truncated metadata size")
+    metadata_size = _U32.unpack_from(data, pos)[0]
+    metadata_end = pos + 4 + metadata_size
+    if metadata_end > end:
+        raise DecodeError(f"metadata of {metadata_size} bytes runs past its frame")
+    metadata = MessageMetadata.decode(data, pos + 4, metadata_end)
+    return Frame(command, metadata, bytes(data[metadata_end:end]), broker_entry)
