@@ -294,4 +294,114 @@ def dead_letter_keeps_header_types(url: str, p: str) -> Transcript:
     return log
 
 
-PATTERN_SCENARIOS = [direct_reply_to, dead_letter_retry_loop, dead_letter_keeps_header_types]
+# --- TTL without consumers --------------------------------------------------------------
+
+
+def _drain(ch: Any, queue: str, expect: int, wait: float = 5.0) -> list[bytes]:
+    """Bodies of `expect` messages got (acked) from `queue`, waiting up to `wait` s."""
+    out: list[bytes] = []
+    deadline = time.time() + wait
+    while len(out) < expect and time.time() < deadline:
+        method, _, body = ch.basic_get(queue, auto_ack=True)
+        if method is None:
+            time.sleep(0.02)
+            continue
+        out.append(body)
+    return out
+
+
+def ttl_without_consumers(url: str, p: str) -> Transcript:
+    """Messages expire at the head of a queue nobody reads and are dead-lettered, for
+    per-message TTL (the delay queues of task frameworks) and x-message-ttl; a message
+    with a TTL behind one without waits until it is at the head, as on RabbitMQ."""
+    log: Transcript = []
+    conn = _connect(url)
+    ch = conn.channel()
+    ch.confirm_delivery()
+    ch.exchange_declare(f"{p}.tdlx", "fanout")
+    ch.queue_declare(f"{p}.delay", arguments={"x-dead-letter-exchange": f"{p}.tdlx"})
+    ttl_args = {"x-dead-letter-exchange": f"{p}.tdlx", "x-message-ttl": 150}
+    ch.queue_declare(f"{p}.qttl", arguments=ttl_args)
+    ch.queue_declare(f"{p}.expired")
+    ch.queue_bind(f"{p}.expired", f"{p}.tdlx")
+    sends = [("d1", "100"), ("d2", "50"), ("keep", None), ("d3", "100")]
+    for body, expiration in sends:
+        properties = pika.BasicProperties(expiration=expiration)
+        ch.basic_publish("", f"{p}.delay", body.encode(), properties)
+    ch.basic_publish("", f"{p}.qttl", b"q1")
+    ch.basic_publish("", f"{p}.qttl", b"q2", pika.BasicProperties(expiration="60000"))
+    log.append(("expired", sorted(_drain(ch, f"{p}.expired", 4))))
+    log.append(("left", _drain(ch, f"{p}.delay", 1)))  # "keep"; d3 now at the head
+    log.append(("then", _drain(ch, f"{p}.expired", 1)))
+    log.append(("counts", ch.queue_declare(f"{p}.delay", passive=True).method.message_count))
+    for queue in ("delay", "qttl", "expired"):
+        ch.queue_delete(f"{p}.{queue}")
+    ch.exchange_delete(f"{p}.tdlx")
+    conn.close()
+    return log
+
+
+# --- priorities -------------------------------------------------------------------------
+
+
+def priority_queue(url: str, p: str) -> Transcript:
+    """x-max-priority: higher priorities first, equal ones in publish order, none as 0 and
+    above the maximum as the maximum; a requeued message goes back to its place among its
+    priority; a rejected one is dead-lettered with its priority; confirms as usual."""
+    log: Transcript = []
+    conn = _connect(url)
+    ch = conn.channel()
+    ch.confirm_delivery()
+    ch.exchange_declare(f"{p}.pdlx", "fanout")
+    args = {"x-max-priority": 10, "x-dead-letter-exchange": f"{p}.pdlx"}
+    ch.queue_declare(f"{p}.prio", arguments=args)
+    ch.queue_declare(f"{p}.pdead")
+    ch.queue_bind(f"{p}.pdead", f"{p}.pdlx")
+    sends = [("a", 1), ("b", 9), ("c", 5), ("d", None), ("e", 200), ("f", 9), ("g", 0)]
+    for body, priority in sends:
+        ch.basic_publish("", f"{p}.prio", body.encode(), pika.BasicProperties(priority=priority))
+        log.append(("confirmed", body))
+    log.append(("count", ch.queue_declare(f"{p}.prio", passive=True).method.message_count))
+    first, _, body = _get(ch, f"{p}.prio")
+    log.append(("first", body))
+    ch.basic_nack(first.delivery_tag, requeue=True)
+    order = []
+    for _ in range(len(sends)):
+        method, props, body = _get(ch, f"{p}.prio")
+        order.append((body, method.redelivered, props.priority))
+        if body == b"c":
+            ch.basic_reject(method.delivery_tag, requeue=False)
+        else:
+            ch.basic_ack(method.delivery_tag)
+    log.append(("order", order))
+    _, props, body = _get(ch, f"{p}.pdead")
+    log.append(("dead", body, props.priority))
+    # a consumer after a backlog: the same order
+    for body, priority in sends:
+        ch.basic_publish("", f"{p}.prio", body.encode(), pika.BasicProperties(priority=priority))
+    consumed: list[bytes] = []
+    ch.basic_qos(prefetch_count=1)
+
+    def take(channel: Any, method: Any, _props: Any, body: bytes) -> None:
+        consumed.append(body)
+        channel.basic_ack(method.delivery_tag)
+
+    ch.basic_consume(f"{p}.prio", take)
+    deadline = time.time() + 5
+    while len(consumed) < len(sends) and time.time() < deadline:
+        conn.process_data_events(time_limit=0.05)
+    log.append(("consumed", consumed))
+    for queue in ("prio", "pdead"):
+        ch.queue_delete(f"{p}.{queue}")
+    ch.exchange_delete(f"{p}.pdlx")
+    conn.close()
+    return log
+
+
+PATTERN_SCENARIOS = [
+    direct_reply_to,
+    dead_letter_retry_loop,
+    dead_letter_keeps_header_types,
+    ttl_without_consumers,
+    priority_queue,
+]

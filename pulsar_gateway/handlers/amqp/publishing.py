@@ -128,6 +128,7 @@ class Publishing:
             properties.delivery_mode == 2,
             _expiration(properties.expiration),
             int(time.time() * 1000),
+            properties.priority or 0,
         )
         if channel.tx is not None:
             self.ledger.hold(channel.tx, tx_cost(message))

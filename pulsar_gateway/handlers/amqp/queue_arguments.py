@@ -91,7 +91,7 @@ ARGUMENT_SUPPORT: Mapping[str, tuple[str, str]] = {
     "x-max-length-bytes": (ENFORCED, "counts ready body bytes, as RabbitMQ"),
     "x-max-in-memory-length": (ACCEPTED, "messages live in Pulsar, not in gateway memory"),
     "x-max-in-memory-bytes": (ACCEPTED, "messages live in Pulsar, not in gateway memory"),
-    "x-max-priority": (ACCEPTED, "delivery stays FIFO; no message is lost by it"),
+    "x-max-priority": (ENFORCED, "higher priority first (up to 255), see below"),
     "x-overflow": (ENFORCED, "drop-head, reject-publish, reject-publish-dlx"),
     "x-queue-mode": (ACCEPTED, "every queue is stored in Pulsar (lazy by nature)"),
     "x-queue-version": (ACCEPTED, "storage is one Pulsar topic per queue"),

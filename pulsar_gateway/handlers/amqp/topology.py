@@ -86,6 +86,10 @@ class Queue:
         return self._int("x-expires")
 
     @property
+    def max_priority(self) -> int | None:
+        return self._int("x-max-priority")
+
+    @property
     def max_length(self) -> int | None:
         return self._int("x-max-length")
 

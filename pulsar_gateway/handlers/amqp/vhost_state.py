@@ -48,6 +48,19 @@ class VhostState:
         self.lock = asyncio.Lock()
         self.queue_used: dict[str, float] = {q: time.monotonic() for q in topology.queues}
         self._sweeper = asyncio.ensure_future(self._sweep_expired())
+        self._wake_expiring()
+
+    def _wake_expiring(self) -> None:
+        """After a start, messages left in a queue may be due to expire (a TTL, or the
+        delay queues of task frameworks: per-message TTLs into a dead-letter exchange)
+        with nobody reading the queue: such queues fetch their heads now, so those expire
+        on time as on RabbitMQ, whose queue processes start with the node."""
+        for name, queue in self.topology.queues.items():
+            if queue.message_ttl is None and queue.dead_letter_exchange is None:
+                continue
+            engine = self.engine(name)
+            if engine.count > 0:
+                engine.look_at_head()
 
     def engine(self, name: str) -> QueueEngine:
         engine = self.engines.get(name)
@@ -176,11 +189,13 @@ class VhostState:
         right after that, in the same callback (one loop callback per publish, not two).
         """
         size = len(message.body)
+        expiring = message.expiration_ms is not None
         self._writing(queues, size)
         task = asyncio.ensure_future(self.store.publish(self.name, queues, message))
 
         def written(done: asyncio.Future[Any]) -> None:
-            self._written(queues, size, not done.cancelled() and done.exception() is None)
+            ok = not done.cancelled() and done.exception() is None
+            self._written(queues, size, ok, expiring)
             if then is not None:
                 then(done)
 
@@ -192,12 +207,12 @@ class VhostState:
             if name in self.topology.queues:
                 self.engine(name).publishing(1, size)
 
-    def _written(self, queues: Iterable[str], size: int, ok: bool) -> None:
+    def _written(self, queues: Iterable[str], size: int, ok: bool, expiring: bool) -> None:
         for name in queues:
             engine = self.engines.get(name)
             if engine is not None and not engine.closed:
                 if ok:
-                    engine.stored(1, size)
+                    engine.stored(1, size, expiring)
                 else:
                     engine.publish_failed(1, size)
 

@@ -65,6 +65,7 @@ P_PROPERTIES = "amqp.properties"
 P_TIMESTAMP = "amqp.timestamp"
 P_EXPIRATION = "amqp.expiration"
 P_PERSISTENT = "amqp.persistent"
+P_PRIORITY = "amqp.priority"
 TOPIC_CACHE_SIZE = 10_000  # (vhost, queue) -> topic names kept; cleared when full
 PROPERTIES_CACHE_SIZE = 1024  # distinct property octets kept in base64 both ways...
 PROPERTIES_CACHE_ENTRY = 512  # ...when this short (bytes or characters): under 1 MiB in all
@@ -125,6 +126,7 @@ class _PulsarQueueReader:
                 props.get(P_PERSISTENT) == "1",
                 int(expiration) if expiration else None,
                 int(props.get(P_TIMESTAMP) or item.publish_time),
+                int(props.get(P_PRIORITY) or 0),
             )
             out.append(StoredDelivery(self.queue, item.id, message, item.redelivery_count))
         if copies:
@@ -373,6 +375,8 @@ class PulsarAmqpStore:
             properties[P_PERSISTENT] = "1"
         if message.expiration_ms is not None:
             properties[P_EXPIRATION] = str(message.expiration_ms)
+        if message.priority:
+            properties[P_PRIORITY] = str(message.priority)
         out = OutMessage(message.body, properties=properties)
         if len(queues) == 1:
             for queue in queues:
