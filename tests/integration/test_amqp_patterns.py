@@ -154,3 +154,39 @@ def test_a_200_ms_ttl_in_an_unconsumed_queue_is_dead_lettered_within_a_second(
         ch.exchange_delete(f"{p}.dlx")
     finally:
         conn.close()
+
+
+def test_a_quorum_queue_without_a_limit_stops_a_poison_message_after_20_returns(
+    gateway: GatewayProcess,
+) -> None:
+    """RabbitMQ 4.0 made 20 the default x-delivery-limit of quorum queues (3.x had none,
+    and redelivered a poison message for ever): delivered 21 times, then dead-lettered."""
+    conn = pika.BlockingConnection(pika.URLParameters(gateway.amqp_url))
+    try:
+        ch = conn.channel()
+        p = _name("poison")
+        ch.exchange_declare(f"{p}.dlx", "fanout")
+        ch.queue_declare(f"{p}.dead")
+        ch.queue_bind(f"{p}.dead", f"{p}.dlx")
+        args = {"x-queue-type": "quorum", "x-dead-letter-exchange": f"{p}.dlx"}
+        ch.queue_declare(f"{p}.q", durable=True, arguments=args)
+        ch.basic_publish("", f"{p}.q", b"poison")
+        counts = []
+        while True:
+            method, props, _ = ch.basic_get(f"{p}.q")
+            if method is None:
+                if ch.queue_declare(f"{p}.dead", passive=True).method.message_count:
+                    break
+                conn.sleep(0.01)
+                continue
+            counts.append(props.headers["x-delivery-count"])
+            ch.basic_nack(method.delivery_tag, requeue=True)
+        assert counts == list(range(21))
+        method, props, _ = ch.basic_get(f"{p}.dead", auto_ack=True)
+        assert props.headers["x-death"][0]["reason"] == "delivery_limit"
+        assert "x-delivery-count" not in props.headers  # the stored message, not a delivery
+        ch.queue_delete(f"{p}.q")
+        ch.queue_delete(f"{p}.dead")
+        ch.exchange_delete(f"{p}.dlx")
+    finally:
+        conn.close()

@@ -398,10 +398,53 @@ def priority_queue(url: str, p: str) -> Transcript:
     return log
 
 
+# --- quorum queues ----------------------------------------------------------------------
+
+
+def quorum_delivery_limit(url: str, p: str) -> Transcript:
+    """A quorum queue counts returns (nack with requeue, a channel closed with the message
+    unacked) in x-delivery-count and dead-letters a message returned more often than
+    x-delivery-limit (reason delivery_limit). The default limit (none in 3.10, 20 in 4.x)
+    is tested on the gateway alone."""
+    log: Transcript = []
+    conn = _connect(url)
+    ch = conn.channel()
+    ch.exchange_declare(f"{p}.qdlx", "fanout")
+    ch.queue_declare(f"{p}.qdead")
+    ch.queue_bind(f"{p}.qdead", f"{p}.qdlx")
+    args = {"x-queue-type": "quorum", "x-delivery-limit": 2, "x-dead-letter-exchange": f"{p}.qdlx"}
+    ch.queue_declare(f"{p}.quorum", durable=True, arguments=args)
+    ch.basic_publish("", f"{p}.quorum", b"poison", pika.BasicProperties(headers={"a": 1}))
+    for _ in range(3):
+        method, props, body = _get(ch, f"{p}.quorum")
+        log.append(("nacked", body, method.redelivered, _typed(props.headers)))
+        ch.basic_nack(method.delivery_tag, requeue=True)
+    _, props, body = _get(ch, f"{p}.qdead")
+    headers = {k: v for k, v in props.headers.items() if not k.startswith("x-last")}
+    log.append(("dead", body, _typed(headers)))
+    log.append(
+        ("left", ch.queue_declare(f"{p}.quorum", durable=True, arguments=args).method.message_count)
+    )
+    ch.basic_publish("", f"{p}.quorum", b"closer")
+    for _ in range(3):
+        other = conn.channel()
+        method, props, body = _get(other, f"{p}.quorum")
+        log.append(("closed", body, method.redelivered, _typed(props.headers)))
+        other.close()
+    _, props, body = _get(ch, f"{p}.qdead")
+    log.append(("dead", body, props.headers["x-death"][0]["reason"]))
+    ch.queue_delete(f"{p}.quorum")
+    ch.queue_delete(f"{p}.qdead")
+    ch.exchange_delete(f"{p}.qdlx")
+    conn.close()
+    return log
+
+
 PATTERN_SCENARIOS = [
     direct_reply_to,
     dead_letter_retry_loop,
     dead_letter_keeps_header_types,
     ttl_without_consumers,
     priority_queue,
+    quorum_delivery_limit,
 ]

@@ -75,6 +75,9 @@ class StoredDelivery:
     message_id: Hashable
     message: AmqpMessage
     redelivery_count: int = 0
+    # a quorum queue's unsuccessful deliveries so far, sent as x-delivery-count (None for
+    # queues that do not count them: delivery_limits.py)
+    delivery_count: int | None = None
 
     @property
     def redelivered(self) -> bool:

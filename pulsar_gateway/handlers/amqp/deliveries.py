@@ -16,6 +16,7 @@ from pamqp import base, commands
 
 from pulsar_gateway.handlers.amqp.broker_model import StoredDelivery
 from pulsar_gateway.handlers.amqp.channel import Channel, Consumer, Unacked
+from pulsar_gateway.handlers.amqp.delivery_limits import outgoing_properties
 from pulsar_gateway.handlers.amqp.direct_reply import REPLY_TO, check_reply_consume
 from pulsar_gateway.handlers.amqp.errors import AmqpError, ReplyCode, resource
 from pulsar_gateway.handlers.amqp.frames import make_method
@@ -122,7 +123,8 @@ class Deliveries:
             routing_key=message.routing_key,
             message_count=engine.message_count,
         )
-        self.context.send_content(channel.number, reply, message.body, message.properties_raw)
+        properties = outgoing_properties(delivery)
+        self.context.send_content(channel.number, reply, message.body, properties)
 
     # --- settlement -------------------------------------------------------------------
 

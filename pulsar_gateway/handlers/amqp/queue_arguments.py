@@ -100,7 +100,7 @@ ARGUMENT_SUPPORT: Mapping[str, tuple[str, str]] = {
     "x-queue-master-locator": (ACCEPTED, "placement is Pulsar's"),
     "x-queue-leader-locator": (ACCEPTED, "placement is Pulsar's"),
     "x-quorum-initial-group-size": (ACCEPTED, "replication is Pulsar's"),
-    "x-delivery-limit": (ACCEPTED, "not enforced: a poison message is redelivered forever"),
+    "x-delivery-limit": (ENFORCED, "quorum queues; 20 when unset, as RabbitMQ 4"),
 }
 
 

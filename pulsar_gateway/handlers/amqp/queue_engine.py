@@ -30,16 +30,17 @@ import time
 from collections.abc import Hashable, Iterable
 
 from pulsar_gateway.handlers.amqp.broker_model import BrokerStore, QueueReader, StoredDelivery
+from pulsar_gateway.handlers.amqp.delivery_limits import DeliveryCounts, delivery_limit
 from pulsar_gateway.handlers.amqp.message_memory import AckedIds, DeliveredIds
 from pulsar_gateway.handlers.amqp.queue_roles import QueueConsumer, QueueVhost
-from pulsar_gateway.handlers.amqp.ready_messages import ReadyMessages
+from pulsar_gateway.handlers.amqp.ready_messages import ReadyMessages, fetch_more
 from pulsar_gateway.handlers.amqp.saved_count import SavedCount
 from pulsar_gateway.handlers.amqp.topology import Queue
 
 log = logging.getLogger("gateway.amqp.queue")
 
 FETCH_BATCH = 500
-PRIORITY_GATHER_SECONDS = 0.2  # see QueueEngine._rest_of_backlog
+PRIORITY_GATHER_SECONDS = 0.2  # see ready_messages.fetch_more
 READY_LOW_WATER = 200  # fetch more when fewer than this are ready in memory
 GET_WAIT_SECONDS = 2.0  # basic.get waits this long for a message the count says exists
 # Consumers wait and Pulsar sends nothing: nudge the subscription after this long, then
@@ -85,6 +86,8 @@ class QueueEngine:
         # fetches the head with no consumer, so it expires on time (docs/compatibility.md)
         self.expiring = queue.message_ttl is not None
         self._gather_since: float | None = None  # see _backlog_unfetched
+        limit = delivery_limit(queue)
+        self._counts = DeliveryCounts(limit) if limit is not None else None
         self.ever_consumed = False
         self.last_used = time.monotonic()
 
@@ -224,7 +227,10 @@ class QueueEngine:
                 reader = await self.ensure_reader()
                 batch = await reader.fetch(FETCH_BATCH, timeout)
                 if batch and self.queue.max_priority:
-                    batch += await self._rest_of_backlog(reader, len(batch))
+                    # a priority queue orders its stored backlog before it delivers
+                    missing = self._ready_uncapped - len(self.ready) - len(batch)
+                    room = FETCH_BATCH - len(batch)
+                    batch += await fetch_more(reader, missing, room, PRIORITY_GATHER_SECONDS)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
@@ -250,23 +256,6 @@ class QueueEngine:
                 await reader.nudge()
                 idle_nudge = min(idle_nudge * 2, IDLE_NUDGE_MAX_SECONDS)
             self._take(batch)
-
-    async def _rest_of_backlog(self, reader: QueueReader, have: int) -> list[StoredDelivery]:
-        """A priority queue fetches what its count says is stored (up to FETCH_BATCH, for
-        at most PRIORITY_GATHER_SECONDS) before it delivers, so a higher priority stored
-        after the first message fetched still goes first, as RabbitMQ orders its backlog."""
-        more: list[StoredDelivery] = []
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + PRIORITY_GATHER_SECONDS
-        while self._ready_uncapped > len(self.ready) + have + len(more):
-            room, left = FETCH_BATCH - have - len(more), deadline - loop.time()
-            if room <= 0 or left <= 0:
-                break
-            got = await reader.fetch(room, left)
-            if not got:
-                break
-            more += got
-        return more
 
     def _take(self, batch: list[StoredDelivery]) -> None:
         reacked: list[Hashable] = []
@@ -368,6 +357,8 @@ class QueueEngine:
         for message_id in ids:
             self._held.discard(message_id)
             self._deliveries.forget(message_id)
+            if self._counts is not None:
+                self._counts.forget(message_id)
         if ack:
             self.ack_stored(ids)
         if not was_outstanding:
@@ -463,7 +454,7 @@ class QueueEngine:
                     break
             if consumer is None:
                 break
-            delivery = self.ready.popleft()
+            delivery = self._stamped(self.ready.popleft())
             redelivered = self._deliveries.mark(delivery)
             self._delivering(delivery)
             if consumer.no_ack:
@@ -492,6 +483,10 @@ class QueueEngine:
             asyncio.get_running_loop().call_later(PRIORITY_GATHER_SECONDS, self.dispatch)
         return now - self._gather_since < PRIORITY_GATHER_SECONDS
 
+    def _stamped(self, delivery: StoredDelivery) -> StoredDelivery:
+        """A delivery going out, with its count when the queue counts them."""
+        return delivery if self._counts is None else self._counts.stamp(delivery)
+
     def _delivering(self, delivery: StoredDelivery) -> None:
         """A ready message goes to a client: unacked now, no longer ready."""
         self.outstanding += 1
@@ -513,7 +508,11 @@ class QueueEngine:
 
     def requeue(self, deliveries: list[StoredDelivery]) -> None:
         """Back to their original places in the queue (RabbitMQ's classic queues do
-        the same), marked redelivered."""
+        the same), marked redelivered; a quorum queue dead-letters those past its delivery
+        limit instead (delivery_limits.py)."""
+        if self._counts is not None:
+            deliveries, spent = self._counts.returned(deliveries)
+            self.reject(spent, "delivery_limit")
         if not deliveries:
             return
         self.outstanding = max(0, self.outstanding - len(deliveries))
@@ -523,13 +522,13 @@ class QueueEngine:
         self.ready.put_back(deliveries)
         self.dispatch()
 
-    def reject(self, deliveries: list[StoredDelivery]) -> None:
+    def reject(self, deliveries: list[StoredDelivery], reason: str = "rejected") -> None:
         """nack/reject without requeue: dead-letter (or drop) delivered messages."""
         if deliveries:
             self.outstanding = max(0, self.outstanding - len(deliveries))
             # back among the ready for a moment: dropping them settles ready messages
             self._ready_bytes_changed(_body_bytes(deliveries))
-            self._drop(deliveries, "rejected")
+            self._drop(deliveries, reason)
             self.dispatch()
 
     async def get(self) -> tuple[StoredDelivery, bool] | None:
@@ -545,7 +544,7 @@ class QueueEngine:
             self._expire()
         if not self.ready:
             return None
-        delivery = self.ready.popleft()
+        delivery = self._stamped(self.ready.popleft())
         self._delivering(delivery)
         return delivery, self._deliveries.mark(delivery)
 

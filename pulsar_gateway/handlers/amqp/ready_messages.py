@@ -14,12 +14,13 @@ holds (docs/compatibility.md).
 
 from __future__ import annotations
 
+import asyncio
 import bisect
 import heapq
 from collections import deque
 from collections.abc import Iterable, Iterator
 
-from pulsar_gateway.handlers.amqp.broker_model import StoredDelivery
+from pulsar_gateway.handlers.amqp.broker_model import QueueReader, StoredDelivery
 
 
 class ReadyMessages:
@@ -117,6 +118,27 @@ class ReadyMessages:
     def __iter__(self) -> Iterator[StoredDelivery]:
         for level in reversed(self._order):
             yield from self._levels[level]
+
+
+async def fetch_more(
+    reader: QueueReader, missing: int, room: int, seconds: float
+) -> list[StoredDelivery]:
+    """Up to `missing` more messages (at most `room`) that the queue's count says are
+    stored, fetched for at most `seconds`: a priority queue gathers its backlog before it
+    delivers, so a higher priority stored after the first message fetched still goes
+    first, as RabbitMQ orders its backlog."""
+    more: list[StoredDelivery] = []
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + seconds
+    while len(more) < min(missing, room):
+        left = deadline - loop.time()
+        if left <= 0:
+            break
+        got = await reader.fetch(min(missing, room) - len(more), left)
+        if not got:
+            break
+        more += got
+    return more
 
 
 def expiry_of(delivery: StoredDelivery, queue_ttl: int | None) -> int | None:
