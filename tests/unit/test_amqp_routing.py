@@ -515,9 +515,21 @@ def test_exchange_inequivalent(kwargs: dict, field: str, received: str, current:
         ("nope", {"passive": True}, 404, "no exchange 'nope' in vhost '/'"),
         (
             "x",
-            {"exchange_type": "x-delayed-message"},
+            {"exchange_type": "x-consistent-hash"},
             503,
-            "unknown exchange type 'x-delayed-message'",
+            "unknown exchange type 'x-consistent-hash'",
+        ),
+        (
+            "x",
+            {"exchange_type": "x-delayed-message"},
+            406,
+            "Invalid argument, 'x-delayed-type' must be an existing exchange type",
+        ),
+        (
+            "x",
+            {"exchange_type": "x-delayed-message", "arguments": {"x-delayed-type": "nope"}},
+            406,
+            "Invalid argument, 'x-delayed-type' must be an existing exchange type",
         ),
         (
             "x",

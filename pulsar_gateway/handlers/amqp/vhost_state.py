@@ -16,13 +16,17 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from pulsar_gateway.handlers.amqp.broker_model import AmqpMessage, BrokerStore, StoredDelivery
-from pulsar_gateway.handlers.amqp.dead_letters import dead_letter_copy
+from pulsar_gateway.handlers.amqp.dead_letters import dead_letter_copy, message_headers
+from pulsar_gateway.handlers.amqp.delayed_exchange import DelayedMessages, uses_delays
 from pulsar_gateway.handlers.amqp.direct_reply import ReplyRoutes
+from pulsar_gateway.handlers.amqp.errors import AmqpError
+from pulsar_gateway.handlers.amqp.exchange_routing import route, sender_selected_keys
 from pulsar_gateway.handlers.amqp.queue_engine import QueueEngine
 from pulsar_gateway.handlers.amqp.topology import (
     Binding,
     DestinationKind,
     Exchange,
+    ExchangeType,
     Queue,
     Topology,
 )
@@ -44,11 +48,37 @@ class VhostState:
         self.reader_idle_seconds = reader_idle_seconds
         self.engines: dict[str, QueueEngine] = {}
         self.replies = ReplyRoutes()  # direct reply-to consumers by address
+        self._delayed: DelayedMessages | None = None  # x-delayed-message exchanges' holds
         # held across a check (topology_rules) and the change it allows
         self.lock = asyncio.Lock()
         self.queue_used: dict[str, float] = {q: time.monotonic() for q in topology.queues}
         self._sweeper = asyncio.ensure_future(self._sweep_expired())
         self._wake_expiring()
+        if uses_delays(topology):
+            self.delayed.start()
+
+    @property
+    def delayed(self) -> DelayedMessages:
+        """The vhost's delayed messages (delayed_exchange.py), opened on first use."""
+        if self._delayed is None:
+            self._delayed = DelayedMessages(self.store, self.name, self)
+        return self._delayed
+
+    async def route_due(self, message: AmqpMessage) -> None:
+        """A delayed message is due: routed by its exchange now, and stored."""
+        headers = message_headers(message.properties_raw)
+        try:
+            queues = route(
+                self.topology,
+                message.exchange,
+                message.routing_key,
+                headers,
+                sender_selected_keys(headers),
+            )
+        except AmqpError:
+            return  # the exchange is gone: so is the message, as with the plugin
+        if queues:
+            await self.write(queues, message)
 
     def _wake_expiring(self) -> None:
         """After a start, messages left in a queue may be due to expire (a TTL, or the
@@ -77,6 +107,8 @@ class VhostState:
     async def add_exchange(self, exchange: Exchange) -> None:
         await self.store.save_exchange(self.name, exchange)
         self.topology.add_exchange(exchange)
+        if exchange.type is ExchangeType.DELAYED:
+            await self.delayed.start()
 
     async def add_queue(self, queue: Queue) -> None:
         await self.store.save_queue(self.name, queue)
@@ -283,6 +315,8 @@ class VhostState:
 
     async def close(self) -> None:
         self._sweeper.cancel()
+        if self._delayed is not None:
+            await self._delayed.close()
         for engine in list(self.engines.values()):
             await engine.flush_count()
             await engine.close()
