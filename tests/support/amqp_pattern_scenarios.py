@@ -6,6 +6,7 @@ follows is compared here; the rest is in tests/integration/test_amqp_patterns.py
 
 from __future__ import annotations
 
+import datetime
 import socket
 import struct
 import time
@@ -440,6 +441,130 @@ def quorum_delivery_limit(url: str, p: str) -> Transcript:
     return log
 
 
+# --- stream queues ----------------------------------------------------------------------
+
+
+def _stream_read(conn: Any, queue: str, offset: Any, expect: int, prefetch: int = 3) -> list:
+    """What one consumer at `offset` gets: (body, x-stream-offset, redelivered), acking
+    each (with a prefetch below the count, acks are what lets it go on)."""
+    got: list = []
+    ch = conn.channel()
+    ch.basic_qos(prefetch_count=prefetch)
+
+    def on_message(channel: Any, method: Any, props: Any, body: bytes) -> None:
+        offset_header = (props.headers or {}).get("x-stream-offset")
+        got.append((body, _typed(offset_header), method.redelivered))
+        channel.basic_ack(method.delivery_tag)
+
+    arguments = {} if offset is None else {"x-stream-offset": offset}
+    ch.basic_consume(queue, on_message, arguments=arguments)
+    deadline = time.time() + 5
+    while len(got) < expect and time.time() < deadline:
+        conn.process_data_events(time_limit=0.05)
+    conn.process_data_events(time_limit=0.2)  # nothing beyond `expect`
+    ch.close()
+    return got
+
+
+def _connection_error(url: str, call: Callable[[Any], object]) -> tuple[int, str]:
+    conn = _connect(url)
+    try:
+        call(conn.channel())
+        conn.process_data_events(time_limit=0.3)
+    except pika.exceptions.ConnectionClosedByBroker as error:
+        return (error.reply_code, error.reply_text)
+    except pika.exceptions.ChannelClosedByBroker as error:
+        return (error.reply_code, error.reply_text)
+    conn.close()
+    return (0, "no error")
+
+
+def stream_queue(url: str, p: str) -> Transcript:
+    """x-queue-type stream over AMQP 0-9-1: append-only, each consumer at its own offset
+    (first, last, next, a number, a timestamp, an interval), x-stream-offset on every
+    delivery, acks as credit; the declare, consume, get and nack rules with their errors."""
+    log: Transcript = []
+    conn = _connect(url)
+    ch = conn.channel()
+    q = f"{p}.stream"
+    args = {"x-queue-type": "stream"}
+    log.append(("non-durable", _closed_by(lambda: conn.channel().queue_declare(q, arguments=args))))
+    bad = {"x-queue-type": "stream", "x-max-length": 5}
+    log.append(
+        (
+            "max-length",
+            _closed_by(lambda: conn.channel().queue_declare(q, durable=True, arguments=bad)),
+        )
+    )
+    retention = {"x-queue-type": "stream", "x-max-age": "1D", "x-max-length-bytes": 10**9}
+    ok = ch.queue_declare(q, durable=True, arguments=retention).method
+    log.append(("declare", ok.message_count, ok.consumer_count))
+    ch.confirm_delivery()
+    for i in range(10):
+        ch.basic_publish("", q, f"m{i}".encode(), pika.BasicProperties(headers={"i": i}))
+    log.append(
+        ("count", ch.queue_declare(q, durable=True, arguments=retention).method.message_count)
+    )
+    log.append(("no-qos", _closed_by(lambda: conn.channel().basic_consume(q, print))))
+    log.append(("get", _connection_error(url, lambda c: c.basic_get(q))))
+
+    def no_ack(c: Any) -> None:
+        c.basic_qos(prefetch_count=1)
+        c.basic_consume(q, print, auto_ack=True)
+
+    log.append(("no-ack", _connection_error(url, no_ack)))
+    an_hour_ago = datetime.datetime.now() - datetime.timedelta(hours=1)
+    for offset, expect in (
+        ("first", 10),
+        ("last", 1),
+        ("next", 0),
+        (6, 4),
+        (0, 10),
+        (100, 0),
+        (an_hour_ago, 10),
+        ("10m", 10),
+        (None, 0),
+    ):
+        shown = "timestamp" if isinstance(offset, datetime.datetime) else offset
+        log.append(("offset", shown, _stream_read(conn, q, offset, expect)))
+    # two consumers at once, each at its own offset, and what is appended meanwhile
+    both: dict[str, list] = {"a": [], "b": []}
+    channels = []
+    for name, offset in (("a", 7), ("b", "next")):
+        c = conn.channel()
+        c.basic_qos(prefetch_count=2)
+
+        def take(channel: Any, method: Any, props: Any, body: bytes, name: str = name) -> None:
+            both[name].append((body, props.headers["x-stream-offset"]))
+            channel.basic_ack(method.delivery_tag)
+
+        c.basic_consume(q, take, arguments={"x-stream-offset": offset})
+        channels.append(c)
+    conn.process_data_events(time_limit=0.5)
+    for i in range(10, 13):
+        ch.basic_publish("", q, f"m{i}".encode())
+    deadline = time.time() + 5
+    while (len(both["a"]) < 6 or len(both["b"]) < 3) and time.time() < deadline:
+        conn.process_data_events(time_limit=0.05)
+    log.append(("together", both))
+    for c in channels:
+        c.close()
+
+    def nack(c: Any) -> None:
+        c.basic_qos(prefetch_count=1)
+        c.basic_consume(
+            q,
+            lambda ch_, m, _p, _b: ch_.basic_nack(m.delivery_tag),
+            arguments={"x-stream-offset": "first"},
+        )
+        c.connection.process_data_events(time_limit=1)
+
+    log.append(("nack", _connection_error(url, nack)))
+    ch.queue_delete(q)
+    conn.close()
+    return log
+
+
 PATTERN_SCENARIOS = [
     direct_reply_to,
     dead_letter_retry_loop,
@@ -447,4 +572,5 @@ PATTERN_SCENARIOS = [
     ttl_without_consumers,
     priority_queue,
     quorum_delivery_limit,
+    stream_queue,
 ]

@@ -724,9 +724,18 @@ def test_passive_and_exclusive_queue_access() -> None:
             "\"unsupported queue mode 'eager'\"",
         ),
         (
-            {"x-queue-type": "stream"},
+            {"x-queue-type": "streams"},
             "invalid arg 'x-queue-type' for queue 'q' in vhost '/': "
-            "\"unsupported queue type 'stream'\"",
+            "\"unsupported queue type 'streams'\"",
+        ),
+        (
+            {"x-queue-type": "stream", "x-max-length": 5},
+            "invalid arg 'x-max-length' for queue 'q' in vhost '/' of queue type "
+            "rabbit_stream_queue",
+        ),
+        (
+            {"x-queue-type": "stream", "x-max-age": "1X"},
+            "invalid arg 'x-max-age' for queue 'q' in vhost '/': invalid_max_age",
         ),
         (
             {"x-max-age": "1D"},

@@ -255,7 +255,7 @@ class Channel:
             self.unacked[tag] = Unacked(tag, engine, delivery, consumer)
             consumer.unacked += 1
         message = delivery.message
-        if delivery.delivery_count is not None:
+        if delivery.delivery_count is not None or delivery.stream_offset is not None:
             message = dataclasses.replace(message, properties_raw=outgoing_properties(delivery))
         self.connection.send_deliver(self.number, consumer.tag, tag, redelivered, message)
         if self.awaiting_delivery:

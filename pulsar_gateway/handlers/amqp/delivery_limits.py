@@ -31,6 +31,7 @@ from pulsar_gateway.handlers.amqp.topology import Queue
 
 DEFAULT_DELIVERY_LIMIT = 20  # RabbitMQ 4.0's default for quorum queues
 DELIVERY_COUNT = "x-delivery-count"
+STREAM_OFFSET = "x-stream-offset"
 
 
 def delivery_limit(queue: Queue) -> int | None:
@@ -80,13 +81,18 @@ class DeliveryCounts:
 
 def outgoing_properties(delivery: StoredDelivery) -> bytes:
     """The property octets a delivery is sent with: as stored, plus `x-delivery-count`
-    when its queue counts deliveries (the other headers keep their octets)."""
+    when its queue counts deliveries and `x-stream-offset` when it comes from a stream
+    (the other headers keep their octets)."""
     raw = delivery.message.properties_raw
-    if delivery.delivery_count is None:
+    added = {}
+    if delivery.delivery_count is not None:
+        added[DELIVERY_COUNT] = long_value(delivery.delivery_count)
+    if delivery.stream_offset is not None:
+        added[STREAM_OFFSET] = long_value(delivery.stream_offset)
+    if not added:
         return raw
     _, fields = split_properties(raw)
     entries = split_table(fields["headers"]) if "headers" in fields else []
-    entries = [(name, value) for name, value in entries if name != DELIVERY_COUNT]
-    entries.append((DELIVERY_COUNT, long_value(delivery.delivery_count)))
-    fields["headers"] = join_table(entries)
+    entries = [(name, value) for name, value in entries if name not in added]
+    fields["headers"] = join_table([*entries, *added.items()])
     return join_properties(fields)

@@ -20,6 +20,8 @@ class QueueConsumer(Protocol):
     tag: str
     no_ack: bool
     exclusive: bool
+    prefetch: int
+    unacked: int
 
     def has_credit(self) -> bool: ...
 

@@ -95,6 +95,10 @@ class Queue:
         return self._int("x-expires")
 
     @property
+    def is_stream(self) -> bool:
+        return self.queue_type == "stream"
+
+    @property
     def max_priority(self) -> int | None:
         return self._int("x-max-priority")
 

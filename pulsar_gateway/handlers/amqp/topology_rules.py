@@ -247,7 +247,7 @@ def declare_queue(
             module = QUEUE_TYPES[_queue_type(arguments)]
             text = f"invalid arg '{arg}' for {what} of queue type {module}"
         raise AmqpError(ReplyCode.PRECONDITION_FAILED, text)
-    if _queue_type(arguments) == "quorum":
+    if _queue_type(arguments) in ("quorum", "stream"):
         for bad, prop in (
             (auto_delete, "auto-delete"),
             (exclusive, "exclusive-owner"),

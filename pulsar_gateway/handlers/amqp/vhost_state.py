@@ -22,6 +22,7 @@ from pulsar_gateway.handlers.amqp.direct_reply import ReplyRoutes
 from pulsar_gateway.handlers.amqp.errors import AmqpError
 from pulsar_gateway.handlers.amqp.exchange_routing import route, sender_selected_keys
 from pulsar_gateway.handlers.amqp.queue_engine import QueueEngine
+from pulsar_gateway.handlers.amqp.stream_engine import StreamEngine
 from pulsar_gateway.handlers.amqp.topology import (
     Binding,
     DestinationKind,
@@ -47,6 +48,7 @@ class VhostState:
         self.store = store
         self.reader_idle_seconds = reader_idle_seconds
         self.engines: dict[str, QueueEngine] = {}
+        self.streams: dict[str, StreamEngine] = {}  # stream queues (stream_engine.py)
         self.replies = ReplyRoutes()  # direct reply-to consumers by address
         self._delayed: DelayedMessages | None = None  # x-delayed-message exchanges' holds
         # held across a check (topology_rules) and the change it allows
@@ -98,6 +100,19 @@ class VhostState:
             engine = self.engines[name] = QueueEngine(self, self.topology.queues[name], self.store)
         return engine
 
+    def stream(self, name: str) -> StreamEngine:
+        engine = self.streams.get(name)
+        if engine is None or engine.closed:
+            queue = self.topology.queues[name]
+            engine = self.streams[name] = StreamEngine(self.name, queue, self.store)
+        return engine
+
+    def consumed(self, name: str) -> QueueEngine | StreamEngine:
+        """The engine of a queue for queue.declare-ok's counts and queue.delete's checks."""
+        if self.topology.queues[name].is_stream:
+            return self.stream(name)
+        return self.engine(name)
+
     def touch(self, queue: str) -> None:
         """The queue was used (declared again, read with basic.get): x-expires restarts."""
         self.queue_used[queue] = time.monotonic()
@@ -137,6 +152,10 @@ class VhostState:
         if engine is not None:
             engine.cancel_consumers()
             await engine.close()
+        stream = self.streams.pop(name, None)
+        if stream is not None:
+            stream.cancel_consumers()
+            await stream.close()
         self.queue_used.pop(name, None)
         await self._forget(lambda: self.topology.remove_queue(name))
         await self.store.remove_queue(self.name, name)
@@ -236,7 +255,8 @@ class VhostState:
 
     def _writing(self, queues: Iterable[str], size: int) -> None:
         for name in queues:
-            if name in self.topology.queues:
+            queue = self.topology.queues.get(name)
+            if queue is not None and not queue.is_stream:
                 self.engine(name).publishing(1, size)
 
     def _written(self, queues: Iterable[str], size: int, ok: bool, expiring: bool) -> None:
@@ -317,6 +337,8 @@ class VhostState:
         self._sweeper.cancel()
         if self._delayed is not None:
             await self._delayed.close()
+        for stream in list(self.streams.values()):
+            await stream.close()
         for engine in list(self.engines.values()):
             await engine.flush_count()
             await engine.close()
