@@ -35,6 +35,7 @@ from pulsar_gateway.gateway.metadata_store import MetadataStore
 from pulsar_gateway.gateway.reserved_names import ReservedNamespaces
 from pulsar_gateway.gateway.topic_names import kafka_topic_name
 from pulsar_gateway.handlers.authorization import Authorizer
+from pulsar_gateway.handlers.kafka.port import TopicExists
 from pulsar_gateway.handlers.kafka.server import advertised_host
 from pulsar_gateway.management_port import management_port
 from pulsar_gateway.security.oauthbearer import TokenValidator, load_validator
@@ -265,7 +266,11 @@ class Gateway:
             from pulsar_gateway.storage.amqp.store import PulsarAmqpStore
 
             store = PulsarAmqpStore(
-                self.backend, self.metadata, settings.amqp.tenant, reserved=reserved
+                self.backend,
+                self.metadata,
+                settings.amqp.tenant,
+                reserved=reserved,
+                register_stream=self._stream_topic,
             )
             self._amqp_store = store
             amqp_server = AmqpServer(
@@ -335,6 +340,14 @@ class Gateway:
                 for t, i in topics.open_partition_names()
             ],
         )
+
+    async def _stream_topic(self, topic: str) -> None:
+        """An AMQP stream queue is partition 0 of the Kafka topic `topic` (its Pulsar name):
+        one partition, made once (docs/compatibility.md, "Stream queues")."""
+        if self.topics.registry.get(topic) is not None:
+            return
+        with contextlib.suppress(TopicExists):
+            await self.topics.create(topic, 1)
 
     async def _bootstrap_user(self, users: UsersStore) -> None:
         """`gateway.bootstrap_user`: created with the password file's first line when the

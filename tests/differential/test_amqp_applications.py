@@ -1,7 +1,7 @@
 """Small real applications, each run against RabbitMQ 3.10 and against the gateway: what
 they observe must be the same (issue 36). Written as their frameworks use AMQP: aio-pika
-for an RPC client and server over direct reply-to, and a nameko-style service (RPC plus
-events) on pika.
+for an RPC client and server over direct reply-to, Celery with retries, countdowns and a
+worker killed on the way, and a nameko-style service (RPC plus events) on pika.
 
 One RabbitMQ node and one gateway serve the whole module.
 """
@@ -11,12 +11,16 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import aio_pika
 import pytest
 
 from tests.support.gateway_process import GatewayProcess
+from tests.support.nameko_style import Service, call_many
 from tests.support.rabbitmq_process import RabbitMQProcess, available
+from tests.support.task_run import run_in_process
+from tests.support.waiting import wait_until
 
 REPLY_TO = "amq.rabbitmq.reply-to"
 
@@ -83,3 +87,37 @@ async def _rpc_round_trip(url: str, calls: int) -> list[str]:
 def test_rpc_round_trip_over_direct_reply_to(url: str) -> None:
     answers = asyncio.run(_rpc_round_trip(url, 50))
     assert answers == [str(i * i) for i in range(50)]
+
+
+def test_a_task_framework_with_retries_and_delays_survives_a_killed_worker(
+    url: str, tmp_path: Path
+) -> None:
+    """Celery with late acks: 90 tasks, a third failing once and retried after a countdown,
+    a fifth sent with a countdown, two workers of which one is killed -9 a third of the way:
+    every task is done, with the right result, on both brokers."""
+    celery_url = url.replace("%2F", "").rstrip("/") + "//"
+    queue = f"tasks-{uuid.uuid4().hex[:8]}"
+    run = run_in_process(celery_url, queue, 90, tmp_path, kill_after=30)
+    assert run.killed_worker
+    assert (run.done, run.correct) == (90, 90)
+
+
+def test_a_nameko_style_service_answers_calls_and_its_listeners_get_each_event(
+    url: str,
+) -> None:
+    prefix = f"nk-{uuid.uuid4().hex[:8]}"
+    service = Service(url, prefix)
+    service.start()
+    assert service.ready.wait(10) and service.error is None, service.error
+    names = [f"n{i}" for i in range(25)]
+    try:
+        assert call_many(url, prefix, names) == [f"hello, {name}" for name in names]
+        wait_until(
+            lambda: all(len(e) >= len(names) for e in service.events.values()),
+            10,
+            message="every listener's events",
+        )
+    finally:
+        service.stopping.set()
+        service.join(10)
+    assert service.events == {"audit": names, "mailer": names}

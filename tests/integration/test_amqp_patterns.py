@@ -6,6 +6,7 @@ One gateway serves the module.
 
 from __future__ import annotations
 
+import time
 import uuid
 
 import pika
@@ -108,6 +109,84 @@ def test_x_last_death_headers_follow_each_death(gateway: GatewayProcess) -> None
         assert [d["reason"] for d in headers["x-death"]] == ["expired", "rejected"]
         for queue in ("a", "b", "dead"):
             ch.queue_delete(f"{p}.{queue}")
+        ch.exchange_delete(f"{p}.dlx")
+    finally:
+        conn.close()
+
+
+def test_a_200_ms_ttl_in_an_unconsumed_queue_is_dead_lettered_within_a_second(
+    gateway: GatewayProcess,
+) -> None:
+    """Issue 36's bound: the queue's own timer expires the head with no consumer and no
+    access. Measured on this machine: 205-234 ms after the publish (RabbitMQ 3.10:
+    202-209 ms), for per-message TTL and x-message-ttl alike."""
+    conn = pika.BlockingConnection(pika.URLParameters(gateway.amqp_url))
+    try:
+        ch = conn.channel()
+        p = _name("ttl")
+        ch.exchange_declare(f"{p}.dlx", "fanout")
+        ch.queue_declare(f"{p}.delay", arguments={"x-dead-letter-exchange": f"{p}.dlx"})
+        queue_ttl = {"x-dead-letter-exchange": f"{p}.dlx", "x-message-ttl": 200}
+        ch.queue_declare(f"{p}.qttl", arguments=queue_ttl)
+        ch.queue_declare(f"{p}.out")
+        ch.queue_bind(f"{p}.out", f"{p}.dlx")
+        arrived: dict[bytes, float] = {}
+        ch.basic_consume(
+            f"{p}.out",
+            lambda _c, _m, _p, body: arrived.setdefault(body, time.monotonic()),
+            auto_ack=True,
+        )
+        ch.confirm_delivery()
+        sent: dict[bytes, float] = {}
+        for i in range(10):
+            sent[f"m{i}".encode()] = time.monotonic()
+            ch.basic_publish(
+                "", f"{p}.delay", f"m{i}".encode(), pika.BasicProperties(expiration="200")
+            )
+            sent[f"q{i}".encode()] = time.monotonic()
+            ch.basic_publish("", f"{p}.qttl", f"q{i}".encode())
+        pump_until(conn, lambda: len(arrived) == len(sent), "every message dead-lettered", 5)
+        delays = sorted(arrived[body] - sent[body] for body in sent)
+        assert delays[0] >= 0.19, delays  # not before its time
+        assert delays[-1] < 1.0, delays
+        for queue in ("delay", "qttl", "out"):
+            ch.queue_delete(f"{p}.{queue}")
+        ch.exchange_delete(f"{p}.dlx")
+    finally:
+        conn.close()
+
+
+def test_a_quorum_queue_without_a_limit_stops_a_poison_message_after_20_returns(
+    gateway: GatewayProcess,
+) -> None:
+    """RabbitMQ 4.0 made 20 the default x-delivery-limit of quorum queues (3.x had none,
+    and redelivered a poison message for ever): delivered 21 times, then dead-lettered."""
+    conn = pika.BlockingConnection(pika.URLParameters(gateway.amqp_url))
+    try:
+        ch = conn.channel()
+        p = _name("poison")
+        ch.exchange_declare(f"{p}.dlx", "fanout")
+        ch.queue_declare(f"{p}.dead")
+        ch.queue_bind(f"{p}.dead", f"{p}.dlx")
+        args = {"x-queue-type": "quorum", "x-dead-letter-exchange": f"{p}.dlx"}
+        ch.queue_declare(f"{p}.q", durable=True, arguments=args)
+        ch.basic_publish("", f"{p}.q", b"poison")
+        counts = []
+        while True:
+            method, props, _ = ch.basic_get(f"{p}.q")
+            if method is None:
+                if ch.queue_declare(f"{p}.dead", passive=True).method.message_count:
+                    break
+                conn.sleep(0.01)
+                continue
+            counts.append(props.headers["x-delivery-count"])
+            ch.basic_nack(method.delivery_tag, requeue=True)
+        assert counts == list(range(21))
+        method, props, _ = ch.basic_get(f"{p}.dead", auto_ack=True)
+        assert props.headers["x-death"][0]["reason"] == "delivery_limit"
+        assert "x-delivery-count" not in props.headers  # the stored message, not a delivery
+        ch.queue_delete(f"{p}.q")
+        ch.queue_delete(f"{p}.dead")
         ch.exchange_delete(f"{p}.dlx")
     finally:
         conn.close()

@@ -68,6 +68,34 @@ class MemoryReader:
             self.store.readers.remove(self)
 
 
+class MemoryStreamCursor:
+    """A stream's log read from a position (inclusive) on; nothing is ever removed."""
+
+    def __init__(self, store: MemoryStore, queue: str, start: Hashable | None) -> None:
+        self.store, self.queue = store, queue
+        self.after: Hashable | None = None
+        self.start = start
+
+    async def read(self, limit: int, timeout: float | None) -> list[StoredDelivery]:
+        deadline = asyncio.get_running_loop().time() + (timeout if timeout is not None else 3600)
+        while True:
+            log = self.store.messages.get(self.queue, {})
+            out = [
+                StoredDelivery(self.queue, key, msg)
+                for key, msg in log.items()
+                if (self.after is None or key > self.after)  # type: ignore[operator]
+                and (self.start is None or key >= self.start)  # type: ignore[operator]
+            ][:limit]
+            if out or asyncio.get_running_loop().time() >= deadline:
+                break
+            await asyncio.sleep(0.01)
+        if out:
+            self.after = out[-1].message_id
+        return out
+
+    async def close(self) -> None: ...
+
+
 class MemoryStore:
     """Queues as dicts of messages; topology records are not kept (nothing restarts)."""
 
@@ -122,13 +150,18 @@ class MemoryStore:
             raise ConnectionError("backend down")
         for queue in queues:
             key = (next(self.ids),)
-            self.messages[queue][key] = message
+            self.messages.setdefault(queue, {})[key] = message
             self._stored_at[key] = asyncio.get_running_loop().time()
 
     async def open_queue(self, vhost: str, queue: str) -> MemoryReader:
         reader = MemoryReader(self, queue)
         self.readers.append(reader)
         return reader
+
+    async def open_stream(
+        self, vhost: str, queue: str, start: Hashable | None
+    ) -> MemoryStreamCursor:
+        return MemoryStreamCursor(self, queue, start)
 
     def load_count(self, vhost: str, queue: str) -> int:
         return 0

@@ -6,6 +6,7 @@ follows is compared here; the rest is in tests/integration/test_amqp_patterns.py
 
 from __future__ import annotations
 
+import datetime
 import socket
 import struct
 import time
@@ -294,4 +295,282 @@ def dead_letter_keeps_header_types(url: str, p: str) -> Transcript:
     return log
 
 
-PATTERN_SCENARIOS = [direct_reply_to, dead_letter_retry_loop, dead_letter_keeps_header_types]
+# --- TTL without consumers --------------------------------------------------------------
+
+
+def _drain(ch: Any, queue: str, expect: int, wait: float = 5.0) -> list[bytes]:
+    """Bodies of `expect` messages got (acked) from `queue`, waiting up to `wait` s."""
+    out: list[bytes] = []
+    deadline = time.time() + wait
+    while len(out) < expect and time.time() < deadline:
+        method, _, body = ch.basic_get(queue, auto_ack=True)
+        if method is None:
+            time.sleep(0.02)
+            continue
+        out.append(body)
+    return out
+
+
+def ttl_without_consumers(url: str, p: str) -> Transcript:
+    """Messages expire at the head of a queue nobody reads and are dead-lettered, for
+    per-message TTL (the delay queues of task frameworks) and x-message-ttl; a message
+    with a TTL behind one without waits until it is at the head, as on RabbitMQ."""
+    log: Transcript = []
+    conn = _connect(url)
+    ch = conn.channel()
+    ch.confirm_delivery()
+    ch.exchange_declare(f"{p}.tdlx", "fanout")
+    ch.queue_declare(f"{p}.delay", arguments={"x-dead-letter-exchange": f"{p}.tdlx"})
+    ttl_args = {"x-dead-letter-exchange": f"{p}.tdlx", "x-message-ttl": 150}
+    ch.queue_declare(f"{p}.qttl", arguments=ttl_args)
+    ch.queue_declare(f"{p}.expired")
+    ch.queue_bind(f"{p}.expired", f"{p}.tdlx")
+    sends = [("d1", "100"), ("d2", "50"), ("keep", None), ("d3", "100")]
+    for body, expiration in sends:
+        properties = pika.BasicProperties(expiration=expiration)
+        ch.basic_publish("", f"{p}.delay", body.encode(), properties)
+    ch.basic_publish("", f"{p}.qttl", b"q1")
+    ch.basic_publish("", f"{p}.qttl", b"q2", pika.BasicProperties(expiration="60000"))
+    log.append(("expired", sorted(_drain(ch, f"{p}.expired", 4))))
+    log.append(("left", _drain(ch, f"{p}.delay", 1)))  # "keep"; d3 now at the head
+    log.append(("then", _drain(ch, f"{p}.expired", 1)))
+    log.append(("counts", ch.queue_declare(f"{p}.delay", passive=True).method.message_count))
+    for queue in ("delay", "qttl", "expired"):
+        ch.queue_delete(f"{p}.{queue}")
+    ch.exchange_delete(f"{p}.tdlx")
+    conn.close()
+    return log
+
+
+# --- priorities -------------------------------------------------------------------------
+
+
+def priority_queue(url: str, p: str) -> Transcript:
+    """x-max-priority: higher priorities first, equal ones in publish order, none as 0 and
+    above the maximum as the maximum; a requeued message goes back to its place among its
+    priority; a rejected one is dead-lettered with its priority; confirms as usual."""
+    log: Transcript = []
+    conn = _connect(url)
+    ch = conn.channel()
+    ch.confirm_delivery()
+    ch.exchange_declare(f"{p}.pdlx", "fanout")
+    args = {"x-max-priority": 10, "x-dead-letter-exchange": f"{p}.pdlx"}
+    ch.queue_declare(f"{p}.prio", arguments=args)
+    ch.queue_declare(f"{p}.pdead")
+    ch.queue_bind(f"{p}.pdead", f"{p}.pdlx")
+    sends = [("a", 1), ("b", 9), ("c", 5), ("d", None), ("e", 200), ("f", 9), ("g", 0)]
+    for body, priority in sends:
+        ch.basic_publish("", f"{p}.prio", body.encode(), pika.BasicProperties(priority=priority))
+        log.append(("confirmed", body))
+    log.append(("count", ch.queue_declare(f"{p}.prio", passive=True).method.message_count))
+    first, _, body = _get(ch, f"{p}.prio")
+    log.append(("first", body))
+    ch.basic_nack(first.delivery_tag, requeue=True)
+    order = []
+    for _ in range(len(sends)):
+        method, props, body = _get(ch, f"{p}.prio")
+        order.append((body, method.redelivered, props.priority))
+        if body == b"c":
+            ch.basic_reject(method.delivery_tag, requeue=False)
+        else:
+            ch.basic_ack(method.delivery_tag)
+    log.append(("order", order))
+    _, props, body = _get(ch, f"{p}.pdead")
+    log.append(("dead", body, props.priority))
+    # a consumer after a backlog: the same order
+    for body, priority in sends:
+        ch.basic_publish("", f"{p}.prio", body.encode(), pika.BasicProperties(priority=priority))
+    consumed: list[bytes] = []
+    ch.basic_qos(prefetch_count=1)
+
+    def take(channel: Any, method: Any, _props: Any, body: bytes) -> None:
+        consumed.append(body)
+        channel.basic_ack(method.delivery_tag)
+
+    ch.basic_consume(f"{p}.prio", take)
+    deadline = time.time() + 5
+    while len(consumed) < len(sends) and time.time() < deadline:
+        conn.process_data_events(time_limit=0.05)
+    log.append(("consumed", consumed))
+    for queue in ("prio", "pdead"):
+        ch.queue_delete(f"{p}.{queue}")
+    ch.exchange_delete(f"{p}.pdlx")
+    conn.close()
+    return log
+
+
+# --- quorum queues ----------------------------------------------------------------------
+
+
+def quorum_delivery_limit(url: str, p: str) -> Transcript:
+    """A quorum queue counts returns (nack with requeue, a channel closed with the message
+    unacked) in x-delivery-count and dead-letters a message returned more often than
+    x-delivery-limit (reason delivery_limit). The default limit (none in 3.10, 20 in 4.x)
+    is tested on the gateway alone."""
+    log: Transcript = []
+    conn = _connect(url)
+    ch = conn.channel()
+    ch.exchange_declare(f"{p}.qdlx", "fanout")
+    ch.queue_declare(f"{p}.qdead")
+    ch.queue_bind(f"{p}.qdead", f"{p}.qdlx")
+    args = {"x-queue-type": "quorum", "x-delivery-limit": 2, "x-dead-letter-exchange": f"{p}.qdlx"}
+    ch.queue_declare(f"{p}.quorum", durable=True, arguments=args)
+    ch.basic_publish("", f"{p}.quorum", b"poison", pika.BasicProperties(headers={"a": 1}))
+    for _ in range(3):
+        method, props, body = _get(ch, f"{p}.quorum")
+        log.append(("nacked", body, method.redelivered, _typed(props.headers)))
+        ch.basic_nack(method.delivery_tag, requeue=True)
+    _, props, body = _get(ch, f"{p}.qdead")
+    headers = {k: v for k, v in props.headers.items() if not k.startswith("x-last")}
+    log.append(("dead", body, _typed(headers)))
+    log.append(
+        ("left", ch.queue_declare(f"{p}.quorum", durable=True, arguments=args).method.message_count)
+    )
+    ch.basic_publish("", f"{p}.quorum", b"closer")
+    for _ in range(3):
+        other = conn.channel()
+        method, props, body = _get(other, f"{p}.quorum")
+        log.append(("closed", body, method.redelivered, _typed(props.headers)))
+        other.close()
+    _, props, body = _get(ch, f"{p}.qdead")
+    log.append(("dead", body, props.headers["x-death"][0]["reason"]))
+    ch.queue_delete(f"{p}.quorum")
+    ch.queue_delete(f"{p}.qdead")
+    ch.exchange_delete(f"{p}.qdlx")
+    conn.close()
+    return log
+
+
+# --- stream queues ----------------------------------------------------------------------
+
+
+def _stream_read(conn: Any, queue: str, offset: Any, expect: int, prefetch: int = 3) -> list:
+    """What one consumer at `offset` gets: (body, x-stream-offset, redelivered), acking
+    each (with a prefetch below the count, acks are what lets it go on)."""
+    got: list = []
+    ch = conn.channel()
+    ch.basic_qos(prefetch_count=prefetch)
+
+    def on_message(channel: Any, method: Any, props: Any, body: bytes) -> None:
+        offset_header = (props.headers or {}).get("x-stream-offset")
+        got.append((body, _typed(offset_header), method.redelivered))
+        channel.basic_ack(method.delivery_tag)
+
+    arguments = {} if offset is None else {"x-stream-offset": offset}
+    ch.basic_consume(queue, on_message, arguments=arguments)
+    deadline = time.time() + 5
+    while len(got) < expect and time.time() < deadline:
+        conn.process_data_events(time_limit=0.05)
+    conn.process_data_events(time_limit=0.2)  # nothing beyond `expect`
+    ch.close()
+    return got
+
+
+def _connection_error(url: str, call: Callable[[Any], object]) -> tuple[int, str]:
+    conn = _connect(url)
+    try:
+        call(conn.channel())
+        conn.process_data_events(time_limit=0.3)
+    except pika.exceptions.ConnectionClosedByBroker as error:
+        return (error.reply_code, error.reply_text)
+    except pika.exceptions.ChannelClosedByBroker as error:
+        return (error.reply_code, error.reply_text)
+    conn.close()
+    return (0, "no error")
+
+
+def stream_queue(url: str, p: str) -> Transcript:
+    """x-queue-type stream over AMQP 0-9-1: append-only, each consumer at its own offset
+    (first, last, next, a number, a timestamp, an interval), x-stream-offset on every
+    delivery, acks as credit; the declare, consume, get and nack rules with their errors."""
+    log: Transcript = []
+    conn = _connect(url)
+    ch = conn.channel()
+    q = f"{p}.stream"
+    args = {"x-queue-type": "stream"}
+    log.append(("non-durable", _closed_by(lambda: conn.channel().queue_declare(q, arguments=args))))
+    bad = {"x-queue-type": "stream", "x-max-length": 5}
+    log.append(
+        (
+            "max-length",
+            _closed_by(lambda: conn.channel().queue_declare(q, durable=True, arguments=bad)),
+        )
+    )
+    retention = {"x-queue-type": "stream", "x-max-age": "1D", "x-max-length-bytes": 10**9}
+    ok = ch.queue_declare(q, durable=True, arguments=retention).method
+    log.append(("declare", ok.message_count, ok.consumer_count))
+    ch.confirm_delivery()
+    for i in range(10):
+        ch.basic_publish("", q, f"m{i}".encode(), pika.BasicProperties(headers={"i": i}))
+    log.append(
+        ("count", ch.queue_declare(q, durable=True, arguments=retention).method.message_count)
+    )
+    log.append(("no-qos", _closed_by(lambda: conn.channel().basic_consume(q, print))))
+    log.append(("get", _connection_error(url, lambda c: c.basic_get(q))))
+
+    def no_ack(c: Any) -> None:
+        c.basic_qos(prefetch_count=1)
+        c.basic_consume(q, print, auto_ack=True)
+
+    log.append(("no-ack", _connection_error(url, no_ack)))
+    an_hour_ago = datetime.datetime.now() - datetime.timedelta(hours=1)
+    for offset, expect in (
+        ("first", 10),
+        ("last", 1),
+        ("next", 0),
+        (6, 4),
+        (0, 10),
+        (100, 0),
+        (an_hour_ago, 10),
+        ("10m", 10),
+        (None, 0),
+    ):
+        shown = "timestamp" if isinstance(offset, datetime.datetime) else offset
+        log.append(("offset", shown, _stream_read(conn, q, offset, expect)))
+    # two consumers at once, each at its own offset, and what is appended meanwhile
+    both: dict[str, list] = {"a": [], "b": []}
+    channels = []
+    for name, offset in (("a", 7), ("b", "next")):
+        c = conn.channel()
+        c.basic_qos(prefetch_count=2)
+
+        def take(channel: Any, method: Any, props: Any, body: bytes, name: str = name) -> None:
+            both[name].append((body, props.headers["x-stream-offset"]))
+            channel.basic_ack(method.delivery_tag)
+
+        c.basic_consume(q, take, arguments={"x-stream-offset": offset})
+        channels.append(c)
+    conn.process_data_events(time_limit=0.5)
+    for i in range(10, 13):
+        ch.basic_publish("", q, f"m{i}".encode())
+    deadline = time.time() + 5
+    while (len(both["a"]) < 6 or len(both["b"]) < 3) and time.time() < deadline:
+        conn.process_data_events(time_limit=0.05)
+    log.append(("together", both))
+    for c in channels:
+        c.close()
+
+    def nack(c: Any) -> None:
+        c.basic_qos(prefetch_count=1)
+        c.basic_consume(
+            q,
+            lambda ch_, m, _p, _b: ch_.basic_nack(m.delivery_tag),
+            arguments={"x-stream-offset": "first"},
+        )
+        c.connection.process_data_events(time_limit=1)
+
+    log.append(("nack", _connection_error(url, nack)))
+    ch.queue_delete(q)
+    conn.close()
+    return log
+
+
+PATTERN_SCENARIOS = [
+    direct_reply_to,
+    dead_letter_retry_loop,
+    dead_letter_keeps_header_types,
+    ttl_without_consumers,
+    priority_queue,
+    quorum_delivery_limit,
+    stream_queue,
+]

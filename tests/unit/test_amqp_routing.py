@@ -515,9 +515,21 @@ def test_exchange_inequivalent(kwargs: dict, field: str, received: str, current:
         ("nope", {"passive": True}, 404, "no exchange 'nope' in vhost '/'"),
         (
             "x",
-            {"exchange_type": "x-delayed-message"},
+            {"exchange_type": "x-consistent-hash"},
             503,
-            "unknown exchange type 'x-delayed-message'",
+            "unknown exchange type 'x-consistent-hash'",
+        ),
+        (
+            "x",
+            {"exchange_type": "x-delayed-message"},
+            406,
+            "Invalid argument, 'x-delayed-type' must be an existing exchange type",
+        ),
+        (
+            "x",
+            {"exchange_type": "x-delayed-message", "arguments": {"x-delayed-type": "nope"}},
+            406,
+            "Invalid argument, 'x-delayed-type' must be an existing exchange type",
         ),
         (
             "x",
@@ -712,9 +724,18 @@ def test_passive_and_exclusive_queue_access() -> None:
             "\"unsupported queue mode 'eager'\"",
         ),
         (
-            {"x-queue-type": "stream"},
+            {"x-queue-type": "streams"},
             "invalid arg 'x-queue-type' for queue 'q' in vhost '/': "
-            "\"unsupported queue type 'stream'\"",
+            "\"unsupported queue type 'streams'\"",
+        ),
+        (
+            {"x-queue-type": "stream", "x-max-length": 5},
+            "invalid arg 'x-max-length' for queue 'q' in vhost '/' of queue type "
+            "rabbit_stream_queue",
+        ),
+        (
+            {"x-queue-type": "stream", "x-max-age": "1X"},
+            "invalid arg 'x-max-age' for queue 'q' in vhost '/': invalid_max_age",
         ),
         (
             {"x-max-age": "1D"},

@@ -31,7 +31,8 @@ def test_served_apis_are_bold_and_unserved_ones_say_so() -> None:
 
 def test_refused_queue_arguments_are_listed_as_refused() -> None:
     table = compatibility.queue_arguments_table()
-    assert "| `x-max-priority` | accepted |" in table
+    assert "| `x-max-priority` | enforced |" in table
+    assert "| `x-queue-version` | accepted |" in table
     assert "| `x-max-length` | enforced |" in table
 
 

@@ -75,6 +75,11 @@ class StoredDelivery:
     message_id: Hashable
     message: AmqpMessage
     redelivery_count: int = 0
+    # a quorum queue's unsuccessful deliveries so far, sent as x-delivery-count (None for
+    # queues that do not count them: delivery_limits.py)
+    delivery_count: int | None = None
+    # its offset in a stream queue, sent as x-stream-offset (stream_engine.py)
+    stream_offset: int | None = None
 
     @property
     def redelivered(self) -> bool:
@@ -102,6 +107,22 @@ class QueueReader(Protocol):
 
     async def nudge(self) -> None:
         """Make the broker dispatch again: messages are expected and none arrive."""
+        ...
+
+    async def close(self) -> None: ...
+
+
+@runtime_checkable
+class StreamCursor(Protocol):
+    """A reader of a stream queue's log from a position on, in log order (stream_engine.py).
+
+    A stream is never consumed away: each AMQP consumer of it reads with a cursor of its
+    own, and `message_id` of what it reads is the position a later cursor may start at.
+    """
+
+    async def read(self, limit: int, timeout: float | None) -> list[StoredDelivery]:
+        """Up to `limit` messages, waiting up to `timeout` seconds (None: for ever) for
+        the first."""
         ...
 
     async def close(self) -> None: ...
@@ -143,6 +164,11 @@ class BrokerStore(Protocol):
 
     async def open_queue(self, vhost: str, queue: str) -> QueueReader:
         """The queue's consumer on its shared subscription."""
+        ...
+
+    async def open_stream(self, vhost: str, queue: str, start: Hashable | None) -> StreamCursor:
+        """A cursor on a stream queue's log, AT `start` (a `message_id` read before), or at
+        the log's beginning when None."""
         ...
 
     def load_count(self, vhost: str, queue: str) -> int:

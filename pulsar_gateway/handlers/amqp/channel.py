@@ -12,6 +12,7 @@ does not import the connection broker that creates channels.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -19,6 +20,7 @@ from typing import Any, Protocol
 from pamqp import base, commands
 
 from pulsar_gateway.handlers.amqp.broker_model import AmqpMessage, StoredDelivery
+from pulsar_gateway.handlers.amqp.delivery_limits import outgoing_properties
 from pulsar_gateway.handlers.amqp.direct_reply import ReplyConsumer
 from pulsar_gateway.handlers.amqp.frames import make_method
 from pulsar_gateway.handlers.amqp.queue_engine import QueueEngine
@@ -253,6 +255,8 @@ class Channel:
             self.unacked[tag] = Unacked(tag, engine, delivery, consumer)
             consumer.unacked += 1
         message = delivery.message
+        if delivery.delivery_count is not None or delivery.stream_offset is not None:
+            message = dataclasses.replace(message, properties_raw=outgoing_properties(delivery))
         self.connection.send_deliver(self.number, consumer.tag, tag, redelivered, message)
         if self.awaiting_delivery:
             self._delivered(message)

@@ -105,6 +105,15 @@ def dead_letter_properties(
     return join_properties(fields), headers
 
 
+def message_headers(raw: bytes) -> dict[str, Any]:
+    """The headers of property octets, decoded (for routing); {} when there are none."""
+    try:
+        fields = split_properties(raw)[1]
+        return decode.field_table(fields["headers"])[1] if "headers" in fields else {}
+    except (ValueError, IndexError):
+        return {}
+
+
 def _deaths(
     entries: list[tuple[str, FieldValue]],
     queue: str,

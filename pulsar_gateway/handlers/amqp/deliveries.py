@@ -16,11 +16,13 @@ from pamqp import base, commands
 
 from pulsar_gateway.handlers.amqp.broker_model import StoredDelivery
 from pulsar_gateway.handlers.amqp.channel import Channel, Consumer, Unacked
+from pulsar_gateway.handlers.amqp.delivery_limits import outgoing_properties
 from pulsar_gateway.handlers.amqp.direct_reply import REPLY_TO, check_reply_consume
 from pulsar_gateway.handlers.amqp.errors import AmqpError, ReplyCode, resource
 from pulsar_gateway.handlers.amqp.frames import make_method
 from pulsar_gateway.handlers.amqp.method_context import MethodContext, TransactionLedger
 from pulsar_gateway.handlers.amqp.queue_engine import QueueEngine
+from pulsar_gateway.handlers.amqp.stream_engine import StreamEngine, not_supported
 from pulsar_gateway.handlers.amqp.topology_rules import check_queue_access
 from pulsar_gateway.handlers.amqp.transactions import TX_SETTLEMENT_COST
 
@@ -52,6 +54,9 @@ class Deliveries:
             self._consume_replies(channel, m)
             return
         queue = check_queue_access(vh.topology, m.queue, self.context.id)
+        if queue.is_stream:
+            await self._consume_stream(channel, m, queue.name)
+            return
         engine = vh.engine(queue.name)
         tag = m.consumer_tag or channel.next_consumer_tag()
         if tag in channel.consumers:
@@ -74,6 +79,27 @@ class Deliveries:
         channel.reply_consumer = self.context.state.replies.add(channel, tag)
         self.context.reply(channel, make_method(_B.ConsumeOk, consumer_tag=tag), m.nowait)
 
+    async def _consume_stream(self, channel: Channel, m: commands.Basic.Consume, name: str) -> None:
+        """basic.consume on a stream queue (stream_engine.py): manual acks and a prefetch
+        are required, as RabbitMQ requires them."""
+        vh = self.context.state
+        if m.no_ack:
+            raise not_supported("automatic acknowledgement", name, vh.name)
+        if not channel.prefetch:
+            what = resource("queue", name, vh.name)
+            raise AmqpError(
+                ReplyCode.PRECONDITION_FAILED, f"consumer prefetch count is not set for '{what}'"
+            )
+        tag = m.consumer_tag or channel.next_consumer_tag()
+        if tag in channel.consumers:
+            raise AmqpError(ReplyCode.NOT_ALLOWED, f"attempt to reuse consumer tag '{tag}'")
+        engine = vh.stream(name)
+        offset = (m.arguments or {}).get("x-stream-offset")
+        consumer = Consumer(channel, tag, engine, False, m.exclusive, channel.prefetch)  # type: ignore[arg-type]
+        channel.consumers[tag] = consumer
+        await engine.add_consumer(consumer, offset)
+        self.context.reply(channel, make_method(_B.ConsumeOk, consumer_tag=tag), m.nowait)
+
     async def basic_cancel(self, channel: Channel, m: commands.Basic.Cancel) -> None:
         replies = channel.reply_consumer
         if replies is not None and replies.tag == m.consumer_tag:
@@ -90,6 +116,8 @@ class Deliveries:
     async def basic_get(self, channel: Channel, m: commands.Basic.Get) -> None:
         vh = self.context.state
         queue = check_queue_access(vh.topology, m.queue, self.context.id)
+        if queue.is_stream:
+            raise not_supported("basic.get", queue.name, vh.name)
         engine = vh.engine(queue.name)
         vh.touch(queue.name)
         writes = channel.writes_to(queue.name)
@@ -122,7 +150,8 @@ class Deliveries:
             routing_key=message.routing_key,
             message_count=engine.message_count,
         )
-        self.context.send_content(channel.number, reply, message.body, message.properties_raw)
+        properties = outgoing_properties(delivery)
+        self.context.send_content(channel.number, reply, message.body, properties)
 
     # --- settlement -------------------------------------------------------------------
 
@@ -146,6 +175,11 @@ class Deliveries:
         self.settle(channel, kind, tag, multiple, requeue)
 
     def settle(self, channel: Channel, kind: str, tag: int, multiple: bool, requeue: bool) -> None:
+        if kind == "nack":
+            stream = _stream_of(channel, tag, multiple)
+            if stream is not None:
+                vhost = self.context.state.name
+                raise not_supported("basic.nack and basic.reject", stream, vhost)
         items = channel.take(tag, multiple)
         if not items and not (multiple and tag == 0):
             raise AmqpError(ReplyCode.PRECONDITION_FAILED, f"unknown delivery tag {tag}")
@@ -200,6 +234,16 @@ class Deliveries:
             for engine in engines.values():
                 with contextlib.suppress(Exception):
                     await vhost.maybe_auto_delete(engine)
+
+
+def _stream_of(channel: Channel, tag: int, multiple: bool) -> str | None:
+    """The stream queue a nack or reject names a delivery of, if any."""
+    for item_tag, item in channel.unacked.items():
+        if (item_tag == tag or (multiple and (tag == 0 or item_tag <= tag))) and isinstance(
+            item.engine, StreamEngine
+        ):
+            return item.engine.name
+    return None
 
 
 def _by_engine(items: list[Unacked]) -> dict[int, tuple[QueueEngine, list[StoredDelivery]]]:

@@ -261,7 +261,7 @@ def _matching(
     keys: Sequence[str],
     headers: Mapping[str, Any],
 ) -> Iterable[Binding]:
-    kind = exchange.type
+    kind = exchange.routing_type
     if kind is ExchangeType.DIRECT:
         if len(keys) == 1:
             return topology.bindings_from_with_key(exchange.name, keys[0])

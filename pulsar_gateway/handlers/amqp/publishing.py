@@ -23,6 +23,7 @@ from pamqp import commands
 from pulsar_gateway.handlers.amqp.authorization import authorize_publish
 from pulsar_gateway.handlers.amqp.broker_model import AmqpMessage
 from pulsar_gateway.handlers.amqp.channel import Channel, PendingConfirm
+from pulsar_gateway.handlers.amqp.delayed_exchange import delay_of
 from pulsar_gateway.handlers.amqp.direct_reply import REPLY_TO, is_reply_address, no_reply_consumer
 from pulsar_gateway.handlers.amqp.errors import AmqpError, ReplyCode
 from pulsar_gateway.handlers.amqp.events import ContentReceived
@@ -113,6 +114,10 @@ class Publishing:
             self._reply(channel, event, properties_raw)
             return
         headers = properties.headers if isinstance(properties.headers, dict) else None
+        delay = delay_of(vh.topology, method.exchange, headers)
+        if delay is not None and channel.tx is None:
+            self._hold(channel, event, properties_raw, delay)
+            return
         queues = route(
             vh.topology,
             method.exchange,
@@ -128,6 +133,7 @@ class Publishing:
             properties.delivery_mode == 2,
             _expiration(properties.expiration),
             int(time.time() * 1000),
+            properties.priority or 0,
         )
         if channel.tx is not None:
             self.ledger.hold(channel.tx, tx_cost(message))
@@ -175,6 +181,35 @@ class Publishing:
             channel.publish_seq += 1
             channel.confirms.append(PendingConfirm(channel.publish_seq, done=True))
             self.flush_confirms(channel)
+
+    def _hold(
+        self, channel: Channel, event: ContentReceived, properties_raw: bytes, delay: int
+    ) -> None:
+        """A publish to a delayed-message exchange with a delay: held by the vhost until it
+        is due (delayed_exchange.py); confirmed once held, never returned."""
+        method, properties = event.method, event.properties
+        message = AmqpMessage(
+            method.exchange,
+            method.routing_key,
+            properties_raw,
+            event.body,
+            properties.delivery_mode == 2,
+            None,
+            int(time.time() * 1000),
+            properties.priority or 0,
+        )
+        pending: PendingConfirm | None = None
+        if channel.confirm:
+            channel.publish_seq += 1
+            pending = PendingConfirm(channel.publish_seq)
+            channel.confirms.append(pending)
+        cost = tx_cost(message) + PUBLISH_OVERHEAD
+        self._count_in(cost)
+        write = asyncio.ensure_future(self.context.state.delayed.hold(message, delay))
+        write.add_done_callback(
+            lambda t: self._published(channel, pending, cost, t, frozenset(), message)
+        )
+        self._writes.add(write)
 
     def _count_in(self, cost: int) -> None:
         """A publish of `cost` bytes goes to the store: block the peer past the bounds."""

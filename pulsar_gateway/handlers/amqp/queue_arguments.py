@@ -3,8 +3,8 @@
 Clients rely on a bad `x-max-length` or `x-message-ttl` failing at declare
 time (406 with RabbitMQ's text) rather than being ignored, and on a redeclare
 with different arguments failing the equivalence check. Queue types here are
-"classic" and "quorum" (both stored as one Pulsar topic); "stream" is
-refused because its offset-based consuming is not implemented.
+"classic" and "quorum" (both stored as one Pulsar topic with a subscription) and
+"stream" (an append-only Pulsar topic read from offsets: stream_engine.py).
 """
 
 from __future__ import annotations
@@ -20,7 +20,11 @@ from pulsar_gateway.handlers.amqp.field_values import (
     type_name,
 )
 
-QUEUE_TYPES = {"classic": "rabbit_classic_queue", "quorum": "rabbit_quorum_queue"}
+QUEUE_TYPES = {
+    "classic": "rabbit_classic_queue",
+    "quorum": "rabbit_quorum_queue",
+    "stream": "rabbit_stream_queue",
+}
 MAX_EXPIRY_MS = 315_360_000_000  # ten years, RabbitMQ's rabbit_misc:check_expiry
 MAX_PRIORITY = 255
 OVERFLOW_MODES = ("drop-head", "reject-publish", "reject-publish-dlx")
@@ -64,15 +68,15 @@ TYPE_ARGUMENTS: Mapping[str, tuple[str, ...]] = {
         "x-queue-leader-locator",
     ),
 }
-_STREAM_ARGUMENTS = (
+TYPE_ARGUMENTS["stream"] = (
+    "x-max-length-bytes",
     "x-max-age",
     "x-stream-max-segment-size-bytes",
     "x-initial-cluster-size",
     "x-queue-leader-locator",
+    "x-queue-type",
 )
-_ALL_TYPED_ARGUMENTS = frozenset(
-    {name for names in TYPE_ARGUMENTS.values() for name in names} | set(_STREAM_ARGUMENTS)
-)
+_ALL_TYPED_ARGUMENTS = frozenset({name for names in TYPE_ARGUMENTS.values() for name in names})
 
 Check = Callable[[Any, Mapping[str, Any]], str | None]
 
@@ -91,16 +95,19 @@ ARGUMENT_SUPPORT: Mapping[str, tuple[str, str]] = {
     "x-max-length-bytes": (ENFORCED, "counts ready body bytes, as RabbitMQ"),
     "x-max-in-memory-length": (ACCEPTED, "messages live in Pulsar, not in gateway memory"),
     "x-max-in-memory-bytes": (ACCEPTED, "messages live in Pulsar, not in gateway memory"),
-    "x-max-priority": (ACCEPTED, "delivery stays FIFO; no message is lost by it"),
+    "x-max-priority": (ENFORCED, "higher priority first (up to 255), see below"),
     "x-overflow": (ENFORCED, "drop-head, reject-publish, reject-publish-dlx"),
     "x-queue-mode": (ACCEPTED, "every queue is stored in Pulsar (lazy by nature)"),
     "x-queue-version": (ACCEPTED, "storage is one Pulsar topic per queue"),
     "x-single-active-consumer": (ENFORCED, ""),
-    "x-queue-type": (ENFORCED, "classic and quorum, both one Pulsar topic; stream refused"),
+    "x-queue-type": (ENFORCED, "classic, quorum and stream, each one Pulsar topic"),
+    "x-max-age": (ENFORCED, "streams: older messages are no longer read"),
+    "x-stream-max-segment-size-bytes": (ACCEPTED, "Pulsar has its own ledgers"),
+    "x-initial-cluster-size": (ACCEPTED, "replication is Pulsar's"),
     "x-queue-master-locator": (ACCEPTED, "placement is Pulsar's"),
     "x-queue-leader-locator": (ACCEPTED, "placement is Pulsar's"),
     "x-quorum-initial-group-size": (ACCEPTED, "replication is Pulsar's"),
-    "x-delivery-limit": (ACCEPTED, "not enforced: a poison message is redelivered forever"),
+    "x-delivery-limit": (ENFORCED, "quorum queues; 20 when unset, as RabbitMQ 4"),
 }
 
 
@@ -187,6 +194,29 @@ def _queue_type(value: Any, args: Mapping[str, Any]) -> str | None:
     return None if text in QUEUE_TYPES else f"\"unsupported queue type '{text}'\""
 
 
+def max_age_ms(value: Any) -> int | None:
+    """x-max-age ("7D", "12h", "30m", "10s", "1Y", "2M") in ms; None when malformed."""
+    text = value.decode("utf-8", "replace") if isinstance(value, bytes) else value
+    if not isinstance(text, str) or len(text) < 2 or not text[:-1].isdigit():
+        return None
+    unit = AGE_UNITS_MS.get(text[-1])
+    return None if unit is None else int(text[:-1]) * unit
+
+
+AGE_UNITS_MS = {
+    "Y": 365 * 86_400_000,
+    "M": 30 * 86_400_000,
+    "D": 86_400_000,
+    "h": 3_600_000,
+    "m": 60_000,
+    "s": 1000,
+}
+
+
+def _max_age(value: Any, _args: Mapping[str, Any]) -> str | None:
+    return None if max_age_ms(value) is not None else "invalid_max_age"
+
+
 # RabbitMQ's declare_args(), in its order.
 VALIDATORS: tuple[tuple[str, Check], ...] = (
     ("x-expires", _expires),
@@ -206,6 +236,9 @@ VALIDATORS: tuple[tuple[str, Check], ...] = (
     ("x-queue-type", _queue_type),
     ("x-quorum-initial-group-size", _positive),
     ("x-queue-leader-locator", _one_of(LEADER_LOCATORS, lambda _: "invalid_queue_locator_arg")),
+    ("x-max-age", _max_age),
+    ("x-stream-max-segment-size-bytes", _non_negative),
+    ("x-initial-cluster-size", _positive),
 )
 
 

@@ -25,21 +25,22 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import heapq
 import logging
 import time
-from collections import deque
 from collections.abc import Hashable, Iterable
-from typing import Protocol
 
 from pulsar_gateway.handlers.amqp.broker_model import BrokerStore, QueueReader, StoredDelivery
+from pulsar_gateway.handlers.amqp.delivery_limits import DeliveryCounts, delivery_limit
 from pulsar_gateway.handlers.amqp.message_memory import AckedIds, DeliveredIds
+from pulsar_gateway.handlers.amqp.queue_roles import QueueConsumer, QueueVhost
+from pulsar_gateway.handlers.amqp.ready_messages import ReadyMessages, fetch_more
 from pulsar_gateway.handlers.amqp.saved_count import SavedCount
 from pulsar_gateway.handlers.amqp.topology import Queue
 
 log = logging.getLogger("gateway.amqp.queue")
 
 FETCH_BATCH = 500
+PRIORITY_GATHER_SECONDS = 0.2  # see ready_messages.fetch_more
 READY_LOW_WATER = 200  # fetch more when fewer than this are ready in memory
 GET_WAIT_SECONDS = 2.0  # basic.get waits this long for a message the count says exists
 # ... and, for one this process stored itself (`owed`), this long in all
@@ -50,31 +51,6 @@ PURGE_WAIT_SECONDS = 1.0  # queue.purge: a quiet store this long has nothing mor
 # park a message": after a gateway restart the count does not know the parked message)
 IDLE_NUDGE_FIRST_SECONDS = 2.0
 IDLE_NUDGE_MAX_SECONDS = 60.0
-
-
-class QueueConsumer(Protocol):
-    """What the engine needs of an AMQP consumer (see channel.Consumer)."""
-
-    tag: str
-    no_ack: bool
-    exclusive: bool
-
-    def has_credit(self) -> bool: ...
-
-    def deliver(self, engine: QueueEngine, delivery: StoredDelivery, redelivered: bool) -> None: ...
-
-    def cancelled_by_server(self) -> None: ...
-
-
-class QueueVhost(Protocol):
-    """What the engine needs of its vhost (see vhost_state.VhostState): the name
-    its store calls take, and where messages leaving the queue unconsumed go."""
-
-    name: str
-
-    def dead_letter(
-        self, engine: QueueEngine, deliveries: list[StoredDelivery], reason: str
-    ) -> None: ...
 
 
 def _now_ms() -> int:
@@ -91,7 +67,7 @@ class QueueEngine:
         self.store = store
         self.reader: QueueReader | None = None
         self._opening: asyncio.Task[QueueReader] | None = None
-        self.ready: deque[StoredDelivery] = deque()
+        self.ready = ReadyMessages(queue.max_priority)
         self.consumers: list[QueueConsumer] = []
         self._rr = 0
         self.count = store.load_count(vhost.name, queue.name)  # stored and not acked
@@ -113,6 +89,12 @@ class QueueEngine:
         self._saved_count = SavedCount(store, vhost.name, queue.name, lambda: self.count)
         self._expiry_handle: asyncio.TimerHandle | None = None
         self.closed = False
+        # messages here may expire (x-message-ttl, or a per-message TTL seen): the pump
+        # fetches the head with no consumer, so it expires on time (docs/compatibility.md)
+        self.expiring = queue.message_ttl is not None
+        self._gather_since: float | None = None  # see _backlog_unfetched
+        limit = delivery_limit(queue)
+        self._counts = DeliveryCounts(limit) if limit is not None else None
         self.ever_consumed = False
         self.last_used = time.monotonic()
 
@@ -161,9 +143,9 @@ class QueueEngine:
         self.pending_stores -= copies
         self.pending_bytes -= copies * size
 
-    def stored(self, copies: int = 1, size: int = 0) -> None:
+    def stored(self, copies: int = 1, size: int = 0, expiring: bool = False) -> None:
         """`copies` messages of `size` body bytes were stored in the queue (a
-        confirmed publish)."""
+        confirmed publish); `expiring`: they carry a per-message TTL."""
         self.pending_stores -= copies
         self.pending_bytes -= copies * size
         self.ready_bytes += copies * size
@@ -174,9 +156,16 @@ class QueueEngine:
         if self._over_limit():
             self._ensure_pump()
             self._trim()
-        if self.consumers or self.queue.message_ttl is not None:
+        if expiring:
+            self.expiring = True
+        if self.consumers or self.expiring:
             self._ensure_pump()
         self._wake.set()
+
+    def look_at_head(self) -> None:
+        """Fetch the head even with no consumer: it may carry a per-message TTL."""
+        self.expiring = True
+        self._ensure_pump()
 
     # --- reader and pump --------------------------------------------------------------
 
@@ -208,7 +197,7 @@ class QueueEngine:
             return True
         if self._over_limit():
             return True
-        if self.queue.message_ttl is not None and self.message_count > len(self.ready):
+        if self.expiring and self.message_count > len(self.ready):
             return True
         return any(c.has_credit() for c in self._active_consumers())
 
@@ -245,6 +234,11 @@ class QueueEngine:
             try:
                 reader = await self.ensure_reader()
                 batch = await reader.fetch(FETCH_BATCH, timeout)
+                if batch and self.queue.max_priority:
+                    # a priority queue orders its stored backlog before it delivers
+                    missing = self._ready_uncapped - len(self.ready) - len(batch)
+                    room = FETCH_BATCH - len(batch)
+                    batch += await fetch_more(reader, missing, room, PRIORITY_GATHER_SECONDS)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
@@ -282,6 +276,8 @@ class QueueEngine:
                 continue
             self._held.add(delivery.message_id)
             self.ready.append(delivery)
+            if delivery.message.expiration_ms is not None:
+                self.expiring = True
             taken += 1
         self.owed = max(0, self.owed - taken)
         if reacked and self.reader is not None and not self.closed:
@@ -321,24 +317,11 @@ class QueueEngine:
 
     # --- head housekeeping: TTL and max-length ----------------------------------------
 
-    def _expiry_of(self, delivery: StoredDelivery) -> int | None:
-        candidates = (self.queue.message_ttl, delivery.message.expiration_ms)
-        ttls = [t for t in candidates if t is not None]
-        if not ttls:
-            return None
-        return delivery.message.timestamp_ms + min(ttls)
-
     def _head_expiry(self) -> int | None:
-        return self._expiry_of(self.ready[0]) if self.ready else None
+        return self.ready.head_expiry(self.queue.message_ttl)
 
     def _expire(self) -> None:
-        now = _now_ms()
-        expired = []
-        while self.ready:
-            expiry = self._expiry_of(self.ready[0])
-            if expiry is None or expiry > now:
-                break
-            expired.append(self.ready.popleft())
+        expired = self.ready.pop_expired(self.queue.message_ttl, _now_ms())
         if expired:
             self._drop(expired, "expired")
         self._schedule_expiry()
@@ -363,15 +346,9 @@ class QueueEngine:
             # over its limit all the same (another gateway's publish) keeps its heads
             return
         limit, byte_limit = self.queue.max_length, self.queue.max_length_bytes
-        dropped = []
-        dropped_bytes = 0
-        while self.ready and (
-            (limit is not None and self._ready_uncapped - len(dropped) > limit)
-            or (byte_limit is not None and self.ready_bytes - dropped_bytes > byte_limit)
-        ):
-            head = self.ready.popleft()
-            dropped.append(head)
-            dropped_bytes += len(head.message.body)
+        over = self._ready_uncapped - limit if limit is not None else 0
+        over_bytes = self.ready_bytes - byte_limit if byte_limit is not None else 0
+        dropped = self.ready.pop_over(over, over_bytes)
         if dropped:
             self._drop(dropped, "maxlen")
 
@@ -391,11 +368,15 @@ class QueueEngine:
         for message_id in ids:
             self._held.discard(message_id)
             self._deliveries.forget(message_id)
+            if self._counts is not None:
+                self._counts.forget(message_id)
         if ack:
             self.ack_stored(ids)
         if not was_outstanding:
             self._ready_bytes_changed(-_body_bytes(deliveries))
         self.count -= len(ids)  # below zero only while the publish is being confirmed
+        if self.count <= 0 and self.queue.message_ttl is None:
+            self.expiring = False  # empty: nothing left that may expire
         if was_outstanding:
             self.outstanding = max(0, self.outstanding - len(ids))
         self._count_changed()
@@ -424,7 +405,7 @@ class QueueEngine:
             and not self.consumers
             and self.outstanding == 0
             and self._demand == 0
-            and self.queue.message_ttl is None
+            and not self.expiring
         )
 
     async def release_reader(self) -> None:
@@ -471,6 +452,9 @@ class QueueEngine:
         if self.ready:
             self._expire()
         active = self._active_consumers()
+        if active and self.ready and self._backlog_unfetched():
+            self._ensure_pump()  # it fetches the rest, then dispatches
+            return
         while self.ready and active:
             consumer = None
             for step in range(len(active)):
@@ -481,7 +465,7 @@ class QueueEngine:
                     break
             if consumer is None:
                 break
-            delivery = self.ready.popleft()
+            delivery = self._stamped(self.ready.popleft())
             redelivered = self._deliveries.mark(delivery)
             self._delivering(delivery)
             if consumer.no_ack:
@@ -491,6 +475,28 @@ class QueueEngine:
         if self._need_more():
             self._ensure_pump()
         self._schedule_expiry()
+
+    def _backlog_unfetched(self) -> bool:
+        """A priority queue holds fewer messages than its count says are stored: delivering
+        now could pass over a higher priority still in Pulsar (a message fetched alone
+        while nobody consumed). Deferred for at most PRIORITY_GATHER_SECONDS, so a stale
+        count never stalls the queue."""
+        if (
+            not self.queue.max_priority
+            or self._ready_uncapped <= len(self.ready)
+            or self.pending_stores
+        ):
+            self._gather_since = None
+            return False
+        now = time.monotonic()
+        if self._gather_since is None:
+            self._gather_since = now
+            asyncio.get_running_loop().call_later(PRIORITY_GATHER_SECONDS, self.dispatch)
+        return now - self._gather_since < PRIORITY_GATHER_SECONDS
+
+    def _stamped(self, delivery: StoredDelivery) -> StoredDelivery:
+        """A delivery going out, with its count when the queue counts them."""
+        return delivery if self._counts is None else self._counts.stamp(delivery)
 
     def _delivering(self, delivery: StoredDelivery) -> None:
         """A ready message goes to a client: unacked now, no longer ready."""
@@ -516,24 +522,27 @@ class QueueEngine:
 
     def requeue(self, deliveries: list[StoredDelivery]) -> None:
         """Back to their original places in the queue (RabbitMQ's classic queues do
-        the same), marked redelivered."""
+        the same), marked redelivered; a quorum queue dead-letters those past its delivery
+        limit instead (delivery_limits.py)."""
+        if self._counts is not None:
+            deliveries, spent = self._counts.returned(deliveries)
+            self.reject(spent, "delivery_limit")
         if not deliveries:
             return
         self.outstanding = max(0, self.outstanding - len(deliveries))
         self._ready_bytes_changed(_body_bytes(deliveries))
         for delivery in deliveries:
             self._deliveries.requeued(delivery.message_id)
-        returned = sorted(deliveries, key=_order)
-        self.ready = deque(heapq.merge(returned, self.ready, key=_order))
+        self.ready.put_back(deliveries)
         self.dispatch()
 
-    def reject(self, deliveries: list[StoredDelivery]) -> None:
+    def reject(self, deliveries: list[StoredDelivery], reason: str = "rejected") -> None:
         """nack/reject without requeue: dead-letter (or drop) delivered messages."""
         if deliveries:
             self.outstanding = max(0, self.outstanding - len(deliveries))
             # back among the ready for a moment: dropping them settles ready messages
             self._ready_bytes_changed(_body_bytes(deliveries))
-            self._drop(deliveries, "rejected")
+            self._drop(deliveries, reason)
             self.dispatch()
 
     async def get(self) -> tuple[StoredDelivery, bool] | None:
@@ -558,7 +567,7 @@ class QueueEngine:
             self._expire()
         if not self.ready:
             return None
-        delivery = self.ready.popleft()
+        delivery = self._stamped(self.ready.popleft())
         self._delivering(delivery)
         return delivery, self._deliveries.mark(delivery)
 
@@ -608,11 +617,6 @@ class QueueEngine:
     async def flush_count(self) -> None:
         if self.queue.durable and not self.closed:
             await self._saved_count.flush()
-
-
-def _order(delivery: StoredDelivery) -> tuple[int, ...]:
-    key = delivery.message_id
-    return key if isinstance(key, tuple) else (0,)
 
 
 def _body_bytes(deliveries: Iterable[StoredDelivery]) -> int:

@@ -22,12 +22,14 @@ DEFAULT_EXCHANGE = ""
 
 
 class ExchangeType(StrEnum):
-    """The built-in types; plugin types (x-delayed-message...) are refused with 503."""
+    """The built-in types, and the delayed-message exchange of RabbitMQ's most used plugin
+    (delayed_exchange.py); other plugin types are refused with 503."""
 
     DIRECT = "direct"
     FANOUT = "fanout"
     TOPIC = "topic"
     HEADERS = "headers"
+    DELAYED = "x-delayed-message"
 
 
 class DestinationKind(StrEnum):
@@ -51,6 +53,13 @@ class Exchange:
     @property
     def alternate_exchange(self) -> str | None:
         return text_or_none(self.arguments.get("alternate-exchange"))
+
+    @property
+    def routing_type(self) -> ExchangeType:
+        """How it routes: a delayed-message exchange as its x-delayed-type says."""
+        if self.type is ExchangeType.DELAYED:
+            return ExchangeType(str(text_or_none(self.arguments.get("x-delayed-type"))))
+        return self.type
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,6 +93,14 @@ class Queue:
     @property
     def expires(self) -> int | None:
         return self._int("x-expires")
+
+    @property
+    def is_stream(self) -> bool:
+        return self.queue_type == "stream"
+
+    @property
+    def max_priority(self) -> int | None:
+        return self._int("x-max-priority")
 
     @property
     def max_length(self) -> int | None:

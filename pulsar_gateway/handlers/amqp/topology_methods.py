@@ -17,6 +17,7 @@ from pulsar_gateway.handlers.amqp.channel import Channel
 from pulsar_gateway.handlers.amqp.direct_reply import REPLY_TO
 from pulsar_gateway.handlers.amqp.frames import make_method
 from pulsar_gateway.handlers.amqp.method_context import MethodContext
+from pulsar_gateway.handlers.amqp.stream_engine import not_supported
 from pulsar_gateway.handlers.amqp.topology import DestinationKind
 from pulsar_gateway.handlers.amqp.topology_rules import (
     check_bind,
@@ -138,7 +139,7 @@ class TopologyMethods:
                 if queue.exclusive:
                     self.exclusive_queues.add(queue.name)
             vh.touch(queue.name)
-            engine = vh.engine(queue.name)
+            engine = vh.consumed(queue.name)
         reply = make_method(
             _Q.DeclareOk,
             queue=queue.name,
@@ -162,6 +163,8 @@ class TopologyMethods:
     async def queue_purge(self, channel: Channel, m: commands.Queue.Purge) -> None:
         vh = self.context.state
         queue = check_queue_access(vh.topology, m.queue, self.context.id)
+        if queue.is_stream:
+            raise not_supported("queue.purge", queue.name, vh.name)
         purged = await vh.engine(queue.name).purge()
         self.context.reply(channel, make_method(_Q.PurgeOk, message_count=purged), m.nowait)
 
@@ -169,7 +172,9 @@ class TopologyMethods:
         vh = self.context.state
         async with vh.lock:
             name = m.queue
-            engine = vh.engines.get(name) if name in vh.topology.queues else None
+            known = vh.topology.queues.get(name)
+            engines = vh.streams if known is not None and known.is_stream else vh.engines
+            engine = engines.get(name) if known is not None else None
             queue = check_queue_delete(
                 vh.topology,
                 name,
@@ -181,7 +186,7 @@ class TopologyMethods:
             )
             count = 0
             if queue is not None:
-                count = vh.engine(queue.name).message_count
+                count = vh.consumed(queue.name).message_count
                 await vh.delete_queue(queue.name)
                 self.exclusive_queues.discard(queue.name)
         self.context.reply(channel, make_method(_Q.DeleteOk, message_count=count), m.nowait)

@@ -74,6 +74,20 @@ def _default_exchange_refused() -> AmqpError:
     return AmqpError(ReplyCode.ACCESS_REFUSED, "operation not permitted on the default exchange")
 
 
+def check_delayed_type(arguments: Mapping[str, Any]) -> None:
+    """A delayed-message exchange routes as its x-delayed-type, one of the built-in types
+    (the plugin's 406 and text otherwise)."""
+    delayed = arguments.get("x-delayed-type")
+    if isinstance(delayed, bytes):
+        delayed = delayed.decode("utf-8", "replace")
+    builtin = {t.value for t in ExchangeType if t is not ExchangeType.DELAYED}
+    if delayed not in builtin:
+        raise AmqpError(
+            ReplyCode.PRECONDITION_FAILED,
+            "Invalid argument, 'x-delayed-type' must be an existing exchange type",
+        )
+
+
 def declare_exchange(
     topology: Topology,
     name: str,
@@ -110,6 +124,8 @@ def declare_exchange(
     if existing is None:
         if name.startswith(RESERVED_PREFIX):
             raise _reserved("exchange", name)
+        if kind is ExchangeType.DELAYED:
+            check_delayed_type(arguments)
         alternate = arguments.get("alternate-exchange")
         if alternate is not None and not is_string(alternate):
             raise AmqpError(
@@ -231,7 +247,7 @@ def declare_queue(
             module = QUEUE_TYPES[_queue_type(arguments)]
             text = f"invalid arg '{arg}' for {what} of queue type {module}"
         raise AmqpError(ReplyCode.PRECONDITION_FAILED, text)
-    if _queue_type(arguments) == "quorum":
+    if _queue_type(arguments) in ("quorum", "stream"):
         for bad, prop in (
             (auto_delete, "auto-delete"),
             (exclusive, "exclusive-owner"),

@@ -16,13 +16,18 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from pulsar_gateway.handlers.amqp.broker_model import AmqpMessage, BrokerStore, StoredDelivery
-from pulsar_gateway.handlers.amqp.dead_letters import dead_letter_copy
+from pulsar_gateway.handlers.amqp.dead_letters import dead_letter_copy, message_headers
+from pulsar_gateway.handlers.amqp.delayed_exchange import DelayedMessages, uses_delays
 from pulsar_gateway.handlers.amqp.direct_reply import ReplyRoutes
+from pulsar_gateway.handlers.amqp.errors import AmqpError
+from pulsar_gateway.handlers.amqp.exchange_routing import route, sender_selected_keys
 from pulsar_gateway.handlers.amqp.queue_engine import QueueEngine
+from pulsar_gateway.handlers.amqp.stream_engine import StreamEngine
 from pulsar_gateway.handlers.amqp.topology import (
     Binding,
     DestinationKind,
     Exchange,
+    ExchangeType,
     Queue,
     Topology,
 )
@@ -43,17 +48,70 @@ class VhostState:
         self.store = store
         self.reader_idle_seconds = reader_idle_seconds
         self.engines: dict[str, QueueEngine] = {}
+        self.streams: dict[str, StreamEngine] = {}  # stream queues (stream_engine.py)
         self.replies = ReplyRoutes()  # direct reply-to consumers by address
+        self._delayed: DelayedMessages | None = None  # x-delayed-message exchanges' holds
         # held across a check (topology_rules) and the change it allows
         self.lock = asyncio.Lock()
         self.queue_used: dict[str, float] = {q: time.monotonic() for q in topology.queues}
         self._sweeper = asyncio.ensure_future(self._sweep_expired())
+        self._wake_expiring()
+        if uses_delays(topology):
+            self.delayed.start()
+
+    @property
+    def delayed(self) -> DelayedMessages:
+        """The vhost's delayed messages (delayed_exchange.py), opened on first use."""
+        if self._delayed is None:
+            self._delayed = DelayedMessages(self.store, self.name, self)
+        return self._delayed
+
+    async def route_due(self, message: AmqpMessage) -> None:
+        """A delayed message is due: routed by its exchange now, and stored."""
+        headers = message_headers(message.properties_raw)
+        try:
+            queues = route(
+                self.topology,
+                message.exchange,
+                message.routing_key,
+                headers,
+                sender_selected_keys(headers),
+            )
+        except AmqpError:
+            return  # the exchange is gone: so is the message, as with the plugin
+        if queues:
+            await self.write(queues, message)
+
+    def _wake_expiring(self) -> None:
+        """After a start, messages left in a queue may be due to expire (a TTL, or the
+        delay queues of task frameworks: per-message TTLs into a dead-letter exchange)
+        with nobody reading the queue: such queues fetch their heads now, so those expire
+        on time as on RabbitMQ, whose queue processes start with the node."""
+        for name, queue in self.topology.queues.items():
+            if queue.message_ttl is None and queue.dead_letter_exchange is None:
+                continue
+            engine = self.engine(name)
+            if engine.count > 0:
+                engine.look_at_head()
 
     def engine(self, name: str) -> QueueEngine:
         engine = self.engines.get(name)
         if engine is None or engine.closed:
             engine = self.engines[name] = QueueEngine(self, self.topology.queues[name], self.store)
         return engine
+
+    def stream(self, name: str) -> StreamEngine:
+        engine = self.streams.get(name)
+        if engine is None or engine.closed:
+            queue = self.topology.queues[name]
+            engine = self.streams[name] = StreamEngine(self.name, queue, self.store)
+        return engine
+
+    def consumed(self, name: str) -> QueueEngine | StreamEngine:
+        """The engine of a queue for queue.declare-ok's counts and queue.delete's checks."""
+        if self.topology.queues[name].is_stream:
+            return self.stream(name)
+        return self.engine(name)
 
     def touch(self, queue: str) -> None:
         """The queue was used (declared again, read with basic.get): x-expires restarts."""
@@ -64,6 +122,8 @@ class VhostState:
     async def add_exchange(self, exchange: Exchange) -> None:
         await self.store.save_exchange(self.name, exchange)
         self.topology.add_exchange(exchange)
+        if exchange.type is ExchangeType.DELAYED:
+            await self.delayed.start()
 
     async def add_queue(self, queue: Queue) -> None:
         await self.store.save_queue(self.name, queue)
@@ -92,6 +152,10 @@ class VhostState:
         if engine is not None:
             engine.cancel_consumers()
             await engine.close()
+        stream = self.streams.pop(name, None)
+        if stream is not None:
+            stream.cancel_consumers()
+            await stream.close()
         self.queue_used.pop(name, None)
         await self._forget(lambda: self.topology.remove_queue(name))
         await self.store.remove_queue(self.name, name)
@@ -176,11 +240,13 @@ class VhostState:
         right after that, in the same callback (one loop callback per publish, not two).
         """
         size = len(message.body)
+        expiring = message.expiration_ms is not None
         self._writing(queues, size)
         task = asyncio.ensure_future(self.store.publish(self.name, queues, message))
 
         def written(done: asyncio.Future[Any]) -> None:
-            self._written(queues, size, not done.cancelled() and done.exception() is None)
+            ok = not done.cancelled() and done.exception() is None
+            self._written(queues, size, ok, expiring)
             if then is not None:
                 then(done)
 
@@ -189,15 +255,16 @@ class VhostState:
 
     def _writing(self, queues: Iterable[str], size: int) -> None:
         for name in queues:
-            if name in self.topology.queues:
+            queue = self.topology.queues.get(name)
+            if queue is not None and not queue.is_stream:
                 self.engine(name).publishing(1, size)
 
-    def _written(self, queues: Iterable[str], size: int, ok: bool) -> None:
+    def _written(self, queues: Iterable[str], size: int, ok: bool, expiring: bool) -> None:
         for name in queues:
             engine = self.engines.get(name)
             if engine is not None and not engine.closed:
                 if ok:
-                    engine.stored(1, size)
+                    engine.stored(1, size, expiring)
                 else:
                     engine.publish_failed(1, size)
 
@@ -268,6 +335,10 @@ class VhostState:
 
     async def close(self) -> None:
         self._sweeper.cancel()
+        if self._delayed is not None:
+            await self._delayed.close()
+        for stream in list(self.streams.values()):
+            await stream.close()
         for engine in list(self.engines.values()):
             await engine.flush_count()
             await engine.close()

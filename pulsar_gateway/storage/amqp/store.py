@@ -10,6 +10,10 @@
 - durable exchanges, queues and bindings -> metadata-store records under
   `amqp/{vhost}/...`; transient ones live only in the broker's memory, as in
   RabbitMQ they do not survive a restart;
+- a stream queue -> the topic `persistent://{tenant}/{ns}/{queue}-partition-0` with no
+  subscription, read by position (`open_stream`): partition 0 of the Kafka topic
+  `{tenant}/{ns}/{queue}` (docs/pulsar-mapping.md), so Kafka consumers and Pulsar readers
+  read what AMQP publishers append;
 - a message -> the AMQP body as the Pulsar payload, plus properties holding
   the exchange, routing key and the content header's property octets (base64),
   so basic.deliver gives every property back byte for byte.
@@ -24,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import dataclasses
 import functools
 import hashlib
 import logging
@@ -35,6 +40,7 @@ from pamqp import decode, encode
 
 from pulsar_gateway.gateway.backend.pulsar_backend import PulsarBackend
 from pulsar_gateway.gateway.backend.queue_consumers import QueueConsumer, QueueConsumers
+from pulsar_gateway.gateway.backend.reader_stream import EARLIEST, ReaderStream
 from pulsar_gateway.gateway.backend.resend_filter import ResendCopies
 from pulsar_gateway.gateway.messages import MessageKey, OutMessage
 from pulsar_gateway.gateway.metadata_store import MetadataStore
@@ -43,6 +49,7 @@ from pulsar_gateway.handlers.amqp.broker_model import (
     AmqpMessage,
     QueueReader,
     StoredDelivery,
+    StreamCursor,
     VhostAccess,
 )
 from pulsar_gateway.handlers.amqp.topology import (
@@ -66,6 +73,8 @@ P_PROPERTIES = "amqp.properties"
 P_TIMESTAMP = "amqp.timestamp"
 P_EXPIRATION = "amqp.expiration"
 P_PERSISTENT = "amqp.persistent"
+P_PRIORITY = "amqp.priority"
+STREAM_PARTITION = "-partition-0"  # a stream is partition 0 of a Kafka topic
 TOPIC_CACHE_SIZE = 10_000  # (vhost, queue) -> topic names kept; cleared when full
 PROPERTIES_CACHE_SIZE = 1024  # distinct property octets kept in base64 both ways...
 PROPERTIES_CACHE_ENTRY = 512  # ...when this short (bytes or characters): under 1 MiB in all
@@ -105,30 +114,8 @@ class _PulsarQueueReader:
             if self._copies.is_copy(item.producer, item.properties, item.id):
                 copies.append(item.id)
                 continue
-            props = item.properties
-            text = props.get(P_PROPERTIES)
-            if text is None:
-                raw = b"\x00\x00"
-            else:
-                known = decoded.get(text)  # a queue's messages mostly share their properties
-                if known is not None:
-                    raw = known
-                else:
-                    raw = base64.b64decode(text) or b"\x00\x00"
-                    if len(text) <= PROPERTIES_CACHE_ENTRY:
-                        if len(decoded) >= PROPERTIES_CACHE_SIZE:
-                            decoded.clear()
-                        decoded[text] = raw
-            expiration = props.get(P_EXPIRATION)
-            message = AmqpMessage(
-                props.get(P_EXCHANGE, ""),
-                props.get(P_ROUTING_KEY, self.queue),
-                raw,
-                item.payload,
-                props.get(P_PERSISTENT) == "1",
-                int(expiration) if expiration else None,
-                int(props.get(P_TIMESTAMP) or item.publish_time),
-            )
+            message = _amqp_message(item.properties, item.payload, item.publish_time, decoded)
+            message = message if P_ROUTING_KEY in item.properties else _keyed(message, self.queue)
             out.append(StoredDelivery(self.queue, item.id, message, item.redelivery_count))
         if copies:
             self.consumer.acknowledge(copies)
@@ -143,6 +130,67 @@ class _PulsarQueueReader:
 
     async def close(self) -> None:
         await self.consumer.close()
+
+
+class _PulsarStreamCursor:
+    """`StreamCursor` over a Pulsar reader of a stream's topic."""
+
+    def __init__(self, queue: str, reader: ReaderStream) -> None:
+        self.queue = queue
+        self.reader = reader
+        self._decoded: dict[str, bytes] = {}
+
+    async def read(self, limit: int, timeout: float | None) -> list[StoredDelivery]:
+        batch = await self.reader.read_batch(limit, timeout)
+        out = []
+        for item in batch:
+            message = _amqp_message(
+                item.properties, item.payload or b"", item.publish_time, self._decoded
+            )
+            if P_ROUTING_KEY not in item.properties:
+                message = _keyed(message, self.queue)
+            out.append(StoredDelivery(self.queue, item.id, message))
+        return out
+
+    async def close(self) -> None:
+        await self.reader.close()
+
+
+def _amqp_message(
+    props: dict[str, str], payload: bytes, publish_time: int, decoded: dict[str, bytes]
+) -> AmqpMessage:
+    """A stored AMQP message from a Pulsar message's properties (as `publish` writes them;
+    a plain Pulsar producer's message reads as published to the default exchange)."""
+    text = props.get(P_PROPERTIES)
+    if text is None:
+        raw = b"\x00\x00"
+    else:
+        known = decoded.get(text)  # a queue's messages mostly share their properties
+        if known is not None:
+            raw = known
+        else:
+            raw = base64.b64decode(text) or b"\x00\x00"
+            if len(text) <= PROPERTIES_CACHE_ENTRY:
+                if len(decoded) >= PROPERTIES_CACHE_SIZE:
+                    decoded.clear()
+                decoded[text] = raw
+    expiration = props.get(P_EXPIRATION)
+    return AmqpMessage(
+        props.get(P_EXCHANGE, ""),
+        props.get(P_ROUTING_KEY, ""),
+        raw,
+        payload,
+        props.get(P_PERSISTENT) == "1",
+        int(expiration) if expiration else None,
+        int(props.get(P_TIMESTAMP) or publish_time),
+        int(props.get(P_PRIORITY) or 0),
+    )
+
+
+def _keyed(message: AmqpMessage, queue: str) -> AmqpMessage:
+    """A message without a routing key property: routed by the queue's name (what the
+    default exchange would have used)."""
+    return dataclasses.replace(message, routing_key=queue)
 
 
 def _keys(ids: Iterable[Hashable]) -> list[MessageKey]:
@@ -207,14 +255,20 @@ class PulsarAmqpStore:
         tenant: str = "public",
         receiver_queue_size: int = 1000,
         reserved: ReservedNamespaces | None = None,
+        register_stream: Callable[[str], Awaitable[None]] | None = None,
     ) -> None:
+        """`register_stream(topic)` makes a stream's topic (without its partition suffix)
+        a Kafka topic of one partition, so Kafka clients find it (the composition root
+        hands in the Kafka topic service's create)."""
         self.backend = backend
+        self.register_stream = register_stream
         self.metadata = metadata
         self.tenant = tenant
         self.reserved = reserved or ReservedNamespaces()
         self.consumers = QueueConsumers(backend, receiver_queue_size)
         self.sends = GroupedSends(backend)
         self._topics: dict[tuple[str, str], str] = {}
+        self._streams: set[tuple[str, str]] = set()  # (vhost, queue) of stream queues
         self._encoded: dict[bytes, str] = {}  # property octets -> base64 text; bounded
 
     # --- names ------------------------------------------------------------------------
@@ -229,7 +283,10 @@ class PulsarAmqpStore:
         if topic is None:
             if len(self._topics) >= TOPIC_CACHE_SIZE:
                 self._topics.clear()
-            topic = self._topics[key] = f"persistent://{self.namespace(vhost)}/{escape(queue)}"
+            topic = f"persistent://{self.namespace(vhost)}/{escape(queue)}"
+            if key in self._streams:
+                topic += STREAM_PARTITION
+            self._topics[key] = topic
         return topic
 
     @staticmethod
@@ -289,6 +346,9 @@ class PulsarAmqpStore:
             Queue(v["name"], True, None, v["auto_delete"], _untable(v["arguments"]))
             for _, v in self.metadata.children(self._key(vhost, "queues"))
         ]
+        for queue in queues:
+            if queue.is_stream:
+                self._stream(vhost, queue.name)
         bindings = [
             Binding(
                 v["source"],
@@ -320,8 +380,21 @@ class PulsarAmqpStore:
         if self.metadata.get(key) is not None:
             await self.metadata.delete(key)
 
+    def _stream(self, vhost: str, name: str) -> None:
+        self._streams.add((vhost, name))
+        self._topics.pop((vhost, name), None)
+
     async def save_queue(self, vhost: str, queue: Queue) -> None:
-        await self.consumers.create_fresh(self.topic(vhost, queue.name), SUBSCRIPTION)
+        if queue.is_stream:
+            self._stream(vhost, queue.name)  # a log read by position: no subscription
+            if self.register_stream is not None:
+                topic = self.topic(vhost, queue.name).removesuffix(STREAM_PARTITION)
+                try:
+                    await self.register_stream(topic)
+                except Exception as exc:  # AMQP works without it; Kafka clients would not
+                    log.warning("stream %s: not made a Kafka topic: %s", topic, exc)
+        else:
+            await self.consumers.create_fresh(self.topic(vhost, queue.name), SUBSCRIPTION)
         if queue.durable:
             await self.metadata.put(
                 self._key(vhost, "queues", queue.name),
@@ -330,7 +403,7 @@ class PulsarAmqpStore:
                     "auto_delete": queue.auto_delete,
                     "arguments": _table(queue.arguments),
                     "topic": self.topic(vhost, queue.name),
-                    "subscription": SUBSCRIPTION,
+                    "subscription": "" if queue.is_stream else SUBSCRIPTION,
                 },
             )
 
@@ -338,6 +411,10 @@ class PulsarAmqpStore:
         for key in (self._key(vhost, "queues", name), self._key(vhost, "counts", name)):
             if self.metadata.get(key) is not None:
                 await self.metadata.delete(key)
+        if (vhost, name) in self._streams:
+            self._streams.discard((vhost, name))  # its log stays: pulsar-lite deletes nothing
+            self._topics.pop((vhost, name), None)
+            return
         await self.consumers.delete(self.topic(vhost, name), SUBSCRIPTION)
 
     def _binding_key(self, vhost: str, binding: Binding) -> str:
@@ -377,6 +454,8 @@ class PulsarAmqpStore:
             properties[P_PERSISTENT] = "1"
         if message.expiration_ms is not None:
             properties[P_EXPIRATION] = str(message.expiration_ms)
+        if message.priority:
+            properties[P_PRIORITY] = str(message.priority)
         out = OutMessage(message.body, properties=properties)
         if len(queues) == 1:
             for queue in queues:
@@ -398,6 +477,11 @@ class PulsarAmqpStore:
     async def open_queue(self, vhost: str, queue: str) -> QueueReader:
         consumer = await self.consumers.open(self.topic(vhost, queue), SUBSCRIPTION)
         return _PulsarQueueReader(queue, consumer, self.consumers.nudge)
+
+    async def open_stream(self, vhost: str, queue: str, start: Hashable | None) -> StreamCursor:
+        position = start if isinstance(start, tuple) else EARLIEST
+        reader = await self.backend.open_reader(self.topic(vhost, queue), position)
+        return _PulsarStreamCursor(queue, reader)
 
     def load_count(self, vhost: str, queue: str) -> int:
         return int(self.metadata.get(self._key(vhost, "counts", queue), 0) or 0)
