@@ -31,6 +31,7 @@ from collections import deque
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
+from pulsar_gateway.gateway.backend.wire import acks
 from pulsar_gateway.gateway.backend.wire import commands as c
 from pulsar_gateway.gateway.backend.wire.connection import Connection
 from pulsar_gateway.gateway.backend.wire.entries import ChunkAssembler, ReceivedEntry
@@ -53,11 +54,6 @@ log = logging.getLogger("gateway.pulsar.wire")
 DEFAULT_RECEIVER_QUEUE = 1000
 DEFAULT_MAX_QUEUE_BYTES = 64 * 1024 * 1024
 RECONNECT_DELAYS = (0.1, 0.2, 0.5, 1.0, 2.0, 5.0)
-# acknowledgements kept while disconnected, sent once subscribed again
-MAX_HELD_ACKS = 100_000
-# acknowledgements are grouped for this long (or until this many wait), one ACK for all
-ACK_DELAY_SECONDS = 0.01
-ACK_GROUP_MAX = 1000
 FATAL_ERRORS = frozenset({4, 11, 12, 15, 17, 22})
 # brokers (by the start of their CONNECTED server_version) that count a permit per entry
 PER_ENTRY_BROKERS = ("Pulsar-Lite",)
@@ -91,7 +87,7 @@ class Consumer:
         drop_replays: bool | None = None,
         chunks: ChunkAssembler | None = None,
         permits_per_entry: bool | None = None,
-        ack_delay: float = ACK_DELAY_SECONDS,
+        ack_delay: float = acks.DELAY_SECONDS,
     ) -> None:
         if receiver_queue_size < 1:
             raise ValueError("receiver_queue_size must be at least 1")
@@ -123,10 +119,7 @@ class Consumer:
         self._arrival: asyncio.Future[None] | None = None
         self._last_passed: MessageId | None = None  # the last entry handed out
         self._last_seen: MessageId | None = None  # the last entry queued (readers' filter)
-        self.ack_delay = ack_delay
-        self._held_acks: list[tuple[int, int]] = []  # while disconnected
-        self._pending_acks: list[tuple[int, int]] = []  # grouped, sent within ack_delay
-        self._ack_timer: asyncio.TimerHandle | None = None
+        self._acks = acks.AckGroup(self._send_acks, ack_delay)
         self._reconnector: asyncio.Task[None] | None = None
         self.ready = False
         self.closed = False
@@ -237,7 +230,7 @@ class Consumer:
         )
         self.ready = True
         self._owed = 0
-        held, self._held_acks = self._held_acks, []
+        held = self._acks.take_held()
         if held:  # before the permits: the broker must not send these again
             connection.send_encoded(c.encode_ack(consumer_id, c.AckType.INDIVIDUAL, held))
         connection.send(c.Flow(consumer_id, self._permits_to_give()))
@@ -256,7 +249,7 @@ class Consumer:
         self._connection = None
         self.ready = False
         self._drop_queue()
-        self._flush_acks()  # into the held ones, sent after the next subscribe
+        self._acks.flush()  # into the held ones, sent after the next subscribe
         if self.closed or self._reconnector is not None:
             return
         log.info("%s disconnected (%s): subscribing again", self, reason)
@@ -458,23 +451,18 @@ class Consumer:
 
     def ack(self, items: Iterable[AckItem]) -> None:
         """Acknowledge entries (or ids; a batch index is ignored: the whole entry is
-        acknowledged, and a chunked message with all its chunks). Acknowledgements are
-        grouped: sent within `ack_delay` seconds (at once with 0, or when 1,000 wait), one
-        ACK for all, as Pulsar's clients group theirs; held while disconnected and sent
+        acknowledged, and a chunked message with all its chunks). Grouped (`acks.py`):
+        sent within `ack_delay` seconds, one ACK for all; held while disconnected and sent
         after the next subscribe."""
         if self.closed:
             raise ConsumerClosed(f"{self} is closed")
-        self._pending_acks += _ack_ids(items)
-        if len(self._pending_acks) >= ACK_GROUP_MAX or self.ack_delay <= 0:
-            self._flush_acks()
-        elif self._ack_timer is None and self._pending_acks:
-            self._ack_timer = self._loop.call_later(self.ack_delay, self._flush_acks)
+        self._acks.add(_ack_ids(items))
 
     def ack_cumulative(self, item: AckItem) -> None:
         """Acknowledge everything up to and including this entry (not on Shared)."""
         if self.closed:
             raise ConsumerClosed(f"{self} is closed")
-        self._flush_acks()
+        self._acks.flush()
         mid = item.id if isinstance(item, ReceivedEntry) else item
         connection = self._connection
         if connection is not None and self.ready:
@@ -482,21 +470,15 @@ class Consumer:
                 command = c.encode_ack(self._consumer_id, c.AckType.CUMULATIVE, [mid.entry])
                 connection.send_encoded(command)
 
-    def _flush_acks(self) -> None:
-        if self._ack_timer is not None:
-            self._ack_timer.cancel()
-            self._ack_timer = None
-        ids, self._pending_acks = self._pending_acks, []
-        if not ids:
-            return
+    def _send_acks(self, entries: list[tuple[int, int]]) -> bool:
         connection = self._connection
-        if connection is not None and self.ready:
-            with contextlib.suppress(ConnectionClosed):
-                command = c.encode_ack(self._consumer_id, c.AckType.INDIVIDUAL, ids)
-                connection.send_encoded(command)
-                return
-        if len(self._held_acks) + len(ids) <= MAX_HELD_ACKS:
-            self._held_acks += ids
+        if connection is None or not self.ready:
+            return False
+        try:
+            connection.send_encoded(c.encode_ack(self._consumer_id, c.AckType.INDIVIDUAL, entries))
+        except ConnectionClosed:
+            return False
+        return True
 
     def redeliver(self, items: Iterable[AckItem] | None = None) -> None:
         """Ask for unacknowledged entries again: these (Shared, Key_Shared), or all of them
@@ -514,7 +496,7 @@ class Consumer:
             return
         ids = [MessageId(*entry).to_data() for entry in _ack_ids(items)]
         if ids:
-            self._flush_acks()
+            self._acks.flush()
             with contextlib.suppress(ConnectionClosed):
                 connection.send(c.RedeliverUnacknowledged(self._consumer_id, ids))
 
@@ -558,7 +540,7 @@ class Consumer:
         """Close; unacknowledged entries of a durable subscription stay in it."""
         if self.closed:
             return
-        self._flush_acks()
+        self._acks.flush()
         connection, consumer_id = self._connection, self._consumer_id
         self._finish(ConsumerClosed(f"{self} closed"))
         if connection is not None and not connection.closed:
@@ -571,9 +553,7 @@ class Consumer:
     def _finish(self, why: Exception) -> None:
         self.closed = True
         self.ready = False
-        if self._ack_timer is not None:
-            self._ack_timer.cancel()
-            self._ack_timer = None
+        self._acks.cancel_timer()
         self.client.unregister(self)
         if self._reconnector is not None and self._reconnector is not asyncio.current_task():
             self._reconnector.cancel()

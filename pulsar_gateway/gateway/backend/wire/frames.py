@@ -106,7 +106,10 @@ class FrameReader:
                 if end - pos < 4 + total:
                     self._needed = 4 + total
                     break
-                frames.append(parse_frame(view, pos + 4, pos + 4 + total, self.verify_checksums))
+                # parsed from a bytes copy of the frame: indexing and slicing bytes is
+                # about twice as fast as through the memoryview, and the copy is one memcpy
+                frame = bytes(view[pos + 4 : pos + 4 + total])
+                frames.append(parse_frame(frame, 0, total, self.verify_checksums))
                 pos += 4 + total
             else:
                 self._needed = 4

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import ClassVar
 
+from pulsar_gateway.gateway.backend.wire.errors import DecodeError
 from pulsar_gateway.gateway.backend.wire.protobuf import (
     BOOL,
     BYTES,
@@ -166,6 +167,55 @@ class MessageMetadata(ProtoMessage):
         Field(30, "null_partition_key", BOOL),
     )
 
+    @classmethod
+    def decode(
+        cls, data: bytes | bytearray | memoryview, start: int = 0, end: int = -1
+    ) -> MessageMetadata:
+        """Every entry received: the fields every message has (producer, sequence id,
+        publish time, properties, key, event time, compression) read here directly, the
+        others through the general decoder field by field."""
+        if end < 0:
+            end = len(data)
+        message = cls()
+        properties = message.properties
+        pos = start
+        while pos < end:
+            key = data[pos]
+            if key < 0x80:
+                pos += 1
+            else:
+                key, pos = decode_varint(data, pos, end)
+            if pos >= end:
+                raise DecodeError(f"MessageMetadata: field {key >> 3} without a value")
+            if key in _VARINT_FIELDS:
+                value = data[pos]
+                if value < 0x80:
+                    pos += 1
+                else:
+                    value, pos = decode_varint(data, pos, end)
+                setattr(message, _VARINT_FIELDS[key], value)
+            elif key == 0x22 or key == 0x0A or key == 0x32:  # properties, producer, key
+                length = data[pos]
+                if length < 0x80:
+                    pos += 1
+                else:
+                    length, pos = decode_varint(data, pos, end)
+                stop = pos + length
+                if stop > end:
+                    raise DecodeError(f"MessageMetadata: field {key >> 3} runs past its end")
+                if key == 0x22:
+                    properties.append(KeyValue.decode(data, pos, stop))
+                else:
+                    text = str(data[pos:stop], "utf-8", "surrogateescape")
+                    if key == 0x0A:
+                        message.producer_name = text
+                    else:
+                        message.partition_key = text
+                pos = stop
+            else:
+                pos = cls._decode_field(message, key, data, pos, end)
+        return message
+
     @property
     def batched(self) -> bool:
         return self.num_messages_in_batch is not None
@@ -176,6 +226,17 @@ class MessageMetadata(ProtoMessage):
 
     def properties_dict(self) -> dict[str, str]:
         return {p.key: p.value for p in self.properties}
+
+
+# MessageMetadata's unsigned varint fields, by key: read directly by its decoder (the
+# signed ones, num_messages_in_batch and the chunk fields, go the general way)
+_VARINT_FIELDS = {
+    0x10: "sequence_id",
+    0x18: "publish_time",
+    0x40: "compression",
+    0x48: "uncompressed_size",
+    0x60: "event_time",
+}
 
 
 @proto

@@ -208,7 +208,6 @@ class ProtoMessage:
         if end < 0:
             end = len(data)
         message = cls()
-        plan = cls._PLAN
         pos = start
         while pos < end:
             key = data[pos]
@@ -216,54 +215,61 @@ class ProtoMessage:
                 pos += 1
             else:
                 key, pos = decode_varint(data, pos, end)
-            step = plan.get(key)
-            if step is None:
-                pos = cls._other_field(message, key, data, pos, end)
-                continue
-            name, kind, repeated, sub = step
-            if pos >= end:
-                raise DecodeError(f"{cls.__name__}: field {key >> 3} without a value")
-            value: Any
-            if kind <= BOOL:
-                value = data[pos]
-                if value < 0x80:
-                    pos += 1
-                else:
-                    value, pos = decode_varint(data, pos, end)
-                if kind == BOOL:
-                    value = value != 0
-                elif kind == INT32:
-                    value = to_signed32(value)
-                elif kind == INT64:
-                    value = to_signed64(value)
-            elif kind == DOUBLE:
-                if pos + 8 > end:
-                    raise DecodeError("truncated double")
-                value = _DOUBLE.unpack_from(data, pos)[0]
-                pos += 8
-            else:
-                length = data[pos]
-                if length < 0x80:
-                    pos += 1
-                else:
-                    length, pos = decode_varint(data, pos, end)
-                stop = pos + length
-                if stop > end:
-                    raise DecodeError(f"field {key >> 3} of {cls.__name__} runs past its end")
-                if kind == STRING:
-                    # surrogateescape: any byte string survives a round trip (a C++ client
-                    # may put bytes that are not UTF-8 in a string field), and never fails
-                    value = str(data[pos:stop], "utf-8", "surrogateescape")
-                elif kind == BYTES:
-                    value = bytes(data[pos:stop])
-                else:
-                    value = sub.decode(data, pos, stop)
-                pos = stop
-            if repeated:
-                getattr(message, name).append(value)
-            else:
-                setattr(message, name, value)
+            pos = cls._decode_field(message, key, data, pos, end)
         return message
+
+    @classmethod
+    def _decode_field(
+        cls, message: Any, key: int, data: bytes | bytearray | memoryview, pos: int, end: int
+    ) -> int:
+        """The value of the field `key` at `pos` into `message`; the position after it."""
+        step = cls._PLAN.get(key)
+        if step is None:
+            return cls._other_field(message, key, data, pos, end)
+        name, kind, repeated, sub = step
+        if pos >= end:
+            raise DecodeError(f"{cls.__name__}: field {key >> 3} without a value")
+        value: Any
+        if kind <= BOOL:
+            value = data[pos]
+            if value < 0x80:
+                pos += 1
+            else:
+                value, pos = decode_varint(data, pos, end)
+            if kind == BOOL:
+                value = value != 0
+            elif kind == INT32:
+                value = to_signed32(value)
+            elif kind == INT64:
+                value = to_signed64(value)
+        elif kind == DOUBLE:
+            if pos + 8 > end:
+                raise DecodeError("truncated double")
+            value = _DOUBLE.unpack_from(data, pos)[0]
+            pos += 8
+        else:
+            length = data[pos]
+            if length < 0x80:
+                pos += 1
+            else:
+                length, pos = decode_varint(data, pos, end)
+            stop = pos + length
+            if stop > end:
+                raise DecodeError(f"field {key >> 3} of {cls.__name__} runs past its end")
+            if kind == STRING:
+                # surrogateescape: any byte string survives a round trip (a C++ client may
+                # put bytes that are not UTF-8 in a string field), and decoding never fails
+                value = str(data[pos:stop], "utf-8", "surrogateescape")
+            elif kind == BYTES:
+                value = bytes(data[pos:stop])
+            else:
+                value = sub.decode(data, pos, stop)
+            pos = stop
+        if repeated:
+            getattr(message, name).append(value)
+        else:
+            setattr(message, name, value)
+        return pos
 
     @classmethod
     def _other_field(
