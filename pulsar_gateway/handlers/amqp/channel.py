@@ -18,6 +18,7 @@ from typing import Any, Protocol
 
 from pamqp import base, commands
 
+from pulsar_gateway.gateway import metrics
 from pulsar_gateway.handlers.amqp.broker_model import AmqpMessage, StoredDelivery
 from pulsar_gateway.handlers.amqp.direct_reply import ReplyConsumer
 from pulsar_gateway.handlers.amqp.frames import make_method
@@ -253,6 +254,7 @@ class Channel:
             self.unacked[tag] = Unacked(tag, engine, delivery, consumer)
             consumer.unacked += 1
         message = delivery.message
+        metrics.AMQP_MESSAGES_OUT.inc()
         self.connection.send_deliver(self.number, consumer.tag, tag, redelivered, message)
         if self.awaiting_delivery:
             self._delivered(message)
