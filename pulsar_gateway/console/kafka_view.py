@@ -36,6 +36,7 @@ from pulsar_gateway.handlers.kafka.port import (
     TopicDeletionDisabled,
     TopicExists,
     TopicRecord,
+    UnknownTopic,
 )
 from pulsar_gateway.kafka_codec.entry_format import StoredRecord, records_of, topic_format
 from pulsar_gateway.security.rights import CLUSTER, CREATE, DELETE, DESCRIBE, GROUP, NAMESPACE, READ
@@ -368,7 +369,9 @@ class KafkaView:
         try:
             await self.storage.topics.delete(record.name)
         except TopicDeletionDisabled as exc:
-            raise ConsoleError(403, "topic deletion is disabled on this gateway") from exc
+            raise ConsoleError(403, f"not deleted: {exc}") from exc
+        except UnknownTopic as exc:
+            raise ConsoleError(404, f"no topic '{kafka_name}'") from exc
         except StorageError as exc:
             raise ConsoleError(503, f"the topic could not be deleted: {exc}") from exc
         return {"deleted": kafka_name}
