@@ -81,6 +81,27 @@ def _per_label(counter: Any, label: str) -> dict[str, float]:
     return values
 
 
+def alarms(health: dict[str, Any]) -> list[str]:
+    """What an operator must look at now, in words: the backend, the embedded broker's
+    restarts, this cluster member's share, AMQP publishers held back (RabbitMQ's alarms
+    block them the same way)."""
+    found = []
+    if not health.get("backend_reachable", True):
+        found.append("the Pulsar backend is unreachable")
+    elif not health.get("ok", True):
+        found.append("not ready: see /health")
+    restarts = health.get("broker_restarts") or 0
+    if restarts:
+        found.append(f"the embedded broker restarted {restarts} times")
+    cluster = health.get("cluster")
+    if isinstance(cluster, dict) and cluster.get("enabled") and not cluster.get("serving"):
+        found.append("this cluster member is not serving its share")
+    blocked = int(_sample("gateway_amqp_blocked_connections"))
+    if blocked:
+        found.append(f"{blocked} AMQP connections blocked: their publishes await the store")
+    return found
+
+
 class Console:
     """Answers the console's requests: `await console(method, path, caller, body)`."""
 
@@ -195,6 +216,7 @@ class Console:
             protocol: _sample("gateway_open_connections", protocol=protocol)
             for protocol in ("kafka", "amqp")
         }
+        health = self.health()
         return {
             "time": time.time(),
             "counters": {
@@ -207,7 +229,8 @@ class Console:
             },
             "connections": connections,
             "resident_bytes": resident_bytes(),
-            "health": self.health(),
+            "health": health,
+            "alarms": alarms(health),
             "totals": totals,
             "busiest_topics": topics[:BUSIEST],
             "busiest_queues": [

@@ -351,6 +351,30 @@ PAGES = {
 }
 
 
+def act_in_browser(page: Any, gateway: GatewayProcess) -> str:
+    """An administrator creates a topic and purges a queue through the pages' dialogs;
+    returns the topic's name."""
+    made = f"clicked-{uuid.uuid4().hex[:6]}"
+    page.goto(f"http://127.0.0.1:{gateway.metrics_port}/#/topics")
+    page.wait_for_selector("#page[data-loaded='topics']")
+    page.click("button[data-action='create_topic']")
+    page.fill("#f-topic", made)
+    page.fill("#f-partitions", "2")
+    page.click("#confirm-ok")
+    page.wait_for_selector(f"#rows a:text-is('{made}')", timeout=10_000)
+    page.screenshot(path=str(SCREENSHOTS / "topics-after-create.png"), full_page=True)
+    page.goto(f"http://127.0.0.1:{gateway.metrics_port}/#/queues")
+    page.wait_for_selector("#page[data-loaded='queues']")
+    page.click(f"button[data-action='purge_queue'][data-queue='{QUEUE}']")
+    page.click("#confirm-cancel")  # a cancelled dialog does nothing
+    assert call(gateway, f"/api/queues/%2F/{QUEUE}")[1]["messages"] == 5
+    page.click(f"button[data-action='purge_queue'][data-queue='{QUEUE}']")
+    page.click("#confirm-ok")
+    page.wait_for_selector("#toast:text('purged')", timeout=10_000)
+    assert call(gateway, f"/api/queues/%2F/{QUEUE}")[1]["messages"] == 0
+    return made
+
+
 def test_every_page_in_a_browser(gateway: GatewayProcess, amqp: pika.BlockingConnection) -> None:
     from playwright.sync_api import sync_playwright
 
@@ -385,6 +409,8 @@ def test_every_page_in_a_browser(gateway: GatewayProcess, amqp: pika.BlockingCon
                         page.screenshot(path=str(SCREENSHOTS / f"{name}.png"), full_page=True)
                     else:
                         page.screenshot(path=str(SCREENSHOTS / f"alice-{name}.png"), full_page=True)
+                if login == GUEST:
+                    made = act_in_browser(page, gateway)
                 context.close()
                 if login == GUEST:
                     assert TOPIC in texts["topics"] and TOPIC in texts["overview"]
@@ -402,4 +428,5 @@ def test_every_page_in_a_browser(gateway: GatewayProcess, amqp: pika.BlockingCon
     assert unexpected == []
     assert len([e for e in errors if "404" in e]) <= 1, errors
     assert max(timings.values()) < 5, timings
+    assert call(gateway, f"/console/api/topics/{made}")[1]["partition_count"] == 2
     Path(SCREENSHOTS / "timings.json").write_text(json.dumps(timings, indent=1))

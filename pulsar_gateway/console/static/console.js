@@ -168,6 +168,8 @@
       const memory = state.history.map((s) => [s.t, s.rss]);
       el.innerHTML = `<h1>Overview</h1>
         <p>Broker and listeners: ${healthy} ${checks}</p>
+        <p>Alarms: ${o.alarms.length ? o.alarms.map((a) => `<span class="bad">${esc(a)}</span>`).join(" · ")
+          : '<span class="ok">none</span>'}</p>
         <div class="cards">${cards}</div>
         <div class="grid2">
           <div><h2>Rates, last hour</h2><div class="panel">${chart([
