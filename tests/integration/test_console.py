@@ -372,6 +372,12 @@ def act_in_browser(page: Any, gateway: GatewayProcess) -> str:
     page.click("#confirm-ok")
     page.wait_for_selector("#toast:text('purged')", timeout=10_000)
     assert call(gateway, f"/api/queues/%2F/{QUEUE}")[1]["messages"] == 0
+    # numbers refresh by themselves: the open group page follows new records' lag
+    page.goto(f"http://127.0.0.1:{gateway.metrics_port}/#/groups/{GROUP}")
+    page.wait_for_selector("#page[data-loaded='group']")
+    produce(gateway, TOPIC, 5)
+    lag = RECORDS - CONSUMED + 5
+    page.wait_for_selector(f".card:has-text('Total lag') .value:text-is('{lag}')", timeout=20_000)
     return made
 
 
