@@ -133,6 +133,8 @@ def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess
     process.start()
     users(process, "add", "alice", password=PASSWORD)
     users(process, "grant", "alice", "--namespace", f"public/{TEAM}", "-o", "all")
+    users(process, "add", "bob", password=PASSWORD)
+    users(process, "grant", "bob", "--namespace", f"public/{TEAM}", "-o", "describe")
     produce(process, TOPIC, RECORDS)
     produce(process, TEAM_TOPIC, 3)
     consume(process, TOPIC, GROUP, CONSUMED)
@@ -238,6 +240,16 @@ def test_a_user_sees_nothing_of_another_tenant(
     name = call(gateway, "/api/connections")[1][0]["name"]
     assert act(gateway, ALICE, action="close_connection", name=name)[0] == 404
     assert call(gateway, f"/console/api/topics/{TOPIC}")[1]["partitions"][0]["records"] == RECORDS
+
+
+def test_describe_shows_a_topic_and_read_its_messages(gateway: GatewayProcess) -> None:
+    bob = ("bob", PASSWORD)
+    assert [t["name"] for t in call(gateway, "/console/api/topics", bob)[1]] == [TEAM_TOPIC]
+    status, topic = call(gateway, f"/console/api/topics/{quote(TEAM_TOPIC, safe='')}", bob)
+    assert status == 200 and topic["may_read"] is False
+    path = f"/console/api/topics/{quote(TEAM_TOPIC, safe='')}/messages"
+    assert call(gateway, path, bob)[0] == 404
+    assert call(gateway, path, ALICE)[0] == 200
 
 
 def test_an_action_needs_the_consoles_own_header(gateway: GatewayProcess) -> None:

@@ -238,7 +238,7 @@
       };
       $("#b-read", el).addEventListener("click", read);
       $("#b-format", el).addEventListener("change", () => { b.format = $("#b-format").value; renderMessages(); });
-      browse(name);
+      pages.topic.browsed = false;
     },
     async update(el, [name]) {
       const t = await getJson(`/console/api/topics/${enc(name)}`);
@@ -252,6 +252,11 @@
         ${table([["Partition", "num"], ["Log start", "num"], ["High watermark", "num"], ["Records", "num"]],
           t.partitions.map((p) => [n(p.partition), n(p.log_start), n(p.high_watermark),
             p.served_here === false ? "served by another member" : n(p.records)]))}`;
+      if (!pages.topic.browsed) { // the first records, without asking, when they may be read
+        pages.topic.browsed = true;
+        if (t.may_read) browse(name);
+        else $("#messages", el).innerHTML = '<p class="muted">Reading messages needs read on the topic.</p>';
+      }
     },
   };
 
