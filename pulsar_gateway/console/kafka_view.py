@@ -156,7 +156,7 @@ class KafkaView:
 
     def topics(self, caller: Viewer) -> list[Json]:
         """Every topic the caller may describe, without offsets (see the module's text)."""
-        rows = []
+        rows: list[Json] = []
         for record in self.storage.topics.list():
             if record.deleted:
                 continue
