@@ -227,6 +227,7 @@
           <label>Show as <select id="b-format">${["text", "json", "hex"].map((f) =>
             `<option ${f === b.format ? "selected" : ""}>${f}</option>`).join("")}</select></label>
           <button id="b-read" class="primary">Read</button>
+          <button id="b-newest">Newest</button>
         </div>
         <div id="messages"><p class="muted">Reading…</p></div>`;
       const read = () => {
@@ -237,11 +238,19 @@
         browse(name);
       };
       $("#b-read", el).addEventListener("click", read);
+      $("#b-newest", el).addEventListener("click", () => { // the last `count` records
+        const partition = (pages.topic.data?.partitions || [])[Number($("#b-partition").value) || 0];
+        const limit = Number($("#b-limit").value) || 20;
+        if (partition && partition.high_watermark !== null) {
+          $("#b-offset").value = Math.max(partition.log_start, partition.high_watermark - limit);
+        }
+        read();
+      });
       $("#b-format", el).addEventListener("change", () => { b.format = $("#b-format").value; renderMessages(); });
       pages.topic.browsed = false;
     },
     async update(el, [name]) {
-      const t = await getJson(`/console/api/topics/${enc(name)}`);
+      const t = pages.topic.data = await getJson(`/console/api/topics/${enc(name)}`);
       const configs = Object.entries(t.configs).map(([k, v]) => `<span class="tag">${esc(k)}=${esc(v)}</span>`).join(" ") || "none";
       const del = state.me.administrator ? button("Delete topic", { action: "delete_topic", topic: t.name }, "danger") : "";
       $("#info", el).innerHTML = `<div class="cards">
