@@ -576,6 +576,7 @@
     await pollOverview();
     window.addEventListener("hashchange", navigate);
     await navigate();
+    setTimeout(tick, 1500); // a second sample soon: rates need two
     state.timer = setInterval(tick, POLL_MS);
   }
 
