@@ -521,42 +521,52 @@
     return { name: "overview", args: [] };
   }
 
+  // Each visit renders into a view of its own: a read that finishes after the user moved
+  // on writes into a view no longer on the page.
   async function refresh() {
-    const el = $("#page");
-    const { name, args } = state.page;
+    const page = state.page;
+    const el = page.view;
+    if (page.busy) return; // one read of a page at a time
+    page.busy = true;
     try {
-      await pages[name].update(el, args);
+      await pages[page.name].update(el, page.args);
       const stale = $("#page-error", el);
       if (stale) stale.remove();
     } catch (e) {
+      if (e.status === 404) page.gone = true; // asked again only when navigated to
       const note = e.status === 404 ? "Not found, or not yours to see." : e.message;
-      if (!pages[name].mount) el.innerHTML = `<h1>${esc(pages[name].title)}</h1>`;
+      if (!pages[page.name].mount) el.innerHTML = `<h1>${esc(pages[page.name].title)}</h1>`;
       let box = $("#page-error", el);
       if (!box) {
         el.insertAdjacentHTML("beforeend", '<p id="page-error" class="bad"></p>');
         box = $("#page-error", el);
       }
       box.textContent = note;
+    } finally {
+      page.busy = false;
     }
   }
 
   async function navigate() {
-    state.page = current();
-    if (state.page.name === "topic" && state.browser.topic !== state.page.args[0]) {
-      Object.assign(state.browser, { topic: state.page.args[0], partition: 0, offset: 0 });
+    const page = current();
+    if (page.name === "topic" && state.browser.topic !== page.args[0]) {
+      Object.assign(state.browser, { topic: page.args[0], partition: 0, offset: 0 });
     }
-    const { name, args } = state.page;
+    const { name, args } = page;
     document.title = `${pages[name].title} · Pulsar Gateway`;
     for (const a of document.querySelectorAll("#nav a")) {
       a.classList.toggle("active", a.getAttribute("href") === `#/${name === "overview" ? "" : name.replace(/^(topic|group)$/, "$1s")}`);
     }
-    const el = $("#page");
-    el.innerHTML = "";
-    delete el.dataset.loaded;
+    const root = $("#page");
+    root.innerHTML = "";
+    delete root.dataset.loaded;
+    page.view = document.createElement("div");
+    root.appendChild(page.view);
+    state.page = page;
     lastMessages = null;
-    if (pages[name].mount) pages[name].mount(el, args);
+    if (pages[name].mount) pages[name].mount(page.view, args);
     await refresh();
-    el.dataset.loaded = name;
+    if (state.page === page) root.dataset.loaded = name;
   }
 
   async function tick() {
@@ -564,7 +574,8 @@
     // a page being typed into or asked about waits for the next tick
     const open = document.querySelector("dialog[open]");
     const typing = document.activeElement && ["INPUT", "SELECT"].includes(document.activeElement.tagName);
-    if (!open && !typing && state.page) await refresh();
+    const page = state.page;
+    if (!open && !typing && page && !page.gone && state.page === page) await refresh();
   }
 
   async function start() {
