@@ -224,6 +224,7 @@ class Gateway:
         # bootstrap user is the deployment's administrator, so it may do everything
         bootstrap = [settings.gateway.bootstrap_user] if settings.gateway.bootstrap_user else []
         authorizer = Authorizer(self.users, [*settings.authorization.superusers, *bootstrap])
+        kafka_listener: Any = None  # the console's
         if settings.kafka.enabled:
             from pulsar_gateway.handlers.kafka.port import KafkaStorage
             from pulsar_gateway.handlers.kafka.server import KafkaServer
@@ -255,6 +256,7 @@ class Gateway:
                 settings.kafka, storage, self.users, kafka_tls, self._kafka_tokens, authorizer
             )
             self.listeners.append(kafka_server)
+            kafka_listener = kafka_server
             if membership is not None:
                 groups = kafka_server.groups.groups
                 membership.add_key_source("groups", lambda: [group_key(g) for g in groups])
@@ -308,6 +310,8 @@ class Gateway:
                 authorizer,
                 amqp_listener,
                 vhost_namespace,
+                kafka_listener,
+                self.users.names,
             )
             await self.metrics_server.start()
         self.ready = True

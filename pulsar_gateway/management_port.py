@@ -1,14 +1,17 @@
 """The composition root's wiring of the management port (gateway/metrics.py): who may call
-it (handlers/http_login.py), the AMQP management API and definitions upload behind it, and
-the start-up warning for a port reachable from elsewhere (docs/security.md, "The
-management port")."""
+it (handlers/http_login.py), the AMQP management API, definitions upload and web console
+(console/) behind it, and the start-up warning for a port reachable from elsewhere
+(docs/security.md, "The management port")."""
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
+from pulsar_gateway.console.amqp_view import AmqpActions
+from pulsar_gateway.console.kafka_view import KafkaView
+from pulsar_gateway.console.routes import Console
 from pulsar_gateway.gateway import metrics
 from pulsar_gateway.gateway.config import Settings, is_loopback_host
 from pulsar_gateway.handlers.authorization import Authorizer
@@ -27,19 +30,38 @@ def management_port(
     authorizer: Authorizer,
     amqp_server: Any = None,
     vhost_namespace: Callable[[str], str] = str,
+    kafka_server: Any = None,
+    user_names: Callable[[], Iterable[str]] = tuple,
 ) -> metrics.MetricsServer:
     """The HTTP server of `[metrics]`, not started. `amqp_server`: the AMQP listener, once
-    it listens (its broker, connections and address), or None without AMQP."""
+    it listens (its broker, connections and address), or None without AMQP;
+    `kafka_server`: the Kafka listener (its storage and group coordinators), or None;
+    `user_names`: the users store's names, for the console's users page."""
     # the same users as AMQP's: the store, then the bootstrap table (guest from loopback)
     table = settings.amqp.users or {"guest": "guest"}
     logins = HttpLogins(PasswordLogins(users, table), authorizer)
-    api = upload = None
+    api = upload = amqp_actions = None
     if amqp_server is not None:
         from pulsar_gateway.handlers.amqp.management import ManagementApi
         from pulsar_gateway.tools.definitions_upload import DefinitionsUpload
 
         api = ManagementApi(amqp_server.broker, amqp_server.connections, vhost_namespace).handle
         upload = DefinitionsUpload(*amqp_server.address)  # declared over our own listener
+        amqp_actions = AmqpActions(amqp_server, vhost_namespace)
+    kafka_view = None
+    if kafka_server is not None:
+        kafka_view = KafkaView(
+            kafka_server.storage,
+            kafka_server.groups,
+            kafka_server.consumer_groups,
+            settings.kafka.tenant,
+            settings.kafka.namespace,
+            settings.kafka.entry_format,
+            settings.kafka.max_partitions_total,
+        )
+    console = Console(
+        health, kafka_view, api, amqp_actions, user_names, authorizer.rights_for, table
+    )
     section = settings.metrics
     if not is_loopback_host(section.host) and not section.require_login:
         log.warning(
@@ -57,4 +79,5 @@ def management_port(
         upload,
         login=logins,
         require_login=section.require_login,
+        console=console,
     )

@@ -4,7 +4,8 @@
 and the backend is reachable, 503 otherwise, so orchestrators can gate traffic;
 `/api/...` is the AMQP listener's RabbitMQ management API subset when it is on (GETs,
 and a POST of definitions when an upload handler is wired);
-`/cluster` is the cluster view: members, lease ages, who owns what (docs/cluster.md).
+`/cluster` is the cluster view: members, lease ages, who owns what (docs/cluster.md);
+`/` and `/console/...` are the web console (console/), when the composition root wires one.
 
 `/health` and `/metrics` answer anyone (`/metrics` asks for a login with
 `metrics.require_login`); the rest asks for HTTP Basic credentials, checked by the login
@@ -149,6 +150,14 @@ CLUSTER_FENCED = Gauge(
     "Times this member found its own lease stale and stopped serving",
     registry=REGISTRY,
 )
+AMQP_MESSAGES = Counter(
+    "gateway_amqp_messages_total",
+    "AMQP messages published to the gateway (in) and delivered or got from it (out)",
+    ["direction"],
+    registry=REGISTRY,
+)
+AMQP_MESSAGES_IN = AMQP_MESSAGES.labels("in")  # bound once: counted on the hot path
+AMQP_MESSAGES_OUT = AMQP_MESSAGES.labels("out")
 BACKEND_UP = Gauge(
     "gateway_backend_up", "1 when the Pulsar backend is reachable", registry=REGISTRY
 )
@@ -191,6 +200,17 @@ Login = Callable[[str | None, str], Awaitable[Caller | None]]
 Api = Callable[[str, str, Any], tuple[int, object]]
 # (path, caller, Authorization header, body) -> (status, JSON)
 Upload = Callable[[str, Any, str | None, bytes], Awaitable[tuple[int, object]]]
+# (method, path, caller, body) -> (status, content type, body): the web console
+Console = Callable[[str, str, Any, bytes], Awaitable[tuple[int, str, bytes]]]
+# A console action's body is a small JSON object; nothing more is read.
+MAX_CONSOLE_BODY = 64 * 1024
+# The console's pages run only the console's own script, load nothing from elsewhere
+# and are framed by nobody.
+CONSOLE_HEADERS = (
+    "Content-Security-Policy: default-src 'self'; img-src 'self' data:; "
+    "frame-ancestors 'none'\r\nX-Content-Type-Options: nosniff\r\n"
+    "Cache-Control: no-store\r\n"
+)
 
 
 @dataclass(frozen=True)
@@ -199,6 +219,7 @@ class _Answer:
     kind: str
     body: bytes
     challenge: bool = False  # 401: ask for Basic credentials
+    headers: str = ""  # extra header lines, each ending in CRLF
 
 
 def _json(status: int, payload: object) -> _Answer:
@@ -221,12 +242,14 @@ class MetricsServer:
         upload: Upload | None = None,
         login: Login | None = None,
         require_login: bool = False,
+        console: Console | None = None,
     ) -> None:
         """`api` answers `/api/...` requests: the AMQP listener's RabbitMQ management API
         subset (handlers/amqp/management.py). `upload` answers a POST under `/api/`: the
         definitions import (tools/definitions_upload.py). `login` checks an HTTP Basic
         Authorization header against the gateway's users (handlers/http_login.py);
-        `require_login` puts `/metrics` behind it too."""
+        `require_login` puts `/metrics` behind it too. `console` answers `/` and
+        `/console/...` (console/routes.py), behind the same login."""
         self.host = host
         self.port = port
         self.health = health
@@ -235,6 +258,7 @@ class MetricsServer:
         self.upload = upload
         self.login = login
         self.require_login = require_login
+        self.console = console
         self._server: asyncio.base_events.Server | None = None
 
     async def start(self) -> None:
@@ -263,6 +287,32 @@ class MetricsServer:
         body = await asyncio.wait_for(reader.readexactly(length), UPLOAD_SECONDS)
         return _json(*await self.upload(path, caller, headers.get("authorization"), body))
 
+    async def _console(
+        self,
+        method: str,
+        path: str,
+        caller: Any,
+        headers: dict[str, str],
+        reader: asyncio.StreamReader,
+    ) -> _Answer:
+        """A console page, file or JSON; a POST's small body read within UPLOAD_SECONDS."""
+        assert self.console is not None
+        body = b""
+        if method == "POST":
+            try:
+                length = int(headers.get("content-length", ""))
+            except ValueError:
+                return _json(411, {"error": "bad_request", "reason": "Content-Length is required"})
+            if not 0 <= length <= MAX_CONSOLE_BODY:
+                return _json(413, {"error": "bad_request", "reason": "body too large"})
+            # a browser sends this header only from the console's own script: a form on
+            # another site cannot make the logged-in browser act (no CORS is answered)
+            if headers.get("x-console") != "1":
+                return _json(403, {"error": "forbidden", "reason": "X-Console header missing"})
+            body = await asyncio.wait_for(reader.readexactly(length), UPLOAD_SECONDS)
+        status, kind, content = await self.console(method, path, caller, body)
+        return _Answer(status, kind, content, challenge=status == 401, headers=CONSOLE_HEADERS)
+
     def _public(self, route: str) -> _Answer | None:
         """The answer for a path anyone may read; None when the path needs a caller."""
         if route == "/health":
@@ -277,6 +327,7 @@ class MetricsServer:
         return (
             route == "/metrics"
             or (route == "/cluster" and self.cluster is not None)
+            or (self.console is not None and (route == "/" or route.startswith("/console/")))
             or (route.startswith("/api/") and (self.api is not None or self.upload is not None))
         )
 
@@ -306,6 +357,8 @@ class MetricsServer:
                 return _Answer(200, CONTENT_TYPE_LATEST, generate_latest(REGISTRY))
             assert self.cluster is not None
             return _json(200, self.cluster())
+        if route == "/" or route.startswith("/console/"):
+            return await self._console(method, path, caller, headers, reader)
         if method == "POST" and self.upload is not None:
             return await self._posted(headers, path, caller, reader)
         if self.api is None:
@@ -322,7 +375,7 @@ class MetricsServer:
             challenge = f"WWW-Authenticate: {REALM}\r\n" if answer.challenge else ""
             writer.write(
                 f"HTTP/1.1 {status}\r\nContent-Type: {answer.kind}\r\n"
-                f"Content-Length: {len(answer.body)}\r\n{challenge}"
+                f"Content-Length: {len(answer.body)}\r\n{challenge}{answer.headers}"
                 "Connection: close\r\n\r\n".encode()
                 + answer.body
             )

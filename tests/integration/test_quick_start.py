@@ -4,6 +4,7 @@ ports change, so the test does not collide with a gateway already on 9092)."""
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import re
@@ -99,3 +100,11 @@ def test_make_run_from_a_clean_clone_serves_the_readme_commands(
     assert _run_block(kafka_block, started).splitlines() == ["k1=hello @0", "k2=world @1"]
     assert "hello" in _run_block(amqp_block, started)
     assert (clone / ".venv" / "bin" / "pulsar-gateway").exists()
+    # the web console the quick start points at, logged in as guest from loopback
+    assert "http://127.0.0.1:9404/" in README.read_text().split("## Quick start", 1)[1]
+    login = {"Authorization": "Basic " + base64.b64encode(b"guest:guest").decode()}
+    console = f"http://127.0.0.1:{started['metrics']}"
+    for path, wanted in (("/", "console.js"), ("/console/api/topics", '"demo"')):
+        request = urllib.request.Request(console + path, headers=login)
+        with urllib.request.urlopen(request, timeout=10) as response:
+            assert wanted in response.read().decode(), path

@@ -19,6 +19,7 @@ from typing import Any, Protocol
 
 from pamqp import base, commands
 
+from pulsar_gateway.gateway import metrics
 from pulsar_gateway.handlers.amqp.broker_model import AmqpMessage, StoredDelivery
 from pulsar_gateway.handlers.amqp.delivery_limits import outgoing_properties
 from pulsar_gateway.handlers.amqp.direct_reply import ReplyConsumer
@@ -257,6 +258,7 @@ class Channel:
         message = delivery.message
         if delivery.delivery_count is not None or delivery.stream_offset is not None:
             message = dataclasses.replace(message, properties_raw=outgoing_properties(delivery))
+        metrics.AMQP_MESSAGES_OUT.inc()
         self.connection.send_deliver(self.number, consumer.tag, tag, redelivered, message)
         if self.awaiting_delivery:
             self._delivered(message)

@@ -14,6 +14,7 @@ import contextlib
 
 from pamqp import base, commands
 
+from pulsar_gateway.gateway import metrics
 from pulsar_gateway.handlers.amqp.broker_model import StoredDelivery
 from pulsar_gateway.handlers.amqp.channel import Channel, Consumer, Unacked
 from pulsar_gateway.handlers.amqp.delivery_limits import outgoing_properties
@@ -142,6 +143,7 @@ class Deliveries:
         else:
             channel.unacked[tag] = Unacked(tag, engine, delivery, None)
         message = delivery.message
+        metrics.AMQP_MESSAGES_OUT.inc()
         reply = make_method(
             _B.GetOk,
             delivery_tag=tag,

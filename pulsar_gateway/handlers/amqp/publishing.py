@@ -20,6 +20,7 @@ from typing import Any
 
 from pamqp import commands
 
+from pulsar_gateway.gateway import metrics
 from pulsar_gateway.handlers.amqp.authorization import authorize_publish
 from pulsar_gateway.handlers.amqp.broker_model import AmqpMessage
 from pulsar_gateway.handlers.amqp.channel import Channel, PendingConfirm
@@ -102,6 +103,7 @@ class Publishing:
         context = self.context
         vh = context.state
         authorize_publish(context.access, context.namespace, vh.name, method.exchange)
+        metrics.AMQP_MESSAGES_IN.inc()
         properties = event.properties
         properties_raw = event.properties_raw
         if properties.reply_to == REPLY_TO:

@@ -216,6 +216,17 @@ class AmqpServer:
             if s.conn.username is not None and not s.conn.handed_off
         ]
 
+    async def close_connection(self, name: str, reason: str) -> bool:
+        """Close the open connection `/api/connections` names `name` (320 CONNECTION_FORCED
+        with `reason`, as RabbitMQ's management UI does); False when none is open."""
+        for session in list(self._sessions):
+            if session.conn.closed or session.conn.username is None:
+                continue
+            if session.summary().name == name:
+                await session.force_close(reason, "on request of the management console")
+                return True
+        return False
+
     def _ownership_changed(self) -> None:
         """The membership changed or this member stopped serving: close, once, the
         connections of every vhost it no longer serves, then release those vhosts."""
