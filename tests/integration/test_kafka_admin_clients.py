@@ -23,6 +23,7 @@ from confluent_kafka.admin import (
     ConfigSource,
     NewTopic,
 )
+from kafka import KafkaConsumer
 from kafka.admin import ConfigResource as KpConfigResource
 from kafka.admin import ConfigResourceType, KafkaAdminClient
 
@@ -205,3 +206,16 @@ def test_describe_configs_types_every_key_and_names_the_listeners(
     assert node["principal.builder.class"]["config_type"] == 8  # CLASS
     assert all(entry["config_type"] != 0 for entry in [*topic.values(), *node.values()])
     assert all(entry["documentation"] for entry in [*topic.values(), *node.values()])
+
+
+def test_version_inference_names_the_release_of_the_served_apis(gateway: GatewayProcess) -> None:
+    """kafka-python infers the broker's release from ApiVersions (the newest version of a
+    few marker APIs). The gateway serves every API up to the newest stable version in the
+    Kafka 4.0 definitions it is generated from (docs/compatibility.md), so it is taken for
+    Kafka 4.0: not older (ListOffsets v10 is 4.0's marker) and not newer (4.1's marker,
+    Produce v13, is not in those definitions)."""
+    consumer = KafkaConsumer(bootstrap_servers=gateway.bootstrap)
+    try:
+        assert consumer.config["api_version"] == (4, 0)
+    finally:
+        consumer.close()
