@@ -38,6 +38,7 @@ __all__ = [
     "ProducerStamp",
     "ProducerStateStore",
     "StorageError",
+    "TopicDeleted",
     "TopicExists",
     "TopicRecord",
     "TopicStore",
@@ -53,6 +54,11 @@ class TopicExists(Exception):
 
 class UnknownTopic(Exception):
     """delete() or add_partitions() of a topic that does not exist."""
+
+
+class TopicDeleted(StorageError):
+    """partition_of() for a topic deleted since the caller looked it up (a StorageError, so
+    the client retries, refreshes its metadata and finds the topic gone)."""
 
 
 class InvalidPartitions(Exception):

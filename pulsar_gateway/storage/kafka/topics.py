@@ -32,6 +32,7 @@ from pulsar_gateway.gateway.topic_names import (
 )
 from pulsar_gateway.handlers.kafka.port import (
     InvalidPartitions,
+    TopicDeleted,
     TopicExists,
     TopicRecord,
     UnknownTopic,
@@ -288,6 +289,11 @@ class TopicService:
         pending = self._opening.get(pulsar_name)
         if pending is not None:
             return await asyncio.shield(pending)
+        current = self.registry.get(record.name)
+        if current is None or current.incarnation != record.incarnation:
+            # deleted while a request that had looked it up was on its way: opening it again
+            # would hold a reader on (and, on Apache Pulsar, re-create) a deleted topic
+            raise TopicDeleted(f"topic {record.name} was deleted")
         future: asyncio.Future[PartitionLog] = asyncio.get_running_loop().create_future()
         self._opening[pulsar_name] = future
         try:
