@@ -448,6 +448,13 @@ class PulsarBackend:
                 with contextlib.suppress(Exception):
                     await asyncio.to_thread(producer.close)
 
+    async def close_topic(self, topic: str) -> None:
+        """Close the topic's producers now rather than after `idle_close_seconds`: its topic
+        was deleted (a send still in flight fails as any send to a closed producer does)."""
+        writer = self._writers.pop(topic, None)
+        if writer is not None:
+            await self._close_writer(writer)
+
     async def _reap_idle(self) -> None:
         while True:
             await asyncio.sleep(min(10.0, self.idle_close_seconds / 2))

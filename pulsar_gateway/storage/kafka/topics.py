@@ -201,6 +201,7 @@ class TopicService:
                 if opened is not None:
                     with contextlib.suppress(Exception):
                         await opened.close()
+                await self.backend.close_topic(partition)  # its producers, not in a minute
             if self.forget_partitions is not None:
                 await self.forget_partitions(_partitions(record))
             if self.admin is not None and self.capabilities.delete_storage:
