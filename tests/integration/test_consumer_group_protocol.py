@@ -155,3 +155,36 @@ def test_members_that_ask_for_the_range_assignor_get_contiguous_ranges(gateway) 
     finally:
         for member in members:
             member.close()
+
+
+def test_a_regex_subscription_takes_matching_topics_even_later_ones(gateway) -> None:
+    """confluent-kafka subscribing by pattern in a consumer group: the coordinator matches
+    the regex (ConsumerGroupHeartbeat's subscribed_topic_regex) against the topics, and
+    a topic created later that matches is assigned too."""
+    prefix = f"rx{uuid.uuid4().hex[:6]}"
+    admin = AdminClient({"bootstrap.servers": gateway.bootstrap})
+    for name in (f"{prefix}-a", f"{prefix}-b", f"other{prefix}"):
+        admin.create_topics([NewTopic(name, 1, 1)])[name].result(30)
+    member = Consumer(
+        {
+            "bootstrap.servers": gateway.bootstrap,
+            "group.id": f"g-{prefix}",
+            "group.protocol": "consumer",
+            "auto.offset.reset": "earliest",
+            "topic.metadata.refresh.interval.ms": 1000,
+        }
+    )
+    try:
+        member.subscribe([f"^{prefix}-.*"])
+
+        def holds(*names: str) -> bool:
+            member.poll(0.2)
+            return sorted(tp.topic for tp in member.assignment()) == sorted(names)
+
+        wait_until(lambda: holds(f"{prefix}-a", f"{prefix}-b"), 60, 0, "the matching topics")
+        admin.create_topics([NewTopic(f"{prefix}-c", 1, 1)])[f"{prefix}-c"].result(30)
+        wait_until(
+            lambda: holds(f"{prefix}-a", f"{prefix}-b", f"{prefix}-c"), 60, 0, "the new topic"
+        )
+    finally:
+        member.close()
