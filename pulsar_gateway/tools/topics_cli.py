@@ -31,7 +31,8 @@ def add_parser(commands: Any, add_gateway_link: Callable[[argparse.ArgumentParse
         help="Pulsar topics of deleted Kafka topics whose storage waits for reclamation",
         description="List the Pulsar topics of deleted Kafka topics whose stored messages the "
         "backend could not delete (the embedded broker has no admin API): the Kafka topic, "
-        "its incarnation, partition count, Pulsar topic and when it was deleted.",
+        "its incarnations (runs of consecutive ones), partitions, Pulsar topics and when the "
+        "last was deleted.",
     )
     add_gateway_link(pending)
     pending.add_argument("--json", action="store_true", help="print JSON instead of a table")
@@ -57,20 +58,23 @@ async def waiting(link: GatewayLink) -> list[dict[str, Any]]:
         row["kafka_topic"] = kafka_topic_name(
             str(row.get("topic", "")), link.kafka_tenant, link.kafka_namespace
         )
-    return sorted(rows, key=lambda row: (row.get("deleted_ms", 0), row["pulsar_topic"]))
+    return sorted(rows, key=lambda row: (row["topic"], row["incarnations"][0]))
 
 
 def render(rows: list[dict[str, Any]], console: Console) -> None:
-    table = Table(title=f"{len(rows)} deleted topic incarnation(s) waiting for reclamation")
-    for column in ("kafka topic", "incarnation", "partitions", "pulsar topic", "deleted"):
+    count = sum(row["incarnations"][1] - row["incarnations"][0] + 1 for row in rows)
+    table = Table(title=f"{count} deleted topic incarnation(s) waiting for reclamation")
+    for column in ("kafka topic", "incarnations", "partitions each", "pulsar topics", "last"):
         table.add_column(column)
     for row in rows:
+        first, last = row["incarnations"]
         deleted = datetime.fromtimestamp(row.get("deleted_ms", 0) / 1000, UTC)
+        oldest, newest = row["pulsar_topics"]
         table.add_row(
             row["kafka_topic"],
-            str(row.get("incarnation", 0)),
-            str(row.get("partitions", "")),
-            f"{row['pulsar_topic']}-partition-*",
+            str(first) if first == last else f"{first}-{last}",
+            str(row["partitions"]),
+            f"{oldest}-partition-*" + ("" if first == last else f" .. {newest}-partition-*"),
             deleted.strftime("%Y-%m-%d %H:%M:%S UTC"),
         )
     console.print(table)

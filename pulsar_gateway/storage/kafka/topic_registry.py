@@ -8,9 +8,11 @@ Where the backend cannot delete (the embedded broker) two more things are kept
 
 - `kafka-topic-incarnation/<name>`: the name's last incarnation, so that a topic created
   again under the name is stored on fresh Pulsar topics (`<name>=<n>`) and starts empty;
-- `kafka-topic-reclaim/<pulsar topic>`: an old incarnation's Pulsar topics, whose stored
-  messages wait for a backend that can delete them (`pulsar-gateway topics
-  pending-deletion` lists them).
+- `kafka-topic-reclaim/<topic>`: the name's old incarnations, whose Pulsar topics hold
+  stored messages that wait for a backend that can delete them (`pulsar-gateway topics
+  pending-deletion` lists them). They are kept as runs `[first, last, partitions,
+  deleted_ms]` of consecutive incarnations with one partition count, so a topic deleted
+  and created again in a loop costs the metadata store one key of constant size.
 
 A record with `deleted: true` is left by earlier versions, which "deleted" on the embedded
 broker without deleting the data; it counts as absent, and as incarnation 0 waiting for
@@ -23,6 +25,7 @@ import time
 from typing import Any
 
 from pulsar_gateway.gateway.metadata_store import GONE, MetadataStore
+from pulsar_gateway.gateway.topic_names import incarnation_topic
 from pulsar_gateway.handlers.kafka.port import TopicRecord
 
 PREFIX = "kafka-topic/"
@@ -101,31 +104,41 @@ class TopicRegistry:
     async def retire(self, record: TopicRecord) -> None:
         """The topic is gone for Kafka clients; its Pulsar topics wait for reclamation. One
         group commit: no member ever sees the record gone without the incarnation kept.
-        Also for a record an earlier version left marked deleted (its data is incarnation 0)."""
+        Also for a record an earlier version left marked deleted (its data is incarnation 0).
+        The caller has caught the store up, so the runs read here are the latest."""
+        key = RECLAIM_PREFIX + record.name
+        runs = [list(run) for run in (self.metadata.get(key) or {}).get("runs", [])]
+        now = int(time.time() * 1000)
+        last = runs[-1] if runs else None
+        if last is not None and last[1] + 1 == record.incarnation and last[2] == record.partitions:
+            last[1], last[3] = record.incarnation, now
+        elif last is None or last[1] < record.incarnation:
+            runs.append([record.incarnation, record.incarnation, record.partitions, now])
         await self.metadata.put_many(
             {
                 INCARNATION_PREFIX + record.name: {"incarnation": record.incarnation},
-                RECLAIM_PREFIX + record.stored_name: _waiting(record),
+                key: {"runs": runs},
                 PREFIX + record.name: GONE,
             }
         )
 
     def waiting_for_reclamation(self) -> list[dict[str, Any]]:
-        """The old incarnations whose stored messages the backend could not delete."""
-        return [
-            {"pulsar_topic": key[len(RECLAIM_PREFIX) :], **value}
-            for key, value in self.metadata.items(RECLAIM_PREFIX)
-        ]
-
-    async def reclaimed(self, stored_name: str) -> None:
-        await self.metadata.delete(RECLAIM_PREFIX + stored_name)
-
-
-def _waiting(record: TopicRecord) -> dict[str, Any]:
-    return {
-        "topic": record.name,
-        "incarnation": record.incarnation,
-        "partitions": record.partitions,
-        "topic_id": record.topic_id,
-        "deleted_ms": int(time.time() * 1000),
-    }
+        """The old incarnations whose stored messages the backend could not delete: one row
+        per run of consecutive incarnations with the same partition count."""
+        rows = []
+        for key, value in self.metadata.items(RECLAIM_PREFIX):
+            name = key[len(RECLAIM_PREFIX) :]
+            for first, last, partitions, deleted_ms in value.get("runs", []):
+                rows.append(
+                    {
+                        "topic": name,
+                        "incarnations": [first, last],
+                        "partitions": partitions,
+                        "pulsar_topics": [
+                            incarnation_topic(name, first),
+                            incarnation_topic(name, last),
+                        ],
+                        "deleted_ms": deleted_ms,
+                    }
+                )
+        return rows

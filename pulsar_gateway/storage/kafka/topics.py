@@ -192,6 +192,8 @@ class TopicService:
         reclamation, and a topic created again under the name is a new incarnation on fresh
         Pulsar topics. Either way the offset-index checkpoints of the old partitions go."""
         async with self._lock:
+            # in a cluster: the latest record and reclamation list, as create() does
+            await self.metadata.catch_up()
             record = self.registry.get(name)
             if record is None:
                 raise UnknownTopic(name)
