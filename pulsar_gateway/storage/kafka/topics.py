@@ -225,7 +225,7 @@ class TopicService:
                 len(checkpoints),
             )
 
-    def waiting_for_reclamation(self) -> list[dict[str, object]]:
+    def waiting_for_reclamation(self) -> builtins.list[dict[str, object]]:
         """Old incarnations whose stored messages the backend could not delete."""
         return self.registry.waiting_for_reclamation()
 
