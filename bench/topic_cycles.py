@@ -27,6 +27,7 @@ from bench.proc import rss_kib
 from pulsar_gateway.gateway.backend.pulsar_backend import PulsarBackend
 from pulsar_gateway.gateway.config import DEFAULT_METADATA_NAMESPACE
 from pulsar_gateway.gateway.metadata_store import MetadataStore
+from pulsar_gateway.tools.gateway_link import discover
 from tests.support.gateway_process import GatewayProcess
 
 RECORDS = 10
@@ -87,7 +88,7 @@ def main() -> None:
     gateway = GatewayProcess(Path(tempfile.mkdtemp(prefix="topic-cycles-")))
     gateway.start()
     try:
-        service_url = gateway.health()["pulsar"]["service_url"]
+        service_url = discover(f"http://127.0.0.1:{gateway.metrics_port}").service_url
         topic = "cycled"
         admin = AdminClient({"bootstrap.servers": gateway.bootstrap})
         producer = Producer({"bootstrap.servers": gateway.bootstrap, "linger.ms": 0})

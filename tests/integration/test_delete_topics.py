@@ -38,6 +38,7 @@ from pulsar_gateway.gateway.backend.pulsar_backend import PulsarBackend
 from pulsar_gateway.gateway.config import DEFAULT_METADATA_NAMESPACE
 from pulsar_gateway.gateway.metadata_store import MetadataStore
 from pulsar_gateway.kafka_codec.errors import ErrorCode
+from pulsar_gateway.tools.gateway_link import discover
 from tests.support import kafka_wire
 from tests.support.gateway_process import GatewayProcess, cluster_member
 from tests.support.shared_broker import SharedBroker
@@ -176,7 +177,7 @@ def test_deleted_topic_is_gone_at_once_and_comes_back_empty(gateway, topic_name)
     assert values == [b"new"]
 
     # a Pulsar reader sees each incarnation on its own topics
-    service_url = gateway.health()["pulsar"]["service_url"]
+    service_url = discover(f"http://127.0.0.1:{gateway.metrics_port}").service_url
     full = f"persistent://public/default/{topic_name}"
     assert _pulsar_values(service_url, f"{full}=1-partition-0") == [b"new"]
     assert _pulsar_values(service_url, f"{full}-partition-0") == [b"0", b"2", b"4"]
@@ -226,7 +227,7 @@ def test_delete_and_recreate_in_a_loop_leaves_no_trace(gateway, topic_name) -> N
     the metadata store keeps two keys of constant size for the name (its last incarnation,
     and the run of incarnations waiting for reclamation), nothing else per cycle."""
     group = f"g-{topic_name}"
-    service_url = gateway.health()["pulsar"]["service_url"]
+    service_url = discover(f"http://127.0.0.1:{gateway.metrics_port}").service_url
     cycles = 8
     for cycle in range(cycles):
         _kafka_python_cycle(gateway.bootstrap, topic_name, group, cycle)
