@@ -200,8 +200,18 @@ class Gateway:
                 security=security,
             )
             await self.mirror.start()
-            self.group_offsets.on_commit = self.mirror.request
-            self.group_offsets.on_forget = self.mirror.forget
+            mirror = self.mirror
+
+            # group offsets name Kafka partitions; the mirror moves subscriptions on the
+            # Pulsar topics that store them now (a topic's incarnation: topics.py)
+            def mirror_commit(partition: str, group_id: str, offset: int) -> None:
+                mirror.request(topics.stored_partition(partition), group_id, offset)
+
+            async def mirror_forget(partitions: list[str]) -> None:
+                await mirror.forget([topics.stored_partition(name) for name in partitions])
+
+            self.group_offsets.on_commit = mirror_commit
+            self.group_offsets.on_forget = mirror_forget
         metrics.BACKEND_UP.set(1)
         # one users store for both listeners, followed live, signed with the users key
         # (docs/security.md); whoever makes the key adopts the records already there

@@ -75,6 +75,9 @@ def _parser() -> argparse.ArgumentParser:
     from pulsar_gateway.tools.cluster_status import add_parser as add_cluster
 
     add_cluster(commands)
+    from pulsar_gateway.tools.topics_cli import add_parser as add_topics
+
+    add_topics(commands, _add_gateway_link)
     return parser
 
 
@@ -196,7 +199,7 @@ def main(argv: list[str] | None = None) -> int:
     tighten_timer_slack()
     parser = _parser()
     args = parser.parse_args(argv)
-    if args.command in ("migrate", "parity", "amqp", "users", "cluster"):
+    if args.command in ("migrate", "parity", "amqp", "users", "cluster", "topics"):
         from pulsar_gateway.tools_cli import run_tool
 
         _exit_now(run_tool(args))

@@ -1,5 +1,5 @@
 """The commands that run beside a gateway: migrate, parity, amqp import-definitions, users,
-cluster status."""
+cluster status, topics pending-deletion."""
 
 from __future__ import annotations
 
@@ -38,6 +38,10 @@ def run_tool(args: argparse.Namespace) -> int:
 
             link = None if args.data_dir else _link(args)
             return asyncio.run(run_users(args, link))
+        if args.command == "topics" and args.topics_command == "pending-deletion":
+            from pulsar_gateway.tools.topics_cli import run_topics
+
+            return asyncio.run(run_topics(args, _link(args)))
         if args.command == "cluster" and args.cluster_command == "status":
             from pulsar_gateway.tools.cluster_status import run_status
 
@@ -48,6 +52,9 @@ def run_tool(args: argparse.Namespace) -> int:
     if args.command == "users":
         actions = "add, passwd, remove, list, grant, revoke, rights"
         print(f"pulsar-gateway users: give an action ({actions})", file=sys.stderr)
+        return 2
+    if args.command == "topics":
+        print("pulsar-gateway topics: give a tool (pending-deletion)", file=sys.stderr)
         return 2
     if args.command == "cluster":
         print("pulsar-gateway cluster: give a tool (status)", file=sys.stderr)

@@ -228,9 +228,14 @@ class MetadataStore:
 
     def _unset(self, key: str) -> None:
         self._table.pop(key, None)
-        group = self._groups.get(key[: key.rfind("/") + 1])
+        folder = key[: key.rfind("/") + 1]
+        group = self._groups.get(folder)
         if group is not None:
             group.pop(key, None)
+            if not group:
+                # folders come and go with what they hold (a deleted topic's checkpoints):
+                # an empty one kept would grow the index for ever
+                del self._groups[folder]
 
     # ---- loading ---------------------------------------------------------------------------
 

@@ -45,6 +45,26 @@ def kafka_topic_name(pulsar_name: str, tenant: str, namespace: str) -> str:
     return pulsar_name.removeprefix("persistent://")
 
 
+INCARNATION_MARK = "="
+_INCARNATION = re.compile(r"=(\d+)$")
+
+
+def incarnation_topic(full_topic: str, incarnation: int) -> str:
+    """The Pulsar topic that stores incarnation `incarnation` of a Kafka topic: the first
+    (0) keeps the plain name; a topic deleted and created again gets `<topic>=<n>`, a name
+    no Kafka topic can have ('=' is not in Kafka's alphabet), so its partitions start empty
+    on fresh Pulsar topics (docs/pulsar-mapping.md, 'Deleting topics')."""
+    return full_topic if incarnation == 0 else f"{full_topic}{INCARNATION_MARK}{incarnation}"
+
+
+def logical_topic(stored_topic: str) -> tuple[str, int]:
+    """`<topic>=<n>` -> (topic, n); a plain name is incarnation 0."""
+    found = _INCARNATION.search(stored_topic)
+    if found is None:
+        return stored_topic, 0
+    return stored_topic[: found.start()], int(found.group(1))
+
+
 PARTITION_MARK = "-partition-"
 
 

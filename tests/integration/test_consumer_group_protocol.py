@@ -112,3 +112,79 @@ def test_consumers_share_a_topic_by_the_consumer_protocol_and_read_each_record_o
         late.close()
     finally:
         gw.stop()
+
+
+def test_members_that_ask_for_the_range_assignor_get_contiguous_ranges(gateway) -> None:
+    """confluent-kafka's `group.remote.assignor=range`: the coordinator assigns with Kafka's
+    range server assignor (it used to answer UNSUPPORTED_ASSIGNOR), and ConsumerGroupDescribe
+    names it."""
+    topic, group = f"range-{uuid.uuid4().hex[:6]}", f"g-{uuid.uuid4().hex[:6]}"
+    admin = AdminClient({"bootstrap.servers": gateway.bootstrap})
+    admin.create_topics([NewTopic(topic, PARTITIONS, 1)])[topic].result(30)
+    members = [
+        Consumer(
+            {
+                "bootstrap.servers": gateway.bootstrap,
+                "group.id": group,
+                "group.protocol": "consumer",
+                "group.remote.assignor": "range",
+                "client.id": f"r{n}",
+            }
+        )
+        for n in range(2)
+    ]
+    try:
+        for member in members:
+            member.subscribe([topic])
+
+        def split() -> bool:
+            for member in members:
+                member.poll(0.1)
+            return all(len(m.assignment()) == PARTITIONS // 2 for m in members)
+
+        wait_until(split, 60, 0, "both members to hold three partitions")
+        held = sorted(sorted(tp.partition for tp in m.assignment()) for m in members)
+        assert held == [[0, 1, 2], [3, 4, 5]]  # uniform would deal 0, 2, 4 and 1, 3, 5
+        described = kafka_wire.call(
+            gateway.kafka_port,
+            CONSUMER_GROUP_DESCRIBE,
+            0,
+            {"group_ids": [group], "include_authorized_operations": False},
+        )["groups"][0]
+        assert described["assignor_name"] == "range"
+    finally:
+        for member in members:
+            member.close()
+
+
+def test_a_regex_subscription_takes_matching_topics_even_later_ones(gateway) -> None:
+    """confluent-kafka subscribing by pattern in a consumer group: the coordinator matches
+    the regex (ConsumerGroupHeartbeat's subscribed_topic_regex) against the topics, and
+    a topic created later that matches is assigned too."""
+    prefix = f"rx{uuid.uuid4().hex[:6]}"
+    admin = AdminClient({"bootstrap.servers": gateway.bootstrap})
+    for name in (f"{prefix}-a", f"{prefix}-b", f"other{prefix}"):
+        admin.create_topics([NewTopic(name, 1, 1)])[name].result(30)
+    member = Consumer(
+        {
+            "bootstrap.servers": gateway.bootstrap,
+            "group.id": f"g-{prefix}",
+            "group.protocol": "consumer",
+            "auto.offset.reset": "earliest",
+            "topic.metadata.refresh.interval.ms": 1000,
+        }
+    )
+    try:
+        member.subscribe([f"^{prefix}-.*"])
+
+        def holds(*names: str) -> bool:
+            member.poll(0.2)
+            return sorted(tp.topic for tp in member.assignment()) == sorted(names)
+
+        wait_until(lambda: holds(f"{prefix}-a", f"{prefix}-b"), 60, 0, "the matching topics")
+        admin.create_topics([NewTopic(f"{prefix}-c", 1, 1)])[f"{prefix}-c"].result(30)
+        wait_until(
+            lambda: holds(f"{prefix}-a", f"{prefix}-b", f"{prefix}-c"), 60, 0, "the new topic"
+        )
+    finally:
+        member.close()

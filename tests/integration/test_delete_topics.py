@@ -1,36 +1,51 @@
-"""DeleteTopics deletes for real or not at all (docs/pulsar-mapping.md, 'Deleting topics').
+"""DeleteTopics deletes at once for every API (docs/pulsar-mapping.md, 'Deleting topics').
 
-- The embedded broker has no admin API and cannot delete stored messages: DeleteTopics
-  answers TOPIC_DELETION_DISABLED with the reason, and the topic, its data and its groups'
-  offsets stay exactly as they were (it used to answer success while the data stayed
-  readable through Pulsar and the offsets carried over into a re-created topic).
+- The embedded broker has no admin API and cannot delete stored messages: the topic is
+  retired in the metadata store, so Metadata, Produce and Fetch answer for it as for an
+  unknown topic, its groups' offsets go, and a topic created again under the name is a new
+  incarnation on fresh Pulsar topics (`<topic>=<n>`) that starts empty at offset 0. The old
+  Pulsar topics are listed by `pulsar-gateway topics pending-deletion`.
 - With `pulsar.admin_url` (here a stand-in admin API in front of a separate broker) the
   topic is deleted through the admin API, and the gateway's record of it, its offset-index
   checkpoints and every group's committed offsets on it go too.
+- In a cluster every member follows the metadata store: a topic deleted through one member
+  is gone on the other.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
+import subprocess
+import sys
 import threading
+import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+import pulsar
 import pytest
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
+from kafka import KafkaConsumer, KafkaProducer
+from kafka import TopicPartition as KafkaPythonPartition
+from kafka.admin import KafkaAdminClient
+from kafka.admin import NewTopic as KafkaPythonTopic
 
 from pulsar_gateway.gateway.backend.embedded import EmbeddedBroker
 from pulsar_gateway.gateway.backend.pulsar_backend import PulsarBackend
 from pulsar_gateway.gateway.config import DEFAULT_METADATA_NAMESPACE
 from pulsar_gateway.gateway.metadata_store import MetadataStore
 from pulsar_gateway.kafka_codec.errors import ErrorCode
+from pulsar_gateway.tools.gateway_link import discover
 from tests.support import kafka_wire
-from tests.support.gateway_process import GatewayProcess
+from tests.support.gateway_process import GatewayProcess, cluster_member
+from tests.support.shared_broker import SharedBroker
 from tests.support.waiting import wait_until
 
 DELETE_TOPICS = 20
+METADATA = 3
 
 
 def _create_and_fill(bootstrap: str, topic: str, group: str, partitions: int) -> None:
@@ -56,38 +71,181 @@ def _committed(bootstrap: str, topic: str, group: str, partitions: int) -> list[
         consumer.close()
 
 
-def test_embedded_broker_refuses_and_keeps_everything(gateway, topic_name) -> None:
+def _pulsar_values(service_url: str, pulsar_topic: str) -> list[bytes]:
+    """Every message of a Pulsar topic, read by a plain Pulsar reader."""
+    client = pulsar.Client(service_url)
+    try:
+        reader = client.create_reader(pulsar_topic, pulsar.MessageId.earliest)
+        values = []
+        while True:
+            try:
+                values.append(reader.read_next(1000).data())
+            except pulsar.Timeout:
+                return values
+    finally:
+        client.close()
+
+
+def _metadata(service_url: str) -> dict[str, object]:
+    """Every key of the gateway's metadata store with its value, as a gateway starting now
+    would load it."""
+
+    async def load() -> dict[str, object]:
+        backend = PulsarBackend(service_url)
+        await backend.start()
+        try:
+            store = MetadataStore(backend, DEFAULT_METADATA_NAMESPACE)
+            await store.load()
+            table = dict(store.items(""))
+            await store.close()
+            return table
+        finally:
+            await backend.close()
+
+    return asyncio.run(load())
+
+
+def _metadata_keys(service_url: str) -> list[str]:
+    return list(_metadata(service_url))
+
+
+def _pending_deletion(gateway: GatewayProcess) -> list[dict[str, object]]:
+    answer = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pulsar_gateway.cli",
+            "topics",
+            "pending-deletion",
+            "--gateway-health",
+            f"http://127.0.0.1:{gateway.metrics_port}",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    return json.loads(answer.stdout)
+
+
+def test_deleted_topic_is_gone_at_once_and_comes_back_empty(gateway, topic_name) -> None:
     group = f"g-{topic_name}"
-    _create_and_fill(gateway.bootstrap, topic_name, group, 1)
+    _create_and_fill(gateway.bootstrap, topic_name, group, 2)
     admin = AdminClient({"bootstrap.servers": gateway.bootstrap})
-    with pytest.raises(KafkaException) as refused:
-        admin.delete_topics([topic_name])[topic_name].result(30)
-    assert refused.value.args[0].code() == KafkaError.TOPIC_DELETION_DISABLED
-    # the reason is in the answer (error_message, v5), which librdkafka does not show
+    admin.delete_topics([topic_name])[topic_name].result(30)
+
+    # gone for every API at once: listed nowhere, unknown to Metadata (no auto-create),
+    # to Fetch and to ListOffsets
+    assert topic_name not in admin.list_topics(timeout=10).topics
     answer = kafka_wire.call(
+        gateway.kafka_port,
+        METADATA,
+        9,
+        {"topics": [{"name": topic_name}], "allow_auto_topic_creation": False},
+    )["topics"][0]
+    assert answer["error_code"] == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    deleted_again = kafka_wire.call(
         gateway.kafka_port, DELETE_TOPICS, 5, {"topic_names": [topic_name], "timeout_ms": 1000}
     )["responses"][0]
-    assert answer["error_code"] == ErrorCode.TOPIC_DELETION_DISABLED
-    assert "not deleted" in answer["error_message"]
-    assert "readable through Pulsar" in answer["error_message"]
-    assert "pulsar.admin_url" in answer["error_message"]
+    assert deleted_again["error_code"] == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
 
-    # nothing changed: the topic, its records and the group's offset are all still there
-    assert topic_name in admin.list_topics(timeout=10).topics
-    assert _committed(gateway.bootstrap, topic_name, group, 1) == [2]
-    consumer = Consumer({"bootstrap.servers": gateway.bootstrap, "group.id": f"r-{topic_name}"})
-    consumer.assign([TopicPartition(topic_name, 0, 0)])
-    values: list[bytes] = []
+    # a Produce auto-creates a NEW topic (the gateway's default: one partition) from offset 0
+    producer = Producer({"bootstrap.servers": gateway.bootstrap})
+    producer.produce(topic_name, b"new", partition=0)
+    assert producer.flush(30) == 0
+    consumer = Consumer(
+        {"bootstrap.servers": gateway.bootstrap, "group.id": group, "enable.auto.commit": False}
+    )
+    try:
+        partition = TopicPartition(topic_name, 0)
+        assert consumer.get_watermark_offsets(partition, timeout=10) == (0, 1)
+        # the group's offsets on the old topic went with it
+        assert consumer.committed([partition], timeout=10)[0].offset == -1001
+        consumer.assign([TopicPartition(topic_name, 0, 0)])
+        values: list[bytes] = []
 
-    def read_all() -> bool:
-        message = consumer.poll(0.5)
-        if message is not None and not message.error():
-            values.append(message.value())
-        return len(values) == 3
+        def read_one() -> bool:
+            message = consumer.poll(0.5)
+            if message is not None and not message.error():
+                values.append(message.value())
+            return bool(values)
 
-    wait_until(read_all, 30, 0, "the three records")
-    consumer.close()
-    assert values == [b"0", b"1", b"2"]
+        wait_until(read_one, 30, 0, "the new topic's record")
+    finally:
+        consumer.close()
+    assert values == [b"new"]
+
+    # a Pulsar reader sees each incarnation on its own topics
+    service_url = discover(f"http://127.0.0.1:{gateway.metrics_port}").service_url
+    full = f"persistent://public/default/{topic_name}"
+    assert _pulsar_values(service_url, f"{full}=1-partition-0") == [b"new"]
+    assert _pulsar_values(service_url, f"{full}-partition-0") == [b"0", b"2", b"4"]
+    waiting = [row for row in _pending_deletion(gateway) if row["kafka_topic"] == topic_name]
+    assert [(row["pulsar_topics"], row["incarnations"], row["partitions"]) for row in waiting] == [
+        ([full, full], [0, 0], 2)
+    ]
+    left = [key for key in _metadata_keys(service_url) if f"{topic_name}-partition-" in key]
+    assert left == [], "no offsets or checkpoints of the old incarnation may stay"
+
+
+def _kafka_python_cycle(bootstrap: str, topic: str, group: str, cycle: int) -> None:
+    """One life of the topic: created, written by a producer, read and committed by a group
+    member, deleted under the member's feet."""
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    try:
+        admin.create_topics([KafkaPythonTopic(topic, 2, 1)])
+        producer = KafkaProducer(bootstrap_servers=bootstrap)
+        for number in range(4):
+            producer.send(topic, f"{cycle}-{number}".encode(), partition=number % 2)
+        producer.flush(30)
+        producer.close()
+        consumer = KafkaConsumer(
+            topic,
+            bootstrap_servers=bootstrap,
+            group_id=group,
+            auto_offset_reset="earliest",
+            enable_auto_commit=False,
+            consumer_timeout_ms=200,
+        )
+        values: list[bytes] = []
+        deadline = time.monotonic() + 30
+        while len(values) < 4 and time.monotonic() < deadline:
+            values += [record.value for record in consumer]
+        # a new incarnation holds only its own records, from offset 0
+        assert sorted(values) == [f"{cycle}-{number}".encode() for number in range(4)]
+        consumer.commit()
+        admin.delete_topics([topic])
+        consumer.close(autocommit=False)
+    finally:
+        admin.close()
+
+
+def test_delete_and_recreate_in_a_loop_leaves_no_trace(gateway, topic_name) -> None:
+    """kafka-python creates, fills, consumes in a group and deletes the same name again and
+    again: each incarnation starts at 0 with only its records, no offsets carry over, and
+    the metadata store keeps two keys of constant size for the name (its last incarnation,
+    and the run of incarnations waiting for reclamation), nothing else per cycle."""
+    group = f"g-{topic_name}"
+    service_url = discover(f"http://127.0.0.1:{gateway.metrics_port}").service_url
+    cycles = 8
+    for cycle in range(cycles):
+        _kafka_python_cycle(gateway.bootstrap, topic_name, group, cycle)
+    consumer = KafkaConsumer(bootstrap_servers=gateway.bootstrap, group_id=group)
+    try:
+        partition = KafkaPythonPartition(topic_name, 0)
+        assert consumer.committed(partition) is None
+    finally:
+        consumer.close()
+    table = _metadata(service_url)
+    full = f"persistent://public/default/{topic_name}"
+    kept = sorted(key for key in table if full in key)
+    # two keys whatever the number of cycles: the last incarnation, and the old ones as one
+    # run (0 to the last, two partitions each)
+    assert kept == [f"kafka-topic-incarnation/{full}", f"kafka-topic-reclaim/{full}"]
+    assert table[f"kafka-topic-incarnation/{full}"] == {"incarnation": cycles - 1}
+    (run,) = table[f"kafka-topic-reclaim/{full}"]["runs"]
+    assert run[:3] == [0, cycles - 1, 2]
 
 
 class _AdminStandIn(BaseHTTPRequestHandler):
@@ -120,24 +278,6 @@ def admin_api() -> Iterator[tuple[str, list[tuple[str, str]]]]:
     finally:
         server.shutdown()
         server.server_close()
-
-
-def _metadata_keys(service_url: str) -> list[str]:
-    """Every key of the gateway's metadata store, as a gateway starting now would load it."""
-
-    async def load() -> list[str]:
-        backend = PulsarBackend(service_url)
-        await backend.start()
-        try:
-            store = MetadataStore(backend, DEFAULT_METADATA_NAMESPACE)
-            await store.load()
-            keys = [key for key, _ in store.items("")]
-            await store.close()
-            return keys
-        finally:
-            await backend.close()
-
-    return asyncio.run(load())
 
 
 def test_with_an_admin_api_the_topic_and_all_it_left_go(
@@ -178,3 +318,51 @@ def test_with_an_admin_api_the_topic_and_all_it_left_go(
     finally:
         loop.run_until_complete(broker.stop())
         loop.close()
+
+
+def test_a_cluster_member_sees_the_deletion_of_another(tmp_path: Path, topic_name: str) -> None:
+    broker = SharedBroker(tmp_path / "broker").start()
+    members: list[GatewayProcess] = []
+    try:
+        for node in (1, 2):
+            member = cluster_member(tmp_path / f"g{node}", broker.service_url, f"m{node}", node)
+            members.append(member.start())
+        first, second = (member.bootstrap for member in members)
+        group = f"g-{topic_name}"
+        _create_and_fill(first, topic_name, group, 2)
+        other = AdminClient({"bootstrap.servers": second})
+        wait_until(
+            lambda: topic_name in other.list_topics(timeout=10).topics,
+            30,
+            0.1,
+            "the topic on the second member",
+        )
+        deleter = AdminClient({"bootstrap.servers": first})
+        deleter.delete_topics([topic_name])[topic_name].result(30)
+        wait_until(
+            lambda: topic_name not in other.list_topics(timeout=10).topics,
+            30,
+            0.1,
+            "the deletion on the second member",
+        )
+        assert _committed(second, topic_name, group, 2) == [-1001, -1001]
+        # created again through the second member: empty, from 0, on both
+        other.create_topics([NewTopic(topic_name, 1, 1)])[topic_name].result(30)
+        for servers in (first, second):
+            consumer = Consumer({"bootstrap.servers": servers, "group.id": group})
+            try:
+                wait_until(
+                    lambda consumer=consumer: (
+                        consumer.get_watermark_offsets(TopicPartition(topic_name, 0), timeout=10)
+                        == (0, 0)
+                    ),
+                    30,
+                    0.2,
+                    f"an empty new incarnation through {servers}",
+                )
+            finally:
+                consumer.close()
+    finally:
+        for member in members:
+            member.stop()
+        broker.stop()

@@ -20,8 +20,10 @@ from confluent_kafka.admin import (
     AlterConfigOpType,
     ConfigEntry,
     ConfigResource,
+    ConfigSource,
     NewTopic,
 )
+from kafka import KafkaConsumer
 from kafka.admin import ConfigResource as KpConfigResource
 from kafka.admin import ConfigResourceType, KafkaAdminClient
 
@@ -155,3 +157,65 @@ def test_describe_producers_shows_an_idempotent_producer(
     assert partition["error_code"] == 0
     [active] = partition["active_producers"]
     assert active["producer_id"] >= 0 and active["last_sequence"] == 4
+
+
+def test_describe_configs_types_every_key_and_names_the_listeners(
+    gateway: GatewayProcess, topic_name: str
+) -> None:
+    """The broker resource carries the listener keys clients read, with source and
+    read-only flag (confluent-kafka); every entry has its Kafka type (DescribeConfigs v4 on
+    the wire: confluent-kafka does not show the type)."""
+    admin = _admin(gateway)
+    admin.create_topics([NewTopic(topic_name, 1, 1, config={"retention.bytes": "1000"})])[
+        topic_name
+    ].result(30)
+    broker = ConfigResource(ConfigResource.Type.BROKER, "0")
+    entries = admin.describe_configs([broker])[broker].result(30)
+    advertised = entries["advertised.listeners"]
+    assert advertised.value == f"PLAINTEXT://127.0.0.1:{gateway.kafka_port}"
+    assert advertised.source == ConfigSource.STATIC_BROKER_CONFIG.value
+    assert advertised.is_read_only
+    assert entries["listeners"].value == f"PLAINTEXT://127.0.0.1:{gateway.kafka_port}"
+    assert entries["delete.topic.enable"].value == "true"
+    assert entries["group.consumer.assignors"].value == "uniform,range"
+    assert entries["ssl.key.password"].is_sensitive and entries["ssl.key.password"].value is None
+
+    answer = kafka_wire.call(
+        gateway.kafka_port,
+        ApiKey.DESCRIBE_CONFIGS,
+        4,
+        {
+            "resources": [
+                {"resource_type": 2, "resource_name": topic_name, "configuration_keys": None},
+                {"resource_type": 4, "resource_name": "0", "configuration_keys": None},
+            ],
+            "include_synonyms": False,
+            "include_documentation": True,
+        },
+    )
+    topic, node = ({c["name"]: c for c in r["configs"]} for r in answer["results"])
+    long, int_, boolean, string, list_, double = 5, 3, 1, 2, 7, 6  # Kafka's ConfigType
+    assert topic["retention.bytes"]["config_type"] == long
+    assert topic["retention.bytes"]["value"] == "1000"
+    assert topic["max.message.bytes"]["config_type"] == int_
+    assert topic["preallocate"]["config_type"] == boolean
+    assert topic["compression.type"]["config_type"] == string
+    assert topic["cleanup.policy"]["config_type"] == list_
+    assert topic["min.cleanable.dirty.ratio"]["config_type"] == double
+    assert node["ssl.key.password"]["config_type"] == 9  # PASSWORD
+    assert node["principal.builder.class"]["config_type"] == 8  # CLASS
+    assert all(entry["config_type"] != 0 for entry in [*topic.values(), *node.values()])
+    assert all(entry["documentation"] for entry in [*topic.values(), *node.values()])
+
+
+def test_version_inference_names_the_release_of_the_served_apis(gateway: GatewayProcess) -> None:
+    """kafka-python infers the broker's release from ApiVersions (the newest version of a
+    few marker APIs). The gateway serves every API up to the newest stable version in the
+    Kafka 4.0 definitions it is generated from (docs/compatibility.md), so it is taken for
+    Kafka 4.0: not older (ListOffsets v10 is 4.0's marker) and not newer (4.1's marker,
+    Produce v13, is not in those definitions)."""
+    consumer = KafkaConsumer(bootstrap_servers=gateway.bootstrap)
+    try:
+        assert consumer.config["api_version"] == (4, 0)
+    finally:
+        consumer.close()

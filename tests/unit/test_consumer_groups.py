@@ -10,7 +10,10 @@ from hypothesis import strategies as st
 from pulsar_gateway.handlers.kafka.consumer_groups import (
     Assignment,
     ConsumerGroups,
+    ConsumerMember,
     HeartbeatResult,
+    preferred_assignor,
+    range_assignment,
 )
 from pulsar_gateway.kafka_codec.errors import ErrorCode
 from pulsar_gateway.kafka_codec.protocol.messages import ApiKey
@@ -201,9 +204,10 @@ def test_the_apis_speak_topic_ids_and_check_commits_against_member_epochs() -> N
         odd = await broker.call(
             ApiKey.CONSUMER_GROUP_HEARTBEAT,
             1,
-            heartbeat_body("m-2", 0, topics=[TOPIC], assignor="range"),
+            heartbeat_body("m-2", 0, topics=[TOPIC], assignor="sticky"),
         )
         assert odd["error_code"] == ErrorCode.UNSUPPORTED_ASSIGNOR
+        assert odd["error_message"] == "Assignor sticky is not supported."
 
         def commit(epoch_sent: int) -> dict:
             return {
@@ -262,5 +266,55 @@ def test_the_apis_speak_topic_ids_and_check_commits_against_member_epochs() -> N
         assert classic["error_code"] == ErrorCode.INCONSISTENT_GROUP_PROTOCOL
         left = await broker.call(ApiKey.CONSUMER_GROUP_HEARTBEAT, 1, heartbeat_body("m-1", -1))
         assert (left["error_code"], left["member_epoch"]) == (0, -1)
+
+    run(scenario)
+
+
+def test_range_gives_each_member_one_contiguous_run_per_topic() -> None:
+    members = {name: ConsumerMember(name) for name in ("b", "a", "c")}
+    subscriptions = {"a": ["t", "u"], "b": ["t", "u"], "c": ["t"]}
+    target = range_assignment(members, subscriptions, {"t": 7, "u": 3})
+    # t: 7 partitions over a, b, c (sorted by id): 3, 2, 2; u: 3 over a, b: 2, 1
+    assert target == {
+        "a": {"t": {0, 1, 2}, "u": {0, 1}},
+        "b": {"t": {3, 4}, "u": {2}},
+        "c": {"t": {5, 6}},
+    }
+    few = range_assignment(members, {"a": ["t"], "b": ["t"], "c": ["t"]}, {"t": 2})
+    assert few == {"a": {"t": {0}}, "b": {"t": {1}}, "c": {}}
+
+
+def test_the_group_uses_the_assignor_most_members_ask_for() -> None:
+    def member(name: str, assignor: str | None) -> ConsumerMember:
+        return ConsumerMember(name, server_assignor=assignor)
+
+    assert preferred_assignor([]) == "uniform"
+    assert preferred_assignor([member("a", None)]) == "uniform"
+    assert preferred_assignor([member("a", "range"), member("b", None)]) == "range"
+    assert preferred_assignor([member("a", "range"), member("b", "uniform")]) == "uniform"
+    chosen = [member("a", "range"), member("b", "range"), member("c", "uniform")]
+    assert preferred_assignor(chosen) == "range"
+
+
+def test_a_member_asking_for_range_gets_ranges_and_describe_names_it() -> None:
+    async def scenario() -> None:
+        broker = Broker()
+        broker.context.consumer_groups = ConsumerGroups()
+        await broker.storage.topics.create(TOPIC, 4)
+        answers = []
+        for member_id in ("m-1", "m-2"):
+            body = heartbeat_body(member_id, 0, topics=[TOPIC], assignor="range")
+            answers.append(await broker.call(ApiKey.CONSUMER_GROUP_HEARTBEAT, 1, body))
+        assert all(answer["error_code"] == 0 for answer in answers)
+        groups = broker.context.consumer_groups
+        group = groups.describe("g")
+        assert group is not None and group.assignor == "range"
+        assert group.target == {"m-1": {TOPIC: {0, 1}}, "m-2": {TOPIC: {2, 3}}}
+        described = await broker.call(
+            ApiKey.CONSUMER_GROUP_DESCRIBE,
+            0,
+            {"group_ids": ["g"], "include_authorized_operations": False},
+        )
+        assert described["groups"][0]["assignor_name"] == "range"
 
     run(scenario)

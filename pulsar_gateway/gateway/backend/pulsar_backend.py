@@ -26,6 +26,7 @@ from pulsar_gateway.gateway import metrics
 from pulsar_gateway.gateway.backend.client_logging import client_logger
 from pulsar_gateway.gateway.backend.connection_security import NO_SECURITY, PulsarSecurity
 from pulsar_gateway.gateway.backend.loop_bridge import to_loop
+from pulsar_gateway.gateway.backend.reader_factory import create_reader
 from pulsar_gateway.gateway.backend.reader_stream import EARLIEST, ReaderStream
 from pulsar_gateway.gateway.backend.resend_filter import SEQ, stamp_text
 from pulsar_gateway.gateway.errors import StorageError
@@ -338,7 +339,9 @@ class PulsarBackend:
             # the last batch"). The stream drops the batch's messages before `start`.
             start_id = pulsar.MessageId(-1, start[0], start[1], -1)
         try:
-            reader = await self.client.create_reader(
+            # not the library's create_reader: it keeps every reader alive (reader_factory.py)
+            return await create_reader(
+                self.client,
                 topic,
                 start_id,
                 receiver_queue_size=receiver_queue_size,
@@ -346,7 +349,6 @@ class PulsarBackend:
             )
         except Exception as exc:
             raise BackendError(f"cannot open reader on {topic}: {exc}") from exc
-        return reader._reader
 
     async def open_reader(
         self, topic: str, start: MessageKey = EARLIEST, receiver_queue_size: int = 1000
@@ -371,7 +373,8 @@ class PulsarBackend:
 
     async def is_empty(self, topic: str) -> bool:
         """pulsar-lite raises UnknownError for an empty topic: that means empty."""
-        reader = await self.client.create_reader(topic, pulsar.MessageId.earliest)
+        raw = await create_reader(self.client, topic, pulsar.MessageId.earliest)
+        reader = pulsar_asyncio.Reader(raw, pulsar.schema.BytesSchema())
         try:
             return not await reader.has_message_available()
         except pulsar_asyncio.PulsarException as exc:
@@ -447,6 +450,13 @@ class PulsarBackend:
                 setattr(writer, kind, None)
                 with contextlib.suppress(Exception):
                     await asyncio.to_thread(producer.close)
+
+    async def close_topic(self, topic: str) -> None:
+        """Close the topic's producers now rather than after `idle_close_seconds`: its topic
+        was deleted (a send still in flight fails as any send to a closed producer does)."""
+        writer = self._writers.pop(topic, None)
+        if writer is not None:
+            await self._close_writer(writer)
 
     async def _reap_idle(self) -> None:
         while True:

@@ -18,12 +18,17 @@ coordinator computes a target assignment and moves each member toward it on its 
   silent for the session timeout, or keeps partitions past its rebalance timeout, is
   removed. OffsetCommit is checked against the member epoch (STALE_MEMBER_EPOCH).
 
-The assignor is `uniform` (Kafka's default server assignor): every partition of the
-subscribed topics, in order, dealt round-robin to the members subscribed to its topic,
-members sorted by id, so that the result depends only on the members and their
-subscriptions. Membership lives in this coordinator's memory; committed offsets are durable
-as for classic groups. A coordinator that restarts (or a group that moves to another cluster
-member) answers the old members UNKNOWN_MEMBER_ID and they join again. docs/compatibility.md
+The server assignor is chosen by the members, as in Kafka: each may name one
+(`server_assignor`, the client's `group.remote.assignor`), the group uses the one most of
+its members name (ties: the first in SERVER_ASSIGNORS), and `uniform`, Kafka's default,
+when none names one. `uniform` deals every partition of the subscribed topics, in order,
+round-robin to the members subscribed to its topic; `range` gives each member subscribed
+to a topic one contiguous range of its partitions (the first members one more when they do
+not divide evenly). Members are sorted by id either way, so the result depends only on the
+members and their subscriptions. Membership lives in this coordinator's memory; committed
+offsets are durable as for classic groups. A coordinator that restarts (or a group that
+moves to another cluster member) answers the old members UNKNOWN_MEMBER_ID and they join
+again. docs/compatibility.md
 and docs/cluster.md say what clients see.
 """
 
@@ -34,6 +39,7 @@ import logging
 import re
 import time
 import uuid
+from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -43,7 +49,9 @@ from pulsar_gateway.kafka_codec.errors import ErrorCode
 
 log = logging.getLogger("gateway.kafka.consumer_groups")
 
-ASSIGNOR = "uniform"
+ASSIGNOR = "uniform"  # the default
+RANGE = "range"
+SERVER_ASSIGNORS = (ASSIGNOR, RANGE)
 JOIN, LEAVE, STATIC_LEAVE = 0, -1, -2
 SWEEP_SECONDS = 0.5
 MAX_REGEX_LENGTH = 1000
@@ -77,6 +85,7 @@ class ConsumerMember:
     rebalance_timeout_ms: int = 300000
     subscribed: list[str] = field(default_factory=list)
     regex: str | None = None
+    server_assignor: str | None = None  # the one it asked for, if any
     assigned: Assignment = field(default_factory=dict)  # what it may consume now
     revoking: Assignment = field(default_factory=dict)  # taken away, not yet let go of
     revoke_deadline: float = 0.0
@@ -97,6 +106,7 @@ class ConsumerGroup:
     target: dict[str, Assignment] = field(default_factory=dict)
     topics_seen: dict[str, int] = field(default_factory=dict)  # what the target was built on
     subscriptions_seen: dict[str, list[str]] = field(default_factory=dict)  # and this
+    assignor: str = ASSIGNOR  # what the target was computed with
 
     @property
     def state(self) -> str:
@@ -137,6 +147,38 @@ def uniform_assignment(
             target[member_id].setdefault(topic, set()).add(partition)
             turn += 1
     return target
+
+
+def range_assignment(
+    members: dict[str, ConsumerMember], subscriptions: dict[str, list[str]], topics: dict[str, int]
+) -> dict[str, Assignment]:
+    """Each topic's partitions cut into contiguous ranges, one per member subscribed to it
+    (sorted by id); the first `partitions % members` get one partition more."""
+    target: dict[str, Assignment] = {member_id: {} for member_id in members}
+    for topic in sorted(topics):
+        takers = sorted(m for m, names in subscriptions.items() if topic in names)
+        if not takers:
+            continue
+        share, extra = divmod(topics[topic], len(takers))
+        start = 0
+        for position, member_id in enumerate(takers):
+            size = share + (1 if position < extra else 0)
+            if size:
+                target[member_id][topic] = set(range(start, start + size))
+            start += size
+    return target
+
+
+ASSIGNMENTS = {ASSIGNOR: uniform_assignment, RANGE: range_assignment}
+
+
+def preferred_assignor(members: Iterable[ConsumerMember]) -> str:
+    """The assignor most members asked for; `uniform` when none asked (module docstring)."""
+    asked = Counter(member.server_assignor for member in members if member.server_assignor)
+    if not asked:
+        return ASSIGNOR
+    most = max(asked.values())
+    return next(name for name in SERVER_ASSIGNORS if asked.get(name) == most)
 
 
 def _copy(assignment: Assignment) -> Assignment:
@@ -251,6 +293,7 @@ class ConsumerGroups:
         client_id: str = "",
         client_host: str = "",
         may_describe: Callable[[str], bool] | None = None,
+        server_assignor: str | None = None,
     ) -> HeartbeatResult:
         if not group_id:
             return HeartbeatResult(ErrorCode.INVALID_REQUEST, message="GroupId can't be empty.")
@@ -312,6 +355,9 @@ class ConsumerGroups:
         if regex is not None and (regex or None) != member.regex:
             member.regex = regex or None
             group.epoch += 1
+        if server_assignor is not None and (server_assignor or None) != member.server_assignor:
+            member.server_assignor = server_assignor or None
+            group.epoch += 1
         if owned is not None:
             member.owned = _copy(owned)
         self._refresh_target(group, catalog)
@@ -341,11 +387,13 @@ class ConsumerGroups:
             group.epoch += 1
         if group.assignment_epoch == group.epoch:
             return
-        group.target = uniform_assignment(group.members, subscriptions, topics)
+        group.assignor = preferred_assignor(group.members.values())
+        group.target = ASSIGNMENTS[group.assignor](group.members, subscriptions, topics)
         group.assignment_epoch = group.epoch
         log.info(
-            "consumer group %s: target assignment at epoch %d for %d members",
+            "consumer group %s: %s target assignment at epoch %d for %d members",
             group.group_id,
+            group.assignor,
             group.epoch,
             len(group.members),
         )

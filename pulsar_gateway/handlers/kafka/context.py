@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from pulsar_gateway.gateway.cluster.view import Member, group_key, partition_key, txn_key
 from pulsar_gateway.gateway.config import KafkaSection
-from pulsar_gateway.gateway.topic_names import kafka_topic_name, pulsar_topic
+from pulsar_gateway.gateway.topic_names import kafka_topic_name, logical_topic, pulsar_topic
 from pulsar_gateway.handlers.authorization import Access, Authorizer, everyone_allowed
 from pulsar_gateway.handlers.kafka.consumer_groups import ConsumerGroups
 from pulsar_gateway.handlers.kafka.group_coordinator import GroupCoordinator
@@ -78,9 +78,11 @@ class KafkaContext:
 
     def serves_partition(self, topic: str, index: int) -> bool:
         """Whether this member serves partition `index` of `topic` (its Pulsar name, a
-        TopicRecord's: one spelling whatever name the client used)."""
+        TopicRecord's: one spelling whatever name the client used; or the Pulsar topic of one
+        of its incarnations, `<topic>=<n>`, which is served where the topic is)."""
         cluster = self.storage.cluster
-        return cluster is None or cluster.serves(partition_key(self.kafka_name(topic), index))
+        name = self.kafka_name(logical_topic(topic)[0])
+        return cluster is None or cluster.serves(partition_key(name, index))
 
     def serves_group(self, group_id: str) -> bool:
         cluster = self.storage.cluster
@@ -91,7 +93,8 @@ class KafkaContext:
         cluster = self.storage.cluster
         if cluster is None:
             return self.identity.node_id
-        return cluster.owner(partition_key(self.kafka_name(topic), index)).node_id
+        name = self.kafka_name(logical_topic(topic)[0])
+        return cluster.owner(partition_key(name, index)).node_id
 
     def coordinator_of(self, key: str, transactional: bool) -> tuple[int, str, int]:
         """(node id, host, port) of the member that coordinates a group or transactional id."""

@@ -22,6 +22,7 @@ from pulsar_gateway.gateway.cluster.view import ClusterView
 from pulsar_gateway.gateway.errors import StorageError
 from pulsar_gateway.gateway.messages import LogEntry, OutMessage
 from pulsar_gateway.gateway.reserved_names import ReservedNamespaces
+from pulsar_gateway.gateway.topic_names import incarnation_topic
 
 __all__ = [
     "CommittedOffset",
@@ -37,7 +38,7 @@ __all__ = [
     "ProducerStamp",
     "ProducerStateStore",
     "StorageError",
-    "TopicDeletionDisabled",
+    "TopicDeleted",
     "TopicExists",
     "TopicRecord",
     "TopicStore",
@@ -55,9 +56,9 @@ class UnknownTopic(Exception):
     """delete() or add_partitions() of a topic that does not exist."""
 
 
-class TopicDeletionDisabled(Exception):
-    """delete() on a backend that cannot delete stored data (the embedded broker has no
-    admin API): the topic stays as it was, and the message says why."""
+class TopicDeleted(StorageError):
+    """partition_of() for a topic deleted since the caller looked it up (a StorageError, so
+    the client retries, refreshes its metadata and finds the topic gone)."""
 
 
 class InvalidPartitions(Exception):
@@ -78,6 +79,14 @@ class TopicRecord:
     log_start: list[int] = field(default_factory=list)  # per partition
     deleted: bool = False
     topic_id: str = ""  # a UUID, as Kafka's topic ids
+    # 0 for a name's first topic, +1 each time it is created again after a deletion on a
+    # backend that cannot delete (docs/pulsar-mapping.md, 'Deleting topics')
+    incarnation: int = 0
+
+    @property
+    def stored_name(self) -> str:
+        """The Pulsar topic (before `-partition-<i>`) that holds this incarnation's records."""
+        return incarnation_topic(self.name, self.incarnation)
 
     def start_of(self, partition: int) -> int:
         return self.log_start[partition] if partition < len(self.log_start) else 0
@@ -199,8 +208,10 @@ class TopicStore(Protocol):
     ) -> TopicRecord: ...
 
     async def delete(self, name: str) -> None:
-        """Delete the topic with its data, its groups' committed offsets and everything kept
-        for it; UnknownTopic, or TopicDeletionDisabled where the data cannot go."""
+        """Delete the topic at once for every API, with its groups' committed offsets and
+        everything kept for it; UnknownTopic. Where the backend cannot delete stored data
+        the old incarnation's Pulsar topics wait for reclamation and a topic created again
+        under the name is a new incarnation on fresh ones (docs/pulsar-mapping.md)."""
         ...
 
     async def add_partitions(self, name: str, total: int) -> TopicRecord: ...

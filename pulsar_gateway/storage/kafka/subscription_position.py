@@ -13,7 +13,11 @@ separate sends, give an exact position; a stored Kafka record batch is one entry
 from __future__ import annotations
 
 from pulsar_gateway.gateway.messages import MessageKey
-from pulsar_gateway.gateway.topic_names import UnknownPartition, split_partition_topic
+from pulsar_gateway.gateway.topic_names import (
+    UnknownPartition,
+    logical_topic,
+    split_partition_topic,
+)
 from pulsar_gateway.storage.kafka.partition_log import PartitionLog
 from pulsar_gateway.storage.kafka.topics import TopicService
 
@@ -21,10 +25,12 @@ from pulsar_gateway.storage.kafka.topics import TopicService
 async def ack_position(
     topics: TopicService, partition_topic: str, offset: int
 ) -> MessageKey | None:
-    """The id to acknowledge cumulatively for a commit of `offset`; None: nothing to ack."""
-    name, index = split_partition_topic(partition_topic)
+    """The id to acknowledge cumulatively for a commit of `offset` on the Pulsar topic that
+    stores a partition (`TopicService.stored_partition`); None: nothing to ack."""
+    stored, index = split_partition_topic(partition_topic)
+    name, incarnation = logical_topic(stored)
     record = topics.get(name)
-    if record is None or index >= record.partitions:
+    if record is None or record.incarnation != incarnation or index >= record.partitions:
         raise UnknownPartition(partition_topic)
     log = await topics.partition_of(record, index)
     return await entry_start_position(log, offset)

@@ -25,10 +25,14 @@ from pulsar_gateway.gateway.backend.admin import (
 )
 from pulsar_gateway.gateway.backend.pulsar_backend import PulsarBackend
 from pulsar_gateway.gateway.metadata_store import MetadataStore
-from pulsar_gateway.gateway.topic_names import partition_topic, split_partition_topic
+from pulsar_gateway.gateway.topic_names import (
+    logical_topic,
+    partition_topic,
+    split_partition_topic,
+)
 from pulsar_gateway.handlers.kafka.port import (
     InvalidPartitions,
-    TopicDeletionDisabled,
+    TopicDeleted,
     TopicExists,
     TopicRecord,
     UnknownTopic,
@@ -142,79 +146,95 @@ class TopicService:
                 raise TopicExists(name)
             if partitions < 1:
                 raise InvalidPartitions("partitions must be at least 1")
-            previous = self.registry.get_any(name)
-            if previous is not None and self.forget_partitions is not None:
-                # left "deleted" by an earlier version: its groups' offsets must not carry over
-                await self.forget_partitions(_partitions(previous))
-            log_start = []
-            for index in range(partitions):
-                if previous is not None and index < previous.partitions:
-                    # embedded: the old data stays in storage; start after it
-                    partition = await self.partition_of(previous, index)
-                    log_start.append(partition.next_offset)
-                else:
-                    log_start.append(0)
+            legacy = self.registry.get_any(name)
+            if legacy is not None:
+                # marked deleted by an earlier version, its data still stored: its groups'
+                # offsets must not carry over, and its Pulsar topics wait for reclamation
+                if self.forget_partitions is not None:
+                    await self.forget_partitions(_partitions(legacy))
+                await self.registry.retire(legacy)
+            last = self.registry.last_incarnation(name)
+            # after a deletion the backend could not make, a new incarnation on fresh Pulsar
+            # topics: empty, from offset 0 (docs/pulsar-mapping.md, 'Deleting topics')
+            incarnation = 0 if last is None else last + 1
+            record = TopicRecord(
+                name,
+                partitions,
+                dict(configs or {}),
+                [0] * partitions,
+                False,
+                str(uuid.uuid4()),
+                incarnation,
+            )
             if self.admin is not None:
                 try:
-                    await self.admin.create_partitioned_topic(name, partitions)
+                    await self.admin.create_partitioned_topic(record.stored_name, partitions)
                 except AdminError as exc:
                     if exc.status != 409:
                         raise
-            record = TopicRecord(
-                name, partitions, dict(configs or {}), log_start, False, str(uuid.uuid4())
-            )
-            if previous is None:
-                # first creation record of the name in the log wins, on every member
-                winner = await self.registry.create(record)
-                if winner.topic_id != record.topic_id:
-                    raise TopicExists(name)
-            else:
-                await self.registry.save(record)  # replaces a record an earlier version left
-            for index, start in enumerate(log_start):
-                opened = self._logs.get(partition_topic(name, index))
-                if opened is not None:
-                    opened.log_start = start
+            # first creation record of the name in the log wins, on every member
+            winner = await self.registry.create(record)
+            if winner.topic_id != record.topic_id:
+                raise TopicExists(name)
             log.info("created topic %s with %d partitions", name, partitions)
             return record
 
     async def delete(self, name: str) -> None:
-        """Delete for real or not at all (docs/pulsar-mapping.md, 'Deleting topics').
+        """Delete at once for every API (docs/pulsar-mapping.md, 'Deleting topics').
 
-        Only a cluster's admin API can delete stored messages. Without one (the embedded
-        broker) the topic is left exactly as it was and TopicDeletionDisabled says why:
-        answering success would leave the data readable through Pulsar. With one, first
-        everything that could touch the partitions again is stopped (open logs, the group
-        mirror, which would otherwise re-create a deleted topic by subscribing to it) and
-        the groups' offsets go; then the topic is deleted, and then the gateway's record
-        and offset-index checkpoints, so a topic re-created under the name starts empty at
-        offset 0."""
+        First everything that could touch the partitions again is stopped (open logs, the
+        group mirror, which would otherwise re-create a deleted topic by subscribing to it)
+        and the groups' offsets go. With a cluster's admin API the Pulsar topics are then
+        deleted and the record removed, so a topic created again under the name starts empty
+        at offset 0. Without one (the embedded broker cannot delete stored messages) the
+        record is retired in one metadata write: the topic is gone for Kafka clients on
+        every gateway following the store, its Pulsar topics are listed as waiting for
+        reclamation, and a topic created again under the name is a new incarnation on fresh
+        Pulsar topics. Either way the offset-index checkpoints of the old partitions go."""
         async with self._lock:
+            # in a cluster: the latest record and reclamation list, as create() does
+            await self.metadata.catch_up()
             record = self.registry.get(name)
             if record is None:
                 raise UnknownTopic(name)
-            if self.admin is None or not self.capabilities.delete_storage:
-                raise TopicDeletionDisabled(
-                    f"topic {name} was not deleted: the embedded Pulsar broker cannot delete "
-                    "stored messages, which would stay readable through Pulsar; topics can be "
-                    "deleted when the gateway fronts Apache Pulsar with pulsar.admin_url set"
-                )
-            partitions = _partitions(record)
-            for partition in partitions:
+            stored = _stored_partitions(record)
+            for partition in stored:
                 opened = self._logs.pop(partition, None)
                 if opened is not None:
-                    await opened.close()
+                    with contextlib.suppress(Exception):
+                        await opened.close()
+                await self.backend.close_topic(partition)  # its producers, not in a minute
             if self.forget_partitions is not None:
-                await self.forget_partitions(partitions)
-            await self.admin.delete_partitioned_topic(name)
-            await self.registry.remove(name)
+                await self.forget_partitions(_partitions(record))
+            if self.admin is not None and self.capabilities.delete_storage:
+                await self.admin.delete_partitioned_topic(record.stored_name)
+                await self.registry.remove(name)
+            else:
+                await self.registry.retire(record)
             checkpoints = [
                 key
-                for partition in partitions
+                for partition in stored
                 for prefix in (INDEX_PREFIX, ABORTED_PREFIX)
                 for key, _ in self.metadata.children(f"{prefix}{partition}/")
             ]
             await asyncio.gather(*(self.metadata.delete(key) for key in checkpoints))
-            log.info("deleted topic %s and %d checkpoints", name, len(checkpoints))
+            log.info(
+                "deleted topic %s (incarnation %d) and %d checkpoints",
+                name,
+                record.incarnation,
+                len(checkpoints),
+            )
+
+    def waiting_for_reclamation(self) -> builtins.list[dict[str, object]]:
+        """Old incarnations whose stored messages the backend could not delete."""
+        return self.registry.waiting_for_reclamation()
+
+    def stored_partition(self, partition: str) -> str:
+        """The Pulsar topic that stores a Kafka partition (`<topic>-partition-<i>`) now: the
+        name itself for a topic's first incarnation, `<topic>=<n>-partition-<i>` after."""
+        topic, index = split_partition_topic(partition)
+        record = self.registry.get(topic)
+        return partition if record is None else partition_topic(record.stored_name, index)
 
     async def add_partitions(self, name: str, total: int) -> TopicRecord:
         async with self._lock:
@@ -226,7 +246,7 @@ class TopicService:
                     f"topic has {record.partitions} partitions; cannot go to {total}"
                 )
             if self.admin is not None:
-                await self.admin.update_partitions(name, total)
+                await self.admin.update_partitions(record.stored_name, total)
             record.log_start += [0] * (total - len(record.log_start))
             record.partitions = total
             await self.registry.save(record)
@@ -254,7 +274,7 @@ class TopicService:
             if start != record.log_start[index]:
                 record.log_start[index] = start
                 await self.registry.save(record)
-            opened = self._logs.get(partition_topic(name, index))
+            opened = self._logs.get(partition_topic(record.stored_name, index))
             if opened is not None:
                 opened.log_start = start
             return start
@@ -262,8 +282,9 @@ class TopicService:
     # ---- partitions ------------------------------------------------------------------------
 
     async def partition_of(self, record: TopicRecord, index: int) -> PartitionLog:
-        """The open log of one partition, opening it (and catching up) on first use."""
-        pulsar_name = partition_topic(record.name, index)
+        """The open log of one partition of the record's incarnation, opening it (and
+        catching up) on first use."""
+        pulsar_name = partition_topic(record.stored_name, index)
         opened = self._logs.get(pulsar_name)
         if opened is not None:
             opened.last_used = time.monotonic()
@@ -271,6 +292,11 @@ class TopicService:
         pending = self._opening.get(pulsar_name)
         if pending is not None:
             return await asyncio.shield(pending)
+        current = self.registry.get(record.name)
+        if current is None or current.incarnation != record.incarnation:
+            # deleted while a request that had looked it up was on its way: opening it again
+            # would hold a reader on (and, on Apache Pulsar, re-create) a deleted topic
+            raise TopicDeleted(f"topic {record.name} was deleted")
         future: asyncio.Future[PartitionLog] = asyncio.get_running_loop().create_future()
         self._opening[pulsar_name] = future
         try:
@@ -306,14 +332,14 @@ class TopicService:
 
     def open_partition_names(self) -> builtins.list[tuple[str, int]]:
         """(topic, partition index) of every open partition log."""
-        return [split_partition_topic(name) for name in self._logs]
+        return [_kafka_partition(name) for name in self._logs]
 
     async def release(self, served: Callable[[str, int], bool]) -> None:
         """Close the open partition logs `served(topic, index)` refuses: in a cluster, those
         another member serves now (docs/cluster.md). Opened again later, a log reads the
         partition back to its end first, so it counts what the other member appended."""
         for name, partition_log in list(self._logs.items()):
-            topic, index = split_partition_topic(name)
+            topic, index = _kafka_partition(name)
             if not served(topic, index) and self._logs.get(name) is partition_log:
                 del self._logs[name]
                 with contextlib.suppress(Exception):
@@ -326,12 +352,34 @@ class TopicService:
             for name, partition_log in list(self._logs.items()):
                 await partition_log.close_idle_cursors(self.idle_close_seconds)
                 idle = now - partition_log.last_used > self.idle_close_seconds
-                if idle and not partition_log.busy:
+                # a deleted topic's logs, left open by a fetch then or on another member
+                if (idle or not self._current(name)) and not partition_log.busy:
                     del self._logs[name]
                     with contextlib.suppress(Exception):
                         await partition_log.close()
 
+    def _current(self, stored_partition: str) -> bool:
+        """Whether an open log belongs to a partition of a topic that exists now."""
+        stored, index = split_partition_topic(stored_partition)
+        name, incarnation = logical_topic(stored)
+        record = self.registry.get(name)
+        return (
+            record is not None and record.incarnation == incarnation and index < record.partitions
+        )
+
 
 def _partitions(record: TopicRecord) -> list[str]:
-    """The Pulsar topics of a topic's partitions."""
+    """A topic's partitions as the gateway names them (`<topic>-partition-<i>`): the keys of
+    group offsets, whatever the incarnation."""
     return [partition_topic(record.name, index) for index in range(record.partitions)]
+
+
+def _stored_partitions(record: TopicRecord) -> list[str]:
+    """The Pulsar topics holding this incarnation's partitions."""
+    return [partition_topic(record.stored_name, index) for index in range(record.partitions)]
+
+
+def _kafka_partition(stored_partition: str) -> tuple[str, int]:
+    """(topic, index) of an open log, whatever its incarnation."""
+    stored, index = split_partition_topic(stored_partition)
+    return logical_topic(stored)[0], index

@@ -15,6 +15,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from pulsar_gateway.gateway.config import KafkaSection
+from pulsar_gateway.handlers.kafka.apis.broker_configs import (
+    CONFIG_TYPES,
+    DEFAULT_CONFIG,
+    DYNAMIC_TOPIC_CONFIG,
+    broker_entries,
+)
 from pulsar_gateway.handlers.kafka.authorization import cluster_allowed, topic_allowed
 from pulsar_gateway.handlers.kafka.context import KafkaContext
 from pulsar_gateway.handlers.kafka.port import TopicRecord
@@ -211,23 +217,6 @@ def topic_configs(record: TopicRecord, settings: KafkaSection) -> dict[str, str]
     return merged
 
 
-def broker_configs(settings: KafkaSection) -> dict[str, str]:
-    """The Kafka broker settings the gateway honours, under Kafka's names."""
-    return {
-        "auto.create.topics.enable": str(settings.auto_create_topics).lower(),
-        "num.partitions": str(settings.default_partitions),
-        "message.max.bytes": str(settings.message_max_bytes),
-        "fetch.max.bytes": str(settings.fetch_max_bytes),
-        "socket.request.max.bytes": str(settings.max_frame_bytes),
-        "max.connections": str(settings.max_connections),
-        "default.replication.factor": "1",
-        "group.min.session.timeout.ms": str(settings.group_min_session_timeout_ms),
-        "group.max.session.timeout.ms": str(settings.group_max_session_timeout_ms),
-        "group.initial.rebalance.delay.ms": str(settings.group_initial_rebalance_delay_ms),
-        "transaction.max.timeout.ms": str(settings.transaction_max_timeout_ms),
-    }
-
-
 @dataclass(frozen=True, slots=True)
 class ProduceRules:
     """What a topic's configs ask of every batch produced to it. The default (nothing set)
@@ -283,6 +272,8 @@ def _limit(own: int, difference: int) -> int | None:
 async def describe_configs(
     context: KafkaContext, header: Any, request: dict[str, Any]
 ) -> dict[str, Any]:
+    """Every entry with its Kafka type (v3+), source and, when asked, documentation."""
+    documented = bool(request.get("include_documentation"))
     results = []
     for resource in request["resources"]:
         kind, name = resource["resource_type"], resource["resource_name"]
@@ -309,7 +300,7 @@ async def describe_configs(
             else:
                 values = topic_configs(record, context.settings)
                 result["configs"] = [
-                    _entry(key, value, key not in record.configs)
+                    _topic_entry(key, value, key in record.configs, documented)
                     for key, value in sorted(values.items())
                     if keys is None or key in keys
                 ]
@@ -320,9 +311,19 @@ async def describe_configs(
             )
         elif kind == BROKER:
             result["configs"] = [
-                _entry(key, value, True)
-                for key, value in sorted(broker_configs(context.settings).items())
-                if keys is None or key in keys
+                {
+                    "name": config.name,
+                    "value": value,
+                    "read_only": True,  # no dynamic broker configs (alter_configs.py)
+                    "is_default": source == DEFAULT_CONFIG,
+                    "config_source": source,
+                    "is_sensitive": config.sensitive,
+                    "synonyms": [],
+                    "config_type": CONFIG_TYPES[config.kind],
+                    "documentation": config.documentation if documented else None,
+                }
+                for config, value, source in broker_entries(context.settings, context.identity)
+                if keys is None or config.name in keys
             ]
         else:
             result.update(
@@ -333,15 +334,22 @@ async def describe_configs(
     return {"throttle_time_ms": 0, "results": results}
 
 
-def _entry(name: str, value: str, is_default: bool) -> dict[str, Any]:
+def _topic_entry(name: str, value: str, set_here: bool, documented: bool) -> dict[str, Any]:
+    config = TOPIC_CONFIGS[name]
     return {
         "name": name,
         "value": value,
         "read_only": False,
-        "is_default": is_default,
-        "config_source": 5 if is_default else 1,
+        "is_default": not set_here,
+        "config_source": DYNAMIC_TOPIC_CONFIG if set_here else DEFAULT_CONFIG,
         "is_sensitive": False,
         "synonyms": [],
-        "config_type": 0,
-        "documentation": None,
+        "config_type": CONFIG_TYPES[config.kind],
+        "documentation": (config.honoured or _ACCEPTED) if documented else None,
     }
+
+
+_ACCEPTED = (
+    "Accepted, checked as Kafka checks it and shown; Pulsar does the storing, so it changes"
+    " nothing here (docs/kafka-configs.md)."
+)

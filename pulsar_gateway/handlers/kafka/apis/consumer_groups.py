@@ -19,6 +19,7 @@ from typing import Any
 from pulsar_gateway.handlers.kafka.authorization import group_allowed, topic_allowed
 from pulsar_gateway.handlers.kafka.consumer_groups import (
     ASSIGNOR,
+    SERVER_ASSIGNORS,
     Assignment,
     ConsumerGroups,
 )
@@ -85,7 +86,7 @@ async def heartbeat(context: KafkaContext, header: Any, request: dict[str, Any])
     if header.api_version >= 1 and not request["member_id"]:
         return refused(ErrorCode.INVALID_REQUEST, "MemberId can't be empty.")
     assignor = request.get("server_assignor")
-    if assignor is not None and assignor != ASSIGNOR:
+    if assignor is not None and assignor not in SERVER_ASSIGNORS:
         return refused(ErrorCode.UNSUPPORTED_ASSIGNOR, f"Assignor {assignor} is not supported.")
     if context.groups is not None:
         classic = context.groups.describe(group_id)
@@ -115,6 +116,7 @@ async def heartbeat(context: KafkaContext, header: Any, request: dict[str, Any])
         client_id=header.client_id or "",
         client_host=context.access.peer.rsplit(":", 1)[0] if context.access.peer else "",
         may_describe=catalog.may_describe,
+        server_assignor=assignor,
     )
     if result.error:
         return refused(result.error, result.message)
@@ -178,6 +180,7 @@ async def describe(context: KafkaContext, header: Any, request: dict[str, Any]) 
             entry.update(
                 group_state=group.state,
                 group_epoch=group.epoch,
+                assignor_name=group.assignor,
                 assignment_epoch=group.assignment_epoch,
                 members=[
                     {

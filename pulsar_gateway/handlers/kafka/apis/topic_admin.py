@@ -3,9 +3,10 @@
 Replication factors and replica assignments are checked as a one-broker Kafka checks them,
 then ignored: Pulsar (BookKeeper) decides replication. New topics are also held to the
 gateway's partition limits (`kafka.max_partitions_per_topic`, `kafka.max_partitions_total`)
-and their configs to Kafka's rules (configs.py). Deleting needs a backend that can delete
-(a cluster with `pulsar.admin_url`); the embedded broker answers TOPIC_DELETION_DISABLED,
-saying why.
+and their configs to Kafka's rules (configs.py). A deleted topic is gone at once for every
+API; on the embedded broker, which cannot delete stored messages, its Pulsar topics wait for
+reclamation and a topic created again under the name starts empty on fresh ones
+(docs/pulsar-mapping.md, 'Deleting topics').
 """
 
 from __future__ import annotations
@@ -21,7 +22,6 @@ from pulsar_gateway.handlers.kafka.context import KafkaContext
 from pulsar_gateway.handlers.kafka.port import (
     InvalidPartitions,
     StorageError,
-    TopicDeletionDisabled,
     TopicExists,
     UnknownTopic,
 )
@@ -253,10 +253,6 @@ async def _delete_one(context: KafkaContext, name: str) -> tuple[ErrorCode, str 
             ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
             "This server does not host this topic-partition.",
         )
-    except TopicDeletionDisabled as exc:
-        # not deleted, so not claimed to be: the message says why (docs/pulsar-mapping.md,
-        # 'Deleting topics')
-        return ErrorCode.TOPIC_DELETION_DISABLED, str(exc)
     except StorageError as exc:
         return ErrorCode.UNKNOWN_SERVER_ERROR, str(exc)
     return ErrorCode.NONE, None
