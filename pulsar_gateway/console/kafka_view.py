@@ -33,7 +33,6 @@ from pulsar_gateway.handlers.kafka.port import (
     KafkaStorage,
     PartitionLog,
     StorageError,
-    TopicDeletionDisabled,
     TopicExists,
     TopicRecord,
     UnknownTopic,
@@ -368,8 +367,6 @@ class KafkaView:
         record = self._topic(caller, kafka_name, DELETE)
         try:
             await self.storage.topics.delete(record.name)
-        except TopicDeletionDisabled as exc:
-            raise ConsoleError(403, f"not deleted: {exc}") from exc
         except UnknownTopic as exc:
             raise ConsoleError(404, f"no topic '{kafka_name}'") from exc
         except StorageError as exc:

@@ -270,11 +270,9 @@ def test_topic_create_and_delete(gateway: GatewayProcess) -> None:
     assert status == 200 and topic["partition_count"] == 3
     assert act(gateway, action="create_topic", topic=name, partitions=1)[0] == 409
     assert act(gateway, action="create_topic", topic="bad name!", partitions=1)[0] == 400
-    # the embedded broker cannot delete stored messages: the topic stays, and the page says
-    # why (tests/integration/test_delete_topics.py deletes on a Pulsar with an admin API)
-    status, refused = act(gateway, action="delete_topic", topic=name)
-    assert status == 403 and "not deleted" in refused["reason"]
-    assert call(gateway, f"/console/api/topics/{name}")[0] == 200
+    # deleted at once, also on the embedded broker (a logical deletion)
+    assert act(gateway, action="delete_topic", topic=name)[0] == 200
+    assert call(gateway, f"/console/api/topics/{name}")[0] == 404
 
 
 def test_reset_offsets_of_an_empty_group(gateway: GatewayProcess) -> None:

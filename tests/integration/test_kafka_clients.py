@@ -9,7 +9,7 @@ import time
 from collections import defaultdict
 
 import pytest
-from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
 
 N = 300
@@ -118,20 +118,18 @@ def test_confluent_kafka(gateway, topic_name) -> None:
     cluster = admin.describe_cluster().result(30)
     assert [node.port for node in cluster.nodes] == [gateway.kafka_port]
 
-    # grow; deleting is refused by the embedded broker, which cannot delete stored data
-    # (tests/integration/test_delete_topics.py)
+    # grow, then delete: gone at once, also on the embedded broker (a logical deletion:
+    # tests/integration/test_delete_topics.py)
     admin.create_partitions([NewPartitions(topic_name, 4)])[topic_name].result(30)
     assert len(admin.list_topics(topic_name, timeout=10).topics[topic_name].partitions) == 4
-    with pytest.raises(KafkaException, match="TOPIC_DELETION_DISABLED"):
-        admin.delete_topics([topic_name])[topic_name].result(30)
-    assert topic_name in admin.list_topics(timeout=10).topics
+    admin.delete_topics([topic_name])[topic_name].result(30)
+    assert topic_name not in admin.list_topics(timeout=10).topics
 
 
 def test_kafka_python(gateway, topic_name) -> None:
     from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
     from kafka import TopicPartition as KTP
     from kafka.admin import NewTopic as KNewTopic
-    from kafka.errors import TopicDeletionDisabledError
 
     admin = KafkaAdminClient(bootstrap_servers=gateway.bootstrap)
     admin.create_topics([KNewTopic(topic_name, 3, 1)])
@@ -156,9 +154,8 @@ def test_kafka_python(gateway, topic_name) -> None:
     found = consumer.offsets_for_times({parts[0]: first.timestamp})
     assert found[parts[0]].offset <= 2
     consumer.close()
-    with pytest.raises(TopicDeletionDisabledError):  # the embedded broker cannot delete
-        admin.delete_topics([topic_name])
-    assert topic_name in admin.list_topics()
+    admin.delete_topics([topic_name])  # gone at once (a logical deletion on the embedded broker)
+    assert topic_name not in admin.list_topics()
     admin.close()
     producer.close()
 
@@ -204,9 +201,9 @@ def test_aiokafka(gateway, topic_name) -> None:
         found = await consumer.offsets_for_times({parts[1]: msg.timestamp})
         assert found[parts[1]].offset <= 3
         await consumer.stop()
-        deleted = await admin.delete_topics([topic_name])  # refused: the embedded broker
-        assert [(t[0], t[1]) for t in deleted.topic_error_codes] == [(topic_name, 73)]
-        assert topic_name in await admin.list_topics()
+        deleted = await admin.delete_topics([topic_name])  # gone at once (logically)
+        assert [(t[0], t[1]) for t in deleted.topic_error_codes] == [(topic_name, 0)]
+        assert topic_name not in await admin.list_topics()
         await admin.close()
 
     asyncio.run(scenario())
