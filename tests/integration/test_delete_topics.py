@@ -366,3 +366,49 @@ def test_a_cluster_member_sees_the_deletion_of_another(tmp_path: Path, topic_nam
         for member in members:
             member.stop()
         broker.stop()
+
+
+def test_a_topic_an_earlier_version_marked_deleted_comes_back_as_a_new_incarnation(
+    tmp_path: Path, topic_name: str
+) -> None:
+    """Upgrade path: earlier versions "deleted" on the embedded broker by marking the record
+    deleted, the data staying. Created again, the name becomes incarnation 1 on fresh Pulsar
+    topics (empty, from 0), and the old data is listed as waiting for reclamation."""
+    broker = SharedBroker(tmp_path / "broker").start()
+    full = f"persistent://public/default/{topic_name}"
+    old = {"partitions": 1, "configs": {}, "log_start": [0], "deleted": True, "topic_id": "x"}
+
+    async def leave_a_marked_record() -> None:
+        backend = PulsarBackend(broker.service_url)
+        await backend.start()
+        try:
+            store = MetadataStore(backend, DEFAULT_METADATA_NAMESPACE)
+            await store.load()
+            await store.put(f"kafka-topic/{full}", old)
+            await store.close()
+        finally:
+            await backend.close()
+
+    try:
+        asyncio.run(leave_a_marked_record())
+        client = pulsar.Client(broker.service_url)
+        client.create_producer(f"{full}-partition-0").send(b"old data")
+        client.close()
+        gw = GatewayProcess(tmp_path / "gw", extra=["--pulsar-url", broker.service_url]).start()
+        try:
+            admin = AdminClient({"bootstrap.servers": gw.bootstrap})
+            assert topic_name not in admin.list_topics(timeout=10).topics
+            admin.create_topics([NewTopic(topic_name, 1, 1)])[topic_name].result(30)
+            consumer = Consumer({"bootstrap.servers": gw.bootstrap, "group.id": "g"})
+            assert consumer.get_watermark_offsets(TopicPartition(topic_name, 0), timeout=10) == (
+                0,
+                0,
+            )
+            consumer.close()
+            waiting = [row for row in _pending_deletion(gw) if row["kafka_topic"] == topic_name]
+            assert [(row["incarnations"], row["partitions"]) for row in waiting] == [([0, 0], 1)]
+        finally:
+            assert gw.stop() == 0, gw.log_tail()
+        assert _pulsar_values(broker.service_url, f"{full}-partition-0") == [b"old data"]
+    finally:
+        broker.stop()
