@@ -8,6 +8,7 @@ test process, never share a count; nothing here is module state.
   the client's writes block, instead of the gateway's memory growing.
 - `ConnectionLimits`: `max_connections` in all and `max_connections_per_ip` from one address,
   so that one host (or one script holding idle sockets) cannot take every connection slot.
+- `PerIpCount`: connections per address in one state (before login), against a limit.
 - `LogLimiter`: a logging filter that lets a burst of each message template through per
   interval and counts the rest, so a flood of bad requests cannot flood the log as well.
 """
@@ -124,12 +125,43 @@ class ConnectionLimits:
         else:
             self._by_ip.pop(ip, None)
 
+    def refuse(self, writer: asyncio.StreamWriter, setting: str, count: int) -> None:
+        """Close ``writer``'s socket, refused by ``setting`` (another limit than these two)."""
+        self._refuse(writer, writer.get_extra_info("peername"), setting, count)
+
     def _refuse(self, writer: asyncio.StreamWriter, peer: Any, setting: str, count: int) -> None:
         metrics.CONNECTIONS_REFUSED.labels(self.protocol, setting).inc()
         self.log.warning(
             "refusing %s: %d connections open (%s.%s)", peer, count, self.protocol, setting
         )
         writer.close()
+
+
+class PerIpCount:
+    """Connections per peer address in one state (not logged in yet), against ``limit``:
+    strangers holding sockets open before login cannot crowd out those who log in."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._by_ip: dict[str, int] = {}
+
+    def count(self, ip: str) -> int:
+        return self._by_ip.get(ip, 0)
+
+    def take(self, ip: str) -> bool:
+        """Count one more from ``ip``; False (nothing counted) at the limit."""
+        count = self._by_ip.get(ip, 0)
+        if count >= self.limit:
+            return False
+        self._by_ip[ip] = count + 1
+        return True
+
+    def give_back(self, ip: str) -> None:
+        count = self._by_ip.get(ip, 0) - 1
+        if count > 0:
+            self._by_ip[ip] = count
+        else:
+            self._by_ip.pop(ip, None)
 
 
 class LogLimiter(logging.Filter):

@@ -23,6 +23,7 @@ import contextlib
 import dataclasses
 import logging
 import struct
+from collections.abc import Callable
 from concurrent.futures import Executor
 from typing import Any
 
@@ -47,6 +48,7 @@ from pulsar_gateway.security.credentials import NoUsers, shown
 log = logging.getLogger("gateway.kafka")
 
 _SIZE = struct.Struct(">i")
+_API_KEY = struct.Struct(">h")  # a request header's first field
 MAX_PIPELINED = 64
 WRITE_BUFFER_HIGH = 1 << 20
 # An admitted frame must also arrive at this average rate (after frame_timeout_seconds of
@@ -95,6 +97,11 @@ class KafkaConnection:
         # waited out (it would keep its partitions from closing for up to its max_wait)
         self._fetches: set[asyncio.Task[bytes | None]] = set()
         self._reading: asyncio.Task[None] | None = None
+        self.opened = now
+        # SASL on: until the first login, smaller frames and budget, and a deadline;
+        # on_login tells the listener (its count of connections before login per address)
+        self._login_limits = False
+        self.on_login: Callable[[], None] | None = None
 
     async def serve(self) -> None:
         """Read and answer until the connection ends, then give back every byte it holds.
@@ -103,6 +110,12 @@ class KafkaConnection:
         (for bytes, for room in a budget, for room in the response queue) when the client
         stops reading its answers: a reader left waiting for room that only the stopped
         writer would have made kept its bytes and its connection slot for ever."""
+        if self.before_login:
+            # a stranger may hold no more than one frame of the size it may send
+            self._login_limits = True
+            self.queued.limit = min(
+                self.queued.limit, self.settings.max_unauthenticated_frame_bytes
+            )
         writer_task = asyncio.create_task(self._write_responses())
         self._reading = asyncio.create_task(self._read_requests())
         self._watch()
@@ -140,21 +153,25 @@ class KafkaConnection:
             fetch.cancel()
 
     async def _read_requests(self) -> None:
-        max_frame = self.settings.max_frame_bytes
         max_entries = self.settings.max_request_entries
         while True:
             await self._wait_out_throttle()
             size = _SIZE.unpack(await self._read_exactly(4))[0]
-            if size < 8 or size > max_frame:
-                metrics.BAD_INPUT.labels("kafka", "frame_size").inc()
-                raise ConnectionClosing(f"frame of {size} bytes (limit {max_frame})")
+            self._check_size(size)
+            # the header's fixed start (API key, version, correlation id) before any budget
+            # is taken: what the frame is decides whether it is read at all (before login,
+            # only ApiVersions and SASL are)
+            start = await self._read_exactly(8)
+            api_key = _API_KEY.unpack_from(start)[0]
+            if api_key not in SASL_APIS and not self.sasl.current:
+                self._refuse_unauthenticated(api_key)
             # backpressure: with the budget full, the socket is not read until answers go
             # out (and the watchdog does not count that wait against the client)
             self.mid_frame = False
             await self.queued.acquire(size)
             held = size
             try:
-                frame = memoryview(await self._read_body(size))
+                frame = memoryview(await self._read_body(size, start))
                 try:
                     header = protocol.parse_request_header(frame)
                 except protocol.KafkaDecodeError as exc:
@@ -177,8 +194,6 @@ class KafkaConnection:
                 self._take_rights()
                 task = asyncio.create_task(_ready(answer))
             else:
-                if not self.sasl.current:
-                    self._refuse_unauthenticated(header)
                 # a Produce over its quota mutes the connection before the next read
                 throttle = charge_produce(self.context, request)
                 turn = admit(self.context, request)  # its place in the connection's line
@@ -202,10 +217,16 @@ class KafkaConnection:
 
     def _take_rights(self) -> None:
         """Once a user has authenticated, this connection's requests run with its rights:
-        a copy of the listener's context with the user's `access`."""
+        a copy of the listener's context with the user's `access`; the first time, the
+        limits of a connection before login are lifted."""
         user = self.sasl.authenticated
         if not user or self.sasl.failed or self.context.access.user == user:
             return
+        if self._login_limits:
+            self._login_limits = False
+            self.queued.limit = self.settings.max_queued_request_bytes_per_connection
+            if self.on_login is not None:
+                self.on_login()
         access = self.context.authorizer.bound("kafka", peer_text(self.peer), user)
         self.context = dataclasses.replace(self.context, access=access)
 
@@ -223,13 +244,13 @@ class KafkaConnection:
             header.api_key, header.api_version, header.correlation_id, answer
         )
 
-    def _refuse_unauthenticated(self, header: protocol.RequestHeader) -> None:
-        """Kafka closes a connection that sends anything but ApiVersions before SASL."""
-        if header.api_key == ApiKey.API_VERSIONS:
+    def _refuse_unauthenticated(self, api_key: int) -> None:
+        """Kafka closes a connection that sends anything but ApiVersions before SASL (here
+        from the header's first bytes: the body is never read)."""
+        if api_key == ApiKey.API_VERSIONS:
             return
         metrics.BAD_INPUT.labels("kafka", "unauthenticated").inc()
-        self.unanswered -= 1
-        name = protocol.API_NAMES.get(header.api_key, "unknown")
+        name = protocol.API_NAMES.get(api_key, "unknown")
         user = self.sasl.authenticated
         if user and self.sasl.credentials_changed and not self.sasl.expired:
             metrics.AUTHENTICATIONS.labels("kafka", "none", "revoked").inc()
@@ -246,28 +267,47 @@ class KafkaConnection:
         metrics.AUTHENTICATIONS.labels("kafka", "none", "failure").inc()
         raise ConnectionClosing(f"{name} before SASL authentication (kafka.sasl_mechanisms is set)")
 
-    async def _read_body(self, size: int) -> bytes:
-        """The frame's body, which must also arrive at MIN_FRAME_BYTES_PER_SECOND overall."""
+    def _check_size(self, size: int) -> None:
+        """The frame's size against `max_frame_bytes`, and before login (SASL on, not yet
+        authenticated) against `max_unauthenticated_frame_bytes` (Kafka's
+        sasl.server.max.receive.size): a stranger's frames stay small."""
+        limit, setting, reason = self.settings.max_frame_bytes, "max_frame_bytes", "frame_size"
+        if self.before_login and self.settings.max_unauthenticated_frame_bytes < limit:
+            limit = self.settings.max_unauthenticated_frame_bytes
+            setting, reason = "max_unauthenticated_frame_bytes", "unauthenticated_frame_size"
+        if size < 8 or size > limit:
+            metrics.BAD_INPUT.labels("kafka", reason).inc()
+            raise ConnectionClosing(f"frame of {size} bytes (limit {limit}, kafka.{setting})")
+
+    @property
+    def before_login(self) -> bool:
+        """SASL is on and this connection has not authenticated yet."""
+        return self.sasl.required and not self.sasl.authenticated
+
+    async def _read_body(self, size: int, start: bytes) -> bytes:
+        """The frame (``start``: its first bytes, already read), which must also arrive at
+        MIN_FRAME_BYTES_PER_SECOND overall."""
         now = self.loop.time()
         self.last_progress = now
         self.mid_frame = True
         grace = self.settings.frame_timeout_seconds + size / MIN_FRAME_BYTES_PER_SECOND
         self.frame_deadline = now + grace
         try:
-            return await self._read_exactly(size)
+            return await self._read_exactly(size - len(start), start)
         finally:
             self.mid_frame = False
             self.frame_deadline = float("inf")
 
-    async def _read_exactly(self, n: int) -> bytes:
-        """``n`` bytes. No timer per read (it cost 12% of a small Produce): the watchdog
-        closes the socket under a read that waits too long, and the read then ends here."""
-        chunks: list[bytes] = []
+    async def _read_exactly(self, n: int, start: bytes = b"") -> bytes:
+        """``n`` bytes (after ``start``). No timer per read (it cost 12% of a small
+        Produce): the watchdog closes the socket under a read that waits too long, and the
+        read then ends here."""
+        chunks: list[bytes] = [start] if start else []
         left = n
         while left:
             chunk = await self.reader.read(left)
             if not chunk:
-                raise asyncio.IncompleteReadError(b"".join(chunks), n)
+                raise asyncio.IncompleteReadError(b"".join(chunks), n + len(start))
             chunks.append(chunk)
             left -= len(chunk)
             self.last_progress = self.loop.time()
@@ -275,14 +315,17 @@ class KafkaConnection:
         return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
     def _watch(self) -> None:
-        """Every quarter of the shorter timeout: close a connection whose frame stalled
-        (frame_timeout_seconds without a byte, or the body too slow overall) or that has been
-        idle (connection_idle_seconds with no request outstanding: a long-poll Fetch or a
+        """Every quarter of the shortest timeout: close a connection whose frame stalled
+        (frame_timeout_seconds without a byte, or the body too slow overall), that has not
+        logged in within login_timeout_seconds (SASL on), or that has been idle
+        (connection_idle_seconds with no request outstanding: a long-poll Fetch or a
         Produce waiting for storage is not idleness, and the clock restarts at its answer)."""
         settings = self.settings
         stall = settings.frame_timeout_seconds
+        login = settings.login_timeout_seconds
         now = self.loop.time()
         reason: Exception | None = None
+        label = "frame_timeout"
         if self.mid_frame and now - self.last_progress >= stall:
             reason = ConnectionClosing(
                 f"frame stalled: no bytes for {stall:g} s (kafka.frame_timeout_seconds)"
@@ -292,6 +335,11 @@ class KafkaConnection:
                 f"frame arriving under {MIN_FRAME_BYTES_PER_SECOND} B/s after "
                 f"{stall:g} s of grace (kafka.frame_timeout_seconds)"
             )
+        elif self.before_login and now - self.opened >= login:
+            reason = ConnectionClosing(
+                f"not authenticated within {login:g} s (kafka.login_timeout_seconds)"
+            )
+            label = "login_timeout"
         elif (
             not self.mid_frame
             and not self.unanswered
@@ -299,11 +347,13 @@ class KafkaConnection:
         ):
             reason = _Idle()
         if reason is None:
-            period = max(0.05, min(stall, settings.connection_idle_seconds) / 4)
-            self._watchdog = self.loop.call_later(period, self._watch)
+            shortest = min(stall, settings.connection_idle_seconds)
+            if self.before_login:
+                shortest = min(shortest, login)
+            self._watchdog = self.loop.call_later(max(0.05, shortest / 4), self._watch)
             return
         if isinstance(reason, ConnectionClosing):
-            metrics.BAD_INPUT.labels("kafka", "frame_timeout").inc()
+            metrics.BAD_INPUT.labels("kafka", label).inc()
         self.timed_out = reason
         self.writer.close()  # the pending read sees the end of the stream
 

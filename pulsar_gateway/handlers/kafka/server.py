@@ -53,6 +53,7 @@ from pulsar_gateway.handlers.listener_limits import (
     ByteBudget,
     ConnectionLimits,
     LogLimiter,
+    PerIpCount,
     bound_address,
 )
 from pulsar_gateway.kafka_codec.compression import InflateBudget
@@ -122,6 +123,8 @@ class KafkaServer:
             "kafka", settings.max_connections, settings.max_connections_per_ip, log
         )
         self.log_limiter = LogLimiter()
+        # with SASL: connections that have not logged in yet, per address
+        self.strangers = PerIpCount(settings.max_unauthenticated_connections_per_ip)
         # one thread: big decodes queue behind each other instead of taking every core
         self._decoder = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kafka-decode")
 
@@ -261,6 +264,12 @@ class KafkaServer:
         ip = self.limits.admit(writer)
         if ip is None:
             return
+        stranger = _Stranger(self.strangers, ip) if self.settings.sasl_mechanisms else None
+        if stranger is not None and not stranger.counted:
+            setting = "max_unauthenticated_connections_per_ip"
+            self.limits.refuse(writer, setting, self.strangers.count(ip))
+            self.limits.release(ip)
+            return
         peer = writer.get_extra_info("peername")
         self._connections.add(task)
         metrics.CONNECTIONS.labels("kafka").inc()
@@ -278,6 +287,8 @@ class KafkaServer:
             lifetime_ms=self.settings.sasl_session_lifetime_ms,
             tokens=self.tokens,
         )
+        if stranger is not None:
+            connection.on_login = stranger.logged_in
         try:
             if not self._certificate_user(connection.sasl, writer):
                 writer.close()
@@ -289,6 +300,8 @@ class KafkaServer:
             metrics.CONNECTIONS.labels("kafka").dec()
             self._connections.discard(task)
             self.limits.release(ip)
+            if stranger is not None:
+                stranger.logged_in()  # or gone: no longer counted either way
 
     def _certificate_user(self, sasl: SaslSession, writer: asyncio.StreamWriter) -> bool:
         """kafka.tls_certificate_users on a TLS connection: its certificate names its user."""
@@ -297,6 +310,20 @@ class KafkaServer:
         return sasl.authenticate_certificate(
             certificate_common_name(writer.get_extra_info("peercert"))
         )
+
+
+class _Stranger:
+    """One connection counted in `KafkaServer.strangers` until it logs in or ends."""
+
+    def __init__(self, strangers: PerIpCount, ip: str) -> None:
+        self.strangers = strangers
+        self.ip = ip
+        self.counted = strangers.take(ip)
+
+    def logged_in(self) -> None:
+        if self.counted:
+            self.counted = False
+            self.strangers.give_back(self.ip)
 
 
 def advertised_host(configured: str, bound: str) -> str:
