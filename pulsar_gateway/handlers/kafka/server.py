@@ -33,6 +33,7 @@ import socket
 import ssl
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 from pulsar_gateway.gateway import metrics
 from pulsar_gateway.gateway.cluster.view import txn_key
@@ -56,6 +57,7 @@ from pulsar_gateway.handlers.listener_limits import (
     PerIpCount,
     bound_address,
 )
+from pulsar_gateway.handlers.tls_accept import TlsListener
 from pulsar_gateway.kafka_codec.compression import InflateBudget
 from pulsar_gateway.security.credentials import NoUsers, UserDirectory
 from pulsar_gateway.security.oauthbearer import TokenValidator
@@ -113,8 +115,8 @@ class KafkaServer:
                 serves=_transactions_served_by(storage),
             )
         )
-        self._server: asyncio.base_events.Server | None = None
-        self._tls_server: asyncio.base_events.Server | None = None  # beside: kafka.tls_port
+        self._server: asyncio.base_events.Server | TlsListener | None = None
+        self._tls_server: TlsListener | None = None  # beside: kafka.tls_port
         self._tls_context: KafkaContext | None = None  # its context: its advertised port
         self._connections: set[asyncio.Task[None]] = set()
         self.context: KafkaContext | None = None
@@ -144,18 +146,15 @@ class KafkaServer:
         queued = self.queued
         metrics.QUEUED_REQUEST_BYTES.labels("kafka").set_function(lambda: queued.used)
         beside = self.tls is not None and self.settings.tls_port >= 0
-        # a TLS handshake comes before _accept (and its connection limits): bounded like a
-        # frame, so sockets that never finish one are not held for asyncio's 60 s
-        handshake = {"ssl_handshake_timeout": self.settings.frame_timeout_seconds}
-        self._server = await asyncio.start_server(
-            self._accept,
-            self.settings.host,
-            self.settings.port,
-            limit=1 << 20,
-            backlog=1024,
-            ssl=None if beside else self.tls,
-            **(handshake if self.tls is not None and not beside else {}),
-        )
+        # TLS listeners accept plain sockets too: _accept applies the connection limits,
+        # then upgrades (listener_limits.start_tls), so a flood of sockets that never send
+        # a ClientHello is refused beyond the limits instead of held for its handshake
+        if beside or self.tls is None:
+            self._server = await asyncio.start_server(
+                self._accept, self.settings.host, self.settings.port, limit=1 << 20, backlog=1024
+            )
+        else:
+            self._server = await self._tls_listener(self.settings.port, lambda: self.context)
         host, port = self.address
         advertised = advertised_host(self.settings.advertised_host, host)
         cluster = self.storage.cluster  # docs/cluster.md: this member's own node id
@@ -183,14 +182,8 @@ class KafkaServer:
             cluster.on_change(self.consumer_groups.drop_unserved)
             cluster.on_change(self._forget_unserved_producers)
         if beside:
-            self._tls_server = await asyncio.start_server(
-                self._accept_tls,
-                self.settings.host,
-                self.settings.tls_port,
-                limit=1 << 20,
-                backlog=1024,
-                ssl=self.tls,
-                **handshake,
+            self._tls_server = await self._tls_listener(
+                self.settings.tls_port, lambda: self._tls_context
             )
             tls_host, tls_port = self.tls_address or ("", 0)
             # the same groups and producer sequences; only the advertised port differs
@@ -200,6 +193,7 @@ class KafkaServer:
             self._tls_context = dataclasses.replace(self.context, identity=tls_identity)
             log.info("kafka TLS listener on %s:%d", tls_host, tls_port)
         self._warn_about_security()
+        self.limits.warn_about_descriptors()
         self.groups.start()
         self.consumer_groups.start()
         if self.transactions is not None:
@@ -249,27 +243,72 @@ class KafkaServer:
         self._decoder.shutdown(wait=False, cancel_futures=True)
         self.log_limiter.detach()
 
-    async def _accept_tls(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await self._accept(reader, writer, self._tls_context)
+    async def _tls_listener(
+        self, port: int, context: Callable[[], KafkaContext | None]
+    ) -> TlsListener:
+        """A TLS listener (tls_accept.py): the limits apply to its sockets before their
+        handshake, which is bounded like a frame (asyncio's default would hold it 60 s)."""
+        assert self.tls is not None
 
-    async def _accept(
-        self,
-        reader: asyncio.StreamReader,
-        writer: asyncio.StreamWriter,
-        context: KafkaContext | None = None,
-    ) -> None:
-        task = asyncio.current_task()
-        context = context or self.context
-        assert task is not None and context is not None
-        ip = self.limits.admit(writer)
+        async def serve(
+            reader: asyncio.StreamReader,
+            writer: asyncio.StreamWriter,
+            admitted: tuple[str, _Stranger | None],
+        ) -> None:
+            await self._serve(reader, writer, context(), *admitted)
+
+        def release(admitted: tuple[str, _Stranger | None]) -> None:
+            self._release(*admitted)
+
+        listener = TlsListener(
+            "kafka",
+            self.tls,
+            self.settings.frame_timeout_seconds,
+            lambda sock, peer: self._admit(sock, peer, sock.close),
+            serve,
+            release,
+            limit=1 << 20,
+        )
+        await listener.open(self.settings.host, port)
+        return listener
+
+    def _admit(
+        self, sock: Any, peer: Any, close: Callable[[], object]
+    ) -> tuple[str, _Stranger | None] | None:
+        """The connection limits, with SASL on the count of those not logged in yet."""
+        ip = self.limits.admit_socket(sock, peer, close)
         if ip is None:
-            return
+            return None
         stranger = _Stranger(self.strangers, ip) if self.settings.sasl_mechanisms else None
         if stranger is not None and not stranger.counted:
             setting = "max_unauthenticated_connections_per_ip"
-            self.limits.refuse(writer, setting, self.strangers.count(ip))
+            self.limits.refuse(close, peer, setting, self.strangers.count(ip))
             self.limits.release(ip)
-            return
+            return None
+        return ip, stranger
+
+    def _release(self, ip: str, stranger: _Stranger | None) -> None:
+        self.limits.release(ip)
+        if stranger is not None:
+            stranger.logged_in()  # or gone: no longer counted either way
+
+    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """A plaintext listener's connection."""
+        sock = writer.get_extra_info("socket")
+        admitted = self._admit(sock, writer.get_extra_info("peername"), writer.close)
+        if admitted is not None:
+            await self._serve(reader, writer, self.context, *admitted)
+
+    async def _serve(
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        context: KafkaContext | None,
+        ip: str,
+        stranger: _Stranger | None,
+    ) -> None:
+        task = asyncio.current_task()
+        assert task is not None and context is not None
         peer = writer.get_extra_info("peername")
         self._connections.add(task)
         metrics.CONNECTIONS.labels("kafka").inc()
@@ -299,9 +338,7 @@ class KafkaServer:
         finally:
             metrics.CONNECTIONS.labels("kafka").dec()
             self._connections.discard(task)
-            self.limits.release(ip)
-            if stranger is not None:
-                stranger.logged_in()  # or gone: no longer counted either way
+            self._release(ip, stranger)
 
     def _certificate_user(self, sasl: SaslSession, writer: asyncio.StreamWriter) -> bool:
         """kafka.tls_certificate_users on a TLS connection: its certificate names its user."""
