@@ -8,7 +8,7 @@ handlers take turns on the loop a few dozen items at a time (handlers/loop_turns
 their big answers are encoded in a worker thread. Here one client pipelines the worst
 request of each kind it can (as many entries as `kafka.max_request_entries` allows) while
 a bystander's ApiVersions round trips, one after the other, record the slowest: it stays
-within a few hundred ms (it was the whole request's time, seconds, before).
+within 0.5 s of its usual slowest (it was the whole request's time, seconds, before).
 """
 
 from __future__ import annotations
@@ -26,9 +26,11 @@ from tests.support.raw_kafka_socket import recv_frame
 from tests.support.waiting import wait_until
 
 ENTRIES = 99_999  # kafka.max_request_entries is 100,000
-# the slowest bystander round trip allowed: a few hundred ms on a loaded 2-core machine
-# (measured 50-340 ms; before, the requests' whole time: 0.6-1.9 s here, 5-9 s at 3 copies)
-SLOWEST = 0.6
+# how much slower than its usual slowest (measured just before, on the same machine and
+# load) the bystander's slowest round trip may be: the issue's 250 ms plus room for a
+# loaded 2-core machine (measured 50-530 ms in all; before, the requests' whole time:
+# 0.6-1.9 s here, 5-9 s at 3 copies)
+BEYOND_USUAL = 0.5
 
 
 def metadata() -> bytes:
@@ -71,6 +73,7 @@ COPIES = 2  # pipelined on one connection: the copies used to chain their stalls
 @pytest.mark.parametrize("shape", list(HOSTILE))
 def test_expensive_requests_leave_others_answered(gateway: GatewayProcess, shape: str) -> None:
     request = HOSTILE[shape]()
+    usual = _usual_slowest(gateway.kafka_port)
     bystander = Bystander(gateway.kafka_port)
     bystander.start()
     wait_until(lambda: bystander.answers > 0, 10, message="the bystander's first answer")
@@ -88,6 +91,21 @@ def test_expensive_requests_leave_others_answered(gateway: GatewayProcess, shape
     assert bystander.error is None, bystander.error
     print(
         f"{shape} x{COPIES}: answered in {took:.2f} s; the bystander's slowest round trip "
-        f"{bystander.slowest * 1000:.0f} ms over {bystander.answers} answers"
+        f"{bystander.slowest * 1000:.0f} ms over {bystander.answers} answers (usually "
+        f"{usual * 1000:.0f} ms)"
     )
-    assert bystander.slowest < SLOWEST, f"a bystander waited {bystander.slowest:.2f} s"
+    assert bystander.slowest < usual + BEYOND_USUAL, (
+        f"a bystander waited {bystander.slowest:.2f} s (usually {usual:.2f} s)"
+    )
+
+
+def _usual_slowest(port: int) -> float:
+    """The bystander's slowest round trip over a second without the hostile client."""
+    quiet = Bystander(port)
+    quiet.start()
+    wait_until(lambda: quiet.answers > 0, 10, message="the bystander's first answer")
+    time.sleep(1.0)  # a sample of the usual latency, not a wait for a condition
+    quiet.stop.set()
+    quiet.join(10)
+    assert quiet.error is None, quiet.error
+    return quiet.slowest
