@@ -186,3 +186,37 @@ def test_budgets_come_back_however_a_connection_ends(monkeypatch: pytest.MonkeyP
             await server.stop()
 
     asyncio.run(scenario())
+
+
+def test_a_trickled_frame_gives_its_budget_back_after_the_grace() -> None:
+    """A 10 MiB size prefix, a header, then a byte every fifth of the frame timeout (never
+    a stall): the frame's budget was held for 40 s (10 MiB at 256 KiB/s); now the frame
+    must keep up that rate once frame_timeout_seconds have passed, or be closed."""
+
+    async def scenario() -> None:
+        settings = KafkaSection(port=0, frame_timeout_seconds=FRAME_TIMEOUT)
+        server = KafkaServer(settings, memory_storage())
+        await server.start()
+        try:
+            reader, writer = await connect(server.address)
+            writer.write(struct.pack(">ihhi", 10 * 1024 * KIB, 0, 9, 1))
+            await async_wait_until(lambda: server.queued.used > 0, 5, message="the claim")
+            started = asyncio.get_running_loop().time()
+            closed = False
+            while not closed and asyncio.get_running_loop().time() - started < 10:
+                writer.write(b"x")
+                try:
+                    async with asyncio.timeout(FRAME_TIMEOUT / 5):
+                        closed = await reader.read(1) == b""
+                except TimeoutError:
+                    pass
+                except ConnectionError:
+                    closed = True
+            took = asyncio.get_running_loop().time() - started
+            assert closed and took < FRAME_TIMEOUT + 2, f"held for {took:.1f} s"
+            await all_given_back(server, "a trickled frame")
+            abort(writer)
+        finally:
+            await server.stop()
+
+    asyncio.run(scenario())

@@ -51,8 +51,9 @@ _SIZE = struct.Struct(">i")
 _API_KEY = struct.Struct(">h")  # a request header's first field
 MAX_PIPELINED = 64
 WRITE_BUFFER_HIGH = 1 << 20
-# An admitted frame must also arrive at this average rate (after frame_timeout_seconds of
-# grace): a byte every 29 s would otherwise hold the frame's share of the budget for ever.
+# An admitted frame must also keep arriving at this average rate (after
+# frame_timeout_seconds of grace): a byte every 29 s would otherwise hold the frame's share
+# of the budget for as long as its size allows.
 MIN_FRAME_BYTES_PER_SECOND = 256 * 1024
 SASL_APIS = (ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE)
 
@@ -89,7 +90,8 @@ class KafkaConnection:
         self.last_activity = now  # a frame read or a response written
         self.last_progress = now  # bytes of the frame under way
         self.mid_frame = False
-        self.frame_deadline = float("inf")
+        self.frame_started = float("inf")  # the body under way: since when, bytes so far
+        self.frame_received = 0
         self.timed_out: Exception | None = None
         self._watchdog: asyncio.TimerHandle | None = None
         self.sasl = SaslSession((), NoUsers(), peer)
@@ -285,18 +287,26 @@ class KafkaConnection:
         return self.sasl.required and not self.sasl.authenticated
 
     async def _read_body(self, size: int, start: bytes) -> bytes:
-        """The frame (``start``: its first bytes, already read), which must also arrive at
-        MIN_FRAME_BYTES_PER_SECOND overall."""
+        """The frame (``start``: its first bytes, already read), which must also keep
+        arriving at MIN_FRAME_BYTES_PER_SECOND (`_too_slow`)."""
         now = self.loop.time()
         self.last_progress = now
         self.mid_frame = True
-        grace = self.settings.frame_timeout_seconds + size / MIN_FRAME_BYTES_PER_SECOND
-        self.frame_deadline = now + grace
+        self.frame_started = now
+        self.frame_received = len(start)
         try:
             return await self._read_exactly(size - len(start), start)
         finally:
             self.mid_frame = False
-            self.frame_deadline = float("inf")
+            self.frame_started = float("inf")
+
+    def _too_slow(self, now: float) -> bool:
+        """After frame_timeout_seconds of grace, a frame's bytes so far must average
+        MIN_FRAME_BYTES_PER_SECOND over the time since: a frame whose size was taken from the
+        budget and whose bytes trickle in (a byte every 20 s) would otherwise hold that
+        budget for its size's worth of time (a 100 MiB frame: 7 minutes)."""
+        late = now - self.frame_started - self.settings.frame_timeout_seconds
+        return late > 0 and self.frame_received < late * MIN_FRAME_BYTES_PER_SECOND
 
     async def _read_exactly(self, n: int, start: bytes = b"") -> bytes:
         """``n`` bytes (after ``start``). No timer per read (it cost 12% of a small
@@ -310,6 +320,7 @@ class KafkaConnection:
                 raise asyncio.IncompleteReadError(b"".join(chunks), n + len(start))
             chunks.append(chunk)
             left -= len(chunk)
+            self.frame_received += len(chunk)
             self.last_progress = self.loop.time()
             self.mid_frame = True  # from the first byte of a size prefix on
         return chunks[0] if len(chunks) == 1 else b"".join(chunks)
@@ -330,7 +341,7 @@ class KafkaConnection:
             reason = ConnectionClosing(
                 f"frame stalled: no bytes for {stall:g} s (kafka.frame_timeout_seconds)"
             )
-        elif self.mid_frame and now >= self.frame_deadline:
+        elif self.mid_frame and self._too_slow(now):
             reason = ConnectionClosing(
                 f"frame arriving under {MIN_FRAME_BYTES_PER_SECOND} B/s after "
                 f"{stall:g} s of grace (kafka.frame_timeout_seconds)"
