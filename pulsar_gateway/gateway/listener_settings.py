@@ -97,6 +97,12 @@ class KafkaSection(_TlsSettings):
     # KIP-368 (Kafka's connections.max.reauth.ms): an authenticated session lasts this long
     # unless the client re-authenticates; 0: for ever
     sasl_session_lifetime_ms: int = Field(0, ge=0)
+    # before login (SASL on): Kafka's sasl.server.max.receive.size caps a frame (and what
+    # the connection may have queued), at most this many such connections per address, and
+    # a connection not logged in within login_timeout_seconds is closed
+    max_unauthenticated_frame_bytes: int = Field(512 * 1024, ge=1024)
+    max_unauthenticated_connections_per_ip: int = Field(100, ge=1)
+    login_timeout_seconds: float = Field(10.0, gt=0)
     # with TLS files set: -1 makes `port` the TLS listener; a port (0: any) opens a TLS
     # listener there beside the plaintext one on `port`, advertising its own port
     tls_port: int = Field(-1, ge=-1, le=65535)

@@ -7,7 +7,9 @@ test process, never share a count; nothing here is module state.
   listener applies backpressure: it stops reading the socket, the kernel's buffers fill and
   the client's writes block, instead of the gateway's memory growing.
 - `ConnectionLimits`: `max_connections` in all and `max_connections_per_ip` from one address,
-  so that one host (or one script holding idle sockets) cannot take every connection slot.
+  so that one host (or one script holding idle sockets) cannot take every connection slot,
+  applied at accept, before any TLS handshake (tls_accept.py), with descriptors in reserve.
+- `PerIpCount`: connections per address in one state (before login), against a limit.
 - `LogLimiter`: a logging filter that lets a burst of each message template through per
   interval and counts the rest, so a flood of bad requests cannot flood the log as well.
 """
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import resource
 import time
 from collections.abc import Callable
 from typing import Any
@@ -103,18 +106,57 @@ class ConnectionLimits:
 
     def admit(self, writer: asyncio.StreamWriter) -> str | None:
         """The peer's address, counted as open; or None once the socket has been refused."""
-        peer: Any = writer.get_extra_info("peername")
+        sock = writer.get_extra_info("socket")
+        return self.admit_socket(sock, writer.get_extra_info("peername"), writer.close)
+
+    def admit_socket(self, sock: Any, peer: Any, close: Callable[[], object]) -> str | None:
+        """`admit` for a socket as accepted (a TLS listener's, before its handshake:
+        tls_accept.py): a socket that never finishes one counts, and sockets beyond the
+        limits cost no handshake. Also refused: a socket whose descriptor is among the last
+        `descriptor_reserve()` the process may open (RLIMIT_NOFILE), kept for /health, the
+        backend and the files (a flood once used them all and /health failed with them)."""
         ip = str(peer[0]) if peer else "?"
         from_ip = self._by_ip.get(ip, 0)
+        descriptor = sock.fileno() if sock is not None else -1
+        ceiling = descriptor_ceiling()
+        if descriptor >= ceiling:
+            metrics.CONNECTIONS_REFUSED.labels(self.protocol, "file_descriptors").inc()
+            self.log.warning(
+                "refusing %s: %s socket descriptor %d is among the last %d the process may "
+                "open (RLIMIT_NOFILE %d), kept for /health and the backend (file_descriptors)",
+                peer,
+                self.protocol,
+                descriptor,
+                descriptor_reserve(),
+                ceiling + descriptor_reserve(),
+            )
+            close()
+            return None
         if self.open >= self.total:
-            self._refuse(writer, peer, "max_connections", self.open)
+            self._refuse(close, peer, "max_connections", self.open)
             return None
         if from_ip >= self.per_ip:
-            self._refuse(writer, peer, "max_connections_per_ip", from_ip)
+            self._refuse(close, peer, "max_connections_per_ip", from_ip)
             return None
         self.open += 1
         self._by_ip[ip] = from_ip + 1
         return ip
+
+    def warn_about_descriptors(self) -> None:
+        """At start-up: say so when `total` connections would not fit in the descriptors
+        the process may open (they are refused, with a log line, near the limit)."""
+        ceiling = descriptor_ceiling()
+        if self.total > ceiling:
+            self.log.warning(
+                "%s.max_connections is %d but the process may open only %d more descriptors "
+                "(RLIMIT_NOFILE %d, %d kept for /health and the backend): connections are "
+                "refused beyond that; raise `ulimit -n` to serve more",
+                self.protocol,
+                self.total,
+                ceiling,
+                ceiling + descriptor_reserve(),
+                descriptor_reserve(),
+            )
 
     def release(self, ip: str) -> None:
         self.open -= 1
@@ -124,12 +166,43 @@ class ConnectionLimits:
         else:
             self._by_ip.pop(ip, None)
 
-    def _refuse(self, writer: asyncio.StreamWriter, peer: Any, setting: str, count: int) -> None:
+    def refuse(self, close: Callable[[], object], peer: Any, setting: str, count: int) -> None:
+        """Close a socket (``close``), refused by ``setting`` (another limit than these)."""
+        self._refuse(close, peer, setting, count)
+
+    def _refuse(self, close: Callable[[], object], peer: Any, setting: str, count: int) -> None:
         metrics.CONNECTIONS_REFUSED.labels(self.protocol, setting).inc()
         self.log.warning(
             "refusing %s: %d connections open (%s.%s)", peer, count, self.protocol, setting
         )
-        writer.close()
+        close()
+
+
+class PerIpCount:
+    """Connections per peer address in one state (not logged in yet), against ``limit``:
+    strangers holding sockets open before login cannot crowd out those who log in."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._by_ip: dict[str, int] = {}
+
+    def count(self, ip: str) -> int:
+        return self._by_ip.get(ip, 0)
+
+    def take(self, ip: str) -> bool:
+        """Count one more from ``ip``; False (nothing counted) at the limit."""
+        count = self._by_ip.get(ip, 0)
+        if count >= self.limit:
+            return False
+        self._by_ip[ip] = count + 1
+        return True
+
+    def give_back(self, ip: str) -> None:
+        count = self._by_ip.get(ip, 0) - 1
+        if count > 0:
+            self._by_ip[ip] = count
+        else:
+            self._by_ip.pop(ip, None)
 
 
 class LogLimiter(logging.Filter):
@@ -185,8 +258,31 @@ class LogLimiter(logging.Filter):
         self._loggers.clear()
 
 
-def bound_address(server: asyncio.base_events.Server | None) -> tuple[str, int] | None:
-    """The host and port a listening server is bound to (None before it listens)."""
+# descriptors kept free for /health, the backend's connections and files: an accepted
+# socket numbered within this many of RLIMIT_NOFILE is refused
+DESCRIPTOR_RESERVE = 128
+
+
+def descriptor_reserve() -> int:
+    soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    if soft == resource.RLIM_INFINITY:
+        return DESCRIPTOR_RESERVE
+    return min(DESCRIPTOR_RESERVE, soft // 4)
+
+
+def descriptor_ceiling() -> int:
+    """The lowest descriptor number an accepted socket may not have. The kernel gives the
+    lowest free number, so a socket numbered this high means the process is near its limit.
+    Read at each accept (a system call: cheap), so that a changed limit applies at once."""
+    soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    if soft == resource.RLIM_INFINITY:
+        return 1 << 62
+    return soft - descriptor_reserve()
+
+
+def bound_address(server: Any) -> tuple[str, int] | None:
+    """The host and port a listening server (an asyncio Server or a TlsListener: anything
+    with `sockets`) is bound to (None before it listens)."""
     if server is None:
         return None
     host, port = server.sockets[0].getsockname()[:2]

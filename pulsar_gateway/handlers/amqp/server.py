@@ -56,6 +56,7 @@ from pulsar_gateway.handlers.amqp.session import NOT_YET, READ_SIZE, REVOKED, Se
 from pulsar_gateway.handlers.amqp.vhost_owners import VhostOwners
 from pulsar_gateway.handlers.authorization import AUDIT_LOGGERS, Access, Authorizer
 from pulsar_gateway.handlers.listener_limits import ConnectionLimits, LogLimiter, bound_address
+from pulsar_gateway.handlers.tls_accept import TlsListener
 from pulsar_gateway.security.credentials import NoUsers, UserDirectory, shown
 
 log = logging.getLogger("gateway.amqp")
@@ -111,7 +112,7 @@ class AmqpServer:
         # directory) takes precedence over the table (docs/security.md)
         self.authenticator = Authenticator(settings.users or {"guest": "guest"}, directory=users)
         self.tls = tls  # the AMQPS listener's (amqp.tls_port), beside the plaintext one
-        self._tls_server: asyncio.base_events.Server | None = None
+        self._tls_server: TlsListener | None = None
         self.owners = owners
         self.member_secret = member_secret
         self.origins = OriginVerifier(member_secret) if member_secret else None
@@ -181,19 +182,23 @@ class AmqpServer:
             log.info("amqp member-to-member listener on %s:%d", host, port)
             self.owners.view.on_change(self._ownership_changed)
         if self.tls is not None:
-            self._tls_server = await asyncio.start_server(
-                self._accept,
-                self.settings.host,
-                self.settings.tls_port,
+            # the connection limits apply before the TLS handshake, which is bounded like
+            # the AMQP one (handlers/tls_accept.py)
+            self._tls_server = TlsListener(
+                "amqp",
+                self.tls,
+                self.settings.handshake_timeout_seconds,
+                lambda sock, peer: self.limits.admit_socket(sock, peer, sock.close),
+                lambda reader, writer, ip: self._accept(reader, writer, admitted=ip),
+                self.limits.release,
                 limit=READ_SIZE,
-                backlog=1024,
-                reuse_port=reuse_port,
-                ssl=self.tls,
-                # the TLS handshake comes before _accept: bounded like the AMQP one
-                ssl_handshake_timeout=self.settings.handshake_timeout_seconds,
+            )
+            await self._tls_server.open(
+                self.settings.host, self.settings.tls_port, reuse_port=bool(reuse_port)
             )
             host, port = self.tls_address or ("", 0)
             log.info("amqps (TLS) listener on %s:%d", host, port)
+        self.limits.warn_about_descriptors()
         self._user_check = asyncio.create_task(self._check_users(), name="amqp user check")
 
     async def _check_users(self) -> None:
@@ -308,10 +313,11 @@ class AmqpServer:
         writer: asyncio.StreamWriter,
         member_to_member: bool = False,
         origin: Origin | None = None,
+        admitted: str | None = None,
     ) -> None:
         task = asyncio.current_task()
         assert task is not None
-        ip = self.limits.admit(writer)
+        ip = admitted or self.limits.admit(writer)  # AMQPS: admitted before its handshake
         if ip is None:
             return
         peer = writer.get_extra_info("peername") or ("?", 0)

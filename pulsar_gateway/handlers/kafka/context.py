@@ -22,6 +22,7 @@ from pulsar_gateway.handlers.kafka.port import GroupOffsets, KafkaStorage, Produ
 from pulsar_gateway.handlers.kafka.quotas import ClientQuotas, ConnectionMute
 from pulsar_gateway.handlers.kafka.request_order import ProduceTurn, RequestOrder
 from pulsar_gateway.handlers.kafka.transaction_coordinator import TransactionCoordinator
+from pulsar_gateway.handlers.loop_turns import LoopTurns
 from pulsar_gateway.kafka_codec.compression import InflateBudget
 
 
@@ -61,6 +62,9 @@ class KafkaContext:
     produce_turn: ProduceTurn | None = None
     # storage work of requests answered as busy, still running (in_time.py); the listener's
     late: LateWork = field(default_factory=LateWork)
+    # the listener's turns on the loop for handlers whose work grows with the request
+    # (loop_turns.py): shared by every connection's copy of the context
+    turns: LoopTurns = field(default_factory=LoopTurns)
 
     @property
     def topics(self) -> TopicStore:

@@ -169,7 +169,35 @@ async def _respond(
         return _fetch_measured(context, context.quotas, header, body)
     if body is None:
         return None
+    if header.api_key != ApiKey.PRODUCE and _many_entries(body):
+        # a big answer (Metadata of thousands of topics) is encoded off the event loop, as a
+        # big request is decoded: the body is this task's alone
+        return await asyncio.get_running_loop().run_in_executor(
+            None,
+            protocol.encode_response,
+            header.api_key,
+            header.api_version,
+            header.correlation_id,
+            body,
+        )
     return protocol.encode_response(header.api_key, header.api_version, header.correlation_id, body)
+
+
+def _many_entries(body: dict[str, Any], limit: int = INLINE_ENTRIES) -> bool:
+    """Whether the response's arrays hold more than ``limit`` entries (counted until the
+    limit: cheap for the small answers nearly every request gets)."""
+    left = limit
+    stack: list[Any] = [body]
+    while stack:
+        value = stack.pop()
+        if isinstance(value, dict):
+            stack.extend(v for v in value.values() if isinstance(v, (dict, list)))
+        elif isinstance(value, list):
+            left -= len(value)
+            if left < 0:
+                return True
+            stack.extend(v for v in value if isinstance(v, (dict, list)))
+    return False
 
 
 def charge_produce(context: KafkaContext, request: DecodedRequest) -> int:

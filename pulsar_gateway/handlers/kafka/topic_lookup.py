@@ -70,9 +70,12 @@ async def find_topic(
     return record, ErrorCode.NONE
 
 
+NO_TOPIC_ID = uuid.UUID(int=0)  # one object for every answer without a topic id
+
+
 def topic_uuid(record: TopicRecord | None) -> uuid.UUID:
     if record is None or not record.topic_id:
-        return uuid.UUID(int=0)
+        return NO_TOPIC_ID
     return uuid.UUID(record.topic_id)
 
 

@@ -210,7 +210,8 @@ async def describe_acls(
             "resources": [],
         }
     grouped: dict[tuple[int, str, int], list[dict[str, Any]]] = {}
-    for binding in _every_binding(context):
+    # every grant of every user: paced, so that a large rights store does not hold the loop
+    async for binding in context.turns.paced(_every_binding(context)):
         if matches(binding, request):
             key = (binding.resource_type, binding.resource_name, binding.pattern_type)
             grouped.setdefault(key, []).append(_acl(binding))

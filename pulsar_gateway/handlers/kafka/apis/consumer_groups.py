@@ -151,7 +151,7 @@ def _described(assignment: Assignment, catalog: _Catalog) -> dict[str, Any]:
 async def describe(context: KafkaContext, header: Any, request: dict[str, Any]) -> dict[str, Any]:
     catalog = _Catalog(context)
     described = []
-    for group_id in request["group_ids"]:
+    async for group_id in context.turns.paced(request["group_ids"]):
         entry: dict[str, Any] = {
             "error_code": ErrorCode.NONE,
             "error_message": None,

@@ -20,6 +20,7 @@ from pulsar_gateway.handlers.kafka.authorization import group_allowed, topic_all
 from pulsar_gateway.handlers.kafka.context import KafkaContext
 from pulsar_gateway.handlers.kafka.port import CommittedOffset, StorageError
 from pulsar_gateway.handlers.kafka.topic_lookup import find_topic
+from pulsar_gateway.handlers.loop_turns import Pace
 from pulsar_gateway.kafka_codec.errors import ErrorCode
 from pulsar_gateway.security.rights import DELETE, DESCRIBE, READ
 
@@ -109,8 +110,8 @@ async def _committed(
     return ErrorCode.NONE
 
 
-def _fetch_group(
-    context: KafkaContext, group_id: str, topics: list[dict[str, Any]] | None
+async def _fetch_group(
+    context: KafkaContext, group_id: str, topics: list[dict[str, Any]] | None, pace: Pace
 ) -> tuple[int, list[dict[str, Any]]]:
     store = context.offsets
     if not group_id:
@@ -122,6 +123,7 @@ def _fetch_group(
     wanted: dict[str, list[int]] = defaultdict(list)
     if topics is None:  # every topic of the group the user may describe, as Kafka
         for pulsar_partition in store.offsets(group_id):
+            await pace.step()
             try:
                 name, index = split_partition_topic(pulsar_partition)
             except UnknownPartition:
@@ -138,6 +140,7 @@ def _fetch_group(
         allowed = topics is None or topic_allowed(context, kafka_name, DESCRIBE)
         partitions = []
         for index in sorted(indexes):
+            await pace.step()
             entry = store.get(group_id, partition_topic(pulsar_name, index)) if allowed else None
             partitions.append(
                 {
@@ -157,13 +160,15 @@ def _fetch_group(
 async def offset_fetch(
     context: KafkaContext, header: Any, request: dict[str, Any]
 ) -> dict[str, Any]:
+    pace = context.turns.pace()  # thousands of partitions must not hold the loop
     if header.api_version >= 8:
         groups = []
         for group in request["groups"]:
-            code, topics = _fetch_group(context, group["group_id"], group.get("topics"))
+            await pace.step()
+            code, topics = await _fetch_group(context, group["group_id"], group.get("topics"), pace)
             groups.append({"group_id": group["group_id"], "topics": topics, "error_code": code})
         return {"throttle_time_ms": 0, "groups": groups}
-    code, topics = _fetch_group(context, request["group_id"], request.get("topics"))
+    code, topics = await _fetch_group(context, request["group_id"], request.get("topics"), pace)
     if code and header.api_version < 2:
         topics = [
             {

@@ -209,8 +209,10 @@ async def list_groups(
     every = cluster_allowed(context, DESCRIBE, audit=False)
     listed = []
     consumer_groups = context.consumer_groups
+    pace = context.turns.pace()  # thousands of groups must not hold the loop
     if not types or "classic" in types:
         for group_id in coordinator.known_group_ids():
+            await pace.step()
             if not (every or group_allowed(context, group_id, DESCRIBE, audit=False)):
                 continue
             if consumer_groups is not None and consumer_groups.has_members(group_id):
@@ -228,6 +230,7 @@ async def list_groups(
             )
     if consumer_groups is not None and (not types or "consumer" in types):
         for group_id in consumer_groups.group_ids():
+            await pace.step()
             if not context.serves_group(group_id) or not (
                 every or group_allowed(context, group_id, DESCRIBE, audit=False)
             ):
@@ -251,7 +254,7 @@ async def describe_groups(
 ) -> dict[str, Any]:
     coordinator = coordinator_of(context)
     described = []
-    for group_id in request["groups"]:
+    async for group_id in context.turns.paced(request["groups"]):
         entry: dict[str, Any] = {
             "error_code": ErrorCode.NONE,
             "group_id": group_id,

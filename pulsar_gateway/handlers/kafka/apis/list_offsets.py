@@ -23,10 +23,13 @@ LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL, LATEST_TIERED = -1, -2, -3, -4,
 async def handle(context: KafkaContext, header: Any, request: dict[str, Any]) -> dict[str, Any]:
     committed = request.get("isolation_level", 0) == READ_COMMITTED
     topics = []
+    pace = context.turns.pace()  # thousands of partitions must not hold the loop
     for topic in request["topics"]:
+        await pace.step()
         record, code = await find_topic(context, topic["name"], auto_create=False)
         partitions = []
         for partition in topic["partitions"]:
+            await pace.step()
             index = partition["partition_index"]
             result = {
                 "partition_index": index,

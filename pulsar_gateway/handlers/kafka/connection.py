@@ -1,0 +1,430 @@
+"""One Kafka connection: frames read in, requests run as tasks, responses written in order.
+
+Kafka clients pipeline requests and expect responses in the order they sent the requests,
+so each request runs as its own task while a writer task answers them strictly in order
+(server.py accepts the socket and hands it here). What one connection may hold is bounded
+(docs/security.md, conf/gateway.toml):
+
+- memory: a frame's bytes are taken from the connection's and the listener's queued-bytes
+  budgets once its header says what it is, its decoded size is added once known, and all of
+  it is given back when the response has been written, and whatever is still held when the
+  connection ends, however it ends (end of stream, a timeout, a client that stopped reading).
+- time: a frame that stops arriving, a client that stops reading its answers
+  (`frame_timeout_seconds`), an idle connection (`connection_idle_seconds`), and, with SASL,
+  one that has not logged in within `login_timeout_seconds` is closed.
+- before login (SASL on): frames above `max_unauthenticated_frame_bytes` close the
+  connection, as Kafka's sasl.server.max.receive.size does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+import struct
+from collections.abc import Callable
+from concurrent.futures import Executor
+from typing import Any
+
+from pulsar_gateway.gateway import metrics
+from pulsar_gateway.handlers.authorization import peer_text
+from pulsar_gateway.handlers.kafka.context import KafkaContext
+from pulsar_gateway.handlers.kafka.requests import (
+    ENTRY_BYTES,
+    ConnectionClosing,
+    DecodedRequest,
+    admit,
+    charge_produce,
+    decode_off_loop,
+    respond,
+)
+from pulsar_gateway.handlers.kafka.sasl import SaslSession
+from pulsar_gateway.handlers.listener_limits import ByteBudget
+from pulsar_gateway.kafka_codec import protocol
+from pulsar_gateway.kafka_codec.protocol.messages import ApiKey
+from pulsar_gateway.security.credentials import NoUsers, shown
+
+log = logging.getLogger("gateway.kafka")
+
+_SIZE = struct.Struct(">i")
+_API_KEY = struct.Struct(">h")  # a request header's first field
+MAX_PIPELINED = 64
+WRITE_BUFFER_HIGH = 1 << 20
+# An admitted frame must also keep arriving at this average rate (after
+# frame_timeout_seconds of grace): a byte every 29 s would otherwise hold the frame's share
+# of the budget for as long as its size allows.
+MIN_FRAME_BYTES_PER_SECOND = 256 * 1024
+SASL_APIS = (ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE)
+
+
+class _Idle(Exception):
+    """Nothing came in or went out for connection_idle_seconds: close quietly."""
+
+
+class KafkaConnection:
+    def __init__(
+        self,
+        context: KafkaContext,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        peer: Any,
+        queued: ByteBudget,
+        decoder: Executor,
+    ) -> None:
+        self.context = context
+        self.settings = context.settings
+        self.reader = reader
+        self.writer = writer
+        self.peer = peer
+        self.queued = queued
+        self.decoder = decoder
+        self.responses: asyncio.Queue[tuple[asyncio.Task[bytes | None], int] | None] = (
+            asyncio.Queue(MAX_PIPELINED)
+        )
+        self.loop = asyncio.get_running_loop()
+        self.unanswered = 0  # requests read whose response is not written yet
+        self.writer_gone = False
+        # the watchdog's view: a frame begun and not complete (since when, until when)
+        now = self.loop.time()
+        self.last_activity = now  # a frame read or a response written
+        self.last_progress = now  # bytes of the frame under way
+        self.mid_frame = False
+        self.frame_started = float("inf")  # the body under way: since when, bytes so far
+        self.frame_received = 0
+        self.timed_out: Exception | None = None
+        self._watchdog: asyncio.TimerHandle | None = None
+        self.sasl = SaslSession((), NoUsers(), peer)
+        # Fetches not yet answered: a long poll for a client that has gone is dropped, not
+        # waited out (it would keep its partitions from closing for up to its max_wait)
+        self._fetches: set[asyncio.Task[bytes | None]] = set()
+        self._reading: asyncio.Task[None] | None = None
+        self.opened = now
+        # SASL on: until the first login, smaller frames and budget, and a deadline;
+        # on_login tells the listener (its count of connections before login per address)
+        self._login_limits = False
+        self.on_login: Callable[[], None] | None = None
+
+    async def serve(self) -> None:
+        """Read and answer until the connection ends, then give back every byte it holds.
+
+        The reader runs as its own task so that the writer can stop it wherever it waits
+        (for bytes, for room in a budget, for room in the response queue) when the client
+        stops reading its answers: a reader left waiting for room that only the stopped
+        writer would have made kept its bytes and its connection slot for ever."""
+        if self.before_login:
+            # a stranger may hold no more than one frame of the size it may send
+            self._login_limits = True
+            self.queued.limit = min(
+                self.queued.limit, self.settings.max_unauthenticated_frame_bytes
+            )
+        writer_task = asyncio.create_task(self._write_responses())
+        self._reading = asyncio.create_task(self._read_requests())
+        self._watch()
+        try:
+            await self._reading
+        except (asyncio.IncompleteReadError, ConnectionError):
+            # the end of the stream, or the watchdog's doing: nobody will read an answer
+            self._drop_fetches()
+            if isinstance(self.timed_out, _Idle):
+                log.debug("closing idle Kafka connection from %s", self.peer)
+            elif self.timed_out is not None:
+                log.warning("closing Kafka connection from %s: %s", self.peer, self.timed_out)
+        except ConnectionClosing as reason:
+            log.warning("closing Kafka connection from %s: %s", self.peer, reason)
+        except asyncio.CancelledError:
+            current = asyncio.current_task()
+            if current is not None and current.cancelling():
+                raise  # the listener is stopping (the finally below still runs)
+            self._drop_fetches()  # the writer stopped the reader: nobody reads answers
+        finally:
+            if self._watchdog is not None:
+                self._watchdog.cancel()
+            self._reading.cancel()
+            with contextlib.suppress(asyncio.QueueFull):
+                self.responses.put_nowait(None)
+            try:
+                await asyncio.wait_for(writer_task, 30)
+            except (TimeoutError, asyncio.CancelledError, Exception):
+                writer_task.cancel()
+            self.writer.close()
+            self.queued.release_all()
+
+    def _drop_fetches(self) -> None:
+        for fetch in self._fetches:
+            fetch.cancel()
+
+    async def _read_requests(self) -> None:
+        max_entries = self.settings.max_request_entries
+        while True:
+            await self._wait_out_throttle()
+            size = _SIZE.unpack(await self._read_exactly(4))[0]
+            self._check_size(size)
+            # the header's fixed start (API key, version, correlation id) before any budget
+            # is taken: what the frame is decides whether it is read at all (before login,
+            # only ApiVersions and SASL are)
+            start = await self._read_exactly(8)
+            api_key = _API_KEY.unpack_from(start)[0]
+            if api_key not in SASL_APIS and not self.sasl.current:
+                self._refuse_unauthenticated(api_key)
+            # backpressure: with the budget full, the socket is not read until answers go
+            # out (and the watchdog does not count that wait against the client)
+            self.mid_frame = False
+            await self.queued.acquire(size)
+            held = size
+            try:
+                frame = memoryview(await self._read_body(size, start))
+                try:
+                    header = protocol.parse_request_header(frame)
+                except protocol.KafkaDecodeError as exc:
+                    metrics.BAD_INPUT.labels("kafka", "header").inc()
+                    raise ConnectionClosing(f"bad request header: {exc}") from None
+                request = await decode_off_loop(header, frame, max_entries, self.decoder)
+                decoded = request.entries * ENTRY_BYTES
+                self.queued.charge(decoded)
+                held += decoded
+            except BaseException:
+                self.queued.release(held)
+                raise
+            self.last_activity = self.loop.time()
+            self.unanswered += 1
+            if header.api_key in SASL_APIS:
+                # settled before the next frame is read (which may depend on it), in a
+                # thread: PLAIN's PBKDF2 takes ~2 ms, which the other connections would wait
+                # out on the event loop during a storm of logins
+                answer = await asyncio.to_thread(self._sasl, request)
+                self._take_rights()
+                task = asyncio.create_task(_ready(answer))
+            else:
+                # a Produce over its quota mutes the connection before the next read
+                throttle = charge_produce(self.context, request)
+                turn = admit(self.context, request)  # its place in the connection's line
+                task = asyncio.create_task(respond(self.context, request, throttle, turn))
+                if header.api_key == ApiKey.FETCH:
+                    self._fetches.add(task)
+                    task.add_done_callback(self._fetches.discard)
+            await self.responses.put((task, held))
+            if self.writer_gone or self.sasl.failed:
+                return  # after a SASL failure: its answer goes out, then the connection closes
+
+    async def _wait_out_throttle(self) -> None:
+        """A client over its quota is not read from until its throttle time has passed
+        (KIP-219's muted channel; docs/quotas.md). The idle timer does not count the wait."""
+        mute = self.context.mute
+        if mute is None:
+            return
+        while (left := mute.until - self.loop.time()) > 0:
+            await asyncio.sleep(left)
+            self.last_activity = self.loop.time()
+
+    def _take_rights(self) -> None:
+        """Once a user has authenticated, this connection's requests run with its rights:
+        a copy of the listener's context with the user's `access`; the first time, the
+        limits of a connection before login are lifted."""
+        user = self.sasl.authenticated
+        if not user or self.sasl.failed or self.context.access.user == user:
+            return
+        if self._login_limits:
+            self._login_limits = False
+            self.queued.limit = self.settings.max_queued_request_bytes_per_connection
+            if self.on_login is not None:
+                self.on_login()
+        access = self.context.authorizer.bound("kafka", peer_text(self.peer), user)
+        self.context = dataclasses.replace(self.context, access=access)
+
+    def _sasl(self, request: DecodedRequest) -> bytes:
+        """Answered here, in order with the frames read: the next frame may depend on it.
+        Runs in a worker thread while the connection's reader waits for it, so nothing else
+        touches the SASL state meanwhile."""
+        header, body = request.header, request.body
+        assert body is not None
+        if header.api_key == ApiKey.SASL_HANDSHAKE:
+            answer = self.sasl.handshake(body)
+        else:
+            answer = self.sasl.authenticate(body)
+        return protocol.encode_response(
+            header.api_key, header.api_version, header.correlation_id, answer
+        )
+
+    def _refuse_unauthenticated(self, api_key: int) -> None:
+        """Kafka closes a connection that sends anything but ApiVersions before SASL (here
+        from the header's first bytes: the body is never read)."""
+        if api_key == ApiKey.API_VERSIONS:
+            return
+        metrics.BAD_INPUT.labels("kafka", "unauthenticated").inc()
+        name = protocol.API_NAMES.get(api_key, "unknown")
+        user = self.sasl.authenticated
+        if user and self.sasl.credentials_changed and not self.sasl.expired:
+            metrics.AUTHENTICATIONS.labels("kafka", "none", "revoked").inc()
+            raise ConnectionClosing(
+                f"{name}: user '{shown(user)}' was removed or its password changed since it "
+                "authenticated"
+            )
+        if user:  # KIP-368: not re-authenticated in time
+            metrics.AUTHENTICATIONS.labels("kafka", "none", "expired").inc()
+            raise ConnectionClosing(
+                f"{name} after the SASL session of '{self.sasl.authenticated}' expired "
+                "(kafka.sasl_session_lifetime_ms)"
+            )
+        metrics.AUTHENTICATIONS.labels("kafka", "none", "failure").inc()
+        raise ConnectionClosing(f"{name} before SASL authentication (kafka.sasl_mechanisms is set)")
+
+    def _check_size(self, size: int) -> None:
+        """The frame's size against `max_frame_bytes`, and before login (SASL on, not yet
+        authenticated) against `max_unauthenticated_frame_bytes` (Kafka's
+        sasl.server.max.receive.size): a stranger's frames stay small."""
+        limit, setting, reason = self.settings.max_frame_bytes, "max_frame_bytes", "frame_size"
+        if self.before_login and self.settings.max_unauthenticated_frame_bytes < limit:
+            limit = self.settings.max_unauthenticated_frame_bytes
+            setting, reason = "max_unauthenticated_frame_bytes", "unauthenticated_frame_size"
+        if size < 8 or size > limit:
+            metrics.BAD_INPUT.labels("kafka", reason).inc()
+            raise ConnectionClosing(f"frame of {size} bytes (limit {limit}, kafka.{setting})")
+
+    @property
+    def before_login(self) -> bool:
+        """SASL is on and this connection has not authenticated yet."""
+        return self.sasl.required and not self.sasl.authenticated
+
+    async def _read_body(self, size: int, start: bytes) -> bytes:
+        """The frame (``start``: its first bytes, already read), which must also keep
+        arriving at MIN_FRAME_BYTES_PER_SECOND (`_too_slow`)."""
+        now = self.loop.time()
+        self.last_progress = now
+        self.mid_frame = True
+        self.frame_started = now
+        self.frame_received = len(start)
+        try:
+            return await self._read_exactly(size - len(start), start)
+        finally:
+            self.mid_frame = False
+            self.frame_started = float("inf")
+
+    def _too_slow(self, now: float) -> bool:
+        """After frame_timeout_seconds of grace, a frame's bytes so far must average
+        MIN_FRAME_BYTES_PER_SECOND over the time since: a frame whose size was taken from the
+        budget and whose bytes trickle in (a byte every 20 s) would otherwise hold that
+        budget for its size's worth of time (a 100 MiB frame: 7 minutes)."""
+        late = now - self.frame_started - self.settings.frame_timeout_seconds
+        return late > 0 and self.frame_received < late * MIN_FRAME_BYTES_PER_SECOND
+
+    async def _read_exactly(self, n: int, start: bytes = b"") -> bytes:
+        """``n`` bytes (after ``start``). No timer per read (it cost 12% of a small
+        Produce): the watchdog closes the socket under a read that waits too long, and the
+        read then ends here."""
+        chunks: list[bytes] = [start] if start else []
+        left = n
+        while left:
+            chunk = await self.reader.read(left)
+            if not chunk:
+                raise asyncio.IncompleteReadError(b"".join(chunks), n + len(start))
+            chunks.append(chunk)
+            left -= len(chunk)
+            self.frame_received += len(chunk)
+            self.last_progress = self.loop.time()
+            self.mid_frame = True  # from the first byte of a size prefix on
+        return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+    def _watch(self) -> None:
+        """Every quarter of the shortest timeout: close a connection whose frame stalled
+        (frame_timeout_seconds without a byte, or the body too slow overall), that has not
+        logged in within login_timeout_seconds (SASL on), or that has been idle
+        (connection_idle_seconds with no request outstanding: a long-poll Fetch or a
+        Produce waiting for storage is not idleness, and the clock restarts at its answer)."""
+        settings = self.settings
+        stall = settings.frame_timeout_seconds
+        login = settings.login_timeout_seconds
+        now = self.loop.time()
+        reason: Exception | None = None
+        label = "frame_timeout"
+        if self.mid_frame and now - self.last_progress >= stall:
+            reason = ConnectionClosing(
+                f"frame stalled: no bytes for {stall:g} s (kafka.frame_timeout_seconds)"
+            )
+        elif self.mid_frame and self._too_slow(now):
+            reason = ConnectionClosing(
+                f"frame arriving under {MIN_FRAME_BYTES_PER_SECOND} B/s after "
+                f"{stall:g} s of grace (kafka.frame_timeout_seconds)"
+            )
+        elif self.before_login and now - self.opened >= login:
+            reason = ConnectionClosing(
+                f"not authenticated within {login:g} s (kafka.login_timeout_seconds)"
+            )
+            label = "login_timeout"
+        elif (
+            not self.mid_frame
+            and not self.unanswered
+            and now - self.last_activity >= settings.connection_idle_seconds
+        ):
+            reason = _Idle()
+        if reason is None:
+            shortest = min(stall, settings.connection_idle_seconds)
+            if self.before_login:
+                shortest = min(shortest, login)
+            self._watchdog = self.loop.call_later(max(0.05, shortest / 4), self._watch)
+            return
+        if isinstance(reason, ConnectionClosing):
+            metrics.BAD_INPUT.labels("kafka", label).inc()
+        self.timed_out = reason
+        self.writer.close()  # the pending read sees the end of the stream
+
+    async def _write_responses(self) -> None:
+        while True:
+            item = await self.responses.get()
+            if item is None:
+                return
+            task, held = item
+            try:
+                response = await task
+            except asyncio.CancelledError:
+                current = asyncio.current_task()
+                if current is not None and current.cancelling():
+                    raise  # this writer is being stopped
+                response = None  # a Fetch dropped because its client went away
+            except ConnectionClosing as reason:
+                log.warning("closing Kafka connection from %s: %s", self.peer, reason)
+                return self._stop_writing()
+            except Exception:
+                log.exception("request from %s failed; closing its connection", self.peer)
+                return self._stop_writing()
+            if response is not None:
+                self.writer.write(response)
+                if self.writer.transport.get_write_buffer_size() > WRITE_BUFFER_HIGH:
+                    if not await self._drained():
+                        return self._stop_writing()
+            # given back once written: a client that does not read its answers is throttled
+            self.queued.release(held)
+            self.unanswered -= 1
+            self.last_activity = self.loop.time()
+
+    async def _drained(self) -> bool:
+        """Wait for the client to read; False if it read nothing for frame_timeout_seconds
+        (it would hold its queued bytes, and this writer, for ever)."""
+        stall = self.settings.frame_timeout_seconds
+        try:
+            async with asyncio.timeout(stall):
+                await self.writer.drain()
+            return True
+        except TimeoutError:
+            log.warning(
+                "closing Kafka connection from %s: it read none of its responses for %g s",
+                self.peer,
+                stall,
+            )
+        except ConnectionError:
+            pass
+        return False
+
+    def _stop_writing(self) -> None:
+        """Close, and stop the reader wherever it waits: `serve` then gives back what the
+        connection holds (the queued requests' bytes included) and its slot."""
+        self.writer_gone = True
+        self.writer.close()
+        while not self.responses.empty():
+            self.responses.get_nowait()
+        if self._reading is not None:
+            self._reading.cancel()
+
+
+async def _ready(response: bytes) -> bytes:
+    return response

@@ -1,0 +1,222 @@
+"""Every byte a Kafka connection takes from the queued-bytes budgets comes back, however the
+connection ends (issue 33, "budgets that always come back").
+
+A listener on the in-memory storage, with a small per-connection budget and a short frame
+timeout, spoken to over real sockets. Connections are killed at every stage a request can
+be in: half a frame sent, requests queued behind a storage that does not answer, responses
+being written, and a client that stops reading its answers (the listener stops it after
+`frame_timeout_seconds`). After each, the listener's budget (what
+gateway_queued_request_bytes shows) is back to zero, every connection slot is free, and a
+fresh client is answered. Before the fix, a connection stopped for not reading while its
+reader waited for room in its budget kept its bytes and its slot for ever.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import struct
+
+import pytest
+
+from pulsar_gateway.gateway.config import KafkaSection
+from pulsar_gateway.handlers.kafka.server import KafkaServer
+from pulsar_gateway.kafka_codec import protocol
+from pulsar_gateway.kafka_codec.record_batch import encode_batch
+from tests.support import kafka_memory_store
+from tests.support.kafka_memory_store import memory_storage
+from tests.support.waiting import async_wait_until
+
+KIB = 1024
+FRAME_TIMEOUT = 0.5
+PER_CONNECTION = 256 * KIB
+VALUE = 1_000_000  # one record of about Kafka's message.max.bytes: each Fetch answers ~1 MB
+PADDED_CLIENT = "c" * (16 * KIB)  # ~16 KiB per Fetch frame: ~15 fill a connection's budget
+
+
+def request(api: int, version: int, correlation: int, body: dict, client: str = "t") -> bytes:
+    return protocol.encode_request(api, version, correlation, client, body)
+
+
+def fetch(correlation: int, topic: str) -> bytes:
+    partition = {"partition": 0, "fetch_offset": 0, "partition_max_bytes": 2 * VALUE}
+    body = {
+        "max_wait_ms": 0,
+        "min_bytes": 1,
+        "max_bytes": 2 * VALUE,
+        "isolation_level": 0,
+        "session_id": 0,
+        "topics": [{"topic": topic, "partitions": [partition]}],
+        "forgotten_topics_data": [],
+        "rack_id": "",
+    }
+    return request(1, 12, correlation, body, PADDED_CLIENT)
+
+
+def produce(correlation: int, topic: str, value: bytes) -> bytes:
+    records = encode_batch(0, [(0, 1000, None, value, [])])
+    body = {
+        "transactional_id": None,
+        "acks": -1,
+        "timeout_ms": 30000,
+        "topic_data": [{"name": topic, "partition_data": [{"index": 0, "records": records}]}],
+    }
+    return request(0, 9, correlation, body)
+
+
+async def read_frame(reader: asyncio.StreamReader) -> bytes:
+    size = struct.unpack(">i", await reader.readexactly(4))[0]
+    return await reader.readexactly(size)
+
+
+async def connect(
+    address: tuple[str, int], receive_buffer: int = 0
+) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """A client socket; with ``receive_buffer``, a small kernel window (set before connect),
+    so that what the client does not read backs up into the gateway quickly."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    if receive_buffer:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, receive_buffer)
+    sock.setblocking(False)
+    await asyncio.get_running_loop().sock_connect(sock, address)
+    return await asyncio.open_connection(sock=sock)
+
+
+def abort(writer: asyncio.StreamWriter) -> None:
+    """Close with a reset, as a killed client does."""
+    sock = writer.get_extra_info("socket")
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    writer.transport.abort()
+
+
+async def answered(address: tuple[str, int]) -> None:
+    """A fresh client gets ApiVersions and Metadata answered."""
+    reader, writer = await connect(address)
+    try:
+        writer.write(request(18, 0, 1, {}))
+        writer.write(request(3, 9, 2, {"topics": None, "allow_auto_topic_creation": False}))
+        async with asyncio.timeout(5):
+            for _ in range(2):
+                await read_frame(reader)
+    finally:
+        writer.close()
+
+
+async def all_given_back(server: KafkaServer, stage: str) -> None:
+    await async_wait_until(
+        lambda: server.queued.used == 0 and server.limits.open == 0,
+        5 + 4 * FRAME_TIMEOUT,
+        message=f"{stage}: budget {server.queued.used} B, {server.limits.open} connections",
+    )
+    await answered(server.address)
+
+
+def test_budgets_come_back_however_a_connection_ends(monkeypatch: pytest.MonkeyPatch) -> None:
+    gate = asyncio.Event()
+    append = kafka_memory_store.MemoryPartitionLog.append
+
+    async def gated_append(self, *args, **kwargs):  # the port's signature, whatever it is
+        if "gated" in self._topic:
+            await gate.wait()
+        return await append(self, *args, **kwargs)
+
+    monkeypatch.setattr(kafka_memory_store.MemoryPartitionLog, "append", gated_append)
+
+    async def scenario() -> None:
+        settings = KafkaSection(
+            port=0,
+            frame_timeout_seconds=FRAME_TIMEOUT,
+            max_queued_request_bytes_per_connection=PER_CONNECTION,
+            max_queued_request_bytes=2 * PER_CONNECTION,
+        )
+        server = KafkaServer(settings, memory_storage())
+        await server.start()
+        address = server.address
+        try:
+            # a topic whose one record makes every Fetch answer ~1 MB
+            reader, writer = await connect(address)
+            writer.write(produce(1, "big", b"v" * VALUE))
+            await read_frame(reader)
+            writer.close()
+
+            # mid-frame: a size prefix and half a body, then gone
+            _, writer = await connect(address)
+            body = fetch(1, "big")
+            writer.write(body[: len(body) // 2])
+            await async_wait_until(lambda: server.queued.used > 0, 5, message="half a frame")
+            abort(writer)
+            await all_given_back(server, "mid-frame")
+
+            # queued: Produce requests waiting for a storage that does not answer
+            _, writer = await connect(address)
+            for correlation in range(8):
+                writer.write(produce(correlation, "gated", b"q" * KIB))
+            await async_wait_until(
+                lambda: server.queued.used > 8 * KIB, 5, message="queued produces"
+            )
+            abort(writer)
+            gate.set()
+            await all_given_back(server, "queued")
+
+            # writing: answers going out, the client reads a little and is killed, while
+            # its reader waits for room in its budget
+            reader, writer = await connect(address, receive_buffer=4 * KIB)
+            for correlation in range(40):
+                writer.write(fetch(correlation, "big"))
+            await reader.readexactly(64 * KIB)
+            await async_wait_until(
+                lambda: server.queued.used >= PER_CONNECTION - 20 * KIB, 5, message="full"
+            )
+            abort(writer)
+            await all_given_back(server, "writing")
+
+            # stopped for not reading: ten clients that never read their answers, each with
+            # its budget full; each is stopped after frame_timeout_seconds
+            clients = [await connect(address, receive_buffer=4 * KIB) for _ in range(10)]
+            for _, writer in clients:
+                for correlation in range(40):
+                    writer.write(fetch(correlation, "big"))
+            await async_wait_until(
+                lambda: server.limits.open == 0, 10 + 4 * FRAME_TIMEOUT, message="all stopped"
+            )
+            await all_given_back(server, "stopped for not reading")
+            for _, writer in clients:
+                abort(writer)
+        finally:
+            await server.stop()
+
+    asyncio.run(scenario())
+
+
+def test_a_trickled_frame_gives_its_budget_back_after_the_grace() -> None:
+    """A 10 MiB size prefix, a header, then a byte every fifth of the frame timeout (never
+    a stall): the frame's budget was held for 40 s (10 MiB at 256 KiB/s); now the frame
+    must keep up that rate once frame_timeout_seconds have passed, or be closed."""
+
+    async def scenario() -> None:
+        settings = KafkaSection(port=0, frame_timeout_seconds=FRAME_TIMEOUT)
+        server = KafkaServer(settings, memory_storage())
+        await server.start()
+        try:
+            reader, writer = await connect(server.address)
+            writer.write(struct.pack(">ihhi", 10 * 1024 * KIB, 0, 9, 1))
+            await async_wait_until(lambda: server.queued.used > 0, 5, message="the claim")
+            started = asyncio.get_running_loop().time()
+            closed = False
+            while not closed and asyncio.get_running_loop().time() - started < 10:
+                writer.write(b"x")
+                try:
+                    async with asyncio.timeout(FRAME_TIMEOUT / 5):
+                        closed = await reader.read(1) == b""
+                except TimeoutError:
+                    pass
+                except ConnectionError:
+                    closed = True
+            took = asyncio.get_running_loop().time() - started
+            assert closed and took < FRAME_TIMEOUT + 2, f"held for {took:.1f} s"
+            await all_given_back(server, "a trickled frame")
+            abort(writer)
+        finally:
+            await server.stop()
+
+    asyncio.run(scenario())
