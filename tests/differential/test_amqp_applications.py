@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import aio_pika
@@ -18,7 +17,7 @@ import pytest
 
 from tests.support.gateway_process import GatewayProcess
 from tests.support.nameko_style import Service, call_many
-from tests.support.rabbitmq_process import RabbitMQProcess, available
+from tests.support.rabbitmq_process import RabbitMQProcess
 from tests.support.task_run import run_in_process
 from tests.support.waiting import wait_until
 
@@ -26,11 +25,8 @@ REPLY_TO = "amq.rabbitmq.reply-to"
 
 
 @pytest.fixture(scope="module")
-def rabbitmq(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RabbitMQProcess]:
-    assert available(), "rabbitmq-server is not installed: run ./scripts/install-system-packages"
-    node = RabbitMQProcess(tmp_path_factory.mktemp("rabbitmq")).start()
-    yield node
-    node.stop()
+def rabbitmq(reference_rabbitmq: RabbitMQProcess) -> RabbitMQProcess:
+    return reference_rabbitmq
 
 
 @pytest.fixture(scope="module", params=["rabbitmq", "gateway"])

@@ -9,23 +9,18 @@ from __future__ import annotations
 
 import os
 import uuid
-from collections.abc import Iterator
 
 import pytest
 
 from tests.support.amqp_scenarios import SCENARIOS
 from tests.support.cpu_hogs import burning_cpus
 from tests.support.gateway_process import GatewayProcess
-from tests.support.rabbitmq_process import RabbitMQProcess, available
+from tests.support.rabbitmq_process import RabbitMQProcess
 
 
 @pytest.fixture(scope="module")
-def rabbitmq(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RabbitMQProcess]:
-    # the reference is part of the suite: missing, it fails (make test installs it)
-    assert available(), "rabbitmq-server is not installed: run ./scripts/install-system-packages"
-    node = RabbitMQProcess(tmp_path_factory.mktemp("rabbitmq")).start()
-    yield node
-    node.stop()
+def rabbitmq(reference_rabbitmq: RabbitMQProcess) -> RabbitMQProcess:
+    return reference_rabbitmq
 
 
 @pytest.mark.parametrize("scenario", SCENARIOS, ids=lambda s: s.__name__)

@@ -135,6 +135,11 @@ def direct_reply_to(url: str, p: str) -> Transcript:
     log.append(("twice", _closed_by(lambda: twice.basic_consume(REPLY_TO, print, auto_ack=True))))
     ch.basic_cancel(tag)
     log.append(("after-cancel", _closed_by(lambda: request_without_consumer(ch))))
+    # the pseudo-queue is no queue for the other queue methods
+    log.append(("get", _closed_by(lambda: requester.channel().basic_get(REPLY_TO))))
+    log.append(("bind", _closed_by(lambda: requester.channel().queue_bind(REPLY_TO, "amq.direct"))))
+    log.append(("purge", _closed_by(lambda: requester.channel().queue_purge(REPLY_TO))))
+    log.append(("delete", _closed_by(lambda: requester.channel().queue_delete(REPLY_TO))))
     rch.queue_delete(f"{p}.rpc")
     responder.close()
     requester.close()
