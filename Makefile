@@ -61,7 +61,7 @@ bench-cluster: $(VENV)/.installed-bench
 bench-migration: $(VENV)/.installed-test
 	$(BIN)/python -m bench.migration_parity $(ARGS)
 
-# about 15 minutes, not part of `make test`: mixed Kafka and AMQP load while the embedded
+# about 20 minutes, not part of `make test`: mixed Kafka and AMQP load while the embedded
 # broker is killed and frozen and hostile clients misbehave (issue 10); exit 1 on failure;
 # reports/soak/soak.{json,html}. ARGS="--minutes 2 --seed N" for a short or repeated run.
 soak: $(VENV)/.installed-test

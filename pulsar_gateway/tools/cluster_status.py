@@ -71,7 +71,8 @@ def _age(value: Any) -> str:
 
 def render(view: dict[str, Any], console: Console) -> None:
     serving = "[green]serving[/]" if view.get("serving") else "[red]not serving[/]"
-    mode = "cluster" if view.get("enabled") else "single gateway (no [cluster])"
+    # escaped: rich reads "[cluster]" as markup and printed "(no )"
+    mode = "cluster" if view.get("enabled") else "single gateway (no \\[cluster])"
     console.print(
         f"[bold]{view.get('me', '?')}[/] ({mode}), epoch {view.get('epoch', '?')}, {serving}, "
         f"lease {view.get('lease_seconds', '-')}s, heartbeat {view.get('heartbeat_seconds', '-')}s"

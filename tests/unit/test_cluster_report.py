@@ -39,6 +39,6 @@ def test_a_single_gateway_owns_everything_and_renders() -> None:
     console = Console(record=True, width=200)
     render(report, console)
     text = console.export_text()
-    assert "host/9092 (single gateway" in text
+    assert "host/9092 (single gateway (no [cluster]))" in text
     assert "127.0.0.1:9092" in text
     assert "(me)" in text
