@@ -10,14 +10,14 @@ from collections.abc import Iterator
 import pytest
 from hypothesis import settings
 
+from pulsar_gateway.gateway.backend.embedded import EmbeddedBroker
+from tests.support.cpu_hogs import burning_cpus
+from tests.support.gateway_process import GatewayProcess
+
 # Property tests check behaviour, not speed: on a loaded machine (the stress mode, CI beside
 # other jobs) hypothesis' default 200 ms deadline per example failed tests that were right.
 settings.register_profile("gateway", deadline=None)
 settings.load_profile("gateway")
-
-from pulsar_gateway.gateway.backend.embedded import EmbeddedBroker
-from tests.support.cpu_hogs import burning_cpus
-from tests.support.gateway_process import GatewayProcess
 
 # what asyncio logs of work a process lost track of: a task destroyed while pending, or one
 # whose failure nobody read
