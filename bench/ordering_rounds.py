@@ -50,6 +50,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=200)
     parser.add_argument("--records", type=int, default=20_000)
     parser.add_argument("--cpu-hogs", type=int, default=0)
+    parser.add_argument(
+        "--clients", default=",".join(PRODUCERS), help="comma-separated, of " + ", ".join(PRODUCERS)
+    )
     parser.add_argument("--out", default="reports/ordering-rounds")
     args = parser.parse_args()
     combos = itertools.cycle(itertools.product(PRODUCERS, ("all", "1"), CODECS, (1, 3)))
