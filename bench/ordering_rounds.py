@@ -55,7 +55,8 @@ def main() -> None:
     )
     parser.add_argument("--out", default="reports/ordering-rounds")
     args = parser.parse_args()
-    combos = itertools.cycle(itertools.product(PRODUCERS, ("all", "1"), CODECS, (1, 3)))
+    clients = [name for name in args.clients.split(",") if name]
+    combos = itertools.cycle(itertools.product(clients, ("all", "1"), CODECS, (1, 3)))
     results = []
     gateway = GatewayProcess(Path(tempfile.mkdtemp(prefix="order-")))
     gateway.start()
