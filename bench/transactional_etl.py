@@ -280,6 +280,14 @@ def main() -> None:
         "output": verdict,
         "log_problems": problems,
     }
+    # printed under the charts: what was read back and what the log held
+    result["environment"] = {
+        "machine": result["machine"],
+        "records/s": round(result["records_per_second"]),
+        "transactions": result["transactions"],
+        "output (read_committed)": verdict,
+        "gateway log": problems,
+    }
     table = Table(title="transactional ETL through the gateway")
     for column in ("API", "count", "p50 (s)", "p99 (s)"):
         table.add_column(column)
