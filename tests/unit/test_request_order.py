@@ -25,6 +25,7 @@ from pulsar_gateway.kafka_codec import protocol
 from pulsar_gateway.kafka_codec.protocol.messages import ApiKey
 from pulsar_gateway.kafka_codec.record_batch import Record, encode_batch
 from tests.support.kafka_memory_store import memory_storage
+from tests.unit.test_kafka_apis import commit_body
 
 PARTITIONS = 3
 TOPIC = "persistent://public/default/orders"
@@ -68,25 +69,7 @@ def _produce(correlation: int, partitions: list[int], values: list[bytes]) -> by
 
 
 def _commit(correlation: int, offset: int) -> bytes:
-    body = {
-        "group_id": "g",
-        "generation_id_or_member_epoch": -1,
-        "member_id": "",
-        "group_instance_id": None,
-        "topics": [
-            {
-                "name": "orders",
-                "partitions": [
-                    {
-                        "partition_index": 0,
-                        "committed_offset": offset,
-                        "committed_leader_epoch": -1,
-                        "committed_metadata": "",
-                    }
-                ],
-            }
-        ],
-    }
+    body = commit_body("g", -1, "", offset)  # a standalone commit (no generation)
     return protocol.encode_request(ApiKey.OFFSET_COMMIT, 8, correlation, "c", body)[4:]
 
 
