@@ -72,8 +72,13 @@ def run_confluent(bootstrap: str, topic: str, group: str) -> None:
 
 
 def run_kafka_python(bootstrap: str, topic: str, group: str) -> None:
+    import logging
+
     from kafka import KafkaConsumer
     from kafka.errors import KafkaError
+
+    logging.basicConfig(stream=sys.stderr, format="%(asctime)s %(name)s %(message)s")
+    logging.getLogger("kafka.coordinator").setLevel(logging.DEBUG)
 
     consumer = KafkaConsumer(
         topic,
