@@ -112,11 +112,13 @@ class ReaderStream:
     def _drain(self, out: list[StoredMessage], limit: int) -> None:
         """Take what the client has received, without waiting. The hot path of every
         partition tailer: a message that `follows` the last one is passed on without
-        `_accept`'s general checks."""
+        `_accept`'s general checks. At most `limit` reads, whether or not they are passed on:
+        a reopened reader replaying a long stretch that is dropped as duplicates must not
+        hold the event loop until the replay ends."""
         read = self._reader.read_next
         append = out.append
         last = self._last
-        while len(out) < limit:
+        for _ in range(limit - len(out)):
             try:
                 msg = read(0)
             except _pulsar.Timeout:
