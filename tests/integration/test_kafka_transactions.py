@@ -9,6 +9,7 @@ import asyncio
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -253,13 +254,16 @@ def test_gateway_killed_mid_transaction(tmp_path, topic_name, entry_format) -> N
         _send(producer, topic_name, [b"gone-%d" % i for i in range(3)])
         producer.abort_transaction(60)  # 7-9, marker 10: below the last checkpoint
         producer.begin_transaction()
+        opened = time.monotonic()
         _send(producer, topic_name, [b"lost-%d" % i for i in range(3)])  # 11-13, left open
         gw.kill()
         gw.start()
         assert _everything(gw.bootstrap, topic_name)[-1] == b"lost-2"
         # the open transaction came back from the checkpoint and the replay (LSO at its
-        # start), the aborted one from its saved entry
-        assert _stable_offset(gw.bootstrap, topic_name) == 11
+        # start), the aborted one from its saved entry; on a machine so loaded that the
+        # restart took longer than the transaction's timeout, its timer has aborted it already
+        stable = _stable_offset(gw.bootstrap, topic_name)
+        assert stable == 11 or (stable == 15 and time.monotonic() - opened > 15), stable
         kept = [b"kept-%d" % i for i in range(6)]
         assert _committed(gw.bootstrap, topic_name) == kept
         wait_until(lambda: _stable_offset(gw.bootstrap, topic_name) == 15, 60, 0.3, "the abort")

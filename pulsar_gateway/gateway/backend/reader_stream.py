@@ -210,12 +210,12 @@ class ReaderStream:
         """Pass on what the reader holds without the pause: somebody waits for a message
         the broker has stored (a producer whose send receipt came in waits for its offset),
         and the pause would add up to COALESCE_SECONDS to the answer. Cuts a pause under
-        way short, or skips the next one when the message has not arrived yet (its receipt
-        often comes first). docs/backend.md, "Reads drained in groups"."""
+        way short, and skips the next one too: the message may not have reached the reader
+        yet (its receipt often comes first), and a pause cut short before it came left it
+        to wait out the whole next pause. docs/backend.md, "Reads drained in groups"."""
+        self._hurried = True
         if self._pause is not None:
             _finish(self._pause)
-        else:
-            self._hurried = True
 
     async def _repair(self, gap: GapDetected) -> None:
         """Reopen at the last message passed on; the filter drops it again on arrival."""
