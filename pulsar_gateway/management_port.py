@@ -11,6 +11,7 @@ from typing import Any
 
 from pulsar_gateway.console.amqp_view import AmqpActions
 from pulsar_gateway.console.kafka_view import KafkaView
+from pulsar_gateway.console.migrations_view import MigrationsView
 from pulsar_gateway.console.routes import Console
 from pulsar_gateway.gateway import metrics
 from pulsar_gateway.gateway.config import Settings, is_loopback_host
@@ -60,7 +61,14 @@ def management_port(
             settings.kafka.max_partitions_total,
         )
     console = Console(
-        health, kafka_view, api, amqp_actions, user_names, authorizer.rights_for, table
+        health,
+        kafka_view,
+        api,
+        amqp_actions,
+        user_names,
+        authorizer.rights_for,
+        table,
+        MigrationsView(settings.gateway.data_dir),
     )
     section = settings.metrics
     if not is_loopback_host(section.host) and not section.require_login:

@@ -1,11 +1,12 @@
-"""The console's HTTP answers: its three static files and the JSON its pages read.
+"""The console's HTTP answers: its static files and the JSON its pages read.
 
 The management port (gateway/metrics.py) hands every request for `/` and `/console/...`
 here with the caller it logged in (handlers/http_login.py). `GET /` is the page;
-`/console/static/<file>` its script and style sheet (read once from the package, nothing
-else is served from disk); `/console/api/...` the JSON: `me`, `overview`, `topics[/<name>
-[/messages]]`, `groups[/<id>]`, `users`, and `POST /console/api/actions` for an
-administrator's actions. Every answer shows only what the caller may describe.
+`/console/static/<file>` its script and style sheet (read once from the package; from disk
+only the parity reports' own pages, `/console/reports/parity/<id>.html`, from the data
+directory); `/console/api/...` the JSON: `me`, `overview`, `topics[/<name>[/messages]]`,
+`groups[/<id>]`, `users`, `migrations`, `parity/<id>`, and `POST /console/api/actions`
+for an administrator's actions. Every answer shows only what the caller may describe.
 
 Rates are not kept here: `overview` gives the counters' totals with the time they were
 read, and the page keeps the last hour of differences in its own memory, bounded."""
@@ -23,6 +24,7 @@ from typing import Any
 
 from pulsar_gateway.console.amqp_view import AmqpActions
 from pulsar_gateway.console.kafka_view import ConsoleError, KafkaView, Viewer
+from pulsar_gateway.console.migrations_view import MigrationsView
 from pulsar_gateway.gateway import metrics
 from pulsar_gateway.security.rights import Rights, to_record
 
@@ -30,9 +32,12 @@ log = logging.getLogger("gateway.console")
 
 STATIC_FILES = {
     "console.js": "text/javascript; charset=utf-8",
+    "console-amqp.js": "text/javascript; charset=utf-8",
+    "console-migrations.js": "text/javascript; charset=utf-8",
     "console.css": "text/css; charset=utf-8",
 }
 JSON_KIND = "application/json"
+REPORTS = "/console/reports/parity/"  # a parity report's own HTML page: <id>.html
 BUSIEST = 10
 MAX_USERS_SHOWN = 1000
 
@@ -114,10 +119,12 @@ class Console:
         user_names: Callable[[], Iterable[str]],
         rights_of: Callable[[str], Rights],
         table_users: Iterable[str],
+        migrations: MigrationsView | None = None,
     ) -> None:
         """`api`: the management API's handler, for the queues the overview names;
         `user_names` and `rights_of`: the users store and the authorizer; `table_users`:
-        the bootstrap table `amqp.users`, administrators, named without their passwords."""
+        the bootstrap table `amqp.users`, administrators, named without their passwords;
+        `migrations`: the migrate runs and parity reports in the data directory."""
         self.health = health
         self.kafka = kafka
         self.api = api
@@ -125,6 +132,7 @@ class Console:
         self.user_names = user_names
         self.rights_of = rights_of
         self.table_users = sorted(table_users)
+        self.migrations = migrations or MigrationsView(None)
         self.page = _static("index.html")
         self.files = {name: _static(name) for name in STATIC_FILES}
 
@@ -144,6 +152,10 @@ class Console:
                 if name in self.files:
                     return 200, STATIC_FILES[name], self.files[name]
                 return 404, "text/plain", b"not found\n"
+            if path.startswith(REPORTS) and path.endswith(".html"):
+                report_id = urllib.parse.unquote(path.removeprefix(REPORTS).removesuffix(".html"))
+                page = self.migrations.parity_html(caller, report_id)
+                return 200, "text/html; charset=utf-8", page
             if path.startswith("/console/api/"):
                 words = [urllib.parse.unquote(w) for w in path.split("/")[3:]]
                 return _json(200, await self._read(caller, words, query))
@@ -168,6 +180,10 @@ class Console:
                 return self.overview(caller)
             case ["users"]:
                 return self.users(caller)
+            case ["migrations"]:
+                return self.migrations.overview(caller)
+            case ["parity", report_id]:
+                return self.migrations.parity_report(caller, report_id)
             case ["topics"] if kafka is not None:
                 return kafka.topics(caller)
             case ["topics", name] if kafka is not None:

@@ -353,49 +353,6 @@
     },
   };
 
-  pages.queues = {
-    title: "Queues",
-    async update(el) {
-      const queues = await getJson("/api/queues");
-      const admin = state.me.administrator;
-      el.innerHTML = `<h1>AMQP queues</h1>` + table(
-        ["Vhost", "Name", ["Ready", "num"], ["Unacked", "num"], ["Total", "num"], ["Consumers", "num"], "Features", ""],
-        queues.map((q) => [q.vhost, q.name, n(q.messages_ready), n(q.messages_unacknowledged), n(q.messages), n(q.consumers),
-          [q.durable ? "durable" : "transient", q.exclusive ? "exclusive" : "", q.auto_delete ? "auto-delete" : ""].filter(Boolean).join(" "),
-          { html: admin ? button("Purge", { action: "purge_queue", vhost: q.vhost, queue: q.name }) + " " +
-            button("Delete", { action: "delete_queue", vhost: q.vhost, queue: q.name }) : "" }]),
-        "No queues you may see.");
-    },
-  };
-
-  pages.exchanges = {
-    title: "Exchanges",
-    async update(el) {
-      const [vhosts, exchanges, bindings] = await Promise.all([
-        getJson("/api/vhosts"), getJson("/api/exchanges"), getJson("/api/bindings")]);
-      el.innerHTML = `<h1>AMQP vhosts, exchanges and bindings</h1>
-        <h2>Vhosts</h2>${table(["Name", ["Messages", "num"], ["Ready", "num"], ["Unacked", "num"]],
-          vhosts.map((v) => [v.name, n(v.messages), n(v.messages_ready), n(v.messages_unacknowledged)]), "No vhosts open.")}
-        <h2>Exchanges</h2>${table(["Vhost", "Name", "Type", "Features"],
-          exchanges.map((x) => [x.vhost, x.name || "(default)", x.type,
-            [x.durable ? "durable" : "transient", x.internal ? "internal" : "", x.auto_delete ? "auto-delete" : ""].filter(Boolean).join(" ")]))}
-        <h2>Bindings</h2>${table(["Vhost", "Source", "Destination", "Type", "Routing key"],
-          bindings.map((b) => [b.vhost, b.source || "(default)", b.destination, b.destination_type, b.routing_key]))}`;
-    },
-  };
-
-  pages.connections = {
-    title: "Connections",
-    async update(el) {
-      const conns = await getJson("/api/connections");
-      el.innerHTML = `<h1>AMQP connections</h1>` + table(
-        ["Name", "User", "Vhost", ["Channels", "num"], "State", "TLS", "Connected", ""],
-        conns.map((c) => [c.name, c.user, c.vhost, n(c.channels), c.state, c.ssl ? "yes" : "no", when(c.connected_at),
-          { html: state.me.administrator || c.user === state.me.user ? button("Close", { action: "close_connection", name: c.name }) : "" }]),
-        "No connections you may see.");
-    },
-  };
-
   pages.users = {
     title: "Users",
     async update(el) {
@@ -505,10 +462,10 @@
   });
 
   // --- routing and polling ---------------------------------------------------------------
+  // [path pattern, page name]; the other scripts (console-*.js) add theirs
   const routes = [
     [/^\/?$/, "overview"], [/^\/topics$/, "topics"], [/^\/topics\/(.+)$/, "topic"],
-    [/^\/groups$/, "groups"], [/^\/groups\/(.+)$/, "group"], [/^\/queues$/, "queues"],
-    [/^\/exchanges$/, "exchanges"], [/^\/connections$/, "connections"], [/^\/users$/, "users"],
+    [/^\/groups$/, "groups"], [/^\/groups\/(.+)$/, "group"], [/^\/users$/, "users"],
     [/^\/cluster$/, "cluster"],
   ];
 
@@ -555,7 +512,8 @@
     const { name, args } = page;
     document.title = `${pages[name].title} · Pulsar Gateway`;
     for (const a of document.querySelectorAll("#nav a")) {
-      a.classList.toggle("active", a.getAttribute("href") === `#/${name === "overview" ? "" : name.replace(/^(topic|group)$/, "$1s")}`);
+      const nav = pages[name].nav || (name === "overview" ? "" : name.replace(/^(topic|group)$/, "$1s"));
+      a.classList.toggle("active", a.getAttribute("href") === `#/${nav}`);
     }
     const root = $("#page");
     root.innerHTML = "";
@@ -591,7 +549,13 @@
     state.timer = setInterval(tick, POLL_MS);
   }
 
-  start().catch((e) => {
+  // The page scripts loaded after this one (console-*.js) register their pages, routes and
+  // actions here; the console starts once they all ran.
+  window.PulsarConsole = {
+    state, pages, routes, actions, refresh, confirmDialog, HOUR_MS,
+    $, esc, enc, num, rate, bytes, when, getJson, act, toast, table, n, link, button, card, chart, keep,
+  };
+  document.addEventListener("DOMContentLoaded", () => start().catch((e) => {
     $("#page").innerHTML = `<p class="bad">The console could not start: ${esc(e.message)}</p>`;
-  });
+  }));
 })();
