@@ -360,6 +360,7 @@ PAGES = {
     "queues": "queues",
     "exchanges": "exchanges",
     "connections": "connections",
+    "channels": "channels",
     "users": "users",
     "cluster": "cluster",
 }
