@@ -322,6 +322,7 @@ class Gateway:
                 vhost_namespace,
                 kafka_listener,
                 self.users.names,
+                self.users,
             )
             await self.metrics_server.start()
         self.ready = True

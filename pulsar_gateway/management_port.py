@@ -13,6 +13,7 @@ from pulsar_gateway.console.amqp_view import AmqpActions
 from pulsar_gateway.console.kafka_view import KafkaView
 from pulsar_gateway.console.migrations_view import MigrationsView
 from pulsar_gateway.console.routes import Console
+from pulsar_gateway.console.users_view import Accounts
 from pulsar_gateway.gateway import metrics
 from pulsar_gateway.gateway.config import Settings, is_loopback_host
 from pulsar_gateway.handlers.authorization import Authorizer
@@ -33,11 +34,13 @@ def management_port(
     vhost_namespace: Callable[[str], str] = str,
     kafka_server: Any = None,
     user_names: Callable[[], Iterable[str]] = tuple,
+    accounts: Accounts | None = None,
 ) -> metrics.MetricsServer:
     """The HTTP server of `[metrics]`, not started. `amqp_server`: the AMQP listener, once
     it listens (its broker, connections and address), or None without AMQP;
     `kafka_server`: the Kafka listener (its storage and group coordinators), or None;
-    `user_names`: the users store's names, for the console's users page."""
+    `user_names`: the users store's names, for the console's users page; `accounts`: the
+    users store, which the console's administrators may change."""
     # the same users as AMQP's: the store, then the bootstrap table (guest from loopback)
     table = settings.amqp.users or {"guest": "guest"}
     logins = HttpLogins(PasswordLogins(users, table), authorizer)
@@ -69,6 +72,7 @@ def management_port(
         authorizer.rights_for,
         table,
         MigrationsView(settings.gateway.data_dir),
+        accounts,
     )
     section = settings.metrics
     if not is_loopback_host(section.host) and not section.require_login:

@@ -25,8 +25,9 @@ from typing import Any
 from pulsar_gateway.console.amqp_view import AmqpActions
 from pulsar_gateway.console.kafka_view import ConsoleError, KafkaView, Viewer
 from pulsar_gateway.console.migrations_view import MigrationsView
+from pulsar_gateway.console.users_view import Accounts, UsersView
 from pulsar_gateway.gateway import metrics
-from pulsar_gateway.security.rights import Rights, to_record
+from pulsar_gateway.security.rights import Rights
 
 log = logging.getLogger("gateway.console")
 
@@ -34,12 +35,12 @@ STATIC_FILES = {
     "console.js": "text/javascript; charset=utf-8",
     "console-amqp.js": "text/javascript; charset=utf-8",
     "console-migrations.js": "text/javascript; charset=utf-8",
+    "console-users.js": "text/javascript; charset=utf-8",
     "console.css": "text/css; charset=utf-8",
 }
 JSON_KIND = "application/json"
 REPORTS = "/console/reports/parity/"  # a parity report's own HTML page: <id>.html
 BUSIEST = 10
-MAX_USERS_SHOWN = 1000
 
 Json = Any
 # (method, path, caller) -> (status, JSON): the management API (handlers/amqp/management.py)
@@ -120,18 +121,18 @@ class Console:
         rights_of: Callable[[str], Rights],
         table_users: Iterable[str],
         migrations: MigrationsView | None = None,
+        accounts: Accounts | None = None,
     ) -> None:
         """`api`: the management API's handler, for the queues the overview names;
         `user_names` and `rights_of`: the users store and the authorizer; `table_users`:
         the bootstrap table `amqp.users`, administrators, named without their passwords;
-        `migrations`: the migrate runs and parity reports in the data directory."""
+        `migrations`: the migrate runs and parity reports in the data directory;
+        `accounts`: the users store an administrator changes (None: read-only)."""
         self.health = health
         self.kafka = kafka
         self.api = api
         self.amqp = amqp
-        self.user_names = user_names
-        self.rights_of = rights_of
-        self.table_users = sorted(table_users)
+        self.accounts = UsersView(user_names, rights_of, table_users, accounts)
         self.migrations = migrations or MigrationsView(None)
         self.page = _static("index.html")
         self.files = {name: _static(name) for name in STATIC_FILES}
@@ -261,18 +262,7 @@ class Console:
         }
 
     def users(self, caller: Viewer) -> Json:
-        """Users and their rights: an administrator sees everyone, a user itself only."""
-        if caller.administrator:
-            names = sorted(set(self.user_names()))[:MAX_USERS_SHOWN]
-            table = self.table_users
-        else:
-            names = [caller.user] if caller.user not in self.table_users else []
-            table = []
-        rows = [{"user": n, "source": "users store", **to_record(self.rights_of(n))} for n in names]
-        rows += [
-            {"user": n, "source": "amqp.users", "superuser": True, "grants": []} for n in table
-        ]
-        return {"editable": False, "users": rows}
+        return self.accounts.listing(caller)
 
     # --- actions ------------------------------------------------------------------------
 
@@ -290,11 +280,12 @@ class Console:
         if handler is None:
             raise ConsoleError(400, f"no action '{action}' here")
         answer = await handler(caller, request)
+        # the answer names what changed (never a password: no answer holds one)
         log.info("console: user '%s' did %s: %s", caller.user, action, json.dumps(answer)[:300])
         return answer
 
     def _actions(self) -> dict[str, Callable[[Viewer, dict[str, Any]], Awaitable[Json]]]:
-        actions: dict[str, Callable[[Viewer, dict[str, Any]], Awaitable[Json]]] = {}
+        actions = self.accounts.actions()
         kafka, amqp = self.kafka, self.amqp
         if kafka is not None:
             actions["create_topic"] = lambda c, r: kafka.create_topic(

@@ -1,4 +1,5 @@
-// Pulsar Gateway console: one page, hash routes, no dependencies (docs/console.md).
+// Pulsar Gateway console: one page, hash routes, no dependencies (docs/console.md). This
+// script holds the machinery, the overview, Kafka and cluster pages; console-*.js the rest.
 // Every list is read from the gateway's JSON (/console/api/..., /api/..., /cluster) with
 // the browser's login; numbers refresh every POLL_MS; the last hour of rates, memory and
 // group lag is kept here, in memory, bounded by HISTORY_POINTS per series.
@@ -353,17 +354,6 @@
     },
   };
 
-  pages.users = {
-    title: "Users",
-    async update(el) {
-      const u = await getJson("/console/api/users");
-      el.innerHTML = `<h1>Users and rights</h1>
-        <p class="muted">Read-only here: change users and rights with <code>pulsar-gateway users</code>.</p>` +
-        table(["User", "Source", "Superuser", "Grants"], u.users.map((r) => [r.user, r.source, r.superuser ? "yes" : "no",
-          r.grants.map((g) => `${g.resource} ${g.name || ""}: ${g.operations.join(", ")}`).join("; ") || "–"]));
-    },
-  };
-
   pages.cluster = {
     title: "Cluster",
     async update(el) {
@@ -465,8 +455,7 @@
   // [path pattern, page name]; the other scripts (console-*.js) add theirs
   const routes = [
     [/^\/?$/, "overview"], [/^\/topics$/, "topics"], [/^\/topics\/(.+)$/, "topic"],
-    [/^\/groups$/, "groups"], [/^\/groups\/(.+)$/, "group"], [/^\/users$/, "users"],
-    [/^\/cluster$/, "cluster"],
+    [/^\/groups$/, "groups"], [/^\/groups\/(.+)$/, "group"], [/^\/cluster$/, "cluster"],
   ];
 
   function current() {
