@@ -176,6 +176,7 @@ class Console:
                     "may_monitor": bool(getattr(caller, "may_monitor", False)),
                     "kafka": kafka is not None,
                     "amqp": self.api is not None,
+                    "topic_sizes": kafka is not None and kafka.sizes is not None,
                 }
             case ["overview"]:
                 return self.overview(caller)
@@ -186,7 +187,7 @@ class Console:
             case ["parity", report_id]:
                 return self.migrations.parity_report(caller, report_id)
             case ["topics"] if kafka is not None:
-                return kafka.topics(caller)
+                return await kafka.add_sizes(kafka.topics(caller))
             case ["topics", name] if kafka is not None:
                 return await kafka.topic(caller, name)
             case ["topics", name, "messages"] if kafka is not None:

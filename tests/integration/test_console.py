@@ -211,6 +211,22 @@ def test_an_administrator_sees_topics_messages_and_group_lag(gateway: GatewayPro
     assert TOPIC in [t["name"] for t in overview["busiest_topics"]]
 
 
+def test_topic_sizes_from_the_embedded_broker(gateway: GatewayProcess) -> None:
+    """The embedded broker's own statistics (its metrics page on loopback) give each open
+    partition's stored bytes, on the topic page and summed on the topics list."""
+    assert call(gateway, "/console/api/me")[1]["topic_sizes"] is True
+    started = time.monotonic()
+
+    def sized() -> int:
+        return call(gateway, f"/console/api/topics/{TOPIC}")[1]["partitions"][0]["bytes"] or 0
+
+    size = wait_until(sized, timeout=60, interval=0.5, message="the topic's size")
+    print(f"size known after {time.monotonic() - started:.1f} s: {size} bytes")
+    assert size > RECORDS * len('{"n": 0, "item": "book"}')  # at least the values
+    listed = {t["name"]: t for t in call(gateway, "/console/api/topics")[1]}
+    assert listed[TOPIC]["bytes"] >= size
+
+
 def test_a_user_sees_nothing_of_another_tenant(
     gateway: GatewayProcess, amqp: pika.BlockingConnection
 ) -> None:

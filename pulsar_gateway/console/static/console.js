@@ -192,6 +192,11 @@
     },
   };
 
+  // why a size may be missing, under the tables that show them
+  const sizesNote = () => (state.me.topic_sizes
+    ? "Sizes: bytes stored, from the broker's statistics (refreshed every few seconds; the embedded broker names only the partitions it has open)."
+    : "Sizes: this backend cannot tell them (an external Pulsar without pulsar.admin_url).");
+
   pages.topics = {
     title: "Topics",
     mount(el) {
@@ -204,13 +209,15 @@
     async update(el) {
       const topics = pages.topics.cache = await getJson("/console/api/topics");
       const f = state.filter.toLowerCase();
+      const size = (b) => ({ cls: "num", html: esc(b === null || b === undefined ? "–" : bytes(b)) });
       const rows = topics.filter((t) => t.name.toLowerCase().includes(f)).map((t) => [
-        link(`#/topics/${enc(t.name)}`, t.name), n(t.partitions), t.entry_format,
+        link(`#/topics/${enc(t.name)}`, t.name), n(t.partitions), size(t.bytes), t.entry_format,
         Object.entries(t.configs).map(([k, v]) => `${k}=${v}`).join(", ") || "–",
         { html: state.me.administrator ? button("Delete", { action: "delete_topic", topic: t.name }) : "" },
       ]);
       $("#rows", el).innerHTML = `<p class="muted">${num(rows.length)} of ${num(topics.length)} topics</p>` +
-        table(["Name", ["Partitions", "num"], "Entry format", "Configs", ""], rows, "No topics you may see.");
+        table(["Name", ["Partitions", "num"], ["Size", "num"], "Entry format", "Configs", ""], rows, "No topics you may see.") +
+        `<p class="muted">${esc(sizesNote())}</p>`;
     },
   };
 
@@ -252,16 +259,20 @@
     },
     async update(el, [name]) {
       const t = pages.topic.data = await getJson(`/console/api/topics/${enc(name)}`);
+      const known = t.partitions.map((p) => p.bytes).filter((b) => b !== null && b !== undefined);
       const configs = Object.entries(t.configs).map(([k, v]) => `<span class="tag">${esc(k)}=${esc(v)}</span>`).join(" ") || "none";
       const del = state.me.administrator ? button("Delete topic", { action: "delete_topic", topic: t.name }, "danger") : "";
       $("#info", el).innerHTML = `<div class="cards">
           ${card("Partitions", num(t.partition_count))}${card("Entry format", t.entry_format)}
           ${card("Records", num(t.partitions.reduce((s, p) => s + (p.records || 0), 0)))}
+          ${card("Size", known.length ? bytes(known.reduce((s, b) => s + b, 0)) : "–")}
         </div>
         <p>Topic id <code>${esc(t.topic_id)}</code> · configs: ${configs} ${del}</p>
-        ${table([["Partition", "num"], ["Log start", "num"], ["High watermark", "num"], ["Records", "num"]],
+        ${table([["Partition", "num"], ["Log start", "num"], ["High watermark", "num"], ["Records", "num"], ["Size", "num"]],
           t.partitions.map((p) => [n(p.partition), n(p.log_start), n(p.high_watermark),
-            p.served_here === false ? "served by another member" : n(p.records)]))}`;
+            p.served_here === false ? "served by another member" : n(p.records),
+            { cls: "num", html: esc(p.bytes === null || p.bytes === undefined ? "–" : bytes(p.bytes)) }]))}
+        <p class="muted">${esc(sizesNote())}</p>`;
       if (!pages.topic.browsed) { // the first records, without asking, when they may be read
         pages.topic.browsed = true;
         if (t.may_read) browse(name);
