@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 import subprocess
 import sys
 import time
@@ -418,6 +419,12 @@ def test_every_page_in_a_browser(gateway: GatewayProcess, amqp: pika.BlockingCon
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     errors: list[str] = []
     timings: dict[str, float] = {}
+    wait_until(  # the broker's statistics name the topic's size (for the topics page)
+        lambda: call(gateway, f"/console/api/topics/{TOPIC}")[1]["partitions"][0]["bytes"],
+        timeout=60,
+        interval=0.5,
+        message="the topic's size",
+    )
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         try:
@@ -460,6 +467,8 @@ def test_every_page_in_a_browser(gateway: GatewayProcess, amqp: pika.BlockingCon
                     assert QUEUE in texts["queues"] and QUEUE in texts["overview"]
                     assert '{"n": 0, "item": "book"}' in texts["topic"]
                     assert str(RECORDS - CONSUMED) in texts["group"]
+                    # the topic's size, from the broker's statistics (known by now)
+                    assert re.search(rf"{TOPIC}\t1\t[0-9.]+ (B|KiB)\t", texts["topics"])
                 else:
                     assert TOPIC not in texts["topics"] and TEAM_TOPIC in texts["topics"]
                     assert QUEUE not in texts["queues"] and TEAM_QUEUE in texts["queues"]

@@ -114,6 +114,23 @@ def test_users_page_edits_through_dialogs(gateway: GatewayProcess) -> None:
             page.click("#confirm-ok")
             page.wait_for_selector(grant, state="detached", timeout=10_000)
             wait_until(lambda: topics_of(gateway, (dave, "dave pw")) == [])
+            # a new password, once mistyped (refused in the page), then twice the same
+            page.click(f"button[data-action='set_password'][data-user='{dave}']")
+            page.fill("#f-password", "new pw")
+            page.fill("#f-again", "other pw")
+            page.click("#confirm-ok")
+            page.wait_for_selector("#toast.error:has-text('the passwords differ')")
+            page.click(f"button[data-action='set_password'][data-user='{dave}']")
+            page.fill("#f-password", "new pw")
+            page.fill("#f-again", "new pw")
+            page.click("#confirm-ok")
+            page.wait_for_selector("#toast:has-text('password_set')", timeout=10_000)
+            wait_until(lambda: topics_of(gateway, (dave, "new pw")) == [], message="new pw")
+            assert topics_of(gateway, (dave, "dave pw")) == 401
+            page.click(f"button[data-action='remove_user'][data-user='{dave}']")
+            page.click("#confirm-ok")
+            page.wait_for_selector(f"#page td:text-is('{dave}')", state="detached", timeout=10_000)
+            wait_until(lambda: topics_of(gateway, (dave, "new pw")) == 401, message="removed")
             context.close()
             # alice: no administrator, a read-only page with herself only
             context = browser.new_context(
