@@ -36,7 +36,7 @@ from tests.support.gateway_process import REPO, GatewayProcess
 from tests.support.tansu_process import TansuProcess
 from tests.support.waiting import wait_until
 
-RECORDS = 60_000
+RECORDS = 20_000
 PARTITIONS = 2
 TOPIC = f"moving-{uuid.uuid4().hex[:6]}"
 NAME = f"eu-move-{uuid.uuid4().hex[:4]}"
