@@ -87,8 +87,9 @@ def damaged_report(gateway: GatewayProcess, tmp_path: Any) -> Verdict:
         topics=[TOPIC],
         report=str(tmp_path / "parity"),
     )
-    ok = PartitionReport(TOPIC, 0, 30_000, 30_000, method="in order")
-    bad = PartitionReport(TOPIC, 1, 30_000, 30_000)
+    half = RECORDS // PARTITIONS
+    ok = PartitionReport(TOPIC, 0, half, half, method="in order")
+    bad = PartitionReport(TOPIC, 1, half, half)
     bad.counts["missing"], bad.counts["duplicate"] = 1, 1
     bad.examples = {"missing": [(7, None)], "duplicate": [(9, 10)]}
     verdict = Verdict(False, [ok, bad], [], 2.5, {})

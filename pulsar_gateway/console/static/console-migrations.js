@@ -60,13 +60,22 @@
       }
       const running = m.migrations.filter((r) => r.state === "copying" || r.state === "starting" || r.state === "groups");
       const charted = (running.length ? running : m.migrations).slice(0, MAX_RUNS_CHARTED);
-      const runs = table(["Migration", "State", "Copied this run", ["Records/s", "num"], ["Partitions", "num"], ["Groups", "num"], "Updated", "Source → gateway"],
+      const left = (r) => {
+        const speed = currentRate(r);
+        if (r.state !== "copying" || !speed) return "–";
+        const s = ((r.total || 0) - (r.done || 0)) / speed;
+        return s < 90 ? `~${Math.ceil(s)} s` : s < 5400 ? `~${Math.ceil(s / 60)} min` : `~${(s / 3600).toFixed(1)} h`;
+      };
+      const runs = table(["Migration", "State", "Copied this run", ["Records/s", "num"], ["Time left", "num"], ["Partitions", "num"], ["Groups", "num"], "Updated", "Source → gateway"],
         m.migrations.map((r) => [r.name, stateCell(r.state), bar(r.done || 0, r.total || 0), { cls: "num", html: esc(rate(currentRate(r))) },
+          { cls: "num", html: esc(left(r)) },
           { cls: "num", html: esc(`${num(r.partitions_finished)} / ${num(r.partition_count)}`) +
             (r.partitions_failed ? ` <span class="bad">${esc(num(r.partitions_failed))} failed</span>` : "") },
           n(r.groups), ago(r.updated_seconds_ago), `${r.source || "?"} → ${r.target || "?"}`]),
         "No migration has run against this gateway.");
-      const errors = m.migrations.filter((r) => r.error).map((r) => `<p class="bad">${esc(r.name)}: ${esc(r.error)}</p>`).join("");
+      const errors = m.migrations.filter((r) => r.error).map((r) => `<p class="bad">${esc(r.name)}: ${esc(r.error)}</p>`).join("") +
+        m.migrations.filter((r) => r.state === "stopped").map((r) => `<p class="warn">${esc(r.name)} stopped before its end (its process is
+          gone): run <code>pulsar-gateway migrate --name ${esc(r.name)}</code> with the same topics again, it goes on where it stopped.</p>`).join("");
       const detail = m.migrations.filter((r) => r.partitions && r.partitions.length && r.state !== "done").slice(0, 4)
         .map((r) => `<h2>Partitions of ${esc(r.name)} (the unfinished first)</h2>` + table(["Topic", ["Partition", "num"], "Copied", "State"],
           r.partitions.map((p) => [p.topic, n(p.partition), bar(p.done, p.total),
