@@ -164,6 +164,17 @@ def test_migrations_and_parity_in_the_console(
             report.wait_for_load_state()
             assert "NO PARITY" in report.inner_text("body")
             report.screenshot(path=str(SCREENSHOTS / "parity-html.png"), full_page=True)
+            # a run whose process died before its end: stopped, with how to resume it
+            data_dir = discover(base).data_dir
+            code = (
+                "from pulsar_gateway.tools.migration.progress import MigrationProgress as M\n"
+                f"r = M.for_gateway('killed-run', 's:1', 't:2', {data_dir!r})\n"
+                "r.plan({('x', 0): 10}); r.advance('x', 0, 3); r.write(force=True)\n"
+            )
+            subprocess.run([sys.executable, "-c", code], check=True, cwd=REPO, timeout=60)
+            page.goto(f"{base}/#/migrations")
+            page.wait_for_selector("tr:has-text('killed-run') .bad:text-is('stopped')")
+            assert "migrate --name killed-run" in page.inner_text("#page")
             context.close()
             # a user without rights on the cluster: no link, and the JSON says no
             context = browser.new_context(
