@@ -17,6 +17,7 @@ from pulsar_gateway.gateway.backend.admin import PulsarAdmin
 from pulsar_gateway.gateway.backend.connection_security import PulsarSecurity
 from pulsar_gateway.gateway.backend.embedded import EmbeddedBroker
 from pulsar_gateway.gateway.backend.pulsar_backend import PulsarBackend
+from pulsar_gateway.gateway.backend.storage_sizes import StorageSizes
 from pulsar_gateway.gateway.backend.subscription_mirror import SubscriptionMirror
 from pulsar_gateway.gateway.cluster.membership import PulsarMembership
 from pulsar_gateway.gateway.cluster.report import ownership
@@ -322,6 +323,12 @@ class Gateway:
                 vhost_namespace,
                 kafka_listener,
                 self.users.names,
+                self.users,
+                StorageSizes(
+                    self.topics.stored_partition,
+                    self.broker.metrics_url if self.broker is not None else None,
+                    admin,
+                ),
             )
             await self.metrics_server.start()
         self.ready = True

@@ -14,7 +14,7 @@ from __future__ import annotations
 import base64
 import struct
 import time
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, Protocol
 
 from pulsar_gateway.gateway.cluster.view import group_key, partition_key
@@ -50,6 +50,9 @@ CLUSTER_NAME = "kafka-cluster"
 EMPTY_STATES = ("Empty", "Dead")
 
 Json = Any
+# Pulsar names of Kafka partitions -> bytes stored, for those the backend can tell
+# (gateway/backend/storage_sizes.py, handed over by the composition root)
+Sizes = Callable[[list[str]], Awaitable[dict[str, int]]]
 
 
 class ConsoleError(Exception):
@@ -101,8 +104,12 @@ class KafkaView:
         namespace: str,
         default_entry_format: str,
         max_partitions_total: int,
+        sizes: Sizes | None = None,
     ) -> None:
+        """`sizes`: None where the backend cannot tell topic sizes (an external Pulsar
+        without `pulsar.admin_url`)."""
         self.storage = storage
+        self.sizes = sizes
         self.classic = classic
         self.consumer = consumer
         self.tenant = tenant
@@ -173,6 +180,30 @@ class KafkaView:
         rows.sort(key=lambda row: row["name"])
         return rows
 
+    async def add_sizes(self, rows: list[Json]) -> list[Json]:
+        """Each listed topic's bytes stored: the sum over the partitions the backend
+        names (None when it names none of them), and `sizes` on whether it can tell."""
+        names = {
+            row["name"]: [
+                partition_topic(pulsar_topic(row["name"], self.tenant, self.namespace), i)
+                for i in range(row["partitions"])
+            ]
+            for row in rows
+        }
+        found = await self._sizes([n for ns in names.values() for n in ns])
+        for row in rows:
+            known = [found[n] for n in names[row["name"]] if n in found]
+            row["bytes"] = sum(known) if known else None
+        return rows
+
+    async def _sizes(self, names: list[str]) -> dict[str, int]:
+        if self.sizes is None or not names:
+            return {}
+        try:
+            return await self.sizes(names)
+        except StorageError:
+            return {}
+
     def _format(self, record: TopicRecord) -> str:
         return topic_format(record.configs, self.default_entry_format).name
 
@@ -189,8 +220,13 @@ class KafkaView:
             else:
                 row["served_here"] = False
             partitions.append(row)
+        stored = [partition_topic(record.name, row["partition"]) for row in partitions]
+        sizes = await self._sizes(stored)
+        for row, name in zip(partitions, stored, strict=True):
+            row["bytes"] = sizes.get(name)
         return {
             "name": kafka_name,
+            "sizes": self.sizes is not None,
             "topic_id": record.topic_id,
             "partition_count": record.partitions,
             "entry_format": self._format(record),
