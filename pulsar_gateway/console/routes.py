@@ -253,9 +253,7 @@ class Console:
             names = [caller.user] if caller.user not in self.table_users else []
             table = []
         rows = [{"user": n, "source": "users store", **to_record(self.rights_of(n))} for n in names]
-        rows += [
-            {"user": n, "source": "amqp.users", "superuser": True, "grants": []} for n in table
-        ]
+        rows += [{"user": n, "source": "amqp.users", "superuser": True, "acls": []} for n in table]
         return {"editable": False, "users": rows}
 
     # --- actions ------------------------------------------------------------------------

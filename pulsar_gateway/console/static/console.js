@@ -402,8 +402,9 @@
       const u = await getJson("/console/api/users");
       el.innerHTML = `<h1>Users and rights</h1>
         <p class="muted">Read-only here: change users and rights with <code>pulsar-gateway users</code>.</p>` +
-        table(["User", "Source", "Superuser", "Grants"], u.users.map((r) => [r.user, r.source, r.superuser ? "yes" : "no",
-          r.grants.map((g) => `${g.resource} ${g.name || ""}: ${g.operations.join(", ")}`).join("; ") || "–"]));
+        table(["User", "Source", "Superuser", "ACLs"], u.users.map((r) => [r.user, r.source, r.superuser ? "yes" : "no",
+          r.acls.map((a) => `${a.permission} ${a.resource} ${a.pattern} ${a.name} ${a.operation}` +
+            (a.host === "*" ? "" : ` from ${a.host}`)).join("; ") || "–"]));
     },
   };
 

@@ -1,8 +1,8 @@
 """Kafka's resources on the permission model: what each API asks the authorizer.
 
-Kafka names four resources the gateway serves: TOPIC (checked on the topic's Pulsar
-namespace: a short name is in `kafka.tenant/kafka.namespace`, `tenant/ns/name` in its own),
-GROUP, TRANSACTIONAL_ID and CLUSTER. The APIs ask as Kafka's own broker does
+Kafka names four resources the gateway serves: TOPIC (a topic answers to `tenant/ns/name`
+and, in `kafka.tenant/kafka.namespace` where short names live, to its short name too:
+security/rights.py), GROUP, TRANSACTIONAL_ID and CLUSTER. The APIs ask as Kafka's own broker does
 (docs/security.md lists them): Produce WRITE, Fetch READ, ListOffsets and Metadata DESCRIBE
 on the topic, creating a topic CREATE on the cluster or its namespace, the group APIs
 READ/DESCRIBE/DELETE on the group, a transactional producer's APIs WRITE on its
@@ -15,14 +15,25 @@ from __future__ import annotations
 
 from pulsar_gateway.gateway.reserved_names import namespace_of
 from pulsar_gateway.handlers.kafka.context import KafkaContext
-from pulsar_gateway.security.rights import CLUSTER, CREATE, GROUP, NAMESPACE, TRANSACTIONAL_ID
+from pulsar_gateway.security.rights import (
+    CLUSTER,
+    CLUSTER_NAME,
+    CREATE,
+    GROUP,
+    TOPIC,
+    TRANSACTIONAL_ID,
+)
 
-CLUSTER_NAME = "kafka-cluster"  # Kafka's one CLUSTER resource name
 
-
-def topic_namespace(context: KafkaContext, kafka_name: str) -> str:
-    """`tenant/ns` of the Pulsar namespace the Kafka topic name maps into."""
-    return namespace_of(context.pulsar_name(kafka_name))
+def topic_names(context: KafkaContext, kafka_name: str) -> tuple[str, ...]:
+    """The names the topic answers to in rules: `tenant/ns/name`, and its short name when
+    it lives where short names do (the names a client may spell it by)."""
+    path = context.pulsar_name(kafka_name).split("://", 1)[-1]
+    namespace = namespace_of(path)
+    short = path[len(namespace) + 1 :]
+    if namespace == f"{context.settings.tenant}/{context.settings.namespace}":
+        return (path, short)
+    return (path,)
 
 
 def topic_allowed(
@@ -36,15 +47,15 @@ def topic_allowed(
     key = (kafka_name, operation)
     allowed = access.remembered(key)
     if allowed is None:
-        allowed = access.may(NAMESPACE, topic_namespace(context, kafka_name), operation)
+        allowed = access.may(TOPIC, topic_names(context, kafka_name), operation)
         access.remember(key, allowed)
     if not allowed and audit:
-        access.denied(NAMESPACE, f"topic {kafka_name}", operation)
+        access.denied(TOPIC, f"topic {kafka_name}", operation)
     return allowed
 
 
 def may_create_topic(context: KafkaContext, kafka_name: str) -> bool:
-    """Kafka: CREATE on the cluster, or on the topic (here: its namespace)."""
+    """Kafka: CREATE on the cluster, or on the topic."""
     access = context.access
     if access.unrestricted or access.may(CLUSTER, CLUSTER_NAME, CREATE):
         return True
