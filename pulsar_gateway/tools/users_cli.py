@@ -285,7 +285,11 @@ async def _change(args: argparse.Namespace, link: GatewayLink, password: str) ->
             await store.remove(args.name)
             print(f"removed {args.name}")
         else:
-            await store.set_password(args.name, password)
+            try:
+                await store.set_password(args.name, password)
+            except ValueError as exc:  # a name the store refuses (`*`, a `,`...)
+                print(f"users: {exc}", file=sys.stderr)
+                return 1
             print(f"{'added' if action == 'add' else 'changed password of'} {args.name}")
         return 0
     finally:
