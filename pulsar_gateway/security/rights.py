@@ -128,7 +128,13 @@ class Rule:
         return self.name == name or self.name == "*"
 
     def covers_any(self, names: tuple[str, ...]) -> bool:
-        return any(self.covers(name) for name in names)
+        literal = self.name
+        if self.pattern == PREFIXED:
+            for name in names:
+                if name.startswith(literal):
+                    return True
+            return False
+        return literal == "*" or literal in names
 
     def applies_from(self, host: str | None) -> bool:
         """A host-bound rule applies to connections from that host; with the host unknown
@@ -138,12 +144,13 @@ class Rule:
         return self.host == host if host is not None else self.permission == DENY
 
     def grants(self, operation: str) -> bool:
-        if self.operation in (operation, ALL):
+        mine = self.operation
+        if mine == operation or mine == ALL:
             return True
-        return self.operation in IMPLIED_BY.get(operation, ())
+        return mine in IMPLIED_BY.get(operation, ())
 
     def refuses(self, operation: str) -> bool:
-        return self.operation in (operation, ALL)
+        return self.operation == operation or self.operation == ALL
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,6 +159,19 @@ class Rights:
 
     rules: tuple[Rule, ...] = ()
     superuser: bool = False
+    # per resource type, worked out once per value: LITERAL rules by name (looked up), the
+    # PREFIXED and `*` ones (scanned), so a check costs the names' rules and the prefixes
+    by_resource: dict[str, tuple[dict[str, list[Rule]], list[Rule]]] = field(
+        default_factory=dict, init=False, compare=False, repr=False
+    )
+
+    def __post_init__(self) -> None:
+        for rule in self.rules:
+            named, scanned = self.by_resource.setdefault(rule.resource, ({}, []))
+            if rule.pattern == LITERAL and rule.name != "*":
+                named.setdefault(rule.name, []).append(rule)
+            else:
+                scanned.append(rule)
 
     def allows(
         self, resource: str, names: str | tuple[str, ...], operation: str, host: str | None = None
@@ -161,17 +181,20 @@ class Rights:
             return True
         if isinstance(names, str):
             names = (names,)
+        index = self.by_resource.get(resource)
+        if index is None:
+            return False
+        named, scanned = index
         allowed = False
-        for rule in self.rules:
-            if rule.resource != resource or not rule.covers_any(names):
-                continue
-            if not rule.applies_from(host):
-                continue
-            if rule.permission == DENY:
-                if rule.refuses(operation):
-                    return False
-            elif not allowed:
-                allowed = rule.grants(operation)
+        for rules in (scanned, *(named.get(name, ()) for name in names)):
+            for rule in rules:
+                if rule.host != ANY_HOST and not rule.applies_from(host):
+                    continue
+                if rule.permission == DENY:
+                    if rule.refuses(operation) and rule.covers_any(names):
+                        return False
+                elif not allowed and rule.grants(operation) and rule.covers_any(names):
+                    allowed = True
         return allowed
 
     def allows_any(self, resource: str, operation: str, host: str | None = None) -> bool:
