@@ -10,6 +10,8 @@ import json
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from pamqp import commands
 
 from pulsar_gateway.handlers.amqp.authorization import authorize_method, authorize_publish, may_open
@@ -73,6 +75,76 @@ def test_deny_wins_and_implications_are_kafkas() -> None:
     # a topic answering to two names: a DENY of either refuses
     assert not rights.allows(model.TOPIC, ("public/default/orders-secret", "orders-secret"), "read")
     assert Rights(rights.rules, superuser=True).allows(model.TOPIC, "logs", model.READ)
+
+
+OPERATIONS = [
+    model.READ,
+    model.WRITE,
+    model.DELETE,
+    model.ALTER,
+    model.DESCRIBE,
+    model.ALTER_CONFIGS,
+    model.DESCRIBE_CONFIGS,
+    model.ALL,
+]
+patterns = st.sampled_from(
+    [(model.LITERAL, name) for name in ("a", "ab", "abc", "b", "*")]
+    + [(model.PREFIXED, name) for name in ("a", "ab", "b")]
+)
+random_rules = st.lists(
+    st.tuples(
+        patterns,
+        st.sampled_from(OPERATIONS),
+        st.sampled_from([model.ALLOW, model.DENY]),
+        st.sampled_from(["*", "10.0.0.1"]),
+    ).map(lambda t: model.make_rule(model.TOPIC, t[0][0], t[0][1], t[1], t[2], t[3])),
+    max_size=8,
+)
+
+
+def spec(rules: list[model.Rule], name: str, operation: str, host: str) -> bool:
+    """Kafka's decision, said plainly: no DENY applies, and some ALLOW does."""
+
+    def applies(r: model.Rule) -> bool:
+        named = name.startswith(r.name) if r.pattern == model.PREFIXED else r.name in (name, "*")
+        return named and r.host in ("*", host)
+
+    implied = {
+        model.DESCRIBE: {model.READ, model.WRITE, model.DELETE, model.ALTER},
+        model.DESCRIBE_CONFIGS: {model.ALTER_CONFIGS},
+    }
+    denied = any(
+        applies(r) and r.permission == model.DENY and r.operation in (operation, model.ALL)
+        for r in rules
+    )
+    granted = any(
+        applies(r)
+        and r.permission == model.ALLOW
+        and (r.operation in (operation, model.ALL) or r.operation in implied.get(operation, ()))
+        for r in rules
+    )
+    return granted and not denied
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    random_rules,
+    st.sampled_from(["a", "ab", "abc", "b", "c"]),
+    st.sampled_from(OPERATIONS[:-1]),
+    st.sampled_from(["10.0.0.1", "10.0.0.2"]),
+    st.randoms(use_true_random=False),
+)
+def test_the_decision_is_kafkas_in_any_order_and_survives_its_record(
+    rules: list[model.Rule], name: str, operation: str, host: str, shuffler: Any
+) -> None:
+    rights = model.with_rules(Rights(), rules)
+    expected = spec(rules, name, operation, host)
+    assert rights.allows(model.TOPIC, name, operation, host) == expected
+    shuffled = list(rights.rules)
+    shuffler.shuffle(shuffled)
+    assert Rights(tuple(shuffled)).allows(model.TOPIC, name, operation, host) == expected
+    record = json.loads(json.dumps(model.to_record(rights)))
+    assert model.from_record(record) == rights
 
 
 def test_allows_any_and_namespaces_see_through_rules() -> None:
