@@ -18,7 +18,7 @@ from typing import Any
 import pika
 import pika.exceptions
 import pytest
-from confluent_kafka import Consumer, KafkaError, Producer
+from confluent_kafka import Consumer, KafkaError, Producer, TopicCollection
 from confluent_kafka.admin import (
     AclBinding,
     AclBindingFilter,
@@ -135,6 +135,15 @@ def test_a_literal_allow_opens_that_topic_only(gateway: GatewayProcess) -> None:
     assert send(client, topic) is None
     assert send(client, f"{topic}-x") == REFUSED
     assert send(client, f"lit-{run[:4]}") == REFUSED
+    # KIP-430: what the user may do on the topic, as the client asks for it
+    admin = AdminClient(config(gateway, user))
+    asked = admin.describe_topics(TopicCollection([topic]), include_authorized_operations=True)
+    described = asked[topic].result(30)
+    assert set(described.authorized_operations) == {
+        AclOperation.READ,
+        AclOperation.WRITE,
+        AclOperation.DESCRIBE,
+    }
     consumer = Consumer(
         {**config(gateway, user), "group.id": group, "auto.offset.reset": "earliest"}
     )

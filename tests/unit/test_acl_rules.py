@@ -407,3 +407,51 @@ def test_users_command_writes_and_shows_rules() -> None:
         change_rights(args("grant", topic="orders", operations="idempotent_write"), rights)
     with pytest.raises(RightsError):
         change_rights(args("grant", topic="x", operations="read", host="a.b"), rights)
+
+
+def test_authorized_operations_are_reported_when_asked() -> None:
+    """KIP-430: Metadata's, DescribeCluster's and DescribeGroups's bit fields."""
+
+    async def scenario() -> None:
+        broker = Guarded("root")
+        await broker.storage.topics.create(broker.context.pulsar_name("orders"), 1)
+        rights = model.with_rules(
+            Rights(),
+            [
+                rule("orders", model.READ),
+                rule("orders", model.ALTER_CONFIGS),
+                rule("orders", model.DESCRIBE_CONFIGS, permission=model.DENY),
+                rule("kafka-cluster", model.DESCRIBE, resource=model.CLUSTER),
+                rule("g", model.READ, resource=model.GROUP),
+            ],
+        )
+        await broker.table.set_rights("bob", rights)
+        broker.login("bob")
+
+        async def topic_bits(asked: bool) -> int:
+            body = {
+                "topics": [{"name": "orders", "topic_id": None}],
+                "allow_auto_topic_creation": False,
+                "include_topic_authorized_operations": asked,
+            }
+            answer = await broker.call(ApiKey.METADATA, 12, body)
+            return int(answer["topics"][0]["topic_authorized_operations"])
+
+        assert await topic_bits(False) == -2147483648
+        assert await topic_bits(True) == (1 << 3) | (1 << 8) | (1 << 11)  # READ DESCRIBE ALTER_C
+        cluster = await broker.call(
+            ApiKey.DESCRIBE_CLUSTER,
+            1,
+            {"include_cluster_authorized_operations": True, "endpoint_type": 1},
+        )
+        assert cluster["cluster_authorized_operations"] == 1 << 8
+        groups = await broker.call(
+            ApiKey.DESCRIBE_GROUPS, 5, {"groups": ["g"], "include_authorized_operations": True}
+        )
+        assert groups["groups"][0]["authorized_operations"] == (1 << 3) | (1 << 8)
+        broker.login("root")
+        assert await topic_bits(True) == sum(
+            1 << code for code in (3, 4, 5, 6, 7, 8, 10, 11)
+        )  # every operation Kafka lists for a topic
+
+    run(scenario)

@@ -9,12 +9,17 @@ READ/DESCRIBE/DELETE on the group, a transactional producer's APIs WRITE on its
 transactional id (DESCRIBE to find its coordinator or to describe its transaction).
 A refused topic is TOPIC_AUTHORIZATION_FAILED whether it exists or not, so a user cannot
 learn which topics exist where they may not look.
+
+Kafka's authorized operations (KIP-430: Metadata, DescribeCluster, DescribeGroups,
+ConsumerGroupDescribe when the client asks) are the operations of the resource the user
+may do, as a bit field of Kafka's operation codes (`authorized_operations`).
 """
 
 from __future__ import annotations
 
 from pulsar_gateway.gateway.reserved_names import namespace_of
 from pulsar_gateway.handlers.kafka.context import KafkaContext
+from pulsar_gateway.security import rights as model
 from pulsar_gateway.security.rights import (
     CLUSTER,
     CLUSTER_NAME,
@@ -23,6 +28,22 @@ from pulsar_gateway.security.rights import (
     TOPIC,
     TRANSACTIONAL_ID,
 )
+
+NOT_ASKED = -2147483648  # Kafka's authorized operations when the client did not ask
+# Kafka's AclOperation codes
+OPERATION_CODES = {
+    model.ALL: 2,
+    model.READ: 3,
+    model.WRITE: 4,
+    model.CREATE: 5,
+    model.DELETE: 6,
+    model.ALTER: 7,
+    model.DESCRIBE: 8,
+    model.CLUSTER_ACTION: 9,
+    model.DESCRIBE_CONFIGS: 10,
+    model.ALTER_CONFIGS: 11,
+    model.IDEMPOTENT_WRITE: 12,
+}
 
 
 def topic_names(context: KafkaContext, kafka_name: str) -> tuple[str, ...]:
@@ -93,3 +114,22 @@ def transactional_id_allowed(
         subject = f"transactional id {transactional_id}"
         return access.check(TRANSACTIONAL_ID, transactional_id, operation, subject=subject)
     return access.may(TRANSACTIONAL_ID, transactional_id, operation)
+
+
+def authorized_operations(
+    context: KafkaContext, resource: str, names: str | tuple[str, ...], asked: bool
+) -> int:
+    """KIP-430's bit field: a bit `1 << code` per operation of the resource (Kafka's list
+    for it) the user may do; NOT_ASKED when the client did not ask."""
+    if not asked:
+        return NOT_ASKED
+    access = context.access
+    bits = 0
+    for operation in model.USEFUL[resource]:
+        if access.may(resource, names, operation):
+            bits |= 1 << OPERATION_CODES[operation]
+    return bits
+
+
+def topic_operations(context: KafkaContext, kafka_name: str, asked: bool) -> int:
+    return authorized_operations(context, TOPIC, topic_names(context, kafka_name), asked)

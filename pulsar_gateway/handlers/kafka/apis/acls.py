@@ -25,7 +25,7 @@ from __future__ import annotations
 import logging
 from typing import Any, NamedTuple
 
-from pulsar_gateway.handlers.kafka.authorization import cluster_allowed
+from pulsar_gateway.handlers.kafka.authorization import OPERATION_CODES, cluster_allowed
 from pulsar_gateway.handlers.kafka.context import KafkaContext
 from pulsar_gateway.kafka_codec.errors import ErrorCode
 from pulsar_gateway.security import rights as model
@@ -36,20 +36,7 @@ RESOURCE_ANY, TOPIC, GROUP, CLUSTER, TRANSACTIONAL_ID = 1, 2, 3, 4, 5
 PATTERN_ANY, PATTERN_MATCH, LITERAL, PREFIXED = 1, 2, 3, 4
 OP_ANY = 1
 PERMISSION_ANY, DENY, ALLOW = 1, 2, 3
-OPERATIONS = {
-    2: model.ALL,
-    3: model.READ,
-    4: model.WRITE,
-    5: model.CREATE,
-    6: model.DELETE,
-    7: model.ALTER,
-    8: model.DESCRIBE,
-    9: model.CLUSTER_ACTION,
-    10: model.DESCRIBE_CONFIGS,
-    11: model.ALTER_CONFIGS,
-    12: model.IDEMPOTENT_WRITE,
-}
-OPERATION_CODES = {name: code for code, name in OPERATIONS.items()}
+OPERATIONS = {code: name for name, code in OPERATION_CODES.items()}
 RESOURCES = {
     TOPIC: model.TOPIC,
     GROUP: model.GROUP,
