@@ -12,8 +12,8 @@ a second or so, without a restart.
 Each user's rights (security/rights.py) are records of their own, key `rights/<name>`, in
 the same topic: followed the same way, so `pulsar-gateway users grant|revoke` and Kafka's
 CreateAcls/DeleteAcls apply on every gateway without a restart (`rights/*` holds
-`User:*`'s rules), and changing a password
-(which rewrites the user's record) leaves the rights alone. This class implements the
+`User:*`'s rules), and changing a password (which rewrites the user's record) leaves the
+rights alone. This class implements the
 authorizer's `RightsStore` port (handlers/authorization.py).
 
 Loading stops at a marker record written first (as the metadata store does: the end of the

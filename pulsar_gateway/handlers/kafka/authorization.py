@@ -2,10 +2,10 @@
 
 Kafka names four resources the gateway serves: TOPIC (a topic answers to `tenant/ns/name`
 and, in `kafka.tenant/kafka.namespace` where short names live, to its short name too:
-security/rights.py), GROUP, TRANSACTIONAL_ID and CLUSTER. The APIs ask as Kafka's own broker does
-(docs/security.md lists them): Produce WRITE, Fetch READ, ListOffsets and Metadata DESCRIBE
-on the topic, creating a topic CREATE on the cluster or its namespace, the group APIs
-READ/DESCRIBE/DELETE on the group, a transactional producer's APIs WRITE on its
+security/rights.py), GROUP, TRANSACTIONAL_ID and CLUSTER. The APIs ask as Kafka's own
+broker does (docs/security.md lists them): Produce WRITE, Fetch READ, ListOffsets and
+Metadata DESCRIBE on the topic, creating a topic CREATE on the cluster or the topic, the
+group APIs READ/DESCRIBE/DELETE on the group, a transactional producer's APIs WRITE on its
 transactional id (DESCRIBE to find its coordinator or to describe its transaction).
 A refused topic is TOPIC_AUTHORIZATION_FAILED whether it exists or not, so a user cannot
 learn which topics exist where they may not look.
