@@ -83,14 +83,22 @@ class Access:
     )
 
     def __init__(
-        self, authorizer: Authorizer, user: str, peer: str, protocol: str, unrestricted: bool
+        self,
+        authorizer: Authorizer,
+        user: str,
+        peer: str,
+        protocol: str,
+        unrestricted: bool,
+        host: str | None = None,
     ) -> None:
+        """`peer` is `host:port` (the audit lines'); `host`, when given, the address alone
+        (else taken from `peer`), which host-bound rules are matched against."""
         self.authorizer = authorizer
         self.user = user
         self.peer = peer
         self.protocol = protocol
         self.unrestricted = unrestricted
-        self.host = host_of(peer)
+        self.host = host_of(peer) if host is None else host_of(host, with_port=False)
         self._rights_seen: tuple[Rights, Rights] | None = None
         self._merged = NO_RIGHTS
         self._answers: dict[Any, bool] = {}
@@ -211,14 +219,15 @@ class Authorizer:
         """A connection rights do not bind (see the module's docstring)."""
         return Access(self, user, peer, protocol, unrestricted=True)
 
-    def bound(self, protocol: str, peer: str, user: str) -> Access:
+    def bound(self, protocol: str, peer: str, user: str, host: str | None = None) -> Access:
         """A users-store user's connection: only what was granted."""
-        return Access(self, user, peer, protocol, unrestricted=False)
+        return Access(self, user, peer, protocol, unrestricted=False, host=host)
 
 
-def host_of(peer: str) -> str | None:
-    """The IP address of a `host:port` peer text (None when it holds none: a test's `-`)."""
-    host = peer.rsplit(":", 1)[0] if ":" in peer else peer
+def host_of(peer: str, with_port: bool = True) -> str | None:
+    """The IP address of a `host:port` peer text (or of an address alone, without
+    `with_port`); None when it holds none (a test's `-`)."""
+    host = peer.rsplit(":", 1)[0] if with_port and ":" in peer else peer
     try:
         return normal_host(host)
     except RightsError:

@@ -86,7 +86,7 @@ class HttpLogins:
             return None
         metrics.AUTHENTICATIONS.labels("http", "BASIC", "success").inc()
         if self.logins.from_store(user):
-            access = self.authorizer.bound("http", peer_host, user)
+            access = self.authorizer.bound("http", peer_host, user, host=peer_host)
         else:
             access = self.authorizer.unrestricted("http", peer_host, user)
         return HttpCaller(user, access)

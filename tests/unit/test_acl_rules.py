@@ -455,3 +455,13 @@ def test_authorized_operations_are_reported_when_asked() -> None:
         )  # every operation Kafka lists for a topic
 
     run(scenario)
+
+
+def test_the_host_is_the_peers_address() -> None:
+    authorizer = Authorizer(RightsTable())
+    assert authorizer.bound("kafka", "::1:5000", "u").host == "::1"
+    assert authorizer.bound("kafka", "[::1]:5000", "u").host == "::1"
+    assert authorizer.bound("kafka", "192.0.2.1:5000", "u").host == "192.0.2.1"
+    assert authorizer.bound("http", "::1", "u", host="::1").host == "::1"
+    assert authorizer.bound("http", "192.0.2.1", "u", host="192.0.2.1").host == "192.0.2.1"
+    assert authorizer.bound("kafka", "-", "u").host is None
