@@ -319,3 +319,27 @@ def test_amqp_honours_a_deny_the_kafka_side_honours_too(gateway: GatewayProcess)
     finally:
         if connection.is_open:
             connection.close()
+
+
+def test_users_command_writes_deny_host_and_user_star_rules(gateway: GatewayProcess) -> None:
+    """`pulsar-gateway users grant` writes the same rules: `*` for every user, `--deny`
+    with `--host`; `revoke` takes the DENY back."""
+    user, run = new_user(gateway), uuid.uuid4().hex[:8]
+    topic = f"cli-{run}"
+    topics(gateway, topic)
+
+    def sent() -> int | None:  # a fresh producer: librdkafka keeps a refused topic's error
+        return send(producer(gateway, user), topic)
+
+    assert sent() == REFUSED
+    done = users(gateway, "grant", "*", "--topic", f"cli-{run}*", "-o", "write")
+    assert done.returncode == 0, done.stderr
+    wait_until(lambda: sent() is None, 30, message="User:*'s rule applies")
+    deny = ("--topic", topic, "-o", "write", "--deny", "--host", "127.0.0.1")
+    done = users(gateway, "grant", user, *deny)
+    assert done.returncode == 0, done.stderr
+    assert f"{user}  deny topic literal {topic} from 127.0.0.1: write" in done.stdout
+    wait_until(lambda: sent() == REFUSED, 30, message="the DENY applies")
+    done = users(gateway, "revoke", user, *deny)
+    assert done.returncode == 0, done.stderr
+    wait_until(lambda: sent() is None, 30, message="the revoke applies")
