@@ -234,7 +234,11 @@ class Gateway:
         # the users' rights live in the same store (docs/security.md, "Authorization"); the
         # bootstrap user is the deployment's administrator, so it may do everything
         bootstrap = [settings.gateway.bootstrap_user] if settings.gateway.bootstrap_user else []
-        authorizer = Authorizer(self.users, [*settings.authorization.superusers, *bootstrap])
+        authorizer = Authorizer(
+            self.users,
+            [*settings.authorization.superusers, *bootstrap],
+            short_namespace=f"{settings.kafka.tenant}/{settings.kafka.namespace}",
+        )
         kafka_listener: Any = None  # the console's
         if settings.kafka.enabled:
             from pulsar_gateway.handlers.kafka.port import KafkaStorage

@@ -38,7 +38,16 @@ from pulsar_gateway.handlers.kafka.port import (
     UnknownTopic,
 )
 from pulsar_gateway.kafka_codec.entry_format import StoredRecord, records_of, topic_format
-from pulsar_gateway.security.rights import CLUSTER, CREATE, DELETE, DESCRIBE, GROUP, NAMESPACE, READ
+from pulsar_gateway.security.rights import (
+    CLUSTER,
+    CLUSTER_NAME,
+    CREATE,
+    DELETE,
+    DESCRIBE,
+    GROUP,
+    READ,
+    TOPIC,
+)
 
 MAX_RECORDS = 100
 MAX_FIELD_BYTES = 16 * 1024
@@ -46,7 +55,6 @@ MAX_PARTITIONS_SHOWN = 256  # a topic page reads at most this many partitions' o
 MAX_READ_BYTES = 1 << 20
 MAX_TOPIC_PARTITIONS = 1000  # what the console may create at once
 SCAN_SECONDS = 10.0  # a reset to a timestamp scans for at most this long per partition
-CLUSTER_NAME = "kafka-cluster"
 EMPTY_STATES = ("Empty", "Dead")
 
 Json = Any
@@ -123,11 +131,14 @@ class KafkaView:
         return kafka_topic_name(record.name, self.tenant, self.namespace)
 
     def topic_may(self, caller: Viewer, kafka_name: str, operation: str) -> bool:
-        """As the Kafka APIs ask: the operation on the topic's Pulsar namespace."""
+        """As the Kafka APIs ask: the operation on the topic, by every name it has."""
         if caller.access.unrestricted:
             return True
-        pulsar_name = pulsar_topic(kafka_name, self.tenant, self.namespace)
-        return caller.access.may(NAMESPACE, namespace_of(pulsar_name), operation)
+        path = pulsar_topic(kafka_name, self.tenant, self.namespace).split("://", 1)[-1]
+        namespace = namespace_of(path)
+        short = path[len(namespace) + 1 :]
+        names = (path, short) if namespace == f"{self.tenant}/{self.namespace}" else (path,)
+        return caller.access.may(TOPIC, names, operation)
 
     def _topic(self, caller: Viewer, kafka_name: str, operation: str) -> TopicRecord:
         """The topic's record; 404 alike for one that does not exist and one not allowed."""

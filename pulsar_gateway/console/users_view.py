@@ -23,6 +23,9 @@ Json = Any
 MAX_USERS_SHOWN = 1000
 MAX_PASSWORD_CHARS = 1024
 SUPERUSER = "superuser"  # the page's name for the superuser flag, beside the resources
+# what the grant dialog offers: a namespace's topics (the convenience), or one resource type
+# by a name, `prefix*` or `*` (security/rights.py, `convenience_pattern`)
+GRANTABLE = (model.NAMESPACE, model.TOPIC, model.GROUP, model.TRANSACTIONAL_ID, model.CLUSTER)
 
 
 class Accounts(Protocol):
@@ -66,13 +69,11 @@ class UsersView:
             {"user": n, "source": "users store", **model.to_record(self.rights_of(n))}
             for n in names
         ]
-        rows += [
-            {"user": n, "source": "amqp.users", "superuser": True, "grants": []} for n in table
-        ]
+        rows += [{"user": n, "source": "amqp.users", "superuser": True, "acls": []} for n in table]
         return {
             "editable": bool(caller.administrator and self.accounts is not None),
-            "resources": [*model.RESOURCES, SUPERUSER],
-            "operations": {r: list(ops) for r, ops in model.OPERATIONS.items()},
+            "resources": [*GRANTABLE, SUPERUSER],
+            "operations": {r: list(model.USEFUL[r]) for r in GRANTABLE},
             "users": rows,
         }
 
@@ -147,12 +148,15 @@ class UsersView:
             raise ConsoleError(400, "'operations' is a list of names")
         current = accounts.rights_of(user)
         try:
-            if resource == SUPERUSER:
+            rule = request.get("rule")
+            if not granting and isinstance(rule, dict):  # one rule as listed: taken away
+                changed = model.without_rules(current, [_rule_of(rule)])
+            elif resource == SUPERUSER:
                 if granting is False and user == caller.user:
                     raise ConsoleError(409, "you may not take your own superuser flag")
                 changed = model.with_superuser(current, granting)
-            elif resource not in model.RESOURCES:
-                raise model.RightsError(f"'resource' is one of {', '.join(model.RESOURCES)}")
+            elif resource not in GRANTABLE:
+                raise model.RightsError(f"'resource' is one of {', '.join(GRANTABLE)}")
             elif granting:
                 changed = model.grant(current, str(resource), pattern, operations)
             else:
@@ -161,3 +165,21 @@ class UsersView:
             raise ConsoleError(400, str(exc)) from exc
         await accounts.set_rights(user, changed)
         return {"user": user, **model.to_record(changed)}
+
+
+def _rule_of(fields: dict[str, Any]) -> model.Rule:
+    """A rule as the listing shows it (`to_record`'s fields), validated."""
+    resource, pattern, name, operation = (
+        fields.get(key) for key in ("resource", "pattern", "name", "operation")
+    )
+    permission, host = fields.get("permission", model.ALLOW), fields.get("host", model.ANY_HOST)
+    if not (
+        isinstance(resource, str)
+        and isinstance(pattern, str)
+        and isinstance(name, str)
+        and isinstance(operation, str)
+        and isinstance(permission, str)
+        and isinstance(host, str)
+    ):
+        raise model.RightsError("a rule is resource, pattern, name, operation, permission, host")
+    return model.make_rule(resource, pattern, name, operation, permission, host)

@@ -103,7 +103,8 @@ def test_users_page_edits_through_dialogs(gateway: GatewayProcess) -> None:
             page.fill("#f-pattern", "public/team-a")
             page.fill("#f-operations", "read")
             page.click("#confirm-ok")
-            grant = f"button[data-action='revoke'][data-user='{dave}'][data-resource='namespace']"
+            # the namespace grant is one PREFIXED topic rule (read): its Revoke button
+            grant = f"button[data-action='revoke'][data-user='{dave}'][data-rname='public/team-a/']"
             page.wait_for_selector(grant, timeout=10_000)
             wait_until(lambda: topics_of(gateway, (dave, "dave pw")) == [TEAM_TOPIC])
             page.screenshot(path=str(SCREENSHOTS / "users-admin.png"), full_page=True)

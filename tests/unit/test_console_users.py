@@ -78,17 +78,26 @@ def test_an_administrator_adds_a_user_grants_and_revokes() -> None:
         pattern="public/team-a",
         operations=["read", "write"],
     )
-    assert done["grants"] == [
+    # a namespace grant is the convenience: PREFIXED topic rules (security/rights.py)
+    assert done["acls"] == [
         {
-            "resource": "namespace",
-            "name": "public/team-a",
-            "operations": ["read", "write"],  # describe implied, not stored
+            "resource": "topic",
+            "pattern": "prefixed",
+            "name": "public/team-a/",
+            "operation": operation,  # describe implied, not stored
+            "permission": "allow",
+            "host": "*",
         }
+        for operation in ("read", "write")
     ]
-    assert accounts.rights_of("carol").allows("namespace", "public/team-a", "read")
+    assert accounts.rights_of("carol").allows("topic", "public/team-a/orders", "read")
     run(users.grant, ADMIN, user="carol", resource="superuser")
     assert accounts.rights_of("carol").superuser
     run(users.revoke, ADMIN, user="carol", resource="superuser")
+    run(users.revoke, ADMIN, user="carol", rule=done["acls"][0])  # one rule, as listed
+    assert not accounts.rights_of("carol").allows("topic", "public/team-a/orders", "read")
+    assert accounts.rights_of("carol").allows("topic", "public/team-a/orders", "write")
+    refused(400, users.revoke, ADMIN, user="carol", rule={"resource": "topic"})
     run(users.revoke, ADMIN, user="carol", resource="namespace", pattern="public/team-a")
     assert accounts.rights_of("carol").empty
     listed = users.listing(ADMIN)

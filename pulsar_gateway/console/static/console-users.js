@@ -7,7 +7,11 @@
   routes.push([/^\/users$/, "users"]);
   let listing = { resources: [], operations: {} };
 
-  const grantText = (g) => `${g.resource}${g.name ? ` ${g.name}` : ""}: ${g.operations.join(", ")}`;
+  // one ACL rule as Kafka's tools print it: ALLOW topic PREFIXED team-a/ read (from a host)
+  const ruleText = (a) => `${a.permission} ${a.resource} ${a.pattern} ${a.name}: ${a.operation}` +
+    (a.host === "*" ? "" : ` from ${a.host}`);
+  const ruleData = (a) => ({ rresource: a.resource, rpattern: a.pattern, rname: a.name,
+    roperation: a.operation, rpermission: a.permission, rhost: a.host });
 
   pages.users = {
     title: "Users",
@@ -16,8 +20,8 @@
       const edit = u.editable;
       const rows = u.users.map((r) => {
         const mine = edit && r.source === "users store";
-        const grants = r.grants.map((g) => `<span class="tag">${esc(grantText(g))}</span>` + (mine
-          ? " " + button("Revoke", { action: "revoke", user: r.user, resource: g.resource, pattern: g.name, text: grantText(g) }, "small")
+        const grants = r.acls.map((a) => `<span class="tag">${esc(ruleText(a))}</span>` + (mine
+          ? " " + button("Revoke", { action: "revoke", user: r.user, text: ruleText(a), ...ruleData(a) }, "small")
           : "")).join("<br>") || "–";
         const superuser = r.superuser ? "yes" + (mine
           ? " " + button("Revoke", { action: "revoke", user: r.user, resource: "superuser", pattern: "", text: "superuser" }, "small") : "") : "no";
@@ -31,11 +35,12 @@
       el.innerHTML = `<h1>Users and rights</h1>
         ${edit ? `<div class="toolbar">${button("Add user…", { action: "create_user" }, "primary")}</div>`
           : '<p class="muted">Read-only here: an administrator changes users and rights (or <code>pulsar-gateway users</code>).</p>'}
-        ${table(["User", "Source", "Superuser", "Grants", ""], rows, "No users you may see.")}
-        <p class="muted">Operations: namespace ${esc((u.operations.namespace || []).join(", "))}; group
+        ${table(["User", "Source", "Superuser", "ACL rules", ""], rows, "No users you may see.")}
+        <p class="muted">Operations: namespace or topic ${esc((u.operations.topic || []).join(", "))}; group
           ${esc((u.operations.group || []).join(", "))}; cluster ${esc((u.operations.cluster || []).join(", "))};
           transactional id ${esc((u.operations.transactional_id || []).join(", "))}; and <code>admin</code>
-          (create, delete, alter) or <code>all</code>.</p>`;
+          (create, delete, alter) or <code>all</code>. A grant adds ALLOW rules for every host; deny and
+          host rules come from Kafka's CreateAcls or <code>pulsar-gateway users grant --deny --host</code>.</p>`;
     },
   };
 
@@ -65,7 +70,7 @@
     async grant(d) {
       const v = await confirmDialog(`Grant rights to "${d.user}"`, [
         { name: "resource", label: "On", options: listing.resources },
-        { name: "pattern", label: "Pattern (namespace tenant/ns, tenant/* or *; group or id: name, prefix* or *)" },
+        { name: "pattern", label: "Pattern (namespace tenant/ns, tenant/* or *; topic, group or id: name, prefix* or *)" },
         { name: "operations", label: "Operations (comma separated)", value: "read,write,describe" },
       ]);
       if (!v) return null;
@@ -74,7 +79,11 @@
     },
     async revoke(d) {
       const v = await confirmDialog(`Revoke "${d.text}" from "${d.user}"?`);
-      return v && act({ action: "revoke", user: d.user, resource: d.resource, pattern: d.pattern, operations: [] });
+      if (!v) return null;
+      if (d.resource === "superuser") return act({ action: "revoke", user: d.user, resource: "superuser", operations: [] });
+      const rule = { resource: d.rresource, pattern: d.rpattern, name: d.rname, operation: d.roperation,
+        permission: d.rpermission, host: d.rhost };
+      return act({ action: "revoke", user: d.user, rule });
     },
   });
 })();
