@@ -33,6 +33,7 @@ from pulsar_gateway.handlers.amqp.broker_model import BrokerStore, QueueReader, 
 from pulsar_gateway.handlers.amqp.delivery_limits import DeliveryCounts, delivery_limit
 from pulsar_gateway.handlers.amqp.message_memory import AckedIds, DeliveredIds
 from pulsar_gateway.handlers.amqp.queue_roles import QueueConsumer, QueueVhost
+from pulsar_gateway.handlers.amqp.queue_stats import QueueStats
 from pulsar_gateway.handlers.amqp.ready_messages import ReadyMessages, fetch_more
 from pulsar_gateway.handlers.amqp.saved_count import SavedCount
 from pulsar_gateway.handlers.amqp.topology import Queue
@@ -97,6 +98,7 @@ class QueueEngine:
         self._counts = DeliveryCounts(limit) if limit is not None else None
         self.ever_consumed = False
         self.last_used = time.monotonic()
+        self.stats = QueueStats()  # for the management API's message_stats
 
     # --- counts -----------------------------------------------------------------------
 
@@ -150,6 +152,7 @@ class QueueEngine:
         self.pending_bytes -= copies * size
         self.ready_bytes += copies * size
         self.count += copies
+        self.stats.publish += copies
         self.owed += copies
         self._count_changed()
         self.last_used = time.monotonic()
@@ -379,6 +382,7 @@ class QueueEngine:
             self.expiring = False  # empty: nothing left that may expire
         if was_outstanding:
             self.outstanding = max(0, self.outstanding - len(ids))
+            self.stats.ack += len(ids) if ack else 0
         self._count_changed()
         self._wake.set()
 
@@ -501,6 +505,7 @@ class QueueEngine:
     def _delivering(self, delivery: StoredDelivery) -> None:
         """A ready message goes to a client: unacked now, no longer ready."""
         self.outstanding += 1
+        self.stats.deliver_get += 1
         self._ready_bytes_changed(-len(delivery.message.body))
 
     def _nothing_ready(self) -> None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from pulsar_gateway.handlers.kafka.authorization import (
+    authorized_operations,
     cluster_allowed,
     group_allowed,
     transactional_id_allowed,
@@ -25,7 +26,7 @@ from pulsar_gateway.handlers.kafka.group_coordinator import (
     GroupCoordinator,
 )
 from pulsar_gateway.kafka_codec.errors import ErrorCode
-from pulsar_gateway.security.rights import DELETE, DESCRIBE, READ
+from pulsar_gateway.security.rights import DELETE, DESCRIBE, GROUP, READ
 
 GROUP_KEY, TRANSACTION_KEY = 0, 1
 NO_OPERATIONS = -2147483648
@@ -296,6 +297,9 @@ async def describe_groups(
                     for member in group.members.values()
                 ],
             )
+        if allowed:  # v3+, KIP-430
+            asked = bool(request.get("include_authorized_operations"))
+            entry["authorized_operations"] = authorized_operations(context, GROUP, group_id, asked)
         described.append(entry)
     return {"throttle_time_ms": 0, "groups": described}
 

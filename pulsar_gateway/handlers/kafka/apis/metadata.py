@@ -16,12 +16,16 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from pulsar_gateway.handlers.kafka.authorization import topic_allowed
+from pulsar_gateway.handlers.kafka.authorization import (
+    authorized_operations,
+    topic_allowed,
+    topic_operations,
+)
 from pulsar_gateway.handlers.kafka.context import KafkaContext
 from pulsar_gateway.handlers.kafka.port import TopicRecord
 from pulsar_gateway.handlers.kafka.topic_lookup import find_topic, topic_uuid, topic_with_id
 from pulsar_gateway.kafka_codec.errors import ErrorCode
-from pulsar_gateway.security.rights import DESCRIBE
+from pulsar_gateway.security.rights import CLUSTER, CLUSTER_NAME, DESCRIBE
 
 
 async def handle(context: KafkaContext, header: Any, request: dict[str, Any]) -> dict[str, Any]:
@@ -60,6 +64,12 @@ async def handle(context: KafkaContext, header: Any, request: dict[str, Any]) ->
                     continue
             record, code = await find_topic(context, name, allow_create)
             topics.append(_describe(context, name, record, code))
+    if request.get("include_topic_authorized_operations"):  # v8+, KIP-430
+        for topic in topics:
+            if topic["error_code"] == ErrorCode.NONE:
+                operations = topic_operations(context, topic["name"], True)
+                topic["topic_authorized_operations"] = operations
+    asked = bool(request.get("include_cluster_authorized_operations"))  # v8-10
     return {
         "throttle_time_ms": 0,
         "brokers": [
@@ -69,7 +79,9 @@ async def handle(context: KafkaContext, header: Any, request: dict[str, Any]) ->
         "cluster_id": identity.cluster_id,
         "controller_id": identity.node_id,
         "topics": topics,
-        "cluster_authorized_operations": -2147483648,
+        "cluster_authorized_operations": authorized_operations(
+            context, CLUSTER, CLUSTER_NAME, asked
+        ),
     }
 
 
