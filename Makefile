@@ -4,6 +4,9 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 ARGS   ?=
+# test processes (pytest-xdist): most tests wait on a gateway, a broker or a client, so two
+# share a 2-core machine well; each test file runs whole in one of them (its fixtures shared)
+TEST_JOBS ?= 2
 
 .PHONY: run test stress lint bench bench-migration bench-cluster soak clean
 
@@ -24,7 +27,7 @@ run: $(VENV)/.installed
 test: $(VENV)/.installed-test
 	./scripts/install-system-packages
 	$(MAKE) lint
-	$(BIN)/python -m pytest -q -p no:cacheprovider $(ARGS)
+	$(BIN)/python -m pytest -q -p no:cacheprovider -n $(TEST_JOBS) --dist loadfile $(ARGS)
 
 # style, the layers of docs/architecture.md (pyproject's [tool.importlinter]) and types
 lint: $(VENV)/.installed-test

@@ -4,6 +4,7 @@ an embedded broker of its own for each test module that talks to Pulsar directly
 from __future__ import annotations
 
 import asyncio
+import os
 import uuid
 from collections.abc import Iterator
 
@@ -36,7 +37,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 @pytest.fixture(scope="session", autouse=True)
 def cpu_hogs(request: pytest.FixtureRequest) -> Iterator[None]:
-    with burning_cpus(request.config.getoption("--cpu-hogs")):
+    """The hogs asked for in all, shared out among pytest-xdist's test processes."""
+    wanted = request.config.getoption("--cpu-hogs")
+    processes = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    worker = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw") or 0)
+    with burning_cpus(wanted // processes + (worker < wanted % processes)):
         yield
 
 
