@@ -659,7 +659,7 @@ class GroupCoordinator:
             return ErrorCode.COORDINATOR_NOT_AVAILABLE, [ErrorCode.COORDINATOR_NOT_AVAILABLE] * len(
                 leaving
             )
-        codes = []
+        codes: list[int] = []
         for member_id, instance_id in leaving:
             if not member_id and instance_id:
                 member_id = group.static.get(instance_id, "")

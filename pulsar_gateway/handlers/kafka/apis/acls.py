@@ -281,7 +281,9 @@ async def create_acls(
         results.append({"error_code": ErrorCode.NONE, "error_message": None})
     for user, rights in changed.items():
         failure = await _store(context, user, rights)
-        for index in positions[user] if failure else ():
+        if failure is None:
+            continue
+        for index in positions[user]:
             results[index] = {"error_code": failure[0], "error_message": failure[1]}
     return {"throttle_time_ms": 0, "results": results}
 
@@ -317,7 +319,7 @@ async def delete_acls(
     store = context.authorizer.store
     every = _every_binding(context)
     doomed: set[Binding] = set()
-    filter_results = []
+    filter_results: list[dict[str, Any]] = []
     for acl_filter in filters:
         matched = [binding for binding in every if matches(binding, acl_filter)]
         doomed.update(matched)
@@ -334,7 +336,9 @@ async def delete_acls(
             if binding.user == user:
                 rights = _without(rights, binding)
         failure = await _store(context, user, rights)
-        for result in filter_results if failure else ():
+        if failure is None:
+            continue
+        for result in filter_results:
             for acl in result["matching_acls"]:
                 if acl["principal"] == PRINCIPAL_PREFIX + user:
                     acl.update(error_code=failure[0], error_message=failure[1])

@@ -308,7 +308,7 @@ async def delete_groups(
     for group_id in request["groups_names"]:
         consumer_groups = context.consumer_groups
         if not group_allowed(context, group_id, DELETE):
-            code = ErrorCode.GROUP_AUTHORIZATION_FAILED
+            code: int = ErrorCode.GROUP_AUTHORIZATION_FAILED
         elif consumer_groups is not None and consumer_groups.has_members(group_id):
             code = ErrorCode.NON_EMPTY_GROUP
         else:
