@@ -20,10 +20,8 @@ from pulsar_gateway.handlers.kafka.authorization import (
     transactional_id_allowed,
 )
 from pulsar_gateway.handlers.kafka.context import KafkaContext
-from pulsar_gateway.handlers.kafka.group_coordinator import (
-    STABLE,
-    GroupCoordinator,
-)
+from pulsar_gateway.handlers.kafka.group_coordinator import GroupCoordinator
+from pulsar_gateway.handlers.kafka.group_model import STABLE
 from pulsar_gateway.kafka_codec.errors import ErrorCode
 from pulsar_gateway.security.rights import DELETE, DESCRIBE, READ
 
