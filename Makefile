@@ -28,8 +28,8 @@ test: $(VENV)/.installed-test
 
 # style, the layers of docs/architecture.md (pyproject's [tool.importlinter]) and types
 lint: $(VENV)/.installed-test
-	$(BIN)/ruff check pulsar_gateway tests bench
-	$(BIN)/ruff format --check pulsar_gateway tests bench
+	$(BIN)/ruff check pulsar_gateway harness tests bench
+	$(BIN)/ruff format --check pulsar_gateway harness tests bench
 	$(BIN)/lint-imports --no-logo
 	$(BIN)/mypy
 

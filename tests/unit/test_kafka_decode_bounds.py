@@ -23,6 +23,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import pulsar_gateway.kafka_codec.protocol as kp
+from harness.raw_kafka_socket import uvarint
 from pulsar_gateway.kafka_codec.protocol import (
     API_NAMES,
     EntryBudget,
@@ -35,7 +36,6 @@ from pulsar_gateway.kafka_codec.protocol import (
     parse_request_header,
     vocabulary,
 )
-from tests.support.raw_kafka_socket import uvarint
 
 DEFINITIONS = sorted(
     [(key, version, False) for key, version in messages.REQUESTS]

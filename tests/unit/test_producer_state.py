@@ -8,12 +8,12 @@ import asyncio
 from collections.abc import Callable, Coroutine
 from typing import Any
 
+from harness.kafka_memory_store import MemoryPartitionLog
 from pulsar_gateway.gateway.messages import RECORDS, OutMessage, StoredMessage
 from pulsar_gateway.handlers.kafka.idempotence import ProducerSequences
 from pulsar_gateway.handlers.kafka.port import ProducerBatch, ProducerSnapshot, ProducerStamp
 from pulsar_gateway.kafka_codec.errors import ErrorCode
 from pulsar_gateway.storage.kafka.producer_state import ProducerStateIndex, stamp
-from tests.support.kafka_memory_store import MemoryPartitionLog
 from tests.unit.test_kafka_apis import TOPIC, Broker
 
 PARTITION = TOPIC + "-partition-0"
