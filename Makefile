@@ -5,7 +5,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 ARGS   ?=
 
-.PHONY: run test stress lint bench bench-migration bench-cluster soak clean
+.PHONY: run test unit stress lint bench bench-migration bench-cluster soak clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -25,6 +25,11 @@ test: $(VENV)/.installed-test
 	./scripts/install-system-packages
 	$(MAKE) lint
 	$(BIN)/python -m pytest -q -p no:cacheprovider $(ARGS)
+
+# the unit suite alone (no broker, no clients), spread over every core by pytest-xdist:
+# most of its time is hypothesis generating examples, which one core cannot hurry
+unit: $(VENV)/.installed-test
+	$(BIN)/python -m pytest -q -p no:cacheprovider -n auto tests/unit $(ARGS)
 
 # style, the layers of docs/architecture.md (pyproject's [tool.importlinter]) and types
 lint: $(VENV)/.installed-test

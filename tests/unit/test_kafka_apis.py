@@ -49,11 +49,12 @@ class Broker:
     ) -> dict[str, Any]:
         version = batch.pop("version", 11)
         transactional_id = batch.pop("transactional_id", None)
+        timeout_ms = batch.pop("timeout_ms", 1000)
         records = [Record(i, 1000 + i, b"k%d" % i, v, [("h", b"1")]) for i, v in enumerate(values)]
         body = {
             "transactional_id": transactional_id,
             "acks": -1,
-            "timeout_ms": 1000,
+            "timeout_ms": timeout_ms,
             "topic_data": [
                 {
                     "name": topic,
