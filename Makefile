@@ -8,7 +8,7 @@ ARGS   ?=
 # share a 2-core machine well; each test file runs whole in one of them (its fixtures shared)
 TEST_JOBS ?= 2
 
-.PHONY: run test stress lint bench bench-migration bench-cluster soak clean
+.PHONY: run test unit stress lint bench bench-migration bench-cluster soak clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -29,10 +29,15 @@ test: $(VENV)/.installed-test
 	$(MAKE) lint
 	$(BIN)/python -m pytest -q -p no:cacheprovider -n $(TEST_JOBS) --dist loadfile $(ARGS)
 
+# the unit suite alone (no broker, no clients), spread over every core by pytest-xdist:
+# most of its time is hypothesis generating examples, which one core cannot hurry
+unit: $(VENV)/.installed-test
+	$(BIN)/python -m pytest -q -p no:cacheprovider -n auto tests/unit $(ARGS)
+
 # style, the layers of docs/architecture.md (pyproject's [tool.importlinter]) and types
 lint: $(VENV)/.installed-test
-	$(BIN)/ruff check pulsar_gateway tests bench
-	$(BIN)/ruff format --check pulsar_gateway tests bench
+	$(BIN)/ruff check pulsar_gateway harness tests bench
+	$(BIN)/ruff format --check pulsar_gateway harness tests bench
 	$(BIN)/lint-imports --no-logo
 	$(BIN)/mypy
 

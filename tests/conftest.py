@@ -11,9 +11,9 @@ from collections.abc import Iterator
 import pytest
 from hypothesis import settings
 
+from harness.cpu_hogs import burning_cpus
+from harness.gateway_process import GatewayProcess
 from pulsar_gateway.gateway.backend.embedded import EmbeddedBroker
-from tests.support.cpu_hogs import burning_cpus
-from tests.support.gateway_process import GatewayProcess
 
 # Property tests check behaviour, not speed: on a loaded machine (the stress mode, CI beside
 # other jobs) hypothesis' default 200 ms deadline per example failed tests that were right.

@@ -44,7 +44,7 @@ from prometheus_client import Counter
 from pulsar_gateway.gateway.backend.pulsar_backend import PulsarBackend
 from pulsar_gateway.gateway.backend.reader_stream import EARLIEST
 from pulsar_gateway.gateway.messages import OutMessage, StoredMessage
-from pulsar_gateway.gateway.metadata_store import CONTROL, DELETED
+from pulsar_gateway.gateway.metadata_records import CONTROL, DELETED
 from pulsar_gateway.gateway.metrics import REGISTRY
 from pulsar_gateway.gateway.waiting import cancel_and_wait
 from pulsar_gateway.security.credentials import SCRAM_MECHANISMS, make_record, shown

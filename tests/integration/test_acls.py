@@ -33,9 +33,9 @@ from confluent_kafka.admin import (
     UserScramCredentialUpsertion,
 )
 
+from harness.gateway_process import GatewayProcess, set_flags
+from harness.waiting import wait_until
 from tests.integration.test_security import users
-from tests.support.gateway_process import GatewayProcess, set_flags
-from tests.support.waiting import wait_until
 
 PASSWORD = "a long enough test password"
 MECHANISM = "SCRAM-SHA-256"

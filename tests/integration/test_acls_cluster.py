@@ -12,14 +12,14 @@ from typing import Any
 
 import pytest
 
+from harness.gateway_process import GatewayProcess, set_flags
+from harness.raw_kafka_socket import recv_frame
+from harness.shared_broker import SharedBroker
+from harness.waiting import wait_until
 from pulsar_gateway.kafka_codec import protocol
 from pulsar_gateway.kafka_codec.errors import ErrorCode
 from pulsar_gateway.kafka_codec.protocol.messages import ApiKey
 from tests.integration.test_security import users
-from tests.support.gateway_process import GatewayProcess, set_flags
-from tests.support.raw_kafka_socket import recv_frame
-from tests.support.shared_broker import SharedBroker
-from tests.support.waiting import wait_until
 
 PASSWORD = "a long enough test password"
 TOPIC, LITERAL, DESCRIBE, ALLOW, DENY = 2, 3, 8, 3, 2

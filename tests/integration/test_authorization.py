@@ -32,14 +32,14 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 
+from harness.gateway_process import GatewayProcess, set_flags
+from harness.raw_kafka_socket import recv_frame
+from harness.waiting import wait_until
 from pulsar_gateway.kafka_codec import protocol
 from pulsar_gateway.kafka_codec.errors import ErrorCode
 from pulsar_gateway.kafka_codec.protocol.messages import ApiKey
 from tests.integration.test_security import users
 from tests.integration.test_users_data_dir import users_on_dir
-from tests.support.gateway_process import GatewayProcess, set_flags
-from tests.support.raw_kafka_socket import recv_frame
-from tests.support.waiting import wait_until
 
 PASSWORD = "a long enough test password"
 MECHANISM = "SCRAM-SHA-256"

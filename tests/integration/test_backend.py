@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
+from harness.waiting import async_wait_until
 from pulsar_gateway.gateway.backend.embedded import EmbeddedBroker
 from pulsar_gateway.gateway.backend.pulsar_backend import BackendError, PulsarBackend
 from pulsar_gateway.gateway.messages import OutMessage
-from tests.support.waiting import async_wait_until
 
 
 def _listening_ports(pid: int) -> set[int]:

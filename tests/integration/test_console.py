@@ -24,8 +24,8 @@ import confluent_kafka
 import pika
 import pytest
 
-from tests.support.gateway_process import REPO, GatewayProcess
-from tests.support.waiting import wait_until
+from harness.gateway_process import REPO, GatewayProcess
+from harness.waiting import wait_until
 
 PASSWORD = "console pw"
 TEAM = "team-a"  # alice's vhost; its namespace public/team-a also holds her Kafka topic

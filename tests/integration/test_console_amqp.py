@@ -13,6 +13,8 @@ from urllib.parse import quote
 import pika
 import pytest
 
+from harness.gateway_process import GatewayProcess
+from harness.waiting import wait_until
 from tests.integration.test_console import (
     ALICE,
     CHROMIUM,
@@ -23,8 +25,6 @@ from tests.integration.test_console import (
     call,
     users,
 )
-from tests.support.gateway_process import GatewayProcess
-from tests.support.waiting import wait_until
 
 QUEUE = f"work-{uuid.uuid4().hex[:6]}"
 PREFETCH = 7

@@ -18,6 +18,9 @@ import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from harness.gateway_process import REPO, GatewayProcess
+from harness.tansu_process import TansuProcess
+from harness.waiting import wait_until
 from pulsar_gateway.tools.gateway_link import discover
 from pulsar_gateway.tools.parity.compare import PartitionReport
 from pulsar_gateway.tools.parity.job import ParityPlan, Verdict, write_report
@@ -32,9 +35,6 @@ from tests.integration.test_console import (
     call,
     users,
 )
-from tests.support.gateway_process import REPO, GatewayProcess
-from tests.support.tansu_process import TansuProcess
-from tests.support.waiting import wait_until
 
 RECORDS = 20_000
 PARTITIONS = 2

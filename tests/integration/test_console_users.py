@@ -12,6 +12,8 @@ from collections.abc import Iterator
 import pika
 import pytest
 
+from harness.gateway_process import GatewayProcess
+from harness.waiting import wait_until
 from tests.integration.test_console import (
     ALICE,
     CHROMIUM,
@@ -24,8 +26,6 @@ from tests.integration.test_console import (
     produce,
     users,
 )
-from tests.support.gateway_process import GatewayProcess
-from tests.support.waiting import wait_until
 
 TEAM_TOPIC = "public/team-a/ledger"
 

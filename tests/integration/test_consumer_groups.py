@@ -24,9 +24,9 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from harness.gateway_process import REPO, GatewayProcess
+from harness.waiting import wait_until
 from pulsar_gateway.kafka_codec import protocol
-from tests.support.gateway_process import REPO, GatewayProcess
-from tests.support.waiting import wait_until
 
 PARTITIONS = 6
 MIRROR_PREFIX = "__kafka.group."  # kafka.group_subscription_prefix: the gateway's subscriptions
@@ -55,7 +55,7 @@ class Member:
         self.log_path = gateway.data_dir / f"member-{uuid.uuid4().hex[:8]}.log"
         with open(self.log_path, "w") as log:
             self.process = subprocess.Popen(
-                [sys.executable, "-m", "tests.support.group_member", client]
+                [sys.executable, "-m", "harness.group_member", client]
                 + [gateway.bootstrap, topic, group],
                 stdout=subprocess.PIPE,
                 stderr=log,

@@ -14,6 +14,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from harness.gateway_process import GatewayProcess
+from harness.waiting import async_wait_until, wait_until
 from pulsar_gateway.gateway.backend.embedded import (
     EmbeddedBroker,
     broker_binary,
@@ -22,8 +24,6 @@ from pulsar_gateway.gateway.backend.embedded import (
 )
 from pulsar_gateway.gateway.backend.pulsar_backend import PulsarBackend
 from pulsar_gateway.gateway.messages import OutMessage
-from tests.support.gateway_process import GatewayProcess
-from tests.support.waiting import async_wait_until, wait_until
 
 TOPIC = "persistent://public/default/layout-check"
 

@@ -11,10 +11,10 @@ import socket
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from harness import fetch_scenario
+from harness.raw_kafka_socket import recv_frame
 from pulsar_gateway.kafka_codec import protocol
 from pulsar_gateway.kafka_codec.record_batch import decode_batches
-from tests.support import fetch_scenario
-from tests.support.raw_kafka_socket import recv_frame
 from tests.unit.test_fetch_limits import fetch_body
 
 FETCH = 1

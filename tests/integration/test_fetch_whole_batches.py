@@ -10,10 +10,10 @@ from pathlib import Path
 
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from harness.gateway_process import GatewayProcess
+from harness.raw_kafka_socket import recv_frame
 from pulsar_gateway.kafka_codec import protocol
 from pulsar_gateway.kafka_codec.record_batch import decode_batches, encode_batch
-from tests.support.gateway_process import GatewayProcess
-from tests.support.raw_kafka_socket import recv_frame
 from tests.unit.test_fetch_limits import fetch_body
 
 PRODUCE, FETCH = 0, 1

@@ -23,9 +23,9 @@ from confluent_kafka import (
 )
 from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
 
-from tests.support.gateway_process import GatewayProcess
-from tests.support.partition_records import read_to_end
-from tests.support.waiting import wait_until
+from harness.gateway_process import GatewayProcess
+from harness.partition_records import read_to_end
+from harness.waiting import wait_until
 
 FORMATS = ["pulsar", "kafka"]
 
@@ -283,7 +283,7 @@ EOS_RECORDS = int(os.environ.get("EOS_RECORDS", "100000"))
 
 
 def test_exactly_once_pipeline_survives_a_killed_worker(gateway, topic_name) -> None:
-    """A consume-transform-produce worker (tests/support/eos_worker.py) killed with SIGKILL
+    """A consume-transform-produce worker (harness/eos_worker.py) killed with SIGKILL
     mid-way and replaced: every input record is in the output exactly once, because output
     and input offsets commit in one transaction and the replacement's InitProducerId aborts
     what the killed one left open."""
@@ -303,7 +303,7 @@ def test_exactly_once_pipeline_survives_a_killed_worker(gateway, topic_name) -> 
         return max(consumer.committed([source_partition], 30)[0].offset, 0)
 
     def worker(pause: float) -> subprocess.Popen[bytes]:
-        command = [sys.executable, "-m", "tests.support.eos_worker", gateway.bootstrap]
+        command = [sys.executable, "-m", "harness.eos_worker", gateway.bootstrap]
         return subprocess.Popen(
             [*command, source, sink, group, f"tx-{topic_name}", str(pause)],
             stdout=subprocess.PIPE,

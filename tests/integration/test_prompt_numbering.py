@@ -14,12 +14,12 @@ import uuid
 
 import pytest
 
+from harness.partition_backend import partition_backend
+from harness.waiting import async_wait_until
 from pulsar_gateway.gateway.backend import reader_stream
 from pulsar_gateway.gateway.backend.pulsar_backend import PulsarBackend
 from pulsar_gateway.gateway.messages import OutMessage
 from pulsar_gateway.storage.kafka.partition_log import PartitionLog
-from tests.support.partition_backend import partition_backend
-from tests.support.waiting import async_wait_until
 
 LONG_PAUSE = 60.0
 DEADLINE = 20.0

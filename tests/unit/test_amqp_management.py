@@ -13,6 +13,8 @@ from dataclasses import dataclass
 
 from pamqp import commands
 
+from harness.amqp_memory_store import MemoryStore
+from harness.amqp_peer import open_peer
 from pulsar_gateway.gateway.metrics import MetricsServer
 from pulsar_gateway.handlers.amqp.broker import AmqpBroker
 from pulsar_gateway.handlers.amqp.connection_broker import ConnectionBroker
@@ -23,8 +25,6 @@ from pulsar_gateway.handlers.amqp.management import (
     ManagementApi,
 )
 from pulsar_gateway.tools.amqp_definitions import load
-from tests.support.amqp_memory_store import MemoryStore
-from tests.support.amqp_peer import open_peer
 
 
 @dataclass(frozen=True)

@@ -132,7 +132,8 @@ class Session:
         else:
             self.common_name = certificate_common_name(writer.get_extra_info("peercert"))
         self.peer = peer_host
-        self.authenticator = server.authenticator.for_certificate(self.common_name)
+        # an origin from a member that found no certificate may carry None: no name
+        self.authenticator = server.authenticator.for_certificate(self.common_name or "")
         # what the user logged in with, taken in the same step as the login
         self.credentials: object = NOT_YET
         self.conn = AmqpConnection(

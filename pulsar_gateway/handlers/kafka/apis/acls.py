@@ -215,7 +215,9 @@ async def create_acls(
         results.append({"error_code": ErrorCode.NONE, "error_message": None})
     for user, rights in changed.items():
         failure = await _store(context, user, rights)
-        for index in positions[user] if failure else ():
+        if failure is None:
+            continue
+        for index in positions[user]:
             results[index] = {"error_code": failure[0], "error_message": failure[1]}
     return {"throttle_time_ms": 0, "results": results}
 
@@ -243,7 +245,7 @@ async def delete_acls(
     store = context.authorizer.store
     every = _every_binding(context)
     doomed: set[Binding] = set()
-    filter_results = []
+    filter_results: list[dict[str, Any]] = []
     for acl_filter in filters:
         error = _filter_error(acl_filter)
         if error is not None:
@@ -261,7 +263,9 @@ async def delete_acls(
     for user in sorted({binding.user for binding in doomed}):
         gone = [binding.rule for binding in doomed if binding.user == user]
         failure = await _store(context, user, model.without_rules(store.rights_of(user), gone))
-        for result in filter_results if failure else ():
+        if failure is None:
+            continue
+        for result in filter_results:
             for acl in result["matching_acls"]:
                 if acl["principal"] == PRINCIPAL_PREFIX + user:
                     acl.update(error_code=failure[0], error_message=failure[1])

@@ -21,10 +21,8 @@ from pulsar_gateway.handlers.kafka.authorization import (
     transactional_id_allowed,
 )
 from pulsar_gateway.handlers.kafka.context import KafkaContext
-from pulsar_gateway.handlers.kafka.group_coordinator import (
-    STABLE,
-    GroupCoordinator,
-)
+from pulsar_gateway.handlers.kafka.group_coordinator import GroupCoordinator
+from pulsar_gateway.handlers.kafka.group_model import STABLE
 from pulsar_gateway.kafka_codec.errors import ErrorCode
 from pulsar_gateway.security.rights import DELETE, DESCRIBE, GROUP, READ
 
@@ -312,7 +310,7 @@ async def delete_groups(
     for group_id in request["groups_names"]:
         consumer_groups = context.consumer_groups
         if not group_allowed(context, group_id, DELETE):
-            code = ErrorCode.GROUP_AUTHORIZATION_FAILED
+            code: int = ErrorCode.GROUP_AUTHORIZATION_FAILED
         elif consumer_groups is not None and consumer_groups.has_members(group_id):
             code = ErrorCode.NON_EMPTY_GROUP
         else:

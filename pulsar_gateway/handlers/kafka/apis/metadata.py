@@ -35,6 +35,9 @@ async def handle(context: KafkaContext, header: Any, request: dict[str, Any]) ->
     all_topics = requested is None or (header.api_version == 0 and not requested)
     allow_create = request.get("allow_auto_topic_creation", True)
     topics = []
+    name: str | None  # listed (a name) or asked for (maybe by id only)
+    record: TopicRecord | None
+    code: int
     if all_topics:
         async for record in context.turns.paced(context.topics.list()):
             name = context.kafka_name(record.name)
@@ -43,7 +46,7 @@ async def handle(context: KafkaContext, header: Any, request: dict[str, Any]) ->
     else:
         # per topic: a lookup, a check of rights and a description, ~20-60 us: paced, so
         # that 99,999 names do not hold the loop (loop_turns.py)
-        async for item in context.turns.paced(requested):
+        async for item in context.turns.paced(requested or ()):  # not all: a list
             name = item.get("name")
             if name is None:  # v10+: a topic asked for by its id (KIP-516)
                 known = topic_with_id(context, item.get("topic_id"))
@@ -131,6 +134,7 @@ async def describe_topic_partitions(
     asked = request.get("response_partition_limit") or PARTITION_LIMIT
     budget = max(1, min(asked, PARTITION_LIMIT))
     described: list[tuple[str, TopicRecord | None, int]] = []
+    record: TopicRecord | None
     if not request["topics"]:
         async for record in context.turns.paced(context.topics.list()):
             name = context.kafka_name(record.name)
