@@ -154,6 +154,12 @@ class NativeSender:
             self.service_url, self.security, operation_timeout=self.operation_timeout
         )
 
+    @property
+    def client(self) -> Client:
+        if self._client is None:
+            raise PulsarError("the native client is not started")
+        return self._client
+
     async def close(self) -> None:
         if self._client is not None:
             await self._client.close()

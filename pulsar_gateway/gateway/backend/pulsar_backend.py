@@ -26,6 +26,7 @@ from pulsar_gateway.gateway import metrics
 from pulsar_gateway.gateway.backend.client_logging import client_logger
 from pulsar_gateway.gateway.backend.connection_security import NO_SECURITY, PulsarSecurity
 from pulsar_gateway.gateway.backend.loop_bridge import to_loop
+from pulsar_gateway.gateway.backend.native_reader import NativeReaderStream
 from pulsar_gateway.gateway.backend.native_writer import (
     NATIVE,
     PULSAR_CLIENT,
@@ -40,6 +41,9 @@ from pulsar_gateway.gateway.messages import MessageKey, OutMessage
 from pulsar_gateway.gateway.waiting import result_within
 
 log = logging.getLogger("gateway.backend")
+
+# What `open_log_reader` gives: the same contract through pulsar-client or the wire client.
+LogReader = ReaderStream | NativeReaderStream
 
 # pulsar-lite's largest message; anything bigger goes through a chunking producer.
 MAX_UNCHUNKED_BYTES = 5 * 1024 * 1024 - 64 * 1024
@@ -113,8 +117,8 @@ class PulsarBackend:
     ) -> None:
         self.service_url = service_url
         # `native`: batched sends (Kafka's `pulsar` format) go through the gateway's own wire
-        # client, one entry per record batch (native_writer.py); everything else, and every
-        # read, stays on pulsar-client
+        # client, one entry per record batch (native_writer.py), and so do Kafka partition
+        # reads (`open_log_reader`, native_reader.py); everything else stays on pulsar-client
         self.client_choice = client
         self._native: NativeSender | None = None
         self.security = security  # TLS and authentication toward an external Pulsar
@@ -425,6 +429,27 @@ class PulsarBackend:
 
         self.readers_open += 1
         stream = ReaderStream(raw, start, reopen)
+        original_close = stream.close
+
+        async def close() -> None:
+            if not stream.closed:
+                self.readers_open -= 1
+            await original_close()
+
+        stream.close = close  # type: ignore[method-assign]
+        return stream
+
+    async def open_log_reader(
+        self, topic: str, start: MessageKey = EARLIEST, receiver_queue_size: int = 1000
+    ) -> LogReader:
+        """`open_reader` for a Kafka partition log: through the wire client when
+        `pulsar.client = "native"` (native_reader.py), else the same."""
+        if self._native is None:
+            return await self.open_reader(topic, start, receiver_queue_size)
+        self._probe_topic = self._probe_topic or topic
+        stream = NativeReaderStream(self._native.client, topic, start, receiver_queue_size)
+        await stream.open()
+        self.readers_open += 1
         original_close = stream.close
 
         async def close() -> None:
