@@ -3,15 +3,17 @@ path"): the same Kafka traffic through a gateway with each setting is read back 
 by a plain pulsar-client reader (every record its own message: value or null, partition and
 ordering key, properties, event time) and by a Kafka consumer (offsets, keys, values,
 headers, timestamps), also after a gateway restart (the fetch path reading the native
-batched entries from storage); and with `native`, a broker kill mid-produce loses no
-acknowledged record and stores none twice."""
+batched entries from storage); and with `native`, a broker SIGKILL or SIGSTOP mid-produce loses
+no acknowledged record and stores none twice."""
 
 from __future__ import annotations
 
+import os
+import signal
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pulsar
 import pytest
@@ -187,9 +189,9 @@ def test_native_records_are_batched_one_entry_per_kafka_batch(gateways) -> None:
     assert read_to_end(gw.bootstrap, topic) == [(n, b"%d-%d" % divmod(n, 100)) for n in range(300)]
 
 
-def test_a_broker_kill_mid_produce_loses_no_acknowledged_record(gateways) -> None:
-    gw = gateways["native"]
-    topic = "fault"
+def _produce_through(gw: GatewayProcess, topic: str, fault: Callable[[], None]) -> None:
+    """An idempotent producer writes while `fault` happens: afterwards every acknowledged
+    record is stored once, in order, at dense offsets, and none failed."""
     admin = AdminClient({"bootstrap.servers": gw.bootstrap})
     admin.create_topics([NewTopic(topic, 1)])[topic].result(30)
     producer = Producer(
@@ -214,7 +216,11 @@ def test_a_broker_kill_mid_produce_loses_no_acknowledged_record(gateways) -> Non
     def produce() -> None:
         n = 0
         while not stop.is_set():
-            producer.produce(topic, b"r%06d" % n, partition=0, on_delivery=delivered)
+            try:
+                producer.produce(topic, b"r%06d" % n, partition=0, on_delivery=delivered)
+            except BufferError:  # a stalled broker: the client's queue is full, wait
+                producer.poll(0.1)
+                continue
             n += 1
             if n % 200 == 0:
                 producer.poll(0)
@@ -224,8 +230,8 @@ def test_a_broker_kill_mid_produce_loses_no_acknowledged_record(gateways) -> Non
     worker = threading.Thread(target=produce)
     worker.start()
     try:
-        wait_until(lambda: len(acknowledged) > 2000, 60, 0.05, "records before the kill")
-        gw.kill_broker()
+        wait_until(lambda: len(acknowledged) > 2000, 60, 0.05, "records before the fault")
+        fault()
         seen = len(acknowledged)
         wait_until(lambda: len(acknowledged) > seen + 2000, 90, 0.05, "records after it")
     finally:
@@ -238,6 +244,29 @@ def test_a_broker_kill_mid_produce_loses_no_acknowledged_record(gateways) -> Non
     assert len(values) == len(set(values)), "a record stored twice"
     assert set(acknowledged) <= set(values), "an acknowledged record lost"
     assert values == sorted(values)  # in the order produced
+
+
+def test_a_broker_kill_mid_produce_loses_no_acknowledged_record(gateways) -> None:
+    _produce_through(gateways["native"], "fault-kill", gateways["native"].kill_broker)
+
+
+def test_a_stalled_broker_loses_no_acknowledged_record_and_health_says_so(gateways) -> None:
+    """SIGSTOP for 6 s: the connections stay up and nothing answers; /health says the
+    backend is unreachable, and once it runs again everything goes on."""
+    gw = gateways["native"]
+
+    def stall() -> None:
+        broker = gw.broker_pid()
+        os.kill(broker, signal.SIGSTOP)
+        try:
+            # GatewayProcess.health is None while /health answers 503 (the gateway runs)
+            wait_until(lambda: gw.health() is None, 20, 0.1, "/health to answer 503")
+            time.sleep(3)
+        finally:
+            os.kill(broker, signal.SIGCONT)
+        wait_until(lambda: (gw.health() or {}).get("ok"), 30, 0.1, "/health ok again")
+
+    _produce_through(gw, "fault-stall", stall)
 
 
 def test_a_kafka_batch_over_the_broker_message_size_is_split(gateways) -> None:
