@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections import deque
 
 from pulsar_gateway.gateway.backend.reader_stream import EARLIEST
 from pulsar_gateway.gateway.backend.wire import EARLIEST as WIRE_EARLIEST
@@ -82,6 +83,9 @@ class NativeReaderStream:
         self._last: MessageKey | None = None  # the last message handed out
         self._seen: MessageKey | None = None  # the last message received (held ones too)
         self._held: list[StoredMessage] = []  # passed over by a read's limit, in order
+        # entries taken from the reader and not split yet: a read splits only what its
+        # limit needs, as a cursor closed after one read would waste the rest
+        self._entries: deque[ReceivedEntry] = deque()
         self.closed = False
         self.gaps_repaired = 0
         self.duplicates_dropped = 0
@@ -123,20 +127,28 @@ class NativeReaderStream:
         consumer = self._consumer
         if consumer is None:
             raise ConnectionError(f"the reader of {self._topic} is not open")
-        try:
-            entries = await consumer.receive_many(ENTRIES_PER_READ, timeout)
-        except PulsarError as exc:
-            raise ConnectionError(f"reading {self._topic} failed: {exc}") from exc
+        entries = self._entries
         out: list[StoredMessage] = []
         last = self._seen
-        for entry in entries:
-            for message in stored_messages(entry):
-                key = message.id
-                if (last is None and key < self._floor) or (last is not None and key <= last):
-                    self.duplicates_dropped += 1
-                    continue
-                last = key
-                out.append(message)
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout is None else loop.time() + timeout
+        while not out:  # entries that were all before the start end no wait
+            if not entries:
+                left = None if deadline is None else max(0.0, deadline - loop.time())
+                try:
+                    entries.extend(await consumer.receive_many(ENTRIES_PER_READ, left))
+                except PulsarError as exc:
+                    raise ConnectionError(f"reading {self._topic} failed: {exc}") from exc
+                if not entries:
+                    break  # the timeout ran out
+            while entries and len(out) < limit:
+                for message in stored_messages(entries.popleft()):
+                    key = message.id
+                    if (last is None and key < self._floor) or (last is not None and key <= last):
+                        self.duplicates_dropped += 1
+                        continue
+                    last = key
+                    out.append(message)
         self._seen = last
         if len(out) > limit:
             out, self._held = out[:limit], out[limit:]
@@ -165,13 +177,14 @@ class NativeReaderStream:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(old.close(), 5)
         self._held = []
+        self._entries.clear()
         self._seen = self._last
         await self.open()
 
     async def has_more(self, timeout: float = 30) -> bool:
         """Whether the topic holds messages this stream has not returned yet; TimeoutError
         when the broker does not answer within `timeout` seconds."""
-        if self._held:
+        if self._held or self._entries:
             return True
         consumer = self._consumer
         if consumer is None:
