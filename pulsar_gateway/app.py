@@ -140,6 +140,7 @@ class Gateway:
             idle_close_seconds=settings.kafka.idle_close_seconds,
             client_log=settings.gateway.data_dir / "pulsar-client.log",
             security=security,
+            client=settings.pulsar.client,
         )
         await self.backend.start()
         self.metadata = MetadataStore(self.backend, settings.pulsar.metadata_namespace)

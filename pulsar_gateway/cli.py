@@ -49,6 +49,11 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--pulsar-url", dest="pulsar.service_url", help="pulsar:// URL of a cluster")
     run.add_argument("--admin-url", dest="pulsar.admin_url", help="http:// admin URL of a cluster")
     run.add_argument(
+        "--pulsar-client",
+        dest="pulsar.client",
+        help="how Kafka produce reaches Pulsar: pulsar-client (default) or native",
+    )
+    run.add_argument(
         "--data-dir", dest="gateway.data_dir", help="where the embedded broker keeps data"
     )
     run.add_argument("--metrics-port", dest="metrics.port", help="/metrics and /health port (9404)")

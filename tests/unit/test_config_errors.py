@@ -133,3 +133,23 @@ def test_a_gateway_with_an_encrypted_key_stops_with_one_line(tmp_path: Path) -> 
     assert "setting 'kafka.tls_key_file': the key is encrypted" in failures[0]
     assert "secret" not in done.stderr
     assert not (tmp_path / "data" / "pulsar" / "db.rocksdb").exists()
+
+
+def test_pulsar_client_is_chosen_by_file_env_or_flag_and_a_wrong_one_is_named(
+    tmp_path: Path,
+) -> None:
+    config = tmp_path / "gateway.toml"
+    config.write_text('[pulsar]\nclient = "native"\n')
+    assert load_settings(config, environ={}).pulsar.client == "native"
+    environ = {"PULSAR_GATEWAY_PULSAR__CLIENT": "pulsar-client"}
+    assert load_settings(config, environ=environ).pulsar.client == "pulsar-client"
+    overrides = {"pulsar.client": "native"}
+    assert load_settings(config, overrides, environ).pulsar.client == "native"
+    with pytest.raises(ConfigError) as raised:
+        load_settings(config, environ={"PULSAR_GATEWAY_PULSAR__CLIENT": "fast"})
+    assert len(str(raised.value).splitlines()) == 1
+    assert str(raised.value).startswith("setting 'pulsar.client': ")
+    assert "fast" not in str(raised.value)
+    started = _run("--config", str(config), "--pulsar-client", "wire")
+    assert started.returncode != 0
+    assert "setting 'pulsar.client'" in started.stderr

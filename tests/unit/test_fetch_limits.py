@@ -251,7 +251,7 @@ class _Backend:
         self.stream = _Stream(messages)
         self.opened = 0
 
-    async def open_reader(self, *_: Any, **__: Any) -> _Stream:
+    async def open_log_reader(self, *_: Any, **__: Any) -> _Stream:
         self.opened += 1
         return self.stream
 

@@ -26,6 +26,13 @@ from pulsar_gateway.gateway import metrics
 from pulsar_gateway.gateway.backend.client_logging import client_logger
 from pulsar_gateway.gateway.backend.connection_security import NO_SECURITY, PulsarSecurity
 from pulsar_gateway.gateway.backend.loop_bridge import to_loop
+from pulsar_gateway.gateway.backend.native_reader import NativeReaderStream
+from pulsar_gateway.gateway.backend.native_writer import (
+    NATIVE,
+    PULSAR_CLIENT,
+    ClientChoice,
+    NativeSender,
+)
 from pulsar_gateway.gateway.backend.reader_factory import create_reader
 from pulsar_gateway.gateway.backend.reader_stream import EARLIEST, ReaderStream
 from pulsar_gateway.gateway.backend.resend_filter import SEQ, stamp_text
@@ -34,6 +41,9 @@ from pulsar_gateway.gateway.messages import MessageKey, OutMessage
 from pulsar_gateway.gateway.waiting import result_within
 
 log = logging.getLogger("gateway.backend")
+
+# What `open_log_reader` gives: the same contract through pulsar-client or the wire client.
+LogReader = ReaderStream | NativeReaderStream
 
 # pulsar-lite's largest message; anything bigger goes through a chunking producer.
 MAX_UNCHUNKED_BYTES = 5 * 1024 * 1024 - 64 * 1024
@@ -86,6 +96,7 @@ class _TopicWriter:
         # set once the topic's last send has queued its messages: the next waits for it
         self.queued: asyncio.Future[None] | None = None
         self.single: Any = None  # batching off: one entry per message (AMQP queues)
+        self.native: Any = None  # `pulsar.client = "native"`: the wire producer (native_writer)
         # Whether the topic's current ledger is known to hold an entry already, so that a
         # batch sent now cannot be its entry 0 (docs/backend.md, "A batch must not open a
         # ledger"). Until then a send's first message goes out alone.
@@ -102,8 +113,14 @@ class PulsarBackend:
         send_timeout_ms: int = 30000,
         client_log: Path | None = None,
         security: PulsarSecurity = NO_SECURITY,
+        client: ClientChoice = PULSAR_CLIENT,
     ) -> None:
         self.service_url = service_url
+        # `native`: batched sends (Kafka's `pulsar` format) go through the gateway's own wire
+        # client, one entry per record batch (native_writer.py), and so do Kafka partition
+        # reads (`open_log_reader`, native_reader.py); everything else stays on pulsar-client
+        self.client_choice = client
+        self._native: NativeSender | None = None
         self.security = security  # TLS and authentication toward an external Pulsar
         self.client_log = client_log
         self.send_timeout_ms = send_timeout_ms
@@ -128,6 +145,15 @@ class PulsarBackend:
             io_threads=1,
             **self.security.client_options(),
         )
+        if self.client_choice == NATIVE:
+            self._native = NativeSender(
+                self.service_url,
+                self.security,
+                float(self.operation_timeout_seconds),
+                self.send_timeout_ms / 1000,
+                self.max_in_flight + 1000,
+            )
+            await self._native.start()
         self._reaper = asyncio.create_task(self._reap_idle())
         self._prober = asyncio.create_task(self._watch_reachability())
 
@@ -145,6 +171,9 @@ class PulsarBackend:
         for writer in list(self._writers.values()):
             await self._close_writer(writer)
         self._writers.clear()
+        if self._native is not None:
+            await self._native.close()
+            self._native = None
         if self._client is not None:
             with contextlib.suppress(Exception):
                 await self._client.close()
@@ -243,6 +272,10 @@ class PulsarBackend:
         previous = writer.queued
         queued: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         writer.queued = queued
+        if batching and self._native is not None:
+            return asyncio.ensure_future(
+                self._send_native(writer, previous, queued, messages, whole)
+            )
         return asyncio.ensure_future(
             self._send(writer, previous, queued, messages, batching, whole)
         )
@@ -326,6 +359,41 @@ class PulsarBackend:
             if acquired:
                 self._release(len(messages))
 
+    async def _send_native(
+        self,
+        writer: _TopicWriter,
+        previous: asyncio.Future[None] | None,
+        queued: asyncio.Future[None],
+        messages: list[OutMessage],
+        whole: bool,
+    ) -> tuple[MessageKey, MessageKey]:
+        """`_send` through the wire client: the messages as whole batched entries."""
+        native = self._native
+        assert native is not None
+        acquired = False
+        try:
+            try:
+                if previous is not None and not previous.done():
+                    await asyncio.wait((previous,))
+                await self._acquire(len(messages))
+                acquired = True
+                futures, sent = await native.send(writer, messages, whole)
+                writer.last_group = futures[-1]
+            finally:
+                if not queued.done():
+                    queued.set_result(None)
+            keys = await native.receipts(futures, sent)
+            writer.ledger_opened = True
+            return keys
+        except Exception as exc:
+            writer.ledger_opened = False  # a failed send may mean a restarted broker
+            if isinstance(exc, BackendError):
+                raise
+            raise BackendError(f"send to {writer.topic} failed: {exc}") from exc
+        finally:
+            if acquired:
+                self._release(len(messages))
+
     # ---- reading ---------------------------------------------------------------------------
 
     async def _raw_reader(self, topic: str, start: MessageKey, receiver_queue_size: int) -> Any:
@@ -361,6 +429,27 @@ class PulsarBackend:
 
         self.readers_open += 1
         stream = ReaderStream(raw, start, reopen)
+        original_close = stream.close
+
+        async def close() -> None:
+            if not stream.closed:
+                self.readers_open -= 1
+            await original_close()
+
+        stream.close = close  # type: ignore[method-assign]
+        return stream
+
+    async def open_log_reader(
+        self, topic: str, start: MessageKey = EARLIEST, receiver_queue_size: int = 1000
+    ) -> LogReader:
+        """`open_reader` for a Kafka partition log: through the wire client when
+        `pulsar.client = "native"` (native_reader.py), else the same."""
+        if self._native is None:
+            return await self.open_reader(topic, start, receiver_queue_size)
+        self._probe_topic = self._probe_topic or topic
+        stream = NativeReaderStream(self._native.client, topic, start, receiver_queue_size)
+        await stream.open()
+        self.readers_open += 1
         original_close = stream.close
 
         async def close() -> None:
@@ -444,6 +533,10 @@ class PulsarBackend:
     # ---- housekeeping ----------------------------------------------------------------------
 
     async def _close_writer(self, writer: _TopicWriter) -> None:
+        if writer.native is not None:
+            native, writer.native = writer.native, None
+            with contextlib.suppress(Exception):
+                await native.close(timeout=5.0)
         for kind in ("batching", "chunking", "single"):
             producer = getattr(writer, kind)
             if producer is not None:
@@ -473,7 +566,10 @@ class PulsarBackend:
     @property
     def producers_open(self) -> int:
         return sum(
-            (w.batching is not None) + (w.chunking is not None) + (w.single is not None)
+            (w.batching is not None)
+            + (w.chunking is not None)
+            + (w.single is not None)
+            + (w.native is not None)
             for w in self._writers.values()
         )
 

@@ -23,8 +23,8 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
-from pulsar_gateway.gateway.backend.pulsar_backend import BackendError, PulsarBackend
-from pulsar_gateway.gateway.backend.reader_stream import EARLIEST, ReaderStream
+from pulsar_gateway.gateway.backend.pulsar_backend import BackendError, LogReader, PulsarBackend
+from pulsar_gateway.gateway.backend.reader_stream import EARLIEST
 from pulsar_gateway.gateway.backend.resend_filter import ResendFilter
 from pulsar_gateway.gateway.messages import (
     LogEntry,
@@ -131,7 +131,7 @@ class _NumberedWhileAppending:
 class _Cursor:
     """A reader below the tail, positioned by counting from a checkpoint."""
 
-    def __init__(self, stream: ReaderStream, next_offset: int, resends: ResendFilter) -> None:
+    def __init__(self, stream: LogReader, next_offset: int, resends: ResendFilter) -> None:
         self.stream = stream
         self.next_offset = next_offset
         self.resends = resends
@@ -189,7 +189,7 @@ class PartitionLog:
         self._id_waiters: list[tuple[MessageKey, int, asyncio.Future[int]]] = []
         self._waiter_seq = itertools.count()
         self._data_waiters: list[asyncio.Future[None]] = []
-        self._stream: ReaderStream | None = None
+        self._stream: LogReader | None = None
         self._task: asyncio.Task[None] | None = None
         self._cursors: dict[int, _Cursor] = {}
         self._ready = asyncio.Event()
@@ -224,7 +224,9 @@ class PartitionLog:
         else:
             self.next_offset = 0
             start = EARLIEST
-        self._stream = await self.backend.open_reader(self.topic, start, receiver_queue_size=2000)
+        self._stream = await self.backend.open_log_reader(
+            self.topic, start, receiver_queue_size=2000
+        )
         self._task = asyncio.create_task(self._tail_loop(), name=f"tail {self.topic}")
         # The partition is ready once it has caught up with what is already stored.
         try:
@@ -345,7 +347,7 @@ class PartitionLog:
         last = self._whole.last_id or self._last_id
         return bool(waiters) and (last is None or waiters[0][0] > last)
 
-    async def _stalled(self, stream: ReaderStream) -> bool:
+    async def _stalled(self, stream: LogReader) -> bool:
         """Whether the broker holds messages the reader is not being sent. A broker that does
         not answer at all (stalled, or gone while the connection looks up) is no reason to
         reopen: the reader goes on where it is once the broker answers, or the client sees
@@ -757,13 +759,13 @@ class PartitionLog:
     async def _cursor_at(self, position: int) -> _Cursor:
         """A reader at checkpoint `position` (-1: the start), counting as the tailer did."""
         if position >= 0:
-            stream = await self.backend.open_reader(self.topic, self._checkpoint_ids[position])
+            stream = await self.backend.open_log_reader(self.topic, self._checkpoint_ids[position])
             return _Cursor(
                 stream,
                 self._checkpoint_offsets[position],
                 ResendFilter(self._checkpoint_states[position]),
             )
-        stream = await self.backend.open_reader(self.topic, EARLIEST)
+        stream = await self.backend.open_log_reader(self.topic, EARLIEST)
         return _Cursor(stream, 0, ResendFilter())
 
     async def entry_at(self, offset: int) -> LogEntry:

@@ -501,6 +501,11 @@ class Producer:
         self._admit_waiting()
 
     @property
+    def max_message_size(self) -> int:
+        """The broker's largest message (CONNECTED's answer once registered)."""
+        return self._max_message_size
+
+    @property
     def pending(self) -> int:
         return len(self._pending)
 

@@ -1,0 +1,170 @@
+"""Kafka `pulsar`-format produce with `pulsar.client = pulsar-client` and `= native`, each
+beside pulsar-client writing straight to the same broker in the same run (the bare batched
+producer of `kafka_throughput.pulsar_direct`), with ratios: the smallest comparison behind
+docs/pulsar-protocol.md, "On the data path".
+
+For each setting: one gateway, a `--partitions` topic, `--records` records of `--size`
+bytes produced with confluent-kafka (acks=all), fetched from the tail, then fetched again
+after a gateway restart (from storage); the server CPU (gateway + broker, and the gateway
+alone) per record; then pulsar-client direct on that gateway's broker. `--profile` records
+py-spy under each gateway's produce and prints the functions that hold the most samples
+(self and inclusive), with collapsed stacks and a flame graph beside `--out`.
+
+    python -m bench.native_produce [--records 100000] [--size 100] [--profile]
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import contextlib
+import json
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from bench.kafka_throughput import (
+    create_topic,
+    kafka_consume,
+    kafka_produce,
+    measured,
+    pulsar_direct,
+)
+from tests.support.gateway_process import GatewayProcess
+
+CHOICES = ("pulsar-client", "native")
+
+
+@contextlib.contextmanager
+def profiled(pid: int, out: Path | None) -> Iterator[None]:
+    """py-spy collapsed stacks of `pid` while the block runs (`out` None: not profiled)."""
+    spy = Path(sys.executable).parent / "py-spy"
+    spy_path = str(spy) if spy.exists() else shutil.which("py-spy")
+    if out is None or spy_path is None:
+        yield
+        return
+    process = subprocess.Popen(
+        [spy_path, "record", "--pid", str(pid), "--format", "raw", "--output", str(out)]
+        + ["--rate", "200", "--nonblocking"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    time.sleep(0.5)
+    try:
+        yield
+    finally:
+        process.send_signal(signal.SIGINT)
+        process.wait(60)
+
+
+def summarise(collapsed: Path, top: int = 15) -> dict[str, list[tuple[str, float]]]:
+    """The functions with the most samples: as the running frame (self) and anywhere on
+    the stack (inclusive), as shares of all samples."""
+    own: collections.Counter[str] = collections.Counter()
+    anywhere: collections.Counter[str] = collections.Counter()
+    total = 0
+    for line in collapsed.read_text().splitlines():
+        stack, _, count_text = line.rpartition(" ")
+        if not stack or not count_text.isdigit():
+            continue
+        count = int(count_text)
+        frames = [frame.split(" (")[0] for frame in stack.split(";")]
+        total += count
+        own[frames[-1]] += count
+        for frame in set(frames):
+            anywhere[frame] += count
+    if not total:
+        return {"self": [], "inclusive": []}
+    return {
+        "self": [(name, count / total) for name, count in own.most_common(top)],
+        "inclusive": [(name, count / total) for name, count in anywhere.most_common(top * 2)],
+    }
+
+
+def run_one(choice: str, args: argparse.Namespace, scratch: Path) -> dict[str, Any]:
+    n, size, parts = args.records, args.size, args.partitions
+    gateway = GatewayProcess(scratch / choice, extra=["--pulsar-client", choice]).start()
+    result: dict[str, Any] = {}
+    try:
+        time.sleep(1)
+        assert gateway.process is not None
+        gw_pid = gateway.process.pid
+        servers = [gw_pid, gateway.broker_pid()]
+        create_topic(gateway.bootstrap, parts)
+        cpu: dict[str, float] = {}
+        alone: dict[str, float] = {}
+        collapsed = args.out.with_name(f"{args.out.name}-{choice}.txt") if args.profile else None
+        with (
+            profiled(gw_pid, collapsed),
+            measured(servers, cpu, "produce"),
+            measured([gw_pid], alone, "produce"),
+            measured([gateway.broker_pid()], alone, "broker"),
+        ):
+            produce = kafka_produce(gateway.bootstrap, "bench", n, size)
+        with measured(servers, cpu, "fetch"):
+            tail = kafka_consume(gateway.bootstrap, "bench", parts, n)
+        result = {
+            "produce_rps": n / produce,
+            "tail_fetch_rps": n / tail,
+            "server_cpu_us_per_record": cpu["produce"] * 1e6 / n,
+            "gateway_cpu_us_per_record": alone["produce"] * 1e6 / n,
+            "broker_cpu_us_per_record": alone["broker"] * 1e6 / n,
+        }
+        if collapsed is not None and collapsed.exists():
+            result["profile"] = summarise(collapsed)
+        gateway.stop()
+        gateway.start()
+        cold = kafka_consume(gateway.bootstrap, "bench", parts, n)
+        result["cold_fetch_rps"] = n / cold
+        direct_p, direct_c = pulsar_direct(f"pulsar://127.0.0.1:{gateway.broker_port}", n, size)
+        result["direct_produce_rps"] = n / direct_p
+        result["direct_read_rps"] = n / direct_c
+        result["produce_vs_direct"] = result["produce_rps"] / result["direct_produce_rps"]
+        result["cold_fetch_vs_direct"] = result["cold_fetch_rps"] / result["direct_read_rps"]
+    finally:
+        gateway.stop()
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--records", type=int, default=100_000)
+    parser.add_argument("--size", type=int, default=100)
+    parser.add_argument("--partitions", type=int, default=3)
+    parser.add_argument("--profile", action="store_true", help="py-spy under each produce")
+    parser.add_argument("--out", type=Path, default=Path("reports/native-produce"))
+    parser.add_argument("--only", choices=CHOICES, help="one setting only")
+    args = parser.parse_args()
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    results: dict[str, Any] = {
+        "records": args.records,
+        "size": args.size,
+        "partitions": args.partitions,
+    }
+    with tempfile.TemporaryDirectory() as scratch:
+        for choice in [args.only] if args.only else CHOICES:
+            results[choice] = run_one(choice, args, Path(scratch))
+    args.out.with_suffix(".json").write_text(json.dumps(results, indent=2))
+    for choice in CHOICES:
+        numbers = results.get(choice)
+        if not numbers:
+            continue
+        print(f"\n{choice}:")
+        for name, value in numbers.items():
+            if name == "profile":
+                for kind, rows in value.items():
+                    print(f"  profile, {kind}:")
+                    for function, share in rows:
+                        print(f"    {share:6.1%}  {function}")
+            else:
+                print(f"  {name:28} {value:12,.2f}")
+
+
+if __name__ == "__main__":
+    main()

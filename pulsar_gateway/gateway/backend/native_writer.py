@@ -1,0 +1,224 @@
+"""Kafka record batches as whole Pulsar batched entries, through the gateway's own wire
+client (`wire/`, docs/pulsar-protocol.md): what `pulsar.client = "native"` changes.
+
+With pulsar-client every record is a message built, sent and called back on its own
+(about 11 us of client calls a record: docs/backend.md, "What pulsar-client costs per
+message from Python"). Here a Kafka record batch becomes ONE batched entry, its bytes built
+in one pass (`entries`), one SEND and one receipt: the receipt's (ledger, entry) names every
+record of it, batch indexes 0..n-1, so the tailer's numbering is found with two look-ups
+however many records the batch holds. Each record is still a message of its own to any
+Pulsar consumer, with the fields `PulsarBackend` writes through pulsar-client (partition
+and ordering key, properties, event time, null value, the `__gw.seq` stamp), so
+docs/pulsar-mapping.md holds unchanged.
+
+What stays as it was: the first message a writer sends while its ledger is not known to
+hold an entry goes out alone and is stored before any batch follows (docs/backend.md, "A
+batch must not open a ledger": the tailer still reads with pulsar-client); a batch over the
+broker's message size is cut into several entries, and a record over it alone is an
+unbatched entry the wire producer sends in chunks; the `__gw.seq` stamps (and their
+"more follows" mark) let the resend filter drop a copy a reconnect left and the tailer
+number a batch whole across entries (docs/offsets.md).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Literal
+
+from pulsar_gateway.gateway.backend.connection_security import PulsarSecurity
+from pulsar_gateway.gateway.backend.resend_filter import stamp_text
+from pulsar_gateway.gateway.backend.wire import (
+    Client,
+    MessageId,
+    OutgoingEntry,
+    Producer,
+    PulsarError,
+    batch_entry,
+    message_fields,
+)
+from pulsar_gateway.gateway.backend.wire.batch import IN_ENTRY, VARINTS
+from pulsar_gateway.gateway.messages import MessageKey, OutMessage
+
+if TYPE_CHECKING:
+    from pulsar_gateway.gateway.backend.pulsar_backend import _TopicWriter
+
+log = logging.getLogger("gateway.backend")
+
+ClientChoice = Literal["pulsar-client", "native"]
+PULSAR_CLIENT: ClientChoice = "pulsar-client"
+NATIVE: ClientChoice = "native"
+
+# Room under the broker's message size for what is not the batch payload (the entry's
+# metadata, the frame's head); the wire producer keeps 4 KiB for itself on top.
+ENTRY_HEADROOM = 16 * 1024
+# `__gw.seq` as a KeyValue's name, then the value's key: 0x0a, 8, the name, 0x12.
+_SEQ_NAME = b"\x0a\x08__gw.seq\x12"
+
+
+def _seq_property(sequence: int, more: bool, key_tag: bytes = b"\x0a") -> bytes:
+    """The `__gw.seq` property (resend_filter.stamp_text) as an encoded KeyValue field."""
+    text = stamp_text(sequence, more).encode()
+    n = len(text)  # a decimal int64 and a mark: always under 0x80 bytes
+    return key_tag + VARINTS[n + 12] + _SEQ_NAME + VARINTS[n] + text
+
+
+def _fields(message: OutMessage, sequence: int, more: bool, in_entry: bool = False) -> bytes:
+    """A message's metadata fields as `PulsarBackend._build` sets them through
+    pulsar-client: the key as partition and ordering key, properties, event time."""
+    key = message.key.encode("utf-8", "surrogateescape") if message.key else None
+    if in_entry:
+        return message_fields(
+            key,
+            message.properties or None,
+            message.event_time if message.event_time > 0 else 0,
+            key,
+            message.payload is None,
+            tags=IN_ENTRY,
+            encoded_properties=_seq_property(sequence, more, b"\x22"),
+        )
+    return message_fields(
+        key,
+        message.properties or None,
+        message.event_time if message.event_time > 0 else 0,
+        key,
+        message.payload is None,
+        encoded_properties=_seq_property(sequence, more),
+    )
+
+
+def lone_entry(message: OutMessage, sequence: int, more: bool) -> OutgoingEntry:
+    """One message as an unbatched entry (chunked by the producer when over the size)."""
+    return OutgoingEntry(_fields(message, sequence, more, in_entry=True), message.payload or b"")
+
+
+def entries(
+    messages: Sequence[OutMessage], first_sequence: int, whole: bool, limit: int
+) -> list[OutgoingEntry]:
+    """`messages` as batched entries of at most `limit` payload bytes each, in order; a
+    message that alone is over `limit` becomes an unbatched entry. The n-th message gets
+    stamp `first_sequence + n`, marked "more follows" when `whole` and it is not the last."""
+    out: list[OutgoingEntry] = []
+    group: list[tuple[bytes, bytes]] = []
+    size = 0
+    last = len(messages) - 1
+    for index, message in enumerate(messages):
+        more = whole and index != last
+        payload = message.payload or b""
+        fields = _fields(message, first_sequence + index, more)
+        cost = len(fields) + len(payload) + 8  # the size word and the payload size field
+        if cost > limit:
+            if group:
+                out.append(batch_entry(group))
+                group, size = [], 0
+            out.append(lone_entry(message, first_sequence + index, more))
+            continue
+        if size + cost > limit and group:
+            out.append(batch_entry(group))
+            group, size = [], 0
+        group.append((fields, payload))
+        size += cost
+    if group:
+        out.append(batch_entry(group))
+    return out
+
+
+def _keys(mid: MessageId, entry: OutgoingEntry) -> tuple[MessageKey, MessageKey]:
+    """The ids a pulsar-client reader gives the entry's first and last message."""
+    if not entry.batched:
+        return (mid.ledger_id, mid.entry_id, -1), (mid.ledger_id, mid.entry_id, -1)
+    return (mid.ledger_id, mid.entry_id, 0), (mid.ledger_id, mid.entry_id, entry.num_messages - 1)
+
+
+class NativeSender:
+    """The wire client and the sends of `PulsarBackend` that go through it."""
+
+    def __init__(
+        self,
+        service_url: str,
+        security: PulsarSecurity,
+        operation_timeout: float,
+        send_timeout: float,
+        max_pending_messages: int,
+    ) -> None:
+        self.service_url = service_url
+        self.security = security
+        self.operation_timeout = operation_timeout
+        self.send_timeout = send_timeout
+        self.max_pending_messages = max_pending_messages
+        self._client: Client | None = None
+
+    async def start(self) -> None:
+        self._client = Client.from_security(
+            self.service_url, self.security, operation_timeout=self.operation_timeout
+        )
+
+    @property
+    def client(self) -> Client:
+        if self._client is None:
+            raise PulsarError("the native client is not started")
+        return self._client
+
+    async def close(self) -> None:
+        if self._client is not None:
+            await self._client.close()
+            self._client = None
+
+    async def _producer(self, writer: _TopicWriter) -> Producer:
+        if writer.native is not None and not writer.native.closed:
+            return writer.native
+        if self._client is None:
+            raise PulsarError("the native client is not started")
+        writer.native = await self._client.create_producer(
+            writer.topic,
+            # the name rule of pulsar-client's producers (resend_filter.writer_of)
+            name=f"gw-{writer.id}.native",
+            max_pending_messages=self.max_pending_messages,
+            send_timeout=self.send_timeout,
+        )
+        return writer.native
+
+    async def send(
+        self, writer: _TopicWriter, messages: list[OutMessage], whole: bool
+    ) -> tuple[list[asyncio.Future[MessageId]], list[OutgoingEntry]]:
+        """Queue `messages` on the writer's producer, in order; the receipts' futures and
+        their entries. Returns once all are queued (the lone first message of a ledger
+        also stored)."""
+        producer = await self._producer(writer)
+        futures: list[asyncio.Future[MessageId]] = []
+        sent: list[OutgoingEntry] = []
+        start = 0
+        if not writer.ledger_opened:
+            writer.sequence += 1
+            entry = lone_entry(messages[0], writer.sequence, whole and len(messages) > 1)
+            futures.append(await producer.enqueue(entry))
+            sent.append(entry)
+            start = 1
+            if len(messages) > 1:
+                # the lone message must be stored before any batch may follow it
+                await asyncio.shield(futures[0])
+                writer.ledger_opened = True
+        if start < len(messages):
+            limit = producer.max_message_size - ENTRY_HEADROOM
+            rest = messages[start:] if start else messages
+            batch = entries(rest, writer.sequence + 1, whole, limit)
+            writer.sequence += len(rest)
+            for entry in batch:
+                futures.append(await producer.enqueue(entry))
+                sent.append(entry)
+        return futures, sent
+
+    @staticmethod
+    async def receipts(
+        futures: list[asyncio.Future[MessageId]], sent: list[OutgoingEntry]
+    ) -> tuple[MessageKey, MessageKey]:
+        """The ids of the first and the last message, once every entry is stored."""
+        await asyncio.wait(futures)
+        for future in futures:
+            future.exception()  # every failure retrieved; the first one is raised below
+        first, _ = _keys(futures[0].result(), sent[0])
+        _, last = _keys(futures[-1].result(), sent[-1])
+        for future in futures[1:-1]:
+            future.result()
+        return first, last
