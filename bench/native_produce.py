@@ -36,7 +36,7 @@ from bench.kafka_throughput import (
     measured,
     pulsar_direct,
 )
-from tests.support.gateway_process import GatewayProcess
+from harness.gateway_process import GatewayProcess
 
 CHOICES = ("pulsar-client", "native")
 

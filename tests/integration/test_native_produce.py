@@ -20,9 +20,9 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from tests.support.gateway_process import GatewayProcess
-from tests.support.partition_records import read_to_end
-from tests.support.waiting import wait_until
+from harness.gateway_process import GatewayProcess
+from harness.partition_records import read_to_end
+from harness.waiting import wait_until
 
 PARTITIONS = 3
 BATCHES = 4
