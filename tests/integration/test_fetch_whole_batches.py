@@ -8,6 +8,7 @@ from __future__ import annotations
 import socket
 from pathlib import Path
 
+import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from harness.gateway_process import GatewayProcess
@@ -56,8 +57,12 @@ def _walk(sock: socket.socket, topic: str, offset: int, partition_max: int) -> l
     return ends
 
 
-def test_byte_limited_fetches_from_storage_stop_between_batches(tmp_path: Path, topic_name) -> None:
+@pytest.mark.parametrize("client", ["pulsar-client", "native"])
+def test_byte_limited_fetches_from_storage_stop_between_batches(
+    tmp_path: Path, topic_name, client: str
+) -> None:
     settings = ["--set", "kafka.tail_cache_records=5"]  # reads below it come from storage
+    settings += ["--set", f"pulsar.client={client}"]  # a batch: messages, or one entry
     gateway = GatewayProcess(tmp_path / "gw", extra=settings).start()
     try:
         admin = AdminClient({"bootstrap.servers": gateway.bootstrap})
