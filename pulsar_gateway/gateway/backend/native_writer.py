@@ -25,10 +25,11 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 from pulsar_gateway.gateway.backend.connection_security import PulsarSecurity
 from pulsar_gateway.gateway.backend.resend_filter import stamp_text
+from pulsar_gateway.gateway.backend.topic_writer import TopicWriter
 from pulsar_gateway.gateway.backend.wire import (
     Client,
     MessageId,
@@ -40,9 +41,6 @@ from pulsar_gateway.gateway.backend.wire import (
 )
 from pulsar_gateway.gateway.backend.wire.batch import IN_ENTRY, VARINTS
 from pulsar_gateway.gateway.messages import MessageKey, OutMessage
-
-if TYPE_CHECKING:
-    from pulsar_gateway.gateway.backend.pulsar_backend import _TopicWriter
 
 log = logging.getLogger("gateway.backend")
 
@@ -165,7 +163,7 @@ class NativeSender:
             await self._client.close()
             self._client = None
 
-    async def _producer(self, writer: _TopicWriter) -> Producer:
+    async def _producer(self, writer: TopicWriter) -> Producer:
         if writer.native is not None and not writer.native.closed:
             return writer.native
         if self._client is None:
@@ -180,7 +178,7 @@ class NativeSender:
         return writer.native
 
     async def send(
-        self, writer: _TopicWriter, messages: list[OutMessage], whole: bool
+        self, writer: TopicWriter, messages: list[OutMessage], whole: bool
     ) -> tuple[list[asyncio.Future[MessageId]], list[OutgoingEntry]]:
         """Queue `messages` on the writer's producer, in order; the receipts' futures and
         their entries. Returns once all are queued (the lone first message of a ledger

@@ -14,7 +14,6 @@ import asyncio
 import contextlib
 import logging
 import time
-import uuid
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +35,7 @@ from pulsar_gateway.gateway.backend.native_writer import (
 from pulsar_gateway.gateway.backend.reader_factory import create_reader
 from pulsar_gateway.gateway.backend.reader_stream import EARLIEST, ReaderStream
 from pulsar_gateway.gateway.backend.resend_filter import SEQ, stamp_text
+from pulsar_gateway.gateway.backend.topic_writer import TopicWriter
 from pulsar_gateway.gateway.errors import StorageError
 from pulsar_gateway.gateway.messages import MessageKey, OutMessage
 from pulsar_gateway.gateway.waiting import result_within
@@ -77,32 +77,6 @@ def _key(mid: Any) -> MessageKey:
     return (mid.ledger_id(), mid.entry_id(), mid.batch_index())
 
 
-class _TopicWriter:
-    """A batching producer plus, on demand, a chunking one for messages over 5 MiB.
-
-    Order within the partition is kept across the two by waiting for the other
-    producer's outstanding group before switching.
-    """
-
-    def __init__(self, topic: str) -> None:
-        self.topic = topic
-        self.id = uuid.uuid4().hex  # names its producers (resend_filter.writer_of)
-        self.batching: Any = None
-        self.chunking: Any = None
-        self.last_group: asyncio.Future[Any] | None = None
-        self.last_kind = "batching"
-        self.sequence = 0  # stamped on every message: resends are recognised by it
-        self.last_used = time.monotonic()
-        # set once the topic's last send has queued its messages: the next waits for it
-        self.queued: asyncio.Future[None] | None = None
-        self.single: Any = None  # batching off: one entry per message (AMQP queues)
-        self.native: Any = None  # `pulsar.client = "native"`: the wire producer (native_writer)
-        # Whether the topic's current ledger is known to hold an entry already, so that a
-        # batch sent now cannot be its entry 0 (docs/backend.md, "A batch must not open a
-        # ledger"). Until then a send's first message goes out alone.
-        self.ledger_opened = False
-
-
 class PulsarBackend:
     def __init__(
         self,
@@ -128,7 +102,7 @@ class PulsarBackend:
         self.max_in_flight = max_in_flight
         self.idle_close_seconds = idle_close_seconds
         self._client: pulsar_asyncio.Client | None = None
-        self._writers: dict[str, _TopicWriter] = {}
+        self._writers: dict[str, TopicWriter] = {}
         self._in_flight = 0
         self._capacity = asyncio.Condition()
         self._reaper: asyncio.Task[None] | None = None
@@ -181,7 +155,7 @@ class PulsarBackend:
 
     # ---- producing -------------------------------------------------------------------------
 
-    async def _producer(self, writer: _TopicWriter, kind: str) -> Any:
+    async def _producer(self, writer: TopicWriter, kind: str) -> Any:
         current = getattr(writer, kind)
         if current is not None:
             return current
@@ -267,7 +241,7 @@ class PulsarBackend:
         self._probe_topic = self._probe_topic or topic
         writer = self._writers.get(topic)
         if writer is None:
-            writer = self._writers[topic] = _TopicWriter(topic)
+            writer = self._writers[topic] = TopicWriter(topic)
         writer.last_used = time.monotonic()
         previous = writer.queued
         queued: asyncio.Future[None] = asyncio.get_running_loop().create_future()
@@ -282,7 +256,7 @@ class PulsarBackend:
 
     async def _send(
         self,
-        writer: _TopicWriter,
+        writer: TopicWriter,
         previous: asyncio.Future[None] | None,
         queued: asyncio.Future[None],
         messages: list[OutMessage],
@@ -361,7 +335,7 @@ class PulsarBackend:
 
     async def _send_native(
         self,
-        writer: _TopicWriter,
+        writer: TopicWriter,
         previous: asyncio.Future[None] | None,
         queued: asyncio.Future[None],
         messages: list[OutMessage],
@@ -532,7 +506,7 @@ class PulsarBackend:
 
     # ---- housekeeping ----------------------------------------------------------------------
 
-    async def _close_writer(self, writer: _TopicWriter) -> None:
+    async def _close_writer(self, writer: TopicWriter) -> None:
         if writer.native is not None:
             native, writer.native = writer.native, None
             with contextlib.suppress(Exception):
