@@ -28,6 +28,7 @@ from tests.support.kafka_memory_store import memory_storage
 from tests.support.waiting import async_wait_until
 
 KIB = 1024
+TCP_ESTABLISHED = 1
 FRAME_TIMEOUT = 0.5
 PER_CONNECTION = 256 * KIB
 VALUE = 1_000_000  # one record of about Kafka's message.max.bytes: each Fetch answers ~1 MB
@@ -180,6 +181,13 @@ def test_budgets_come_back_however_a_connection_ends(monkeypatch: pytest.MonkeyP
                 lambda: server.limits.open == 0, 10 + 4 * FRAME_TIMEOUT, message="all stopped"
             )
             await all_given_back(server, "stopped for not reading")
+            # and their sockets are closed, not kept to write out what they never read
+            sockets = [writer.get_extra_info("socket") for _, writer in clients]
+            await async_wait_until(
+                lambda: not any(map(_established, sockets)),
+                5,
+                message="the stopped clients' sockets reset",
+            )
             for _, writer in clients:
                 abort(writer)
         finally:
@@ -220,3 +228,8 @@ def test_a_trickled_frame_gives_its_budget_back_after_the_grace() -> None:
             await server.stop()
 
     asyncio.run(scenario())
+
+
+def _established(sock: socket.socket) -> bool:
+    """Whether the listener has not closed the connection, without reading from it."""
+    return sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 1)[0] == TCP_ESTABLISHED

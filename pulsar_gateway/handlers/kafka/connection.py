@@ -22,6 +22,7 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
+import socket
 import struct
 from collections.abc import Callable
 from concurrent.futures import Executor
@@ -48,6 +49,7 @@ from pulsar_gateway.security.credentials import NoUsers, shown
 log = logging.getLogger("gateway.kafka")
 
 _SIZE = struct.Struct(">i")
+_RESET = struct.pack("ii", 1, 0)  # SO_LINGER on, 0 s: close() resets the connection
 _API_KEY = struct.Struct(">h")  # a request header's first field
 MAX_PIPELINED = 64
 WRITE_BUFFER_HIGH = 1 << 20
@@ -395,7 +397,7 @@ class KafkaConnection:
                 self.writer.write(response)
                 if self.writer.transport.get_write_buffer_size() > WRITE_BUFFER_HIGH:
                     if not await self._drained():
-                        return self._stop_writing()
+                        return self._stop_writing(unread=True)
             # given back once written: a client that does not read its answers is throttled
             self.queued.release(held)
             self.unanswered -= 1
@@ -419,11 +421,22 @@ class KafkaConnection:
             pass
         return False
 
-    def _stop_writing(self) -> None:
+    def _stop_writing(self, unread: bool = False) -> None:
         """Close, and stop the reader wherever it waits: `serve` then gives back what the
-        connection holds (the queued requests' bytes included) and its slot."""
+        connection holds (the queued requests' bytes included) and its slot. `unread`: the
+        client reads nothing, so what is still to be written is dropped and the connection
+        reset (a plain close waits to write it first, and the kernel keeps an orphaned
+        socket trying to: the connection and its buffers stayed for as long as the client
+        liked, outside the connection limits)."""
         self.writer_gone = True
-        self.writer.close()
+        if unread:
+            sock = self.writer.get_extra_info("socket")
+            if sock is not None:
+                with contextlib.suppress(OSError):
+                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _RESET)
+            self.writer.transport.abort()
+        else:
+            self.writer.close()
         while not self.responses.empty():
             self.responses.get_nowait()
         if self._reading is not None:
