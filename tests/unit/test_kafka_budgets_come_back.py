@@ -233,3 +233,45 @@ def test_a_trickled_frame_gives_its_budget_back_after_the_grace() -> None:
 def _established(sock: socket.socket) -> bool:
     """Whether the listener has not closed the connection, without reading from it."""
     return sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 1)[0] == TCP_ESTABLISHED
+
+
+def test_a_connection_builds_one_fetch_answer_at_a_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Forty pipelined Fetches of ~1 MB answers from a client that reads nothing: their
+    requests are small, so the budget let them all in, and all forty answers were built at
+    once (40 MB for this one connection; ten such took a gateway from 140 to 310 MB). Now
+    a connection's next Fetch runs once its previous answer is written out: only the
+    answers the socket took before the client was stopped are ever read from storage."""
+    reads = 0
+    read = kafka_memory_store.MemoryPartitionLog.read
+
+    async def counted_read(self, *args, **kwargs):  # the port's signature, whatever it is
+        nonlocal reads
+        reads += 1
+        return await read(self, *args, **kwargs)
+
+    monkeypatch.setattr(kafka_memory_store.MemoryPartitionLog, "read", counted_read)
+
+    async def scenario() -> None:
+        settings = KafkaSection(port=0, frame_timeout_seconds=FRAME_TIMEOUT)
+        server = KafkaServer(settings, memory_storage())
+        await server.start()
+        try:
+            reader, writer = await connect(server.address)
+            writer.write(produce(1, "big", b"v" * VALUE))
+            await read_frame(reader)
+            writer.close()
+            nonlocal reads
+            reads = 0
+            _, writer = await connect(server.address, receive_buffer=4 * KIB)
+            for correlation in range(40):
+                writer.write(fetch(correlation, "big"))
+            await async_wait_until(
+                lambda: server.limits.open == 0, 10 + 4 * FRAME_TIMEOUT, message="stopped"
+            )
+            await all_given_back(server, "a client reading none of its Fetches")
+            abort(writer)
+        finally:
+            await server.stop()
+
+    asyncio.run(scenario())
+    assert reads < 20, f"{reads} Fetch answers built for a client that read none"

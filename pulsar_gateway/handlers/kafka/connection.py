@@ -24,7 +24,7 @@ import dataclasses
 import logging
 import socket
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from concurrent.futures import Executor
 from typing import Any
 
@@ -100,6 +100,9 @@ class KafkaConnection:
         # Fetches not yet answered: a long poll for a client that has gone is dropped, not
         # waited out (it would keep its partitions from closing for up to its max_wait)
         self._fetches: set[asyncio.Task[bytes | None]] = set()
+        # one Fetch at a time: the last one's answer written (`_fetch_in_turn`)
+        self._last_fetch_written: asyncio.Future[None] | None = None
+        self._written_when: dict[asyncio.Task[bytes | None], asyncio.Future[None]] = {}
         self._reading: asyncio.Task[None] | None = None
         self.opened = now
         # SASL on: until the first login, smaller frames and budget, and a deadline;
@@ -201,10 +204,11 @@ class KafkaConnection:
                 # a Produce over its quota mutes the connection before the next read
                 throttle = charge_produce(self.context, request)
                 turn = admit(self.context, request)  # its place in the connection's line
-                task = asyncio.create_task(respond(self.context, request, throttle, turn))
+                answer_of = respond(self.context, request, throttle, turn)
                 if header.api_key == ApiKey.FETCH:
-                    self._fetches.add(task)
-                    task.add_done_callback(self._fetches.discard)
+                    task = self._fetch_in_turn(answer_of)
+                else:
+                    task = asyncio.create_task(answer_of)
             await self.responses.put((task, held))
             if self.writer_gone or self.sasl.failed:
                 return  # after a SASL failure: its answer goes out, then the connection closes
@@ -212,6 +216,39 @@ class KafkaConnection:
             # read them all in one go before, and ten such pipelining cheap requests made
             # each turn of the loop ~300 ms of work, which every other client waited out
             await asyncio.sleep(0)
+
+    def _fetch_in_turn(
+        self, answer_of: Coroutine[Any, Any, bytes | None]
+    ) -> asyncio.Task[bytes | None]:
+        """A Fetch's task, which starts once the connection's previous Fetch has been
+        written out. A Fetch request is a hundred bytes and its answer up to megabytes:
+        pipelined (64 at a time) by connections that never read, their answers were all
+        built at once (hundreds of MB, a backlog for the encoding thread) however small the
+        requests' budget; a client sends one Fetch per connection at a time anyway."""
+        previous, written = self._last_fetch_written, self.loop.create_future()
+        self._last_fetch_written = written
+
+        async def in_turn() -> bytes | None:
+            if previous is not None:
+                await asyncio.wait([previous])  # however it ended
+            return await answer_of
+
+        task = asyncio.create_task(in_turn())
+        self._fetches.add(task)
+        self._written_when[task] = written
+
+        def done(_: asyncio.Task[bytes | None]) -> None:
+            self._fetches.discard(task)
+            answer_of.close()  # never started when the wait was cancelled
+
+        task.add_done_callback(done)
+        return task
+
+    def _written(self, task: asyncio.Task[bytes | None]) -> None:
+        """The task's answer is out (or never will be): its connection's next Fetch may go."""
+        written = self._written_when.pop(task, None)
+        if written is not None and not written.done():
+            written.set_result(None)
 
     async def _wait_out_throttle(self) -> None:
         """A client over its quota is not read from until its throttle time has passed
@@ -398,6 +435,7 @@ class KafkaConnection:
                 if self.writer.transport.get_write_buffer_size() > WRITE_BUFFER_HIGH:
                     if not await self._drained():
                         return self._stop_writing(unread=True)
+            self._written(task)
             # given back once written: a client that does not read its answers is throttled
             self.queued.release(held)
             self.unanswered -= 1
