@@ -80,4 +80,6 @@ def management_port(
         login=logins,
         require_login=section.require_login,
         console=console,
+        max_connections=section.max_connections,
+        max_connections_per_ip=section.max_connections_per_ip,
     )

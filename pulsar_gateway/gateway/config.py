@@ -171,6 +171,9 @@ class MetricsSection(Section):
     # /metrics asks for a login too (a user with describe on the cluster, or an
     # administrator); /api/ and /cluster always do, /health never (docs/security.md)
     require_login: bool = False
+    # connections in all and from one address; beyond them a connection is closed at once
+    max_connections: int = Field(256, ge=1)
+    max_connections_per_ip: int = Field(16, ge=1)
 
     @field_validator("host")
     @classmethod
