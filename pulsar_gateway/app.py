@@ -120,6 +120,12 @@ class Gateway:
             if amqp.enabled and amqp.tls_enabled
             else None
         )
+        http = settings.metrics
+        metrics_tls = (
+            server_context("metrics", http.tls_cert_file, http.tls_key_file, http.tls_ca_file)
+            if http.enabled and http.tls_enabled
+            else None
+        )
         service_url = settings.pulsar.service_url
         if settings.embedded_mode:
             self.broker = EmbeddedBroker(
@@ -323,6 +329,7 @@ class Gateway:
                 vhost_namespace,
                 kafka_listener,
                 self.users.names,
+                metrics_tls,
             )
             await self.metrics_server.start()
         self.ready = True

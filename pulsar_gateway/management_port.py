@@ -6,6 +6,7 @@ it (handlers/http_login.py), the AMQP management API, definitions upload and web
 from __future__ import annotations
 
 import logging
+import ssl
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -32,11 +33,13 @@ def management_port(
     vhost_namespace: Callable[[str], str] = str,
     kafka_server: Any = None,
     user_names: Callable[[], Iterable[str]] = tuple,
+    tls: ssl.SSLContext | None = None,
 ) -> metrics.MetricsServer:
     """The HTTP server of `[metrics]`, not started. `amqp_server`: the AMQP listener, once
     it listens (its broker, connections and address), or None without AMQP;
     `kafka_server`: the Kafka listener (its storage and group coordinators), or None;
-    `user_names`: the users store's names, for the console's users page."""
+    `user_names`: the users store's names, for the console's users page; `tls`: the
+    context of `metrics.tls_cert_file` (loaded at start-up), or None for plain HTTP."""
     # the same users as AMQP's: the store, then the bootstrap table (guest from loopback)
     table = settings.amqp.users or {"guest": "guest"}
     logins = HttpLogins(PasswordLogins(users, table), authorizer)
@@ -63,6 +66,13 @@ def management_port(
         health, kafka_view, api, amqp_actions, user_names, authorizer.rights_for, table
     )
     section = settings.metrics
+    if tls is None and not is_loopback_host(section.host):
+        log.warning(
+            "metrics.host %s is reachable beyond this machine over plain HTTP: logins "
+            "(HTTP Basic) cross the network in clear; set metrics.tls_cert_file and "
+            "metrics.tls_key_file",
+            section.host,
+        )
     if not is_loopback_host(section.host) and not section.require_login:
         log.warning(
             "metrics.host %s is reachable beyond this machine and /metrics needs no login: "
@@ -82,4 +92,5 @@ def management_port(
         console=console,
         max_connections=section.max_connections,
         max_connections_per_ip=section.max_connections_per_ip,
+        tls=tls,
     )

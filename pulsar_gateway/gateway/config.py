@@ -19,7 +19,7 @@ from pydantic import (
     model_validator,
 )
 
-from pulsar_gateway.gateway.listener_settings import AmqpSection, KafkaSection
+from pulsar_gateway.gateway.listener_settings import AmqpSection, KafkaSection, TlsSettings
 from pulsar_gateway.gateway.settings_base import Section, is_host, is_loopback_host, is_wildcard
 
 # the listeners' sections live beside (listener_settings.py); importable from here as before
@@ -164,7 +164,7 @@ class EmbeddedSection(Section):
     log_level: Literal["error", "warn", "info", "debug", "trace"] = "warn"
 
 
-class MetricsSection(Section):
+class MetricsSection(TlsSettings):
     enabled: bool = True
     host: str = "127.0.0.1"
     port: int = Field(9404, ge=0, le=65535)

@@ -39,6 +39,10 @@ class _TlsSettings(Section):
         return bool(self.tls_cert_file)
 
 
+# the management port's section (config.py) takes the same files
+TlsSettings = _TlsSettings
+
+
 class KafkaSection(_TlsSettings):
     enabled: bool = True
     host: str = "127.0.0.1"

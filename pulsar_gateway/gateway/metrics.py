@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import ssl
 import urllib.parse
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -252,6 +253,7 @@ class MetricsServer:
         console: Console | None = None,
         max_connections: int = 256,
         max_connections_per_ip: int = 16,
+        tls: ssl.SSLContext | None = None,
     ) -> None:
         """`api` answers `/api/...` requests: the AMQP listener's RabbitMQ management API
         subset (handlers/amqp/management.py). `upload` answers a POST under `/api/`: the
@@ -261,7 +263,8 @@ class MetricsServer:
         `/console/...` (console/routes.py), behind the same login. `max_connections` in
         all and `max_connections_per_ip` from one address: beyond them a connection is
         closed at once, so one host's silent sockets cannot take the port (and /health
-        with it) from the orchestrator and the scrapers."""
+        with it) from the orchestrator and the scrapers. `tls`: the port speaks HTTPS only
+        (metrics.tls_cert_file), its handshakes within the head's deadline."""
         self.host = host
         self.port = port
         self.health = health
@@ -274,16 +277,23 @@ class MetricsServer:
         self.max_connections = max_connections
         self.max_connections_per_ip = max_connections_per_ip
         self.head_seconds = HEAD_SECONDS
+        self.tls = tls
         self._open: dict[str, int] = {}  # connections per peer address
         self._refusals_logged = 0.0  # when a refusal was last logged
         self._server: asyncio.base_events.Server | None = None
 
     async def start(self) -> None:
+        handshake = {"ssl": self.tls, "ssl_handshake_timeout": self.head_seconds}
         self._server = await asyncio.start_server(
-            self._serve, self.host, self.port, limit=MAX_HEAD_BYTES
+            self._serve,
+            self.host,
+            self.port,
+            limit=MAX_HEAD_BYTES,
+            **(handshake if self.tls is not None else {}),
         )
         self.port = self._server.sockets[0].getsockname()[1]
-        log.info("metrics and health on http://%s:%d", self.host, self.port)
+        scheme = "https" if self.tls is not None else "http"
+        log.info("metrics and health on %s://%s:%d", scheme, self.host, self.port)
 
     async def stop(self) -> None:
         if self._server:

@@ -13,8 +13,12 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import ssl
+from pathlib import Path
 
 from pulsar_gateway.gateway import metrics
+from pulsar_gateway.security.tls import server_context
+from tests.support.certificates import make_certificates
 from tests.support.waiting import async_wait_until
 
 PER_IP = 4
@@ -112,6 +116,37 @@ def test_an_answer_left_unread_is_dropped(monkeypatch) -> None:
             await async_wait_until(lambda: server._open, 5, message="the connection taken")
             await async_wait_until(lambda: not server._open, 10, message="the reader dropped")
             sock.close()
+        finally:
+            await server.stop()
+
+    asyncio.run(scenario())
+
+
+def test_https_when_the_port_has_a_certificate(tmp_path: Path) -> None:
+    """metrics.tls_cert_file/tls_key_file: HTTPS only (Basic credentials no longer cross
+    the network in clear); a handshake that never comes is dropped at the head deadline."""
+    files = make_certificates(tmp_path)
+    tls = server_context("metrics", str(files["cert"]), str(files["key"]))
+
+    async def scenario() -> None:
+        server = metrics.MetricsServer("127.0.0.1", 0, lambda: {"ok": True}, tls=tls)
+        server.head_seconds = 0.5
+        await server.start()
+        try:
+            client = ssl.create_default_context(cafile=str(files["ca"]))
+            reader, writer = await asyncio.open_connection(
+                "127.0.0.1", server.port, ssl=client, server_hostname="localhost"
+            )
+            writer.write(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+            async with asyncio.timeout(5):
+                assert (await reader.read()).startswith(b"HTTP/1.1 200")
+            writer.close()
+            plain = await _get(server.port)  # plain HTTP: no answer, the socket closed
+            assert not plain.startswith(b"HTTP/1.1 200"), plain[:40]
+            reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+            async with asyncio.timeout(5):
+                assert await reader.read() == b""  # no ClientHello: dropped at the deadline
+            writer.close()
         finally:
             await server.stop()
 
