@@ -97,8 +97,9 @@ class KafkaConnection:
         self.timed_out: Exception | None = None
         self._watchdog: asyncio.TimerHandle | None = None
         self.sasl = SaslSession((), NoUsers(), peer)
-        # Fetches not yet answered: a long poll for a client that has gone is dropped, not
-        # waited out (it would keep its partitions from closing for up to its max_wait)
+        # reads not yet answered (`droppable`): a long poll for a client that has gone is
+        # dropped, not waited out (it would keep its partitions from closing for up to its
+        # max_wait), and so is a 99,999-topic Metadata (it held its budget for seconds)
         self._fetches: set[asyncio.Task[bytes | None]] = set()
         # one Fetch at a time: the last one's answer written (`_fetch_in_turn`)
         self._last_fetch_written: asyncio.Future[None] | None = None
@@ -209,6 +210,9 @@ class KafkaConnection:
                     task = self._fetch_in_turn(answer_of)
                 else:
                     task = asyncio.create_task(answer_of)
+                    if droppable(header.api_key, request.body):
+                        self._fetches.add(task)
+                        task.add_done_callback(self._fetches.discard)
             await self.responses.put((task, held))
             if self.writer_gone or self.sasl.failed:
                 return  # after a SASL failure: its answer goes out, then the connection closes
@@ -483,3 +487,18 @@ class KafkaConnection:
 
 async def _ready(response: bytes) -> bytes:
     return response
+
+
+# Requests that change nothing, dropped unanswered when their client has gone: those whose
+# work grows with what they name (the paced handlers of loop_turns.py) and Fetch
+_READS = frozenset(
+    {ApiKey.METADATA, ApiKey.LIST_OFFSETS, ApiKey.OFFSET_FETCH, ApiKey.DESCRIBE_CONFIGS}
+)
+
+
+def droppable(api_key: int, body: dict[str, Any] | None) -> bool:
+    """Whether a request may be dropped unanswered once its client is gone: a read (a
+    Metadata only when it may not create topics)."""
+    if api_key not in _READS:
+        return False
+    return api_key != ApiKey.METADATA or not (body or {}).get("allow_auto_topic_creation", True)
