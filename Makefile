@@ -4,8 +4,11 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 ARGS   ?=
+# test processes (pytest-xdist): most tests wait on a gateway, a broker or a client, so two
+# share a 2-core machine well; each test file runs whole in one of them (its fixtures shared)
+TEST_JOBS ?= 2
 
-.PHONY: run test stress lint bench bench-migration bench-cluster soak clean
+.PHONY: run test unit stress lint bench bench-migration bench-cluster soak clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -24,12 +27,17 @@ run: $(VENV)/.installed
 test: $(VENV)/.installed-test
 	./scripts/install-system-packages
 	$(MAKE) lint
-	$(BIN)/python -m pytest -q -p no:cacheprovider $(ARGS)
+	$(BIN)/python -m pytest -q -p no:cacheprovider -n $(TEST_JOBS) --dist loadfile $(ARGS)
+
+# the unit suite alone (no broker, no clients), spread over every core by pytest-xdist:
+# most of its time is hypothesis generating examples, which one core cannot hurry
+unit: $(VENV)/.installed-test
+	$(BIN)/python -m pytest -q -p no:cacheprovider -n auto tests/unit $(ARGS)
 
 # style, the layers of docs/architecture.md (pyproject's [tool.importlinter]) and types
 lint: $(VENV)/.installed-test
-	$(BIN)/ruff check pulsar_gateway tests bench
-	$(BIN)/ruff format --check pulsar_gateway tests bench
+	$(BIN)/ruff check pulsar_gateway harness tests bench
+	$(BIN)/ruff format --check pulsar_gateway harness tests bench
 	$(BIN)/lint-imports --no-logo
 	$(BIN)/mypy
 

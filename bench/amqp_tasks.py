@@ -17,9 +17,9 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from tests.support.gateway_process import GatewayProcess
-from tests.support.rabbitmq_process import RabbitMQProcess
-from tests.support.task_run import TaskRun, run_in_process
+from harness.gateway_process import GatewayProcess
+from harness.rabbitmq_process import RabbitMQProcess
+from harness.task_run import TaskRun, run_in_process
 
 console = Console()
 

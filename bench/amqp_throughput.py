@@ -40,8 +40,8 @@ from rich.table import Table
 from bench.flame import Flame, flame_graph
 from bench.proc import cpu_seconds, rss_kib
 from bench.report import bar_chart, write_report
-from tests.support.gateway_process import GatewayProcess
-from tests.support.rabbitmq_process import RabbitMQProcess
+from harness.gateway_process import GatewayProcess
+from harness.rabbitmq_process import RabbitMQProcess
 
 console = Console()
 LOAD_SOURCE = Path(__file__).resolve().parent / "amqp_load"

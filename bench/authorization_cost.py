@@ -25,6 +25,7 @@ import timeit
 from pathlib import Path
 from typing import Any
 
+from harness.kafka_memory_store import memory_storage
 from pulsar_gateway.gateway.config import KafkaSection
 from pulsar_gateway.handlers.authorization import Authorizer
 from pulsar_gateway.handlers.kafka.authorization import topic_allowed
@@ -37,7 +38,6 @@ from pulsar_gateway.kafka_codec.record_batch import Record, encode_batch
 from pulsar_gateway.security import rights as model
 from pulsar_gateway.security.rights import Rights, RightsTable
 from pulsar_gateway.tools import html_report
-from tests.support.kafka_memory_store import memory_storage
 
 TOPIC = "team-a/orders/bench"
 READ_TOPIC = "team-a/orders/bench-read"  # one record: every Fetch does the same work

@@ -30,13 +30,13 @@ from rich.console import Console
 from bench.proc import cpu_seconds
 from bench.report import bar_chart, write_report
 from bench.suite import machine
+from harness.gateway_process import GatewayProcess, cluster_member, set_flags
+from harness.raw_kafka_socket import recv_frame
+from harness.shared_broker import SharedBroker
+from harness.waiting import wait_until
 from pulsar_gateway.kafka_codec import protocol
 from pulsar_gateway.kafka_codec.errors import ErrorCode
 from pulsar_gateway.kafka_codec.record_batch import encode_batch
-from tests.support.gateway_process import GatewayProcess, cluster_member, set_flags
-from tests.support.raw_kafka_socket import recv_frame
-from tests.support.shared_broker import SharedBroker
-from tests.support.waiting import wait_until
 
 console = Console()
 PRODUCE, METADATA = 0, 3

@@ -46,11 +46,11 @@ from bench.kafka_throughput import kafka_consume, kafka_produce
 from bench.proc import cpu_seconds
 from bench.report import bar_chart, write_report
 from bench.suite import machine
+from harness.gateway_process import GatewayProcess
+from harness.workers_process import WorkersProcess
 from pulsar_gateway.kafka_codec.errors import ErrorCode
 from pulsar_gateway.kafka_codec.protocol import KafkaDecodeError
 from pulsar_gateway.supervisor import resolve_workers
-from tests.support.gateway_process import GatewayProcess
-from tests.support.workers_process import WorkersProcess
 
 console = Console()
 PARTITIONS = 12

@@ -1,6 +1,6 @@
 """Issue 15's fetch-size scenario timed on the gateway and on tansu in one run: 1,000 records of
 10 kB then 1,000 of 500 kB in one partition, read by confluent-kafka with
-`max.partition.fetch.bytes` 100000 (tests/support/fetch_scenario.py).
+`max.partition.fetch.bytes` 100000 (harness/fetch_scenario.py).
 
     python -m bench.fetch_sizes
 """
@@ -11,9 +11,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from tests.support import fetch_scenario
-from tests.support.gateway_process import GatewayProcess
-from tests.support.tansu_process import TansuProcess
+from harness import fetch_scenario
+from harness.gateway_process import GatewayProcess
+from harness.tansu_process import TansuProcess
 
 
 def run(name: str, bootstrap: str) -> None:

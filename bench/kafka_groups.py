@@ -35,8 +35,8 @@ from rich.table import Table
 from bench.flame import Flame, flame_graph
 from bench.proc import cpu_seconds
 from bench.report import bar_chart, write_report
-from tests.support.gateway_process import GatewayProcess
-from tests.support.tansu_process import TansuProcess
+from harness.gateway_process import GatewayProcess
+from harness.tansu_process import TansuProcess
 
 console = Console()
 TOPIC = "bench-groups"

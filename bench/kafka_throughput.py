@@ -45,8 +45,8 @@ from rich.progress import Progress
 from rich.table import Table
 
 from bench.report import bar_chart, write_report
-from tests.support.gateway_process import GatewayProcess
-from tests.support.tansu_process import TansuProcess
+from harness.gateway_process import GatewayProcess
+from harness.tansu_process import TansuProcess
 
 console = Console()
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")

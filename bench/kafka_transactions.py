@@ -31,8 +31,8 @@ from rich.table import Table
 from bench.flame import flame_graph
 from bench.kafka_throughput import cpu_seconds, kafka_consume
 from bench.report import bar_chart, write_report
-from tests.support.gateway_process import GatewayProcess
-from tests.support.tansu_process import TansuProcess
+from harness.gateway_process import GatewayProcess
+from harness.tansu_process import TansuProcess
 
 console = Console()
 VALUE = b"x" * 100

@@ -21,8 +21,8 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from tests.support.gateway_process import free_port
-from tests.support.metadata_history import populate, start_up
+from harness.gateway_process import free_port
+from harness.metadata_history import populate, start_up
 
 console = Console()
 

@@ -32,9 +32,9 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 from rich.table import Table
 
 from bench.kafka_throughput import create_topic, kafka_produce
+from harness.gateway_process import REPO, GatewayProcess
+from harness.tansu_process import TansuProcess
 from pulsar_gateway.tools import html_report
-from tests.support.gateway_process import REPO, GatewayProcess
-from tests.support.tansu_process import TansuProcess
 
 console = Console()
 KAFKA_FORMAT = ("--entry-format", "kafka")

@@ -25,9 +25,9 @@ from confluent_kafka import Producer
 from rich.console import Console
 
 from bench.report import bar_chart, write_report
-from tests.support.cpu_hogs import burning_cpus
-from tests.support.gateway_process import GatewayProcess
-from tests.support.send_order import PRODUCERS, create_topic, read_back
+from harness.cpu_hogs import burning_cpus
+from harness.gateway_process import GatewayProcess
+from harness.send_order import PRODUCERS, create_topic, read_back
 
 console = Console()
 CODECS = ("none", "lz4", "zstd", "gzip")

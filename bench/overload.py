@@ -37,8 +37,8 @@ from rich.table import Table
 
 from bench.kafka_throughput import create_topic, kafka_produce
 from bench.proc import rss_kib
+from harness.gateway_process import GatewayProcess
 from pulsar_gateway.tools.html_report import bar_chart, line_chart, page, table
-from tests.support.gateway_process import GatewayProcess
 
 console = Console()
 PAYLOAD = b"x" * 100

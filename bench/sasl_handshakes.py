@@ -32,14 +32,14 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
 from bench.report import bar_chart, write_report
+from harness.gateway_process import REPO, GatewayProcess
+from harness.raw_kafka_socket import recv_frame
 from pulsar_gateway.handlers.kafka.sasl import SaslSession
 from pulsar_gateway.kafka_codec import protocol
 from pulsar_gateway.kafka_codec.errors import ErrorCode
 from pulsar_gateway.kafka_codec.protocol.messages import ApiKey
 from pulsar_gateway.security.credentials import make_record
 from pulsar_gateway.security.oauthbearer import TokenValidator, load_validator
-from tests.support.gateway_process import REPO, GatewayProcess
-from tests.support.raw_kafka_socket import recv_frame
 
 USER, PASSWORD = "bench", "bench-password"
 KEY = rsa.generate_private_key(public_exponent=65537, key_size=2048)

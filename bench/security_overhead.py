@@ -23,9 +23,9 @@ from typing import Any
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from bench.sasl_handshakes import authenticate
-from tests.support.certificates import make_certificates
-from tests.support.gateway_process import REPO, GatewayProcess, free_port
-from tests.support.waiting import wait_until
+from harness.certificates import make_certificates
+from harness.gateway_process import REPO, GatewayProcess, free_port
+from harness.waiting import wait_until
 
 USER, PASSWORD = "bench", "bench-password"
 

@@ -48,8 +48,8 @@ from bench.soak_kafka import warm_up as kafka_warm_up
 from bench.soak_report import print_terminal, write_html, write_json
 from bench.soak_verify import Readback, read_back, verify_amqp, verify_kafka
 from bench.soak_victims import VictimProcess
-from tests.support.gateway_process import GatewayProcess
-from tests.support.waiting import wait_until
+from harness.gateway_process import GatewayProcess
+from harness.waiting import wait_until
 
 console = Console()
 if not console.is_terminal:  # a log file: wide enough that the tables do not fold

@@ -28,12 +28,12 @@ from pamqp import header as amqp_header
 
 from bench.soak_common import Fault, Timeline, kafka_value
 from bench.soak_victims import VictimProcess
+from harness import kafka_wire
+from harness.gateway_process import GatewayProcess
+from harness.waiting import wait_until
 from pulsar_gateway.kafka_codec import protocol
 from pulsar_gateway.kafka_codec.errors import ErrorCode
 from pulsar_gateway.kafka_codec.record_batch import encode_batch
-from tests.support import kafka_wire
-from tests.support.gateway_process import GatewayProcess
-from tests.support.waiting import wait_until
 
 KINDS = (
     "broker_kill",

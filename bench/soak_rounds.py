@@ -33,8 +33,8 @@ from rich.console import Console
 from bench.amqp_throughput import rss_kib
 from bench.soak_kafka import consume_all
 from bench.soak_report import line_chart
+from harness.gateway_process import GatewayProcess
 from pulsar_gateway.tools.html_report import PALETTE, esc, page, table
-from tests.support.gateway_process import GatewayProcess
 
 console = Console()
 TOPICS = {"rounds-a": 3, "rounds-b": 2}

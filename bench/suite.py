@@ -132,7 +132,7 @@ def versions() -> dict[str, str]:
 
 def _tansu() -> str:
     try:
-        from tests.support.tansu_process import tansu_binary
+        from harness.tansu_process import tansu_binary
 
         return str(tansu_binary())
     except Exception:  # noqa: BLE001 - reported as unknown

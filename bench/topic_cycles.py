@@ -24,11 +24,11 @@ from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from bench.proc import rss_kib
+from harness.gateway_process import GatewayProcess
 from pulsar_gateway.gateway.backend.pulsar_backend import PulsarBackend
 from pulsar_gateway.gateway.config import DEFAULT_METADATA_NAMESPACE
 from pulsar_gateway.gateway.metadata_store import MetadataStore
 from pulsar_gateway.tools.gateway_link import discover
-from tests.support.gateway_process import GatewayProcess
 
 RECORDS = 10
 

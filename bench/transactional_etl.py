@@ -34,7 +34,7 @@ from rich.console import Console
 from rich.table import Table
 
 from bench.report import bar_chart, write_report
-from tests.support.gateway_process import GatewayProcess
+from harness.gateway_process import GatewayProcess
 
 console = Console()
 APIS = ("InitProducerId", "AddPartitionsToTxn", "AddOffsetsToTxn", "TxnOffsetCommit", "EndTxn")

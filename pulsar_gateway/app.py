@@ -18,6 +18,7 @@ from pulsar_gateway.gateway.backend.admin import PulsarAdmin
 from pulsar_gateway.gateway.backend.connection_security import PulsarSecurity
 from pulsar_gateway.gateway.backend.embedded import EmbeddedBroker
 from pulsar_gateway.gateway.backend.pulsar_backend import PulsarBackend
+from pulsar_gateway.gateway.backend.storage_sizes import StorageSizes
 from pulsar_gateway.gateway.backend.subscription_mirror import SubscriptionMirror
 from pulsar_gateway.gateway.cluster.membership import PulsarMembership
 from pulsar_gateway.gateway.cluster.report import ownership
@@ -240,7 +241,11 @@ class Gateway:
         # the users' rights live in the same store (docs/security.md, "Authorization"); the
         # bootstrap user is the deployment's administrator, so it may do everything
         bootstrap = [settings.gateway.bootstrap_user] if settings.gateway.bootstrap_user else []
-        authorizer = Authorizer(self.users, [*settings.authorization.superusers, *bootstrap])
+        authorizer = Authorizer(
+            self.users,
+            [*settings.authorization.superusers, *bootstrap],
+            short_namespace=f"{settings.kafka.tenant}/{settings.kafka.namespace}",
+        )
         kafka_listener: Any = None  # the console's
         if settings.kafka.enabled:
             from pulsar_gateway.handlers.kafka.port import KafkaStorage
@@ -329,7 +334,13 @@ class Gateway:
                 vhost_namespace,
                 kafka_listener,
                 self.users.names,
-                metrics_tls,
+                self.users,
+                StorageSizes(
+                    self.topics.stored_partition,
+                    self.broker.metrics_url if self.broker is not None else None,
+                    admin,
+                ),
+                tls=metrics_tls,
             )
             await self.metrics_server.start()
         self.ready = True

@@ -12,8 +12,11 @@ from typing import Any
 
 from pulsar_gateway.console.amqp_view import AmqpActions
 from pulsar_gateway.console.kafka_view import KafkaView
+from pulsar_gateway.console.migrations_view import MigrationsView
 from pulsar_gateway.console.routes import Console
+from pulsar_gateway.console.users_view import Accounts
 from pulsar_gateway.gateway import metrics
+from pulsar_gateway.gateway.backend.storage_sizes import StorageSizes
 from pulsar_gateway.gateway.config import Settings, is_loopback_host
 from pulsar_gateway.handlers.authorization import Authorizer
 from pulsar_gateway.handlers.http_login import HttpLogins
@@ -33,13 +36,17 @@ def management_port(
     vhost_namespace: Callable[[str], str] = str,
     kafka_server: Any = None,
     user_names: Callable[[], Iterable[str]] = tuple,
+    accounts: Accounts | None = None,
+    topic_sizes: StorageSizes | None = None,
     tls: ssl.SSLContext | None = None,
 ) -> metrics.MetricsServer:
     """The HTTP server of `[metrics]`, not started. `amqp_server`: the AMQP listener, once
     it listens (its broker, connections and address), or None without AMQP;
     `kafka_server`: the Kafka listener (its storage and group coordinators), or None;
-    `user_names`: the users store's names, for the console's users page; `tls`: the
-    context of `metrics.tls_cert_file` (loaded at start-up), or None for plain HTTP."""
+    `user_names`: the users store's names, for the console's users page; `accounts`: the
+    users store, which the console's administrators may change; `topic_sizes`: bytes stored
+    per partition, where the backend can tell (gateway/backend/storage_sizes.py); `tls`:
+    the context of `metrics.tls_cert_file` (loaded at start-up), or None for plain HTTP."""
     # the same users as AMQP's: the store, then the bootstrap table (guest from loopback)
     table = settings.amqp.users or {"guest": "guest"}
     logins = HttpLogins(PasswordLogins(users, table), authorizer)
@@ -61,9 +68,18 @@ def management_port(
             settings.kafka.namespace,
             settings.kafka.entry_format,
             settings.kafka.max_partitions_total,
+            sizes=topic_sizes if topic_sizes is not None and topic_sizes.available else None,
         )
     console = Console(
-        health, kafka_view, api, amqp_actions, user_names, authorizer.rights_for, table
+        health,
+        kafka_view,
+        api,
+        amqp_actions,
+        user_names,
+        authorizer.rights_for,
+        table,
+        MigrationsView(settings.gateway.data_dir),
+        accounts,
     )
     section = settings.metrics
     if tls is None and not is_loopback_host(section.host):

@@ -4,15 +4,16 @@ an embedded broker of its own for each test module that talks to Pulsar directly
 from __future__ import annotations
 
 import asyncio
+import os
 import uuid
 from collections.abc import Iterator
 
 import pytest
 from hypothesis import settings
 
+from harness.cpu_hogs import burning_cpus
+from harness.gateway_process import GatewayProcess
 from pulsar_gateway.gateway.backend.embedded import EmbeddedBroker
-from tests.support.cpu_hogs import burning_cpus
-from tests.support.gateway_process import GatewayProcess
 
 # Property tests check behaviour, not speed: on a loaded machine (the stress mode, CI beside
 # other jobs) hypothesis' default 200 ms deadline per example failed tests that were right.
@@ -36,7 +37,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 @pytest.fixture(scope="session", autouse=True)
 def cpu_hogs(request: pytest.FixtureRequest) -> Iterator[None]:
-    with burning_cpus(request.config.getoption("--cpu-hogs")):
+    """The hogs asked for in all, shared out among pytest-xdist's test processes."""
+    wanted = request.config.getoption("--cpu-hogs")
+    processes = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    worker = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw") or 0)
+    with burning_cpus(wanted // processes + (worker < wanted % processes)):
         yield
 
 

@@ -2,10 +2,10 @@
 
 The listings are the management API's (`/api/queues`, `/api/connections`...), which the
 page reads itself. The actions are checked as the AMQP methods they stand for are
-(handlers/amqp/authorization.py): purging a queue needs READ on its vhost's namespace
-(queue.purge's), deleting it DELETE (queue.delete's); closing a connection is for an
-administrator, or the connection's own user. A queue is acted on only in a vhost this
-member has open (in a cluster, the member that serves the vhost)."""
+(handlers/amqp/authorization.py): purging a queue needs READ on the queue as a topic of
+its vhost's namespace (queue.purge's), deleting it DELETE (queue.delete's); closing a
+connection is for an administrator, or the connection's own user. A queue is acted on
+only in a vhost this member has open (in a cluster, the member that serves the vhost)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
 from pulsar_gateway.console.kafka_view import ConsoleError, Viewer
-from pulsar_gateway.security.rights import DELETE, NAMESPACE, READ
+from pulsar_gateway.security.rights import DELETE, READ, TOPIC
 
 Json = Any
 
@@ -37,9 +37,8 @@ class AmqpActions:
         """The open vhost holding `queue`, when the caller may do `operation` on it; 404
         alike for a queue that does not exist and one the caller may not see."""
         access = caller.access
-        allowed = access.unrestricted or access.may(
-            NAMESPACE, self.vhost_namespace(vhost), operation
-        )
+        names = access.topic_names(self.vhost_namespace(vhost), queue)
+        allowed = access.unrestricted or access.may(TOPIC, names, operation)
         state = self.listener.broker.vhosts.get(vhost)
         if state is None or queue not in state.topology.queues:
             raise ConsoleError(404, f"no queue '{queue}' in vhost '{vhost}' here")

@@ -14,7 +14,7 @@ from __future__ import annotations
 import base64
 import struct
 import time
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, Protocol
 
 from pulsar_gateway.gateway.cluster.view import group_key, partition_key
@@ -38,7 +38,16 @@ from pulsar_gateway.handlers.kafka.port import (
     UnknownTopic,
 )
 from pulsar_gateway.kafka_codec.entry_format import StoredRecord, records_of, topic_format
-from pulsar_gateway.security.rights import CLUSTER, CREATE, DELETE, DESCRIBE, GROUP, NAMESPACE, READ
+from pulsar_gateway.security.rights import (
+    CLUSTER,
+    CLUSTER_NAME,
+    CREATE,
+    DELETE,
+    DESCRIBE,
+    GROUP,
+    READ,
+    TOPIC,
+)
 
 MAX_RECORDS = 100
 MAX_FIELD_BYTES = 16 * 1024
@@ -46,10 +55,12 @@ MAX_PARTITIONS_SHOWN = 256  # a topic page reads at most this many partitions' o
 MAX_READ_BYTES = 1 << 20
 MAX_TOPIC_PARTITIONS = 1000  # what the console may create at once
 SCAN_SECONDS = 10.0  # a reset to a timestamp scans for at most this long per partition
-CLUSTER_NAME = "kafka-cluster"
 EMPTY_STATES = ("Empty", "Dead")
 
 Json = Any
+# Pulsar names of Kafka partitions -> bytes stored, for those the backend can tell
+# (gateway/backend/storage_sizes.py, handed over by the composition root)
+Sizes = Callable[[list[str]], Awaitable[dict[str, int]]]
 
 
 class ConsoleError(Exception):
@@ -101,8 +112,12 @@ class KafkaView:
         namespace: str,
         default_entry_format: str,
         max_partitions_total: int,
+        sizes: Sizes | None = None,
     ) -> None:
+        """`sizes`: None where the backend cannot tell topic sizes (an external Pulsar
+        without `pulsar.admin_url`)."""
         self.storage = storage
+        self.sizes = sizes
         self.classic = classic
         self.consumer = consumer
         self.tenant = tenant
@@ -116,11 +131,14 @@ class KafkaView:
         return kafka_topic_name(record.name, self.tenant, self.namespace)
 
     def topic_may(self, caller: Viewer, kafka_name: str, operation: str) -> bool:
-        """As the Kafka APIs ask: the operation on the topic's Pulsar namespace."""
+        """As the Kafka APIs ask: the operation on the topic, by every name it has."""
         if caller.access.unrestricted:
             return True
-        pulsar_name = pulsar_topic(kafka_name, self.tenant, self.namespace)
-        return caller.access.may(NAMESPACE, namespace_of(pulsar_name), operation)
+        path = pulsar_topic(kafka_name, self.tenant, self.namespace).split("://", 1)[-1]
+        namespace = namespace_of(path)
+        short = path[len(namespace) + 1 :]
+        names = (path, short) if namespace == f"{self.tenant}/{self.namespace}" else (path,)
+        return caller.access.may(TOPIC, names, operation)
 
     def _topic(self, caller: Viewer, kafka_name: str, operation: str) -> TopicRecord:
         """The topic's record; 404 alike for one that does not exist and one not allowed."""
@@ -173,6 +191,30 @@ class KafkaView:
         rows.sort(key=lambda row: row["name"])
         return rows
 
+    async def add_sizes(self, rows: list[Json]) -> list[Json]:
+        """Each listed topic's bytes stored: the sum over the partitions the backend
+        names (None when it names none of them), and `sizes` on whether it can tell."""
+        names = {
+            row["name"]: [
+                partition_topic(pulsar_topic(row["name"], self.tenant, self.namespace), i)
+                for i in range(row["partitions"])
+            ]
+            for row in rows
+        }
+        found = await self._sizes([n for ns in names.values() for n in ns])
+        for row in rows:
+            known = [found[n] for n in names[row["name"]] if n in found]
+            row["bytes"] = sum(known) if known else None
+        return rows
+
+    async def _sizes(self, names: list[str]) -> dict[str, int]:
+        if self.sizes is None or not names:
+            return {}
+        try:
+            return await self.sizes(names)
+        except StorageError:
+            return {}
+
     def _format(self, record: TopicRecord) -> str:
         return topic_format(record.configs, self.default_entry_format).name
 
@@ -189,8 +231,13 @@ class KafkaView:
             else:
                 row["served_here"] = False
             partitions.append(row)
+        stored = [partition_topic(record.name, row["partition"]) for row in partitions]
+        sizes = await self._sizes(stored)
+        for row, name in zip(partitions, stored, strict=True):
+            row["bytes"] = sizes.get(name)
         return {
             "name": kafka_name,
+            "sizes": self.sizes is not None,
             "topic_id": record.topic_id,
             "partition_count": record.partitions,
             "entry_format": self._format(record),

@@ -1,11 +1,12 @@
-"""The console's HTTP answers: its three static files and the JSON its pages read.
+"""The console's HTTP answers: its static files and the JSON its pages read.
 
 The management port (gateway/metrics.py) hands every request for `/` and `/console/...`
 here with the caller it logged in (handlers/http_login.py). `GET /` is the page;
-`/console/static/<file>` its script and style sheet (read once from the package, nothing
-else is served from disk); `/console/api/...` the JSON: `me`, `overview`, `topics[/<name>
-[/messages]]`, `groups[/<id>]`, `users`, and `POST /console/api/actions` for an
-administrator's actions. Every answer shows only what the caller may describe.
+`/console/static/<file>` its script and style sheet (read once from the package; from disk
+only the parity reports' own pages, `/console/reports/parity/<id>.html`, from the data
+directory); `/console/api/...` the JSON: `me`, `overview`, `topics[/<name>[/messages]]`,
+`groups[/<id>]`, `users`, `migrations`, `parity/<id>`, and `POST /console/api/actions`
+for an administrator's actions. Every answer shows only what the caller may describe.
 
 Rates are not kept here: `overview` gives the counters' totals with the time they were
 read, and the page keeps the last hour of differences in its own memory, bounded."""
@@ -23,18 +24,23 @@ from typing import Any
 
 from pulsar_gateway.console.amqp_view import AmqpActions
 from pulsar_gateway.console.kafka_view import ConsoleError, KafkaView, Viewer
+from pulsar_gateway.console.migrations_view import MigrationsView
+from pulsar_gateway.console.users_view import Accounts, UsersView
 from pulsar_gateway.gateway import metrics
-from pulsar_gateway.security.rights import Rights, to_record
+from pulsar_gateway.security.rights import Rights
 
 log = logging.getLogger("gateway.console")
 
 STATIC_FILES = {
     "console.js": "text/javascript; charset=utf-8",
+    "console-amqp.js": "text/javascript; charset=utf-8",
+    "console-migrations.js": "text/javascript; charset=utf-8",
+    "console-users.js": "text/javascript; charset=utf-8",
     "console.css": "text/css; charset=utf-8",
 }
 JSON_KIND = "application/json"
+REPORTS = "/console/reports/parity/"  # a parity report's own HTML page: <id>.html
 BUSIEST = 10
-MAX_USERS_SHOWN = 1000
 
 Json = Any
 # (method, path, caller) -> (status, JSON): the management API (handlers/amqp/management.py)
@@ -114,17 +120,20 @@ class Console:
         user_names: Callable[[], Iterable[str]],
         rights_of: Callable[[str], Rights],
         table_users: Iterable[str],
+        migrations: MigrationsView | None = None,
+        accounts: Accounts | None = None,
     ) -> None:
         """`api`: the management API's handler, for the queues the overview names;
         `user_names` and `rights_of`: the users store and the authorizer; `table_users`:
-        the bootstrap table `amqp.users`, administrators, named without their passwords."""
+        the bootstrap table `amqp.users`, administrators, named without their passwords;
+        `migrations`: the migrate runs and parity reports in the data directory;
+        `accounts`: the users store an administrator changes (None: read-only)."""
         self.health = health
         self.kafka = kafka
         self.api = api
         self.amqp = amqp
-        self.user_names = user_names
-        self.rights_of = rights_of
-        self.table_users = sorted(table_users)
+        self.accounts = UsersView(user_names, rights_of, table_users, accounts)
+        self.migrations = migrations or MigrationsView(None)
         self.page = _static("index.html")
         self.files = {name: _static(name) for name in STATIC_FILES}
 
@@ -144,6 +153,10 @@ class Console:
                 if name in self.files:
                     return 200, STATIC_FILES[name], self.files[name]
                 return 404, "text/plain", b"not found\n"
+            if path.startswith(REPORTS) and path.endswith(".html"):
+                report_id = urllib.parse.unquote(path.removeprefix(REPORTS).removesuffix(".html"))
+                page = self.migrations.parity_html(caller, report_id)
+                return 200, "text/html; charset=utf-8", page
             if path.startswith("/console/api/"):
                 words = [urllib.parse.unquote(w) for w in path.split("/")[3:]]
                 return _json(200, await self._read(caller, words, query))
@@ -163,13 +176,18 @@ class Console:
                     "may_monitor": bool(getattr(caller, "may_monitor", False)),
                     "kafka": kafka is not None,
                     "amqp": self.api is not None,
+                    "topic_sizes": kafka is not None and kafka.sizes is not None,
                 }
             case ["overview"]:
                 return self.overview(caller)
             case ["users"]:
                 return self.users(caller)
+            case ["migrations"]:
+                return self.migrations.overview(caller)
+            case ["parity", report_id]:
+                return self.migrations.parity_report(caller, report_id)
             case ["topics"] if kafka is not None:
-                return kafka.topics(caller)
+                return await kafka.add_sizes(kafka.topics(caller))
             case ["topics", name] if kafka is not None:
                 return await kafka.topic(caller, name)
             case ["topics", name, "messages"] if kafka is not None:
@@ -245,18 +263,7 @@ class Console:
         }
 
     def users(self, caller: Viewer) -> Json:
-        """Users and their rights: an administrator sees everyone, a user itself only."""
-        if caller.administrator:
-            names = sorted(set(self.user_names()))[:MAX_USERS_SHOWN]
-            table = self.table_users
-        else:
-            names = [caller.user] if caller.user not in self.table_users else []
-            table = []
-        rows = [{"user": n, "source": "users store", **to_record(self.rights_of(n))} for n in names]
-        rows += [
-            {"user": n, "source": "amqp.users", "superuser": True, "grants": []} for n in table
-        ]
-        return {"editable": False, "users": rows}
+        return self.accounts.listing(caller)
 
     # --- actions ------------------------------------------------------------------------
 
@@ -274,11 +281,12 @@ class Console:
         if handler is None:
             raise ConsoleError(400, f"no action '{action}' here")
         answer = await handler(caller, request)
+        # the answer names what changed (never a password: no answer holds one)
         log.info("console: user '%s' did %s: %s", caller.user, action, json.dumps(answer)[:300])
         return answer
 
     def _actions(self) -> dict[str, Callable[[Viewer, dict[str, Any]], Awaitable[Json]]]:
-        actions: dict[str, Callable[[Viewer, dict[str, Any]], Awaitable[Json]]] = {}
+        actions = self.accounts.actions()
         kafka, amqp = self.kafka, self.amqp
         if kafka is not None:
             actions["create_topic"] = lambda c, r: kafka.create_topic(

@@ -45,6 +45,19 @@ def records_in(message: StoredMessage) -> int:
     return int(count) if count else 1
 
 
+# The gateway's sequence stamp on each message it writes (resend_filter.py); one ending in
+# MORE is not the last of the Kafka record batch it was written with (docs/offsets.md,
+# "A batch is numbered whole").
+SEQ = "__gw.seq"
+MORE = "+"
+
+
+def ends_no_batch(message: StoredMessage) -> bool:
+    """Whether more of the Kafka batch that `message` belongs to follows it."""
+    stamp = message.properties.get(SEQ)
+    return stamp is not None and stamp.endswith(MORE)
+
+
 class LogEntry(NamedTuple):
     """A message of a partition log and the offset of its first record."""
 

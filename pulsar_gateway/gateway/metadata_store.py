@@ -58,7 +58,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import uuid
 from collections.abc import Callable, Iterator
@@ -68,32 +67,35 @@ from typing import Any
 from pulsar_gateway.gateway.backend.pulsar_backend import BackendError, PulsarBackend
 from pulsar_gateway.gateway.backend.reader_stream import EARLIEST
 from pulsar_gateway.gateway.messages import MessageKey, OutMessage
+from pulsar_gateway.gateway.metadata_records import (
+    CHUNK_BYTES,
+    CHUNK_KEYS,
+    CONTROL,
+    DELETED,
+    GONE,
+    IF_ABSENT,
+    INDEX,
+    PART_OF,
+    RESERVED_KEY,
+    UNREADABLE,
+    WRITER,
+    LogReplay,
+    change_records,
+    chunks,
+    encode,
+    format_id,
+    loads,
+    parse_id,
+    signed,
+)
 from pulsar_gateway.gateway.waiting import cancel_and_wait
 
 log = logging.getLogger("gateway.metadata")
 
 SNAPSHOT_EVERY = 10_000  # records appended before the next snapshot (at least the key count)
-CHUNK_KEYS = 2_000  # keys per snapshot chunk...
-CHUNK_BYTES = 1024 * 1024  # ...fewer when they would make a chunk bigger than this
 TAIL_WINDOW = 64  # pointer records read before the marker, before reading them all
 
-DELETED = "deleted"
-CONTROL = "__gw.meta"  # marker | begin | chunk | end | changes
-PART_OF = "__gw.snapshot"  # chunk and end records: the id of their snapshot's begin
-INDEX = "__gw.chunk"  # a chunk's number; on the end record, how many chunks there are
-RESERVED_KEY = "__gw.metadata__"
-WRITER = "__gw.writer"  # which store instance appended a record (followers skip their own)
-# A record that sets its key only where the key is absent at its place in the log: the first
-# such record of a key wins on every reader, whoever wrote it (`create_if_absent`).
-IF_ABSENT = "__gw.if_absent"
 FOLLOW_WAIT_SECONDS = 1.0
-
-
-class _Gone:
-    """The value of a deleted key in a batch of changes."""
-
-
-GONE = _Gone()
 
 
 @dataclass(slots=True)
@@ -102,76 +104,6 @@ class _Group:
 
     changes: list[tuple[str, bytes | None]]  # each key's JSON; None deletes it
     outcome: asyncio.Future[BaseException | None]
-
-
-# one encoder for every write: json.dumps with non-default separators builds a new one per
-# call, which cost more than the encoding of a small offset record
-_JSON = json.JSONEncoder(separators=(",", ":"))
-
-
-def _encode(value: Any) -> bytes:
-    return _JSON.encode(value).encode()
-
-
-def _format_id(mid: MessageKey) -> str:
-    return ":".join(str(part) for part in mid)
-
-
-def _parse_id(text: str) -> MessageKey:
-    ledger, entry, batch = (int(part) for part in text.split(":"))
-    return (ledger, entry, batch)
-
-
-def _chunks(items: list[tuple[str, Any]], keys: int, max_bytes: int) -> Iterator[bytes]:
-    """The items as JSON objects of at most `keys` keys, halved while over `max_bytes`."""
-    parts = [items[i : i + keys] for i in reversed(range(0, len(items), keys))]
-    while parts:
-        part = parts.pop()
-        payload = _encode(dict(part))
-        if len(payload) > max_bytes and len(part) > 1:
-            half = len(part) // 2
-            parts += [part[half:], part[:half]]
-            continue
-        yield payload
-
-
-def _apply_changes(table: dict[str, Any], changes: dict[str, Any]) -> None:
-    for key, value in changes.items():
-        if value is GONE:
-            table.pop(key, None)
-        else:
-            table[key] = value
-
-
-def _records(changes: list[tuple[str, bytes | None]]) -> list[OutMessage]:
-    """The log records of a group of changes (each key's JSON, None for a delete), in order:
-    the plain per-key record for one key; for several, `changes` records of at most
-    CHUNK_KEYS keys and about CHUNK_BYTES, made of the values as they were encoded when
-    written. A key changed twice in the group keeps its last change (only the last one
-    counts on load either way)."""
-    if len(changes) == 1:
-        key, payload = changes[0]
-        if payload is None:
-            return [OutMessage(b"", key=key, properties={DELETED: "1"})]
-        return [OutMessage(payload, key=key)]
-    latest = dict(changes)
-    properties = {DELETED: "1", CONTROL: "changes"}
-    records: list[OutMessage] = []
-    members: list[bytes] = []
-    size = 0
-    for key, payload in latest.items():
-        member = _encode(key) + (b":[]" if payload is None else b":[" + payload + b"]")
-        if members and (len(members) >= CHUNK_KEYS or size + len(member) > CHUNK_BYTES):
-            records.append(_changes_record(members, properties))
-            members, size = [], 0
-        members.append(member)
-        size += len(member) + 1
-    records.append(_changes_record(members, properties))
-    return records
-
-
-def _changes_record(members: list[bytes], properties: dict[str, str]) -> OutMessage:
-    return OutMessage(b"{" + b",".join(members) + b"}", key=RESERVED_KEY, properties=properties)
 
 
 class MetadataStore:
@@ -297,7 +229,7 @@ class MetadataStore:
                         return newest
                     if CONTROL not in message.properties and message.payload:
                         with contextlib.suppress(ValueError):  # not an id: not a pointer
-                            newest = _format_id(_parse_id(message.payload.decode()))
+                            newest = format_id(parse_id(message.payload.decode()))
         finally:
             await stream.close()
 
@@ -306,66 +238,25 @@ class MetadataStore:
         `newest` (or from the start when "") up to `end`; None if that snapshot is not
         complete."""
         stream = await self.backend.open_reader(
-            self.topic, _parse_id(newest) if newest else EARLIEST
+            self.topic, parse_id(newest) if newest else EARLIEST
         )
-        base: dict[str, Any] = {}
-        changes: dict[str, Any] = {}
-        # records that set a key only where absent, with the changes before each of them
-        # (`changes` is applied over the snapshot at the end, so their test waits too)
-        conditional: list[tuple[dict[str, Any], str, Any]] = []
-        chunks: set[str] = set()
-        chunk_count = -1
-        count = 0
+        replay = LogReplay(newest, self._unreadable)
         try:
             while True:
                 batch = await stream.read_batch(5000, timeout=10, expect_more=True)
                 if not batch:
                     raise TimeoutError(f"metadata store {self.topic} did not reach its end")
                 for message in batch:
-                    count += 1
-                    properties = message.properties
-                    kind = properties.get(CONTROL)
-                    if kind is None:
-                        if properties.get(DELETED):
-                            changes[message.key] = GONE
-                            continue
-                        try:
-                            value = json.loads(message.payload or b"null")
-                        except ValueError:
-                            self._unreadable(message.key)
-                            continue
-                        if properties.get(IF_ABSENT):
-                            conditional.append((changes, message.key, value))
-                            changes = {}
-                        else:
-                            changes[message.key] = value
-                    elif kind == "changes":
-                        try:
-                            group = json.loads(message.payload or b"{}")
-                        except ValueError:
-                            self._unreadable(RESERVED_KEY)
-                            continue
-                        for key, value in group.items():
-                            changes[key] = value[0] if isinstance(value, list) and value else GONE
-                    elif newest and properties.get(PART_OF) == newest:
-                        if kind == "chunk":
-                            base.update(json.loads(message.payload or b"{}"))
-                            chunks.add(properties.get(INDEX, ""))
-                        elif kind == "end":
-                            chunk_count = int(properties.get(INDEX, "-1"))
+                    replay.add(message)
                 if batch[-1].id >= end:
                     break
         finally:
             await stream.close()
-        self.loaded_records = count
-        if newest and (chunk_count < 0 or chunks != {str(i) for i in range(chunk_count)}):
+        self.loaded_records = replay.count
+        if not replay.complete():
             log.warning("metadata snapshot at %s is incomplete: reading the whole log", newest)
             return None
-        for before, key, value in conditional:
-            _apply_changes(base, before)
-            base.setdefault(key, value)
-        _apply_changes(base, changes)
-        return base, count
+        return replay.table(), replay.count
 
     def _unreadable(self, key: str) -> None:
         if not self.unreadable_records:
@@ -420,10 +311,10 @@ class MetadataStore:
             return  # not the first of its key: the one before it stands
         if kind is None:
             changes: dict[str, Any] = {
-                message.key: GONE if properties.get(DELETED) else _loads(message.payload)
+                message.key: GONE if properties.get(DELETED) else loads(message.payload)
             }
         elif kind == "changes":
-            group = _loads(message.payload)
+            group = loads(message.payload)
             if not isinstance(group, dict):
                 return
             changes = {
@@ -442,7 +333,7 @@ class MetadataStore:
                 else:
                     self._own_unread.pop(key, None)
                 continue
-            if key in self._own_unread or value is _UNREADABLE:
+            if key in self._own_unread or value is UNREADABLE:
                 continue  # this store's own later write of the key wins, as in a replay
             if value is GONE:
                 self._unset(key)
@@ -531,9 +422,9 @@ class MetadataStore:
                 await self.put(key, value)
                 return value
             return existing
-        message = OutMessage(_encode(value), key=key, properties={IF_ABSENT: "1"})
+        message = OutMessage(encode(value), key=key, properties={IF_ABSENT: "1"})
         _, last = await self.backend.send(
-            self.topic, [_signed(message, self.writer_id)], batching=False
+            self.topic, [signed(message, self.writer_id)], batching=False
         )
         self.appended += 1
         self._since += 1
@@ -549,7 +440,7 @@ class MetadataStore:
         if value is GONE or old is GONE:
             return value is old
         # == alone takes 1 for True and 1.0 for 1, which JSON stores differently
-        return bool(old == value) and _encode(old) == _encode(value)
+        return bool(old == value) and encode(old) == encode(value)
 
     async def _write(self, changes: dict[str, Any]) -> None:
         """Append the changes that change something, with this loop turn's other writes in
@@ -565,7 +456,7 @@ class MetadataStore:
                 self._unset(key)
                 new.append((key, None))
             else:
-                payload = _encode(value)  # a value JSON cannot hold fails here, unstored
+                payload = encode(value)  # a value JSON cannot hold fails here, unstored
                 self._set(key, value)
                 new.append((key, payload))
         if new:
@@ -599,7 +490,7 @@ class MetadataStore:
             self._group = None  # later writes start the next group
         keys = [key for key, _ in group.changes]
         try:
-            records = _records(group.changes)
+            records = change_records(group.changes)
         except BaseException as error:
             group.outcome.set_result(error)
             raise
@@ -624,7 +515,7 @@ class MetadataStore:
         for key in keys:
             self._in_flight[key] = outcome
         if self._signing:
-            messages = [_signed(message, self.writer_id) for message in messages]
+            messages = [signed(message, self.writer_id) for message in messages]
             for key in set(keys):
                 self._own_unread[key] = self._own_unread.get(key, 0) + 1
         error: BaseException | None = None
@@ -676,12 +567,12 @@ class MetadataStore:
         """Append the whole table; loads from now on start at its `begin` record."""
         begin, _ = await self._append_control("begin")
         appended_before = self.appended
-        snapshot_id = _format_id(begin)
+        snapshot_id = format_id(begin)
         # other writers' records stored before `begin` must be in the copy
         await self._reach(begin)
         items = list(self._table.items())  # copied only now: see the module docstring
         count = 0
-        for payload in _chunks(items, self.chunk_keys, CHUNK_BYTES):
+        for payload in chunks(items, self.chunk_keys, CHUNK_BYTES):
             await self._append_control("chunk", {PART_OF: snapshot_id, INDEX: str(count)}, payload)
             count += 1
         await self._append_control("end", {PART_OF: snapshot_id, INDEX: str(count)})
@@ -694,29 +585,6 @@ class MetadataStore:
     async def close(self) -> None:
         """Stop a snapshot in progress (an incomplete one is never used), and following."""
         await cancel_and_wait(self._snapshot_task, self._follower)
-
-
-class _Unreadable:
-    """A followed record that is not JSON: skipped."""
-
-
-_UNREADABLE = _Unreadable()
-
-
-def _loads(payload: bytes | None) -> Any:
-    try:
-        return json.loads(payload or b"null")
-    except (ValueError, RecursionError):
-        return _UNREADABLE
-
-
-def _signed(message: OutMessage, writer: str) -> OutMessage:
-    return OutMessage(
-        message.payload,
-        key=message.key,
-        properties={**(message.properties or {}), WRITER: writer},
-        event_time=message.event_time,
-    )
 
 
 def _log_snapshot_failure(task: asyncio.Task[None]) -> None:

@@ -219,6 +219,13 @@ CONSOLE_HEADERS = (
     "frame-ancestors 'none'\r\nX-Content-Type-Options: nosniff\r\n"
     "Cache-Control: no-store\r\n"
 )
+# A parity report's own page (`/console/reports/...`, written by the parity tool) styles
+# itself inline and runs nothing: it may use its inline style sheet, and no more.
+REPORT_HEADERS = (
+    "Content-Security-Policy: default-src 'none'; style-src 'unsafe-inline'; "
+    "img-src data:; frame-ancestors 'none'; sandbox\r\n"
+    "X-Content-Type-Options: nosniff\r\nCache-Control: no-store\r\n"
+)
 
 
 @dataclass(frozen=True)
@@ -340,7 +347,8 @@ class MetricsServer:
                 return _json(403, {"error": "forbidden", "reason": "X-Console header missing"})
             body = await asyncio.wait_for(reader.readexactly(length), UPLOAD_SECONDS)
         status, kind, content = await self.console(method, path, caller, body)
-        return _Answer(status, kind, content, challenge=status == 401, headers=CONSOLE_HEADERS)
+        extra = REPORT_HEADERS if path.startswith("/console/reports/") else CONSOLE_HEADERS
+        return _Answer(status, kind, content, challenge=status == 401, headers=extra)
 
     def _public(self, route: str) -> _Answer | None:
         """The answer for a path anyone may read; None when the path needs a caller."""

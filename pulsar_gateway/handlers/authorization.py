@@ -15,6 +15,10 @@ Who is bound by rights (docs/security.md, "Authorization"):
   connection is bound is settled at its login, so removing a user from the store never
   widens an open connection's rights.
 
+Rules for `User:*` (the store's user `*`) bind every bound user besides its own; a rule
+bound to a host applies to connections from that address (the peer's, as the socket
+reports it).
+
 Every denial is logged (peer, user, resource, operation; never a secret) through a
 rate-limited logger per protocol, and counted in gateway_authorization_denials_total.
 """
@@ -27,7 +31,14 @@ from typing import Any, Protocol
 
 from pulsar_gateway.gateway import metrics
 from pulsar_gateway.security.credentials import shown
-from pulsar_gateway.security.rights import NO_RIGHTS, Rights, RightsTable
+from pulsar_gateway.security.rights import (
+    EVERYONE,
+    NO_RIGHTS,
+    Rights,
+    RightsError,
+    RightsTable,
+    normal_host,
+)
 
 AUDIT_LOGGERS = {
     "kafka": "gateway.kafka.authz",
@@ -61,8 +72,10 @@ class Access:
 
     __slots__ = (
         "_answers",
+        "_merged",
         "_rights_seen",
         "authorizer",
+        "host",
         "peer",
         "protocol",
         "unrestricted",
@@ -70,28 +83,47 @@ class Access:
     )
 
     def __init__(
-        self, authorizer: Authorizer, user: str, peer: str, protocol: str, unrestricted: bool
+        self,
+        authorizer: Authorizer,
+        user: str,
+        peer: str,
+        protocol: str,
+        unrestricted: bool,
+        host: str | None = None,
     ) -> None:
+        """`peer` is `host:port` (the audit lines'); `host`, when given, the address alone
+        (else taken from `peer`), which host-bound rules are matched against."""
         self.authorizer = authorizer
         self.user = user
         self.peer = peer
         self.protocol = protocol
         self.unrestricted = unrestricted
-        self._rights_seen: Rights | None = None
+        self.host = host_of(peer) if host is None else host_of(host, with_port=False)
+        self._rights_seen: tuple[Rights, Rights] | None = None
+        self._merged = NO_RIGHTS
         self._answers: dict[Any, bool] = {}
 
     @property
     def rights(self) -> Rights:
-        return self.authorizer.rights_for(self.user)
+        """The user's rules and `User:*`'s, as one value that stays the same object while
+        neither changes (so that remembered answers stay valid)."""
+        seen = (self.authorizer.rights_for(self.user), self.authorizer.everyones(self.user))
+        previous = self._rights_seen
+        if previous is None or seen[0] is not previous[0] or seen[1] is not previous[1]:
+            self._rights_seen = seen
+            self._merged = seen[0].merged(seen[1])
+            self._answers = {}
+        return self._merged
 
-    def may(self, resource: str, name: str, operation: str) -> bool:
-        """The answer, without a log line (a filter: Metadata hiding topics, say)."""
+    def may(self, resource: str, name: str | tuple[str, ...], operation: str) -> bool:
+        """The answer, without a log line (a filter: Metadata hiding topics, say). A topic
+        is named by every name it answers to (`topic_names`)."""
         if self.unrestricted:
             return True
         key = (resource, name, operation)
         answer = self.remembered(key)
         if answer is None:
-            answer = self.rights.allows(resource, name, operation)
+            answer = self.rights.allows(resource, name, operation, self.host)
             self.remember(key, answer)
         return answer
 
@@ -99,12 +131,15 @@ class Access:
         """An answer stored by `remember` under `key`, while the user's rights (immutable
         values, replaced as a whole by the store on a change) are still the same object;
         None when there is none."""
-        rights = self.rights
-        if rights is not self._rights_seen:
-            self._rights_seen = rights
-            self._answers = {}
+        merged = self._merged
+        if self.rights is not merged:
             return None
         return self._answers.get(key)
+
+    def topic_names(self, namespace: str, name: str) -> tuple[str, ...]:
+        """The names a topic (or AMQP queue or exchange) `name` of namespace `tenant/ns`
+        answers to in rules: `tenant/ns/name`, and `name` where short names live."""
+        return self.authorizer.topic_names(namespace, name)
 
     def remember(self, key: Any, answer: bool) -> None:
         if len(self._answers) >= REMEMBERED_ANSWERS:
@@ -112,14 +147,23 @@ class Access:
         self._answers[key] = answer
 
     def may_any(self, resource: str, operation: str) -> bool:
-        return self.unrestricted or self.rights.allows_any(resource, operation)
+        return self.unrestricted or self.rights.allows_any(resource, operation, self.host)
 
-    def check(self, resource: str, name: str, operation: str, subject: str = "") -> bool:
+    def may_see_namespace(self, namespace: str) -> bool:
+        """Some ALLOW rule that may cover a topic of the namespace (an AMQP vhost's)."""
+        if self.unrestricted:
+            return True
+        short = namespace == self.authorizer.short_namespace
+        return self.rights.allows_some_topic_in(namespace, short, self.host)
+
+    def check(
+        self, resource: str, name: str | tuple[str, ...], operation: str, subject: str = ""
+    ) -> bool:
         """The answer; a denial is logged (naming `subject`, the topic or queue asked for,
         when given) and counted."""
         if self.may(resource, name, operation):
             return True
-        self.denied(resource, subject or name, operation)
+        self.denied(resource, subject or (name if isinstance(name, str) else name[0]), operation)
         return False
 
     def denied(self, resource: str, name: str, operation: str) -> None:
@@ -138,9 +182,30 @@ class Access:
 class Authorizer:
     """The gateway's rights, for the listeners: makes each connection's `Access`."""
 
-    def __init__(self, store: RightsStore | None = None, superusers: Iterable[str] = ()) -> None:
+    def __init__(
+        self,
+        store: RightsStore | None = None,
+        superusers: Iterable[str] = (),
+        short_namespace: str | None = None,
+    ) -> None:
+        """`short_namespace`: `tenant/ns` where short Kafka topic names live
+        (kafka.tenant/kafka.namespace); its topics answer to their short names too."""
         self.store: RightsStore = store if store is not None else RightsTable()
         self.superusers = frozenset(superusers)
+        self.short_namespace = short_namespace
+
+    def topic_names(self, namespace: str, name: str) -> tuple[str, ...]:
+        full = f"{namespace}/{name}"
+        return (full, name) if namespace == self.short_namespace else (full,)
+
+    def everyones(self, user: str) -> Rights:
+        """`User:*`'s rules (none for a superuser, whom no rule binds)."""
+        if user in self.superusers:
+            return NO_RIGHTS
+        try:
+            return self.store.rights_of(EVERYONE)
+        except Exception:
+            return NO_RIGHTS
 
     def rights_for(self, user: str) -> Rights:
         if user in self.superusers:
@@ -154,9 +219,19 @@ class Authorizer:
         """A connection rights do not bind (see the module's docstring)."""
         return Access(self, user, peer, protocol, unrestricted=True)
 
-    def bound(self, protocol: str, peer: str, user: str) -> Access:
+    def bound(self, protocol: str, peer: str, user: str, host: str | None = None) -> Access:
         """A users-store user's connection: only what was granted."""
-        return Access(self, user, peer, protocol, unrestricted=False)
+        return Access(self, user, peer, protocol, unrestricted=False, host=host)
+
+
+def host_of(peer: str, with_port: bool = True) -> str | None:
+    """The IP address of a `host:port` peer text (or of an address alone, without
+    `with_port`); None when it holds none (a test's `-`)."""
+    host = peer.rsplit(":", 1)[0] if with_port and ":" in peer else peer
+    try:
+        return normal_host(host)
+    except RightsError:
+        return None
 
 
 def peer_text(peer: Any) -> str:

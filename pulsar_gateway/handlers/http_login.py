@@ -29,12 +29,11 @@ from pulsar_gateway.gateway import metrics
 from pulsar_gateway.handlers.authorization import Access, Authorizer
 from pulsar_gateway.security.credentials import shown
 from pulsar_gateway.security.logins import PasswordLogins, Verdict, basic_credentials
-from pulsar_gateway.security.rights import CLUSTER, DESCRIBE, NAMESPACE
+from pulsar_gateway.security.rights import CLUSTER, CLUSTER_NAME, DESCRIBE
 
 log = logging.getLogger("gateway.http.auth")
 
 MAX_CONCURRENT_CHECKS = 2
-CLUSTER_NAME = "kafka-cluster"
 
 
 @dataclass(frozen=True)
@@ -57,7 +56,7 @@ class HttpCaller:
 
     def may_see_namespace(self, namespace: str) -> bool:
         """Some right on the namespace (a vhost's): what opening the vhost over AMQP needs."""
-        return self.access.unrestricted or self.access.rights.allows_some(NAMESPACE, namespace)
+        return self.access.may_see_namespace(namespace)
 
 
 class HttpLogins:
@@ -87,7 +86,7 @@ class HttpLogins:
             return None
         metrics.AUTHENTICATIONS.labels("http", "BASIC", "success").inc()
         if self.logins.from_store(user):
-            access = self.authorizer.bound("http", peer_host, user)
+            access = self.authorizer.bound("http", peer_host, user, host=peer_host)
         else:
             access = self.authorizer.unrestricted("http", peer_host, user)
         return HttpCaller(user, access)

@@ -24,7 +24,13 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping, Sequence
 from typing import NamedTuple, Protocol
 
-from pulsar_gateway.gateway.messages import RECORDS, LogEntry, OutMessage, StoredMessage
+from pulsar_gateway.gateway.messages import (
+    RECORDS,
+    LogEntry,
+    OutMessage,
+    StoredMessage,
+    ends_no_batch,
+)
 from pulsar_gateway.kafka_codec import compression as codecs
 from pulsar_gateway.kafka_codec.control_batch import TXN, parse_txn_value
 from pulsar_gateway.kafka_codec.record_batch import (
@@ -264,7 +270,37 @@ def _encode_run(
     )
     if len(out) <= max_bytes:
         return len(run), True
-    return truncate_batch(out, start, max_bytes, keep_one=min_one and start == 0), False
+    fits = truncate_batch(out, start, max_bytes)
+    whole = _whole_prefix(run, fits) or (_first_whole(run) if min_one and start == 0 else 0)
+    if whole != fits:  # the cut fell inside a batch the gateway wrote: cut at its start
+        del out[start:]
+    if whole != fits and whole:
+        encode_batch(
+            run[0].offset,
+            _run_records(run[:whole]),
+            out=out,
+            timestamp_type=1 if log_append_time else 0,
+            **_producer_of(run),
+        )
+    return whole, False
+
+
+def _whole_prefix(run: Sequence[LogEntry], count: int) -> int:
+    """The most of the first `count` entries of `run` that end no batch in its middle: a
+    fetch hands out a Kafka batch the gateway stored as one message per record whole or not
+    at all (docs/offsets.md, "A batch is numbered whole")."""
+    while count and ends_no_batch(run[count - 1].message):
+        count -= 1
+    return count
+
+
+def _first_whole(run: Sequence[LogEntry]) -> int:
+    """How many entries the first batch of `run` has (KIP-74: a fetch's first batch comes
+    whole even when it alone is over the limit)."""
+    for count, entry in enumerate(run, 1):
+        if not ends_no_batch(entry.message):
+            return count
+    return len(run)
 
 
 def _producer_of(run: Sequence[LogEntry]) -> dict[str, int | bool]:
@@ -309,7 +345,8 @@ def _encode_compressed_run(
         # pass costs as much as compressing, so it is skipped when the bound says it fits)
         plain = encode_batch(run[0].offset, records, timestamp_type=timestamp_type)
         if len(out) + len(plain) > max_bytes:
-            kept = truncate_batch(plain, 0, max_bytes - len(out), keep_one=min_one and not out)
+            kept = truncate_batch(plain, 0, max_bytes - len(out))
+            kept = _whole_prefix(run, kept) or (_first_whole(run) if min_one and not out else 0)
             if not kept:
                 return 0, False
     encode_batch(

@@ -17,17 +17,14 @@ Layout (all big-endian; see Kafka's ``DefaultRecordBatch``)::
     (varints are zigzag LEB128; a length of -1 means null)
 
 Both per-record loops are the gateway's hot path (every produced and every fetched record goes
-through one of them), so they are written as flat loops over ``bytes``/``bytearray`` with the
-common one- and two-byte varints decoded inline and a precomputed table for encoding; only rare
-shapes (long varints, headers) leave the loop for a helper. Everything else here runs once per
-batch and is written for clarity instead.
+through one of them) and live in record_codec.py, written for speed. Everything here runs once
+per batch and is written for clarity instead.
 """
 
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterable, Sequence
-from typing import NamedTuple
+from collections.abc import Sequence
 
 import crc32c
 
@@ -38,6 +35,17 @@ from pulsar_gateway.kafka_codec.compression import (
     InflateBudget,
 )
 from pulsar_gateway.kafka_codec.errors import ErrorCode
+from pulsar_gateway.kafka_codec.record_codec import (
+    I64_MIN,
+    Record,
+    RecordBatchError,
+    RecordLike,
+    decode_records,
+    encode_records,
+    varint_slow,
+    walk_records,
+    wrap64,
+)
 
 MAGIC = 2
 HEADER_SIZE = 61
@@ -57,59 +65,7 @@ _AFTER_MAGIC = struct.Struct(">Ihiqqqhii")  # crc .. recordCount
 _I64 = struct.Struct(">q")
 _I32 = struct.Struct(">i")
 
-_I64_MIN = -(1 << 63)
-_I64_MAX = (1 << 63) - 1
-_U64 = 1 << 64
-# A base timestamp this far from the int64 limits cannot overflow by a one-byte delta, so the
-# decode loop's fast path needs no wrap check (see _wrap64).
-_TS_SAFE = 1 << 62
-
-# Zigzag decode of one-byte varints: _ZZ1[b] for b < 128.
-_ZZ1 = tuple((b >> 1) ^ -(b & 1) for b in range(128))
-# Encoded zigzag varints for every zigzag value below 2**14 (all one- and two-byte varints):
-# values -8192..8191, i.e. every key/value length under 8 KiB, offset delta and small timestamp
-# delta, cost one list lookup instead of a loop.
-_VARINT_TABLE_SIZE = 1 << 14
-_HALF = _VARINT_TABLE_SIZE >> 1
-
-
-def _uvarint_bytes(u: int) -> bytes:
-    out = bytearray()
-    while u > 0x7F:
-        out.append((u & 0x7F) | 0x80)
-        u >>= 7
-    out.append(u)
-    return bytes(out)
-
-
-_VARINT = [_uvarint_bytes(z) for z in range(_VARINT_TABLE_SIZE)]
-_NULL = _VARINT[1]  # length -1
-_NO_HEADERS = _VARINT[0]
 _BLANK_HEADER = bytes(HEADER_SIZE)
-
-
-class RecordBatchError(Exception):
-    """Malformed or unacceptable batch; ``code`` is the Kafka error code to answer with."""
-
-    def __init__(self, message: str, code: int = ErrorCode.CORRUPT_MESSAGE) -> None:
-        super().__init__(message)
-        self.code = code
-
-
-class Record(NamedTuple):
-    """One record. A NamedTuple so that encode_batch can unpack it like any 5-tuple.
-
-    ``timestamp`` is absolute (baseTimestamp + delta, in ms); for a LOG_APPEND_TIME batch a
-    consumer would show the batch's max_timestamp instead. Header keys are ``str``; bytes that
-    are not UTF-8 survive as surrogate escapes (``errors="surrogateescape"``) so that a batch
-    re-encodes byte for byte, as Kafka brokers never decode header keys at all.
-    """
-
-    offset_delta: int
-    timestamp: int
-    key: bytes | None
-    value: bytes | None
-    headers: list[tuple[str, bytes | None]]
 
 
 class DecodedBatch:
@@ -259,7 +215,7 @@ def decode_batches(
         if not records and codec == 0:
             # the count is what the log numbers the batch by: the records' lengths must
             # add up to the body exactly, or a batch could claim offsets it does not hold
-            _walk_records(body, count)
+            walk_records(body, count)
             batches.append(DecodedBatch(*header, *producer, [], view[pos:end]))
             pos = end
             continue
@@ -275,7 +231,7 @@ def decode_batches(
                 budget.take(len(buf))
             if not records:
                 # stored as sent: inflated only to check its count, as an uncompressed one
-                _walk_records(memoryview(buf), count)
+                walk_records(memoryview(buf), count)
                 batches.append(DecodedBatch(*header, *producer, [], view[pos:end]))
                 pos = end
                 continue
@@ -283,7 +239,7 @@ def decode_batches(
         if count * 7 > len(buf):
             raise RecordBatchError(f"record count {count} does not fit in {len(buf)} bytes")
         try:
-            decoded = _decode_records(buf, count, base_ts)
+            decoded = decode_records(buf, count, base_ts)
         except IndexError:
             raise RecordBatchError("record runs past the end of the batch") from None
         batches.append(DecodedBatch(*header, *producer, decoded, view[pos:end]))
@@ -315,226 +271,8 @@ def batch_headers(data: bytes | bytearray | memoryview) -> list[DecodedBatch]:
     return found
 
 
-def _walk_records(body: memoryview, count: int) -> None:
-    """Check that exactly ``count`` records, by their length prefixes, fill ``body``."""
-    if count * 7 > len(body):
-        raise RecordBatchError(f"record count {count} does not fit in {len(body)} bytes")
-    limit = len(body)
-    pos = 0
-    zz = _ZZ1
-    try:
-        for _ in range(count):
-            b = body[pos]
-            if b < 128:
-                size = zz[b]
-                pos += 1
-            else:
-                c = body[pos + 1]
-                if c < 128:  # two bytes: every record of 64 B to 8 KiB
-                    u = (b & 127) | (c << 7)
-                    size = (u >> 1) ^ -(u & 1)
-                    pos += 2
-                else:
-                    size, pos = _varint_slow(body, pos, 5)  # type: ignore[arg-type]
-            if size < 6:
-                raise RecordBatchError(f"record length {size} out of range")
-            pos += size
-    except IndexError:
-        raise RecordBatchError("record runs past the end of the batch") from None
-    if pos != limit:
-        raise RecordBatchError(f"{count} records end at byte {pos} of a {limit}-byte body")
-
-
-def _decode_records(buf: bytes, count: int, base_ts: int) -> list[Record]:
-    """The produce-side hot loop. IndexError means truncated input (the caller maps it)."""
-    zz = _ZZ1
-    slow = _varint_slow
-    new = tuple.__new__
-    rec_type = Record
-    records: list[Record] = []
-    append = records.append
-    limit = len(buf)
-    pos = 0
-    for _ in range(count):
-        # record length
-        b = buf[pos]
-        if b < 128:
-            size = zz[b]
-            pos += 1
-        else:
-            c = buf[pos + 1]
-            if c < 128:
-                u = (b & 127) | (c << 7)
-                size = (u >> 1) ^ -(u & 1)
-                pos += 2
-            else:
-                size, pos = slow(buf, pos, 5)
-        end = pos + size
-        if size < 6 or end > limit:
-            raise RecordBatchError(f"record length {size} out of range")
-        pos += 1  # record attributes: unused by every Kafka version so far
-        # timestamp delta
-        b = buf[pos]
-        if b < 128:
-            ts = base_ts + zz[b]
-            pos += 1
-        else:
-            ts, pos = _timestamp_slow(buf, pos, base_ts)
-        # offset delta
-        b = buf[pos]
-        if b < 128:
-            offset_delta = zz[b]
-            pos += 1
-        else:
-            c = buf[pos + 1]
-            if c < 128:
-                u = (b & 127) | (c << 7)
-                offset_delta = (u >> 1) ^ -(u & 1)
-                pos += 2
-            else:
-                offset_delta, pos = slow(buf, pos, 5)
-        # key
-        b = buf[pos]
-        if b == 1:
-            key = None
-            pos += 1
-        elif b < 128 and not b & 1:
-            pos += 1
-            key = buf[pos : pos + (b >> 1)]
-            pos += b >> 1
-        else:
-            n, pos = _length_slow(buf, pos)
-            if n < 0:
-                key = None
-            else:
-                key = buf[pos : pos + n]
-                pos += n
-        # value
-        b = buf[pos]
-        if b == 1:
-            value = None
-            pos += 1
-        elif b < 128:
-            if b & 1:
-                raise RecordBatchError(f"negative value length {zz[b]}")
-            pos += 1
-            value = buf[pos : pos + (b >> 1)]
-            pos += b >> 1
-        else:
-            c = buf[pos + 1]
-            if c < 128 and not b & 1:
-                n = ((b & 127) | (c << 7)) >> 1
-                pos += 2
-                value = buf[pos : pos + n]
-                pos += n
-            else:
-                n, pos = _length_slow(buf, pos)
-                if n < 0:
-                    value = None
-                else:
-                    value = buf[pos : pos + n]
-                    pos += n
-        # headers
-        if buf[pos] == 0:
-            headers: list[tuple[str, bytes | None]] = []
-            pos += 1
-        else:
-            headers, pos = _decode_headers(buf, pos)
-        if pos != end:
-            raise RecordBatchError(f"record length {size} does not match its fields")
-        append(new(rec_type, (offset_delta, ts, key, value, headers)))
-    if pos != limit:
-        raise RecordBatchError(f"{limit - pos} bytes left over after {count} records")
-    if not -_TS_SAFE < base_ts < _TS_SAFE:
-        # Java's long arithmetic wraps; so does ours, for bases near the int64 limits.
-        records = [r._replace(timestamp=_wrap64(r.timestamp)) for r in records]
-    return records
-
-
-def _varint_slow(buf: bytes, pos: int, max_bytes: int) -> tuple[int, int]:
-    """Zigzag varint of any length up to ``max_bytes`` (5 for int32, 10 for int64 fields)."""
-    u = 0
-    shift = 0
-    stop = pos + max_bytes
-    while pos < stop:
-        b = buf[pos]
-        pos += 1
-        u |= (b & 0x7F) << shift
-        if b < 0x80:
-            return (u >> 1) ^ -(u & 1), pos
-        shift += 7
-    raise RecordBatchError(f"varint longer than {max_bytes} bytes")
-
-
-def _length_slow(buf: bytes, pos: int) -> tuple[int, int]:
-    n, pos = _varint_slow(buf, pos, 5)
-    if n < -1:
-        raise RecordBatchError(f"negative length {n}")
-    return n, pos
-
-
-def _wrap64(v: int) -> int:
-    if _I64_MIN <= v <= _I64_MAX:
-        return v
-    return ((v - _I64_MIN) % _U64) + _I64_MIN
-
-
-def _timestamp_slow(buf: bytes, pos: int, base_ts: int) -> tuple[int, int]:
-    delta, pos = _varint_slow(buf, pos, 10)
-    return _wrap64(base_ts + delta), pos
-
-
-def _decode_headers(buf: bytes, pos: int) -> tuple[list[tuple[str, bytes | None]], int]:
-    """Headers of one record: rare enough to leave the main loop, common enough to be tight."""
-    count, pos = _varint_slow(buf, pos, 5)
-    if count < 0:
-        raise RecordBatchError(f"negative header count {count}")
-    if count > len(buf) - pos:
-        raise RecordBatchError(f"header count {count} does not fit in the record")
-    headers: list[tuple[str, bytes | None]] = []
-    append = headers.append
-    for _ in range(count):
-        b = buf[pos]
-        if b < 128 and not b & 1:
-            n = b >> 1
-            pos += 1
-        else:
-            n, pos = _varint_slow(buf, pos, 5)
-            if n < 0:
-                raise RecordBatchError(
-                    "null or negative-length header key", ErrorCode.INVALID_RECORD
-                )
-        key = buf[pos : pos + n].decode("utf-8", "surrogateescape")
-        pos += n
-        b = buf[pos]
-        if b == 1:
-            value = None
-            pos += 1
-        elif b < 128 and not b & 1:
-            pos += 1
-            value = buf[pos : pos + (b >> 1)]
-            pos += b >> 1
-        else:
-            n, pos = _length_slow(buf, pos)
-            if n < 0:
-                value = None
-            else:
-                value = buf[pos : pos + n]
-                pos += n
-        append((key, value))
-    return headers, pos
-
-
 # --------------------------------------------------------------------------------------------
 # encode
-
-RecordLike = tuple[
-    int,
-    int,
-    bytes | bytearray | memoryview | None,
-    bytes | bytearray | memoryview | None,
-    Sequence[tuple[str, bytes | bytearray | memoryview | None]],
-]
 
 
 def encode_batch(
@@ -570,10 +308,10 @@ def encode_batch(
     if records:
         base_ts = records[0][1]
         if compression_type == 0:
-            count, max_ts, last_delta = _encode_records(buf, records, base_ts)
+            count, max_ts, last_delta = encode_records(buf, records, base_ts)
         else:
             body = bytearray()
-            count, max_ts, last_delta = _encode_records(body, records, base_ts)
+            count, max_ts, last_delta = encode_records(body, records, base_ts)
             try:
                 buf += compression.compress(compression_type, body, compression_level)
             except CompressionError as e:
@@ -622,91 +360,6 @@ def _seal(buf: bytearray, start: int) -> None:
     struct.pack_into(">I", buf, start + _CRC_OFFSET, crc)
 
 
-def _encode_records(
-    buf: bytearray, records: Iterable[RecordLike] | Iterable[Record], base_ts: int
-) -> tuple[int, int, int]:
-    """The fetch-side hot loop: append each record to ``buf``.
-
-    Returns (count, max timestamp, last offset delta).
-    """
-    table = _VARINT
-    lim = _VARINT_TABLE_SIZE
-    half = _HALF
-    null = _NULL
-    no_headers = _NO_HEADERS
-    slow = _zigzag_bytes
-    max_ts = _I64_MIN
-    count = 0
-    offset_delta = 0
-    for offset_delta, ts, key, value, headers in records:
-        d = ts - base_ts
-        z = (d << 1) ^ (d >> 63)  # zigzag; never negative, so a table index or "too big"
-        tb = table[z] if z < lim else slow(d)
-        z = (offset_delta << 1) ^ (offset_delta >> 63)
-        ob = table[z] if z < lim else slow(offset_delta)
-        if key is None:
-            kb = null
-            kn = 0
-        else:
-            kn = len(key)
-            kb = table[kn << 1] if kn < half else slow(kn)
-        if value is None:
-            vb = null
-            vn = 0
-        else:
-            vn = len(value)
-            vb = table[vn << 1] if vn < half else slow(vn)
-        hb = _encode_headers(headers) if headers else no_headers
-        size = 1 + len(tb) + len(ob) + len(kb) + kn + len(vb) + vn + len(hb)
-        buf += table[size << 1] if size < half else slow(size)
-        buf.append(0)  # record attributes
-        buf += tb
-        buf += ob
-        buf += kb
-        if kn:
-            buf += key
-        buf += vb
-        if vn:
-            buf += value
-        buf += hb
-        if ts > max_ts:
-            max_ts = ts
-        count += 1
-    return count, max_ts, offset_delta
-
-
-def _zigzag_bytes(v: int) -> bytes:
-    """Zigzag varint for values beyond the table; wraps to int64 as Java's longs do."""
-    v = _wrap64(v)
-    return _uvarint_bytes(((v << 1) ^ (v >> 63)) & 0xFFFFFFFFFFFFFFFF)
-
-
-def _encode_headers(
-    headers: Sequence[tuple[str, bytes | bytearray | memoryview | None]],
-) -> bytearray:
-    table = _VARINT
-    half = _HALF
-    n = len(headers)
-    out = bytearray(table[n << 1] if n < half else _zigzag_bytes(n))
-    for key, value in headers:
-        try:
-            k = key.encode("utf-8", "surrogateescape")
-        except (UnicodeEncodeError, AttributeError) as e:
-            raise RecordBatchError(
-                f"header key {key!r} is not a string", ErrorCode.INVALID_RECORD
-            ) from e
-        n = len(k)
-        out += table[n << 1] if n < half else _zigzag_bytes(n)
-        out += k
-        if value is None:
-            out += _NULL
-        else:
-            n = len(value)
-            out += table[n << 1] if n < half else _zigzag_bytes(n)
-            out += value
-    return out
-
-
 def rewrite_base_offset(
     batch: bytes | bytearray | memoryview,
     base_offset: int,
@@ -751,15 +404,15 @@ def truncate_batch(buf: bytearray, start: int, limit: int, keep_one: bool = Fals
     end = len(buf)
     kept = 0
     last_delta = 0
-    max_ts = _I64_MIN
+    max_ts = I64_MIN
     while pos < end:
-        size, body = _varint_slow(buf, pos, 5)
+        size, body = varint_slow(buf, pos, 5)
         record_end = body + size
         if record_end > limit and (kept or not keep_one):
             break
-        ts_delta, at = _varint_slow(buf, body + 1, 10)  # after the attributes byte
-        last_delta, _ = _varint_slow(buf, at, 5)
-        max_ts = max(max_ts, _wrap64(base_ts + ts_delta))
+        ts_delta, at = varint_slow(buf, body + 1, 10)  # after the attributes byte
+        last_delta, _ = varint_slow(buf, at, 5)
+        max_ts = max(max_ts, wrap64(base_ts + ts_delta))
         kept += 1
         pos = record_end
     if not kept:

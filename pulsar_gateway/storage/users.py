@@ -11,8 +11,9 @@ a second or so, without a restart.
 
 Each user's rights (security/rights.py) are records of their own, key `rights/<name>`, in
 the same topic: followed the same way, so `pulsar-gateway users grant|revoke` and Kafka's
-CreateAcls/DeleteAcls apply on every gateway without a restart, and changing a password
-(which rewrites the user's record) leaves the rights alone. This class implements the
+CreateAcls/DeleteAcls apply on every gateway without a restart (`rights/*` holds
+`User:*`'s rules), and changing a password (which rewrites the user's record) leaves the
+rights alone. This class implements the
 authorizer's `RightsStore` port (handlers/authorization.py).
 
 Loading stops at a marker record written first (as the metadata store does: the end of the
@@ -43,7 +44,7 @@ from prometheus_client import Counter
 from pulsar_gateway.gateway.backend.pulsar_backend import PulsarBackend
 from pulsar_gateway.gateway.backend.reader_stream import EARLIEST
 from pulsar_gateway.gateway.messages import OutMessage, StoredMessage
-from pulsar_gateway.gateway.metadata_store import CONTROL, DELETED
+from pulsar_gateway.gateway.metadata_records import CONTROL, DELETED
 from pulsar_gateway.gateway.metrics import REGISTRY
 from pulsar_gateway.gateway.waiting import cancel_and_wait
 from pulsar_gateway.security.credentials import SCRAM_MECHANISMS, make_record, shown
@@ -248,13 +249,13 @@ class UsersStore:
 
     async def set_password(self, name: str, password: str) -> None:
         """Add the user, or change its password: fresh salts and keys, durable on return."""
-        check_name(name)
+        check_user_name(name)
         await self._write(name, make_record(password))
 
     async def set_credential(self, name: str, mechanism: str, keys: dict[str, Any]) -> None:
         """Add or replace one SCRAM mechanism's keys of a user (creating the user), leaving
         its other mechanism alone: Kafka's AlterUserScramCredentials upsertion."""
-        check_name(name)
+        check_user_name(name)
         record = {**self._users.get(name, {}), mechanism: keys}
         await self._write(name, record)
 
@@ -307,6 +308,13 @@ class UsersStore:
             self._rights.pop(user, None)
         else:
             self._rights[user] = rights
+
+
+def check_user_name(name: str) -> None:
+    """A name a user may have: not `*`, which names every user in the rights (`User:*`)."""
+    check_name(name)
+    if name == "*":
+        raise ValueError("'*' is not a user name: in rights it stands for every user")
 
 
 def check_name(name: str) -> None:

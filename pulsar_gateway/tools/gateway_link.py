@@ -32,6 +32,7 @@ class GatewayLink:
     kafka_tenant: str = "public"
     kafka_namespace: str = "default"
     users_key_file: str = ""  # the users store's signing key, "" when it is not signed
+    data_dir: str = ""  # where tools leave reports for the console; "" when not known
 
     def pulsar_name(self, kafka_topic: str) -> str:
         return pulsar_topic(kafka_topic, self.kafka_tenant, self.kafka_namespace)
@@ -76,4 +77,5 @@ def discover(health_url: str, timeout: float = 5.0) -> GatewayLink:
         record.kafka_tenant,
         record.kafka_namespace,
         record.users_key_file,
+        data_dir,
     )

@@ -11,11 +11,14 @@ on a stopped gateway's embedded broker instead: it starts the broker on that dir
 the change, and refuses while a broker already runs on it (two brokers on one database
 would each miss the other's writes).
 
-Rights: `grant NAME --namespace tenant/ns --operations read,write` (or `--group PATTERN`,
-`--transactional-id PATTERN`, `--cluster`, `--superuser`), `revoke` the same way (without
-`--operations`: all of them), `rights [NAME]` shows them. Grants are merged into the user's
-record, which every gateway follows like the users; they apply to open connections at their
-next request.
+Rights are Kafka's ACL rules (security/rights.py): `grant NAME --topic PATTERN
+--operations read,write` (or `--namespace tenant/ns`, the rules PREFIXED `tenant/ns/`;
+`--group PATTERN`, `--transactional-id PATTERN`, `--cluster`, `--superuser`), with
+`--deny` for DENY rules and `--host IP` for rules of one address; a pattern is a name,
+`prefix*` (PREFIXED) or `*`. `revoke` the same way (without `--operations`: every rule of
+the pattern), `rights [NAME]` shows them; NAME `*` holds the rules of every user (Kafka's
+`User:*`). The rules are merged into the user's record, which every gateway follows like
+the users; they apply to open connections at their next request.
 
 A password is read from a prompt (asked twice) or, when stdin is not a terminal, from its
 first line: never from a flag, where it would sit in the shell history and in `ps`.
@@ -85,6 +88,12 @@ def _add_grant_arguments(sub: argparse.ArgumentParser) -> None:
         "AMQP vhost mapped onto it)",
     )
     target.add_argument(
+        "--topic",
+        metavar="PATTERN",
+        help="Kafka topics (and AMQP queues and exchanges, as topics of their vhost's "
+        "namespace): a name, 'prefix*' or '*'",
+    )
+    target.add_argument(
         "--group", metavar="PATTERN", help="Kafka consumer groups: a name, 'prefix*' or '*'"
     )
     target.add_argument(
@@ -98,8 +107,13 @@ def _add_grant_arguments(sub: argparse.ArgumentParser) -> None:
         "--operations",
         "-o",
         metavar="OPS",
-        help="comma separated: read, write, describe, create, delete, alter, admin "
-        "(create+delete+alter), idempotent_write (cluster), all",
+        help="comma separated, Kafka's: read, write, describe, create, delete, alter, "
+        "describe_configs, alter_configs, cluster_action and idempotent_write (cluster), "
+        "admin (create+delete+alter), all",
+    )
+    sub.add_argument("--deny", action="store_true", help="DENY rules (they win over ALLOW)")
+    sub.add_argument(
+        "--host", default=model.ANY_HOST, help="the IP address the rule is for ('*': any)"
     )
 
 
@@ -112,6 +126,8 @@ def change_rights(args: argparse.Namespace, current: model.Rights) -> model.Righ
         return model.with_superuser(current, granting)
     if args.namespace is not None:
         resource, pattern = model.NAMESPACE, args.namespace
+    elif args.topic is not None:
+        resource, pattern = model.TOPIC, args.topic
     elif args.group is not None:
         resource, pattern = model.GROUP, args.group
     elif args.transactional_id is not None:
@@ -120,19 +136,26 @@ def change_rights(args: argparse.Namespace, current: model.Rights) -> model.Righ
         resource, pattern = model.CLUSTER, ""
     words = (args.operations or "").split(",")
     words = [word for word in words if word.strip()]
+    permission = model.DENY if args.deny else model.ALLOW
     if granting:
         if not words:
             raise model.RightsError("grant needs --operations")
-        return model.grant(current, resource, pattern, words)
-    return model.revoke(current, resource, pattern, words or ["all"])
+        return model.grant(current, resource, pattern, words, permission, args.host)
+    return model.revoke(current, resource, pattern, words or ["all"], permission, args.host)
 
 
 def describe_rights(name: str, rights: model.Rights) -> list[str]:
-    """Lines for `users rights`: one per grant, `superuser` first when set."""
+    """Lines for `users rights`: one per pattern, permission and host with its operations
+    (`alice  allow topic prefixed team-a/: read,write`), `superuser` first when set."""
     lines = [f"{name}  superuser"] if rights.superuser else []
-    for grant in rights.grants:
-        pattern = f" {grant.name}" if grant.resource != model.CLUSTER else ""
-        lines.append(f"{name}  {grant.resource}{pattern}: {','.join(sorted(grant.operations))}")
+    operations: dict[tuple[str, str, str, str, str], list[str]] = {}
+    for rule in rights.rules:
+        key = (rule.permission, rule.resource, rule.pattern, rule.name, rule.host)
+        operations.setdefault(key, []).append(rule.operation)
+    for (permission, resource, pattern, literal, host), ops in operations.items():
+        what = resource if resource == model.CLUSTER else f"{resource} {pattern} {literal}"
+        source = "" if host == model.ANY_HOST else f" from {host}"
+        lines.append(f"{name}  {permission} {what}{source}: {','.join(sorted(ops))}")
     return lines
 
 
@@ -262,7 +285,11 @@ async def _change(args: argparse.Namespace, link: GatewayLink, password: str) ->
             await store.remove(args.name)
             print(f"removed {args.name}")
         else:
-            await store.set_password(args.name, password)
+            try:
+                await store.set_password(args.name, password)
+            except ValueError as exc:  # a name the store refuses (`*`, a `,`...)
+                print(f"users: {exc}", file=sys.stderr)
+                return 1
             print(f"{'added' if action == 'add' else 'changed password of'} {args.name}")
         return 0
     finally:
@@ -284,7 +311,7 @@ async def _rights(args: argparse.Namespace, store: Any) -> int:
         print(f"users: {exc}", file=sys.stderr)
         return 1
     await store.set_rights(args.name, rights)
-    if store.lookup(args.name) is None:
+    if store.lookup(args.name) is None and args.name != model.EVERYONE:
         print(
             f"users: note: '{args.name}' is not a user of the store (yet); its rights apply "
             "once it is",

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.support.rabbitmq_process import RabbitMQProcess, available
+from harness.rabbitmq_process import RabbitMQProcess, available
 
 
 @pytest.fixture(scope="session")

@@ -15,11 +15,11 @@ from pathlib import Path
 import aio_pika
 import pytest
 
-from tests.support.gateway_process import GatewayProcess
-from tests.support.nameko_style import Service, call_many
-from tests.support.rabbitmq_process import RabbitMQProcess
-from tests.support.task_run import run_in_process
-from tests.support.waiting import wait_until
+from harness.gateway_process import GatewayProcess
+from harness.nameko_style import Service, call_many
+from harness.rabbitmq_process import RabbitMQProcess
+from harness.task_run import run_in_process
+from harness.waiting import wait_until
 
 REPLY_TO = "amq.rabbitmq.reply-to"
 

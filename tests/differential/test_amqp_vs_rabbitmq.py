@@ -12,10 +12,10 @@ import uuid
 
 import pytest
 
-from tests.support.amqp_scenarios import SCENARIOS
-from tests.support.cpu_hogs import burning_cpus
-from tests.support.gateway_process import GatewayProcess
-from tests.support.rabbitmq_process import RabbitMQProcess
+from harness.amqp_scenarios import SCENARIOS
+from harness.cpu_hogs import burning_cpus
+from harness.gateway_process import GatewayProcess
+from harness.rabbitmq_process import RabbitMQProcess
 
 
 @pytest.fixture(scope="module")

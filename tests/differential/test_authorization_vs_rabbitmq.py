@@ -17,10 +17,10 @@ import pika
 import pika.exceptions
 import pytest
 
+from harness.gateway_process import GatewayProcess, set_flags
+from harness.rabbitmq_process import CTL, RabbitMQProcess, available
+from harness.waiting import wait_until
 from tests.integration.test_security import users
-from tests.support.gateway_process import GatewayProcess, set_flags
-from tests.support.rabbitmq_process import CTL, RabbitMQProcess, available
-from tests.support.waiting import wait_until
 
 PASSWORD = "a long enough test password"
 

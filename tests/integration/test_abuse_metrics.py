@@ -10,12 +10,12 @@ from __future__ import annotations
 import socket
 import struct
 
+from harness.gateway_process import GatewayProcess
+from harness.raw_amqp_socket import open_connection
+from harness.raw_kafka_socket import frame, recv_frame, seconds_until_closed
+from harness.waiting import wait_until
 from pulsar_gateway.kafka_codec import protocol
 from pulsar_gateway.kafka_codec.record_batch import encode_batch
-from tests.support.gateway_process import GatewayProcess
-from tests.support.raw_amqp_socket import open_connection
-from tests.support.raw_kafka_socket import frame, recv_frame, seconds_until_closed
-from tests.support.waiting import wait_until
 
 FLOOD = 40
 BURST = 10  # LogLimiter's default burst per message and interval

@@ -9,7 +9,7 @@ import aio_pika
 import aiormq
 import pytest
 
-from tests.support.gateway_process import GatewayProcess
+from harness.gateway_process import GatewayProcess
 
 
 def _run(coro):

@@ -14,9 +14,9 @@ import pika
 import pytest
 from pamqp import commands, frame
 
+from harness.gateway_process import GatewayProcess
+from harness.waiting import wait_until, wait_until_stable
 from pulsar_gateway.handlers.amqp.frames import PROTOCOL_HEADER, encode_method
-from tests.support.gateway_process import GatewayProcess
-from tests.support.waiting import wait_until, wait_until_stable
 
 
 def _unread_bytes(sock: socket.socket) -> int:

@@ -8,7 +8,7 @@ import os
 import subprocess
 import sys
 
-from tests.support.gateway_process import REPO, GatewayProcess
+from harness.gateway_process import REPO, GatewayProcess
 
 
 def test_celery_worker_runs_tasks_through_gateway(gateway: GatewayProcess, tmp_path) -> None:
@@ -21,7 +21,7 @@ def test_celery_worker_runs_tasks_through_gateway(gateway: GatewayProcess, tmp_p
             "-m",
             "celery",
             "-A",
-            "tests.support.celery_app",
+            "harness.celery_app",
             "worker",
             "--pool=solo",
             "--concurrency=1",
@@ -34,7 +34,7 @@ def test_celery_worker_runs_tasks_through_gateway(gateway: GatewayProcess, tmp_p
     )
     try:
         os.environ["GATEWAY_AMQP_URL"] = url
-        from tests.support import celery_app
+        from harness import celery_app
 
         celery_app.app.conf.broker_url = url
         results = [celery_app.add.delay(i, i) for i in range(20)]

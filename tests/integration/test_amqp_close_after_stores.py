@@ -17,9 +17,9 @@ import threading
 import pika
 from pamqp import commands
 
+from harness.gateway_process import GatewayProcess
+from harness.raw_amqp_socket import next_method, open_connection
 from pulsar_gateway.handlers.amqp.frames import FrameReader, encode_content, encode_method
-from tests.support.gateway_process import GatewayProcess
-from tests.support.raw_amqp_socket import next_method, open_connection
 
 MESSAGES = 20
 BODY = 64 * 1024

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pika
 
-from tests.support.gateway_process import cluster_member
-from tests.support.pika_waits import pump_until
-from tests.support.shared_broker import SharedBroker
-from tests.support.waiting import wait_until
+from harness.gateway_process import cluster_member
+from harness.pika_waits import pump_until
+from harness.shared_broker import SharedBroker
+from harness.waiting import wait_until
 
 REPLY_TO = "amq.rabbitmq.reply-to"
 

@@ -15,8 +15,8 @@ import pika
 import pika.exceptions
 import pytest
 
-from tests.support.gateway_process import REPO, GatewayProcess
-from tests.support.rabbitmq_process import CTL, RabbitMQProcess, available
+from harness.gateway_process import REPO, GatewayProcess
+from harness.rabbitmq_process import CTL, RabbitMQProcess, available
 
 
 @pytest.fixture(scope="module")

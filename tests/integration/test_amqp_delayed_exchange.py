@@ -12,8 +12,8 @@ from pathlib import Path
 import pika
 import pika.exceptions
 
-from tests.support.gateway_process import GatewayProcess
-from tests.support.pika_waits import pump_until
+from harness.gateway_process import GatewayProcess
+from harness.pika_waits import pump_until
 
 
 def _delayed(ch, name: str, kind: str = "direct") -> None:

@@ -8,8 +8,8 @@ import time
 
 import pika
 
-from tests.support.gateway_process import GatewayProcess
-from tests.support.waiting import wait_until
+from harness.gateway_process import GatewayProcess
+from harness.waiting import wait_until
 
 TOTAL = 2000
 END = b"end-marker"

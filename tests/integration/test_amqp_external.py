@@ -13,9 +13,9 @@ from pathlib import Path
 import pika
 import pytest
 
-from tests.support.certificates import make_certificates_with_clients
-from tests.support.gateway_process import REPO, GatewayProcess, free_port, set_flags
-from tests.support.waiting import wait_until
+from harness.certificates import make_certificates_with_clients
+from harness.gateway_process import REPO, GatewayProcess, free_port, set_flags
+from harness.waiting import wait_until
 
 
 @pytest.fixture(scope="module")

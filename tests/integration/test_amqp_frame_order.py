@@ -10,8 +10,8 @@ import uuid
 
 import pytest
 
-from tests.support.amqp_frame_trace import confirm_after_delivery, publish_and_consume_trace
-from tests.support.gateway_process import GatewayProcess
+from harness.amqp_frame_trace import confirm_after_delivery, publish_and_consume_trace
+from harness.gateway_process import GatewayProcess
 
 
 @pytest.mark.parametrize("no_ack", [True, False])

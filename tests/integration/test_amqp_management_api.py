@@ -14,8 +14,8 @@ import uuid
 
 import pika
 
-from tests.support.gateway_process import GUEST, GatewayProcess
-from tests.support.waiting import wait_until
+from harness.gateway_process import GUEST, GatewayProcess
+from harness.waiting import wait_until
 
 
 def _get(gateway: GatewayProcess, path: str) -> object:

@@ -15,11 +15,11 @@ import time
 
 from pamqp import commands
 
+from harness.gateway_process import GatewayProcess
+from harness.raw_amqp_socket import open_connection
 from pulsar_gateway.handlers.amqp.frames import encode_content, encode_method
 from pulsar_gateway.handlers.amqp.session import OUTPUT_HIGH_WATER
 from pulsar_gateway.tools.parity.job import _rss_mib
-from tests.support.gateway_process import GatewayProcess
-from tests.support.raw_amqp_socket import open_connection
 
 MIB = 1024 * 1024
 BODY = 256 * 1024

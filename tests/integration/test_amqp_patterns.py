@@ -12,8 +12,8 @@ import uuid
 import pika
 import pika.exceptions
 
-from tests.support.gateway_process import GatewayProcess
-from tests.support.pika_waits import pump_until
+from harness.gateway_process import GatewayProcess
+from harness.pika_waits import pump_until
 
 REPLY_TO = "amq.rabbitmq.reply-to"
 

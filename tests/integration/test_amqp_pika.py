@@ -10,9 +10,9 @@ import pika
 import pika.exceptions
 import pytest
 
-from tests.support.gateway_process import GatewayProcess
-from tests.support.pika_waits import pump_until, round_trip
-from tests.support.waiting import wait_until
+from harness.gateway_process import GatewayProcess
+from harness.pika_waits import pump_until, round_trip
+from harness.waiting import wait_until
 
 
 @pytest.fixture

@@ -25,6 +25,9 @@ import pika.exceptions
 import pytest
 from pamqp import commands, frame, header
 
+from harness.gateway_process import GatewayProcess
+from harness.raw_amqp_socket import next_method, open_connection
+from harness.waiting import wait_until
 from pulsar_gateway.gateway.config import AmqpSection
 from pulsar_gateway.handlers.amqp.frames import (
     PROTOCOL_HEADER,
@@ -33,9 +36,6 @@ from pulsar_gateway.handlers.amqp.frames import (
     encode_content,
     encode_method,
 )
-from tests.support.gateway_process import GatewayProcess
-from tests.support.raw_amqp_socket import next_method, open_connection
-from tests.support.waiting import wait_until
 
 MIB = 1024 * 1024
 

@@ -11,8 +11,8 @@ import uuid
 import pika
 import pulsar
 
+from harness.gateway_process import GatewayProcess
 from pulsar_gateway.gateway.backend.resend_filter import SEQ
-from tests.support.gateway_process import GatewayProcess
 
 
 def test_a_resent_copy_is_delivered_once(gateway: GatewayProcess) -> None:

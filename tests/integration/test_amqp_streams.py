@@ -14,7 +14,7 @@ import pika
 import pulsar
 from confluent_kafka import Consumer
 
-from tests.support.gateway_process import GatewayProcess
+from harness.gateway_process import GatewayProcess
 
 
 def _declare_and_publish(url: str, name: str, bodies: list[bytes], **arguments: object) -> None:

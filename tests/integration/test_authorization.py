@@ -1,6 +1,7 @@
 """Authorization against a real gateway (docs/security.md, "Authorization"): a user allowed
 on namespace A can do nothing in B, through confluent-kafka, kafka-python and pika; the
-ACL APIs through confluent-kafka's AdminClient; grants and revokes by `pulsar-gateway
+ACL APIs through confluent-kafka's AdminClient (tests/integration/test_acls.py has Kafka's
+ACL model in full); grants and revokes by `pulsar-gateway
 users grant|revoke` and by CreateAcls apply live, without a restart.
 
 Users: `root` is a superuser by `authorization.superusers`; `alice` holds everything on
@@ -31,14 +32,14 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 
+from harness.gateway_process import GatewayProcess, set_flags
+from harness.raw_kafka_socket import recv_frame
+from harness.waiting import wait_until
 from pulsar_gateway.kafka_codec import protocol
 from pulsar_gateway.kafka_codec.errors import ErrorCode
 from pulsar_gateway.kafka_codec.protocol.messages import ApiKey
 from tests.integration.test_security import users
 from tests.integration.test_users_data_dir import users_on_dir
-from tests.support.gateway_process import GatewayProcess, set_flags
-from tests.support.raw_kafka_socket import recv_frame
-from tests.support.waiting import wait_until
 
 PASSWORD = "a long enough test password"
 MECHANISM = "SCRAM-SHA-256"
@@ -259,19 +260,19 @@ def test_acl_apis_with_admin_client_apply_live(gateway: GatewayProcess) -> None:
         ("team-c/orders/", ResourcePatternType.PREFIXED, AclOperation.WRITE)
     ]
     shown = users(gateway, "rights", "bob")
-    assert "namespace team-c/orders: write" in shown.stdout
-    # a literal topic cannot be held: refused with a message
-    literal = AclBinding(
+    assert "bob  allow topic prefixed team-c/orders/: write" in shown.stdout
+    # a host name cannot be held (Kafka's hosts are addresses): refused with a message
+    named_host = AclBinding(
         ResourceType.TOPIC,
         topic,
         ResourcePatternType.LITERAL,
         "User:bob",
-        "*",
+        "gateway.example",
         AclOperation.READ,
         AclPermissionType.ALLOW,
     )
-    for future in admin.create_acls([literal]).values():
-        with pytest.raises(KafkaException, match="per Pulsar namespace"):
+    for future in admin.create_acls([named_host]).values():
+        with pytest.raises(KafkaException, match="or an IP address"):
             future.result(30)
     # alice may not manage ACLs: CreateAcls is refused; librdkafka turns DescribeAcls's
     # CLUSTER_AUTHORIZATION_FAILED into an empty answer (the gateway's audit log has it)
@@ -399,7 +400,7 @@ def test_grant_on_a_stopped_gateways_data_dir(tmp_path: Path) -> None:
     )
     assert granted.returncode == 0, granted.stderr
     shown = users_on_dir(stopped.data_dir, "rights")
-    assert shown.stdout.split("\n")[0] == "erin  namespace team-e/*: create,write"
+    assert shown.stdout.split("\n")[0] == "erin  allow topic prefixed team-e/: create,write"
     stopped.start()
     try:
         assert produce(stopped, "erin", "team-e/ns/t") is None

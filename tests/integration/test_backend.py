@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
+from harness.waiting import async_wait_until
 from pulsar_gateway.gateway.backend.embedded import EmbeddedBroker
 from pulsar_gateway.gateway.backend.pulsar_backend import BackendError, PulsarBackend
 from pulsar_gateway.gateway.messages import OutMessage
-from tests.support.waiting import async_wait_until
 
 
 def _listening_ports(pid: int) -> set[int]:
@@ -36,9 +36,10 @@ def test_embedded_broker_config_ports_and_restart(tmp_path: Path) -> None:
         broker = EmbeddedBroker(tmp_path / "b", restart_limit=1, on_fatal=fatal.append)
         await broker.start()
         config = (tmp_path / "b" / "pulsar-lite.toml").read_text()
-        assert "default_partitions = 0" in config and "enabled = false" in config
-        # only its own loopback port: no metrics listener on 0.0.0.0:8080
-        assert _listening_ports(broker.pid) == {broker.port}
+        assert "default_partitions = 0" in config
+        # its own port and its metrics (topic sizes) on loopback: none on 0.0.0.0:8080
+        assert f'addr = "127.0.0.1:{broker.metrics_port}"' in config
+        assert _listening_ports(broker.pid) == {broker.port, broker.metrics_port}
         first_pid = broker.pid
         os.kill(first_pid, signal.SIGKILL)
         await async_wait_until(lambda: broker.generation == 2, 5, message="a restart")

@@ -10,8 +10,8 @@ import struct
 import pytest
 from confluent_kafka import Producer
 
+from harness.waiting import wait_until
 from pulsar_gateway.kafka_codec import protocol
-from tests.support.waiting import wait_until
 
 
 def _connect(gateway) -> socket.socket:

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pulsar
 
+from harness.waiting import async_wait_until
 from pulsar_gateway.gateway.backend.embedded import EmbeddedBroker
-from tests.support.waiting import async_wait_until
 
 # A Shared consumer that takes one message without acknowledging it, then idles.
 CHILD = """

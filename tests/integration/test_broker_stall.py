@@ -20,10 +20,10 @@ from dataclasses import dataclass, field
 
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 
-from tests.support import kafka_wire
-from tests.support.gateway_process import GatewayProcess
-from tests.support.partition_records import read_to_end
-from tests.support.waiting import wait_until
+from harness import kafka_wire
+from harness.gateway_process import GatewayProcess
+from harness.partition_records import read_to_end
+from harness.waiting import wait_until
 
 FREEZE_SECONDS = 15.0
 RESUME_DEADLINE = 5.0

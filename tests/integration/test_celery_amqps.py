@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.certificates import make_certificates
-from tests.support.gateway_process import REPO, GatewayProcess, free_port, set_flags
+from harness.certificates import make_certificates
+from harness.gateway_process import REPO, GatewayProcess, free_port, set_flags
 
 PASSWORD = "celery over tls"
 CLIENT = """
-from tests.support.celery_app import add
+from harness.celery_app import add
 for result in [add.delay(i, 1) for i in range(5)]:
     print(result.get(timeout=60))
 """
@@ -54,7 +54,7 @@ def test_celery_task_round_trip_over_amqps(gateway: GatewayProcess, tmp_path: Pa
     )
     log = open(tmp_path / "worker.log", "wb")  # noqa: SIM115 - closed below
     worker = subprocess.Popen(
-        [sys.executable, "-m", "celery", "-A", "tests.support.celery_app", "worker",
+        [sys.executable, "-m", "celery", "-A", "harness.celery_app", "worker",
          "--pool=solo", "--concurrency=1", "--loglevel=INFO"],
         cwd=REPO, env=env, stdout=log, stderr=log,
     )  # fmt: skip

@@ -10,11 +10,11 @@ import uuid
 
 from confluent_kafka import Producer
 
+from harness import kafka_wire
+from harness.gateway_process import GatewayProcess
+from harness.raw_kafka_socket import recv_frame
 from pulsar_gateway.kafka_codec import protocol
 from pulsar_gateway.kafka_codec.record_batch import encode_batch
-from tests.support import kafka_wire
-from tests.support.gateway_process import GatewayProcess
-from tests.support.raw_kafka_socket import recv_frame
 
 DESCRIBE_CLIENT_QUOTAS, ALTER_CLIENT_QUOTAS = 48, 49
 

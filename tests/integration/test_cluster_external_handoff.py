@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pika
 
+from harness.certificates import make_certificates_with_clients
+from harness.gateway_process import REPO, GatewayProcess, free_port, set_flags
+from harness.shared_broker import SharedBroker
+from harness.waiting import wait_until
 from pulsar_gateway.gateway.cluster.view import Member, owner_of, vhost_key
-from tests.support.certificates import make_certificates_with_clients
-from tests.support.gateway_process import REPO, GatewayProcess, free_port, set_flags
-from tests.support.shared_broker import SharedBroker
-from tests.support.waiting import wait_until
 
 SECRET = "members-only-" + uuid.uuid4().hex
 

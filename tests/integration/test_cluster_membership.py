@@ -8,10 +8,10 @@ import asyncio
 import time
 import uuid
 
+from harness.waiting import async_wait_until
 from pulsar_gateway.gateway.backend.pulsar_backend import PulsarBackend
 from pulsar_gateway.gateway.cluster.membership import PulsarMembership
 from pulsar_gateway.gateway.cluster.view import Member, group_key
-from tests.support.waiting import async_wait_until
 
 HEARTBEAT, LEASE = 0.3, 1.8
 

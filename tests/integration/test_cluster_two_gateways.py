@@ -14,15 +14,15 @@ import pytest
 from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from harness.gateway_process import GatewayProcess, cluster_member
+from harness.partition_records import read_to_end
+from harness.raw_kafka_socket import recv_frame
+from harness.shared_broker import SharedBroker
+from harness.waiting import wait_until
 from pulsar_gateway.gateway.cluster.view import group_key, owner_of, partition_key, txn_key
 from pulsar_gateway.kafka_codec import protocol
 from pulsar_gateway.kafka_codec.errors import ErrorCode
 from pulsar_gateway.kafka_codec.record_batch import encode_batch
-from tests.support.gateway_process import GatewayProcess, cluster_member
-from tests.support.partition_records import read_to_end
-from tests.support.raw_kafka_socket import recv_frame
-from tests.support.shared_broker import SharedBroker
-from tests.support.waiting import wait_until
 
 PARTITIONS = 6
 LEASE = 3.0

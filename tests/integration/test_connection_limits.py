@@ -17,12 +17,12 @@ import pika
 import pytest
 from pamqp import commands
 
+from harness.gateway_process import GatewayProcess, set_flags
+from harness.raw_amqp_socket import open_connection
+from harness.raw_kafka_socket import recv_frame, seconds_until_closed
+from harness.waiting import wait_until
 from pulsar_gateway.handlers.amqp.frames import PROTOCOL_HEADER, encode_method
 from pulsar_gateway.kafka_codec import protocol
-from tests.support.gateway_process import GatewayProcess, set_flags
-from tests.support.raw_amqp_socket import open_connection
-from tests.support.raw_kafka_socket import recv_frame, seconds_until_closed
-from tests.support.waiting import wait_until
 
 FRAME_TIMEOUT = 1.0
 IDLE = 4.0

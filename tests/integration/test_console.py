@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 import subprocess
 import sys
 import time
@@ -23,8 +24,8 @@ import confluent_kafka
 import pika
 import pytest
 
-from tests.support.gateway_process import REPO, GatewayProcess
-from tests.support.waiting import wait_until
+from harness.gateway_process import REPO, GatewayProcess
+from harness.waiting import wait_until
 
 PASSWORD = "console pw"
 TEAM = "team-a"  # alice's vhost; its namespace public/team-a also holds her Kafka topic
@@ -211,6 +212,22 @@ def test_an_administrator_sees_topics_messages_and_group_lag(gateway: GatewayPro
     assert TOPIC in [t["name"] for t in overview["busiest_topics"]]
 
 
+def test_topic_sizes_from_the_embedded_broker(gateway: GatewayProcess) -> None:
+    """The embedded broker's own statistics (its metrics page on loopback) give each open
+    partition's stored bytes, on the topic page and summed on the topics list."""
+    assert call(gateway, "/console/api/me")[1]["topic_sizes"] is True
+    started = time.monotonic()
+
+    def sized() -> int:
+        return call(gateway, f"/console/api/topics/{TOPIC}")[1]["partitions"][0]["bytes"] or 0
+
+    size = wait_until(sized, timeout=60, interval=0.5, message="the topic's size")
+    print(f"size known after {time.monotonic() - started:.1f} s: {size} bytes")
+    assert size > RECORDS * len('{"n": 0, "item": "book"}')  # at least the values
+    listed = {t["name"]: t for t in call(gateway, "/console/api/topics")[1]}
+    assert listed[TOPIC]["bytes"] >= size
+
+
 def test_a_user_sees_nothing_of_another_tenant(
     gateway: GatewayProcess, amqp: pika.BlockingConnection
 ) -> None:
@@ -360,6 +377,7 @@ PAGES = {
     "queues": "queues",
     "exchanges": "exchanges",
     "connections": "connections",
+    "channels": "channels",
     "users": "users",
     "cluster": "cluster",
 }
@@ -401,6 +419,12 @@ def test_every_page_in_a_browser(gateway: GatewayProcess, amqp: pika.BlockingCon
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     errors: list[str] = []
     timings: dict[str, float] = {}
+    wait_until(  # the broker's statistics name the topic's size (for the topics page)
+        lambda: call(gateway, f"/console/api/topics/{TOPIC}")[1]["partitions"][0]["bytes"],
+        timeout=60,
+        interval=0.5,
+        message="the topic's size",
+    )
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         try:
@@ -443,6 +467,8 @@ def test_every_page_in_a_browser(gateway: GatewayProcess, amqp: pika.BlockingCon
                     assert QUEUE in texts["queues"] and QUEUE in texts["overview"]
                     assert '{"n": 0, "item": "book"}' in texts["topic"]
                     assert str(RECORDS - CONSUMED) in texts["group"]
+                    # the topic's size, from the broker's statistics (known by now)
+                    assert re.search(rf"{TOPIC}\t1\t[0-9.]+ (B|KiB)\t", texts["topics"])
                 else:
                     assert TOPIC not in texts["topics"] and TEAM_TOPIC in texts["topics"]
                     assert QUEUE not in texts["queues"] and TEAM_QUEUE in texts["queues"]

@@ -16,9 +16,9 @@ from typing import Any
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from tests.support.gateway_process import GatewayProcess, cluster_member
-from tests.support.shared_broker import SharedBroker
-from tests.support.waiting import wait_until
+from harness.gateway_process import GatewayProcess, cluster_member
+from harness.shared_broker import SharedBroker
+from harness.waiting import wait_until
 
 PARTITIONS = 6
 PER_PARTITION = 4

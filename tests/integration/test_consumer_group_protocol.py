@@ -9,9 +9,9 @@ import uuid
 from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from tests.support import kafka_wire
-from tests.support.gateway_process import GatewayProcess
-from tests.support.waiting import wait_until
+from harness import kafka_wire
+from harness.gateway_process import GatewayProcess
+from harness.waiting import wait_until
 
 PARTITIONS = 6
 CONSUMER_GROUP_DESCRIBE = 69

@@ -14,6 +14,7 @@ import subprocess
 import sys
 import threading
 import time
+import uuid
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -23,9 +24,9 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from harness.gateway_process import REPO, GatewayProcess
+from harness.waiting import wait_until
 from pulsar_gateway.kafka_codec import protocol
-from tests.support.gateway_process import REPO, GatewayProcess
-from tests.support.waiting import wait_until
 
 PARTITIONS = 6
 MIRROR_PREFIX = "__kafka.group."  # kafka.group_subscription_prefix: the gateway's subscriptions
@@ -49,13 +50,18 @@ class Member:
 
     def __init__(self, client: str, gateway: GatewayProcess, topic: str, group: str) -> None:
         self.client = client
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "tests.support.group_member", client]
-            + [gateway.bootstrap, topic, group],
-            stdout=subprocess.PIPE,
-            cwd=REPO,
-            text=True,
-        )
+        # the client's own log (kafka-python's group coordinator at DEBUG): a member that
+        # goes silent says what it was waiting for
+        self.log_path = gateway.data_dir / f"member-{uuid.uuid4().hex[:8]}.log"
+        with open(self.log_path, "w") as log:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "harness.group_member", client]
+                + [gateway.bootstrap, topic, group],
+                stdout=subprocess.PIPE,
+                stderr=log,
+                cwd=REPO,
+                text=True,
+            )
         self.assigned: list[int] = []
         self.records: list[tuple[int, int, str]] = []
         self.committed: dict[int, int] = {}
@@ -94,7 +100,17 @@ def _group_state(gateway: GatewayProcess, group: str, members: list[Member]) -> 
     does not settle says why (a member that never rejoined, one that exited, a loop)."""
     reported = [(m.client, m.assigned, m.process.poll()) for m in members]
     lines = [line for line in gateway.log_tail(5000).splitlines() if group in line]
-    return f"members (client, assigned, exit code) {reported}; log: " + " | ".join(lines[-30:])
+    idle = [
+        f"{m.client} member log: " + " | ".join(m.log_path.read_text().splitlines()[-40:])
+        for m in members
+        if not m.assigned
+    ]
+    return (
+        f"members (client, assigned, exit code) {reported}; log: "
+        + " | ".join(lines[-30:])
+        + "; "
+        + "; ".join(idle)
+    )
 
 
 def _seen(members: list[Member]) -> set[str]:

@@ -10,8 +10,8 @@ from pathlib import Path
 
 from confluent_kafka import Producer
 
+from harness.gateway_process import REPO, GatewayProcess, free_port
 from pulsar_gateway.gateway.backend.embedded import DB_NAME, brokers_on
-from tests.support.gateway_process import REPO, GatewayProcess, free_port
 
 
 def _second_run(data_dir: Path, *extra: str) -> subprocess.CompletedProcess[str]:

@@ -33,16 +33,16 @@ from kafka import TopicPartition as KafkaPythonPartition
 from kafka.admin import KafkaAdminClient
 from kafka.admin import NewTopic as KafkaPythonTopic
 
+from harness import kafka_wire
+from harness.gateway_process import GatewayProcess, cluster_member
+from harness.shared_broker import SharedBroker
+from harness.waiting import wait_until
 from pulsar_gateway.gateway.backend.embedded import EmbeddedBroker
 from pulsar_gateway.gateway.backend.pulsar_backend import PulsarBackend
 from pulsar_gateway.gateway.config import DEFAULT_METADATA_NAMESPACE
 from pulsar_gateway.gateway.metadata_store import MetadataStore
 from pulsar_gateway.kafka_codec.errors import ErrorCode
 from pulsar_gateway.tools.gateway_link import discover
-from tests.support import kafka_wire
-from tests.support.gateway_process import GatewayProcess, cluster_member
-from tests.support.shared_broker import SharedBroker
-from tests.support.waiting import wait_until
 
 DELETE_TOPICS = 20
 METADATA = 3

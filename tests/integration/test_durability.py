@@ -12,8 +12,8 @@ import time
 
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from tests.support.gateway_process import GatewayProcess
-from tests.support.waiting import wait_until
+from harness.gateway_process import GatewayProcess
+from harness.waiting import wait_until
 
 TOTAL = 100_000
 

@@ -7,12 +7,15 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import signal
 import stat
 import subprocess
 import sys
 from pathlib import Path
 
+from harness.gateway_process import GatewayProcess
+from harness.waiting import async_wait_until, wait_until
 from pulsar_gateway.gateway.backend.embedded import (
     EmbeddedBroker,
     broker_binary,
@@ -21,8 +24,6 @@ from pulsar_gateway.gateway.backend.embedded import (
 )
 from pulsar_gateway.gateway.backend.pulsar_backend import PulsarBackend
 from pulsar_gateway.gateway.messages import OutMessage
-from tests.support.gateway_process import GatewayProcess
-from tests.support.waiting import async_wait_until, wait_until
 
 TOPIC = "persistent://public/default/layout-check"
 
@@ -155,13 +156,17 @@ def _listeners(pid: int) -> set[str]:
 
 
 def test_make_run_layout_listens_on_loopback_only(tmp_path: Path) -> None:
-    """With the relative default data_dir the broker still reads its config (no metrics
-    listener on 0.0.0.0:8080, nothing beyond its loopback port) and keeps its database in
-    data/pulsar, not data/pulsar/data/pulsar."""
+    """With the relative default data_dir the broker still reads its config (its metrics
+    listener where the config puts it, on loopback, not on 0.0.0.0:8080; nothing beyond
+    its two loopback ports) and keeps its database in data/pulsar, not
+    data/pulsar/data/pulsar."""
     gateway = MakeRunGateway(tmp_path).start()
     try:
         broker = gateway.broker_pid()
-        assert _listeners(broker) == {f"127.0.0.1:{gateway.broker_port}"}
+        config = (tmp_path / "data" / "pulsar" / "pulsar-lite.toml").read_text()
+        metrics = re.search(r'addr = "(127\.0\.0\.1:[0-9]+)"', config)
+        assert metrics is not None, config
+        assert _listeners(broker) == {f"127.0.0.1:{gateway.broker_port}", metrics[1]}
         service_url = f"pulsar://127.0.0.1:{gateway.broker_port}"
         assert asyncio.run(_write_and_read(service_url, b"in place")) == [b"in place"]
     finally:

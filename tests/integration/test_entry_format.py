@@ -12,8 +12,8 @@ import pulsar
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
+from harness.gateway_process import GatewayProcess
 from pulsar_gateway.kafka_codec.record_batch import decode_batches
-from tests.support.gateway_process import GatewayProcess
 
 FORMAT = {"pulsar.entry.format": "kafka"}
 

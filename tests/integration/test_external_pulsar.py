@@ -9,8 +9,8 @@ import subprocess
 
 from confluent_kafka import Consumer, Producer, TopicPartition
 
+from harness.gateway_process import GatewayProcess
 from pulsar_gateway.gateway.backend.embedded import EmbeddedBroker
-from tests.support.gateway_process import GatewayProcess
 
 
 def test_gateway_fronts_a_given_pulsar(tmp_path, topic_name) -> None:

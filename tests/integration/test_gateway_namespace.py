@@ -11,9 +11,9 @@ import pika
 import pulsar
 import pytest
 
+from harness import kafka_wire
+from harness.gateway_process import GatewayProcess
 from pulsar_gateway.kafka_codec.errors import ErrorCode
-from tests.support import kafka_wire
-from tests.support.gateway_process import GatewayProcess
 
 METADATA_TOPIC = "persistent://public/__gateway/metadata"
 RESERVED_NAMES = [

@@ -3,13 +3,13 @@ clients keep getting answers in time, and everything comes back once the attacke
 
 One gateway with SASL on (the attackers log in as a user with no rights where an attack
 needs a login) and one without (anyone on the host may send anything). Against each, a
-separate process (tests/support/hostile_attackers.py) runs together, from loopback
+separate process (harness/hostile_attackers.py) runs together, from loopback
 addresses of its own: connections that pipeline requests with big answers and never read
 them, frames that stop after their size prefix and header and then trickle (before login
 with SASL on), a Metadata naming 99,999 topics sent again as soon as it is answered, and
 silent sockets on both TLS listeners (Kafka and AMQPS), twice the per-address limit.
 Meanwhile a confluent-kafka producer and consumer and a pika publisher on 127.0.0.1
-(tests/support/well_behaved.py) record every round trip.
+(harness/well_behaved.py) record every round trip.
 
 Checked: each client's slowest round trip while attacked stays within the issue's 250 ms of
 its slowest before, stretched by the machine's load per core (`BEYOND_USUAL`; each run
@@ -35,12 +35,12 @@ from typing import Any
 
 import pytest
 
-from tests.support.certificates import make_certificates
-from tests.support.gateway_process import GUEST, REPO, GatewayProcess, free_port, set_flags
-from tests.support.hostile_attackers import HUGE_TOPICS, log_in, metadata
-from tests.support.raw_kafka_socket import recv_frame
-from tests.support.waiting import wait_until
-from tests.support.well_behaved import WellBehaved, describe
+from harness.certificates import make_certificates
+from harness.gateway_process import GUEST, REPO, GatewayProcess, free_port, set_flags
+from harness.hostile_attackers import HUGE_TOPICS, log_in, metadata
+from harness.raw_kafka_socket import recv_frame
+from harness.waiting import wait_until
+from harness.well_behaved import WellBehaved, describe
 
 MIB = 1024 * 1024
 FRAME_TIMEOUT = 2.0  # kafka.frame_timeout_seconds: also the TLS handshake deadline
@@ -172,7 +172,7 @@ def _attack(target: GatewayProcess, sasl: bool) -> tuple[float, dict[str, Any]]:
         "user": MALLORY[0] if sasl else "",
         "password": MALLORY[1],
     }
-    command = [sys.executable, "-m", "tests.support.hostile_attackers", json.dumps(plan)]
+    command = [sys.executable, "-m", "harness.hostile_attackers", json.dumps(plan)]
     attackers = subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, text=True)
     assert attackers.stdout is not None
     assert attackers.stdout.readline().strip() == "ready"

@@ -11,7 +11,7 @@ import time
 
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from tests.support.gateway_process import GatewayProcess, free_port
+from harness.gateway_process import GatewayProcess, free_port
 
 TOTAL = 20_000
 

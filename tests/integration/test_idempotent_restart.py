@@ -11,10 +11,10 @@ import threading
 import pytest
 from confluent_kafka import KafkaError, Producer
 
-from tests.support import kafka_wire
-from tests.support.gateway_process import GatewayProcess
-from tests.support.partition_records import read_to_end
-from tests.support.waiting import wait_until
+from harness import kafka_wire
+from harness.gateway_process import GatewayProcess
+from harness.partition_records import read_to_end
+from harness.waiting import wait_until
 
 OUT_OF_ORDER_SEQUENCE_NUMBER = 45
 

@@ -17,9 +17,9 @@ import time
 
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 
-from tests.support import kafka_wire
-from tests.support.gateway_process import GatewayProcess
-from tests.support.waiting import wait_until
+from harness import kafka_wire
+from harness.gateway_process import GatewayProcess
+from harness.waiting import wait_until
 
 FREEZE_SECONDS = 4.0  # the fault itself: four times the idle close
 

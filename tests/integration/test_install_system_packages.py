@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.rabbitmq_process import CTL, RabbitMQProcess, available
+from harness.rabbitmq_process import CTL, RabbitMQProcess, available
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "scripts" / "install-system-packages"

@@ -7,8 +7,8 @@ import time
 import pulsar
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from tests.support.partition_records import read_messages
-from tests.support.waiting import wait_until
+from harness.partition_records import read_messages
+from harness.waiting import wait_until
 
 
 def _pulsar_client(gateway) -> pulsar.Client:

@@ -27,9 +27,9 @@ from kafka import KafkaConsumer
 from kafka.admin import ConfigResource as KpConfigResource
 from kafka.admin import ConfigResourceType, KafkaAdminClient
 
+from harness import kafka_wire
+from harness.gateway_process import GatewayProcess
 from pulsar_gateway.kafka_codec.protocol.messages import ApiKey
-from tests.support import kafka_wire
-from tests.support.gateway_process import GatewayProcess
 
 
 def _admin(gateway: GatewayProcess) -> AdminClient:

@@ -22,12 +22,12 @@ from collections.abc import Iterator
 
 import pytest
 
+from harness.gateway_process import REPO, GatewayProcess, set_flags
+from harness.raw_kafka_socket import recv_frame, seconds_until_closed
+from harness.waiting import wait_until
 from pulsar_gateway.kafka_codec import protocol
 from pulsar_gateway.kafka_codec.errors import ErrorCode
 from pulsar_gateway.kafka_codec.protocol.messages import ApiKey
-from tests.support.gateway_process import REPO, GatewayProcess, set_flags
-from tests.support.raw_kafka_socket import recv_frame, seconds_until_closed
-from tests.support.waiting import wait_until
 
 MIB = 1024 * 1024
 LOGIN_TIMEOUT = 2.0

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from tests.support.certificates import make_certificates_with_clients, make_client_certificate
-from tests.support.gateway_process import REPO, GatewayProcess, set_flags
-from tests.support.waiting import wait_until
+from harness.certificates import make_certificates_with_clients, make_client_certificate
+from harness.gateway_process import REPO, GatewayProcess, set_flags
+from harness.waiting import wait_until
 
 
 @pytest.fixture(scope="module")

@@ -19,11 +19,11 @@ from collections.abc import Callable
 
 import pytest
 
+from harness.gateway_process import GatewayProcess
+from harness.raw_kafka_socket import recv_frame
+from harness.waiting import wait_until
 from pulsar_gateway.kafka_codec import protocol
 from tests.integration.test_kafka_request_bounds import Bystander
-from tests.support.gateway_process import GatewayProcess
-from tests.support.raw_kafka_socket import recv_frame
-from tests.support.waiting import wait_until
 
 ENTRIES = 99_999  # kafka.max_request_entries is 100,000
 # how much slower than its usual slowest (measured just before, on the same machine and

@@ -7,9 +7,9 @@ from __future__ import annotations
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from harness.kafka_wire import call
 from pulsar_gateway.kafka_codec import compression
 from pulsar_gateway.kafka_codec.record_batch import ATTR_CODEC_MASK, decode_batches
-from tests.support.kafka_wire import call
 from tests.unit.test_fetch_limits import fetch_body
 
 FETCH = 1

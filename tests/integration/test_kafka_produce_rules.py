@@ -19,7 +19,7 @@ from confluent_kafka import (
 )
 from confluent_kafka.admin import AdminClient, ConfigResource, NewPartitions, NewTopic
 
-from tests.support.partition_records import read_messages
+from harness.partition_records import read_messages
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 

@@ -15,11 +15,11 @@ import time
 
 import pytest
 
+from harness.gateway_process import GatewayProcess
+from harness.raw_kafka_socket import frame, recv_frame, seconds_until_closed, uvarint
+from harness.waiting import wait_until
 from pulsar_gateway.kafka_codec import protocol
 from pulsar_gateway.tools.parity.job import _rss_mib
-from tests.support.gateway_process import GatewayProcess
-from tests.support.raw_kafka_socket import frame, recv_frame, seconds_until_closed, uvarint
-from tests.support.waiting import wait_until
 
 ENTRIES = 2_000_000
 

@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Consumer, Producer
 
-from tests.support.certificates import make_certificates
-from tests.support.gateway_process import GatewayProcess, free_port, set_flags
-from tests.support.raw_kafka_socket import seconds_until_closed
-from tests.support.waiting import wait_until
+from harness.certificates import make_certificates
+from harness.gateway_process import GatewayProcess, free_port, set_flags
+from harness.raw_kafka_socket import seconds_until_closed
+from harness.waiting import wait_until
 
 
 @pytest.fixture(scope="module")

@@ -9,6 +9,7 @@ import asyncio
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -22,9 +23,9 @@ from confluent_kafka import (
 )
 from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
 
-from tests.support.gateway_process import GatewayProcess
-from tests.support.partition_records import read_to_end
-from tests.support.waiting import wait_until
+from harness.gateway_process import GatewayProcess
+from harness.partition_records import read_to_end
+from harness.waiting import wait_until
 
 FORMATS = ["pulsar", "kafka"]
 
@@ -253,13 +254,16 @@ def test_gateway_killed_mid_transaction(tmp_path, topic_name, entry_format) -> N
         _send(producer, topic_name, [b"gone-%d" % i for i in range(3)])
         producer.abort_transaction(60)  # 7-9, marker 10: below the last checkpoint
         producer.begin_transaction()
+        opened = time.monotonic()
         _send(producer, topic_name, [b"lost-%d" % i for i in range(3)])  # 11-13, left open
         gw.kill()
         gw.start()
         assert _everything(gw.bootstrap, topic_name)[-1] == b"lost-2"
         # the open transaction came back from the checkpoint and the replay (LSO at its
-        # start), the aborted one from its saved entry
-        assert _stable_offset(gw.bootstrap, topic_name) == 11
+        # start), the aborted one from its saved entry; on a machine so loaded that the
+        # restart took longer than the transaction's timeout, its timer has aborted it already
+        stable = _stable_offset(gw.bootstrap, topic_name)
+        assert stable == 11 or (stable == 15 and time.monotonic() - opened > 15), stable
         kept = [b"kept-%d" % i for i in range(6)]
         assert _committed(gw.bootstrap, topic_name) == kept
         wait_until(lambda: _stable_offset(gw.bootstrap, topic_name) == 15, 60, 0.3, "the abort")
@@ -279,7 +283,7 @@ EOS_RECORDS = int(os.environ.get("EOS_RECORDS", "100000"))
 
 
 def test_exactly_once_pipeline_survives_a_killed_worker(gateway, topic_name) -> None:
-    """A consume-transform-produce worker (tests/support/eos_worker.py) killed with SIGKILL
+    """A consume-transform-produce worker (harness/eos_worker.py) killed with SIGKILL
     mid-way and replaced: every input record is in the output exactly once, because output
     and input offsets commit in one transaction and the replacement's InitProducerId aborts
     what the killed one left open."""
@@ -299,7 +303,7 @@ def test_exactly_once_pipeline_survives_a_killed_worker(gateway, topic_name) -> 
         return max(consumer.committed([source_partition], 30)[0].offset, 0)
 
     def worker(pause: float) -> subprocess.Popen[bytes]:
-        command = [sys.executable, "-m", "tests.support.eos_worker", gateway.bootstrap]
+        command = [sys.executable, "-m", "harness.eos_worker", gateway.bootstrap]
         return subprocess.Popen(
             [*command, source, sink, group, f"tx-{topic_name}", str(pause)],
             stdout=subprocess.PIPE,

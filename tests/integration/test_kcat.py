@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.kcat import new_librdkafka_dir, run_kcat
+from harness.kcat import new_librdkafka_dir, run_kcat
 
 CODECS = ["none", "gzip", "snappy", "lz4", "zstd"]
 

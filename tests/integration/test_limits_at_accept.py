@@ -20,11 +20,11 @@ from pathlib import Path
 
 import pytest
 
+from harness.certificates import make_certificates
+from harness.gateway_process import GatewayProcess, free_port, set_flags
+from harness.raw_kafka_socket import recv_frame, seconds_until_closed
+from harness.waiting import wait_until
 from pulsar_gateway.kafka_codec import protocol
-from tests.support.certificates import make_certificates
-from tests.support.gateway_process import GatewayProcess, free_port, set_flags
-from tests.support.raw_kafka_socket import recv_frame, seconds_until_closed
-from tests.support.waiting import wait_until
 
 PER_IP = 8
 HANDSHAKE = 3.0  # kafka.frame_timeout_seconds (its TLS handshake deadline) and AMQP's

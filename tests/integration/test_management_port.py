@@ -19,9 +19,9 @@ from collections.abc import Iterator
 import pika
 import pytest
 
-from tests.support.addresses import outside_address
-from tests.support.gateway_process import REPO, GatewayProcess, set_flags
-from tests.support.waiting import wait_until
+from harness.addresses import outside_address
+from harness.gateway_process import REPO, GatewayProcess, set_flags
+from harness.waiting import wait_until
 
 PASSWORD = "management port pw"
 TEAM_VHOST = "team-a"

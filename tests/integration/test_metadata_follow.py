@@ -6,10 +6,10 @@ from __future__ import annotations
 import asyncio
 import uuid
 
+from harness.waiting import async_wait_until
 from pulsar_gateway.gateway.backend.pulsar_backend import PulsarBackend
 from pulsar_gateway.gateway.metadata_store import MetadataStore
 from pulsar_gateway.storage.kafka.producer_ids import NEXT_ID_KEY, NODE_ID_SPACE, NodeProducerIds
-from tests.support.waiting import async_wait_until
 
 
 def _namespace() -> str:

@@ -13,14 +13,14 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
+from harness.gateway_process import GatewayProcess, free_port
+from harness.metadata_history import populate, settled, start_up
 from pulsar_gateway.gateway.backend.pulsar_backend import PulsarBackend
 from pulsar_gateway.gateway.config import DEFAULT_METADATA_NAMESPACE
 from pulsar_gateway.gateway.messages import OutMessage
 from pulsar_gateway.gateway.metadata_store import MetadataStore
 from pulsar_gateway.handlers.kafka.port import CommittedOffset
 from pulsar_gateway.storage.kafka.group_offsets import offset_record
-from tests.support.gateway_process import GatewayProcess, free_port
-from tests.support.metadata_history import populate, settled, start_up
 
 END = "__test_end__"
 

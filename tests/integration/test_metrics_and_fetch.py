@@ -9,10 +9,10 @@ from concurrent.futures import ThreadPoolExecutor
 
 from confluent_kafka import Producer
 
+from harness.gateway_process import GatewayProcess
+from harness.kafka_wire import produce
+from harness.waiting import wait_until
 from pulsar_gateway.kafka_codec import protocol
-from tests.support.gateway_process import GatewayProcess
-from tests.support.kafka_wire import produce
-from tests.support.waiting import wait_until
 
 
 def _call(gateway, api_key: int, version: int, body: dict) -> dict:

@@ -19,11 +19,11 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from harness.gateway_process import REPO, GatewayProcess
+from harness.tansu_process import TansuProcess
 from pulsar_gateway.tools.gateway_link import discover
 from pulsar_gateway.tools.parity.job import ParityPlan, Verdict, run_parity, spark_session
 from pulsar_gateway.tools.parity.samples import preview
-from tests.support.gateway_process import REPO, GatewayProcess
-from tests.support.tansu_process import TansuProcess
 
 Row = tuple[int, int, bytes | None, bytes | None, list[tuple[str, bytes]], int]
 

@@ -10,7 +10,7 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from tests.support.waiting import wait_until
+from harness.waiting import wait_until
 
 PREFIX = "__kafka.group."  # the default kafka.group_subscription_prefix
 

@@ -25,12 +25,12 @@ from confluent_kafka import Consumer, KafkaError, Producer
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
+from harness.gateway_process import REPO, GatewayProcess, set_flags
+from harness.raw_kafka_socket import recv_frame
+from harness.waiting import wait_until
 from pulsar_gateway.kafka_codec import protocol
 from pulsar_gateway.kafka_codec.errors import ErrorCode
 from pulsar_gateway.kafka_codec.protocol.messages import ApiKey
-from tests.support.gateway_process import REPO, GatewayProcess, set_flags
-from tests.support.raw_kafka_socket import recv_frame
-from tests.support.waiting import wait_until
 
 KEY = rsa.generate_private_key(public_exponent=65537, key_size=2048)
 ISSUER = "https://idp.example"

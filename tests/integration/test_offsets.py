@@ -10,7 +10,7 @@ import pulsar
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from tests.support.gateway_process import GatewayProcess
+from harness.gateway_process import GatewayProcess
 
 
 def _fetch_from(bootstrap: str, topic: str, offset: int, count: int) -> list[tuple[int, bytes]]:

@@ -6,10 +6,10 @@ import asyncio
 
 import pytest
 
+from harness.partition_backend import partition_backend
 from pulsar_gateway.gateway.messages import OutMessage
 from pulsar_gateway.storage.kafka import partition_log
 from pulsar_gateway.storage.kafka.partition_log import PartitionLog
-from tests.support.partition_backend import partition_backend
 
 RECORDS = 2_500  # three checkpoints (0, 1000, 2000) and 500 records after the last
 

@@ -14,8 +14,8 @@ import uuid
 
 import pytest
 
-from tests.support.cpu_hogs import burning_cpus
-from tests.support.send_order import PRODUCERS, create_topic, read_back
+from harness.cpu_hogs import burning_cpus
+from harness.send_order import PRODUCERS, create_topic, read_back
 
 RECORDS = 6000
 

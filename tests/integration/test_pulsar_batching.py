@@ -17,7 +17,7 @@ import pulsar
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from tests.support.gateway_process import GatewayProcess
+from harness.gateway_process import GatewayProcess
 
 TOPIC = "batched"
 PULSAR_TOPIC = f"persistent://public/default/{TOPIC}-partition-0"

@@ -2,7 +2,7 @@
 hostname verification, a token, for the binary protocol and the admin REST calls.
 
 The "external Pulsar" is a separately started pulsar-lite behind a TLS proxy
-(tests/support/tls_proxy.py); pulsar-lite checks no token, so the tests check what the
+(harness/tls_proxy.py); pulsar-lite checks no token, so the tests check what the
 client sends: the proxy keeps each connection's first bytes (Pulsar's CONNECT, where the
 token travels). The admin calls go to a local HTTPS server that records their headers.
 """
@@ -25,6 +25,9 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
+from harness.certificates import make_certificates
+from harness.gateway_process import REPO, GatewayProcess, set_flags
+from harness.tls_proxy import TlsProxy
 from pulsar_gateway.gateway.backend.admin import AdminError, PulsarAdmin
 from pulsar_gateway.gateway.backend.connection_security import (
     PulsarSecurity,
@@ -34,9 +37,6 @@ from pulsar_gateway.gateway.backend.embedded import EmbeddedBroker
 from pulsar_gateway.gateway.backend.pulsar_backend import BackendError, PulsarBackend
 from pulsar_gateway.gateway.config import PulsarSection
 from pulsar_gateway.gateway.messages import OutMessage
-from tests.support.certificates import make_certificates
-from tests.support.gateway_process import REPO, GatewayProcess, set_flags
-from tests.support.tls_proxy import TlsProxy
 
 TOKEN = "eyJhbGciOiJub25lIn0.test-token-" + uuid.uuid4().hex
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.gateway_process import REPO, free_port
+from harness.gateway_process import REPO, free_port
 
 README = REPO / "README.md"
 

@@ -16,8 +16,8 @@ import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 
-from tests.support.gateway_process import REPO, GatewayProcess, set_flags
-from tests.support.waiting import wait_until
+from harness.gateway_process import REPO, GatewayProcess, set_flags
+from harness.waiting import wait_until
 
 
 def test_a_wildcard_listener_without_authentication_refuses_to_start(tmp_path: Path) -> None:

@@ -13,12 +13,12 @@ from collections.abc import Iterator
 import pytest
 from confluent_kafka import Producer
 
+from harness.gateway_process import REPO, GatewayProcess
+from harness.raw_kafka_socket import recv_frame
+from harness.waiting import wait_until
 from pulsar_gateway.kafka_codec import protocol
 from pulsar_gateway.kafka_codec.errors import ErrorCode
 from pulsar_gateway.kafka_codec.protocol.messages import ApiKey
-from tests.support.gateway_process import REPO, GatewayProcess
-from tests.support.raw_kafka_socket import recv_frame
-from tests.support.waiting import wait_until
 
 LIFETIME_MS = 2000
 PASSWORD = "reauth pw"

@@ -23,13 +23,13 @@ from confluent_kafka.admin import (
     UserScramCredentialUpsertion,
 )
 
+from harness.certificates import make_certificates
+from harness.gateway_process import REPO, GatewayProcess, free_port, set_flags
+from harness.raw_kafka_socket import recv_frame, seconds_until_closed
+from harness.waiting import wait_until
 from pulsar_gateway.kafka_codec import protocol
 from pulsar_gateway.kafka_codec.errors import ErrorCode
 from pulsar_gateway.kafka_codec.protocol.messages import ApiKey
-from tests.support.certificates import make_certificates
-from tests.support.gateway_process import REPO, GatewayProcess, free_port, set_flags
-from tests.support.raw_kafka_socket import recv_frame, seconds_until_closed
-from tests.support.waiting import wait_until
 
 PASSWORD = "correct horse battery"
 
@@ -305,7 +305,7 @@ def test_aiokafka_over_sasl_ssl(
 def test_kcat_with_sasl_scram(
     secure_gateway: GatewayProcess, certs: dict[str, Path], tmp_path: Path
 ) -> None:
-    from tests.support.kcat import new_librdkafka_dir, run_kcat
+    from harness.kcat import new_librdkafka_dir, run_kcat
 
     config = tmp_path / "kcat.conf"  # the password in a file, not on the command line
     config.write_text(

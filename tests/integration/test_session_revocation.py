@@ -15,12 +15,12 @@ import pika
 import pika.exceptions
 import pytest
 
+from harness.gateway_process import REPO, GatewayProcess, set_flags
+from harness.raw_kafka_socket import recv_frame
+from harness.waiting import wait_until
 from pulsar_gateway.kafka_codec import protocol
 from pulsar_gateway.kafka_codec.errors import ErrorCode
 from pulsar_gateway.kafka_codec.protocol.messages import ApiKey
-from tests.support.gateway_process import REPO, GatewayProcess, set_flags
-from tests.support.raw_kafka_socket import recv_frame
-from tests.support.waiting import wait_until
 
 PASSWORDS = {"rita": "rita pw", "sam": "sam pw", "kurt": "kurt pw", "kim": "kim pw"}
 

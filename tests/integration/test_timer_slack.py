@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from harness.gateway_process import GatewayProcess
 from pulsar_gateway.gateway.timer_slack import TIMER_SLACK_NS
-from tests.support.gateway_process import GatewayProcess
 
 
 def test_every_gateway_thread_has_the_tight_timer_slack(gateway: GatewayProcess) -> None:

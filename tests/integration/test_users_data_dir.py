@@ -8,11 +8,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+from harness.gateway_process import REPO, GatewayProcess
+from harness.raw_kafka_socket import recv_frame
 from pulsar_gateway.kafka_codec import protocol
 from pulsar_gateway.kafka_codec.errors import ErrorCode
 from pulsar_gateway.kafka_codec.protocol.messages import ApiKey
-from tests.support.gateway_process import REPO, GatewayProcess
-from tests.support.raw_kafka_socket import recv_frame
 
 
 def users_on_dir(

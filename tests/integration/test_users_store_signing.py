@@ -19,6 +19,9 @@ from typing import Any
 
 import pytest
 
+from harness.gateway_process import REPO, GatewayProcess, set_flags
+from harness.raw_kafka_socket import recv_frame
+from harness.waiting import wait_until
 from pulsar_gateway.gateway.backend.embedded import EmbeddedBroker
 from pulsar_gateway.gateway.backend.pulsar_backend import PulsarBackend
 from pulsar_gateway.gateway.backend.reader_stream import EARLIEST
@@ -29,9 +32,6 @@ from pulsar_gateway.kafka_codec.errors import ErrorCode
 from pulsar_gateway.kafka_codec.protocol.messages import ApiKey
 from pulsar_gateway.security.credentials import make_record
 from pulsar_gateway.storage.users import UsersStore, users_topic
-from tests.support.gateway_process import REPO, GatewayProcess, set_flags
-from tests.support.raw_kafka_socket import recv_frame
-from tests.support.waiting import wait_until
 
 PASSWORD = "signed store pw"
 TOPIC = users_topic(DEFAULT_METADATA_NAMESPACE)

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 import pika
 import pulsar
 
-from tests.support.gateway_process import GatewayProcess
+from harness.gateway_process import GatewayProcess
 
 METADATA_TOPIC = "persistent://public/__gateway/metadata"
 

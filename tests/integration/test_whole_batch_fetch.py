@@ -11,10 +11,10 @@ import threading
 import time
 import uuid
 
+from harness.raw_kafka_socket import recv_frame
+from harness.send_order import create_topic
 from pulsar_gateway.kafka_codec import protocol
 from pulsar_gateway.kafka_codec.record_batch import decode_batches, encode_batch
-from tests.support.raw_kafka_socket import recv_frame
-from tests.support.send_order import create_topic
 
 BATCH = 10
 BATCHES = 600

@@ -12,9 +12,9 @@ import signal
 import uuid
 from pathlib import Path
 
+from harness.waiting import async_wait_until
 from pulsar_gateway.gateway.backend.embedded import EmbeddedBroker
 from pulsar_gateway.gateway.backend.wire import EARLIEST, BatchBuilder, Client, MessageId
-from tests.support.waiting import async_wait_until
 
 ENTRIES = 300
 PER_ENTRY = 10

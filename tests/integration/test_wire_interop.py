@@ -14,6 +14,8 @@ from typing import Any
 import pulsar
 import pytest
 
+from harness.certificates import make_certificates
+from harness.tls_proxy import TlsProxy
 from pulsar_gateway.gateway.backend.wire import (
     EARLIEST,
     BatchBuilder,
@@ -24,8 +26,6 @@ from pulsar_gateway.gateway.backend.wire import (
     TokenAuthentication,
     single_entry,
 )
-from tests.support.certificates import make_certificates
-from tests.support.tls_proxy import TlsProxy
 
 BIG = 6 * 1024 * 1024  # over pulsar-lite's 5 MiB: chunked
 

@@ -12,9 +12,9 @@ from pathlib import Path
 import pika
 import pytest
 
+from harness.waiting import wait_until
+from harness.workers_process import WorkersProcess
 from pulsar_gateway.gateway.backend.embedded import process_alive
-from tests.support.waiting import wait_until
-from tests.support.workers_process import WorkersProcess
 
 pytestmark = pytest.mark.slow
 

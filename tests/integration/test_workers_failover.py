@@ -21,11 +21,11 @@ import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from harness.kcat import run_kcat
+from harness.waiting import wait_until
+from harness.workers_process import WorkersProcess
 from pulsar_gateway.storage.amqp.vhost_names import namespace_of
 from tests.integration.test_consumer_groups import Member
-from tests.support.kcat import run_kcat
-from tests.support.waiting import wait_until
-from tests.support.workers_process import WorkersProcess
 
 pytestmark = pytest.mark.slow
 

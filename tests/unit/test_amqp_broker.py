@@ -8,12 +8,12 @@ import itertools
 
 from pamqp import commands
 
+from harness.amqp_memory_store import MemoryStore
+from harness.amqp_peer import Peer, open_peer
 from pulsar_gateway.handlers.amqp.broker import AmqpBroker
 from pulsar_gateway.handlers.amqp.connection_broker import ConnectionBroker
 from pulsar_gateway.handlers.amqp.events import ConnectionOpened
 from pulsar_gateway.handlers.amqp.publishing import PUBLISH_OVERHEAD, PublishLimits
-from tests.support.amqp_memory_store import MemoryStore
-from tests.support.amqp_peer import Peer, open_peer
 
 # publishes of one byte (plus "q" and empty properties) that fill the in-flight budget
 IN_FLIGHT = 2000

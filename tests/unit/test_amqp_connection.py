@@ -18,6 +18,14 @@ from hypothesis import strategies as st
 from pamqp import body as pamqp_body
 from pamqp import commands, encode, frame, header
 
+from harness.amqp_peer import (
+    CLIENT_CAPABILITIES,
+    USERS,
+    Peer,
+    connect,
+    open_peer,
+    start_ok,
+)
 from pulsar_gateway.handlers.amqp.authentication import Authenticator, is_loopback, parse_plain
 from pulsar_gateway.handlers.amqp.broker_model import VhostAccess
 from pulsar_gateway.handlers.amqp.connection_settings import ConnectionSettings
@@ -39,14 +47,6 @@ from pulsar_gateway.handlers.amqp.frames import (
     HeaderFrame,
     MethodFrame,
     make_method,
-)
-from tests.support.amqp_peer import (
-    CLIENT_CAPABILITIES,
-    USERS,
-    Peer,
-    connect,
-    open_peer,
-    start_ok,
 )
 
 

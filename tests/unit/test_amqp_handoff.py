@@ -12,6 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pamqp import commands, frame
 
+from harness.amqp_peer import connect, start_ok
+from harness.cluster_view import FixedView, member
 from pulsar_gateway.gateway.cluster.view import Member, SingleMemberView, vhost_key
 from pulsar_gateway.handlers.amqp.broker_model import VhostAccess
 from pulsar_gateway.handlers.amqp.connection_state import ConnectionState
@@ -26,8 +28,6 @@ from pulsar_gateway.handlers.amqp.handoff import (
     skip_handshake_answers,
 )
 from pulsar_gateway.handlers.amqp.vhost_owners import VhostOwners
-from tests.support.amqp_peer import connect, start_ok
-from tests.support.cluster_view import FixedView, member
 
 
 def tuned(policy):  # type: ignore[no-untyped-def]

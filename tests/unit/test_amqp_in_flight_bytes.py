@@ -16,14 +16,14 @@ from pamqp import body as pamqp_body
 from pamqp import commands
 from pamqp import header as pamqp_header
 
+from harness.amqp_memory_store import MemoryStore
+from harness.amqp_peer import CLIENT_CAPABILITIES, Peer, open_peer
 from pulsar_gateway.gateway.config import AmqpSection
 from pulsar_gateway.handlers.amqp.broker import AmqpBroker
 from pulsar_gateway.handlers.amqp.connection_broker import ConnectionBroker
 from pulsar_gateway.handlers.amqp.events import ConnectionOpened
 from pulsar_gateway.handlers.amqp.publish_alarm import PublishAlarm
 from pulsar_gateway.handlers.amqp.publishing import PUBLISH_OVERHEAD, PublishLimits
-from tests.support.amqp_memory_store import MemoryStore
-from tests.support.amqp_peer import CLIENT_CAPABILITIES, Peer, open_peer
 
 MIB = 1024 * 1024
 

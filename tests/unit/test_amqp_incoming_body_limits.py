@@ -13,12 +13,12 @@ import pytest
 from pamqp import body as pamqp_body
 from pamqp import commands, frame, header
 
+from harness.amqp_peer import Peer, open_peer
 from pulsar_gateway.gateway.config import AmqpSection, ConfigError, load_settings
 from pulsar_gateway.handlers.amqp.connection_settings import ConnectionSettings
 from pulsar_gateway.handlers.amqp.errors import AmqpError, ReplyCode
 from pulsar_gateway.handlers.amqp.events import ChannelOpened, ContentReceived
 from pulsar_gateway.handlers.amqp.server import offered_settings
-from tests.support.amqp_peer import Peer, open_peer
 
 MIB = 1024 * 1024
 

@@ -21,7 +21,7 @@ from pulsar_gateway.gateway.config import AmqpSection
 from pulsar_gateway.handlers.amqp.server import AmqpServer
 from pulsar_gateway.handlers.amqp.session import LOGIN_CHECKS
 from pulsar_gateway.security.logins import PasswordLogins, Verdict
-from tests.support.amqp_memory_store import MemoryStore
+from harness.amqp_memory_store import MemoryStore
 
 CHECK_SECONDS = 0.2
 LOGINS = 10

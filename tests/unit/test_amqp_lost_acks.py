@@ -9,13 +9,13 @@ import time
 import tracemalloc
 from dataclasses import dataclass, field
 
+from harness.amqp_memory_store import MemoryStore
+from harness.waiting import async_wait_until
 from pulsar_gateway.handlers.amqp.broker_model import AmqpMessage, StoredDelivery
 from pulsar_gateway.handlers.amqp.message_memory import ACKED_REMEMBER_SECONDS, AckedIds
 from pulsar_gateway.handlers.amqp.queue_engine import QueueEngine
 from pulsar_gateway.handlers.amqp.topology import Queue, Topology
 from pulsar_gateway.handlers.amqp.vhost_state import VhostState
-from tests.support.amqp_memory_store import MemoryStore
-from tests.support.waiting import async_wait_until
 
 
 @dataclass

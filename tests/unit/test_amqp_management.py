@@ -13,14 +13,18 @@ from dataclasses import dataclass
 
 from pamqp import commands
 
+from harness.amqp_memory_store import MemoryStore
+from harness.amqp_peer import open_peer
 from pulsar_gateway.gateway.metrics import MetricsServer
 from pulsar_gateway.handlers.amqp.broker import AmqpBroker
 from pulsar_gateway.handlers.amqp.connection_broker import ConnectionBroker
 from pulsar_gateway.handlers.amqp.events import ConnectionOpened
-from pulsar_gateway.handlers.amqp.management import ConnectionSummary, ManagementApi
+from pulsar_gateway.handlers.amqp.management import (
+    ChannelSummary,
+    ConnectionSummary,
+    ManagementApi,
+)
 from pulsar_gateway.tools.amqp_definitions import load
-from tests.support.amqp_memory_store import MemoryStore
-from tests.support.amqp_peer import open_peer
 
 
 @dataclass(frozen=True)
@@ -204,6 +208,54 @@ def test_a_caller_sees_only_the_vhosts_it_has_rights_on_and_its_own_connections(
         assert [q["name"] for q in api.handle("GET", "/api/queues/%2F", granted)[1]] == ["q"]
         status, rows = api.handle("GET", "/api/connections", ADMIN)
         assert [r["client_properties"]["token"] for r in rows] == ["s3cr3t", "s3cr3t"]
+        await handler.connection_closed()
+        await broker.close()
+
+    asyncio.run(scenario())
+
+
+def test_channels_per_connection_for_whom_may_see_the_connection() -> None:
+    """`/api/channels` and `/api/connections/{name}/channels`: prefetch, unacked,
+    consumers, confirm and tx per channel, of the connections the caller may see."""
+
+    async def scenario() -> None:
+        broker, handler = await _broker_with_topology()
+        channels = (
+            ChannelSummary(1, 10, 0, 3, 1, True, False, True),
+            ChannelSummary(2, 0, 50, 0, 0, False, True, False),
+        )
+        summaries = [
+            ConnectionSummary(
+                "127.0.0.1", port, "127.0.0.1", 5672, user, "/", 2, False, False, 0, {},
+                channels,
+            )
+            for port, user in ((1001, "guest"), (1002, "bob"))
+        ]  # fmt: skip
+        api = ManagementApi(broker, lambda: summaries)
+        status, rows = api.handle("GET", "/api/channels", ADMIN)
+        assert status == 200 and len(rows) == 4
+        first = rows[0]
+        assert first["name"] == f"{summaries[0].name} (1)"
+        assert first["connection_details"]["name"] == summaries[0].name
+        assert (
+            first["prefetch_count"],
+            first["messages_unacknowledged"],
+            first["consumer_count"],
+            first["confirm"],
+            first["state"],
+        ) == (10, 3, 1, True, "running")
+        assert (rows[1]["global_prefetch_count"], rows[1]["transactional"]) == (50, True)
+        assert rows[1]["state"] == "flow"
+        bob = Viewer(user="bob", administrator=False)
+        mine = api.handle("GET", "/api/channels", bob)[1]
+        assert {r["user"] for r in mine} == {"bob"} and len(mine) == 2
+        guests = urllib.parse.quote(summaries[0].name, safe="")
+        assert len(api.handle("GET", f"/api/connections/{guests}/channels", ADMIN)[1]) == 2
+        assert api.handle("GET", f"/api/connections/{guests}/channels", bob)[0] == 404
+        assert api.handle("GET", f"/api/connections/{guests}/other", ADMIN)[0] == 404
+        # the queue's counters, zero before any traffic
+        queue = api.handle("GET", "/api/queues/%2F/q", ADMIN)[1]
+        assert queue["message_stats"] == {"publish": 0, "deliver_get": 0, "ack": 0}
         await handler.connection_closed()
         await broker.close()
 

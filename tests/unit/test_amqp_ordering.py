@@ -8,12 +8,12 @@ import asyncio
 
 from pamqp import commands
 
+from harness.amqp_memory_store import MemoryStore
+from harness.amqp_peer import Peer, open_peer
+from harness.waiting import async_wait_until
 from pulsar_gateway.handlers.amqp.broker import AmqpBroker
 from pulsar_gateway.handlers.amqp.connection_broker import ConnectionBroker
 from pulsar_gateway.handlers.amqp.events import ConnectionOpened
-from tests.support.amqp_memory_store import MemoryStore
-from tests.support.amqp_peer import Peer, open_peer
-from tests.support.waiting import async_wait_until
 
 
 async def _open(

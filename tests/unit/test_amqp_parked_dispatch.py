@@ -11,18 +11,18 @@ import asyncio
 
 import pytest
 
-from pulsar_gateway.handlers.amqp import queue_engine
+from harness.amqp_memory_store import MemoryStore
+from pulsar_gateway.handlers.amqp import queue_timers
 from pulsar_gateway.handlers.amqp.broker_model import AmqpMessage
 from pulsar_gateway.handlers.amqp.queue_engine import QueueEngine
 from pulsar_gateway.handlers.amqp.topology import Queue
-from tests.support.amqp_memory_store import MemoryStore
 from tests.unit.test_amqp_lost_acks import _Consumer, _Vhost
 
 
 def test_a_parked_message_the_count_does_not_know_reaches_a_waiting_consumer(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(queue_engine, "IDLE_NUDGE_FIRST_SECONDS", 0.05)
+    monkeypatch.setattr(queue_timers, "IDLE_NUDGE_FIRST_SECONDS", 0.05)
 
     async def scenario() -> None:
         store = MemoryStore()
@@ -50,7 +50,7 @@ def test_an_idle_queue_nudges_less_and_less_often(monkeypatch: pytest.MonkeyPatc
     consumer backs off, each wait at least twice the one before (lower bounds only: a slow
     machine stretches them)."""
     first = 0.02
-    monkeypatch.setattr(queue_engine, "IDLE_NUDGE_FIRST_SECONDS", first)
+    monkeypatch.setattr(queue_timers, "IDLE_NUDGE_FIRST_SECONDS", first)
 
     async def scenario() -> None:
         store = MemoryStore()

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import asyncio
 
+from harness.amqp_memory_store import MemoryReader, MemoryStore
+from harness.waiting import async_wait_until
 from pulsar_gateway.handlers.amqp.broker_model import AmqpMessage, StoredDelivery
 from pulsar_gateway.handlers.amqp.queue_engine import QueueEngine
 from pulsar_gateway.handlers.amqp.topology import Queue
-from tests.support.amqp_memory_store import MemoryReader, MemoryStore
-from tests.support.waiting import async_wait_until
 from tests.unit.test_amqp_lost_acks import _Consumer, _Vhost
 
 

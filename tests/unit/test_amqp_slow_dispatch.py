@@ -11,11 +11,11 @@ import asyncio
 
 import pytest
 
+from harness.amqp_memory_store import MemoryStore
 from pulsar_gateway.handlers.amqp import queue_engine
 from pulsar_gateway.handlers.amqp.broker_model import AmqpMessage
 from pulsar_gateway.handlers.amqp.queue_engine import QueueEngine
 from pulsar_gateway.handlers.amqp.topology import Queue
-from tests.support.amqp_memory_store import MemoryStore
 from tests.unit.test_amqp_lost_acks import _Vhost
 
 WAIT = 0.05  # the engine's GET_WAIT_SECONDS in these tests

@@ -9,12 +9,12 @@ import time
 
 import pytest
 
+from harness.amqp_memory_store import MemoryStore
+from harness.waiting import async_wait_until
 from pulsar_gateway.handlers.amqp.broker_model import AmqpMessage, StoredDelivery
 from pulsar_gateway.handlers.amqp.errors import AmqpError
 from pulsar_gateway.handlers.amqp.stream_engine import StreamEngine, StreamIndex
 from pulsar_gateway.handlers.amqp.topology import Queue
-from tests.support.amqp_memory_store import MemoryStore
-from tests.support.waiting import async_wait_until
 
 NOW = 1_000_000
 

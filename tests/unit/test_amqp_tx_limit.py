@@ -14,14 +14,14 @@ from pamqp import base, commands
 from pamqp import body as pamqp_body
 from pamqp import header as pamqp_header
 
+from harness.amqp_memory_store import MemoryStore
+from harness.amqp_peer import Peer, open_peer
 from pulsar_gateway.handlers.amqp.broker import AmqpBroker
 from pulsar_gateway.handlers.amqp.connection_broker import ConnectionBroker
 from pulsar_gateway.handlers.amqp.errors import ReplyCode
 from pulsar_gateway.handlers.amqp.events import ConnectionOpened
 from pulsar_gateway.handlers.amqp.publishing import PublishLimits
 from pulsar_gateway.handlers.amqp.transactions import tx_cost
-from tests.support.amqp_memory_store import MemoryStore
-from tests.support.amqp_peer import Peer, open_peer
 
 LIMIT = 10_000
 BODY = 1_000

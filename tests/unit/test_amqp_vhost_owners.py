@@ -11,14 +11,14 @@ import socket
 import aiormq
 import pytest
 
+from harness.amqp_memory_store import MemoryStore
+from harness.cluster_view import FixedView
+from harness.waiting import async_wait_until
 from pulsar_gateway.gateway import metrics
 from pulsar_gateway.gateway.cluster.view import Member, vhost_key
 from pulsar_gateway.gateway.config import AmqpSection
 from pulsar_gateway.handlers.amqp.server import AmqpServer
 from pulsar_gateway.handlers.amqp.vhost_owners import VhostOwners
-from tests.support.amqp_memory_store import MemoryStore
-from tests.support.cluster_view import FixedView
-from tests.support.waiting import async_wait_until
 
 
 def _free_port() -> int:

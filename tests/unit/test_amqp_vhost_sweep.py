@@ -5,9 +5,9 @@ from __future__ import annotations
 import asyncio
 import time
 
+from harness.amqp_memory_store import MemoryStore
 from pulsar_gateway.handlers.amqp.topology import Queue, Topology
 from pulsar_gateway.handlers.amqp.vhost_state import VhostState
-from tests.support.amqp_memory_store import MemoryStore
 
 
 def test_the_sweep_expires_an_unused_queue_that_never_had_an_engine() -> None:

@@ -149,16 +149,19 @@ class Guarded(Broker):
 
 def test_rights_grant_revoke_patterns_and_implied_describe() -> None:
     rights = model.grant(Rights(), model.NAMESPACE, "t/*", ["read"])
-    rights = model.grant(rights, model.NAMESPACE, "t/*", ["write"])  # merged
-    assert len(rights.grants) == 1
-    assert rights.allows(model.NAMESPACE, "t/ns", model.DESCRIBE)  # implied by read
-    assert not rights.allows(model.NAMESPACE, "t2/ns", model.READ)
-    assert not rights.allows(model.NAMESPACE, "t/ns", model.CREATE)
+    rights = model.grant(rights, model.NAMESPACE, "t/*", ["write", "read"])  # merged
+    assert [(r.resource, r.pattern, r.name) for r in rights.rules] == [
+        (model.TOPIC, model.PREFIXED, "t/")
+    ] * 2
+    assert rights.allows(model.TOPIC, "t/ns/x", model.DESCRIBE)  # implied by read
+    assert not rights.allows(model.TOPIC, "t2/ns/x", model.READ)
+    assert not rights.allows(model.TOPIC, "t/ns/x", model.CREATE)
     rights = model.revoke(rights, model.NAMESPACE, "t/*", ["read", "write"])
     assert rights.empty
     admin = model.grant(Rights(), model.NAMESPACE, "x/y", ["admin"])
-    assert admin.grants[0].operations == {model.CREATE, model.DELETE, model.ALTER}
-    assert not admin.allows(model.NAMESPACE, "x/y", model.READ)
+    assert {r.operation for r in admin.rules} == {model.CREATE, model.DELETE, model.ALTER}
+    assert not admin.allows(model.TOPIC, "x/y/t", model.READ)
+    assert admin.allows(model.TOPIC, "x/y/t", model.DESCRIBE)  # implied by alter
     groups = model.grant(Rights(), model.GROUP, "app-*", ["read"])
     assert groups.allows(model.GROUP, "app-1", model.READ)
     assert not groups.allows(model.GROUP, "other", model.READ)
@@ -198,7 +201,7 @@ grants = st.lists(
 def test_rights_survive_their_record(items: list[Any], superuser: bool) -> None:
     rights = Rights(superuser=superuser)
     for (resource, pattern), words in items:
-        usable = [w for w in words if w in (*model.OPERATIONS[resource], "admin", "all")]
+        usable = [w for w in words if w in (*model.USEFUL[resource], "admin", "all")]
         if usable:
             rights = model.grant(rights, resource, pattern, usable)
     record = json.loads(json.dumps(model.to_record(rights)))
@@ -213,7 +216,7 @@ json_values = st.recursive(
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.dictionaries(st.sampled_from(["grants", "superuser", "x"]), json_values))
+@given(st.dictionaries(st.sampled_from(["grants", "acls", "superuser", "x"]), json_values))
 def test_a_hostile_rights_record_is_refused_or_read_never_crashes(record: Any) -> None:
     """The decoder of stored records: anything else than RightsError is a bug."""
     try:
@@ -365,7 +368,7 @@ def test_denials_are_counted_and_logged_without_a_secret(caplog: pytest.LogCaptu
     async def scenario() -> None:
         broker = Guarded()
         await broker.topics()
-        counter = metrics.AUTHORIZATION_DENIALS.labels("kafka", "namespace", "write")
+        counter = metrics.AUTHORIZATION_DENIALS.labels("kafka", "topic", "write")
         before = counter._value.get()
         with caplog.at_level(logging.WARNING, logger="gateway.kafka.authz"):
             await broker.produce(B_TOPIC, [b"x"])
@@ -408,7 +411,7 @@ def any_filter(**fields: Any) -> dict[str, Any]:
     }
 
 
-def test_acl_apis_map_onto_the_rights_and_refuse_what_they_cannot_hold() -> None:
+def test_acl_apis_hold_kafka_bindings_and_refuse_what_kafka_refuses() -> None:
     async def scenario() -> None:
         broker = Guarded("root")
         created = await broker.call(
@@ -421,41 +424,50 @@ def test_acl_apis_map_onto_the_rights_and_refuse_what_they_cannot_hold() -> None
                     creation(GROUP, "bob-", PREFIXED, READ),
                     creation(CLUSTER, "kafka-cluster", LITERAL, 12),
                     creation(5, "bob.tx-", PREFIXED, WRITE),  # TRANSACTIONAL_ID
-                    creation(TOPIC, "orders", LITERAL, READ),  # one topic: not representable
-                    creation(TOPIC, "team-b/ord", PREFIXED, READ),  # not a namespace boundary
-                    creation(TOPIC, "team-b/orders/", PREFIXED, READ, permission=DENY),
-                    creation(TOPIC, "team-b/orders/", PREFIXED, READ, host="10.0.0.1"),
+                    creation(TOPIC, "orders", LITERAL, READ),  # one topic
+                    creation(TOPIC, "team-b/orders/x", LITERAL, READ, permission=DENY),
+                    creation(TOPIC, "team-b/orders/", PREFIXED, WRITE, host="10.0.0.1"),
                     creation(TOPIC, "team-b/orders/", PREFIXED, READ, principal="Group:x"),
                     creation(6, "token", LITERAL, 8),  # DELEGATION_TOKEN
+                    creation(TOPIC, "t", LITERAL, READ, host="a.example"),  # no host names
+                    creation(CLUSTER, "other", LITERAL, 8),
+                    creation(TOPIC, "t", 2, READ),  # MATCH is for filters
                 ]
             },
         )
         codes = [r["error_code"] for r in created["results"]]
-        assert codes == [ErrorCode.NONE] * 5 + [ErrorCode.INVALID_REQUEST] * 6
-        assert "per Pulsar namespace" in created["results"][5]["error_message"]
+        assert codes == [ErrorCode.NONE] * 8 + [ErrorCode.INVALID_REQUEST] * 5
         bob = broker.table.rights_of("bob")
-        assert bob.allows(model.NAMESPACE, "team-b/orders", model.READ)
-        assert not bob.allows(model.NAMESPACE, "team-b/orders", model.WRITE)
-        assert bob.allows(model.NAMESPACE, "team-c/x", model.DELETE)
+        assert bob.allows(model.TOPIC, "team-b/orders/t", model.READ)
+        assert not bob.allows(model.TOPIC, "team-b/orders/x", model.READ)  # DENY wins
+        assert bob.allows(model.TOPIC, "team-b/orders/x", model.DESCRIBE)  # deny read only
+        assert not bob.allows(model.TOPIC, "team-b/orders/t", model.WRITE, "192.0.2.1")
+        assert bob.allows(model.TOPIC, "team-b/orders/t", model.WRITE, "10.0.0.1")
+        assert bob.allows(model.TOPIC, "team-c/x/y", model.DELETE)
+        assert bob.allows(model.TOPIC, "orders", model.READ)
         assert bob.allows(model.GROUP, "bob-1", model.READ)
-        assert bob.allows(model.CLUSTER, "", model.IDEMPOTENT_WRITE)
+        assert bob.allows(model.CLUSTER, "kafka-cluster", model.IDEMPOTENT_WRITE)
         assert bob.allows(model.TRANSACTIONAL_ID, "bob.tx-1", model.WRITE)
         assert not bob.allows(model.TRANSACTIONAL_ID, "alice.tx-1", model.WRITE)
         described = await broker.call(ApiKey.DESCRIBE_ACLS, 3, any_filter(principal="User:bob"))
         assert described["error_code"] == ErrorCode.NONE
         seen = {
             (r["resource_type"], r["resource_name"], r["pattern_type"], a["operation"])
+            + (a["permission_type"], a["host"])
             for r in described["resources"]
             for a in r["acls"]
         }
         assert seen == {
-            (TOPIC, "team-b/orders/", PREFIXED, READ),
-            (TOPIC, "team-c/", PREFIXED, ALL),
-            (GROUP, "bob-", PREFIXED, READ),
-            (CLUSTER, "kafka-cluster", LITERAL, 12),
-            (5, "bob.tx-", PREFIXED, WRITE),
+            (TOPIC, "team-b/orders/", PREFIXED, READ, ALLOW, "*"),
+            (TOPIC, "team-c/", PREFIXED, ALL, ALLOW, "*"),
+            (GROUP, "bob-", PREFIXED, READ, ALLOW, "*"),
+            (CLUSTER, "kafka-cluster", LITERAL, 12, ALLOW, "*"),
+            (5, "bob.tx-", PREFIXED, WRITE, ALLOW, "*"),
+            (TOPIC, "orders", LITERAL, READ, ALLOW, "*"),
+            (TOPIC, "team-b/orders/x", LITERAL, READ, DENY, "*"),
+            (TOPIC, "team-b/orders/", PREFIXED, WRITE, ALLOW, "10.0.0.1"),
         }
-        # alice's grants read as ACLs too
+        # alice's namespace grants read as PREFIXED bindings
         alice = await broker.call(ApiKey.DESCRIBE_ACLS, 3, any_filter(principal="User:alice"))
         assert {r["resource_name"] for r in alice["resources"]} == {"team-a/orders/", "a-"}
         deleted = await broker.call(
@@ -464,9 +476,9 @@ def test_acl_apis_map_onto_the_rights_and_refuse_what_they_cannot_hold() -> None
             {"filters": [any_filter(kind=TOPIC, principal="User:bob")]},
         )
         [result] = deleted["filter_results"]
-        assert len(result["matching_acls"]) == 2
+        assert len(result["matching_acls"]) == 5
         bob = broker.table.rights_of("bob")
-        assert not bob.allows(model.NAMESPACE, "team-b/orders", model.READ)
+        assert not bob.allows(model.TOPIC, "team-b/orders/t", model.READ)
         assert bob.allows(model.GROUP, "bob-1", model.READ)
         # alice may not manage ACLs
         broker.login("alice")
@@ -480,7 +492,7 @@ def test_acl_apis_map_onto_the_rights_and_refuse_what_they_cannot_hold() -> None
         assert refused["filter_results"][0]["error_code"] == (
             ErrorCode.CLUSTER_AUTHORIZATION_FAILED
         )
-        assert broker.table.rights_of("bob").grants
+        assert broker.table.rights_of("bob").rules
 
     run(scenario)
 

@@ -11,7 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.support.waiting import wait_until
+from harness.waiting import wait_until
 
 FAIL_TO_CONNECT = """
 import sys

@@ -9,6 +9,7 @@ import dataclasses
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from harness.kafka_memory_store import MemoryClientQuotas
 from pulsar_gateway.handlers.kafka.quotas import (
     CONSUMER_BYTE_RATE,
     PRODUCER_BYTE_RATE,
@@ -19,7 +20,6 @@ from pulsar_gateway.handlers.kafka.quotas import (
 )
 from pulsar_gateway.kafka_codec.protocol.messages import ApiKey
 from pulsar_gateway.kafka_codec.record_batch import Record, encode_batch
-from tests.support.kafka_memory_store import MemoryClientQuotas
 from tests.unit.test_kafka_apis import TOPIC, Broker, run
 
 

@@ -13,10 +13,10 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from harness.waiting import async_wait_until
 from pulsar_gateway.gateway.cluster.leases import Heartbeat
 from pulsar_gateway.gateway.cluster.membership import PulsarMembership
 from pulsar_gateway.gateway.cluster.view import Member
-from tests.support.waiting import async_wait_until
 
 
 def _member(name: str, node: int) -> Member:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from rich.console import Console
 
+from harness.cluster_view import FixedView, member
 from pulsar_gateway.gateway.cluster.report import ownership
 from pulsar_gateway.gateway.cluster.view import (
     Member,
@@ -13,7 +14,6 @@ from pulsar_gateway.gateway.cluster.view import (
     vhost_key,
 )
 from pulsar_gateway.tools.cluster_status import render
-from tests.support.cluster_view import FixedView, member
 
 
 def test_every_key_is_counted_for_its_owner_and_listed_up_to_the_limit() -> None:

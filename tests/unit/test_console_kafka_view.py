@@ -7,6 +7,7 @@ import asyncio
 
 import pytest
 
+from harness.kafka_memory_store import memory_storage
 from pulsar_gateway.console.kafka_view import ConsoleError, KafkaView
 from pulsar_gateway.gateway.topic_names import partition_topic
 from pulsar_gateway.handlers.authorization import Authorizer
@@ -14,7 +15,6 @@ from pulsar_gateway.handlers.http_login import HttpCaller
 from pulsar_gateway.handlers.kafka.group_coordinator import GroupCoordinator
 from pulsar_gateway.handlers.kafka.port import CommittedOffset
 from pulsar_gateway.security.rights import GROUP, NAMESPACE, NO_RIGHTS, RightsTable, grant
-from tests.support.kafka_memory_store import memory_storage
 
 ORDERS = "persistent://public/default/orders"
 PAYMENTS = "persistent://public/team/payments"

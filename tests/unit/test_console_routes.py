@@ -48,6 +48,7 @@ def test_reads_and_their_errors() -> None:
         "may_monitor": False,
         "kafka": False,
         "amqp": False,
+        "topic_sizes": False,
     }
     assert answer("GET", "/console/api/topics")[0] == 404  # no Kafka listener
     assert answer("DELETE", "/console/api/me")[0] == 405

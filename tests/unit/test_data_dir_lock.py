@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from harness.waiting import wait_until
 from pulsar_gateway.gateway.data_dir_lock import DataDirBusy, DataDirLock
-from tests.support.waiting import wait_until
 
 HOLD = """
 import sys, time

@@ -10,8 +10,11 @@ import asyncio
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from pulsar_gateway.gateway.messages import LogEntry, StoredMessage
+from pulsar_gateway.gateway.backend.resend_filter import stamp_text
+from pulsar_gateway.gateway.messages import SEQ, LogEntry, StoredMessage
 from pulsar_gateway.kafka_codec.entry_format import PULSAR, encode_entries
 from pulsar_gateway.kafka_codec.errors import ErrorCode
 from pulsar_gateway.kafka_codec.protocol.messages import ApiKey
@@ -185,6 +188,35 @@ def test_encode_entries_keeps_whole_records_within_the_limit() -> None:
     assert encode_entries(entries, 50, min_one=False) == (bytearray(), 0)
     one, count = encode_entries(entries, 50, min_one=True)
     assert count == 1 and len(one) > 50
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(st.integers(1, 8), min_size=1, max_size=10),
+    st.integers(1, 3000),
+    st.booleans(),
+    st.sampled_from([None, 1]),  # as stored, or gzip for every batch
+)
+def test_encode_entries_hands_out_a_stamped_batch_whole_or_not_at_all(
+    sizes: list[int], limit: int, min_one: bool, codec: int | None
+) -> None:
+    """Records of Kafka batches the gateway stored one message per record (stamped "more
+    follows" but the last) come back up to a batch's end, never part of one; the first
+    batch whole even over the limit with `min_one` (KIP-74)."""
+    entries = []
+    for size in sizes:
+        for position in range(size):
+            stored = _stored(PULSAR.encode(_decoded(b"r" * 90))[0], len(entries))
+            stored.properties[SEQ] = stamp_text(len(entries) + 1, more=position < size - 1)
+            entries.append(LogEntry(len(entries), stored))
+    ends = {0} | {sum(sizes[: i + 1]) for i in range(len(sizes))}
+    data, count = encode_entries(entries, limit, min_one=min_one, codec=codec)
+    assert count in ends
+    assert count == sum(b.record_count for b in decode_batches(data))
+    if min_one:
+        assert count >= sizes[0]
+    if count > sizes[0]:
+        assert len(data) <= limit
 
 
 def _decoded(value: bytes) -> Any:

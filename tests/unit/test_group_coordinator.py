@@ -9,12 +9,12 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pulsar_gateway.handlers.kafka.group_coordinator import (
+from pulsar_gateway.handlers.kafka.group_coordinator import GroupCoordinator
+from pulsar_gateway.handlers.kafka.group_model import (
     COMPLETING,
     EMPTY,
     PREPARING,
     STABLE,
-    GroupCoordinator,
     JoinResult,
 )
 from pulsar_gateway.kafka_codec.errors import ErrorCode

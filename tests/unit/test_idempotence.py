@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import asyncio
 
+from harness.kafka_memory_store import MemoryPartitionLog
 from pulsar_gateway.handlers.kafka.idempotence import ProducerSequences
 from pulsar_gateway.kafka_codec.errors import ErrorCode
-from tests.support.kafka_memory_store import MemoryPartitionLog
 
 
 def test_sequence_rules() -> None:

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from harness.kafka_memory_store import memory_storage
 from pulsar_gateway.gateway.config import KafkaSection
 from pulsar_gateway.handlers.kafka.apis.table import API_TABLE, served_versions
 from pulsar_gateway.handlers.kafka.context import BrokerIdentity, KafkaContext
@@ -18,7 +19,6 @@ from pulsar_gateway.kafka_codec.entry_format import FORMAT_CONFIG
 from pulsar_gateway.kafka_codec.errors import ErrorCode
 from pulsar_gateway.kafka_codec.protocol.messages import ApiKey
 from pulsar_gateway.kafka_codec.record_batch import Record, decode_batches, encode_batch
-from tests.support.kafka_memory_store import memory_storage
 
 TOPIC = "persistent://public/default/orders"
 
@@ -49,11 +49,12 @@ class Broker:
     ) -> dict[str, Any]:
         version = batch.pop("version", 11)
         transactional_id = batch.pop("transactional_id", None)
+        timeout_ms = batch.pop("timeout_ms", 1000)
         records = [Record(i, 1000 + i, b"k%d" % i, v, [("h", b"1")]) for i, v in enumerate(values)]
         body = {
             "transactional_id": transactional_id,
             "acks": -1,
-            "timeout_ms": 1000,
+            "timeout_ms": timeout_ms,
             "topic_data": [
                 {
                     "name": topic,

@@ -17,8 +17,8 @@ import struct
 
 from pulsar_gateway.gateway.config import KafkaSection
 from pulsar_gateway.handlers.kafka.server import KafkaServer
-from tests.support.kafka_memory_store import memory_storage
-from tests.support.waiting import async_wait_until
+from harness.kafka_memory_store import memory_storage
+from harness.waiting import async_wait_until
 from tests.unit.test_kafka_budgets_come_back import abort, read_frame, request
 
 KIB = 1024

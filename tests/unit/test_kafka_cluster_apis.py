@@ -8,6 +8,8 @@ import asyncio
 import dataclasses
 from typing import Any
 
+from harness.cluster_view import FixedView, member
+from harness.kafka_memory_store import memory_storage
 from pulsar_gateway.gateway.cluster.view import group_key, partition_key, txn_key
 from pulsar_gateway.gateway.config import KafkaSection
 from pulsar_gateway.handlers.kafka.context import BrokerIdentity, KafkaContext
@@ -18,8 +20,6 @@ from pulsar_gateway.kafka_codec import protocol
 from pulsar_gateway.kafka_codec.errors import ErrorCode
 from pulsar_gateway.kafka_codec.protocol.messages import ApiKey
 from pulsar_gateway.kafka_codec.record_batch import Record, encode_batch
-from tests.support.cluster_view import FixedView, member
-from tests.support.kafka_memory_store import memory_storage
 
 ME, OTHER = member("a", 1, 9101), member("b", 2, 9102)
 TOPIC = "orders"

@@ -23,6 +23,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import pulsar_gateway.kafka_codec.protocol as kp
+from harness.raw_kafka_socket import uvarint
 from pulsar_gateway.kafka_codec.protocol import (
     API_NAMES,
     EntryBudget,
@@ -33,8 +34,8 @@ from pulsar_gateway.kafka_codec.protocol import (
     encode_response,
     messages,
     parse_request_header,
+    vocabulary,
 )
-from tests.support.raw_kafka_socket import uvarint
 
 DEFINITIONS = sorted(
     [(key, version, False) for key, version in messages.REQUESTS]
@@ -43,28 +44,28 @@ DEFINITIONS = sorted(
 REQUESTS = sorted(messages.REQUESTS)
 
 
-def _definition(key: int, version: int, response: bool) -> kp.KafkaStruct:
+def _definition(key: int, version: int, response: bool) -> vocabulary.KafkaStruct:
     return (messages.RESPONSES if response else messages.REQUESTS)[(key, version)]
 
 
 def filled(con: Any, length: int) -> Any:
     """A value of ``con``: ``length`` entries per array (0: empty, or null where nullable),
     other fields at their smallest encoding, tagged fields left out."""
-    if isinstance(con, kp.KafkaStruct):
+    if isinstance(con, vocabulary.KafkaStruct):
         return {name: filled(sub, length) for name, sub, _ in con.fields}
-    if isinstance(con, kp.ArrayField):
+    if isinstance(con, vocabulary.ArrayField):
         if length == 0:
             return None if con.nullable else []
         return [filled(con.subcon, length) for _ in range(length)]
-    if isinstance(con, kp.NullableStructField):
+    if isinstance(con, vocabulary.NullableStructField):
         return None
-    if isinstance(con, kp.StringField):
+    if isinstance(con, vocabulary.StringField):
         return None if con.nullable else ""
-    if isinstance(con, kp.BytesField):
+    if isinstance(con, vocabulary.BytesField):
         return None if con.nullable else b""
-    if isinstance(con, kp.UuidField):
+    if isinstance(con, vocabulary.UuidField):
         return uuid.UUID(int=0)
-    if isinstance(con, kp.BoolField):
+    if isinstance(con, vocabulary.BoolField):
         return False
     return 0.0 if con.fmt_name == "_F64" else 0
 
@@ -106,7 +107,7 @@ def _top_level_arrays() -> list[tuple[int, int, int]]:
     found = []
     for key, version in REQUESTS:
         for index, (_, sub, _) in enumerate(messages.REQUESTS[(key, version)].fields):
-            if isinstance(sub, kp.ArrayField):
+            if isinstance(sub, vocabulary.ArrayField):
                 found.append((key, version, index))
     return found
 

@@ -15,14 +15,14 @@ import struct
 
 import pytest
 
+from harness import kafka_memory_store
+from harness.kafka_memory_store import memory_storage
+from harness.waiting import async_wait_until
 from pulsar_gateway.gateway.config import KafkaSection
 from pulsar_gateway.handlers.kafka.requests import ENTRY_BYTES
 from pulsar_gateway.handlers.kafka.server import KafkaServer
 from pulsar_gateway.kafka_codec import protocol
 from pulsar_gateway.kafka_codec.record_batch import encode_batch
-from tests.support import kafka_memory_store
-from tests.support.kafka_memory_store import memory_storage
-from tests.support.waiting import async_wait_until
 
 MIB = 1024 * 1024
 FRAME_VALUE = 256 * 1024

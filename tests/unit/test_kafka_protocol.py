@@ -30,6 +30,7 @@ from pulsar_gateway.kafka_codec.protocol import (
     generator,
     messages,
     parse_request_header,
+    vocabulary,
 )
 
 CASES = sorted(
@@ -56,7 +57,7 @@ INT_RANGES = {
 }
 
 
-def definition(key: int, version: int, response: bool) -> kp.KafkaStruct:
+def definition(key: int, version: int, response: bool) -> vocabulary.KafkaStruct:
     return (messages.RESPONSES if response else messages.REQUESTS)[(key, version)]
 
 
@@ -95,26 +96,26 @@ def body_of(key: int, version: int, response: bool, message: bytes) -> memoryvie
 def sample(con: Any, nulls: bool) -> Any:
     """A filled-in value: ``nulls`` puts null wherever allowed, extremes and no tagged fields;
     otherwise every field is set, two elements per array, all tagged fields present."""
-    if isinstance(con, kp.KafkaStruct):
+    if isinstance(con, vocabulary.KafkaStruct):
         value = {name: sample(sub, nulls) for name, sub, _ in con.fields}
         if not nulls:
             value.update({name: sample(sub, False) for name, sub in con.tagged.values()})
         return value
-    if isinstance(con, kp.NullableStructField):
+    if isinstance(con, vocabulary.NullableStructField):
         return None if nulls else sample(con.subcon, False)
-    if isinstance(con, kp.ArrayField):
+    if isinstance(con, vocabulary.ArrayField):
         if nulls:
             return None if con.nullable else [sample(con.subcon, True)]
         return [sample(con.subcon, False), sample(con.subcon, False)]
-    if isinstance(con, kp.StringField):
+    if isinstance(con, vocabulary.StringField):
         return None if nulls and con.nullable else "topic-é"
-    if isinstance(con, kp.BytesField):
+    if isinstance(con, vocabulary.BytesField):
         return None if nulls and con.nullable else b"\x00\x01\xfe\xff"
-    if isinstance(con, kp.UuidField):
+    if isinstance(con, vocabulary.UuidField):
         return uuid.UUID("01234567-89ab-cdef-0123-456789abcdef")
-    if isinstance(con, kp.BoolField):
+    if isinstance(con, vocabulary.BoolField):
         return not nulls
-    if isinstance(con, kp.Fixed):
+    if isinstance(con, vocabulary.Fixed):
         if con.fmt_name == "_F64":
             return -1.5 if nulls else 2.25
         low, high = INT_RANGES[con.fmt_name]
@@ -122,11 +123,11 @@ def sample(con: Any, nulls: bool) -> Any:
     raise TypeError(con)
 
 
-def defaults_of(con: kp.KafkaStruct) -> dict[str, Any]:
+def defaults_of(con: vocabulary.KafkaStruct) -> dict[str, Any]:
     """What encoding an empty dict decodes to: every field at its default, no tagged fields."""
     result = {}
     for name, sub, default in con.fields:
-        if isinstance(sub, kp.KafkaStruct):
+        if isinstance(sub, vocabulary.KafkaStruct):
             result[name] = defaults_of(sub)
         else:
             result[name] = default
@@ -148,27 +149,27 @@ def strategy(con: Any, nullable: bool = True) -> st.SearchStrategy[Any]:
 
 
 def _strategy(con: Any, nullable: bool) -> st.SearchStrategy[Any]:
-    if isinstance(con, kp.KafkaStruct):
+    if isinstance(con, vocabulary.KafkaStruct):
         return st.fixed_dictionaries(
             {name: strategy(sub) for name, sub, _ in con.fields},
             optional={name: strategy(sub, False) for name, sub in con.tagged.values()},
         )
-    if isinstance(con, kp.NullableStructField):
+    if isinstance(con, vocabulary.NullableStructField):
         return st.none() | strategy(con.subcon) if nullable else strategy(con.subcon)
-    if isinstance(con, kp.ArrayField):
+    if isinstance(con, vocabulary.ArrayField):
         items = st.lists(strategy(con.subcon), max_size=3)
         return st.none() | items if con.nullable and nullable else items
-    if isinstance(con, kp.StringField):
+    if isinstance(con, vocabulary.StringField):
         text = st.text(max_size=12)
         return st.none() | text if con.nullable and nullable else text
-    if isinstance(con, kp.BytesField):
+    if isinstance(con, vocabulary.BytesField):
         blob = st.binary(max_size=12)
         return st.none() | blob if con.nullable and nullable else blob
-    if isinstance(con, kp.UuidField):
+    if isinstance(con, vocabulary.UuidField):
         return st.uuids()
-    if isinstance(con, kp.BoolField):
+    if isinstance(con, vocabulary.BoolField):
         return st.booleans()
-    if isinstance(con, kp.Fixed):
+    if isinstance(con, vocabulary.Fixed):
         if con.fmt_name == "_F64":
             return st.floats(allow_nan=False)
         return st.integers(*INT_RANGES[con.fmt_name])
@@ -492,11 +493,11 @@ def _aiokafka_structs() -> dict[tuple[int, int, bool], type]:
 
 def _positional(con: Any, value: Any) -> Any:
     """Our dict as aiokafka's positional tuples."""
-    if isinstance(con, kp.KafkaStruct):
+    if isinstance(con, vocabulary.KafkaStruct):
         return tuple(_positional(sub, value[name]) for name, sub, _ in con.fields)
-    if isinstance(con, kp.NullableStructField):
+    if isinstance(con, vocabulary.NullableStructField):
         return None if value is None else _positional(con.subcon, value)
-    if isinstance(con, kp.ArrayField):
+    if isinstance(con, vocabulary.ArrayField):
         return None if value is None else [_positional(con.subcon, item) for item in value]
     return value
 

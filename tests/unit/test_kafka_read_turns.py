@@ -15,7 +15,7 @@ import asyncio
 
 from pulsar_gateway.gateway.config import KafkaSection
 from pulsar_gateway.handlers.kafka.server import KafkaServer
-from tests.support.kafka_memory_store import memory_storage
+from harness.kafka_memory_store import memory_storage
 from tests.unit.test_kafka_budgets_come_back import abort, read_frame, request
 
 FLOODERS = 10

@@ -10,8 +10,8 @@ from collections.abc import Awaitable, Callable
 
 import pytest
 
+from harness.waiting import async_wait_until
 from pulsar_gateway.gateway.loop_watch import LoopWatch
-from tests.support.waiting import async_wait_until
 
 
 def _block_the_loop_for(seconds: float) -> None:

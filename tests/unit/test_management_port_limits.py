@@ -18,8 +18,8 @@ from pathlib import Path
 
 from pulsar_gateway.gateway import metrics
 from pulsar_gateway.security.tls import server_context
-from tests.support.certificates import make_certificates
-from tests.support.waiting import async_wait_until
+from harness.certificates import make_certificates
+from harness.waiting import async_wait_until
 
 PER_IP = 4
 

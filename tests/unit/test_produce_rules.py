@@ -11,12 +11,12 @@ from typing import Any
 
 import pytest
 
+from harness.waiting import async_wait_until
 from pulsar_gateway.kafka_codec import compression
 from pulsar_gateway.kafka_codec.compression import InflateBudget
 from pulsar_gateway.kafka_codec.errors import ErrorCode
 from pulsar_gateway.kafka_codec.protocol.messages import ApiKey
 from pulsar_gateway.kafka_codec.record_batch import Record, decode_batches, encode_batch
-from tests.support.waiting import async_wait_until
 from tests.unit.test_fetch_limits import fetch_body
 from tests.unit.test_kafka_apis import TOPIC, Broker, run
 

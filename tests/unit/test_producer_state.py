@@ -8,12 +8,12 @@ import asyncio
 from collections.abc import Callable, Coroutine
 from typing import Any
 
+from harness.kafka_memory_store import MemoryPartitionLog
 from pulsar_gateway.gateway.messages import RECORDS, OutMessage, StoredMessage
 from pulsar_gateway.handlers.kafka.idempotence import ProducerSequences
 from pulsar_gateway.handlers.kafka.port import ProducerBatch, ProducerSnapshot, ProducerStamp
 from pulsar_gateway.kafka_codec.errors import ErrorCode
 from pulsar_gateway.storage.kafka.producer_state import ProducerStateIndex, stamp
-from tests.support.kafka_memory_store import MemoryPartitionLog
 from tests.unit.test_kafka_apis import TOPIC, Broker
 
 PARTITION = TOPIC + "-partition-0"
@@ -75,10 +75,10 @@ def test_a_timed_out_produce_is_not_stored_twice_by_its_retry() -> None:
         log.stall = asyncio.Event()  # the backend stops answering
         batch = {"producer_id": 9, "producer_epoch": 0, "base_sequence": 0}
         started = asyncio.get_running_loop().time()
-        timed_out = await broker.produce("orders", [b"a", b"b"], **batch)  # timeout_ms 1000
+        timed_out = await broker.produce("orders", [b"a", b"b"], timeout_ms=200, **batch)
         assert timed_out["error_code"] == ErrorCode.REQUEST_TIMED_OUT
         assert asyncio.get_running_loop().time() - started < 2
-        retry = await broker.produce("orders", [b"a", b"b"], **batch)
+        retry = await broker.produce("orders", [b"a", b"b"], timeout_ms=200, **batch)
         assert retry["error_code"] == ErrorCode.REQUEST_TIMED_OUT
         log.stall.set()  # it answers again: the first attempt completes
         last = await broker.produce("orders", [b"a", b"b"], **batch)

@@ -16,6 +16,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from harness.kafka_memory_store import memory_storage
 from pulsar_gateway.gateway.config import KafkaSection
 from pulsar_gateway.handlers.kafka.context import BrokerIdentity, KafkaContext
 from pulsar_gateway.handlers.kafka.group_coordinator import GroupCoordinator
@@ -24,7 +25,6 @@ from pulsar_gateway.handlers.kafka.requests import admit, decode, respond
 from pulsar_gateway.kafka_codec import protocol
 from pulsar_gateway.kafka_codec.protocol.messages import ApiKey
 from pulsar_gateway.kafka_codec.record_batch import Record, encode_batch
-from tests.support.kafka_memory_store import memory_storage
 from tests.unit.test_kafka_apis import commit_body
 
 PARTITIONS = 3

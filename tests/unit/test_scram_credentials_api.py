@@ -11,10 +11,10 @@ from typing import Any
 
 import scramp
 
+from harness.kafka_memory_store import MemoryCredentials
 from pulsar_gateway.kafka_codec.errors import ErrorCode
 from pulsar_gateway.kafka_codec.protocol.messages import ApiKey
 from pulsar_gateway.security.credentials import auth_info
-from tests.support.kafka_memory_store import MemoryCredentials
 from tests.unit.test_kafka_apis import Broker, run
 
 SHA256, SHA512 = 1, 2

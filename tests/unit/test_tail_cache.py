@@ -7,11 +7,11 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from harness.tail_sizes import held
 from pulsar_gateway.gateway.config import KafkaSection
 from pulsar_gateway.gateway.messages import StoredMessage
 from pulsar_gateway.storage.kafka.partition_log import PartitionLog
 from pulsar_gateway.storage.kafka.topics import TailCache
-from tests.support.tail_sizes import held
 
 
 class _Metadata:

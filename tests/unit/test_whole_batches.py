@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from pulsar_gateway.gateway.backend.resend_filter import SEQ, stamp_text
 from pulsar_gateway.gateway.messages import StoredMessage
 from pulsar_gateway.storage.kafka.partition_log import PartitionLog
-from pulsar_gateway.storage.kafka.whole_batches import WholeBatches
+from pulsar_gateway.storage.kafka.whole_batches import BATCH_SLACK_BYTES, BatchEdges, WholeBatches
 
 
 class _Metadata:
@@ -115,3 +115,39 @@ def test_a_batch_whose_rest_never_comes_is_released() -> None:
         assert log.next_offset == 4 and not log._whole.held
 
     asyncio.run(scenario())
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.integers(1, 6), min_size=1, max_size=12),
+    st.integers(1, 2000),
+    st.integers(0, 30),
+)
+def test_a_byte_limited_read_of_the_tail_stops_only_between_batches(
+    sizes: list[int], max_bytes: int, start: int
+) -> None:
+    """A fetch whose byte limit falls inside a batch gets the batch's rest with it (Kafka
+    makes a batch visible whole); a read from inside a batch may stop at that batch's end."""
+    messages = _batches(sizes)
+    ends = {sum(sizes[: i + 1]) for i in range(len(sizes))}
+    start = min(start, len(messages) - 1)
+
+    async def scenario() -> None:
+        log = PartitionLog(_Backend(), _Metadata(), "t")  # type: ignore[arg-type]
+        log._index_whole(messages)
+        offset = start
+        while offset < len(messages):
+            read = log._tail.read(offset, max_bytes)
+            assert read and read[0].offset == offset
+            offset = read[-1].offset + 1
+            assert offset in ends  # never inside a batch
+        assert offset == len(messages)
+
+    asyncio.run(scenario())
+
+
+def test_a_batch_whose_rest_never_comes_does_not_hold_a_read_for_ever() -> None:
+    edges = BatchEdges()
+    edges.saw(_batches([3])[0])
+    assert not edges.may_stop(100, 50)
+    assert edges.may_stop(BATCH_SLACK_BYTES + 51, 50)

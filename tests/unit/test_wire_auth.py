@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from harness.certificates import make_certificates_with_clients
 from pulsar_gateway.gateway.backend.connection_security import PulsarSecurity
 from pulsar_gateway.gateway.backend.wire.auth import (
     OAuth2ClientCredentials,
@@ -26,7 +27,6 @@ from pulsar_gateway.gateway.backend.wire.auth import (
 )
 from pulsar_gateway.gateway.backend.wire.errors import PulsarError
 from pulsar_gateway.gateway.config import PulsarSection
-from tests.support.certificates import make_certificates_with_clients
 
 URL = "pulsar+ssl://pulsar.example:6651"
 

@@ -1,5 +1,5 @@
 """The wire client's protocol paths that the embedded broker never takes, against a
-scripted broker on a real socket (tests/support/scripted_pulsar.py): lookup redirects and
+scripted broker on a real socket (harness/scripted_pulsar.py): lookup redirects and
 proxies, authentication, keepalive, hostile frames, producer receipts out of order and
 send errors, bounded pending sends, flow control."""
 
@@ -13,6 +13,8 @@ from typing import Any
 
 import pytest
 
+from harness.scripted_pulsar import BrokerSide, ScriptedBroker
+from harness.waiting import async_wait_until
 from pulsar_gateway.gateway.backend.wire import commands as c
 from pulsar_gateway.gateway.backend.wire.auth import TokenAuthentication
 from pulsar_gateway.gateway.backend.wire.batch import single_entry
@@ -36,8 +38,6 @@ from pulsar_gateway.gateway.backend.wire.messages import (
     MessageIdData,
     MessageMetadata,
 )
-from tests.support.scripted_pulsar import BrokerSide, ScriptedBroker
-from tests.support.waiting import async_wait_until
 
 TOPIC = "persistent://public/default/t"
 

@@ -1,4 +1,5 @@
-// Pulsar Gateway console: one page, hash routes, no dependencies (docs/console.md).
+// Pulsar Gateway console: one page, hash routes, no dependencies (docs/console.md). This
+// script holds the machinery, the overview, Kafka and cluster pages; console-*.js the rest.
 // Every list is read from the gateway's JSON (/console/api/..., /api/..., /cluster) with
 // the browser's login; numbers refresh every POLL_MS; the last hour of rates, memory and
 // group lag is kept here, in memory, bounded by HISTORY_POINTS per series.
@@ -191,6 +192,11 @@
     },
   };
 
+  // why a size may be missing, under the tables that show them
+  const sizesNote = () => (state.me.topic_sizes
+    ? "Sizes: bytes stored, from the broker's statistics (refreshed every few seconds; the embedded broker names only the partitions it has open)."
+    : "Sizes: this backend cannot tell them (an external Pulsar without pulsar.admin_url).");
+
   pages.topics = {
     title: "Topics",
     mount(el) {
@@ -203,13 +209,15 @@
     async update(el) {
       const topics = pages.topics.cache = await getJson("/console/api/topics");
       const f = state.filter.toLowerCase();
+      const size = (b) => ({ cls: "num", html: esc(b === null || b === undefined ? "–" : bytes(b)) });
       const rows = topics.filter((t) => t.name.toLowerCase().includes(f)).map((t) => [
-        link(`#/topics/${enc(t.name)}`, t.name), n(t.partitions), t.entry_format,
+        link(`#/topics/${enc(t.name)}`, t.name), n(t.partitions), size(t.bytes), t.entry_format,
         Object.entries(t.configs).map(([k, v]) => `${k}=${v}`).join(", ") || "–",
         { html: state.me.administrator ? button("Delete", { action: "delete_topic", topic: t.name }) : "" },
       ]);
       $("#rows", el).innerHTML = `<p class="muted">${num(rows.length)} of ${num(topics.length)} topics</p>` +
-        table(["Name", ["Partitions", "num"], "Entry format", "Configs", ""], rows, "No topics you may see.");
+        table(["Name", ["Partitions", "num"], ["Size", "num"], "Entry format", "Configs", ""], rows, "No topics you may see.") +
+        `<p class="muted">${esc(sizesNote())}</p>`;
     },
   };
 
@@ -251,16 +259,20 @@
     },
     async update(el, [name]) {
       const t = pages.topic.data = await getJson(`/console/api/topics/${enc(name)}`);
+      const known = t.partitions.map((p) => p.bytes).filter((b) => b !== null && b !== undefined);
       const configs = Object.entries(t.configs).map(([k, v]) => `<span class="tag">${esc(k)}=${esc(v)}</span>`).join(" ") || "none";
       const del = state.me.administrator ? button("Delete topic", { action: "delete_topic", topic: t.name }, "danger") : "";
       $("#info", el).innerHTML = `<div class="cards">
           ${card("Partitions", num(t.partition_count))}${card("Entry format", t.entry_format)}
           ${card("Records", num(t.partitions.reduce((s, p) => s + (p.records || 0), 0)))}
+          ${card("Size", known.length ? bytes(known.reduce((s, b) => s + b, 0)) : "–")}
         </div>
         <p>Topic id <code>${esc(t.topic_id)}</code> · configs: ${configs} ${del}</p>
-        ${table([["Partition", "num"], ["Log start", "num"], ["High watermark", "num"], ["Records", "num"]],
+        ${table([["Partition", "num"], ["Log start", "num"], ["High watermark", "num"], ["Records", "num"], ["Size", "num"]],
           t.partitions.map((p) => [n(p.partition), n(p.log_start), n(p.high_watermark),
-            p.served_here === false ? "served by another member" : n(p.records)]))}`;
+            p.served_here === false ? "served by another member" : n(p.records),
+            { cls: "num", html: esc(p.bytes === null || p.bytes === undefined ? "–" : bytes(p.bytes)) }]))}
+        <p class="muted">${esc(sizesNote())}</p>`;
       if (!pages.topic.browsed) { // the first records, without asking, when they may be read
         pages.topic.browsed = true;
         if (t.may_read) browse(name);
@@ -350,60 +362,6 @@
           ? `<h2>Reset offsets</h2><div class="toolbar">${topics.map((t) =>
             button(`Reset ${t}…`, { action: "reset_offsets", group: id, topic: t })).join(" ")}</div>` : "";
       }
-    },
-  };
-
-  pages.queues = {
-    title: "Queues",
-    async update(el) {
-      const queues = await getJson("/api/queues");
-      const admin = state.me.administrator;
-      el.innerHTML = `<h1>AMQP queues</h1>` + table(
-        ["Vhost", "Name", ["Ready", "num"], ["Unacked", "num"], ["Total", "num"], ["Consumers", "num"], "Features", ""],
-        queues.map((q) => [q.vhost, q.name, n(q.messages_ready), n(q.messages_unacknowledged), n(q.messages), n(q.consumers),
-          [q.durable ? "durable" : "transient", q.exclusive ? "exclusive" : "", q.auto_delete ? "auto-delete" : ""].filter(Boolean).join(" "),
-          { html: admin ? button("Purge", { action: "purge_queue", vhost: q.vhost, queue: q.name }) + " " +
-            button("Delete", { action: "delete_queue", vhost: q.vhost, queue: q.name }) : "" }]),
-        "No queues you may see.");
-    },
-  };
-
-  pages.exchanges = {
-    title: "Exchanges",
-    async update(el) {
-      const [vhosts, exchanges, bindings] = await Promise.all([
-        getJson("/api/vhosts"), getJson("/api/exchanges"), getJson("/api/bindings")]);
-      el.innerHTML = `<h1>AMQP vhosts, exchanges and bindings</h1>
-        <h2>Vhosts</h2>${table(["Name", ["Messages", "num"], ["Ready", "num"], ["Unacked", "num"]],
-          vhosts.map((v) => [v.name, n(v.messages), n(v.messages_ready), n(v.messages_unacknowledged)]), "No vhosts open.")}
-        <h2>Exchanges</h2>${table(["Vhost", "Name", "Type", "Features"],
-          exchanges.map((x) => [x.vhost, x.name || "(default)", x.type,
-            [x.durable ? "durable" : "transient", x.internal ? "internal" : "", x.auto_delete ? "auto-delete" : ""].filter(Boolean).join(" ")]))}
-        <h2>Bindings</h2>${table(["Vhost", "Source", "Destination", "Type", "Routing key"],
-          bindings.map((b) => [b.vhost, b.source || "(default)", b.destination, b.destination_type, b.routing_key]))}`;
-    },
-  };
-
-  pages.connections = {
-    title: "Connections",
-    async update(el) {
-      const conns = await getJson("/api/connections");
-      el.innerHTML = `<h1>AMQP connections</h1>` + table(
-        ["Name", "User", "Vhost", ["Channels", "num"], "State", "TLS", "Connected", ""],
-        conns.map((c) => [c.name, c.user, c.vhost, n(c.channels), c.state, c.ssl ? "yes" : "no", when(c.connected_at),
-          { html: state.me.administrator || c.user === state.me.user ? button("Close", { action: "close_connection", name: c.name }) : "" }]),
-        "No connections you may see.");
-    },
-  };
-
-  pages.users = {
-    title: "Users",
-    async update(el) {
-      const u = await getJson("/console/api/users");
-      el.innerHTML = `<h1>Users and rights</h1>
-        <p class="muted">Read-only here: change users and rights with <code>pulsar-gateway users</code>.</p>` +
-        table(["User", "Source", "Superuser", "Grants"], u.users.map((r) => [r.user, r.source, r.superuser ? "yes" : "no",
-          r.grants.map((g) => `${g.resource} ${g.name || ""}: ${g.operations.join(", ")}`).join("; ") || "–"]));
     },
   };
 
@@ -505,11 +463,10 @@
   });
 
   // --- routing and polling ---------------------------------------------------------------
+  // [path pattern, page name]; the other scripts (console-*.js) add theirs
   const routes = [
     [/^\/?$/, "overview"], [/^\/topics$/, "topics"], [/^\/topics\/(.+)$/, "topic"],
-    [/^\/groups$/, "groups"], [/^\/groups\/(.+)$/, "group"], [/^\/queues$/, "queues"],
-    [/^\/exchanges$/, "exchanges"], [/^\/connections$/, "connections"], [/^\/users$/, "users"],
-    [/^\/cluster$/, "cluster"],
+    [/^\/groups$/, "groups"], [/^\/groups\/(.+)$/, "group"], [/^\/cluster$/, "cluster"],
   ];
 
   function current() {
@@ -555,7 +512,8 @@
     const { name, args } = page;
     document.title = `${pages[name].title} · Pulsar Gateway`;
     for (const a of document.querySelectorAll("#nav a")) {
-      a.classList.toggle("active", a.getAttribute("href") === `#/${name === "overview" ? "" : name.replace(/^(topic|group)$/, "$1s")}`);
+      const nav = pages[name].nav || (name === "overview" ? "" : name.replace(/^(topic|group)$/, "$1s"));
+      a.classList.toggle("active", a.getAttribute("href") === `#/${nav}`);
     }
     const root = $("#page");
     root.innerHTML = "";
@@ -591,7 +549,13 @@
     state.timer = setInterval(tick, POLL_MS);
   }
 
-  start().catch((e) => {
+  // The page scripts loaded after this one (console-*.js) register their pages, routes and
+  // actions here; the console starts once they all ran.
+  window.PulsarConsole = {
+    state, pages, routes, actions, refresh, confirmDialog, HOUR_MS,
+    $, esc, enc, num, rate, bytes, when, getJson, act, toast, table, n, link, button, card, chart, keep,
+  };
+  document.addEventListener("DOMContentLoaded", () => start().catch((e) => {
     $("#page").innerHTML = `<p class="bad">The console could not start: ${esc(e.message)}</p>`;
-  });
+  }));
 })();

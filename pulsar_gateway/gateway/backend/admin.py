@@ -82,6 +82,13 @@ class PulsarAdmin:
     async def call(self, method: str, path: str, body: object | None = None) -> object:
         return await asyncio.to_thread(self._call, method, path, body)
 
+    async def storage_size(self, topic: str) -> int:
+        """The bytes the topic keeps in storage (its stats' `storageSize`)."""
+        stats = await self.call("GET", f"{_path(topic)}/stats")
+        if not isinstance(stats, dict) or not isinstance(stats.get("storageSize"), int):
+            raise ValueError(f"no storageSize in the stats of {topic}")
+        return int(stats["storageSize"])
+
     async def create_partitioned_topic(self, topic: str, partitions: int) -> None:
         await self.call("PUT", f"{_path(topic)}/partitions", partitions)
 

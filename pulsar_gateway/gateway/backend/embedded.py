@@ -68,9 +68,14 @@ def free_port(host: str = "127.0.0.1") -> int:
         return sock.getsockname()[1]
 
 
-def render_config() -> str:
-    """The broker config: no partitions of its own (the gateway owns counts), no metrics port."""
-    return "default_partitions = 0\n\n[metrics]\nenabled = false\n"
+def render_config(metrics_port: int | None = None) -> str:
+    """The broker config: no partitions of its own (the gateway owns counts); its metrics
+    (topic sizes, storage_sizes.py) on `metrics_port` of loopback, or none."""
+    if metrics_port is None:
+        return "default_partitions = 0\n\n[metrics]\nenabled = false\n"
+    return (
+        f'default_partitions = 0\n\n[metrics]\nenabled = true\naddr = "127.0.0.1:{metrics_port}"\n'
+    )
 
 
 # The broker's database is every file whose name starts with its --db-path's last part
@@ -253,6 +258,7 @@ class EmbeddedBroker:
         self.data_dir = data_dir.absolute()
         self._misplaced = misplaced_database_dir(data_dir)
         self.port = port or free_port()
+        self.metrics_port = free_port()  # its Prometheus page: topic sizes for the console
         self.start_timeout = start_timeout
         self.restart_limit = restart_limit
         self.restart_window = restart_window
@@ -279,6 +285,10 @@ class EmbeddedBroker:
         return f"pulsar://127.0.0.1:{self.port}"
 
     @property
+    def metrics_url(self) -> str:
+        return f"http://127.0.0.1:{self.metrics_port}/metrics"
+
+    @property
     def pid(self) -> int | None:
         return self._process.pid if self._process else None
 
@@ -290,7 +300,7 @@ class EmbeddedBroker:
         if self._misplaced is not None:
             move_misplaced_database(self.data_dir, self._misplaced)
         config_path = self.data_dir / "pulsar-lite.toml"
-        write_private(config_path, render_config())
+        write_private(config_path, render_config(self.metrics_port))
         await asyncio.to_thread(stop_orphans, self.data_dir / DB_NAME)
         await self._spawn(config_path)
         self._watch = asyncio.create_task(self._watch_process(config_path))

@@ -112,11 +112,13 @@ class ReaderStream:
     def _drain(self, out: list[StoredMessage], limit: int) -> None:
         """Take what the client has received, without waiting. The hot path of every
         partition tailer: a message that `follows` the last one is passed on without
-        `_accept`'s general checks."""
+        `_accept`'s general checks. At most `limit` reads, whether or not they are passed on:
+        a reopened reader replaying a long stretch that is dropped as duplicates must not
+        hold the event loop until the replay ends."""
         read = self._reader.read_next
         append = out.append
         last = self._last
-        while len(out) < limit:
+        for _ in range(limit - len(out)):
             try:
                 msg = read(0)
             except _pulsar.Timeout:
@@ -208,12 +210,12 @@ class ReaderStream:
         """Pass on what the reader holds without the pause: somebody waits for a message
         the broker has stored (a producer whose send receipt came in waits for its offset),
         and the pause would add up to COALESCE_SECONDS to the answer. Cuts a pause under
-        way short, or skips the next one when the message has not arrived yet (its receipt
-        often comes first). docs/backend.md, "Reads drained in groups"."""
+        way short, and skips the next one too: the message may not have reached the reader
+        yet (its receipt often comes first), and a pause cut short before it came left it
+        to wait out the whole next pause. docs/backend.md, "Reads drained in groups"."""
+        self._hurried = True
         if self._pause is not None:
             _finish(self._pause)
-        else:
-            self._hurried = True
 
     async def _repair(self, gap: GapDetected) -> None:
         """Reopen at the last message passed on; the filter drops it again on arrival."""

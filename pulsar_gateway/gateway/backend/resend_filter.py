@@ -15,17 +15,11 @@ import bisect
 from array import array
 from collections import OrderedDict
 
-from pulsar_gateway.gateway.messages import MessageKey, StoredMessage
+from pulsar_gateway.gateway.messages import MORE, SEQ, MessageKey, StoredMessage
 
-SEQ = "__gw.seq"
 MAX_PRODUCERS = 64
 RECENT = 20000  # resends come within the send timeout; keep this many offsets per producer
 MAX_QUEUE_PRODUCERS = 8  # producers of one queue whose stamps are remembered
-
-
-# A stamp ending in MORE: the message is not the last of the Kafka record batch it was
-# written with (docs/offsets.md, "A batch is numbered whole").
-MORE = "+"
 
 
 def stamp_text(sequence: int, more: bool = False) -> str:

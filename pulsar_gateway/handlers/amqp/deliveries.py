@@ -106,7 +106,7 @@ class Deliveries:
         if replies is not None and replies.tag == m.consumer_tag:
             self.context.state.replies.remove(replies)
             channel.reply_consumer = None
-        consumer = channel.consumers.pop(m.consumer_tag, None)
+        consumer = channel.consumers.pop(m.consumer_tag or "", None)  # decoded: always a str
         reply = make_method(_B.CancelOk, consumer_tag=m.consumer_tag)
         self.context.reply(channel, reply, m.nowait)
         if consumer is not None:
@@ -164,7 +164,7 @@ class Deliveries:
         self._settle_or_hold(channel, "nack", m.delivery_tag, m.multiple, m.requeue)
 
     async def basic_reject(self, channel: Channel, m: commands.Basic.Reject) -> None:
-        self._settle_or_hold(channel, "nack", m.delivery_tag, False, m.requeue)
+        self._settle_or_hold(channel, "nack", m.delivery_tag or 0, False, m.requeue)
 
     def _settle_or_hold(
         self, channel: Channel, kind: str, tag: int, multiple: bool, requeue: bool

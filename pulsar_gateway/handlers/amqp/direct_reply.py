@@ -20,6 +20,7 @@ import secrets
 from dataclasses import dataclass
 from typing import Protocol
 
+from pulsar_gateway.handlers.amqp.broker_model import AmqpMessage
 from pulsar_gateway.handlers.amqp.errors import AmqpError, ReplyCode
 
 REPLY_TO = "amq.rabbitmq.reply-to"
@@ -31,7 +32,7 @@ class ReplyChannel(Protocol):
 
     closed: bool
 
-    def deliver_reply(self, consumer_tag: str, message: object) -> None: ...
+    def deliver_reply(self, consumer_tag: str, message: AmqpMessage) -> None: ...
 
 
 @dataclass(slots=True)

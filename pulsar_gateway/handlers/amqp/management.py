@@ -1,13 +1,16 @@
 """The read-only subset of RabbitMQ's management HTTP API that monitoring tools read.
 
 `GET /api/overview`, `/api/vhosts[/{vhost}]`, `/api/queues[/{vhost}[/{name}]]`,
-`/api/exchanges[/{vhost}[/{name}]]`, `/api/bindings[/{vhost}]` and
-`/api/definitions[/{vhost}]` (an export) and `/api/connections[/{name}]` answer with the
-JSON fields RabbitMQ's management plugin gives (the ones Celery Flower, Prometheus
-exporters and `rabbitmqadmin list` read), from this process's `AmqpBroker`: the
-vhosts some connection has opened since the gateway started, their topology and
-their queue engines' counts. Names in the path are percent-encoded as in RabbitMQ
-(`%2F` is the vhost `/`). Nothing is changed through it: other methods get 405, except a
+`/api/exchanges[/{vhost}[/{name}]]`, `/api/bindings[/{vhost}]`,
+`/api/definitions[/{vhost}]` (an export), `/api/connections[/{name}[/channels]]` and
+`/api/channels` answer with the JSON fields RabbitMQ's management plugin gives (the ones
+Celery Flower, Prometheus exporters and `rabbitmqadmin list` read), from this process's
+`AmqpBroker`: the vhosts some connection has opened since the gateway started, their
+topology, their queue engines' counts and counters (`message_stats`: totals since the
+queue's engine started here, queue_stats.py; no rates: a reader works them out from two
+readings), and the listener's connections with their channels. Names in the path are
+percent-encoded as in RabbitMQ (`%2F` is the vhost `/`). Nothing is changed through it:
+other methods get 405, except a
 POST of definitions, which the composition root routes to tools/definitions_upload.py.
 
 `ManagementApi` is the pure part (method, path and caller in, status and JSON out); the
@@ -42,6 +45,20 @@ _EXCHANGE_FIELDS = ("name", "vhost", "type", "durable", "auto_delete", "internal
 
 
 @dataclass(frozen=True)
+class ChannelSummary:
+    """One open channel of a connection, as `/api/channels` shows it."""
+
+    number: int
+    prefetch: int  # basic.qos for consumers created from now on
+    global_prefetch: int
+    unacked: int
+    consumers: int
+    confirm: bool
+    transactional: bool
+    flow: bool  # channel.flow lets deliveries go
+
+
+@dataclass(frozen=True)
 class ConnectionSummary:
     """One open AMQP connection as `/api/connections` shows it (the listener makes these)."""
 
@@ -56,6 +73,7 @@ class ConnectionSummary:
     tls: bool
     connected_at_ms: int
     client_properties: Mapping[str, Any] = field(default_factory=dict)
+    channel_list: tuple[ChannelSummary, ...] = ()
 
     @property
     def name(self) -> str:
@@ -108,15 +126,15 @@ class _Request:
             self.api.vhost_namespace(vhost)
         )
 
+    def _connections(self) -> list[ConnectionSummary]:
+        """The open connections the caller may see: an administrator every one, a user its own."""
+        administrator = self.caller.administrator
+        found = [c for c in self.api.connections() if administrator or c.user == self.caller.user]
+        return sorted(found, key=lambda c: c.name)
+
     def _connection_rows(self) -> list[Json]:
         administrator = self.caller.administrator
-        rows = [
-            _connection_row(c, with_properties=administrator)
-            for c in self.api.connections()
-            if administrator or c.user == self.caller.user
-        ]
-        rows.sort(key=lambda row: row["name"])
-        return rows
+        return [_connection_row(c, with_properties=administrator) for c in self._connections()]
 
     def handle(self, method: str, target: str) -> tuple[int, Json]:
         path = urllib.parse.urlsplit(target).path
@@ -130,14 +148,17 @@ class _Request:
             args = args[:-1]
         if resource == "overview" and not args:
             return 200, self.overview()
-        if resource == "connections" and len(args) <= 1:
-            rows = self._connection_rows()
+        if resource == "channels" and not args:
+            return 200, [row for c in self._connections() for row in _channel_rows(c)]
+        if resource == "connections" and (len(args) <= 1 or args[1:] == ["channels"]):
             if not args:
-                return 200, rows
-            found = [row for row in rows if row["name"] == args[0]]
+                return 200, self._connection_rows()
+            found = [c for c in self._connections() if c.name == args[0]]
             if not found:
                 return 404, {"error": "Object Not Found", "reason": "Not Found"}
-            return 200, found[0]
+            if args[1:]:
+                return 200, _channel_rows(found[0])
+            return 200, _connection_row(found[0], with_properties=self.caller.administrator)
         if resource == "definitions" and len(args) <= 1:
             vhost = args[0] if args else None
             if vhost is not None and not self._known(vhost):
@@ -299,6 +320,31 @@ def _connection_row(connection: ConnectionSummary, with_properties: bool) -> Jso
     }
 
 
+def _channel_rows(connection: ConnectionSummary) -> list[Json]:
+    return [
+        {
+            "name": f"{connection.name} ({channel.number})",
+            "node": NODE_NAME,
+            "number": channel.number,
+            "user": connection.user,
+            "vhost": connection.vhost,
+            "connection_details": {
+                "name": connection.name,
+                "peer_host": connection.peer_host,
+                "peer_port": connection.peer_port,
+            },
+            "prefetch_count": channel.prefetch,
+            "global_prefetch_count": channel.global_prefetch,
+            "messages_unacknowledged": channel.unacked,
+            "consumer_count": channel.consumers,
+            "confirm": channel.confirm,
+            "transactional": channel.transactional,
+            "state": "running" if channel.flow else "flow",
+        }
+        for channel in connection.channel_list
+    ]
+
+
 def _queue_row(vhost: VhostState, queue: Queue) -> Json:
     engine = vhost.engines.get(queue.name)
     ready = engine.message_count if engine is not None else 0
@@ -319,6 +365,7 @@ def _queue_row(vhost: VhostState, queue: Queue) -> Json:
         "messages_unacknowledged": unacked,
         "consumers": consumers,
         "policy": None,
+        "message_stats": engine.stats.to_json() if engine is not None else {},
     }
 
 

@@ -102,7 +102,9 @@ class Publishing:
             raise AmqpError(ReplyCode.NOT_IMPLEMENTED, "immediate=true")
         context = self.context
         vh = context.state
-        authorize_publish(context.access, context.namespace, vh.name, method.exchange)
+        authorize_publish(
+            context.access, context.namespace, vh.name, method.exchange, method.routing_key
+        )
         metrics.AMQP_MESSAGES_IN.inc()
         properties = event.properties
         properties_raw = event.properties_raw

@@ -67,15 +67,15 @@ TYPE_ARGUMENTS: Mapping[str, tuple[str, ...]] = {
         "x-message-ttl",
         "x-queue-leader-locator",
     ),
+    "stream": (
+        "x-max-length-bytes",
+        "x-max-age",
+        "x-stream-max-segment-size-bytes",
+        "x-initial-cluster-size",
+        "x-queue-leader-locator",
+        "x-queue-type",
+    ),
 }
-TYPE_ARGUMENTS["stream"] = (
-    "x-max-length-bytes",
-    "x-max-age",
-    "x-stream-max-segment-size-bytes",
-    "x-initial-cluster-size",
-    "x-queue-leader-locator",
-    "x-queue-type",
-)
 _ALL_TYPED_ARGUMENTS = frozenset({name for names in TYPE_ARGUMENTS.values() for name in names})
 
 Check = Callable[[Any, Mapping[str, Any]], str | None]

@@ -33,7 +33,14 @@ from pulsar_gateway.handlers.amqp.broker_model import BrokerStore, QueueReader, 
 from pulsar_gateway.handlers.amqp.delivery_limits import DeliveryCounts, delivery_limit
 from pulsar_gateway.handlers.amqp.message_memory import AckedIds, DeliveredIds
 from pulsar_gateway.handlers.amqp.queue_roles import QueueConsumer, QueueVhost
-from pulsar_gateway.handlers.amqp.ready_messages import ReadyMessages, fetch_more
+from pulsar_gateway.handlers.amqp.queue_stats import QueueStats
+from pulsar_gateway.handlers.amqp.queue_timers import (
+    GatherWindow,
+    HeadExpiryTimer,
+    IdleNudge,
+    now_ms,
+)
+from pulsar_gateway.handlers.amqp.ready_messages import ReadyMessages, body_bytes, fetch_more
 from pulsar_gateway.handlers.amqp.saved_count import SavedCount
 from pulsar_gateway.handlers.amqp.topology import Queue
 
@@ -46,15 +53,6 @@ GET_WAIT_SECONDS = 2.0  # basic.get waits this long for a message the count says
 # ... and, for one this process stored itself (`owed`), this long in all
 GET_OWED_SECONDS = 30.0
 PURGE_WAIT_SECONDS = 1.0  # queue.purge: a quiet store this long has nothing more
-# Consumers wait and Pulsar sends nothing: nudge the subscription after this long, then
-# after twice as long each time up to the maximum (docs/backend.md, "Shared dispatch can
-# park a message": after a gateway restart the count does not know the parked message)
-IDLE_NUDGE_FIRST_SECONDS = 2.0
-IDLE_NUDGE_MAX_SECONDS = 60.0
-
-
-def _now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 class QueueEngine:
@@ -87,16 +85,17 @@ class QueueEngine:
         self._arrived = asyncio.Event()
         self._demand = 0
         self._saved_count = SavedCount(store, vhost.name, queue.name, lambda: self.count)
-        self._expiry_handle: asyncio.TimerHandle | None = None
+        self._expiry = HeadExpiryTimer(self._on_expiry)
         self.closed = False
         # messages here may expire (x-message-ttl, or a per-message TTL seen): the pump
         # fetches the head with no consumer, so it expires on time (docs/compatibility.md)
         self.expiring = queue.message_ttl is not None
-        self._gather_since: float | None = None  # see _backlog_unfetched
+        self._gather = GatherWindow(PRIORITY_GATHER_SECONDS, self.dispatch)
         limit = delivery_limit(queue)
         self._counts = DeliveryCounts(limit) if limit is not None else None
         self.ever_consumed = False
         self.last_used = time.monotonic()
+        self.stats = QueueStats()  # for the management API's message_stats
 
     # --- counts -----------------------------------------------------------------------
 
@@ -150,6 +149,7 @@ class QueueEngine:
         self.pending_bytes -= copies * size
         self.ready_bytes += copies * size
         self.count += copies
+        self.stats.publish += copies
         self.owed += copies
         self._count_changed()
         self.last_used = time.monotonic()
@@ -202,14 +202,14 @@ class QueueEngine:
         return any(c.has_credit() for c in self._active_consumers())
 
     def _fetch_timeout(self) -> float | None:
-        expiry = self._head_expiry()
+        expiry = self.ready.head_expiry(self.queue.message_ttl)
         if expiry is None:
             return 1.0 if self._demand else None
-        return max(0.01, (expiry - _now_ms()) / 1000)
+        return max(0.01, (expiry - now_ms()) / 1000)
 
     async def _pump(self) -> None:
         nudged = False
-        idle_nudge = IDLE_NUDGE_FIRST_SECONDS
+        idle = IdleNudge()
         me = asyncio.current_task()
         # a pump replaced after `release_reader` stops at its next turn even when its cancel
         # was lost (Python 3.11's wait_for can swallow one): never two pumps on one queue
@@ -229,8 +229,8 @@ class QueueEngine:
             if expect_more and timeout is None:
                 timeout = GET_WAIT_SECONDS
             waiting = not self.ready and any(c.has_credit() for c in self._active_consumers())
-            if waiting and (timeout is None or timeout > idle_nudge):
-                timeout = idle_nudge
+            if waiting:
+                timeout = idle.cap(timeout)
             try:
                 reader = await self.ensure_reader()
                 batch = await reader.fetch(FETCH_BATCH, timeout)
@@ -257,12 +257,12 @@ class QueueEngine:
                 self._nothing_ready()
             if batch:
                 nudged = False
-                idle_nudge = IDLE_NUDGE_FIRST_SECONDS
+                idle.reset()
             elif waiting and not expect_more:
                 # nothing for consumers that wait: a message parked when its consumer died
                 # (a killed gateway's) moves only on the next subscription event
                 await reader.nudge()
-                idle_nudge = min(idle_nudge * 2, IDLE_NUDGE_MAX_SECONDS)
+                idle.back_off()
             self._take(batch)
 
     def _take(self, batch: list[StoredDelivery]) -> None:
@@ -291,7 +291,7 @@ class QueueEngine:
             # after a restart the byte total starts at zero: at least what is fetched,
             # and exactly that once every ready message is fetched; a publish not yet
             # confirmed may be fetched already, and `stored` will add its bytes then
-            fetched = _body_bytes(self.ready)
+            fetched = body_bytes(self.ready)
             if self._ready_uncapped <= len(self.ready) and not self.pending_stores:
                 self.ready_bytes = fetched
             else:
@@ -317,26 +317,17 @@ class QueueEngine:
 
     # --- head housekeeping: TTL and max-length ----------------------------------------
 
-    def _head_expiry(self) -> int | None:
-        return self.ready.head_expiry(self.queue.message_ttl)
-
     def _expire(self) -> None:
-        expired = self.ready.pop_expired(self.queue.message_ttl, _now_ms())
+        expired = self.ready.pop_expired(self.queue.message_ttl, now_ms())
         if expired:
-            self._drop(expired, "expired")
+            self.vhost.dead_letter(self, expired, "expired")
         self._schedule_expiry()
 
     def _schedule_expiry(self) -> None:
-        if self._expiry_handle is not None:
-            self._expiry_handle.cancel()
-            self._expiry_handle = None
-        expiry = self._head_expiry()
-        if expiry is not None and not self.closed:
-            delay = max(0.0, (expiry - _now_ms()) / 1000) + 0.001
-            self._expiry_handle = asyncio.get_running_loop().call_later(delay, self._on_expiry)
+        expiry = None if self.closed else self.ready.head_expiry(self.queue.message_ttl)
+        self._expiry.schedule(expiry)
 
     def _on_expiry(self) -> None:
-        self._expiry_handle = None
         self._expire()
         self._wake.set()
 
@@ -350,11 +341,7 @@ class QueueEngine:
         over_bytes = self.ready_bytes - byte_limit if byte_limit is not None else 0
         dropped = self.ready.pop_over(over, over_bytes)
         if dropped:
-            self._drop(dropped, "maxlen")
-
-    def _drop(self, deliveries: list[StoredDelivery], reason: str) -> None:
-        """Messages leave the queue unconsumed: dead-letter them if the queue says so."""
-        self.vhost.dead_letter(self, deliveries, reason)
+            self.vhost.dead_letter(self, dropped, "maxlen")
 
     def settle(
         self, deliveries: Iterable[StoredDelivery], was_outstanding: bool, ack: bool = True
@@ -373,12 +360,13 @@ class QueueEngine:
         if ack:
             self.ack_stored(ids)
         if not was_outstanding:
-            self._ready_bytes_changed(-_body_bytes(deliveries))
+            self._ready_bytes_changed(-body_bytes(deliveries))
         self.count -= len(ids)  # below zero only while the publish is being confirmed
         if self.count <= 0 and self.queue.message_ttl is None:
             self.expiring = False  # empty: nothing left that may expire
         if was_outstanding:
             self.outstanding = max(0, self.outstanding - len(ids))
+            self.stats.ack += len(ids) if ack else 0
         self._count_changed()
         self._wake.set()
 
@@ -481,18 +469,11 @@ class QueueEngine:
         now could pass over a higher priority still in Pulsar (a message fetched alone
         while nobody consumed). Deferred for at most PRIORITY_GATHER_SECONDS, so a stale
         count never stalls the queue."""
-        if (
-            not self.queue.max_priority
-            or self._ready_uncapped <= len(self.ready)
-            or self.pending_stores
-        ):
-            self._gather_since = None
-            return False
-        now = time.monotonic()
-        if self._gather_since is None:
-            self._gather_since = now
-            asyncio.get_running_loop().call_later(PRIORITY_GATHER_SECONDS, self.dispatch)
-        return now - self._gather_since < PRIORITY_GATHER_SECONDS
+        return self._gather.holding(
+            bool(self.queue.max_priority)
+            and self._ready_uncapped > len(self.ready)
+            and not self.pending_stores
+        )
 
     def _stamped(self, delivery: StoredDelivery) -> StoredDelivery:
         """A delivery going out, with its count when the queue counts them."""
@@ -501,6 +482,7 @@ class QueueEngine:
     def _delivering(self, delivery: StoredDelivery) -> None:
         """A ready message goes to a client: unacked now, no longer ready."""
         self.outstanding += 1
+        self.stats.deliver_get += 1
         self._ready_bytes_changed(-len(delivery.message.body))
 
     def _nothing_ready(self) -> None:
@@ -530,7 +512,7 @@ class QueueEngine:
         if not deliveries:
             return
         self.outstanding = max(0, self.outstanding - len(deliveries))
-        self._ready_bytes_changed(_body_bytes(deliveries))
+        self._ready_bytes_changed(body_bytes(deliveries))
         for delivery in deliveries:
             self._deliveries.requeued(delivery.message_id)
         self.ready.put_back(deliveries)
@@ -541,8 +523,8 @@ class QueueEngine:
         if deliveries:
             self.outstanding = max(0, self.outstanding - len(deliveries))
             # back among the ready for a moment: dropping them settles ready messages
-            self._ready_bytes_changed(_body_bytes(deliveries))
-            self._drop(deliveries, reason)
+            self._ready_bytes_changed(body_bytes(deliveries))
+            self.vhost.dead_letter(self, deliveries, reason)
             self.dispatch()
 
     async def get(self) -> tuple[StoredDelivery, bool] | None:
@@ -599,8 +581,7 @@ class QueueEngine:
     async def close(self) -> None:
         """Stop: what was fetched and not acked goes back to Pulsar."""
         self.closed = True
-        if self._expiry_handle is not None:
-            self._expiry_handle.cancel()
+        self._expiry.cancel()
         self._saved_count.close()
         if self._pump_task is not None and not self._pump_task.done():
             self._pump_task.cancel()
@@ -617,7 +598,3 @@ class QueueEngine:
     async def flush_count(self) -> None:
         if self.queue.durable and not self.closed:
             await self._saved_count.flush()
-
-
-def _body_bytes(deliveries: Iterable[StoredDelivery]) -> int:
-    return sum(len(d.message.body) for d in deliveries)

@@ -154,3 +154,8 @@ def _order(delivery: StoredDelivery) -> tuple[int, ...]:
     """Queue order: the store's message ids ((ledger, entry, batch index) for Pulsar)."""
     key = delivery.message_id
     return key if isinstance(key, tuple) else (0,)
+
+
+def body_bytes(deliveries: Iterable[StoredDelivery]) -> int:
+    """The body bytes of `deliveries` (what x-max-length-bytes counts)."""
+    return sum(len(d.message.body) for d in deliveries)

@@ -37,7 +37,7 @@ from pulsar_gateway.handlers.amqp.handoff import (
     hand_off,
     sign_origin,
 )
-from pulsar_gateway.handlers.amqp.management import ConnectionSummary
+from pulsar_gateway.handlers.amqp.management import ChannelSummary, ConnectionSummary
 from pulsar_gateway.handlers.amqp.publish_alarm import PublishAlarm
 from pulsar_gateway.handlers.amqp.publishing import PublishLimits
 from pulsar_gateway.handlers.amqp.vhost_owners import VhostOwners
@@ -95,6 +95,19 @@ class Session:
             tls=self.writer.get_extra_info("sslcontext") is not None,
             connected_at_ms=self.connected_at_ms,
             client_properties=self.conn.client_properties,
+            channel_list=tuple(
+                ChannelSummary(
+                    number=channel.number,
+                    prefetch=channel.prefetch,
+                    global_prefetch=channel.global_prefetch,
+                    unacked=len(channel.unacked),
+                    consumers=len(channel.consumers),
+                    confirm=channel.confirm,
+                    transactional=channel.tx is not None,
+                    flow=channel.flow_active,
+                )
+                for _, channel in sorted(self.broker.channels.items())
+            ),
         )
 
     def __init__(
@@ -123,7 +136,8 @@ class Session:
         else:
             self.common_name = certificate_common_name(writer.get_extra_info("peercert"))
         self.peer = peer_host
-        self.authenticator = server.authenticator.for_certificate(self.common_name)
+        # an origin from a member that found no certificate may carry None: no name
+        self.authenticator = server.authenticator.for_certificate(self.common_name or "")
         # what the user logged in with, taken in the same step as the login
         self.credentials: object = NOT_YET
         self.conn = AmqpConnection(

@@ -212,11 +212,11 @@ class VhostState:
             expires = queue.expires
             if expires is None:
                 continue
-            engine = self.engines.get(name)
-            if engine is not None and engine.consumers:
+            open_engine = self.engines.get(name)
+            if open_engine is not None and open_engine.consumers:
                 self.touch(name)
                 continue
-            used = max(self.queue_used.get(name, now), engine.last_used if engine else 0)
+            used = max(self.queue_used.get(name, now), open_engine.last_used if open_engine else 0)
             if now - used >= expires / 1000:
                 try:
                     async with self.lock:

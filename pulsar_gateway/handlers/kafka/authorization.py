@@ -1,28 +1,60 @@
 """Kafka's resources on the permission model: what each API asks the authorizer.
 
-Kafka names four resources the gateway serves: TOPIC (checked on the topic's Pulsar
-namespace: a short name is in `kafka.tenant/kafka.namespace`, `tenant/ns/name` in its own),
-GROUP, TRANSACTIONAL_ID and CLUSTER. The APIs ask as Kafka's own broker does
-(docs/security.md lists them): Produce WRITE, Fetch READ, ListOffsets and Metadata DESCRIBE
-on the topic, creating a topic CREATE on the cluster or its namespace, the group APIs
-READ/DESCRIBE/DELETE on the group, a transactional producer's APIs WRITE on its
+Kafka names four resources the gateway serves: TOPIC (a topic answers to `tenant/ns/name`
+and, in `kafka.tenant/kafka.namespace` where short names live, to its short name too:
+security/rights.py), GROUP, TRANSACTIONAL_ID and CLUSTER. The APIs ask as Kafka's own
+broker does (docs/security.md lists them): Produce WRITE, Fetch READ, ListOffsets and
+Metadata DESCRIBE on the topic, creating a topic CREATE on the cluster or the topic, the
+group APIs READ/DESCRIBE/DELETE on the group, a transactional producer's APIs WRITE on its
 transactional id (DESCRIBE to find its coordinator or to describe its transaction).
 A refused topic is TOPIC_AUTHORIZATION_FAILED whether it exists or not, so a user cannot
 learn which topics exist where they may not look.
+
+Kafka's authorized operations (KIP-430: Metadata, DescribeCluster, DescribeGroups,
+ConsumerGroupDescribe when the client asks) are the operations of the resource the user
+may do, as a bit field of Kafka's operation codes (`authorized_operations`).
 """
 
 from __future__ import annotations
 
 from pulsar_gateway.gateway.reserved_names import namespace_of
 from pulsar_gateway.handlers.kafka.context import KafkaContext
-from pulsar_gateway.security.rights import CLUSTER, CREATE, GROUP, NAMESPACE, TRANSACTIONAL_ID
+from pulsar_gateway.security import rights as model
+from pulsar_gateway.security.rights import (
+    CLUSTER,
+    CLUSTER_NAME,
+    CREATE,
+    GROUP,
+    TOPIC,
+    TRANSACTIONAL_ID,
+)
 
-CLUSTER_NAME = "kafka-cluster"  # Kafka's one CLUSTER resource name
+NOT_ASKED = -2147483648  # Kafka's authorized operations when the client did not ask
+# Kafka's AclOperation codes
+OPERATION_CODES = {
+    model.ALL: 2,
+    model.READ: 3,
+    model.WRITE: 4,
+    model.CREATE: 5,
+    model.DELETE: 6,
+    model.ALTER: 7,
+    model.DESCRIBE: 8,
+    model.CLUSTER_ACTION: 9,
+    model.DESCRIBE_CONFIGS: 10,
+    model.ALTER_CONFIGS: 11,
+    model.IDEMPOTENT_WRITE: 12,
+}
 
 
-def topic_namespace(context: KafkaContext, kafka_name: str) -> str:
-    """`tenant/ns` of the Pulsar namespace the Kafka topic name maps into."""
-    return namespace_of(context.pulsar_name(kafka_name))
+def topic_names(context: KafkaContext, kafka_name: str) -> tuple[str, ...]:
+    """The names the topic answers to in rules: `tenant/ns/name`, and its short name when
+    it lives where short names do (the names a client may spell it by)."""
+    path = context.pulsar_name(kafka_name).split("://", 1)[-1]
+    namespace = namespace_of(path)
+    short = path[len(namespace) + 1 :]
+    if namespace == f"{context.settings.tenant}/{context.settings.namespace}":
+        return (path, short)
+    return (path,)
 
 
 def topic_allowed(
@@ -36,15 +68,15 @@ def topic_allowed(
     key = (kafka_name, operation)
     allowed = access.remembered(key)
     if allowed is None:
-        allowed = access.may(NAMESPACE, topic_namespace(context, kafka_name), operation)
+        allowed = access.may(TOPIC, topic_names(context, kafka_name), operation)
         access.remember(key, allowed)
     if not allowed and audit:
-        access.denied(NAMESPACE, f"topic {kafka_name}", operation)
+        access.denied(TOPIC, f"topic {kafka_name}", operation)
     return allowed
 
 
 def may_create_topic(context: KafkaContext, kafka_name: str) -> bool:
-    """Kafka: CREATE on the cluster, or on the topic (here: its namespace)."""
+    """Kafka: CREATE on the cluster, or on the topic."""
     access = context.access
     if access.unrestricted or access.may(CLUSTER, CLUSTER_NAME, CREATE):
         return True
@@ -82,3 +114,22 @@ def transactional_id_allowed(
         subject = f"transactional id {transactional_id}"
         return access.check(TRANSACTIONAL_ID, transactional_id, operation, subject=subject)
     return access.may(TRANSACTIONAL_ID, transactional_id, operation)
+
+
+def authorized_operations(
+    context: KafkaContext, resource: str, names: str | tuple[str, ...], asked: bool
+) -> int:
+    """KIP-430's bit field: a bit `1 << code` per operation of the resource (Kafka's list
+    for it) the user may do; NOT_ASKED when the client did not ask."""
+    if not asked:
+        return NOT_ASKED
+    access = context.access
+    bits = 0
+    for operation in model.USEFUL[resource]:
+        if access.may(resource, names, operation):
+            bits |= 1 << OPERATION_CODES[operation]
+    return bits
+
+
+def topic_operations(context: KafkaContext, kafka_name: str, asked: bool) -> int:
+    return authorized_operations(context, TOPIC, topic_names(context, kafka_name), asked)

@@ -194,6 +194,7 @@ class KafkaConnection:
                 raise
             self.last_activity = self.loop.time()
             self.unanswered += 1
+            task: asyncio.Task[bytes | None]
             if header.api_key in SASL_APIS:
                 # settled before the next frame is read (which may depend on it), in a
                 # thread: PLAIN's PBKDF2 takes ~2 ms, which the other connections would wait

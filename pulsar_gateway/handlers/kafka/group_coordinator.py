@@ -7,6 +7,8 @@ backwards across restarts (the last one is persisted through `GroupStateStore`).
 Protocol metadata and assignments are relayed unchanged: assignors (eager or
 cooperative-sticky) run in the clients. Errors and their order follow Apache Kafka's
 GroupCoordinator. Membership itself is not persisted: Kafka clients rejoin.
+The groups, their members and the protocol vote are data in group_model.py; this module
+moves them between states.
 
 Time goes through `clock` and `sweep(now)` (session and rebalance timeouts), so the
 state machine is testable without sleeping; `start()` runs the sweep every 0.25 s.
@@ -16,169 +18,32 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import struct
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 from pulsar_gateway.gateway.waiting import cancel_and_wait
+from pulsar_gateway.handlers.kafka.group_model import (
+    COMPLETING,
+    DEAD,
+    EMPTY,
+    PREPARING,
+    STABLE,
+    Group,
+    JoinRequest,
+    JoinResult,
+    Member,
+    Protocols,
+    SyncResult,
+)
 from pulsar_gateway.handlers.kafka.port import GroupStateStore
 from pulsar_gateway.kafka_codec.errors import ErrorCode
 
 log = logging.getLogger("gateway.kafka.groups")
 
-EMPTY = "Empty"
-PREPARING = "PreparingRebalance"
-COMPLETING = "CompletingRebalance"
-STABLE = "Stable"
-DEAD = "Dead"
-
-
 NEW_MEMBER_JOIN_TIMEOUT = 300.0  # Kafka's: a new member waiting in a join is kept this long
 SWEEP_SECONDS = 0.25
-
-Protocols = list[tuple[str, bytes]]
-
-
-@dataclass
-class JoinResult:
-    error: int
-    member_id: str = ""
-    generation: int = -1
-    protocol_type: str | None = None
-    protocol_name: str | None = None
-    leader: str = ""
-    members: list[tuple[str, str | None, bytes]] = field(default_factory=list)
-
-
-@dataclass
-class SyncResult:
-    error: int
-    protocol_type: str | None = None
-    protocol_name: str | None = None
-    assignment: bytes = b""
-
-
-@dataclass(frozen=True)
-class JoinRequest:
-    """What a JoinGroup says about the member, apart from its ids: kept together because
-    every join path (new, known, static replacement) builds or updates a member from it."""
-
-    client_id: str
-    client_host: str
-    session_ms: int
-    rebalance_ms: int
-    protocol_type: str
-    protocols: Protocols
-
-
-@dataclass
-class Member:
-    member_id: str
-    instance_id: str | None
-    client_id: str
-    client_host: str
-    session_seconds: float
-    rebalance_seconds: float
-    protocol_type: str
-    protocols: Protocols
-    last_heartbeat: float
-    assignment: bytes = b""
-    join_future: asyncio.Future[JoinResult] | None = None
-    sync_future: asyncio.Future[SyncResult] | None = None
-    is_new: bool = True
-    joined_at: float = 0.0
-
-    def metadata_for(self, name: str | None) -> bytes:
-        for protocol, metadata in self.protocols:
-            if protocol == name:
-                return metadata
-        return b""
-
-    @property
-    def protocol_names(self) -> list[str]:
-        return [name for name, _ in self.protocols]
-
-
-@dataclass
-class Group:
-    group_id: str
-    generation: int = 0
-    state: str = EMPTY
-    protocol_type: str | None = None
-    protocol_name: str | None = None
-    leader: str | None = None
-    members: dict[str, Member] = field(default_factory=dict)
-    pending: dict[str, float] = field(
-        default_factory=dict
-    )  # ErrorCode.MEMBER_ID_REQUIRED ids -> deadline
-    static: dict[str, str] = field(default_factory=dict)  # group.instance.id -> member id
-    rebalance_deadline: float = 0.0
-    initial_until: float = 0.0
-
-    def candidate_protocols(self) -> set[str]:
-        members = list(self.members.values())
-        if not members:
-            return set()
-        common = set(members[0].protocol_names)
-        for member in members[1:]:
-            common &= set(member.protocol_names)
-        return common
-
-    def supports(self, protocol_type: str, names: list[str]) -> bool:
-        if not self.members:
-            return bool(protocol_type) and bool(names)
-        return protocol_type == self.protocol_type and bool(self.candidate_protocols() & set(names))
-
-    def select_protocol(self) -> str | None:
-        """Kafka's vote: each member votes for its first supported candidate; most votes win."""
-        candidates = self.candidate_protocols()
-        if not candidates:
-            return None
-        votes: dict[str, int] = {}
-        order: list[str] = []
-        for member in self.members.values():
-            choice = next(name for name in member.protocol_names if name in candidates)
-            if choice not in votes:
-                order.append(choice)
-            votes[choice] = votes.get(choice, 0) + 1
-        return max(order, key=lambda name: votes[name])
-
-    def all_joined(self) -> bool:
-        return not self.pending and all(m.join_future is not None for m in self.members.values())
-
-    def is_fenced(self, member_id: str, instance_id: str | None) -> bool:
-        if not instance_id:
-            return False
-        current = self.static.get(instance_id)
-        return current is not None and current != member_id
-
-    def subscribed_topics(self) -> set[str] | None:
-        """Topics of the consumer protocol subscriptions (None: not a consumer group)."""
-        if self.protocol_type != "consumer" or self.protocol_name is None:
-            return None
-        topics: set[str] = set()
-        for member in self.members.values():
-            topics.update(parse_subscription(member.metadata_for(self.protocol_name)))
-        return topics
-
-
-def parse_subscription(metadata: bytes) -> list[str]:
-    """Topic names of a ConsumerProtocolSubscription (version, [topic], ...); [] if malformed."""
-    try:
-        count = struct.unpack_from(">i", metadata, 2)[0]
-        position = 6
-        topics = []
-        for _ in range(max(count, 0)):
-            size = struct.unpack_from(">h", metadata, position)[0]
-            position += 2
-            topics.append(bytes(metadata[position : position + size]).decode())
-            position += size
-        return topics
-    except (struct.error, UnicodeDecodeError):
-        return []
 
 
 class GroupCoordinator:
@@ -326,9 +191,9 @@ class GroupCoordinator:
         member.last_heartbeat = self.clock()
         unchanged = member.protocols == request.protocols
         if group.state == COMPLETING and unchanged:
-            return self._current_join_result(group, member, with_members=True)
+            return group.join_result(member, with_members=True)
         if group.state == STABLE and unchanged and member_id != group.leader:
-            return self._current_join_result(group, member, with_members=False)
+            return group.join_result(member, with_members=False)
         future = self._await_join(member)
         member.protocols = request.protocols
         member.session_seconds = request.session_ms / 1000
@@ -338,23 +203,6 @@ class GroupCoordinator:
         else:
             self._prepare_rebalance(group, f"member {member_id} rejoined")
         return await future
-
-    def _current_join_result(self, group: Group, member: Member, with_members: bool) -> JoinResult:
-        members = []
-        if with_members and member.member_id == group.leader:
-            members = [
-                (m.member_id, m.instance_id, m.metadata_for(group.protocol_name))
-                for m in group.members.values()
-            ]
-        return JoinResult(
-            ErrorCode.NONE,
-            member.member_id,
-            group.generation,
-            group.protocol_type,
-            group.protocol_name,
-            group.leader or "",
-            members,
-        )
 
     def _await_join(self, member: Member) -> asyncio.Future[JoinResult]:
         # a repeated join (a client retry) replaces the earlier one, which is told to retry
@@ -603,7 +451,7 @@ class GroupCoordinator:
         if group.state == PREPARING:
             return SyncResult(ErrorCode.REBALANCE_IN_PROGRESS)
         if group.state == STABLE:
-            return self._sync_result(group, member)
+            return group.sync_result(member)
         # CompletingRebalance: wait for the leader's assignments
         _finish(member.sync_future, SyncResult(ErrorCode.REBALANCE_IN_PROGRESS))
         future: asyncio.Future[SyncResult] = asyncio.get_running_loop().create_future()
@@ -616,16 +464,10 @@ class GroupCoordinator:
             for each in group.members.values():
                 each.last_heartbeat = now
                 if each.sync_future is not None:
-                    _finish(each.sync_future, self._sync_result(group, each))
+                    _finish(each.sync_future, group.sync_result(each))
                     each.sync_future = None
             log.info("group %s generation %d stable", group.group_id, group.generation)
         return await future
-
-    @staticmethod
-    def _sync_result(group: Group, member: Member) -> SyncResult:
-        return SyncResult(
-            ErrorCode.NONE, group.protocol_type, group.protocol_name, member.assignment
-        )
 
     def heartbeat(
         self, group_id: str, generation: int, member_id: str, instance_id: str | None
@@ -659,7 +501,7 @@ class GroupCoordinator:
             return ErrorCode.COORDINATOR_NOT_AVAILABLE, [ErrorCode.COORDINATOR_NOT_AVAILABLE] * len(
                 leaving
             )
-        codes = []
+        codes: list[int] = []
         for member_id, instance_id in leaving:
             if not member_id and instance_id:
                 member_id = group.static.get(instance_id, "")

@@ -3,7 +3,7 @@
 The API handlers reach topics, partition logs, committed group offsets and producer ids
 only through these Protocols. The gateway wires in the Pulsar-backed implementations
 (`pulsar_gateway.storage.kafka`); the unit tests wire in an in-memory twin
-(`tests/support/kafka_memory_store.py`), so every Kafka API runs in milliseconds without a
+(`harness/kafka_memory_store.py`), so every Kafka API runs in milliseconds without a
 broker, as tansu's broker runs on its memory engine. docs/architecture.md, "Ports", says why.
 
 Every operation that reaches the backend may raise `StorageError`, the one storage error.

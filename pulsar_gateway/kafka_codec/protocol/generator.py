@@ -338,11 +338,11 @@ def generate(spec_dir: Path) -> str:
         "# message definitions (kafka-protocol/*.json). DO NOT EDIT: edit the generator, run\n",
         "#     python -m pulsar_gateway.kafka_codec.protocol.generator\n",
         '"""Construct definitions of Kafka request and response bodies, per api key and version.',
-        "\n\nGenerated; see generator.py. The building blocks are defined in __init__.py.\n",
+        "\n\nGenerated; see generator.py. The building blocks are defined in vocabulary.py.\n",
         '"""\n\n',
         "from enum import IntEnum\n\n",
         "from construct import Default\n\n",
-        "from . import (\n" + "".join(f"    {name},\n" for name in VOCABULARY) + ")\n\n",
+        "from .vocabulary import (\n" + "".join(f"    {name},\n" for name in VOCABULARY) + ")\n\n",
     ]
     names = {req["apiKey"]: req["name"].removesuffix("Request") for req, _ in pairs}
     out.append(render_api_keys(names))

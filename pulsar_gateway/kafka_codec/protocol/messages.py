@@ -3,14 +3,14 @@
 #     python -m pulsar_gateway.kafka_codec.protocol.generator
 """Construct definitions of Kafka request and response bodies, per api key and version.
 
-Generated; see generator.py. The building blocks are defined in __init__.py.
+Generated; see generator.py. The building blocks are defined in vocabulary.py.
 """
 
 from enum import IntEnum
 
 from construct import Default
 
-from . import (
+from .vocabulary import (
     Array,
     Bool,
     Bytes,

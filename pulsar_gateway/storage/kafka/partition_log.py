@@ -40,7 +40,7 @@ from pulsar_gateway.storage.kafka.producer_state import ProducerStateIndex, stam
 from pulsar_gateway.storage.kafka.send_order import SendOrder
 from pulsar_gateway.storage.kafka.tail_store import TailStore
 from pulsar_gateway.storage.kafka.transaction_index import AbortedTransaction, TransactionIndex
-from pulsar_gateway.storage.kafka.whole_batches import WholeBatches
+from pulsar_gateway.storage.kafka.whole_batches import BatchEdges, WholeBatches
 
 log = logging.getLogger("gateway.partition")
 
@@ -706,6 +706,7 @@ class PartitionLog:
             cursor = await self._open_cursor(offset)
         out: list[LogEntry] = []
         size = 0
+        edges = BatchEdges()
         limit = self.tail_start
         try:
             while cursor.next_offset < limit:
@@ -722,7 +723,7 @@ class PartitionLog:
                 for position, message in enumerate(batch):
                     if cursor.next_offset >= limit:
                         break
-                    if out and size + message.size > max_bytes:
+                    if out and size + message.size > max_bytes and edges.may_stop(size, max_bytes):
                         # full: the rest waits in the cursor, uncounted, for the next read
                         cursor.pending = batch[position:]
                         break
@@ -732,8 +733,11 @@ class PartitionLog:
                     if cursor.next_offset + count > offset:
                         out.append(LogEntry(cursor.next_offset, message))
                         size += message.size
+                        edges.saw(message)
                     cursor.next_offset += count
-                if cursor.pending or (out and size >= max_bytes):
+                if cursor.pending or (
+                    out and size >= max_bytes and edges.may_stop(size, max_bytes)
+                ):
                     break
         except BaseException:
             await cursor.stream.close()
@@ -743,6 +747,8 @@ class PartitionLog:
             self._cursors[cursor.next_offset] = cursor
         else:
             await cursor.stream.close()
+        if out and not edges.at_edge and cursor.next_offset == limit >= self.tail_start:
+            out += self._tail.read(limit, 1)  # the batch's rest, which the tail begins with
         return out
 
     async def _open_cursor(self, offset: int) -> _Cursor:

@@ -35,6 +35,7 @@ from collections.abc import Iterator, Sequence
 
 from pulsar_gateway.gateway.messages import RECORDS, LogEntry, MessageKey, StoredMessage
 from pulsar_gateway.kafka_codec.entry_format import BATCH
+from pulsar_gateway.storage.kafka.whole_batches import BatchEdges
 
 FIRST_SEGMENT_BYTES = 16 * 1024
 MAX_SEGMENT_BYTES = 1024 * 1024
@@ -267,6 +268,7 @@ class TailStore:
         next_kept = next(kept, None) if kept else None  # (offset, segment, index)
         out: list[LogEntry] = []
         size = 0
+        edges = BatchEdges()  # a read stops at a batch's end only
         skip = 0  # messages a kept batch already stands for
         for segment in segments[first:]:
             offsets, sizes = segment.offsets, segment.sizes
@@ -288,9 +290,11 @@ class TailStore:
                     index += 1
                     continue
                 size += sizes[index]
-                if out and size > max_bytes:
+                if out and size > max_bytes and edges.may_stop(size, max_bytes):
                     return out
-                out.append(LogEntry(at, segment.message(index)))
+                message = segment.message(index)
+                edges.saw(message)
+                out.append(LogEntry(at, message))
                 index += 1
             index = 0
         return out

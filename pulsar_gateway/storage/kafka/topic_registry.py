@@ -24,7 +24,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from pulsar_gateway.gateway.metadata_store import GONE, MetadataStore
+from pulsar_gateway.gateway.metadata_records import GONE
+from pulsar_gateway.gateway.metadata_store import MetadataStore
 from pulsar_gateway.gateway.topic_names import incarnation_topic
 from pulsar_gateway.handlers.kafka.port import TopicRecord
 

@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import time
 
-from pulsar_gateway.gateway.backend.resend_filter import MORE, SEQ, writer_of
-from pulsar_gateway.gateway.messages import StoredMessage
+from pulsar_gateway.gateway.backend.resend_filter import writer_of
+from pulsar_gateway.gateway.messages import MORE, SEQ, StoredMessage
 
 
 class WholeBatches:
@@ -66,3 +66,40 @@ class WholeBatches:
     @property
     def last_id(self) -> tuple[int, int, int] | None:
         return self.held[-1].id if self.held else None
+
+
+# How far past its byte limit a read goes to end a batch: more than any batch the gateway
+# takes (its message size limit), so only a batch whose rest never came is cut by it.
+BATCH_SLACK_BYTES = 16 * 1024 * 1024
+
+
+class BatchEdges:
+    """Where a fetch may stop: after a message that leaves no writer's batch open.
+
+    A read cut by its byte limit inside a batch would hand a consumer part of a batch that
+    Kafka makes visible whole (docs/offsets.md, "A batch is numbered whole"); a read keeps
+    going past its limit to the batch's end instead, as Kafka returns a whole first batch
+    larger than the limit. A read that starts inside a batch sees its rest close nothing."""
+
+    __slots__ = ("_open",)
+
+    def __init__(self) -> None:
+        self._open: set[str] = set()
+
+    def saw(self, message: StoredMessage) -> None:
+        """`message` is the next one the read returns."""
+        stamp = message.properties.get(SEQ)
+        if stamp is None:
+            return
+        if stamp.endswith(MORE):
+            self._open.add(writer_of(message.producer))
+        elif self._open:
+            self._open.discard(writer_of(message.producer))
+
+    @property
+    def at_edge(self) -> bool:
+        return not self._open
+
+    def may_stop(self, size: int, max_bytes: int) -> bool:
+        """Whether a read that has `size` bytes and would pass `max_bytes` stops here."""
+        return not self._open or size > max_bytes + BATCH_SLACK_BYTES

@@ -47,7 +47,7 @@ class PartitionCopier:
         metadata: MetadataStore,
         source_leaders: dict[tuple[str, int], Address],
         target_leaders: dict[tuple[str, int], Address],
-        progress: Callable[[int], None],
+        progress: Callable[[str, int, int], None],  # (topic, partition, records)
     ) -> None:
         self.name = name
         self.metadata = metadata
@@ -92,7 +92,7 @@ class PartitionCopier:
                         state.add_range(list(chunk.offsets[:taken]), state.next_target)
                         behind -= taken
                         result.recovered += taken
-                        self.progress(taken)
+                        self.progress(topic, partition, taken)
                         if taken == len(chunk.offsets):
                             continue
                         chunk = rest_of(chunk, taken)
@@ -105,7 +105,7 @@ class PartitionCopier:
                         )
                     state.add_run(chunk.offsets, base)
                     result.copied += len(chunk.offsets)
-                    self.progress(len(chunk.offsets))
+                    self.progress(topic, partition, len(chunk.offsets))
                 if time.monotonic() - saved_at >= SAVE_SECONDS:
                     await self._save(topic, partition, state)
                     saved_at = time.monotonic()

@@ -33,6 +33,7 @@ from pulsar_gateway.tools.gateway_link import GatewayLink
 from pulsar_gateway.tools.migration.copier import PartitionCopier, PartitionResult
 from pulsar_gateway.tools.migration.errors import MigrationError
 from pulsar_gateway.tools.migration.kafka_side import KafkaCluster
+from pulsar_gateway.tools.migration.progress import MigrationProgress
 from pulsar_gateway.tools.migration.translation import group_key
 
 log = logging.getLogger("gateway.migrate")
@@ -87,6 +88,10 @@ async def migrate(plan: MigrationPlan, console: Console | None = None) -> Migrat
     await backend.start()
     summary = MigrationSummary()
     metadata = MetadataStore(backend, plan.link.metadata_namespace)
+    published = MigrationProgress.for_gateway(
+        plan.name, plan.source, plan.target, plan.link.data_dir
+    )
+    published.write(force=True)
     try:
         await metadata.load()
         topics = await source.topics(plan.topics, plan.topic_pattern)
@@ -107,28 +112,47 @@ async def migrate(plan: MigrationPlan, console: Console | None = None) -> Migrat
                 metadata,
                 await source.leaders(topics),
                 await target.leaders(topics),
-                lambda n: None,
+                lambda topic, partition, n: None,
             )
-            left = sum(_left(copier, tp, ranges[tp]) for tp in tps)
-            task = progress.add_task("copying", total=left)
-            copier.progress = lambda n: progress.advance(task, n)
+            lefts = {(tp.topic, tp.partition): _left(copier, tp, ranges[tp]) for tp in tps}
+            task = progress.add_task("copying", total=sum(lefts.values()))
+            published.plan(lefts)
+
+            def advance(topic: str, partition: int, n: int) -> None:
+                progress.advance(task, n)
+                published.advance(topic, partition, n)
+
+            copier.progress = advance
             gate = asyncio.Semaphore(plan.parallel)
 
             async def one(tp: TopicPartition) -> PartitionResult:
                 async with gate:
                     try:
-                        return await copier.copy(
+                        result = await copier.copy(
                             tp.topic, tp.partition, ranges[tp], target_ends[tp]
                         )
                     except Exception as exc:  # noqa: BLE001 - reported per partition
                         log.error("copying %s-%d failed: %s", tp.topic, tp.partition, exc)
-                        return PartitionResult(tp.topic, tp.partition, error=str(exc))
+                        result = PartitionResult(tp.topic, tp.partition, error=str(exc))
+                    published.finish_partition(tp.topic, tp.partition, result.error)
+                    return result
 
             summary.partitions = list(await asyncio.gather(*(one(tp) for tp in tps)))
             progress.update(task, description="copied")
 
         if plan.group_pattern is not None:
+            published.state = "groups"
+            published.write(force=True)
             summary.groups = await _translate_groups(plan, source, target, metadata, copier, tps)
+        failed = len(summary.failed)
+        published.end(
+            "failed" if failed else "done",
+            f"{failed} partitions failed" if failed else None,
+            len(summary.groups),
+        )
+    except BaseException as exc:
+        published.end("failed", str(exc) or type(exc).__name__)
+        raise
     finally:
         await metadata.close()  # a snapshot it started must not outlive the client
         await backend.close()

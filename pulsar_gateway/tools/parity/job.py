@@ -11,7 +11,9 @@ a self-contained HTML page; the exit status is 0 only on parity.
 from __future__ import annotations
 
 import asyncio
+import datetime
 import json
+import logging
 import os
 import sys
 import threading
@@ -23,12 +25,15 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from pulsar_gateway.gateway import tool_reports
 from pulsar_gateway.tools import html_report
 from pulsar_gateway.tools.gateway_link import GatewayLink
 from pulsar_gateway.tools.parity.compare import KINDS, PartitionReport
 from pulsar_gateway.tools.parity.facts import Facts, GroupDrift, gather
 from pulsar_gateway.tools.parity.in_order import Walk, walk_partition
 from pulsar_gateway.tools.parity.samples import RecordSample, read_samples
+
+log = logging.getLogger("gateway.parity")
 
 # (topic, partition, "source" or "target", offset) -> the record there
 Samples = dict[tuple[str, int, str, int], RecordSample]
@@ -406,7 +411,25 @@ def write_report(plan: ParityPlan, verdict: Verdict) -> None:
         html_report.table(group_rows, ["" if g.drift == 0 else "bad" for g in verdict.groups]),
     ]
     verdict.html_path = stem.with_suffix(".html")
-    verdict.html_path.write_text(html_report.page("Migration parity", sections, data))
+    page = html_report.page("Migration parity", sections, data)
+    verdict.html_path.write_text(page)
+    publish_report(plan, data, page)
+
+
+def publish_report(plan: ParityPlan, data: dict[str, Any], page: str) -> None:
+    """A copy of the report in the gateway's data directory, for its console
+    (gateway/tool_reports.py); nothing when the directory is not known or not writable."""
+    if not plan.link.data_dir:
+        return
+    stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%dT%H%M%S.%f")[:-3] + "Z"
+    stem = tool_reports.parity_stem(Path(plan.link.data_dir), stamp, plan.name)
+    try:
+        stem.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        (stem.parent / f"{stem.name}.html").write_text(page)  # first: the JSON lists it
+        tool_reports.write_json(stem.parent, stem.name + ".json", data)
+        tool_reports.keep_newest(stem.parent)
+    except OSError as exc:
+        log.warning("parity report not published to %s: %s", stem.parent, exc)
 
 
 def print_verdict(verdict: Verdict, console: Console) -> None:

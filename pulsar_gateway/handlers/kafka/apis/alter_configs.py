@@ -29,7 +29,7 @@ from pulsar_gateway.handlers.kafka.port import StorageError, UnknownTopic
 from pulsar_gateway.handlers.kafka.topic_lookup import reserved_refusal
 from pulsar_gateway.kafka_codec.entry_format import FORMAT_CONFIG, topic_format
 from pulsar_gateway.kafka_codec.errors import ErrorCode
-from pulsar_gateway.security.rights import ALTER
+from pulsar_gateway.security.rights import ALTER_CONFIGS
 
 log = logging.getLogger("gateway.kafka.admin")
 
@@ -91,7 +91,7 @@ async def _alter_one(
     request: dict[str, Any],
 ) -> None:
     if kind in (BROKER, BROKER_LOGGER):
-        if not cluster_allowed(context, ALTER):
+        if not cluster_allowed(context, ALTER_CONFIGS):
             raise ConfigRefused(ErrorCode.CLUSTER_AUTHORIZATION_FAILED, "Authorization failed.")
         raise ConfigRefused(
             ErrorCode.POLICY_VIOLATION,
@@ -106,7 +106,7 @@ async def _alter_one(
     refusal = reserved_refusal(context, name)
     if refusal is not None:
         raise ConfigRefused(ErrorCode.TOPIC_AUTHORIZATION_FAILED, refusal)
-    if not topic_allowed(context, name, ALTER):
+    if not topic_allowed(context, name, ALTER_CONFIGS):
         raise ConfigRefused(ErrorCode.TOPIC_AUTHORIZATION_FAILED, "Authorization failed.")
     pulsar_name = context.pulsar_name(name)
     record = context.topics.get(pulsar_name)

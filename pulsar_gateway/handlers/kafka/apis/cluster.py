@@ -16,16 +16,17 @@ import time
 import uuid
 from typing import Any
 
-from pulsar_gateway.handlers.kafka.authorization import cluster_allowed
+from pulsar_gateway.handlers.kafka.authorization import authorized_operations, cluster_allowed
 from pulsar_gateway.handlers.kafka.context import KafkaContext
 from pulsar_gateway.kafka_codec.errors import ErrorCode
-from pulsar_gateway.security.rights import DESCRIBE
+from pulsar_gateway.security.rights import CLUSTER, CLUSTER_NAME, DESCRIBE
 
 
 async def describe_cluster(
     context: KafkaContext, header: Any, request: dict[str, Any]
 ) -> dict[str, Any]:
     identity = context.identity
+    asked = bool(request.get("include_cluster_authorized_operations"))  # KIP-430
     return {
         "throttle_time_ms": 0,
         "error_code": 0,
@@ -37,7 +38,9 @@ async def describe_cluster(
             {"broker_id": node, "host": host, "port": port, "rack": None}
             for node, host, port in context.brokers()
         ],
-        "cluster_authorized_operations": -2147483648,
+        "cluster_authorized_operations": authorized_operations(
+            context, CLUSTER, CLUSTER_NAME, asked
+        ),
     }
 
 

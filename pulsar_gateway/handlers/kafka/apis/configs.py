@@ -26,7 +26,7 @@ from pulsar_gateway.handlers.kafka.context import KafkaContext
 from pulsar_gateway.handlers.kafka.port import TopicRecord
 from pulsar_gateway.kafka_codec.entry_format import ENTRY_FORMATS, FORMAT_CONFIG
 from pulsar_gateway.kafka_codec.errors import ErrorCode
-from pulsar_gateway.security.rights import DESCRIBE
+from pulsar_gateway.security.rights import DESCRIBE_CONFIGS
 
 TOPIC = 2
 BROKER = 4
@@ -290,7 +290,7 @@ async def describe_configs(
         }
         if kind == TOPIC:
             record = context.topics.get(context.pulsar_name(name))
-            if not topic_allowed(context, name, DESCRIBE):  # Kafka: DESCRIBE_CONFIGS
+            if not topic_allowed(context, name, DESCRIBE_CONFIGS):  # as Kafka
                 result.update(
                     error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED,
                     error_message="Authorization failed.",
@@ -307,7 +307,7 @@ async def describe_configs(
                     for key, value in sorted(values.items())
                     if keys is None or key in keys
                 ]
-        elif kind == BROKER and not cluster_allowed(context, DESCRIBE):
+        elif kind == BROKER and not cluster_allowed(context, DESCRIBE_CONFIGS):
             result.update(
                 error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
                 error_message="Authorization failed.",

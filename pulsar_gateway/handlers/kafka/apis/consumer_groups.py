@@ -16,7 +16,11 @@ import uuid
 from collections.abc import Iterable
 from typing import Any
 
-from pulsar_gateway.handlers.kafka.authorization import group_allowed, topic_allowed
+from pulsar_gateway.handlers.kafka.authorization import (
+    authorized_operations,
+    group_allowed,
+    topic_allowed,
+)
 from pulsar_gateway.handlers.kafka.consumer_groups import (
     ASSIGNOR,
     SERVER_ASSIGNORS,
@@ -26,7 +30,7 @@ from pulsar_gateway.handlers.kafka.consumer_groups import (
 from pulsar_gateway.handlers.kafka.context import KafkaContext
 from pulsar_gateway.handlers.kafka.topic_lookup import topic_uuid
 from pulsar_gateway.kafka_codec.errors import ErrorCode
-from pulsar_gateway.security.rights import DESCRIBE, READ
+from pulsar_gateway.security.rights import DESCRIBE, GROUP, READ
 
 NO_OPERATIONS = -2147483648
 
@@ -200,6 +204,8 @@ async def describe(context: KafkaContext, header: Any, request: dict[str, Any]) 
                     for member in group.members.values()
                 ],
             )
+            asked = bool(request.get("include_authorized_operations"))  # KIP-430
+            entry["authorized_operations"] = authorized_operations(context, GROUP, group_id, asked)
         described.append(entry)
     return {"throttle_time_ms": 0, "groups": described}
 

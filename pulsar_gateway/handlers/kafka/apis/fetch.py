@@ -53,6 +53,7 @@ async def handle(context: KafkaContext, header: Any, request: dict[str, Any]) ->
     codecs: dict[str, int | None] = {}  # each topic's compression.type (entry_format.py)
     for name, partitions in wanted:
         if name.startswith(UNKNOWN_ID):
+            code: int  # find_topic's codes are ints
             record, code = None, ErrorCode.UNKNOWN_TOPIC_ID
         else:
             record, code = await find_topic(context, name, auto_create=False, operation=READ)

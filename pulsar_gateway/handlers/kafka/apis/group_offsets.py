@@ -33,7 +33,7 @@ async def offset_commit(
     group_id = request["group_id"]
     consumer_groups = context.consumer_groups
     if not group_allowed(context, group_id, READ):
-        group_code = ErrorCode.GROUP_AUTHORIZATION_FAILED
+        group_code: int = ErrorCode.GROUP_AUTHORIZATION_FAILED
     elif (
         consumer_groups is not None
         and context.serves_group(group_id)
@@ -59,6 +59,7 @@ async def offset_commit(
     entries: dict[str, CommittedOffset] = {}
     stored_at: list[dict[str, Any]] = []
     for topic in request["topics"]:
+        topic_code: int  # find_topic's codes are ints
         record, topic_code = None, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
         if not group_code:
             record, topic_code = await find_topic(context, topic["name"], False, READ)
@@ -202,7 +203,7 @@ async def offset_delete(
         return {"error_code": ErrorCode.NOT_COORDINATOR, "throttle_time_ms": 0, "topics": []}
     group = coordinator_of(context).describe(group_id) if group_id else None
     if group is None:
-        code = ErrorCode.INVALID_GROUP_ID if not group_id else ErrorCode.GROUP_ID_NOT_FOUND
+        code: int = ErrorCode.INVALID_GROUP_ID if not group_id else ErrorCode.GROUP_ID_NOT_FOUND
         return {"error_code": code, "throttle_time_ms": 0, "topics": []}
     subscribed = group.subscribed_topics() or set()
     store = context.offsets

@@ -15,17 +15,16 @@ from __future__ import annotations
 from typing import Any
 
 from pulsar_gateway.handlers.kafka.authorization import (
+    authorized_operations,
     cluster_allowed,
     group_allowed,
     transactional_id_allowed,
 )
 from pulsar_gateway.handlers.kafka.context import KafkaContext
-from pulsar_gateway.handlers.kafka.group_coordinator import (
-    STABLE,
-    GroupCoordinator,
-)
+from pulsar_gateway.handlers.kafka.group_coordinator import GroupCoordinator
+from pulsar_gateway.handlers.kafka.group_model import STABLE
 from pulsar_gateway.kafka_codec.errors import ErrorCode
-from pulsar_gateway.security.rights import DELETE, DESCRIBE, READ
+from pulsar_gateway.security.rights import DELETE, DESCRIBE, GROUP, READ
 
 GROUP_KEY, TRANSACTION_KEY = 0, 1
 NO_OPERATIONS = -2147483648
@@ -296,6 +295,9 @@ async def describe_groups(
                     for member in group.members.values()
                 ],
             )
+        if allowed:  # v3+, KIP-430
+            asked = bool(request.get("include_authorized_operations"))
+            entry["authorized_operations"] = authorized_operations(context, GROUP, group_id, asked)
         described.append(entry)
     return {"throttle_time_ms": 0, "groups": described}
 
@@ -308,7 +310,7 @@ async def delete_groups(
     for group_id in request["groups_names"]:
         consumer_groups = context.consumer_groups
         if not group_allowed(context, group_id, DELETE):
-            code = ErrorCode.GROUP_AUTHORIZATION_FAILED
+            code: int = ErrorCode.GROUP_AUTHORIZATION_FAILED
         elif consumer_groups is not None and consumer_groups.has_members(group_id):
             code = ErrorCode.NON_EMPTY_GROUP
         else:

@@ -7,7 +7,7 @@ transactional id gets TRANSACTIONAL_ID_AUTHORIZATION_FAILED, which clients repor
 instead of retrying forever.
 
 An idempotent producer needs, as in Kafka, IDEMPOTENT_WRITE on the cluster or WRITE on some
-topic (here: some namespace); else CLUSTER_AUTHORIZATION_FAILED. A transactional one needs
+topic; else CLUSTER_AUTHORIZATION_FAILED. A transactional one needs
 WRITE on its transactional id (else TRANSACTIONAL_ID_AUTHORIZATION_FAILED): the call fences
 the id's previous producer, so using an id is what must be granted.
 """
@@ -16,17 +16,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from pulsar_gateway.handlers.kafka.authorization import CLUSTER_NAME, transactional_id_allowed
+from pulsar_gateway.handlers.kafka.authorization import transactional_id_allowed
 from pulsar_gateway.handlers.kafka.context import KafkaContext
 from pulsar_gateway.handlers.kafka.port import StorageError
 from pulsar_gateway.handlers.kafka.transaction_coordinator import NotServed, fenced_code
 from pulsar_gateway.kafka_codec.errors import ErrorCode
-from pulsar_gateway.security.rights import CLUSTER, IDEMPOTENT_WRITE, NAMESPACE, WRITE
+from pulsar_gateway.security.rights import CLUSTER, CLUSTER_NAME, IDEMPOTENT_WRITE, TOPIC, WRITE
 
 
 def may_produce_idempotently(context: KafkaContext) -> bool:
     access = context.access
-    if access.may(CLUSTER, CLUSTER_NAME, IDEMPOTENT_WRITE) or access.may_any(NAMESPACE, WRITE):
+    if access.may(CLUSTER, CLUSTER_NAME, IDEMPOTENT_WRITE) or access.may_any(TOPIC, WRITE):
         return True
     access.denied(CLUSTER, CLUSTER_NAME, IDEMPOTENT_WRITE)
     return False

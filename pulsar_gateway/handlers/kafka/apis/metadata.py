@@ -16,12 +16,16 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from pulsar_gateway.handlers.kafka.authorization import topic_allowed
+from pulsar_gateway.handlers.kafka.authorization import (
+    authorized_operations,
+    topic_allowed,
+    topic_operations,
+)
 from pulsar_gateway.handlers.kafka.context import KafkaContext
 from pulsar_gateway.handlers.kafka.port import TopicRecord
 from pulsar_gateway.handlers.kafka.topic_lookup import find_topic, topic_uuid, topic_with_id
 from pulsar_gateway.kafka_codec.errors import ErrorCode
-from pulsar_gateway.security.rights import DESCRIBE
+from pulsar_gateway.security.rights import CLUSTER, CLUSTER_NAME, DESCRIBE
 
 
 async def handle(context: KafkaContext, header: Any, request: dict[str, Any]) -> dict[str, Any]:
@@ -31,6 +35,9 @@ async def handle(context: KafkaContext, header: Any, request: dict[str, Any]) ->
     all_topics = requested is None or (header.api_version == 0 and not requested)
     allow_create = request.get("allow_auto_topic_creation", True)
     topics = []
+    name: str | None  # listed (a name) or asked for (maybe by id only)
+    record: TopicRecord | None
+    code: int
     if all_topics:
         async for record in context.turns.paced(context.topics.list()):
             name = context.kafka_name(record.name)
@@ -39,7 +46,7 @@ async def handle(context: KafkaContext, header: Any, request: dict[str, Any]) ->
     else:
         # per topic: a lookup, a check of rights and a description, ~20-60 us: paced, so
         # that 99,999 names do not hold the loop (loop_turns.py)
-        async for item in context.turns.paced(requested):
+        async for item in context.turns.paced(requested or ()):  # not all: a list
             name = item.get("name")
             if name is None:  # v10+: a topic asked for by its id (KIP-516)
                 known = topic_with_id(context, item.get("topic_id"))
@@ -60,6 +67,12 @@ async def handle(context: KafkaContext, header: Any, request: dict[str, Any]) ->
                     continue
             record, code = await find_topic(context, name, allow_create)
             topics.append(_describe(context, name, record, code))
+    if request.get("include_topic_authorized_operations"):  # v8+, KIP-430
+        for topic in topics:
+            if topic["error_code"] == ErrorCode.NONE:
+                operations = topic_operations(context, topic["name"], True)
+                topic["topic_authorized_operations"] = operations
+    asked = bool(request.get("include_cluster_authorized_operations"))  # v8-10
     return {
         "throttle_time_ms": 0,
         "brokers": [
@@ -69,7 +82,9 @@ async def handle(context: KafkaContext, header: Any, request: dict[str, Any]) ->
         "cluster_id": identity.cluster_id,
         "controller_id": identity.node_id,
         "topics": topics,
-        "cluster_authorized_operations": -2147483648,
+        "cluster_authorized_operations": authorized_operations(
+            context, CLUSTER, CLUSTER_NAME, asked
+        ),
     }
 
 
@@ -119,6 +134,7 @@ async def describe_topic_partitions(
     asked = request.get("response_partition_limit") or PARTITION_LIMIT
     budget = max(1, min(asked, PARTITION_LIMIT))
     described: list[tuple[str, TopicRecord | None, int]] = []
+    record: TopicRecord | None
     if not request["topics"]:
         async for record in context.turns.paced(context.topics.list()):
             name = context.kafka_name(record.name)

@@ -20,6 +20,7 @@ OffsetForLeaderEpoch `describe` on the topic.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from pulsar_gateway.handlers.kafka.authorization import cluster_allowed
@@ -172,7 +173,8 @@ async def describe_log_dirs(
             "results": [],
         }
     wanted = request.get("topics")  # null: every partition
-    topics = []
+    topics: list[tuple[str, Iterable[int]]] = []
+    record: TopicRecord | None
     if wanted is None:
         for record in context.topics.list():
             topics.append((context.kafka_name(record.name), range(record.partitions)))

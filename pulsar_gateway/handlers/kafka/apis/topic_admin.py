@@ -210,6 +210,7 @@ async def delete_topics(
     else:
         wanted = [(name, None) for name in request.get("topic_names", [])]
     results = []
+    message: str | None  # _delete_one's message is None on success
     for name, topic_id in wanted:
         record = None
         if name is None and topic_id is not None:

@@ -50,6 +50,7 @@ async def add_partitions_to_txn(
     allowed = _may_use(context, request["v3_and_below_transactional_id"])
     for topic in topics:
         codes: dict[int, ErrorCode] = {}
+        code: int  # find_topic's codes are ints
         record, code = None, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
         if allowed:  # topics are not even looked up for an id the user may not use
             record, code = await find_topic(context, topic["name"], False, operation=WRITE)
@@ -136,6 +137,7 @@ async def txn_offset_commit(
     entries: dict[str, CommittedOffset] = {}
     answers: list[tuple[str, list[dict[str, Any]]]] = []
     for topic in request["topics"]:
+        topic_code: int  # find_topic's codes are ints
         record, topic_code = None, ErrorCode.NONE
         if not group_code:
             record, topic_code = await find_topic(context, topic["name"], False, READ)

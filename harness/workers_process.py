@@ -12,10 +12,10 @@ import sys
 import urllib.request
 from pathlib import Path
 
+from harness.gateway_process import GUEST, REPO, free_port, set_flags
+from harness.raw_kafka_socket import recv_frame
+from harness.waiting import wait_until
 from pulsar_gateway.kafka_codec import protocol
-from tests.support.gateway_process import GUEST, REPO, free_port, set_flags
-from tests.support.raw_kafka_socket import recv_frame
-from tests.support.waiting import wait_until
 
 
 def free_port_run(count: int, attempts: int = 200) -> int:

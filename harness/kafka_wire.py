@@ -6,9 +6,9 @@ from __future__ import annotations
 import socket
 from typing import Any
 
+from harness.raw_kafka_socket import recv_frame
 from pulsar_gateway.kafka_codec import protocol
 from pulsar_gateway.kafka_codec.record_batch import encode_batch
-from tests.support.raw_kafka_socket import recv_frame
 
 PRODUCE = 0
 INIT_PRODUCER_ID = 22

@@ -1,6 +1,6 @@
 """The attacks of issue 33, run together from a process of their own against one gateway.
 
-`python -m tests.support.hostile_attackers '<json plan>'` builds every request first, prints
+`python -m harness.hostile_attackers '<json plan>'` builds every request first, prints
 `ready`, runs each attack in its own threads for `seconds`, closes everything and prints one
 JSON line of what happened (connections opened, closed by the gateway, answers read). A
 process of its own, so that the attackers compete with the well-behaved clients for the
@@ -36,7 +36,7 @@ from typing import Any
 from pulsar_gateway.kafka_codec import protocol
 from pulsar_gateway.kafka_codec.protocol.messages import ApiKey
 from pulsar_gateway.kafka_codec.record_batch import encode_batch
-from tests.support.raw_kafka_socket import recv_frame
+from harness.raw_kafka_socket import recv_frame
 
 TCP_ESTABLISHED = 1
 SINK = "hostile-sink"  # the never-reading connections' own topic, filled before

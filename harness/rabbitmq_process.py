@@ -13,7 +13,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from tests.support.gateway_process import free_port
+from harness.gateway_process import free_port
 
 SERVER = Path("/usr/lib/rabbitmq/bin/rabbitmq-server")
 CTL = Path("/usr/lib/rabbitmq/bin/rabbitmqctl")

@@ -5,7 +5,7 @@ transaction (send_offsets_to_transaction), batch by batch, until it is killed. O
 output is stored and before it commits, it prints `open <first input offset>` and holds the
 transaction open for PAUSE seconds: a test that kills it then kills it mid-transaction.
 
-    python -m tests.support.eos_worker BOOTSTRAP SOURCE SINK GROUP TRANSACTIONAL_ID PAUSE
+    python -m harness.eos_worker BOOTSTRAP SOURCE SINK GROUP TRANSACTIONAL_ID PAUSE
 """
 
 from __future__ import annotations

@@ -17,10 +17,10 @@ from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from harness.waiting import wait_until
 from pulsar_gateway.gateway.backend.embedded import process_alive
-from tests.support.waiting import wait_until
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[1]
 # HTTP Basic for the management port's /api/ and /cluster: guest, from loopback an
 # administrator (docs/security.md, "The management port")
 GUEST = {"Authorization": "Basic " + base64.b64encode(b"guest:guest").decode()}

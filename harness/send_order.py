@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from tests.support.kcat import run_kcat
+from harness.kcat import run_kcat
 
 # the record's value: its number in send order, and padding to make batches of some size
 PAD = b"." * 80

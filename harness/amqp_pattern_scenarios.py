@@ -18,6 +18,7 @@ import pika
 import pika.exceptions
 from pamqp import commands
 
+from harness.raw_amqp_socket import next_method, open_connection
 from pulsar_gateway.handlers.amqp.frames import (
     FrameReader,
     HeaderFrame,
@@ -25,7 +26,6 @@ from pulsar_gateway.handlers.amqp.frames import (
     encode_method,
 )
 from pulsar_gateway.handlers.amqp.property_octets import split_array, split_properties, split_table
-from tests.support.raw_amqp_socket import next_method, open_connection
 
 Transcript = list[Any]
 REPLY_TO = "amq.rabbitmq.reply-to"

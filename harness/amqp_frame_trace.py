@@ -1,5 +1,5 @@
 """The methods an AMQP client receives, in the order its socket gets them: a raw
-connection (tests/support/raw_amqp_socket.py) publishes and consumes on one channel
+connection (harness/raw_amqp_socket.py) publishes and consumes on one channel
 and records every basic.deliver and basic.ack/nack byte-level ordered, so a scenario
 can compare the interleaving RabbitMQ produces with the gateway's."""
 
@@ -11,6 +11,7 @@ from typing import Any
 
 from pamqp import commands
 
+from harness.raw_amqp_socket import next_method, open_connection
 from pulsar_gateway.handlers.amqp.frames import (
     BodyFrame,
     FrameReader,
@@ -19,7 +20,6 @@ from pulsar_gateway.handlers.amqp.frames import (
     encode_method,
     encode_properties,
 )
-from tests.support.raw_amqp_socket import next_method, open_connection
 
 FRAME_MAX = 131072
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import pika
 
-from tests.support.waiting import wait_until
+from harness.waiting import wait_until
 
 
 def pump_until(

@@ -8,7 +8,7 @@ import time
 
 from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
 
-from tests.support.waiting import wait_until
+from harness.waiting import wait_until
 
 
 def read_to_end(

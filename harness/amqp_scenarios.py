@@ -15,10 +15,10 @@ from typing import Any
 import pika
 import pika.exceptions
 
-from tests.support.amqp_frame_trace import confirm_after_delivery, publish_and_consume_trace
-from tests.support.amqp_pattern_scenarios import PATTERN_SCENARIOS
-from tests.support.pika_waits import pump_until, round_trip
-from tests.support.waiting import wait_until, wait_until_stable
+from harness.amqp_frame_trace import confirm_after_delivery, publish_and_consume_trace
+from harness.amqp_pattern_scenarios import PATTERN_SCENARIOS
+from harness.pika_waits import pump_until, round_trip
+from harness.waiting import wait_until, wait_until_stable
 
 Transcript = list[Any]
 

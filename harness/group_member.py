@@ -1,6 +1,6 @@
 """One Kafka group member in its own process, for group tests that kill members.
 
-`python -m tests.support.group_member CLIENT BOOTSTRAP TOPIC GROUP` with CLIENT one
+`python -m harness.group_member CLIENT BOOTSTRAP TOPIC GROUP` with CLIENT one
 of confluent, kafka-python, aiokafka. Prints JSON lines: {"assigned": [partitions]}
 when the assignment changes, and {"records": [[p, offset, value]], "committed":
 {p: offset}} after each synchronous commit (records are printed only once their
@@ -72,8 +72,13 @@ def run_confluent(bootstrap: str, topic: str, group: str) -> None:
 
 
 def run_kafka_python(bootstrap: str, topic: str, group: str) -> None:
+    import logging
+
     from kafka import KafkaConsumer
     from kafka.errors import KafkaError
+
+    logging.basicConfig(stream=sys.stderr, format="%(asctime)s %(name)s %(message)s")
+    logging.getLogger("kafka.coordinator").setLevel(logging.DEBUG)
 
     consumer = KafkaConsumer(
         topic,

@@ -11,7 +11,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from tests.support.gateway_process import free_port
+from harness.gateway_process import free_port
 
 
 def tansu_binary() -> Path:

@@ -9,13 +9,13 @@ import re
 import time
 from pathlib import Path
 
+from harness.gateway_process import GatewayProcess
+from harness.waiting import async_wait_until, wait_until
 from pulsar_gateway.gateway.backend.embedded import EmbeddedBroker
 from pulsar_gateway.gateway.backend.pulsar_backend import PulsarBackend
 from pulsar_gateway.gateway.config import DEFAULT_METADATA_NAMESPACE
 from pulsar_gateway.gateway.messages import OutMessage
 from pulsar_gateway.gateway.metadata_store import MetadataStore
-from tests.support.gateway_process import GatewayProcess
-from tests.support.waiting import async_wait_until, wait_until
 
 PARTITIONS = 1000
 LOADED = re.compile(r"metadata store loaded: \d+ keys from (\d+) records")

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from celery.result import ResultSet
 
-from tests.support.gateway_process import REPO
+from harness.gateway_process import REPO
 
 
 @dataclass
@@ -31,7 +31,7 @@ class TaskRun:
 def start_worker(url: str, queue: str, log: Path) -> subprocess.Popen[bytes]:
     env = {**os.environ, "GATEWAY_AMQP_URL": url, "GATEWAY_TASK_QUEUE": queue}
     out = open(log, "ab")  # noqa: SIM115 - the worker's output, closed with the process
-    command = [sys.executable, "-m", "celery", "-A", "tests.support.celery_retry_app"]
+    command = [sys.executable, "-m", "celery", "-A", "harness.celery_retry_app"]
     command += ["worker", "--pool=solo", "--loglevel=WARNING", "--without-gossip"]
     command += ["--without-mingle", "--without-heartbeat", "-n", f"w{time.monotonic_ns()}@%h"]
     process = subprocess.Popen(command, cwd=REPO, env=env, stdout=out, stderr=out)
@@ -53,7 +53,7 @@ def run_tasks(
     `kill_after` results are in, and wait for every result."""
     os.environ["GATEWAY_AMQP_URL"] = url
     os.environ["GATEWAY_TASK_QUEUE"] = queue
-    from tests.support import celery_retry_app
+    from harness import celery_retry_app
 
     app = celery_retry_app.app
     app.conf.broker_url = url
@@ -98,7 +98,7 @@ def run_in_process(
 ) -> TaskRun:
     """`run_tasks` in a fresh interpreter: Celery keeps its first broker's connections for
     the life of the process, and a run per broker needs its own."""
-    command = [sys.executable, "-m", "tests.support.task_run", url, queue, str(tasks)]
+    command = [sys.executable, "-m", "harness.task_run", url, queue, str(tasks)]
     command += [str(workdir), str(kill_after if kill_after is not None else -1)]
     done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=timeout)
     if done.returncode:
