@@ -33,10 +33,10 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
+from harness.raw_kafka_socket import recv_frame
 from pulsar_gateway.kafka_codec import protocol
 from pulsar_gateway.kafka_codec.protocol.messages import ApiKey
 from pulsar_gateway.kafka_codec.record_batch import encode_batch
-from harness.raw_kafka_socket import recv_frame
 
 TCP_ESTABLISHED = 1
 SINK = "hostile-sink"  # the never-reading connections' own topic, filled before

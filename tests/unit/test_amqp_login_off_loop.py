@@ -17,11 +17,11 @@ import time
 import aiormq
 import pytest
 
+from harness.amqp_memory_store import MemoryStore
 from pulsar_gateway.gateway.config import AmqpSection
 from pulsar_gateway.handlers.amqp.server import AmqpServer
 from pulsar_gateway.handlers.amqp.session import LOGIN_CHECKS
 from pulsar_gateway.security.logins import PasswordLogins, Verdict
-from harness.amqp_memory_store import MemoryStore
 
 CHECK_SECONDS = 0.2
 LOGINS = 10

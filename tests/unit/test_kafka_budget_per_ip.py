@@ -15,10 +15,10 @@ from __future__ import annotations
 import asyncio
 import struct
 
-from pulsar_gateway.gateway.config import KafkaSection
-from pulsar_gateway.handlers.kafka.server import KafkaServer
 from harness.kafka_memory_store import memory_storage
 from harness.waiting import async_wait_until
+from pulsar_gateway.gateway.config import KafkaSection
+from pulsar_gateway.handlers.kafka.server import KafkaServer
 from tests.unit.test_kafka_budgets_come_back import abort, read_frame, request
 
 KIB = 1024

@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import asyncio
 
+from harness.kafka_memory_store import memory_storage
+from harness.waiting import async_wait_until
 from pulsar_gateway.gateway import metrics
 from pulsar_gateway.gateway.config import KafkaSection
 from pulsar_gateway.handlers.kafka.connection import droppable
 from pulsar_gateway.handlers.kafka.server import KafkaServer
 from pulsar_gateway.kafka_codec.protocol.messages import ApiKey
-from harness.kafka_memory_store import memory_storage
-from harness.waiting import async_wait_until
 from tests.unit.test_kafka_budgets_come_back import abort, request
 
 TOPICS = 99_999

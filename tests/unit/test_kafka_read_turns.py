@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import asyncio
 
+from harness.kafka_memory_store import memory_storage
 from pulsar_gateway.gateway.config import KafkaSection
 from pulsar_gateway.handlers.kafka.server import KafkaServer
-from harness.kafka_memory_store import memory_storage
 from tests.unit.test_kafka_budgets_come_back import abort, read_frame, request
 
 FLOODERS = 10

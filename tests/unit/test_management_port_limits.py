@@ -16,10 +16,10 @@ import socket
 import ssl
 from pathlib import Path
 
-from pulsar_gateway.gateway import metrics
-from pulsar_gateway.security.tls import server_context
 from harness.certificates import make_certificates
 from harness.waiting import async_wait_until
+from pulsar_gateway.gateway import metrics
+from pulsar_gateway.security.tls import server_context
 
 PER_IP = 4
 
