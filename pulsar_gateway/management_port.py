@@ -6,6 +6,7 @@ it (handlers/http_login.py), the AMQP management API, definitions upload and web
 from __future__ import annotations
 
 import logging
+import ssl
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -37,13 +38,15 @@ def management_port(
     user_names: Callable[[], Iterable[str]] = tuple,
     accounts: Accounts | None = None,
     topic_sizes: StorageSizes | None = None,
+    tls: ssl.SSLContext | None = None,
 ) -> metrics.MetricsServer:
     """The HTTP server of `[metrics]`, not started. `amqp_server`: the AMQP listener, once
     it listens (its broker, connections and address), or None without AMQP;
     `kafka_server`: the Kafka listener (its storage and group coordinators), or None;
     `user_names`: the users store's names, for the console's users page; `accounts`: the
     users store, which the console's administrators may change; `topic_sizes`: bytes stored
-    per partition, where the backend can tell (gateway/backend/storage_sizes.py)."""
+    per partition, where the backend can tell (gateway/backend/storage_sizes.py); `tls`:
+    the context of `metrics.tls_cert_file` (loaded at start-up), or None for plain HTTP."""
     # the same users as AMQP's: the store, then the bootstrap table (guest from loopback)
     table = settings.amqp.users or {"guest": "guest"}
     logins = HttpLogins(PasswordLogins(users, table), authorizer)
@@ -79,6 +82,13 @@ def management_port(
         accounts,
     )
     section = settings.metrics
+    if tls is None and not is_loopback_host(section.host):
+        log.warning(
+            "metrics.host %s is reachable beyond this machine over plain HTTP: logins "
+            "(HTTP Basic) cross the network in clear; set metrics.tls_cert_file and "
+            "metrics.tls_key_file",
+            section.host,
+        )
     if not is_loopback_host(section.host) and not section.require_login:
         log.warning(
             "metrics.host %s is reachable beyond this machine and /metrics needs no login: "
@@ -96,4 +106,7 @@ def management_port(
         login=logins,
         require_login=section.require_login,
         console=console,
+        max_connections=section.max_connections,
+        max_connections_per_ip=section.max_connections_per_ip,
+        tls=tls,
     )

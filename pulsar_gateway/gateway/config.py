@@ -19,7 +19,7 @@ from pydantic import (
     model_validator,
 )
 
-from pulsar_gateway.gateway.listener_settings import AmqpSection, KafkaSection
+from pulsar_gateway.gateway.listener_settings import AmqpSection, KafkaSection, TlsSettings
 from pulsar_gateway.gateway.settings_base import Section, is_host, is_loopback_host, is_wildcard
 
 # the listeners' sections live beside (listener_settings.py); importable from here as before
@@ -170,13 +170,16 @@ class EmbeddedSection(Section):
     log_level: Literal["error", "warn", "info", "debug", "trace"] = "warn"
 
 
-class MetricsSection(Section):
+class MetricsSection(TlsSettings):
     enabled: bool = True
     host: str = "127.0.0.1"
     port: int = Field(9404, ge=0, le=65535)
     # /metrics asks for a login too (a user with describe on the cluster, or an
     # administrator); /api/ and /cluster always do, /health never (docs/security.md)
     require_login: bool = False
+    # connections in all and from one address; beyond them a connection is closed at once
+    max_connections: int = Field(256, ge=1)
+    max_connections_per_ip: int = Field(16, ge=1)
 
     @field_validator("host")
     @classmethod

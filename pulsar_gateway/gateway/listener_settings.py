@@ -39,6 +39,10 @@ class _TlsSettings(Section):
         return bool(self.tls_cert_file)
 
 
+# the management port's section (config.py) takes the same files
+TlsSettings = _TlsSettings
+
+
 class KafkaSection(_TlsSettings):
     enabled: bool = True
     host: str = "127.0.0.1"
@@ -58,6 +62,8 @@ class KafkaSection(_TlsSettings):
     frame_timeout_seconds: float = Field(30.0, gt=0)
     max_request_entries: int = Field(100_000, ge=1)
     max_queued_request_bytes_per_connection: int = Field(32 * 1024 * 1024, ge=1024)
+    # all connections from one address together: one host cannot fill the listener's
+    max_queued_request_bytes_per_ip: int = Field(64 * 1024 * 1024, ge=1024)
     max_queued_request_bytes: int = Field(256 * 1024 * 1024, ge=1024)  # queued.max.request.bytes
     node_id: int = Field(0, ge=0)
     cluster_id: str = "pulsar-gateway"

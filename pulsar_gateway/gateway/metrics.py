@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import ssl
 import urllib.parse
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -173,12 +174,19 @@ _REASONS = {
     405: "Method Not Allowed",
     411: "Length Required",
     413: "Content Too Large",
+    431: "Request Header Fields Too Large",
     503: "Service Unavailable",
 }
 # An upload is a definitions file: RabbitMQ's own default limit for one is far larger,
 # but a topology this gateway serves fits easily; past it, 413 before reading the body.
 MAX_UPLOAD_BYTES = 16 * 1024 * 1024
 UPLOAD_SECONDS = 10.0
+# A request's line and headers: at most this many bytes (431 beyond), within this long
+# (closed, unanswered, after it); an answer must be taken by the client within
+# ANSWER_SECONDS. Browsers and scrapers send a few hundred bytes at once and read at once.
+MAX_HEAD_BYTES = 16 * 1024
+HEAD_SECONDS = 5.0
+ANSWER_SECONDS = 10.0
 REALM = 'Basic realm="pulsar-gateway"'
 _LOGIN_FAILED = {"error": "not_authorized", "reason": "Login failed"}
 _NOT_ALLOWED = {"error": "not_authorized", "reason": "Not administrator"}
@@ -250,13 +258,20 @@ class MetricsServer:
         login: Login | None = None,
         require_login: bool = False,
         console: Console | None = None,
+        max_connections: int = 256,
+        max_connections_per_ip: int = 16,
+        tls: ssl.SSLContext | None = None,
     ) -> None:
         """`api` answers `/api/...` requests: the AMQP listener's RabbitMQ management API
         subset (handlers/amqp/management.py). `upload` answers a POST under `/api/`: the
         definitions import (tools/definitions_upload.py). `login` checks an HTTP Basic
         Authorization header against the gateway's users (handlers/http_login.py);
         `require_login` puts `/metrics` behind it too. `console` answers `/` and
-        `/console/...` (console/routes.py), behind the same login."""
+        `/console/...` (console/routes.py), behind the same login. `max_connections` in
+        all and `max_connections_per_ip` from one address: beyond them a connection is
+        closed at once, so one host's silent sockets cannot take the port (and /health
+        with it) from the orchestrator and the scrapers. `tls`: the port speaks HTTPS only
+        (metrics.tls_cert_file), its handshakes within the head's deadline."""
         self.host = host
         self.port = port
         self.health = health
@@ -266,12 +281,26 @@ class MetricsServer:
         self.login = login
         self.require_login = require_login
         self.console = console
+        self.max_connections = max_connections
+        self.max_connections_per_ip = max_connections_per_ip
+        self.head_seconds = HEAD_SECONDS
+        self.tls = tls
+        self._open: dict[str, int] = {}  # connections per peer address
+        self._refusals_logged = 0.0  # when a refusal was last logged
         self._server: asyncio.base_events.Server | None = None
 
     async def start(self) -> None:
-        self._server = await asyncio.start_server(self._serve, self.host, self.port)
+        handshake = {"ssl": self.tls, "ssl_handshake_timeout": self.head_seconds}
+        self._server = await asyncio.start_server(
+            self._serve,
+            self.host,
+            self.port,
+            limit=MAX_HEAD_BYTES,
+            **(handshake if self.tls is not None else {}),
+        )
         self.port = self._server.sockets[0].getsockname()[1]
-        log.info("metrics and health on http://%s:%d", self.host, self.port)
+        scheme = "https" if self.tls is not None else "http"
+        log.info("metrics and health on %s://%s:%d", scheme, self.host, self.port)
 
     async def stop(self) -> None:
         if self._server:
@@ -373,12 +402,46 @@ class MetricsServer:
             return _json(405, {"error": "Method Not Allowed", "reason": "only uploads here"})
         return _json(*self.api(method, path, caller))
 
+    def _admit(self, peer_host: str) -> str | None:
+        """Count the connection in; or the limit it is over (it is then closed)."""
+        if sum(self._open.values()) >= self.max_connections:
+            return "max_connections"
+        if self._open.get(peer_host, 0) >= self.max_connections_per_ip:
+            return "max_connections_per_ip"
+        self._open[peer_host] = self._open.get(peer_host, 0) + 1
+        return None
+
+    def _release(self, peer_host: str) -> None:
+        left = self._open.pop(peer_host, 1) - 1
+        if left > 0:
+            self._open[peer_host] = left
+
+    def _refuse(self, peer_host: str, setting: str) -> None:
+        CONNECTIONS_REFUSED.labels("http", setting).inc()
+        now = asyncio.get_running_loop().time()
+        if now - self._refusals_logged >= 10:  # a flood logs a line per 10 s, not per socket
+            self._refusals_logged = now
+            log.warning(
+                "refusing management port connections from %s (metrics.%s)", peer_host, setting
+            )
+
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        peer = writer.get_extra_info("peername")
+        peer_host = str(peer[0]) if isinstance(peer, tuple) and peer else ""
+        refused = self._admit(peer_host)
+        if refused is not None:
+            self._refuse(peer_host, refused)
+            writer.close()
+            return
         try:
-            request = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5)
-            peer = writer.get_extra_info("peername")
-            peer_host = str(peer[0]) if isinstance(peer, tuple) and peer else ""
-            answer = await self._answer(request, reader, peer_host)
+            try:
+                head = reader.readuntil(b"\r\n\r\n")
+                request = await asyncio.wait_for(head, self.head_seconds)
+            except asyncio.LimitOverrunError:
+                reason = f"a request's line and headers are at most {MAX_HEAD_BYTES} bytes"
+                answer = _json(431, {"error": "bad_request", "reason": reason})
+            else:
+                answer = await self._answer(request, reader, peer_host)
             status = f"{answer.status} {_REASONS.get(answer.status, '')}".rstrip()
             challenge = f"WWW-Authenticate: {REALM}\r\n" if answer.challenge else ""
             writer.write(
@@ -387,13 +450,14 @@ class MetricsServer:
                 "Connection: close\r\n\r\n".encode()
                 + answer.body
             )
-            await writer.drain()
-        except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, TimeoutError, IndexError):
-            pass
+            await asyncio.wait_for(writer.drain(), ANSWER_SECONDS)
+        except (asyncio.IncompleteReadError, TimeoutError, IndexError):
+            writer.transport.abort()  # a half-sent request or an answer left unread
         except ConnectionError:
             pass
         finally:
             writer.close()
+            self._release(peer_host)
 
 
 def _headers(request: bytes) -> dict[str, str]:

@@ -10,6 +10,8 @@ test process, never share a count; nothing here is module state.
   so that one host (or one script holding idle sockets) cannot take every connection slot,
   applied at accept, before any TLS handshake (tls_accept.py), with descriptors in reserve.
 - `PerIpCount`: connections per address in one state (before login), against a limit.
+- `PerIpBudgets`: a `ByteBudget` per address between its connections' and the listener's,
+  so that one host's connections cannot take the whole listener's budget.
 - `LogLimiter`: a logging filter that lets a burst of each message template through per
   interval and counts the rest, so a flood of bad requests cannot flood the log as well.
 """
@@ -203,6 +205,37 @@ class PerIpCount:
             self._by_ip[ip] = count
         else:
             self._by_ip.pop(ip, None)
+
+
+class PerIpBudgets:
+    """One `ByteBudget` of ``limit`` per peer address, within the listener's ``parent``: the
+    parent of each of that address's connection budgets. Ten connections that never read
+    their answers once held the listener's whole budget, and no other client was read until
+    they were stopped (`frame_timeout_seconds` later); now they hold their address's share.
+    An address's budget lives while it has connections."""
+
+    def __init__(self, limit: int, parent: ByteBudget) -> None:
+        self.limit = limit
+        self.parent = parent
+        self._by_ip: dict[str, tuple[ByteBudget, int]] = {}
+
+    def take(self, ip: str) -> ByteBudget:
+        """The address's budget, for one more of its connections."""
+        budget, users = self._by_ip.get(ip) or (ByteBudget(self.limit, self.parent), 0)
+        self._by_ip[ip] = (budget, users + 1)
+        return budget
+
+    def give_back(self, ip: str) -> None:
+        """One of the address's connections ended (having given back what it held)."""
+        budget, users = self._by_ip[ip]
+        if users > 1:
+            self._by_ip[ip] = (budget, users - 1)
+        else:
+            del self._by_ip[ip]
+            budget.release_all()  # nothing, unless a connection's bytes went astray
+
+    def __len__(self) -> int:
+        return len(self._by_ip)
 
 
 class LogLimiter(logging.Filter):

@@ -28,6 +28,7 @@ from pulsar_gateway.kafka_codec import protocol
 from pulsar_gateway.kafka_codec.record_batch import encode_batch
 
 KIB = 1024
+TCP_ESTABLISHED = 1
 FRAME_TIMEOUT = 0.5
 PER_CONNECTION = 256 * KIB
 VALUE = 1_000_000  # one record of about Kafka's message.max.bytes: each Fetch answers ~1 MB
@@ -180,6 +181,13 @@ def test_budgets_come_back_however_a_connection_ends(monkeypatch: pytest.MonkeyP
                 lambda: server.limits.open == 0, 10 + 4 * FRAME_TIMEOUT, message="all stopped"
             )
             await all_given_back(server, "stopped for not reading")
+            # and their sockets are closed, not kept to write out what they never read
+            sockets = [writer.get_extra_info("socket") for _, writer in clients]
+            await async_wait_until(
+                lambda: not any(map(_established, sockets)),
+                5,
+                message="the stopped clients' sockets reset",
+            )
             for _, writer in clients:
                 abort(writer)
         finally:
@@ -220,3 +228,50 @@ def test_a_trickled_frame_gives_its_budget_back_after_the_grace() -> None:
             await server.stop()
 
     asyncio.run(scenario())
+
+
+def _established(sock: socket.socket) -> bool:
+    """Whether the listener has not closed the connection, without reading from it."""
+    return sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 1)[0] == TCP_ESTABLISHED
+
+
+def test_a_connection_builds_one_fetch_answer_at_a_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Forty pipelined Fetches of ~1 MB answers from a client that reads nothing: their
+    requests are small, so the budget let them all in, and all forty answers were built at
+    once (40 MB for this one connection; ten such took a gateway from 140 to 310 MB). Now
+    a connection's next Fetch runs once its previous answer is written out: only the
+    answers the socket took before the client was stopped are ever read from storage."""
+    reads = 0
+    read = kafka_memory_store.MemoryPartitionLog.read
+
+    async def counted_read(self, *args, **kwargs):  # the port's signature, whatever it is
+        nonlocal reads
+        reads += 1
+        return await read(self, *args, **kwargs)
+
+    monkeypatch.setattr(kafka_memory_store.MemoryPartitionLog, "read", counted_read)
+
+    async def scenario() -> None:
+        settings = KafkaSection(port=0, frame_timeout_seconds=FRAME_TIMEOUT)
+        server = KafkaServer(settings, memory_storage())
+        await server.start()
+        try:
+            reader, writer = await connect(server.address)
+            writer.write(produce(1, "big", b"v" * VALUE))
+            await read_frame(reader)
+            writer.close()
+            nonlocal reads
+            reads = 0
+            _, writer = await connect(server.address, receive_buffer=4 * KIB)
+            for correlation in range(40):
+                writer.write(fetch(correlation, "big"))
+            await async_wait_until(
+                lambda: server.limits.open == 0, 10 + 4 * FRAME_TIMEOUT, message="stopped"
+            )
+            await all_given_back(server, "a client reading none of its Fetches")
+            abort(writer)
+        finally:
+            await server.stop()
+
+    asyncio.run(scenario())
+    assert reads < 20, f"{reads} Fetch answers built for a client that read none"

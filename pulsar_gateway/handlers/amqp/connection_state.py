@@ -16,6 +16,7 @@ send connection.close and soft ones channel.close.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Literal
 
 from pamqp import base, commands
@@ -86,10 +87,17 @@ class AmqpConnection:
         now: float,
         settings: ConnectionSettings | None = None,
         vhost_policy: VhostPolicy = allow_and_create,
+        defer_login: bool = False,
     ) -> None:
+        """`defer_login`: connection.start-ok's password check (a key derivation) is not
+        run here but left in `pending_login` for the driver to run off the event loop and
+        hand back with `login_finished`; frames after start-ok wait for it."""
         self.settings = settings or ConnectionSettings()
         self.peer_host = peer_host
         self._auth = authenticator
+        self._defer_login = defer_login
+        self._login: Callable[[], str] | None = None  # the password check, deferred
+        self._login_ids = (0, 0)  # start-ok's class and method ids, for its refusal
         self._vhost_policy = vhost_policy
         self._state = ConnectionState.AWAITING_HEADER
         self._reader = FrameReader(FRAME_MIN_SIZE)
@@ -146,6 +154,12 @@ class AmqpConnection:
         return self._channels.bodies.used
 
     @property
+    def pending_login(self) -> Callable[[], str] | None:
+        """With `defer_login`: start-ok's password check, to run off the loop (it returns
+        the user name or raises `AmqpError`) and hand to `login_finished`; else None."""
+        return self._login
+
+    @property
     def blocked(self) -> bool:
         """Backpressure is on: the driver should stop reading from the socket."""
         return self._blocked
@@ -168,7 +182,28 @@ class AmqpConnection:
             if self.state is not ConnectionState.STARTING:
                 return events
         self._reader.feed(data)
-        while self._state not in INERT_STATES:
+        self._read_frames(events)
+        return events
+
+    def login_finished(self, outcome: str | AmqpError, now: float) -> list[Event]:
+        """`pending_login`'s outcome, the user name or its refusal: connection.tune or the
+        refusal is answered, then the frames that came meanwhile are read."""
+        events: list[Event] = []
+        self._login = None
+        self._now = now
+        if self._state is not ConnectionState.STARTING:
+            return events  # closed meanwhile (the socket, the handshake's deadline)
+        if isinstance(outcome, AmqpError):
+            self._fail(0, outcome.blame(*self._login_ids), events)
+        else:
+            self.username = outcome
+            self._send_tune()
+        self._read_frames(events)
+        return events
+
+    def _read_frames(self, events: list[Event]) -> None:
+        """Dispatch the frames read so far, unless a login check is pending."""
+        while self._state not in INERT_STATES and self._login is None:
             try:
                 frame = self._reader.next_frame()
             except AmqpError as error:
@@ -182,7 +217,6 @@ class AmqpConnection:
                 self._dispatch(frame, events)
             except AmqpError as error:
                 self._fail(frame.channel, error, events)
-        return events
 
     def connection_lost(self) -> list[Event]:
         """The socket is gone (EOF or error): release every channel."""
@@ -401,11 +435,16 @@ class AmqpConnection:
         self.capabilities = capabilities if isinstance(capabilities, dict) else {}
         self.auth_mechanism = method.mechanism
         try:
-            self.username = self._auth.authenticate(
-                method.mechanism, method.response or b"", self.peer_host
-            )
+            check = self._auth.begin(method.mechanism, method.response or b"", self.peer_host)
+            if self._defer_login:
+                self._login, self._login_ids = check, method_ids(method)
+                return
+            self.username = check()
         except AmqpError as error:
             raise error.blame(*method_ids(method)) from None
+        self._send_tune()
+
+    def _send_tune(self) -> None:
         tune = _Connection.Tune(
             channel_max=self.settings.channel_max,
             frame_max=self.settings.frame_max,

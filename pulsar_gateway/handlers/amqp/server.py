@@ -52,7 +52,13 @@ from pulsar_gateway.handlers.amqp.handoff import (
 )
 from pulsar_gateway.handlers.amqp.management import ConnectionSummary
 from pulsar_gateway.handlers.amqp.publish_alarm import PublishAlarm
-from pulsar_gateway.handlers.amqp.session import NOT_YET, READ_SIZE, REVOKED, Session
+from pulsar_gateway.handlers.amqp.session import (
+    LOGIN_CHECKS,
+    NOT_YET,
+    READ_SIZE,
+    REVOKED,
+    Session,
+)
 from pulsar_gateway.handlers.amqp.vhost_owners import VhostOwners
 from pulsar_gateway.handlers.authorization import AUDIT_LOGGERS, Access, Authorizer
 from pulsar_gateway.handlers.listener_limits import ConnectionLimits, LogLimiter, bound_address
@@ -111,6 +117,7 @@ class AmqpServer:
         # an empty user table still lets guest in, as it always has; the users store (the
         # directory) takes precedence over the table (docs/security.md)
         self.authenticator = Authenticator(settings.users or {"guest": "guest"}, directory=users)
+        self.login_checks = asyncio.Semaphore(LOGIN_CHECKS)  # session.py runs the checks
         self.tls = tls  # the AMQPS listener's (amqp.tls_port), beside the plaintext one
         self._tls_server: TlsListener | None = None
         self.owners = owners

@@ -28,7 +28,7 @@ from pulsar_gateway.handlers.amqp.broker_model import VhostAccess
 from pulsar_gateway.handlers.amqp.connection_broker import WRITE_BUFFER_LIMIT, ConnectionBroker
 from pulsar_gateway.handlers.amqp.connection_settings import ConnectionSettings, VhostPolicy
 from pulsar_gateway.handlers.amqp.connection_state import AmqpConnection, ConnectionState
-from pulsar_gateway.handlers.amqp.errors import ReplyCode
+from pulsar_gateway.handlers.amqp.errors import AmqpError, ReplyCode
 from pulsar_gateway.handlers.amqp.events import ConnectionClosed, Event
 from pulsar_gateway.handlers.amqp.handoff import (
     HandOffError,
@@ -56,6 +56,9 @@ OUTPUT_HIGH_WATER = 2 * WRITE_BUFFER_LIMIT
 # Longest connection.close-ok waits for the connection's publishes to be stored: long
 # enough to ride out a broker restart's reconnect, short of a client's own close timeout.
 CLOSE_STORE_WAIT_SECONDS = 30.0
+# password checks of one listener in worker threads at once: the rest wait their turn off
+# the loop, and the default executor keeps threads for everything else
+LOGIN_CHECKS = 2
 
 
 class SessionListener(Protocol):
@@ -70,6 +73,7 @@ class SessionListener(Protocol):
     vhost_namespace: Callable[[str], str]
     owners: VhostOwners | None
     member_secret: bytes
+    login_checks: asyncio.Semaphore  # password checks running at once (LOGIN_CHECKS)
 
     def access_for(self, username: str, peer: str) -> Access: ...
 
@@ -142,6 +146,7 @@ class Session:
             time.monotonic(),
             server.connection_settings,
             self._vhost_policy,
+            defer_login=True,
         )
         self.broker = ConnectionBroker(
             server.broker,
@@ -310,6 +315,8 @@ class Session:
             if self.recorder is not None and self.conn.state in _HANDSHAKE_STATES:
                 self.recorder.record(data)
             events = self.conn.receive_data(data, time.monotonic())
+            if self.conn.pending_login is not None:
+                events += await self._check_login(self.conn.pending_login)
             if self.credentials is NOT_YET and self.conn.username is not None:
                 self.credentials = self.authenticator.credentials_of(self.conn.username)
             _count_bad_input(events, "")
@@ -325,6 +332,18 @@ class Session:
             # sides wait for each other. Deliveries stop by themselves while the buffer is
             # full; only past OUTPUT_HIGH_WATER (above) does reading wait for the client.
             self._wake_timer.set()
+
+    async def _check_login(self, check: Callable[[], str]) -> list[Event]:
+        """start-ok's password check (a key derivation, ~2-3 ms) in a worker thread, at most
+        `LOGIN_CHECKS` of the listener's at a time: on the event loop, a flood of bad logins
+        held every other client (Kafka's too) for a derivation each; the socket is not read
+        meanwhile."""
+        async with self.server.login_checks:
+            try:
+                outcome: str | AmqpError = await asyncio.to_thread(check)
+            except AmqpError as error:
+                outcome = error
+        return self.conn.login_finished(outcome, time.monotonic())
 
     async def _close_after_stores(self, events: list[Event]) -> None:
         """The client closed: its connection.close-ok (already in the core's output) goes

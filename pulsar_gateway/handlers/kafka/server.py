@@ -3,8 +3,8 @@
 
 What one client can make the listener hold is bounded (docs: conf/gateway.toml):
 
-- memory: the queued-bytes budgets (`max_queued_request_bytes[_per_connection]`, Kafka's
-  queued.max.request.bytes), taken per frame and given back when its response is written
+- memory: the queued-bytes budgets (`max_queued_request_bytes[_per_connection|_per_ip]`,
+  Kafka's queued.max.request.bytes), taken per frame and given back when its response is written
   or its connection ends (connection.py). While a budget is full the listener does not read
   the socket: TCP backpressure, not memory growth. A request's array entries are capped
   (`max_request_entries`) and big ones are decoded off the event loop (requests.py).
@@ -54,6 +54,7 @@ from pulsar_gateway.handlers.listener_limits import (
     ByteBudget,
     ConnectionLimits,
     LogLimiter,
+    PerIpBudgets,
     PerIpCount,
     bound_address,
 )
@@ -121,6 +122,8 @@ class KafkaServer:
         self._connections: set[asyncio.Task[None]] = set()
         self.context: KafkaContext | None = None
         self.queued = ByteBudget(settings.max_queued_request_bytes)
+        # between a connection's budget and the listener's: one address's share
+        self.queued_per_ip = PerIpBudgets(settings.max_queued_request_bytes_per_ip, self.queued)
         self.limits = ConnectionLimits(
             "kafka", settings.max_connections, settings.max_connections_per_ip, log
         )
@@ -313,7 +316,9 @@ class KafkaServer:
         self._connections.add(task)
         metrics.CONNECTIONS.labels("kafka").inc()
         metrics.CONNECTIONS_TOTAL.labels("kafka").inc()
-        queued = ByteBudget(self.settings.max_queued_request_bytes_per_connection, self.queued)
+        queued = ByteBudget(
+            self.settings.max_queued_request_bytes_per_connection, self.queued_per_ip.take(ip)
+        )
         inflated = InflateBudget(self.settings.max_connection_inflated_bytes)
         context = dataclasses.replace(
             context, inflated=inflated, mute=ConnectionMute(), order=RequestOrder()
@@ -338,6 +343,7 @@ class KafkaServer:
         finally:
             metrics.CONNECTIONS.labels("kafka").dec()
             self._connections.discard(task)
+            self.queued_per_ip.give_back(ip)
             self._release(ip, stranger)
 
     def _certificate_user(self, sasl: SaslSession, writer: asyncio.StreamWriter) -> bool:
