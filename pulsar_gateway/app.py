@@ -43,6 +43,7 @@ from pulsar_gateway.security.oauthbearer import TokenValidator, load_validator
 from pulsar_gateway.security.record_signing import load_or_create_key
 from pulsar_gateway.security.tls import server_context
 from pulsar_gateway.storage.kafka.group_offsets import GroupOffsetStore
+from pulsar_gateway.storage.kafka.share_states import ShareStateStore
 from pulsar_gateway.storage.kafka.subscription_position import ack_position
 from pulsar_gateway.storage.kafka.topics import TopicService
 from pulsar_gateway.storage.users import UsersStore
@@ -265,6 +266,7 @@ class Gateway:
                 transactions=MetadataTransactionStore(self.metadata),
                 cluster=membership,
                 quotas=MetadataClientQuotas(self.metadata),
+                shares=ShareStateStore(self.metadata),
             )
             if membership is not None:
                 self._release_unserved_partitions(membership)

@@ -1,0 +1,274 @@
+"""Share groups (KIP-932): members, their share sessions and the groups' share partitions.
+
+Membership is KIP-848's shape without its reconciliation: a member joins with epoch 0 and
+its subscribed topic names, every change of the group bumps the group epoch, and a
+heartbeat answers the member's epoch and assignment. The assignment gives every member
+every partition of the topics it subscribes to: records, not partitions, are what share
+consumers split, so two members of one partition take turns on its records.
+
+A share session (ShareFetch's epoch 0 opens one, -1 closes it) is the set of partitions
+a member fetches from; this gateway keeps it in memory, and a client whose session is gone
+(a restart) opens a new one on SHARE_SESSION_NOT_FOUND. The delivery state of each share
+partition (share_partition.py) is stored through the port after every change, before the
+answer goes out, so what a consumer was told is acknowledged stays so across a crash
+(docs/share-groups.md).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from pulsar_gateway.handlers.kafka.port import ShareStateStore
+from pulsar_gateway.handlers.kafka.share_partition import SharePartition
+from pulsar_gateway.kafka_codec.errors import ErrorCode
+
+log = logging.getLogger("gateway.kafka.share")
+
+SWEEP_SECONDS = 1.0
+LEAVE_EPOCH = -1
+ASSIGNOR = "simple"
+
+
+@dataclass(frozen=True)
+class ShareSettings:
+    """Kafka's broker settings for share groups, under the gateway's names."""
+
+    record_lock_ms: int = 30000  # group.share.record.lock.duration.ms
+    delivery_count_limit: int = 5  # group.share.delivery.count.limit
+    max_in_flight: int = 2000  # group.share.partition.max.record.locks
+    auto_offset_reset: str = "latest"  # share.auto.offset.reset
+    session_timeout_ms: int = 45000  # group.share.session.timeout.ms
+    heartbeat_interval_ms: int = 5000  # group.share.heartbeat.interval.ms
+    max_size: int = 200  # group.share.max.size
+
+
+@dataclass
+class ShareMember:
+    member_id: str
+    epoch: int
+    subscribed: list[str]
+    rack_id: str | None
+    client_id: str
+    client_host: str
+    last_seen: float
+
+
+@dataclass
+class ShareGroup:
+    group_id: str
+    epoch: int = 0
+    members: dict[str, ShareMember] = field(default_factory=dict)
+
+    @property
+    def state(self) -> str:
+        return "Stable" if self.members else "Empty"
+
+
+@dataclass
+class ShareSession:
+    epoch: int
+    partitions: set[tuple[str, int]] = field(default_factory=set)  # (pulsar topic, index)
+
+
+@dataclass(frozen=True)
+class HeartbeatResult:
+    error: int = ErrorCode.NONE
+    message: str | None = None
+    member_id: str = ""
+    epoch: int = -1
+    topics: tuple[str, ...] = ()
+
+
+class ShareGroups:
+    """The share groups this gateway coordinates, and the share partitions it serves."""
+
+    def __init__(
+        self,
+        store: ShareStateStore | None,
+        settings: ShareSettings | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.store = store
+        self.settings = settings or ShareSettings()
+        self.clock = clock
+        self.groups: dict[str, ShareGroup] = {}
+        self.sessions: dict[tuple[str, str], ShareSession] = {}
+        self.partitions: dict[tuple[str, str, int], SharePartition] = {}
+        # one lock per share partition: a fetch reads the log between choosing and acquiring
+        self.locks: dict[tuple[str, str, int], asyncio.Lock] = {}
+        self._sweeper: asyncio.Task[None] | None = None
+
+    # ---- lifecycle ---------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._sweeper = asyncio.create_task(self._sweep_forever(), name="share group sweeper")
+
+    async def close(self) -> None:
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            try:
+                await self._sweeper
+            except asyncio.CancelledError:
+                pass
+
+    async def _sweep_forever(self) -> None:
+        while True:
+            await asyncio.sleep(SWEEP_SECONDS)
+            try:
+                await self.sweep()
+            except Exception:  # noqa: BLE001 - the sweeper must live
+                log.exception("share group sweep failed")
+
+    async def sweep(self) -> None:
+        """Members silent past the session timeout leave; lapsed locks are released."""
+        now = self.clock()
+        timeout = self.settings.session_timeout_ms / 1000
+        for group in list(self.groups.values()):
+            for member in list(group.members.values()):
+                if now - member.last_seen > timeout:
+                    log.info("share member %s of %s timed out", member.member_id, group.group_id)
+                    await self.leave(group.group_id, member.member_id)
+        for key, partition in list(self.partitions.items()):
+            if partition.expire(now):
+                await self.save(key)
+
+    # ---- membership --------------------------------------------------------------------
+
+    def heartbeat(
+        self,
+        group_id: str,
+        member_id: str,
+        epoch: int,
+        subscribed: list[str] | None,
+        rack_id: str | None,
+        client_id: str,
+        client_host: str,
+    ) -> HeartbeatResult:
+        group = self.groups.setdefault(group_id, ShareGroup(group_id))
+        now = self.clock()
+        member = group.members.get(member_id) if member_id else None
+        if epoch == 0:
+            if member is None:
+                if len(group.members) >= self.settings.max_size:
+                    return HeartbeatResult(
+                        ErrorCode.GROUP_MAX_SIZE_REACHED,
+                        f"The share group has reached its maximum capacity of "
+                        f"{self.settings.max_size} members.",
+                    )
+                if not subscribed:
+                    return HeartbeatResult(
+                        ErrorCode.INVALID_REQUEST,
+                        "SubscribedTopicNames must be set in first request.",
+                    )
+                member = ShareMember(
+                    member_id or uuid.uuid4().hex,
+                    0,
+                    sorted(set(subscribed)),
+                    rack_id,
+                    client_id,
+                    client_host,
+                    now,
+                )
+                group.members[member.member_id] = member
+                group.epoch += 1
+        elif member is None:
+            return HeartbeatResult(
+                ErrorCode.UNKNOWN_MEMBER_ID, f"Member {member_id} is not in share group {group_id}."
+            )
+        elif epoch != member.epoch:
+            return HeartbeatResult(
+                ErrorCode.FENCED_MEMBER_EPOCH,
+                f"The share group member has epoch {epoch}, the group knows {member.epoch}.",
+            )
+        if subscribed is not None and sorted(set(subscribed)) != member.subscribed:
+            member.subscribed = sorted(set(subscribed))
+            group.epoch += 1
+        member.last_seen = now
+        member.epoch = group.epoch
+        return HeartbeatResult(
+            member_id=member.member_id, epoch=member.epoch, topics=tuple(member.subscribed)
+        )
+
+    async def leave(self, group_id: str, member_id: str) -> HeartbeatResult:
+        """The member leaves: its sessions end and what it holds is released."""
+        group = self.groups.get(group_id)
+        if group is None or group.members.pop(member_id, None) is None:
+            return HeartbeatResult(
+                ErrorCode.UNKNOWN_MEMBER_ID, f"Member {member_id} is not in share group {group_id}."
+            )
+        group.epoch += 1
+        await self.close_session(group_id, member_id)
+        return HeartbeatResult(member_id=member_id, epoch=LEAVE_EPOCH)
+
+    def is_member(self, group_id: str, member_id: str) -> bool:
+        group = self.groups.get(group_id)
+        return group is not None and member_id in group.members
+
+    def describe(self, group_id: str) -> ShareGroup | None:
+        return self.groups.get(group_id)
+
+    # ---- share sessions ------------------------------------------------------------------
+
+    def open_session(self, group_id: str, member_id: str) -> ShareSession:
+        session = ShareSession(epoch=1)
+        self.sessions[(group_id, member_id)] = session
+        return session
+
+    def session(self, group_id: str, member_id: str, epoch: int) -> ShareSession | int:
+        """The member's session at `epoch` (then the next epoch is expected), or an error."""
+        session = self.sessions.get((group_id, member_id))
+        if session is None:
+            return ErrorCode.SHARE_SESSION_NOT_FOUND
+        if session.epoch != epoch:
+            return ErrorCode.INVALID_SHARE_SESSION_EPOCH
+        session.epoch = epoch + 1 if epoch < 0x7FFFFFFF else 1
+        return session
+
+    async def close_session(self, group_id: str, member_id: str) -> None:
+        """Release what the member holds in every partition of its session."""
+        self.sessions.pop((group_id, member_id), None)
+        for key, partition in list(self.partitions.items()):
+            if key[0] == group_id and partition.release_member(member_id):
+                await self.save(key)
+
+    # ---- share partitions ----------------------------------------------------------------
+
+    def lock(self, key: tuple[str, str, int]) -> asyncio.Lock:
+        return self.locks.setdefault(key, asyncio.Lock())
+
+    def partition(self, key: tuple[str, str, int], log_start: int, log_end: int) -> SharePartition:
+        """The share partition of (group, Pulsar topic, index): in memory, else as stored,
+        else new at the log's start or end (`share.auto.offset.reset`)."""
+        found = self.partitions.get(key)
+        if found is None:
+            limits = (
+                self.settings.record_lock_ms / 1000,
+                self.settings.delivery_count_limit,
+                self.settings.max_in_flight,
+            )
+            stored = None
+            if self.store is not None:
+                stored = self.store.load(key[0], _partition_topic(key))
+            if stored is not None:
+                found = SharePartition.restore(stored, *limits)
+            else:
+                first = log_start if self.settings.auto_offset_reset == "earliest" else log_end
+                found = SharePartition(first, first, *limits)
+            self.partitions[key] = found
+        found.skip_to(log_start)
+        return found
+
+    async def save(self, key: tuple[str, str, int]) -> None:
+        partition = self.partitions.get(key)
+        if partition is not None and self.store is not None:
+            await self.store.save(key[0], _partition_topic(key), partition.state())
+
+
+def _partition_topic(key: tuple[str, str, int]) -> str:
+    """The Pulsar topic of partition `index` of a topic, as the store keys it."""
+    return f"{key[1]}-partition-{key[2]}"

@@ -1,0 +1,65 @@
+"""Share groups' per-partition delivery state (KIP-932), kept in the metadata store.
+
+One key per share group and partition, `kafka-share/<group>/<pulsar partition topic>`
+(both percent-quoted), holding `{"start", "end", "runs": [[first, last, state, count]]}`:
+the share partition's bounds and its in-flight records as runs of equal state and delivery
+count, so a window of records delivered alike is one run however long. The store is
+written through Pulsar, so the state survives a gateway kill -9 and every cluster member
+reads the same (docs/share-groups.md says what is kept and what is not).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import quote, unquote
+
+from pulsar_gateway.gateway.metadata_store import MetadataStore
+from pulsar_gateway.handlers.kafka.port import ShareRun, ShareState
+
+PREFIX = "kafka-share/"
+
+
+def _folder(group_id: str) -> str:
+    return f"{PREFIX}{quote(group_id, safe='')}/"
+
+
+def state_record(state: ShareState) -> dict[str, Any]:
+    return {
+        "start": state.start,
+        "end": state.end,
+        "runs": [[run.first, run.last, run.state, run.delivery_count] for run in state.runs],
+    }
+
+
+def state_from(record: Any) -> ShareState | None:
+    """The stored form read back; None for anything unreadable (started afresh)."""
+    try:
+        runs = tuple(ShareRun(*(int(value) for value in run)) for run in record["runs"])
+        return ShareState(int(record["start"]), int(record["end"]), runs)
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+class ShareStateStore:
+    """The Pulsar implementation of the port's ShareStateStore."""
+
+    def __init__(self, metadata: MetadataStore) -> None:
+        self.metadata = metadata
+
+    def load(self, group_id: str, partition_topic: str) -> ShareState | None:
+        record = self.metadata.get(_folder(group_id) + quote(partition_topic, safe=""))
+        return None if record is None else state_from(record)
+
+    async def save(self, group_id: str, partition_topic: str, state: ShareState) -> None:
+        key = _folder(group_id) + quote(partition_topic, safe="")
+        await self.metadata.put(key, state_record(state))
+
+    def groups(self) -> list[str]:
+        found = set()
+        for key, _value in self.metadata.items(PREFIX):
+            found.add(unquote(key[len(PREFIX) :].partition("/")[0]))
+        return sorted(found)
+
+    async def delete_group(self, group_id: str) -> None:
+        for key, _value in self.metadata.children(_folder(group_id)):
+            await self.metadata.delete(key)
