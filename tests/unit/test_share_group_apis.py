@@ -1,0 +1,242 @@
+"""Share group APIs (KIP-932) on the in-memory storage twin: request bytes through the one
+dispatcher, a clock the test moves, no broker."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from typing import Any
+
+from pulsar_gateway.handlers.kafka.share_groups import ShareGroups, ShareSettings
+from pulsar_gateway.handlers.kafka.topic_lookup import topic_uuid
+from pulsar_gateway.kafka_codec.errors import ErrorCode
+from pulsar_gateway.kafka_codec.protocol.messages import ApiKey
+from pulsar_gateway.kafka_codec.record_batch import decode_batches
+from tests.unit.test_kafka_apis import TOPIC, Broker
+
+ACCEPT, RELEASE, REJECT = 1, 2, 3
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class Share:
+    """A broker with share groups, and one share consumer's view of the wire."""
+
+    def __init__(self, **settings: Any) -> None:
+        self.broker = Broker()
+        self.clock = Clock()
+        options = {"auto_offset_reset": "earliest", "record_lock_ms": 10000, **settings}
+        self.groups = ShareGroups(self.broker.storage.shares, ShareSettings(**options), self.clock)
+        self.broker.context.share_groups = self.groups
+        self.epochs: dict[str, int] = {}
+
+    async def topic(self, values: list[bytes]) -> uuid.UUID:
+        await self.broker.storage.topics.create(TOPIC, 1)
+        await self.broker.produce("orders", values)
+        return topic_uuid(self.broker.storage.topics.get(TOPIC))
+
+    async def join(self, member: str) -> dict[str, Any]:
+        body = {
+            "group_id": "g",
+            "member_id": member,
+            "member_epoch": 0,
+            "rack_id": None,
+            "subscribed_topic_names": ["orders"],
+        }
+        return await self.broker.call(ApiKey.SHARE_GROUP_HEARTBEAT, 1, body)
+
+    async def fetch(
+        self, member: str, topic_id: uuid.UUID, acks: list[tuple[int, int, int]] = ()
+    ) -> dict[str, Any]:
+        epoch = self.epochs.get(member, 0)
+        self.epochs[member] = epoch + 1
+        body = {
+            "group_id": "g",
+            "member_id": member,
+            "share_session_epoch": epoch,
+            "max_wait_ms": 0,
+            "min_bytes": 1,
+            "max_bytes": 1 << 20,
+            "max_records": 3,
+            "batch_size": 3,
+            "topics": [
+                {
+                    "topic_id": topic_id,
+                    "partitions": [
+                        {
+                            "partition_index": 0,
+                            "acknowledgement_batches": [
+                                {"first_offset": f, "last_offset": la, "acknowledge_types": [k]}
+                                for f, la, k in acks
+                            ],
+                        }
+                    ],
+                }
+            ],
+            "forgotten_topics_data": [],
+        }
+        return await self.broker.call(ApiKey.SHARE_FETCH, 1, body)
+
+    async def acknowledge(
+        self, member: str, topic_id: uuid.UUID, acks: list[tuple[int, int, int]]
+    ) -> dict[str, Any]:
+        epoch = self.epochs[member]
+        self.epochs[member] = epoch + 1
+        body = {
+            "group_id": "g",
+            "member_id": member,
+            "share_session_epoch": epoch,
+            "topics": [
+                {
+                    "topic_id": topic_id,
+                    "partitions": [
+                        {
+                            "partition_index": 0,
+                            "acknowledgement_batches": [
+                                {"first_offset": f, "last_offset": la, "acknowledge_types": [k]}
+                                for f, la, k in acks
+                            ],
+                        }
+                    ],
+                }
+            ],
+        }
+        return await self.broker.call(ApiKey.SHARE_ACKNOWLEDGE, 1, body)
+
+
+def acquired(response: dict[str, Any]) -> list[tuple[int, int, int]]:
+    return [
+        (a["first_offset"], a["last_offset"], a["delivery_count"])
+        for topic in response["responses"]
+        for part in topic["partitions"]
+        for a in part["acquired_records"]
+    ]
+
+
+def values(response: dict[str, Any]) -> list[bytes]:
+    out = []
+    for topic in response["responses"]:
+        for part in topic["partitions"]:
+            for batch in decode_batches(part["records"] or b""):
+                out.extend(record.value for record in batch.records)
+    return out
+
+
+def test_heartbeat_assigns_every_member_the_partition_and_describe_lists_them() -> None:
+    async def scenario() -> None:
+        share = Share()
+        topic_id = await share.topic([b"a"])
+        first, second = await share.join("m1"), await share.join("m2")
+        for answer in (first, second):
+            assert answer["error_code"] == ErrorCode.NONE
+            assert answer["assignment"]["topic_partitions"] == [
+                {"topic_id": topic_id, "partitions": [0]}
+            ]
+        assert second["member_epoch"] == 2
+        body = {"group_ids": ["g", "nope"], "include_authorized_operations": False}
+        described = await share.broker.call(ApiKey.SHARE_GROUP_DESCRIBE, 1, body)
+        group, missing = described["groups"]
+        assert group["group_state"] == "Stable"
+        assert sorted(m["member_id"] for m in group["members"]) == ["m1", "m2"]
+        assert missing["error_code"] == ErrorCode.GROUP_ID_NOT_FOUND
+        stale = {
+            "group_id": "g",
+            "member_id": "m1",
+            "member_epoch": 7,
+            "rack_id": None,
+            "subscribed_topic_names": None,
+        }
+        fenced = await share.broker.call(ApiKey.SHARE_GROUP_HEARTBEAT, 1, stale)
+        assert fenced["error_code"] == ErrorCode.FENCED_MEMBER_EPOCH
+
+    asyncio.run(scenario())
+
+
+def test_two_members_split_records_and_a_lapsed_lock_redelivers() -> None:
+    async def scenario() -> None:
+        share = Share()
+        topic_id = await share.topic([b"r%d" % i for i in range(5)])
+        await share.join("m1")
+        await share.join("m2")
+        one = await share.fetch("m1", topic_id)
+        two = await share.fetch("m2", topic_id)
+        assert acquired(one) == [(0, 2, 1)] and acquired(two) == [(3, 4, 1)]
+        assert one["acquisition_lock_timeout_ms"] == 10000
+        assert values(two)[-2:] == [b"r3", b"r4"]
+        done = await share.fetch("m1", topic_id, acks=[(0, 2, ACCEPT)])
+        assert acquired(done) == []
+        share.clock.now += 10.0  # m2 never acknowledged: its lock lapses
+        again = await share.fetch("m1", topic_id)
+        assert acquired(again) == [(3, 4, 2)]
+        assert share.groups.partitions[("g", TOPIC, 0)].start == 3
+
+    asyncio.run(scenario())
+
+
+def test_release_redelivers_reject_does_not_and_the_state_is_stored() -> None:
+    async def scenario() -> None:
+        share = Share(delivery_count_limit=2)
+        topic_id = await share.topic([b"x", b"y", b"z"])
+        await share.join("m1")
+        assert acquired(await share.fetch("m1", topic_id)) == [(0, 2, 1)]
+        answer = await share.acknowledge("m1", topic_id, [(0, 0, RELEASE), (1, 1, REJECT)])
+        assert answer["responses"][0]["partitions"][0]["error_code"] == ErrorCode.NONE
+        assert acquired(await share.fetch("m1", topic_id)) == [(0, 0, 2)]
+        await share.acknowledge("m1", topic_id, [(0, 0, RELEASE)])  # its last delivery
+        assert acquired(await share.fetch("m1", topic_id)) == []
+        stored = share.broker.storage.shares.load("g", f"{TOPIC}-partition-0")
+        assert stored is not None and stored.start == 2 and stored.end == 3
+        # acknowledging what another member holds, or twice, is INVALID_RECORD_STATE
+        wrong = await share.acknowledge("m1", topic_id, [(1, 1, ACCEPT)])
+        assert wrong["responses"][0]["partitions"][0]["error_code"] == (
+            ErrorCode.INVALID_RECORD_STATE
+        )
+
+    asyncio.run(scenario())
+
+
+def test_sessions_refuse_a_wrong_epoch_and_closing_releases() -> None:
+    async def scenario() -> None:
+        share = Share()
+        topic_id = await share.topic([b"x"])
+        await share.join("m1")
+        share.epochs["m1"] = 5
+        lost = await share.fetch("m1", topic_id)
+        assert lost["error_code"] == ErrorCode.SHARE_SESSION_NOT_FOUND
+        share.epochs["m1"] = 0
+        assert acquired(await share.fetch("m1", topic_id)) == [(0, 0, 1)]
+        share.epochs["m1"] = 9
+        assert (await share.fetch("m1", topic_id))["error_code"] == (
+            ErrorCode.INVALID_SHARE_SESSION_EPOCH
+        )
+        share.epochs["m1"] = -1
+        await share.fetch("m1", topic_id)  # closes the session: m1's record is released
+        share.epochs["m2"] = 0
+        await share.join("m2")
+        assert acquired(await share.fetch("m2", topic_id)) == [(0, 0, 2)]
+
+    asyncio.run(scenario())
+
+
+def test_a_restarted_gateway_restores_counts_from_the_store() -> None:
+    async def scenario() -> None:
+        share = Share()
+        topic_id = await share.topic([b"x", b"y"])
+        await share.join("m1")
+        await share.fetch("m1", topic_id, acks=[])
+        await share.fetch("m1", topic_id, acks=[(0, 0, ACCEPT)])
+        # a new coordinator on the same storage: offset 1 was held, its lock is gone
+        again = ShareGroups(share.broker.storage.shares, share.groups.settings, share.clock)
+        share.broker.context.share_groups = again
+        share.groups = again
+        share.epochs = {}
+        await share.join("m1")
+        assert acquired(await share.fetch("m1", topic_id)) == [(1, 1, 2)]
+
+    asyncio.run(scenario())
