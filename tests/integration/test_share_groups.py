@@ -1,0 +1,201 @@
+"""Share groups (KIP-932) with a real share consumer (confluent-kafka 2.16's ShareConsumer,
+librdkafka's): consumers of one partition split its records, a record not acknowledged comes
+back after its lock, RELEASE redelivers and REJECT does not, the delivery count limit holds,
+and nothing acknowledged or unacknowledged is lost across a gateway kill -9."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable, Iterator
+
+import pytest
+from confluent_kafka import AcknowledgeType, Producer, ShareConsumer
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from tests.support.gateway_process import GatewayProcess, set_flags
+
+LOCK_MS = 1000
+LIMIT = 3
+SETTINGS = {
+    "kafka.share_record_lock_duration_ms": LOCK_MS,
+    "kafka.share_delivery_count_limit": LIMIT,
+    "kafka.share_auto_offset_reset": "earliest",
+    "kafka.share_partition_max_record_locks": 100,
+    "kafka.group_consumer_heartbeat_interval_ms": 500,
+}
+
+
+@pytest.fixture(scope="module")
+def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess]:
+    gw = GatewayProcess(tmp_path_factory.mktemp("share") / "gw", extra=set_flags(SETTINGS))
+    gw.start()
+    try:
+        yield gw
+    finally:
+        gw.stop()
+
+
+def new_topic(bootstrap: str, values: list[bytes], partitions: int = 1) -> str:
+    topic = f"share-{uuid.uuid4().hex[:8]}"
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(topic, partitions, 1)])[topic].result(30)
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 0, "batch.num.messages": 10})
+    for value in values:
+        producer.produce(topic, value, partition=0)
+    assert producer.flush(30) == 0
+    return topic
+
+
+def share_consumer(
+    bootstrap: str, group: str, topic: str, explicit: bool = False, **extra: object
+) -> ShareConsumer:
+    config = {"bootstrap.servers": bootstrap, "group.id": group, **extra}
+    if explicit:
+        config["share.acknowledgement.mode"] = "explicit"
+    consumer = ShareConsumer(config)
+    consumer.subscribe([topic])
+    return consumer
+
+
+def poll_until(
+    consumers: list[ShareConsumer],
+    done: Callable[[], bool],
+    handle: Callable[[int, object], None],
+    timeout: float = 60,
+) -> None:
+    """Poll each consumer in turn, handing every record to `handle`, until `done`."""
+    deadline = time.monotonic() + timeout
+    while not done():
+        assert time.monotonic() < deadline, "share consumers did not get there in time"
+        for number, consumer in enumerate(consumers):
+            for message in consumer.poll(0.2):
+                assert message.error() is None, message.error()
+                handle(number, message)
+
+
+def test_two_share_consumers_split_one_partition(gateway: GatewayProcess) -> None:
+    total = 400
+    topic = new_topic(gateway.bootstrap, [b"%04d" % i for i in range(total)])
+    group = f"g-{uuid.uuid4().hex[:6]}"
+    # a few records per fetch (ShareFetch's MaxRecords), so that neither holds them all
+    consumers = [
+        share_consumer(gateway.bootstrap, group, topic, **{"max.poll.records": 10})
+        for _ in range(2)
+    ]
+    seen: dict[bytes, int] = {}
+    duplicates: list[bytes] = []
+
+    def handle(number: int, message: object) -> None:
+        value = message.value()
+        if value in seen:
+            duplicates.append(value)
+        seen[value] = number
+
+    try:
+        poll_until(consumers, lambda: len(seen) == total, handle)
+    finally:
+        for consumer in consumers:
+            consumer.close()
+    assert duplicates == []
+    per_consumer = [sum(1 for n in seen.values() if n == who) for who in (0, 1)]
+    assert min(per_consumer) > 0, per_consumer  # both took records of the one partition
+
+
+def test_an_unacknowledged_record_is_redelivered_after_its_lock(gateway: GatewayProcess) -> None:
+    topic = new_topic(gateway.bootstrap, [b"only"])
+    group = f"g-{uuid.uuid4().hex[:6]}"
+    holder = share_consumer(gateway.bootstrap, group, topic, explicit=True)
+    taken: list[object] = []
+    try:
+        poll_until([holder], lambda: bool(taken), lambda _n, m: taken.append(m))
+        assert taken[0].delivery_count() == 1
+        started = time.monotonic()
+        other = share_consumer(gateway.bootstrap, group, topic)
+        again: list[object] = []
+        try:
+            poll_until([other], lambda: bool(again), lambda _n, m: again.append(m), 30)
+        finally:
+            other.close()
+        assert again[0].value() == b"only" and again[0].delivery_count() == 2
+        assert time.monotonic() - started >= LOCK_MS / 1000 * 0.5
+    finally:
+        holder.close()
+
+
+def test_release_redelivers_reject_does_not_and_the_limit_archives(
+    gateway: GatewayProcess,
+) -> None:
+    topic = new_topic(gateway.bootstrap, [b"release-me", b"reject-me", b"accept-me"])
+    group = f"g-{uuid.uuid4().hex[:6]}"
+    consumer = share_consumer(gateway.bootstrap, group, topic, explicit=True)
+    deliveries: list[tuple[bytes, int]] = []
+    kinds = {
+        b"release-me": AcknowledgeType.RELEASE,
+        b"reject-me": AcknowledgeType.REJECT,
+        b"accept-me": AcknowledgeType.ACCEPT,
+    }
+
+    def handle(_number: int, message: object) -> None:
+        deliveries.append((message.value(), message.delivery_count()))
+        consumer.acknowledge(message, kinds[message.value()])
+
+    try:
+        poll_until([consumer], lambda: (b"release-me", LIMIT) in deliveries, handle, timeout=60)
+        consumer.commit_sync(10)
+        # past the limit the released record is archived: nothing more comes
+        end = time.monotonic() + 2 * LOCK_MS / 1000
+        while time.monotonic() < end:
+            for message in consumer.poll(0.2):
+                deliveries.append((message.value(), message.delivery_count()))
+                consumer.acknowledge(message, AcknowledgeType.ACCEPT)
+    finally:
+        consumer.close()
+    assert deliveries.count((b"reject-me", 1)) == 1
+    assert [v for v, _ in deliveries].count(b"reject-me") == 1
+    assert [v for v, _ in deliveries].count(b"accept-me") == 1
+    assert [c for v, c in deliveries if v == b"release-me"] == list(range(1, LIMIT + 1))
+
+
+def test_nothing_is_lost_across_a_gateway_kill(tmp_path) -> None:
+    gw = GatewayProcess(tmp_path / "gw", extra=set_flags(SETTINGS)).start()
+    try:
+        total = 60
+        topic = new_topic(gw.bootstrap, [b"%03d" % i for i in range(total)])
+        group = f"g-{uuid.uuid4().hex[:6]}"
+        consumer = share_consumer(gw.bootstrap, group, topic, explicit=True)
+        accepted: set[bytes] = set()
+        held: set[bytes] = set()
+        try:
+
+            def first_half(_number: int, message: object) -> None:
+                if len(accepted) < total // 2:
+                    consumer.acknowledge(message, AcknowledgeType.ACCEPT)
+                    accepted.add(message.value())
+                else:  # held, never acknowledged: their locks die with the gateway
+                    held.add(message.value())
+
+            poll_until([consumer], lambda: len(accepted) >= total // 2, first_half)
+            consumer.commit_sync(10)
+        finally:
+            gw.kill()
+            consumer.close()
+        gw.start()
+        after: list[bytes] = []
+        counts: dict[bytes, int] = {}
+
+        def rest(_number: int, message: object) -> None:
+            after.append(message.value())
+            counts[message.value()] = message.delivery_count()
+
+        again = share_consumer(gw.bootstrap, group, topic)
+        try:
+            poll_until([again], lambda: len(set(after) | accepted) == total, rest)
+        finally:
+            again.close()
+        assert not (set(after) & accepted), "an accepted record came back after the kill"
+        assert set(after) | accepted == {b"%03d" % i for i in range(total)}
+        # the deliveries before the kill were counted durably
+        assert held and all(counts[value] == 2 for value in held), (held, counts)
+    finally:
+        gw.stop()
