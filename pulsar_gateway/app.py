@@ -71,6 +71,7 @@ class Gateway:
         self.users: UsersStore | None = None
         self.topics: TopicService | None = None
         self.group_offsets: GroupOffsetStore | None = None
+        self.share_states: ShareStateStore | None = None
         self.mirror: SubscriptionMirror | None = None
         self.listeners: list[Listener] = []
         self.metrics_server: metrics.MetricsServer | None = None
@@ -181,6 +182,7 @@ class Gateway:
             lambda: self.topics.open_partitions if self.topics else 0
         )
         self.group_offsets = GroupOffsetStore(self.metadata)
+        share_states = self.share_states = ShareStateStore(self.metadata)
         self.group_offsets.load()
         self.metadata.watch(self.group_offsets.apply_change)
         self.topics.forget_partitions = self.group_offsets.forget_partitions
@@ -215,6 +217,8 @@ class Gateway:
 
             self.group_offsets.on_commit = mirror_commit
             self.group_offsets.on_forget = mirror_forget
+            # a share group's subscription follows its settled start (docs/share-groups.md)
+            share_states.on_save = mirror.request
         metrics.BACKEND_UP.set(1)
         # one users store for both listeners, followed live, signed with the users key
         # (docs/security.md); whoever makes the key adopts the records already there
@@ -266,7 +270,7 @@ class Gateway:
                 transactions=MetadataTransactionStore(self.metadata),
                 cluster=membership,
                 quotas=MetadataClientQuotas(self.metadata),
-                shares=ShareStateStore(self.metadata),
+                shares=share_states,
             )
             if membership is not None:
                 self._release_unserved_partitions(membership)

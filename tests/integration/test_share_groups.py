@@ -9,6 +9,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 
+import pulsar
 import pytest
 from confluent_kafka import AcknowledgeType, Producer, ShareConsumer
 from confluent_kafka.admin import AdminClient, NewTopic
@@ -23,7 +24,9 @@ SETTINGS = {
     "kafka.share_auto_offset_reset": "earliest",
     "kafka.share_partition_max_record_locks": 100,
     "kafka.group_consumer_heartbeat_interval_ms": 500,
+    "embedded.log_level": "info",  # wait_for_mirror reads the broker's log
 }
+MIRROR_PREFIX = "__kafka.group."  # kafka.group_subscription_prefix
 
 
 @pytest.fixture(scope="module")
@@ -199,3 +202,48 @@ def test_nothing_is_lost_across_a_gateway_kill(tmp_path) -> None:
         assert held and all(counts[value] == 2 for value in held), (held, counts)
     finally:
         gw.stop()
+
+
+def test_the_share_groups_subscription_sits_at_its_first_unsettled_record(
+    gateway: GatewayProcess,
+) -> None:
+    """A Pulsar consumer on the share group's subscription starts where the share group has
+    settled everything before: Pulsar's backlog is what the group still has to deliver."""
+    topic = f"share-{uuid.uuid4().hex[:8]}"
+    admin = AdminClient({"bootstrap.servers": gateway.bootstrap})
+    admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(30)
+    producer = Producer({"bootstrap.servers": gateway.bootstrap})
+    for number in range(20):  # one send, so one Pulsar entry, per record: exact positions
+        producer.produce(topic, str(number).encode(), partition=0)
+        producer.flush(10)
+    group = f"g-{uuid.uuid4().hex[:6]}"
+    consumer = share_consumer(gateway.bootstrap, group, topic, explicit=True)
+    accepted: list[int] = []
+
+    def first_seven(_number: int, message: object) -> None:
+        if message.offset() < 7:
+            consumer.acknowledge(message, AcknowledgeType.ACCEPT)
+            accepted.append(message.offset())
+
+    try:
+        poll_until([consumer], lambda: len(accepted) == 7, first_seven)
+        consumer.commit_sync(10)
+    finally:
+        consumer.close()  # releases what it still holds: 7 on stay unsettled
+    full = f"persistent://public/default/{topic}-partition-0"
+    gateway.wait_for_mirror(full, MIRROR_PREFIX + group)
+    client = pulsar.Client(f"pulsar://127.0.0.1:{gateway.broker_port}", operation_timeout_seconds=5)
+    try:
+        reader = client.subscribe(
+            full, MIRROR_PREFIX + group, consumer_type=pulsar.ConsumerType.Exclusive
+        )
+        got = []
+        try:
+            while True:
+                got.append(reader.receive(1500).data().decode())
+        except pulsar.Timeout:
+            pass
+        reader.close()
+    finally:
+        client.close()
+    assert got == [str(n) for n in range(7, 20)]

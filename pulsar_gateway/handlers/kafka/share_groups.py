@@ -23,6 +23,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from pulsar_gateway.gateway.topic_names import partition_topic
 from pulsar_gateway.handlers.kafka.port import ShareStateStore
 from pulsar_gateway.handlers.kafka.share_partition import SharePartition
 from pulsar_gateway.kafka_codec.errors import ErrorCode
@@ -270,5 +271,5 @@ class ShareGroups:
 
 
 def _partition_topic(key: tuple[str, str, int]) -> str:
-    """The Pulsar topic of partition `index` of a topic, as the store keys it."""
-    return f"{key[1]}-partition-{key[2]}"
+    """The Pulsar topic that stores the partition, as the store keys it."""
+    return partition_topic(key[1], key[2])

@@ -5,11 +5,16 @@ One key per share group and partition, `kafka-share/<group>/<pulsar partition to
 the share partition's bounds and its in-flight records as runs of equal state and delivery
 count, so a window of records delivered alike is one run however long. The store is
 written through Pulsar, so the state survives a gateway kill -9 and every cluster member
-reads the same (docs/share-groups.md says what is kept and what is not).
+reads the same (docs/share-groups.md says what is kept and what is not). `on_save` hears
+each partition's settled start, which the composition root hands to the subscription
+mirror: the share group's durable subscription `__kafka.group.<group>` then sits at the
+first record the group has not settled, so Pulsar's backlog is the group's and retention
+keeps what it still has to deliver.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import quote, unquote
 
@@ -43,8 +48,15 @@ def state_from(record: Any) -> ShareState | None:
 class ShareStateStore:
     """The Pulsar implementation of the port's ShareStateStore."""
 
-    def __init__(self, metadata: MetadataStore) -> None:
+    def __init__(
+        self,
+        metadata: MetadataStore,
+        on_save: Callable[[str, str, int], None] | None = None,
+    ) -> None:
         self.metadata = metadata
+        # (partition topic, group id, start): the subscription mirror moves the share
+        # group's Pulsar subscription to the first record not yet settled
+        self.on_save = on_save
 
     def load(self, group_id: str, partition_topic: str) -> ShareState | None:
         record = self.metadata.get(_folder(group_id) + quote(partition_topic, safe=""))
@@ -53,6 +65,8 @@ class ShareStateStore:
     async def save(self, group_id: str, partition_topic: str, state: ShareState) -> None:
         key = _folder(group_id) + quote(partition_topic, safe="")
         await self.metadata.put(key, state_record(state))
+        if self.on_save is not None:
+            self.on_save(partition_topic, group_id, state.start)
 
     def groups(self) -> list[str]:
         found = set()

@@ -31,7 +31,9 @@ from pulsar_gateway.security.rights import READ
 
 OPEN, CLOSE = 0, -1
 DEFAULT_MAX_RECORDS = 500
-Key = tuple[str, str, int]  # (group, Pulsar topic, partition)
+# (group, the Pulsar topic of the topic's incarnation, partition): a topic deleted and
+# created again starts its share groups afresh
+Key = tuple[str, str, int]
 
 
 def _leader() -> dict[str, int]:
@@ -95,7 +97,7 @@ async def _acknowledge(
                 continue
             record = topic_with_id(context, topic["topic_id"])
             assert record is not None
-            key = (group_id, record.name, part["partition_index"])
+            key = (group_id, record.stored_name, part["partition_index"])
             async with groups.lock(key):
                 partition = groups.partition(key, log.log_start, log.next_offset)
                 partition.expire(groups.clock())
@@ -207,7 +209,7 @@ async def share_fetch(
                 continue
             record = topic_with_id(context, topic_id)
             assert record is not None
-            key = (group_id, record.name, index)
+            key = (group_id, record.stored_name, index)
             codec = FETCH_CODECS.get(record.configs.get(COMPRESSION_TYPE, ""))
             try:
                 records, acquired = await _fetch_one(
