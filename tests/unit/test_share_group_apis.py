@@ -240,3 +240,21 @@ def test_a_restarted_gateway_restores_counts_from_the_store() -> None:
         assert acquired(await share.fetch("m1", topic_id)) == [(1, 1, 2)]
 
     asyncio.run(scenario())
+
+
+def test_a_partition_served_elsewhere_is_forgotten_and_read_again_from_the_store() -> None:
+    async def scenario() -> None:
+        share = Share()
+        topic_id = await share.topic([b"x", b"y"])
+        await share.join("m1")
+        await share.fetch("m1", topic_id)
+        await share.fetch("m1", topic_id, acks=[(0, 0, ACCEPT)])
+        served = {"here": False}
+        share.groups.serves_partition = lambda _topic, _index: served["here"]
+        share.groups.drop_unserved()
+        assert share.groups.partitions == {}
+        served["here"] = True
+        share.epochs["m1"] = 0
+        assert acquired(await share.fetch("m1", topic_id)) == [(1, 1, 2)]
+
+    asyncio.run(scenario())

@@ -193,6 +193,9 @@ class KafkaServer:
             cluster.on_change(self.groups.drop_unserved)
             self.consumer_groups.serves = self.context.serves_group
             cluster.on_change(self.consumer_groups.drop_unserved)
+            self.share_groups.serves = self.context.serves_group
+            self.share_groups.serves_partition = self.context.serves_partition
+            cluster.on_change(self.share_groups.drop_unserved)
             cluster.on_change(self._forget_unserved_producers)
         if beside:
             self._tls_server = await self._tls_listener(

@@ -103,6 +103,10 @@ class ShareGroups:
         # one lock per share partition: a fetch reads the log between choosing and acquiring
         self.locks: dict[tuple[str, str, int], asyncio.Lock] = {}
         self._sweeper: asyncio.Task[None] | None = None
+        # whether this gateway coordinates a group, and serves a partition (its Pulsar
+        # topic, index) (docs/cluster.md); alone: every one
+        self.serves: Callable[[str], bool] = lambda _group_id: True
+        self.serves_partition: Callable[[str, int], bool] = lambda _topic, _index: True
 
     # ---- lifecycle ---------------------------------------------------------------------
 
@@ -137,6 +141,16 @@ class ShareGroups:
         for key, partition in list(self.partitions.items()):
             if partition.expire(now):
                 await self.save(key)
+
+    def drop_unserved(self) -> None:
+        """Groups and share partitions another cluster member serves now: forgotten, so
+        that when one comes back here it is read again from the store, as its last
+        server left it."""
+        for group_id in [gid for gid in self.groups if not self.serves(gid)]:
+            del self.groups[group_id]
+        for key in [k for k in self.partitions if not self.serves_partition(k[1], k[2])]:
+            del self.partitions[key]
+            self.locks.pop(key, None)
 
     # ---- membership --------------------------------------------------------------------
 
