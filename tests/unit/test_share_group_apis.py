@@ -258,3 +258,39 @@ def test_a_partition_served_elsewhere_is_forgotten_and_read_again_from_the_store
         assert acquired(await share.fetch("m1", topic_id)) == [(1, 1, 2)]
 
     asyncio.run(scenario())
+
+
+def test_hostile_requests_stay_bounded() -> None:
+    """An acknowledgement spanning 2**62 offsets is refused at once; sessions are capped
+    (the least recently used is evicted); an unknown topic id is answered, not kept; a group
+    that lost its members is swept from memory."""
+
+    async def scenario() -> None:
+        share = Share(max_sessions=2)
+        topic_id = await share.topic([b"x"])
+        await share.join("m1")
+        await share.fetch("m1", topic_id)
+        huge = await share.acknowledge("m1", topic_id, [(0, 2**62, ACCEPT)])
+        assert huge["responses"][0]["partitions"][0]["error_code"] == (
+            ErrorCode.INVALID_RECORD_STATE
+        )
+        for member in ("m2", "m3"):
+            await share.join(member)
+            await share.fetch(member, topic_id)
+        assert len(share.groups.sessions) == 2 and ("g", "m1") not in share.groups.sessions
+        assert (await share.fetch("m1", topic_id))["error_code"] == (
+            ErrorCode.SHARE_SESSION_NOT_FOUND
+        )
+        share.epochs["m4"] = 0
+        stranger = await share.fetch("m4", uuid.uuid4())
+        parts = stranger["responses"][0]["partitions"]
+        assert parts[0]["error_code"] == ErrorCode.UNKNOWN_TOPIC_ID
+        assert share.groups.sessions[("g", "m4")].partitions == set()
+        for member in ("m1", "m2", "m3"):
+            await share.groups.leave("g", member)
+        for key in list(share.groups.sessions):
+            await share.groups.close_session(*key)
+        await share.groups.sweep()
+        assert share.groups.groups == {} and share.groups.partitions == {}
+
+    asyncio.run(scenario())

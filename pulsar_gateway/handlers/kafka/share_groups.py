@@ -46,6 +46,7 @@ class ShareSettings:
     session_timeout_ms: int = 45000  # group.share.session.timeout.ms
     heartbeat_interval_ms: int = 5000  # group.share.heartbeat.interval.ms
     max_size: int = 200  # group.share.max.size
+    max_sessions: int = 2000  # group.share.max.share.sessions
 
 
 @dataclass
@@ -141,6 +142,14 @@ class ShareGroups:
         for key, partition in list(self.partitions.items()):
             if partition.expire(now):
                 await self.save(key)
+        # what no one uses any more is read again from the store when it is
+        active = {group_id for group_id, _member in self.sessions}
+        for group_id in [g for g, group in self.groups.items() if not group.members]:
+            del self.groups[group_id]
+        for key, partition in list(self.partitions.items()):
+            if key[0] not in active and key[0] not in self.groups and not partition.held():
+                del self.partitions[key]
+                self.locks.pop(key, None)
 
     def drop_unserved(self) -> None:
         """Groups and share partitions another cluster member serves now: forgotten, so
@@ -164,7 +173,7 @@ class ShareGroups:
         client_id: str,
         client_host: str,
     ) -> HeartbeatResult:
-        group = self.groups.setdefault(group_id, ShareGroup(group_id))
+        group = self.groups.get(group_id) or ShareGroup(group_id)
         now = self.clock()
         member = group.members.get(member_id) if member_id else None
         if epoch == 0:
@@ -191,6 +200,7 @@ class ShareGroups:
                 )
                 group.members[member.member_id] = member
                 group.epoch += 1
+                self.groups[group_id] = group
         elif member is None:
             return HeartbeatResult(
                 ErrorCode.UNKNOWN_MEMBER_ID, f"Member {member_id} is not in share group {group_id}."
@@ -229,16 +239,23 @@ class ShareGroups:
 
     # ---- share sessions ------------------------------------------------------------------
 
-    def open_session(self, group_id: str, member_id: str) -> ShareSession:
+    async def open_session(self, group_id: str, member_id: str) -> ShareSession:
+        """A new session (replacing the member's last); at `max_sessions` the least
+        recently used one is evicted (its member opens a new one on SHARE_SESSION_NOT_FOUND)."""
+        self.sessions.pop((group_id, member_id), None)
+        while len(self.sessions) >= self.settings.max_sessions:
+            old_group, old_member = next(iter(self.sessions))
+            await self.close_session(old_group, old_member)
         session = ShareSession(epoch=1)
         self.sessions[(group_id, member_id)] = session
         return session
 
     def session(self, group_id: str, member_id: str, epoch: int) -> ShareSession | int:
         """The member's session at `epoch` (then the next epoch is expected), or an error."""
-        session = self.sessions.get((group_id, member_id))
+        session = self.sessions.pop((group_id, member_id), None)
         if session is None:
             return ErrorCode.SHARE_SESSION_NOT_FOUND
+        self.sessions[(group_id, member_id)] = session  # the most recently used, last
         if session.epoch != epoch:
             return ErrorCode.INVALID_SHARE_SESSION_EPOCH
         session.epoch = epoch + 1 if epoch < 0x7FFFFFFF else 1

@@ -103,6 +103,10 @@ class SharePartition:
             self._advance_start()
         return changed
 
+    def held(self) -> bool:
+        """Whether some record is acquired."""
+        return any(record.state == ACQUIRED for record in self.records.values())
+
     def next_deadline(self) -> float | None:
         deadlines = [r.deadline for r in self.records.values() if r.state == ACQUIRED]
         return min(deadlines) if deadlines else None
@@ -174,6 +178,8 @@ class SharePartition:
         count = last - first + 1
         if count <= 0 or not types or (len(types) != 1 and len(types) != count):
             return ErrorCode.INVALID_REQUEST
+        if count > self.max_in_flight:  # more than can be in flight: not all held by one
+            return ErrorCode.INVALID_RECORD_STATE
         if any(kind not in (GAP, ACCEPT, RELEASE, REJECT) for kind in types):
             return ErrorCode.INVALID_REQUEST
         for offset in range(first, last + 1):

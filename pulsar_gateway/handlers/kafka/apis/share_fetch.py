@@ -51,7 +51,7 @@ def _answer(code: int, message: str | None = None) -> dict[str, Any]:
     }
 
 
-def _session(groups: ShareGroups, request: dict[str, Any]) -> tuple[ShareSession | None, int]:
+async def _session(groups: ShareGroups, request: dict[str, Any]) -> tuple[ShareSession | None, int]:
     """The request's share session: opened (epoch 0), found, or an error code."""
     group_id, member_id, epoch = (
         request["group_id"],
@@ -59,7 +59,7 @@ def _session(groups: ShareGroups, request: dict[str, Any]) -> tuple[ShareSession
         request["share_session_epoch"],
     )
     if epoch == OPEN:
-        return groups.open_session(group_id, member_id), ErrorCode.NONE
+        return await groups.open_session(group_id, member_id), ErrorCode.NONE
     if epoch == CLOSE:
         return None, ErrorCode.NONE
     found = groups.session(group_id, member_id, epoch)
@@ -178,22 +178,32 @@ async def share_fetch(
     group_id, member_id = request["group_id"] or "", request["member_id"] or ""
     if not group_allowed(context, group_id, READ):
         return _answer(ErrorCode.GROUP_AUTHORIZATION_FAILED, "Authorization failed.")
-    session, code = _session(groups, request)
+    session, code = await _session(groups, request)
     if code:
         return _answer(code)
     acks = await _acknowledge(context, groups, group_id, member_id, request["topics"])
+    unknown: dict[tuple[uuid.UUID, int], int] = {}
     if session is None:  # the session closes: what the member still holds is released
         await groups.close_session(group_id, member_id)
         body = _answer(ErrorCode.NONE)
         body["responses"] = _ack_only(acks, fetch=True)
         return body
     for topic in request["topics"]:
+        record = topic_with_id(context, topic["topic_id"])
         for part in topic["partitions"]:
-            session.partitions.add((topic["topic_id"], part["partition_index"]))
+            index = part["partition_index"]
+            if record is not None and 0 <= index < record.partitions:  # bounds the session
+                session.partitions.add((topic["topic_id"], index))
+            elif record is None:
+                unknown[(topic["topic_id"], index)] = ErrorCode.UNKNOWN_TOPIC_ID
+            else:
+                unknown[(topic["topic_id"], index)] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
     for topic in request.get("forgotten_topics_data") or []:
         for index in topic["partitions"]:
             session.partitions.discard((topic["topic_id"], index))
     deadline = time.monotonic() + max(0, request["max_wait_ms"]) / 1000
+    if unknown and not session.partitions:
+        deadline = time.monotonic()  # nothing to wait for: say so at once
     max_bytes = min(request.get("max_bytes") or 0x7FFFFFFF, context.settings.fetch_max_bytes)
     max_records = request.get("max_records") or DEFAULT_MAX_RECORDS
     while True:
@@ -242,6 +252,9 @@ async def share_fetch(
                 future.cancel()
     for where, ack_code in acks.items():
         out.setdefault(where, _partition(where[1], ack_code))
+    for where, fetch_code in unknown.items():
+        out.setdefault(where, _partition(where[1], acks.get(where, ErrorCode.NONE)))
+        out[where]["error_code"] = fetch_code
     body = _answer(ErrorCode.NONE)
     body["acquisition_lock_timeout_ms"] = groups.settings.record_lock_ms
     body["responses"] = _by_topic(out)
@@ -310,7 +323,7 @@ async def share_acknowledge(
         return {**body, "error_code": ErrorCode.GROUP_AUTHORIZATION_FAILED}
     if request["share_session_epoch"] == OPEN:
         return {**body, "error_code": ErrorCode.INVALID_SHARE_SESSION_EPOCH}
-    _session_found, code = _session(groups, request)
+    _session_found, code = await _session(groups, request)
     if code:
         return {**body, "error_code": code}
     acks = await _acknowledge(context, groups, group_id, member_id, request["topics"])
