@@ -402,6 +402,21 @@ class MemoryShareStates(_Breakable):
             del self.states[key]
 
 
+class MemoryGroupConfigs(_Breakable):
+    def __init__(self) -> None:
+        self.configs: dict[str, dict[str, str]] = {}
+
+    def get(self, group_id: str) -> Mapping[str, str]:
+        return self.configs.get(group_id, {})
+
+    async def replace(self, group_id: str, configs: Mapping[str, str]) -> None:
+        self._check()
+        if configs:
+            self.configs[group_id] = dict(configs)
+        else:
+            self.configs.pop(group_id, None)
+
+
 def memory_storage() -> KafkaStorage:
     return KafkaStorage(
         MemoryTopicStore(),
@@ -410,4 +425,5 @@ def memory_storage() -> KafkaStorage:
         transactions=MemoryTransactionStore(),
         quotas=MemoryClientQuotas(),
         shares=MemoryShareStates(),
+        group_configs=MemoryGroupConfigs(),
     )

@@ -42,6 +42,7 @@ from pulsar_gateway.management_port import management_port
 from pulsar_gateway.security.oauthbearer import TokenValidator, load_validator
 from pulsar_gateway.security.record_signing import load_or_create_key
 from pulsar_gateway.security.tls import server_context
+from pulsar_gateway.storage.kafka.group_configs import MetadataGroupConfigs
 from pulsar_gateway.storage.kafka.group_offsets import GroupOffsetStore
 from pulsar_gateway.storage.kafka.share_states import ShareStateStore
 from pulsar_gateway.storage.kafka.subscription_position import ack_position
@@ -271,6 +272,7 @@ class Gateway:
                 cluster=membership,
                 quotas=MetadataClientQuotas(self.metadata),
                 shares=share_states,
+                group_configs=MetadataGroupConfigs(self.metadata),
             )
             if membership is not None:
                 self._release_unserved_partitions(membership)

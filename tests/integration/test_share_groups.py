@@ -12,7 +12,14 @@ from collections.abc import Callable, Iterator
 import pulsar
 import pytest
 from confluent_kafka import AcknowledgeType, Producer, ShareConsumer
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import (
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    NewTopic,
+    ResourceType,
+)
 
 from tests.support.gateway_process import GatewayProcess, set_flags
 
@@ -247,3 +254,34 @@ def test_the_share_groups_subscription_sits_at_its_first_unsettled_record(
     finally:
         client.close()
     assert got == [str(n) for n in range(7, 20)]
+
+
+def test_a_group_config_sets_where_the_share_group_starts(gateway: GatewayProcess) -> None:
+    """share.auto.offset.reset=latest on the group (AdminClient's IncrementalAlterConfigs on
+    a GROUP resource) wins over the gateway's earliest: records from before never come."""
+    topic = new_topic(gateway.bootstrap, [b"old-%d" % i for i in range(5)])
+    group = f"g-{uuid.uuid4().hex[:6]}"
+    admin = AdminClient({"bootstrap.servers": gateway.bootstrap})
+    entry = ConfigEntry(
+        "share.auto.offset.reset", "latest", incremental_operation=AlterConfigOpType.SET
+    )
+    resource = ConfigResource(ResourceType.GROUP, group, incremental_configs=[entry])
+    admin.incremental_alter_configs([resource])[resource].result(30)
+    described = admin.describe_configs([ConfigResource(ResourceType.GROUP, group)])
+    configs = next(iter(described.values())).result(30)
+    assert configs["share.auto.offset.reset"].value == "latest"
+    consumer = share_consumer(gateway.bootstrap, group, topic)
+    producer = Producer({"bootstrap.servers": gateway.bootstrap})
+    got: list[bytes] = []
+    try:
+        deadline = time.monotonic() + 60
+        number = 0
+        while not got:  # new records until the group, started at the end, sees one
+            assert time.monotonic() < deadline, "no new record reached the share group"
+            producer.produce(topic, b"new-%d" % number, partition=0)
+            producer.flush(10)
+            number += 1
+            got += [message.value() for message in consumer.poll(0.5)]
+    finally:
+        consumer.close()
+    assert all(value.startswith(b"new-") for value in got), got

@@ -34,6 +34,8 @@ class Share:
         options = {"auto_offset_reset": "earliest", "record_lock_ms": 10000, **settings}
         self.groups = ShareGroups(self.broker.storage.shares, ShareSettings(**options), self.clock)
         self.broker.context.share_groups = self.groups
+        assert self.broker.storage.group_configs is not None
+        self.groups.group_configs = self.broker.storage.group_configs.get
         self.epochs: dict[str, int] = {}
 
     async def topic(self, values: list[bytes]) -> uuid.UUID:
@@ -292,5 +294,60 @@ def test_hostile_requests_stay_bounded() -> None:
             await share.groups.close_session(*key)
         await share.groups.sweep()
         assert share.groups.groups == {} and share.groups.partitions == {}
+
+    asyncio.run(scenario())
+
+
+async def alter_group(share: Share, changes: list[tuple[str, int, str | None]]) -> dict:
+    body = {
+        "resources": [
+            {
+                "resource_type": 32,
+                "resource_name": "g",
+                "configs": [
+                    {"name": n, "config_operation": op, "value": v} for n, op, v in changes
+                ],
+            }
+        ],
+        "validate_only": False,
+    }
+    return (await share.broker.call(ApiKey.INCREMENTAL_ALTER_CONFIGS, 1, body))["responses"][0]
+
+
+def test_group_configs_set_the_lock_and_the_start_of_a_share_group() -> None:
+    async def scenario() -> None:
+        share = Share(auto_offset_reset="latest")
+        topic_id = await share.topic([b"old"])
+        done = await alter_group(
+            share,
+            [
+                ("share.auto.offset.reset", 0, "earliest"),
+                ("share.record.lock.duration.ms", 0, "2000"),
+            ],
+        )
+        assert done["error_code"] == ErrorCode.NONE
+        body = {
+            "resources": [{"resource_type": 32, "resource_name": "g", "configuration_keys": None}],
+            "include_synonyms": False,
+            "include_documentation": False,
+        }
+        described = await share.broker.call(ApiKey.DESCRIBE_CONFIGS, 4, body)
+        values = {c["name"]: c["value"] for c in described["results"][0]["configs"]}
+        assert values["share.auto.offset.reset"] == "earliest"
+        assert values["share.record.lock.duration.ms"] == "2000"
+        await share.join("m1")
+        fetched = await share.fetch("m1", topic_id)
+        assert acquired(fetched) == [(0, 0, 1)]  # earliest: the record before the group
+        assert fetched["acquisition_lock_timeout_ms"] == 2000
+        share.clock.now += 2.0
+        assert acquired(await share.fetch("m1", topic_id)) == [(0, 0, 2)]
+        unknown = await alter_group(share, [("share.nonsense", 0, "1")])
+        assert unknown["error_code"] == ErrorCode.INVALID_CONFIG
+        wrong = await alter_group(share, [("share.auto.offset.reset", 0, "sometime")])
+        assert wrong["error_code"] == ErrorCode.INVALID_CONFIG
+        await alter_group(share, [("share.auto.offset.reset", 1, None)])
+        assert share.broker.storage.group_configs.get("g") == {
+            "share.record.lock.duration.ms": "2000"
+        }
 
     asyncio.run(scenario())

@@ -377,6 +377,17 @@ class ShareStateStore(Protocol):
     async def delete_group(self, group_id: str) -> None: ...
 
 
+class GroupConfigStore(Protocol):
+    """Group configs (Kafka's GROUP config resource, IncrementalAlterConfigs): the keys a
+    group sets, durable and the same on every member."""
+
+    def get(self, group_id: str) -> Mapping[str, str]: ...
+
+    async def replace(self, group_id: str, configs: Mapping[str, str]) -> None:
+        """The group's configs become exactly `configs` (none: its entry is removed)."""
+        ...
+
+
 @dataclass(frozen=True)
 class KafkaStorage:
     """Everything the Kafka handler stores, as the composition root hands it over."""
@@ -397,3 +408,5 @@ class KafkaStorage:
     quotas: ClientQuotaStore | None = None
     # share groups' delivery state (docs/share-groups.md); None: share groups are refused
     shares: ShareStateStore | None = None
+    # group configs (docs/share-groups.md, "Group configs"); None: refused
+    group_configs: GroupConfigStore | None = None

@@ -187,6 +187,8 @@ class KafkaServer:
             consumer_groups=self.consumer_groups,
             share_groups=None if self.storage.shares is None else self.share_groups,
         )
+        if self.storage.group_configs is not None:
+            self.share_groups.group_configs = self.storage.group_configs.get
         if cluster is not None:
             # groups another member coordinates are refused, and dropped when they move
             self.groups.serves = self.context.serves_group

@@ -20,7 +20,7 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from pulsar_gateway.gateway.topic_names import partition_topic
@@ -108,6 +108,24 @@ class ShareGroups:
         # topic, index) (docs/cluster.md); alone: every one
         self.serves: Callable[[str], bool] = lambda _group_id: True
         self.serves_partition: Callable[[str, int], bool] = lambda _topic, _index: True
+        # each group's own configs (the GROUP config resource): they win over `settings`
+        self.group_configs: Callable[[str], Mapping[str, str]] = lambda _group_id: {}
+
+    def lock_ms(self, group_id: str) -> int:
+        own = self.group_configs(group_id).get("share.record.lock.duration.ms")
+        return int(own) if own else self.settings.record_lock_ms
+
+    def heartbeat_interval_ms(self, group_id: str) -> int:
+        own = self.group_configs(group_id).get("share.heartbeat.interval.ms")
+        return int(own) if own else self.settings.heartbeat_interval_ms
+
+    def _session_timeout(self, group_id: str) -> float:
+        own = self.group_configs(group_id).get("share.session.timeout.ms")
+        return (int(own) if own else self.settings.session_timeout_ms) / 1000
+
+    def _auto_offset_reset(self, group_id: str) -> str:
+        own = self.group_configs(group_id).get("share.auto.offset.reset")
+        return own or self.settings.auto_offset_reset
 
     # ---- lifecycle ---------------------------------------------------------------------
 
@@ -133,8 +151,8 @@ class ShareGroups:
     async def sweep(self) -> None:
         """Members silent past the session timeout leave; lapsed locks are released."""
         now = self.clock()
-        timeout = self.settings.session_timeout_ms / 1000
         for group in list(self.groups.values()):
+            timeout = self._session_timeout(group.group_id)
             for member in list(group.members.values()):
                 if now - member.last_seen > timeout:
                     log.info("share member %s of %s timed out", member.member_id, group.group_id)
@@ -277,9 +295,10 @@ class ShareGroups:
         """The share partition of (group, Pulsar topic, index): in memory, else as stored,
         else new at the log's start or end (`share.auto.offset.reset`)."""
         found = self.partitions.get(key)
+        lock_seconds = self.lock_ms(key[0]) / 1000
         if found is None:
             limits = (
-                self.settings.record_lock_ms / 1000,
+                lock_seconds,
                 self.settings.delivery_count_limit,
                 self.settings.max_in_flight,
             )
@@ -289,9 +308,11 @@ class ShareGroups:
             if stored is not None:
                 found = SharePartition.restore(stored, *limits)
             else:
-                first = log_start if self.settings.auto_offset_reset == "earliest" else log_end
+                earliest = self._auto_offset_reset(key[0]) == "earliest"
+                first = log_start if earliest else log_end
                 found = SharePartition(first, first, *limits)
             self.partitions[key] = found
+        found.lock_seconds = lock_seconds  # a group config changed lately applies at once
         found.skip_to(log_start)
         return found
 

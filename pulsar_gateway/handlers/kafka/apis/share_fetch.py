@@ -256,7 +256,7 @@ async def share_fetch(
         out.setdefault(where, _partition(where[1], acks.get(where, ErrorCode.NONE)))
         out[where]["error_code"] = fetch_code
     body = _answer(ErrorCode.NONE)
-    body["acquisition_lock_timeout_ms"] = groups.settings.record_lock_ms
+    body["acquisition_lock_timeout_ms"] = groups.lock_ms(group_id)
     body["responses"] = _by_topic(out)
     return body
 

@@ -88,7 +88,7 @@ async def heartbeat(context: KafkaContext, header: Any, request: dict[str, Any])
         **answer,
         "member_id": result.member_id,
         "member_epoch": result.epoch,
-        "heartbeat_interval_ms": groups.settings.heartbeat_interval_ms,
+        "heartbeat_interval_ms": groups.heartbeat_interval_ms(group_id),
         "assignment": given,
     }
 
