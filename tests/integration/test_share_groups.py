@@ -285,3 +285,44 @@ def test_a_group_config_sets_where_the_share_group_starts(gateway: GatewayProces
     finally:
         consumer.close()
     assert all(value.startswith(b"new-") for value in got), got
+
+
+def test_part_of_a_stored_batch_is_redelivered_alone(gateway: GatewayProcess) -> None:
+    """A topic storing Kafka batches whole (`pulsar.entry.format=kafka`): the odd records of
+    one batch released, the even ones accepted; only the odd ones come back, though the
+    gateway serves the whole stored batch with the acquired offset ranges."""
+    topic = f"share-{uuid.uuid4().hex[:8]}"
+    admin = AdminClient({"bootstrap.servers": gateway.bootstrap})
+    new = NewTopic(topic, 1, 1, config={"pulsar.entry.format": "kafka"})
+    admin.create_topics([new])[topic].result(30)
+    producer = Producer({"bootstrap.servers": gateway.bootstrap, "linger.ms": 100})
+    for number in range(20):
+        producer.produce(topic, b"%02d" % number, partition=0)
+    assert producer.flush(30) == 0
+    group = f"g-{uuid.uuid4().hex[:6]}"
+    consumer = share_consumer(gateway.bootstrap, group, topic, explicit=True)
+    first: dict[int, int] = {}
+    again: list[tuple[int, int]] = []
+
+    def handle(_number: int, message: object) -> None:
+        number = int(message.value())
+        if number in first:
+            again.append((number, message.delivery_count()))
+            consumer.acknowledge(message, AcknowledgeType.ACCEPT)
+            return
+        first[number] = message.delivery_count()
+        kind = AcknowledgeType.RELEASE if number % 2 else AcknowledgeType.ACCEPT
+        consumer.acknowledge(message, kind)
+
+    try:
+        poll_until([consumer], lambda: len(first) == 20 and len(again) >= 10, handle)
+        consumer.commit_sync(10)
+        end = time.monotonic() + 2 * LOCK_MS / 1000
+        while time.monotonic() < end:  # nothing more comes
+            for message in consumer.poll(0.2):
+                again.append((int(message.value()), message.delivery_count()))
+                consumer.acknowledge(message, AcknowledgeType.ACCEPT)
+    finally:
+        consumer.close()
+    assert set(first.values()) == {1}
+    assert sorted(again) == [(n, 2) for n in range(1, 20, 2)]
