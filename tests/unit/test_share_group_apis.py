@@ -351,3 +351,29 @@ def test_group_configs_set_the_lock_and_the_start_of_a_share_group() -> None:
         }
 
     asyncio.run(scenario())
+
+
+def test_share_groups_are_listed_and_deleted_when_empty() -> None:
+    async def scenario() -> None:
+        share = Share()
+        topic_id = await share.topic([b"x"])
+        await share.join("m1")
+        await share.fetch("m1", topic_id, acks=[])
+        body = {"states_filter": [], "types_filter": ["share"]}
+        listed = await share.broker.call(ApiKey.LIST_GROUPS, 5, body)
+        assert [(g["group_id"], g["group_type"], g["group_state"]) for g in listed["groups"]] == [
+            ("g", "share", "Stable")
+        ]
+        classic = await share.broker.call(
+            ApiKey.LIST_GROUPS, 5, {**body, "types_filter": ["classic"]}
+        )
+        assert classic["groups"] == []
+        busy = await share.broker.call(ApiKey.DELETE_GROUPS, 2, {"groups_names": ["g"]})
+        assert busy["results"][0]["error_code"] == ErrorCode.NON_EMPTY_GROUP
+        await share.groups.leave("g", "m1")
+        gone = await share.broker.call(ApiKey.DELETE_GROUPS, 2, {"groups_names": ["g"]})
+        assert gone["results"][0]["error_code"] == ErrorCode.NONE
+        assert share.broker.storage.shares.groups() == []
+        assert (await share.broker.call(ApiKey.LIST_GROUPS, 5, body))["groups"] == []
+
+    asyncio.run(scenario())

@@ -255,6 +255,31 @@ class ShareGroups:
     def describe(self, group_id: str) -> ShareGroup | None:
         return self.groups.get(group_id)
 
+    def group_ids(self) -> list[str]:
+        """Share groups with members here or with stored state."""
+        stored = self.store.groups() if self.store is not None else []
+        return sorted(set(self.groups) | set(stored))
+
+    def state_of(self, group_id: str) -> str:
+        group = self.groups.get(group_id)
+        return group.state if group is not None else "Empty"
+
+    def knows(self, group_id: str) -> bool:
+        return group_id in self.group_ids()
+
+    async def delete_group(self, group_id: str) -> int:
+        """DeleteGroups: only an empty share group; its delivery state goes."""
+        group = self.groups.get(group_id)
+        if group is not None and group.members:
+            return ErrorCode.NON_EMPTY_GROUP
+        self.groups.pop(group_id, None)
+        for key in [key for key in self.partitions if key[0] == group_id]:
+            del self.partitions[key]
+            self.locks.pop(key, None)
+        if self.store is not None:
+            await self.store.delete_group(group_id)
+        return ErrorCode.NONE
+
     # ---- share sessions ------------------------------------------------------------------
 
     async def open_session(self, group_id: str, member_id: str) -> ShareSession:
