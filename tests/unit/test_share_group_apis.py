@@ -377,3 +377,17 @@ def test_share_groups_are_listed_and_deleted_when_empty() -> None:
         assert (await share.broker.call(ApiKey.LIST_GROUPS, 5, body))["groups"] == []
 
     asyncio.run(scenario())
+
+
+def test_acknowledgements_not_stored_are_answered_as_a_storage_error() -> None:
+    async def scenario() -> None:
+        share = Share()
+        topic_id = await share.topic([b"x", b"y"])
+        await share.join("m1")
+        await share.fetch("m1", topic_id)
+        share.broker.storage.shares.broken = True
+        answer = await share.fetch("m1", topic_id, acks=[(0, 1, ACCEPT)])
+        part = answer["responses"][0]["partitions"][0]
+        assert part["acknowledge_error_code"] == ErrorCode.KAFKA_STORAGE_ERROR
+
+    asyncio.run(scenario())

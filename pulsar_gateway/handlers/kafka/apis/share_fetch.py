@@ -34,6 +34,7 @@ DEFAULT_MAX_RECORDS = 500
 # (group, the Pulsar topic of the topic's incarnation, partition): a topic deleted and
 # created again starts its share groups afresh
 Key = tuple[str, str, int]
+Where = tuple[uuid.UUID, int]  # (topic id, partition) as the request names it
 
 
 def _leader() -> dict[str, int]:
@@ -82,8 +83,11 @@ async def _acknowledge(
     group_id: str,
     member_id: str,
     topics: list[dict[str, Any]],
+    deferred: dict[Key, Where] | None = None,
 ) -> dict[tuple[uuid.UUID, int], int]:
-    """Apply every acknowledgement batch; each partition's error code."""
+    """Apply every acknowledgement batch; each partition's error code. With `deferred`,
+    the partitions to store are added to it instead (a ShareFetch stores each partition
+    once, after acquiring: one write per partition and request, before the answer)."""
     codes: dict[tuple[uuid.UUID, int], int] = {}
     for topic in topics:
         for part in topic["partitions"]:
@@ -111,7 +115,10 @@ async def _acknowledge(
                     )
                     code = code or result
                 try:
-                    await groups.save(key)
+                    if deferred is None:
+                        await groups.save(key)
+                    else:
+                        deferred[key] = where
                 except StorageError:
                     code = ErrorCode.KAFKA_STORAGE_ERROR
             codes[where] = code
@@ -138,6 +145,7 @@ async def _fetch_one(
     max_bytes: int,
     max_records: int,
     codec: int | None,
+    deferred: dict[Key, Where],
 ) -> tuple[Any, list[dict[str, int]]]:
     """Acquire what can be acquired of one partition: (records bytes, acquired ranges)."""
     async with groups.lock(key):
@@ -149,7 +157,8 @@ async def _fetch_one(
             entries = await log.read(offset, max(max_bytes, 1))
         present, read_end = _present(entries)
         acquired = partition.acquire(present, read_end, member_id, groups.clock(), max_records)
-        if acquired or changed or read_end:
+        if acquired or changed or read_end or key in deferred:
+            deferred.pop(key, None)
             await groups.save(key)
     if not acquired:
         return b"", []
@@ -181,10 +190,12 @@ async def share_fetch(
     session, code = await _session(groups, request)
     if code:
         return _answer(code)
-    acks = await _acknowledge(context, groups, group_id, member_id, request["topics"])
+    deferred: dict[Key, Where] = {}
+    acks = await _acknowledge(context, groups, group_id, member_id, request["topics"], deferred)
     unknown: dict[tuple[uuid.UUID, int], int] = {}
     if session is None:  # the session closes: what the member still holds is released
         await groups.close_session(group_id, member_id)
+        await _store(groups, deferred, acks)
         body = _answer(ErrorCode.NONE)
         body["responses"] = _ack_only(acks, fetch=True)
         return body
@@ -223,10 +234,21 @@ async def share_fetch(
             codec = FETCH_CODECS.get(record.configs.get(COMPRESSION_TYPE, ""))
             try:
                 records, acquired = await _fetch_one(
-                    context, groups, key, log, member_id, max_bytes, max_records - got, codec
+                    context,
+                    groups,
+                    key,
+                    log,
+                    member_id,
+                    max_bytes,
+                    max_records - got,
+                    codec,
+                    deferred,
                 )
             except StorageError as exc:
                 part.update(error_code=ErrorCode.KAFKA_STORAGE_ERROR, error_message=str(exc))
+                if (topic_id, index) in acks:  # its acknowledgements were not stored either
+                    acks[(topic_id, index)] = ErrorCode.KAFKA_STORAGE_ERROR
+                    part["acknowledge_error_code"] = ErrorCode.KAFKA_STORAGE_ERROR
                 records, acquired = b"", []
             if acquired:
                 part.update(records=records, acquired_records=acquired)
@@ -237,6 +259,7 @@ async def share_fetch(
             out[(topic_id, index)] = part
             if got >= max_records or max_bytes <= 0:
                 break
+        await _store(groups, deferred, acks)  # before an answer, or a wait
         remaining = deadline - time.monotonic()
         if got or remaining <= 0 or not waits:
             for future in waits:
@@ -259,6 +282,16 @@ async def share_fetch(
     body["acquisition_lock_timeout_ms"] = groups.lock_ms(group_id)
     body["responses"] = _by_topic(out)
     return body
+
+
+async def _store(groups: ShareGroups, deferred: dict[Key, Where], acks: dict[Where, int]) -> None:
+    """Store the acknowledged partitions the fetch did not store itself."""
+    for key, where in list(deferred.items()):
+        del deferred[key]
+        try:
+            await groups.save(key)
+        except StorageError:
+            acks[where] = ErrorCode.KAFKA_STORAGE_ERROR
 
 
 def _next_lapse(groups: ShareGroups, group_id: str) -> float | None:
