@@ -371,6 +371,14 @@ def test_share_groups_are_listed_and_deleted_when_empty() -> None:
         busy = await share.broker.call(ApiKey.DELETE_GROUPS, 2, {"groups_names": ["g"]})
         assert busy["results"][0]["error_code"] == ErrorCode.NON_EMPTY_GROUP
         await share.groups.leave("g", "m1")
+        await share.groups.sweep()  # the group without members leaves memory; its state stays
+        described = await share.broker.call(
+            ApiKey.SHARE_GROUP_DESCRIBE,
+            1,
+            {"group_ids": ["g"], "include_authorized_operations": False},
+        )
+        assert described["groups"][0]["group_state"] == "Empty"
+        assert described["groups"][0]["error_code"] == ErrorCode.NONE
         gone = await share.broker.call(ApiKey.DELETE_GROUPS, 2, {"groups_names": ["g"]})
         assert gone["results"][0]["error_code"] == ErrorCode.NONE
         assert share.broker.storage.shares.groups() == []

@@ -124,6 +124,8 @@ async def describe(context: KafkaContext, header: Any, request: dict[str, Any]) 
             entry["error_code"] = ErrorCode.GROUP_AUTHORIZATION_FAILED
         elif not context.serves_group(group_id):
             entry["error_code"] = ErrorCode.NOT_COORDINATOR
+        elif group is None and groups.knows(group_id):  # only stored state: no members
+            entry.update(group_state="Empty", group_epoch=0, assignment_epoch=0)
         elif group is None:
             entry["error_code"] = ErrorCode.GROUP_ID_NOT_FOUND
             entry["error_message"] = f"Group {group_id} not found."
