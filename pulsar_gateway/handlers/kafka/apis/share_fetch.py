@@ -267,7 +267,7 @@ async def share_fetch(
             break
         lapse = _next_lapse(groups, group_id)
         if lapse is not None:
-            remaining = min(remaining, max(lapse - groups.clock(), 0.01))
+            remaining = min(remaining, max(lapse - groups.clock(), 0.1))
         try:
             await asyncio.wait(waits, timeout=remaining, return_when=asyncio.FIRST_COMPLETED)
         finally:
@@ -275,6 +275,7 @@ async def share_fetch(
                 future.cancel()
     for where, ack_code in acks.items():
         out.setdefault(where, _partition(where[1], ack_code))
+        out[where]["acknowledge_error_code"] = ack_code  # as stored, or not (_store)
     for where, fetch_code in unknown.items():
         out.setdefault(where, _partition(where[1], acks.get(where, ErrorCode.NONE)))
         out[where]["error_code"] = fetch_code
