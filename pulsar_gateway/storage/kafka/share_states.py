@@ -22,6 +22,7 @@ from pulsar_gateway.gateway.metadata_store import MetadataStore
 from pulsar_gateway.handlers.kafka.port import ShareRun, ShareState
 
 PREFIX = "kafka-share/"
+GROUPS = "kafka-share-groups/"  # one key per share group with state: listed without a scan
 
 
 def _folder(group_id: str) -> str:
@@ -64,16 +65,20 @@ class ShareStateStore:
 
     async def save(self, group_id: str, partition_topic: str, state: ShareState) -> None:
         key = _folder(group_id) + quote(partition_topic, safe="")
-        await self.metadata.put(key, state_record(state))
+        changes: dict[str, Any] = {key: state_record(state)}
+        listed = GROUPS + quote(group_id, safe="")
+        if self.metadata.get(listed) is None:
+            changes[listed] = 1
+        await self.metadata.put_many(changes)
         if self.on_save is not None:
             self.on_save(partition_topic, group_id, state.start)
 
     def groups(self) -> list[str]:
-        found = set()
-        for key, _value in self.metadata.items(PREFIX):
-            found.add(unquote(key[len(PREFIX) :].partition("/")[0]))
-        return sorted(found)
+        return sorted(unquote(key[len(GROUPS) :]) for key, _value in self.metadata.children(GROUPS))
 
     async def delete_group(self, group_id: str) -> None:
         for key, _value in self.metadata.children(_folder(group_id)):
             await self.metadata.delete(key)
+        listed = GROUPS + quote(group_id, safe="")
+        if self.metadata.get(listed) is not None:
+            await self.metadata.delete(listed)
