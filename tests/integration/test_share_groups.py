@@ -287,13 +287,15 @@ def test_a_group_config_sets_where_the_share_group_starts(gateway: GatewayProces
     assert all(value.startswith(b"new-") for value in got), got
 
 
-def test_part_of_a_stored_batch_is_redelivered_alone(gateway: GatewayProcess) -> None:
-    """A topic storing Kafka batches whole (`pulsar.entry.format=kafka`): the odd records of
-    one batch released, the even ones accepted; only the odd ones come back, though the
-    gateway serves the whole stored batch with the acquired offset ranges."""
+@pytest.mark.parametrize("entry_format", ["kafka", "pulsar"])
+def test_part_of_a_batch_is_redelivered_alone(gateway: GatewayProcess, entry_format: str) -> None:
+    """The odd records of one produced batch released, the even ones accepted; only the odd
+    ones come back: from a batch stored whole (`pulsar.entry.format=kafka`), served whole
+    with the acquired offset ranges, and from one stored a message per record (`pulsar`),
+    served as batches with gaps in their offsets."""
     topic = f"share-{uuid.uuid4().hex[:8]}"
     admin = AdminClient({"bootstrap.servers": gateway.bootstrap})
-    new = NewTopic(topic, 1, 1, config={"pulsar.entry.format": "kafka"})
+    new = NewTopic(topic, 1, 1, config={"pulsar.entry.format": entry_format})
     admin.create_topics([new])[topic].result(30)
     producer = Producer({"bootstrap.servers": gateway.bootstrap, "linger.ms": 100})
     for number in range(20):
