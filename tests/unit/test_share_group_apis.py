@@ -399,3 +399,24 @@ def test_acknowledgements_not_stored_are_answered_as_a_storage_error() -> None:
         assert part["acknowledge_error_code"] == ErrorCode.KAFKA_STORAGE_ERROR
 
     asyncio.run(scenario())
+
+
+def test_a_partition_in_use_is_not_forgotten_under_a_request() -> None:
+    """The sweep and a move of ownership leave a share partition alone while a request holds
+    it (its save would otherwise find nothing to store); the next sweep drops it."""
+
+    async def scenario() -> None:
+        share = Share()
+        topic_id = await share.topic([b"x"])
+        await share.join("m1")
+        await share.fetch("m1", topic_id)
+        key = ("g", TOPIC, 0)
+        share.groups.serves_partition = lambda _topic, _index: False
+        async with share.groups.lock(key):
+            share.groups.drop_unserved()
+            await share.groups.sweep()
+            assert key in share.groups.partitions
+        await share.groups.sweep()
+        assert key not in share.groups.partitions
+
+    asyncio.run(scenario())

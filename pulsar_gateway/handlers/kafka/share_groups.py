@@ -165,7 +165,9 @@ class ShareGroups:
         for group_id in [g for g, group in self.groups.items() if not group.members]:
             del self.groups[group_id]
         for key, partition in list(self.partitions.items()):
-            if key[0] not in active and key[0] not in self.groups and not partition.held():
+            idle = key[0] not in active and key[0] not in self.groups and not partition.held()
+            moved = not self.serves_partition(key[1], key[2])  # one drop_unserved had to leave
+            if (idle or moved) and not self._in_use(key):
                 del self.partitions[key]
                 self.locks.pop(key, None)
 
@@ -176,8 +178,13 @@ class ShareGroups:
         for group_id in [gid for gid in self.groups if not self.serves(gid)]:
             del self.groups[group_id]
         for key in [k for k in self.partitions if not self.serves_partition(k[1], k[2])]:
-            del self.partitions[key]
-            self.locks.pop(key, None)
+            if not self._in_use(key):  # a request under way ends first; the next is refused
+                del self.partitions[key]
+                self.locks.pop(key, None)
+
+    def _in_use(self, key: tuple[str, str, int]) -> bool:
+        lock = self.locks.get(key)
+        return lock is not None and lock.locked()
 
     # ---- membership --------------------------------------------------------------------
 
