@@ -7,6 +7,7 @@ import asyncio
 import uuid
 from typing import Any
 
+from pulsar_gateway.handlers.kafka.consumer_groups import ConsumerGroups
 from pulsar_gateway.handlers.kafka.share_groups import ShareGroups, ShareSettings
 from pulsar_gateway.handlers.kafka.topic_lookup import topic_uuid
 from pulsar_gateway.kafka_codec.errors import ErrorCode
@@ -418,5 +419,39 @@ def test_a_partition_in_use_is_not_forgotten_under_a_request() -> None:
             assert key in share.groups.partitions
         await share.groups.sweep()
         assert key not in share.groups.partitions
+
+    asyncio.run(scenario())
+
+
+def test_a_share_group_id_is_no_classic_or_consumer_group() -> None:
+    async def scenario() -> None:
+        share = Share()
+        await share.topic([b"x"])
+        await share.join("m1")
+        join = {
+            "group_id": "g",
+            "session_timeout_ms": 10000,
+            "rebalance_timeout_ms": 10000,
+            "member_id": "",
+            "group_instance_id": None,
+            "protocol_type": "consumer",
+            "protocols": [{"name": "range", "metadata": b""}],
+        }
+        joined = await share.broker.call(ApiKey.JOIN_GROUP, 5, join)
+        assert joined["error_code"] == ErrorCode.INCONSISTENT_GROUP_PROTOCOL
+        share.broker.context.consumer_groups = ConsumerGroups()
+        heartbeat = {
+            "group_id": "g",
+            "member_id": "c1",
+            "member_epoch": 0,
+            "instance_id": None,
+            "rack_id": None,
+            "rebalance_timeout_ms": 10000,
+            "subscribed_topic_names": ["orders"],
+            "server_assignor": None,
+            "topic_partitions": [],
+        }
+        answer = await share.broker.call(ApiKey.CONSUMER_GROUP_HEARTBEAT, 0, heartbeat)
+        assert answer["error_code"] == ErrorCode.GROUP_ID_NOT_FOUND
 
     asyncio.run(scenario())

@@ -255,9 +255,9 @@ class ShareGroups:
         await self.close_session(group_id, member_id)
         return HeartbeatResult(member_id=member_id, epoch=LEAVE_EPOCH)
 
-    def is_member(self, group_id: str, member_id: str) -> bool:
+    def has_members(self, group_id: str) -> bool:
         group = self.groups.get(group_id)
-        return group is not None and member_id in group.members
+        return group is not None and bool(group.members)
 
     def describe(self, group_id: str) -> ShareGroup | None:
         return self.groups.get(group_id)

@@ -87,10 +87,13 @@ async def join_group(context: KafkaContext, header: Any, request: dict[str, Any]
             "member_id": request["member_id"],
             "members": [],
         }
-    if context.consumer_groups is not None and context.consumer_groups.has_members(
-        request["group_id"]
-    ):
-        # a KIP-848 consumer group (consumer_groups.py): classic members cannot join it
+    shares = context.share_groups
+    if (
+        context.consumer_groups is not None
+        and context.consumer_groups.has_members(request["group_id"])
+    ) or (shares is not None and shares.has_members(request["group_id"])):
+        # a KIP-848 consumer group (consumer_groups.py) or a share group (share_groups.py):
+        # classic members cannot join it
         return {
             "throttle_time_ms": 0,
             "error_code": ErrorCode.INCONSISTENT_GROUP_PROTOCOL,
