@@ -110,6 +110,7 @@ def test_two_share_consumers_split_one_partition(gateway: GatewayProcess) -> Non
     assert duplicates == []
     per_consumer = [sum(1 for n in seen.values() if n == who) for who in (0, 1)]
     assert min(per_consumer) > 0, per_consumer  # both took records of the one partition
+    assert gateway.metric("gateway_records_out_total", topic=topic) >= total
 
 
 def test_an_unacknowledged_record_is_redelivered_after_its_lock(gateway: GatewayProcess) -> None:

@@ -16,6 +16,7 @@ import time
 import uuid
 from typing import Any
 
+from pulsar_gateway.gateway import metrics
 from pulsar_gateway.gateway.messages import LogEntry, records_in
 from pulsar_gateway.handlers.kafka.apis.configs import COMPRESSION_TYPE
 from pulsar_gateway.handlers.kafka.apis.share_groups import NOT_OFFERED, coordinator
@@ -252,7 +253,11 @@ async def share_fetch(
                 records, acquired = b"", []
             if acquired:
                 part.update(records=records, acquired_records=acquired)
-                got += sum(a["last_offset"] - a["first_offset"] + 1 for a in acquired)
+                count = sum(a["last_offset"] - a["first_offset"] + 1 for a in acquired)
+                got += count
+                name = context.kafka_name(record.name)
+                metrics.RECORDS_OUT.labels(name).inc(count)
+                metrics.BYTES_OUT.labels(name).inc(len(records))
                 max_bytes = max(max_bytes - len(records), 0)
             else:
                 waits.append(log.data_future())
