@@ -455,3 +455,29 @@ def test_a_share_group_id_is_no_classic_or_consumer_group() -> None:
         assert answer["error_code"] == ErrorCode.GROUP_ID_NOT_FOUND
 
     asyncio.run(scenario())
+
+
+def test_a_forgotten_partition_gives_back_what_the_member_holds_there() -> None:
+    async def scenario() -> None:
+        share = Share()
+        topic_id = await share.topic([b"x"])
+        await share.join("m1")
+        await share.join("m2")
+        assert acquired(await share.fetch("m1", topic_id)) == [(0, 0, 1)]
+        forget = {
+            "group_id": "g",
+            "member_id": "m1",
+            "share_session_epoch": share.epochs["m1"],
+            "max_wait_ms": 0,
+            "min_bytes": 1,
+            "max_bytes": 1 << 20,
+            "max_records": 3,
+            "batch_size": 3,
+            "topics": [],
+            "forgotten_topics_data": [{"topic_id": topic_id, "partitions": [0]}],
+        }
+        share.epochs["m1"] += 1
+        await share.broker.call(ApiKey.SHARE_FETCH, 1, forget)
+        assert acquired(await share.fetch("m2", topic_id)) == [(0, 0, 2)]
+
+    asyncio.run(scenario())

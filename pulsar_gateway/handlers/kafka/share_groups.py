@@ -318,6 +318,14 @@ class ShareGroups:
             if key[0] == group_id and partition.release_member(member_id):
                 await self.save(key)
 
+    async def release(self, member_id: str, key: tuple[str, str, int]) -> None:
+        """The member forgot one partition of its session: what it holds there is released."""
+        partition = self.partitions.get(key)
+        if partition is not None:
+            async with self.lock(key):
+                if partition.release_member(member_id):
+                    await self.save(key)
+
     # ---- share partitions ----------------------------------------------------------------
 
     def lock(self, key: tuple[str, str, int]) -> asyncio.Lock:

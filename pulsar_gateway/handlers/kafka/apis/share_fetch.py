@@ -211,8 +211,13 @@ async def share_fetch(
             else:
                 unknown[(topic["topic_id"], index)] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
     for topic in request.get("forgotten_topics_data") or []:
+        record = topic_with_id(context, topic["topic_id"])
         for index in topic["partitions"]:
+            if (topic["topic_id"], index) not in session.partitions:
+                continue
             session.partitions.discard((topic["topic_id"], index))
+            if record is not None:  # what the member holds there goes back to the group
+                await groups.release(member_id, (group_id, record.stored_name, index))
     deadline = time.monotonic() + max(0, request["max_wait_ms"]) / 1000
     if unknown and not session.partitions:
         deadline = time.monotonic()  # nothing to wait for: say so at once
