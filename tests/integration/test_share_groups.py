@@ -329,3 +329,44 @@ def test_part_of_a_batch_is_redelivered_alone(gateway: GatewayProcess, entry_for
         consumer.close()
     assert set(first.values()) == {1}
     assert sorted(again) == [(n, 2) for n in range(1, 20, 2)]
+
+
+def test_read_committed_share_group_skips_aborted_and_open_transactions(
+    gateway: GatewayProcess,
+) -> None:
+    """share.isolation.level=read_committed (a group config): records of an aborted
+    transaction never come, those of an open one only once it commits."""
+    topic = new_topic(gateway.bootstrap, [b"plain-0"])
+    group = f"g-{uuid.uuid4().hex[:6]}"
+    admin = AdminClient({"bootstrap.servers": gateway.bootstrap})
+    entry = ConfigEntry(
+        "share.isolation.level", "read_committed", incremental_operation=AlterConfigOpType.SET
+    )
+    resource = ConfigResource(ResourceType.GROUP, group, incremental_configs=[entry])
+    admin.incremental_alter_configs([resource])[resource].result(30)
+    producer = Producer({"bootstrap.servers": gateway.bootstrap, "transactional.id": f"tx-{group}"})
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    for number in range(3):
+        producer.produce(topic, b"aborted-%d" % number, partition=0)
+    producer.flush(30)  # stored before the abort (else the client drops them unsent)
+    producer.abort_transaction(30)
+    producer.begin_transaction()
+    producer.produce(topic, b"committed-0", partition=0)
+    producer.commit_transaction(30)
+    producer.begin_transaction()
+    producer.produce(topic, b"later-0", partition=0)
+    producer.flush(30)  # stored, not yet committed
+    consumer = share_consumer(gateway.bootstrap, group, topic)
+    got: list[bytes] = []
+    try:
+        poll_until([consumer], lambda: b"committed-0" in got, lambda _n, m: got.append(m.value()))
+        end = time.monotonic() + 1.5
+        while time.monotonic() < end:  # the open transaction's record does not come
+            got += [m.value() for m in consumer.poll(0.2) if m.error() is None]
+        assert b"later-0" not in got
+        producer.commit_transaction(30)
+        poll_until([consumer], lambda: b"later-0" in got, lambda _n, m: got.append(m.value()))
+    finally:
+        consumer.close()
+    assert sorted(got) == [b"committed-0", b"later-0", b"plain-0"]

@@ -7,12 +7,16 @@ import asyncio
 import uuid
 from typing import Any
 
+from pulsar_gateway.gateway.messages import RECORDS, LogEntry, StoredMessage
+from pulsar_gateway.handlers.kafka.apis.share_fetch import _present
 from pulsar_gateway.handlers.kafka.consumer_groups import ConsumerGroups
 from pulsar_gateway.handlers.kafka.share_groups import ShareGroups, ShareSettings
 from pulsar_gateway.handlers.kafka.topic_lookup import topic_uuid
+from pulsar_gateway.kafka_codec.control_batch import MARKER, TXN
+from pulsar_gateway.kafka_codec.entry_format import BATCH
 from pulsar_gateway.kafka_codec.errors import ErrorCode
 from pulsar_gateway.kafka_codec.protocol.messages import ApiKey
-from pulsar_gateway.kafka_codec.record_batch import decode_batches
+from pulsar_gateway.kafka_codec.record_batch import decode_batches, encode_batch
 from tests.unit.test_kafka_apis import TOPIC, Broker
 
 ACCEPT, RELEASE, REJECT = 1, 2, 3
@@ -481,3 +485,33 @@ def test_a_forgotten_partition_gives_back_what_the_member_holds_there() -> None:
         assert acquired(await share.fetch("m2", topic_id)) == [(0, 0, 2)]
 
     asyncio.run(scenario())
+
+
+def test_read_committed_leaves_out_an_aborted_transactions_records() -> None:
+    """_present: records of an aborted transaction are gaps, whether stored as one-record
+    messages carrying the producer (`TXN`) or as a Kafka batch whose header names it; an
+    aborted transaction begun before the read still counts; other producers' do not."""
+
+    def message(properties: dict[str, str], payload: bytes = b"v") -> StoredMessage:
+        return StoredMessage((1, 0, -1), payload, "", properties, 0, 0)
+
+    batch = bytes(
+        encode_batch(
+            0,
+            [(0, 0, None, b"a", []), (1, 0, None, b"b", [])],
+            producer_id=77,
+            producer_epoch=0,
+            is_transactional=True,
+        )
+    )
+    entries = [
+        LogEntry(10, message({TXN: "5:0"})),  # producer 5, aborted, begun at 9
+        LogEntry(11, message({BATCH: "2", RECORDS: "2"}, batch)),  # producer 77, aborted
+        LogEntry(13, message({TXN: "6:0"})),  # producer 6, committed
+        LogEntry(14, message({TXN: "5:0", MARKER: "abort"})),
+        LogEntry(15, message({TXN: "5:0"})),  # producer 5 again: a new transaction
+        LogEntry(16, message({TXN: "77:0", MARKER: "abort"})),
+    ]
+    present, end = _present(entries, [(5, 9), (77, 11)])
+    assert present == [13, 15] and end == 17
+    assert _present(entries, None)[0] == [10, 11, 12, 13, 15]

@@ -123,6 +123,10 @@ class ShareGroups:
         own = self.group_configs(group_id).get("share.session.timeout.ms")
         return (int(own) if own else self.settings.session_timeout_ms) / 1000
 
+    def read_committed(self, group_id: str) -> bool:
+        """`share.isolation.level` (a group config; Kafka's default read_uncommitted)."""
+        return self.group_configs(group_id).get("share.isolation.level") == "read_committed"
+
     def _auto_offset_reset(self, group_id: str) -> str:
         own = self.group_configs(group_id).get("share.auto.offset.reset")
         return own or self.settings.auto_offset_reset

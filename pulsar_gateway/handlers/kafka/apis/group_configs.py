@@ -25,6 +25,7 @@ AUTO_OFFSET_RESET = "share.auto.offset.reset"
 LOCK_DURATION = "share.record.lock.duration.ms"
 SESSION_TIMEOUT = "share.session.timeout.ms"
 HEARTBEAT_INTERVAL = "share.heartbeat.interval.ms"
+ISOLATION_LEVEL = "share.isolation.level"
 
 
 class GroupConfigRefused(Exception):
@@ -77,6 +78,13 @@ GROUP_CONFIGS: dict[str, GroupConfig] = {
             lambda s: str(s.share_record_lock_duration_ms),
             _between(1000, 3600000),
             "How long a share group member holds the records it fetched, in milliseconds.",
+        ),
+        GroupConfig(
+            ISOLATION_LEVEL,
+            "STRING",
+            lambda _s: "read_uncommitted",
+            _choice("read_uncommitted", "read_committed"),
+            "read_committed: a share group gets records of committed transactions only.",
         ),
         GroupConfig(
             SESSION_TIMEOUT,

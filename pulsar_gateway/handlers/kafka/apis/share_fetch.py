@@ -12,6 +12,7 @@ to grow or a lock to lapse. Every change is stored through the port before the a
 from __future__ import annotations
 
 import asyncio
+import struct
 import time
 import uuid
 from typing import Any
@@ -23,10 +24,11 @@ from pulsar_gateway.handlers.kafka.apis.share_groups import NOT_OFFERED, coordin
 from pulsar_gateway.handlers.kafka.authorization import group_allowed
 from pulsar_gateway.handlers.kafka.context import KafkaContext
 from pulsar_gateway.handlers.kafka.port import PartitionLog, StorageError
+from pulsar_gateway.handlers.kafka.read_committed import below_stable
 from pulsar_gateway.handlers.kafka.share_groups import ShareGroups, ShareSession
 from pulsar_gateway.handlers.kafka.topic_lookup import find_topic, open_partition, topic_with_id
-from pulsar_gateway.kafka_codec.control_batch import MARKER
-from pulsar_gateway.kafka_codec.entry_format import FETCH_CODECS, encode_entries
+from pulsar_gateway.kafka_codec.control_batch import MARKER, TXN, parse_txn_value
+from pulsar_gateway.kafka_codec.entry_format import BATCH, FETCH_CODECS, encode_entries
 from pulsar_gateway.kafka_codec.errors import ErrorCode
 from pulsar_gateway.security.rights import READ
 
@@ -126,13 +128,49 @@ async def _acknowledge(
     return codes
 
 
-def _present(entries: list[LogEntry]) -> tuple[list[int], int]:
-    """The offsets of the records among the entries read, and one past the last entry."""
+_PRODUCER_ID = struct.Struct(">q")
+_BATCH_HEADER = 61  # a v2 record batch's header, up to its record count
+_TRANSACTIONAL = 0x10  # in a record batch's attributes
+
+
+def _transactional_producer(entry: LogEntry) -> int | None:
+    """The producer id of a transactional entry: a one-record message carries it in its
+    `TXN` property (control_batch.py); a Kafka batch stored whole has it in its header
+    (attributes at byte 21, producer id at byte 43)."""
+    value = entry.message.properties.get(TXN)
+    if value is not None:
+        parsed = parse_txn_value(value)
+        return parsed[0] if parsed else None
+    payload = entry.message.payload
+    if BATCH not in entry.message.properties or not payload or len(payload) < _BATCH_HEADER:
+        return None
+    if not int.from_bytes(payload[21:23], "big") & _TRANSACTIONAL:
+        return None
+    return int(_PRODUCER_ID.unpack_from(payload, 43)[0])
+
+
+def _present(
+    entries: list[LogEntry], aborted: list[tuple[int, int]] | None = None
+) -> tuple[list[int], int]:
+    """The offsets of the records among the entries read, and one past the last entry.
+    With `aborted` (read_committed: the aborted transactions, (producer id, first offset),
+    with records among the entries), their records are left out too: gaps, archived."""
     offsets: list[int] = []
     end = entries[-1].offset + records_in(entries[-1].message) if entries else 0
+    starts = set(aborted or ())
+    # aborted transactions that began before the first entry read: under way at its start
+    active = {pid for pid, first in starts if entries and first < entries[0].offset}
     for entry in entries:
-        if MARKER in entry.message.properties:
+        properties = entry.message.properties
+        producer_id = _transactional_producer(entry) if aborted else None
+        if MARKER in properties:
+            if producer_id is not None:
+                active.discard(producer_id)  # its transaction ends here
             continue  # a transaction marker holds no record of the topic
+        if producer_id is not None and (producer_id, entry.offset) in starts:
+            active.add(producer_id)
+        if producer_id is not None and producer_id in active:
+            continue  # a record of an aborted transaction: never delivered
         offsets.extend(range(entry.offset, entry.offset + records_in(entry.message)))
     return offsets, end
 
@@ -154,9 +192,17 @@ async def _fetch_one(
         changed = partition.expire(groups.clock())
         offset = partition.next_wanted()
         entries: list[LogEntry] = []
-        if offset is not None and offset < log.next_offset:
+        committed = groups.read_committed(key[0])
+        limit = log.last_stable_offset if committed else log.next_offset
+        if offset is not None and offset < limit:
             entries = await log.read(offset, max(max_bytes, 1))
-        present, read_end = _present(entries)
+        aborted = None
+        if committed:  # decided transactions only, and none of an aborted one's records
+            entries = below_stable(entries, limit)
+            if entries:
+                end = entries[-1].offset + records_in(entries[-1].message)
+                aborted = log.aborted_transactions(min(offset or 0, entries[0].offset), end)
+        present, read_end = _present(entries, aborted)
         acquired = partition.acquire(present, read_end, member_id, groups.clock(), max_records)
         if acquired or changed or read_end or key in deferred:
             deferred.pop(key, None)
