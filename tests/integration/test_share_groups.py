@@ -21,7 +21,7 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 
-from tests.support.gateway_process import GatewayProcess, set_flags
+from harness.gateway_process import GatewayProcess, set_flags
 
 LOCK_MS = 1000
 LIMIT = 3

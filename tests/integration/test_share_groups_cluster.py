@@ -12,10 +12,10 @@ from pathlib import Path
 from confluent_kafka import Producer, ShareConsumer
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from harness.gateway_process import GatewayProcess, cluster_member, set_flags
+from harness.shared_broker import SharedBroker
+from harness.waiting import wait_until
 from pulsar_gateway.gateway.cluster.view import Member, owner_of, partition_key
-from tests.support.gateway_process import GatewayProcess, cluster_member, set_flags
-from tests.support.shared_broker import SharedBroker
-from tests.support.waiting import wait_until
 
 PARTITIONS = 4
 POLL = 5  # records per ShareFetch: what a kill can leave in flight stays small

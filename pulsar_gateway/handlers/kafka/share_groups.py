@@ -74,7 +74,8 @@ class ShareGroup:
 @dataclass
 class ShareSession:
     epoch: int
-    partitions: set[tuple[str, int]] = field(default_factory=set)  # (pulsar topic, index)
+    # (topic id, index), as the member's requests name them
+    partitions: set[tuple[uuid.UUID, int]] = field(default_factory=set)
 
 
 @dataclass(frozen=True)

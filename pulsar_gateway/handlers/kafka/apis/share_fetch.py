@@ -108,7 +108,7 @@ async def _acknowledge(
             async with groups.lock(key):
                 partition = groups.partition(key, log.log_start, log.next_offset)
                 partition.expire(groups.clock())
-                code = ErrorCode.NONE
+                code: int = ErrorCode.NONE
                 for batch in batches:
                     result = partition.acknowledge(
                         member_id,
