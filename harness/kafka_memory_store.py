@@ -28,6 +28,7 @@ from pulsar_gateway.handlers.kafka.port import (
     ProducerSnapshot,
     ProducerStamp,
     QuotaEntity,
+    ShareState,
     StorageError,
     TopicExists,
     TopicRecord,
@@ -378,6 +379,44 @@ class MemoryClientQuotas(_Breakable):
             self.quotas.pop(entity, None)
 
 
+class MemoryShareStates(_Breakable):
+    """Share groups' per-partition state by (group, partition topic); frozen values, so
+    what is stored cannot change behind the store's back."""
+
+    def __init__(self) -> None:
+        self.states: dict[tuple[str, str], ShareState] = {}
+
+    def load(self, group_id: str, partition_topic: str) -> ShareState | None:
+        return self.states.get((group_id, partition_topic))
+
+    async def save(self, group_id: str, partition_topic: str, state: ShareState) -> None:
+        self._check()
+        self.states[(group_id, partition_topic)] = state
+
+    def groups(self) -> list[str]:
+        return sorted({group_id for group_id, _topic in self.states})
+
+    async def delete_group(self, group_id: str) -> None:
+        self._check()
+        for key in [key for key in self.states if key[0] == group_id]:
+            del self.states[key]
+
+
+class MemoryGroupConfigs(_Breakable):
+    def __init__(self) -> None:
+        self.configs: dict[str, dict[str, str]] = {}
+
+    def get(self, group_id: str) -> Mapping[str, str]:
+        return self.configs.get(group_id, {})
+
+    async def replace(self, group_id: str, configs: Mapping[str, str]) -> None:
+        self._check()
+        if configs:
+            self.configs[group_id] = dict(configs)
+        else:
+            self.configs.pop(group_id, None)
+
+
 def memory_storage() -> KafkaStorage:
     return KafkaStorage(
         MemoryTopicStore(),
@@ -385,4 +424,6 @@ def memory_storage() -> KafkaStorage:
         MemoryProducerIds(),
         transactions=MemoryTransactionStore(),
         quotas=MemoryClientQuotas(),
+        shares=MemoryShareStates(),
+        group_configs=MemoryGroupConfigs(),
     )

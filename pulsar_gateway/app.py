@@ -43,7 +43,9 @@ from pulsar_gateway.management_port import management_port
 from pulsar_gateway.security.oauthbearer import TokenValidator, load_validator
 from pulsar_gateway.security.record_signing import load_or_create_key
 from pulsar_gateway.security.tls import server_context
+from pulsar_gateway.storage.kafka.group_configs import MetadataGroupConfigs
 from pulsar_gateway.storage.kafka.group_offsets import GroupOffsetStore
+from pulsar_gateway.storage.kafka.share_states import ShareStateStore
 from pulsar_gateway.storage.kafka.subscription_position import ack_position
 from pulsar_gateway.storage.kafka.topics import TopicService
 from pulsar_gateway.storage.users import UsersStore
@@ -71,6 +73,7 @@ class Gateway:
         self.users: UsersStore | None = None
         self.topics: TopicService | None = None
         self.group_offsets: GroupOffsetStore | None = None
+        self.share_states: ShareStateStore | None = None
         self.mirror: SubscriptionMirror | None = None
         self.listeners: list[Listener] = []
         self.metrics_server: metrics.MetricsServer | None = None
@@ -187,6 +190,7 @@ class Gateway:
             lambda: self.topics.open_partitions if self.topics else 0
         )
         self.group_offsets = GroupOffsetStore(self.metadata)
+        share_states = self.share_states = ShareStateStore(self.metadata)
         self.group_offsets.load()
         self.metadata.watch(self.group_offsets.apply_change)
         self.topics.forget_partitions = self.group_offsets.forget_partitions
@@ -221,6 +225,8 @@ class Gateway:
 
             self.group_offsets.on_commit = mirror_commit
             self.group_offsets.on_forget = mirror_forget
+            # a share group's subscription follows its settled start (docs/share-groups.md)
+            share_states.on_save = mirror.request
         metrics.BACKEND_UP.set(1)
         # one users store for both listeners, followed live, signed with the users key
         # (docs/security.md); whoever makes the key adopts the records already there
@@ -272,6 +278,8 @@ class Gateway:
                 transactions=MetadataTransactionStore(self.metadata),
                 cluster=membership,
                 quotas=MetadataClientQuotas(self.metadata),
+                shares=share_states,
+                group_configs=MetadataGroupConfigs(self.metadata),
             )
             if membership is not None:
                 self._release_unserved_partitions(membership)

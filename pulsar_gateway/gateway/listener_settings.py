@@ -88,6 +88,13 @@ class KafkaSection(_TlsSettings):
     # group.consumer.heartbeat.interval.ms
     group_consumer_session_timeout_ms: int = Field(45000, ge=1)
     group_consumer_heartbeat_interval_ms: int = Field(5000, ge=1)
+    # KIP-932 share groups (docs/share-groups.md): Kafka's group.share.record.lock.duration.ms,
+    # group.share.delivery.count.limit, group.share.partition.max.record.locks, and the
+    # share.auto.offset.reset of groups that set none (Kafka's default: latest)
+    share_record_lock_duration_ms: int = Field(30000, ge=1000, le=3600000)
+    share_delivery_count_limit: int = Field(5, ge=2, le=10)
+    share_partition_max_record_locks: int = Field(2000, ge=100, le=10000)
+    share_auto_offset_reset: Literal["latest", "earliest"] = "latest"
     # Kafka's transaction.max.timeout.ms: longest transaction.timeout.ms a producer may ask
     transaction_max_timeout_ms: int = Field(900000, ge=1)
     # answer a transaction request that waits longer with a retriable error (it goes on)

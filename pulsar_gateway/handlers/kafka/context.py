@@ -21,6 +21,7 @@ from pulsar_gateway.handlers.kafka.in_time import LateWork
 from pulsar_gateway.handlers.kafka.port import GroupOffsets, KafkaStorage, ProducerIds, TopicStore
 from pulsar_gateway.handlers.kafka.quotas import ClientQuotas, ConnectionMute
 from pulsar_gateway.handlers.kafka.request_order import ProduceTurn, RequestOrder
+from pulsar_gateway.handlers.kafka.share_groups import ShareGroups
 from pulsar_gateway.handlers.kafka.transaction_coordinator import TransactionCoordinator
 from pulsar_gateway.handlers.loop_turns import LoopTurns
 from pulsar_gateway.kafka_codec.compression import InflateBudget
@@ -57,6 +58,8 @@ class KafkaContext:
     mute: ConnectionMute | None = None
     # KIP-848 `consumer` protocol groups (the classic ones are `groups`)
     consumer_groups: ConsumerGroups | None = None
+    # KIP-932 share groups; None: the storage keeps no share state, so none are offered
+    share_groups: ShareGroups | None = None
     # the connection's line (request_order.py); a Produce gets a copy with its own turn
     order: RequestOrder | None = None
     produce_turn: ProduceTurn | None = None

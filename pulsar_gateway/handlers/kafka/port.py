@@ -339,6 +339,56 @@ class ClientQuotaStore(Protocol):
 
 
 @dataclass(frozen=True)
+class ShareRun:
+    """Consecutive offsets of a share partition in one state with one delivery count."""
+
+    first: int
+    last: int
+    state: int  # share_partition.py's record states
+    delivery_count: int
+
+
+@dataclass(frozen=True)
+class ShareState:
+    """A share group's durable state of one partition (docs/share-groups.md): every offset
+    below `start` is done, none at or past `end` was ever delivered, and `runs` hold the
+    state and delivery count of those in between. Acquisition locks are not kept: after a
+    restart an acquired record is available again, with the delivery it had counted."""
+
+    start: int
+    end: int
+    runs: tuple[ShareRun, ...] = ()
+
+
+class ShareStateStore(Protocol):
+    """Share groups' (KIP-932) per-partition delivery state, durable and the same on every
+    member; `partition_topic` is the Pulsar topic of the partition."""
+
+    def load(self, group_id: str, partition_topic: str) -> ShareState | None: ...
+
+    async def save(self, group_id: str, partition_topic: str, state: ShareState) -> None:
+        """Durable once this returns."""
+        ...
+
+    def groups(self) -> list[str]:
+        """The share groups that hold state for some partition."""
+        ...
+
+    async def delete_group(self, group_id: str) -> None: ...
+
+
+class GroupConfigStore(Protocol):
+    """Group configs (Kafka's GROUP config resource, IncrementalAlterConfigs): the keys a
+    group sets, durable and the same on every member."""
+
+    def get(self, group_id: str) -> Mapping[str, str]: ...
+
+    async def replace(self, group_id: str, configs: Mapping[str, str]) -> None:
+        """The group's configs become exactly `configs` (none: its entry is removed)."""
+        ...
+
+
+@dataclass(frozen=True)
 class KafkaStorage:
     """Everything the Kafka handler stores, as the composition root hands it over."""
 
@@ -356,3 +406,7 @@ class KafkaStorage:
     cluster: ClusterView | None = None
     # client quotas (docs/quotas.md); None: none can be set
     quotas: ClientQuotaStore | None = None
+    # share groups' delivery state (docs/share-groups.md); None: share groups are refused
+    shares: ShareStateStore | None = None
+    # group configs (docs/share-groups.md, "Group configs"); None: refused
+    group_configs: GroupConfigStore | None = None

@@ -49,6 +49,7 @@ from pulsar_gateway.handlers.kafka.port import KafkaStorage
 from pulsar_gateway.handlers.kafka.quotas import ClientQuotas, ConnectionMute
 from pulsar_gateway.handlers.kafka.request_order import RequestOrder
 from pulsar_gateway.handlers.kafka.sasl import SaslSession
+from pulsar_gateway.handlers.kafka.share_groups import ShareGroups, ShareSettings
 from pulsar_gateway.handlers.kafka.transaction_coordinator import TransactionCoordinator
 from pulsar_gateway.handlers.listener_limits import (
     ByteBudget,
@@ -102,6 +103,17 @@ class KafkaServer:
         self.consumer_groups = ConsumerGroups(
             session_timeout_ms=settings.group_consumer_session_timeout_ms,
             heartbeat_interval_ms=settings.group_consumer_heartbeat_interval_ms,
+        )
+        self.share_groups = ShareGroups(
+            storage.shares,
+            ShareSettings(
+                record_lock_ms=settings.share_record_lock_duration_ms,
+                delivery_count_limit=settings.share_delivery_count_limit,
+                max_in_flight=settings.share_partition_max_record_locks,
+                auto_offset_reset=settings.share_auto_offset_reset,
+                session_timeout_ms=settings.group_consumer_session_timeout_ms,
+                heartbeat_interval_ms=settings.group_consumer_heartbeat_interval_ms,
+            ),
         )
         self.transactions = (
             None
@@ -176,13 +188,19 @@ class KafkaServer:
             transactions=self.transactions,
             quotas=None if self.storage.quotas is None else ClientQuotas(self.storage.quotas),
             consumer_groups=self.consumer_groups,
+            share_groups=None if self.storage.shares is None else self.share_groups,
         )
+        if self.storage.group_configs is not None:
+            self.share_groups.group_configs = self.storage.group_configs.get
         if cluster is not None:
             # groups another member coordinates are refused, and dropped when they move
             self.groups.serves = self.context.serves_group
             cluster.on_change(self.groups.drop_unserved)
             self.consumer_groups.serves = self.context.serves_group
             cluster.on_change(self.consumer_groups.drop_unserved)
+            self.share_groups.serves = self.context.serves_group
+            self.share_groups.serves_partition = self.context.serves_partition
+            cluster.on_change(self.share_groups.drop_unserved)
             cluster.on_change(self._forget_unserved_producers)
         if beside:
             self._tls_server = await self._tls_listener(
@@ -199,6 +217,7 @@ class KafkaServer:
         self.limits.warn_about_descriptors()
         self.groups.start()
         self.consumer_groups.start()
+        self.share_groups.start()
         if self.transactions is not None:
             self.transactions.start()
 
@@ -237,6 +256,7 @@ class KafkaServer:
             self._tls_server.close()
         await self.groups.close()
         await self.consumer_groups.close()
+        await self.share_groups.close()
         if self.transactions is not None:
             await self.transactions.close()
         await cancel_and_wait(*self._connections)

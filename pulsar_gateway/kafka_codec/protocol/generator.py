@@ -25,6 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pulsar_gateway.kafka_codec.protocol import spec_amendments
+
 DEFAULT_SPEC_DIR = Path(__file__).resolve().parents[3].parent / "shared" / "kafka-protocol"
 DEFAULT_OUTPUT = Path(__file__).with_name("messages.py")
 LISTENER = "broker"  # the APIs a broker answers; controller-only RPCs are left out
@@ -281,6 +283,7 @@ def select_specs(spec_dir: Path) -> list[tuple[dict[str, Any], dict[str, Any]]]:
         if request.get("type") != "request" or LISTENER not in request.get("listeners", []):
             continue
         response = load_spec(path.with_name(path.name.replace("Request.json", "Response.json")))
+        spec_amendments.amend(request, response)
         if request["validVersions"] != response["validVersions"]:
             raise SpecError(f"{request['name']}: request and response versions differ")
         pairs.append((request, response))

@@ -256,10 +256,10 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     72: (0, 0),
     74: (0, 0),
     75: (0, 0),
-    76: (0, 0),
-    77: (0, 0),
-    78: (0, 0),
-    79: (0, 0),
+    76: (0, 1),
+    77: (0, 1),
+    78: (0, 1),
+    79: (0, 1),
     80: (0, 0),
     81: (0, 0),
     83: (0, 0),
@@ -269,7 +269,7 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     87: (0, 0),
 }
 # APIs whose highest version above is still unstable in Kafka: do not advertise it.
-LATEST_VERSION_UNSTABLE: frozenset[int] = frozenset({26, 68, 76, 77, 78, 79, 83, 84, 85, 86, 87})
+LATEST_VERSION_UNSTABLE: frozenset[int] = frozenset({26, 68, 83, 84, 85, 86, 87})
 # The first flexible version, for APIs that have one.
 REQUEST_FLEXIBLE_FROM: dict[int, int] = {
     0: 9,
@@ -4940,6 +4940,7 @@ ShareGroupHeartbeatRequestV0 = KafkaStruct(
     'subscribed_topic_names' / CompactNullableArray(CompactString),
     flexible=True,
 )
+ShareGroupHeartbeatRequestV1 = ShareGroupHeartbeatRequestV0
 ShareGroupHeartbeatResponseV0 = KafkaStruct(
     'throttle_time_ms' / Int32,
     'error_code' / Int16,
@@ -4957,6 +4958,7 @@ ShareGroupHeartbeatResponseV0 = KafkaStruct(
     ), tagged=False),
     flexible=True,
 )
+ShareGroupHeartbeatResponseV1 = ShareGroupHeartbeatResponseV0
 
 # ShareGroupDescribe (api key 77)
 ShareGroupDescribeRequestV0 = KafkaStruct(
@@ -4964,6 +4966,7 @@ ShareGroupDescribeRequestV0 = KafkaStruct(
     'include_authorized_operations' / Bool,
     flexible=True,
 )
+ShareGroupDescribeRequestV1 = ShareGroupDescribeRequestV0
 ShareGroupDescribeResponseV0 = KafkaStruct(
     'throttle_time_ms' / Int32,
     'groups' / CompactArray(KafkaStruct(
@@ -4997,6 +5000,7 @@ ShareGroupDescribeResponseV0 = KafkaStruct(
     )),
     flexible=True,
 )
+ShareGroupDescribeResponseV1 = ShareGroupDescribeResponseV0
 
 # ShareFetch (api key 78)
 ShareFetchRequestV0 = KafkaStruct(
@@ -5028,10 +5032,78 @@ ShareFetchRequestV0 = KafkaStruct(
     )),
     flexible=True,
 )
+ShareFetchRequestV1 = KafkaStruct(
+    'group_id' / CompactNullableString,
+    'member_id' / CompactNullableString,
+    'share_session_epoch' / Int32,
+    'max_wait_ms' / Int32,
+    'min_bytes' / Int32,
+    'max_bytes' / Default(Int32, 2147483647),
+    'max_records' / Int32,
+    'batch_size' / Int32,
+    'topics' / CompactArray(KafkaStruct(
+        'topic_id' / Uuid,
+        'partitions' / CompactArray(KafkaStruct(
+            'partition_index' / Int32,
+            'acknowledgement_batches' / CompactArray(KafkaStruct(
+                'first_offset' / Int64,
+                'last_offset' / Int64,
+                'acknowledge_types' / CompactArray(Int8),
+                flexible=True,
+            )),
+            flexible=True,
+        )),
+        flexible=True,
+    )),
+    'forgotten_topics_data' / CompactArray(KafkaStruct(
+        'topic_id' / Uuid,
+        'partitions' / CompactArray(Int32),
+        flexible=True,
+    )),
+    flexible=True,
+)
 ShareFetchResponseV0 = KafkaStruct(
     'throttle_time_ms' / Int32,
     'error_code' / Int16,
     'error_message' / CompactNullableString,
+    'responses' / CompactArray(KafkaStruct(
+        'topic_id' / Uuid,
+        'partitions' / CompactArray(KafkaStruct(
+            'partition_index' / Int32,
+            'error_code' / Int16,
+            'error_message' / CompactNullableString,
+            'acknowledge_error_code' / Int16,
+            'acknowledge_error_message' / CompactNullableString,
+            'current_leader' / KafkaStruct(
+                'leader_id' / Int32,
+                'leader_epoch' / Int32,
+                flexible=True,
+            ),
+            'records' / CompactNullableRecords,
+            'acquired_records' / CompactArray(KafkaStruct(
+                'first_offset' / Int64,
+                'last_offset' / Int64,
+                'delivery_count' / Int16,
+                flexible=True,
+            )),
+            flexible=True,
+        )),
+        flexible=True,
+    )),
+    'node_endpoints' / CompactArray(KafkaStruct(
+        'node_id' / Int32,
+        'host' / CompactString,
+        'port' / Int32,
+        'rack' / CompactNullableString,
+        flexible=True,
+    )),
+    flexible=True,
+)
+ShareFetchResponseV1 = KafkaStruct(
+    'throttle_time_ms' / Int32,
+    'error_code' / Int16,
+    'error_message' / CompactNullableString,
+    'acquisition_lock_timeout_ms' / Int32,
     'responses' / CompactArray(KafkaStruct(
         'topic_id' / Uuid,
         'partitions' / CompactArray(KafkaStruct(
@@ -5087,6 +5159,7 @@ ShareAcknowledgeRequestV0 = KafkaStruct(
     )),
     flexible=True,
 )
+ShareAcknowledgeRequestV1 = ShareAcknowledgeRequestV0
 ShareAcknowledgeResponseV0 = KafkaStruct(
     'throttle_time_ms' / Int32,
     'error_code' / Int16,
@@ -5115,6 +5188,7 @@ ShareAcknowledgeResponseV0 = KafkaStruct(
     )),
     flexible=True,
 )
+ShareAcknowledgeResponseV1 = ShareAcknowledgeResponseV0
 
 # AddRaftVoter (api key 80)
 AddRaftVoterRequestV0 = KafkaStruct(
@@ -5588,9 +5662,13 @@ REQUESTS: dict[tuple[int, int], KafkaStruct] = {
     (74, 0): ListClientMetricsResourcesRequestV0,
     (75, 0): DescribeTopicPartitionsRequestV0,
     (76, 0): ShareGroupHeartbeatRequestV0,
+    (76, 1): ShareGroupHeartbeatRequestV1,
     (77, 0): ShareGroupDescribeRequestV0,
+    (77, 1): ShareGroupDescribeRequestV1,
     (78, 0): ShareFetchRequestV0,
+    (78, 1): ShareFetchRequestV1,
     (79, 0): ShareAcknowledgeRequestV0,
+    (79, 1): ShareAcknowledgeRequestV1,
     (80, 0): AddRaftVoterRequestV0,
     (81, 0): RemoveRaftVoterRequestV0,
     (83, 0): InitializeShareGroupStateRequestV0,
@@ -5867,9 +5945,13 @@ RESPONSES: dict[tuple[int, int], KafkaStruct] = {
     (74, 0): ListClientMetricsResourcesResponseV0,
     (75, 0): DescribeTopicPartitionsResponseV0,
     (76, 0): ShareGroupHeartbeatResponseV0,
+    (76, 1): ShareGroupHeartbeatResponseV1,
     (77, 0): ShareGroupDescribeResponseV0,
+    (77, 1): ShareGroupDescribeResponseV1,
     (78, 0): ShareFetchResponseV0,
+    (78, 1): ShareFetchResponseV1,
     (79, 0): ShareAcknowledgeResponseV0,
+    (79, 1): ShareAcknowledgeResponseV1,
     (80, 0): AddRaftVoterResponseV0,
     (81, 0): RemoveRaftVoterResponseV0,
     (83, 0): InitializeShareGroupStateResponseV0,

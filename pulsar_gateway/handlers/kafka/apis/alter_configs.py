@@ -23,6 +23,11 @@ from pulsar_gateway.handlers.kafka.apis.configs import (
     TOPIC_CONFIGS,
     validate_configs,
 )
+from pulsar_gateway.handlers.kafka.apis.group_configs import (
+    GROUP,
+    GroupConfigRefused,
+    alter_group,
+)
 from pulsar_gateway.handlers.kafka.authorization import cluster_allowed, topic_allowed
 from pulsar_gateway.handlers.kafka.context import KafkaContext
 from pulsar_gateway.handlers.kafka.port import StorageError, UnknownTopic
@@ -98,11 +103,17 @@ async def _alter_one(
             "broker configs are the gateway's settings (conf/gateway.toml); "
             "they are not altered over the Kafka protocol",
         )
-    if kind != TOPIC:
+    if kind not in (TOPIC, GROUP):
         raise ConfigRefused(ErrorCode.INVALID_REQUEST, f"resource type {kind} is not supported")
     names = [item["name"] for item in changes]
     if len(names) != len(set(names)):
         raise ConfigRefused(ErrorCode.INVALID_REQUEST, "Error due to duplicate config keys")
+    if kind == GROUP:  # share groups' configs (group_configs.py)
+        try:
+            await alter_group(context, name, change, changes, bool(request.get("validate_only")))
+        except GroupConfigRefused as refused:
+            raise ConfigRefused(refused.code, refused.message) from None
+        return
     refusal = reserved_refusal(context, name)
     if refusal is not None:
         raise ConfigRefused(ErrorCode.TOPIC_AUTHORIZATION_FAILED, refusal)

@@ -21,6 +21,7 @@ from pulsar_gateway.handlers.kafka.apis.broker_configs import (
     DYNAMIC_TOPIC_CONFIG,
     broker_entries,
 )
+from pulsar_gateway.handlers.kafka.apis.group_configs import GROUP, describe_group
 from pulsar_gateway.handlers.kafka.authorization import cluster_allowed, topic_allowed
 from pulsar_gateway.handlers.kafka.context import KafkaContext
 from pulsar_gateway.handlers.kafka.port import TopicRecord
@@ -328,6 +329,8 @@ async def describe_configs(
                 for config, value, source in broker_entries(context.settings, context.identity)
                 if keys is None or config.name in keys
             ]
+        elif kind == GROUP:
+            result.update(describe_group(context, name, keys, documented))
         else:
             result.update(
                 error_code=ErrorCode.INVALID_REQUEST,

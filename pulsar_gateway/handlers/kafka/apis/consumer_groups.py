@@ -98,6 +98,8 @@ async def heartbeat(context: KafkaContext, header: Any, request: dict[str, Any])
             return refused(
                 ErrorCode.GROUP_ID_NOT_FOUND, f"Group {group_id} is not a consumer group."
             )
+    if context.share_groups is not None and context.share_groups.has_members(group_id):
+        return refused(ErrorCode.GROUP_ID_NOT_FOUND, f"Group {group_id} is not a consumer group.")
     catalog = _Catalog(context)
     owned = None
     if request["topic_partitions"] is not None:

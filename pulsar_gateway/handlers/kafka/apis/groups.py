@@ -87,10 +87,13 @@ async def join_group(context: KafkaContext, header: Any, request: dict[str, Any]
             "member_id": request["member_id"],
             "members": [],
         }
-    if context.consumer_groups is not None and context.consumer_groups.has_members(
-        request["group_id"]
-    ):
-        # a KIP-848 consumer group (consumer_groups.py): classic members cannot join it
+    shares = context.share_groups
+    if (
+        context.consumer_groups is not None
+        and context.consumer_groups.has_members(request["group_id"])
+    ) or (shares is not None and shares.has_members(request["group_id"])):
+        # a KIP-848 consumer group (consumer_groups.py) or a share group (share_groups.py):
+        # classic members cannot join it
         return {
             "throttle_time_ms": 0,
             "error_code": ErrorCode.INCONSISTENT_GROUP_PROTOCOL,
@@ -245,6 +248,25 @@ async def list_groups(
                     "group_type": "consumer",
                 }
             )
+    shares = context.share_groups
+    if shares is not None and (not types or "share" in types):
+        for group_id in shares.group_ids():
+            await pace.step()
+            if not context.serves_group(group_id) or not (
+                every or group_allowed(context, group_id, DESCRIBE, audit=False)
+            ):
+                continue
+            state = shares.state_of(group_id)
+            if states and state.lower() not in states:
+                continue
+            listed.append(
+                {
+                    "group_id": group_id,
+                    "protocol_type": "share",
+                    "group_state": state,
+                    "group_type": "share",
+                }
+            )
     return {"throttle_time_ms": 0, "error_code": ErrorCode.NONE, "groups": listed}
 
 
@@ -313,6 +335,8 @@ async def delete_groups(
             code: int = ErrorCode.GROUP_AUTHORIZATION_FAILED
         elif consumer_groups is not None and consumer_groups.has_members(group_id):
             code = ErrorCode.NON_EMPTY_GROUP
+        elif context.share_groups is not None and context.share_groups.knows(group_id):
+            code = await context.share_groups.delete_group(group_id)
         else:
             code = await coordinator.delete_group(group_id)
         results.append({"group_id": group_id, "error_code": code})

@@ -36,6 +36,8 @@ from pulsar_gateway.handlers.kafka.apis import (
     producers,
     replicas,
     scram_credentials,
+    share_fetch,
+    share_groups,
     topic_admin,
     transactions,
 )
@@ -150,6 +152,12 @@ API_TABLE: dict[ApiKey, Api] = {
     ApiKey.DESCRIBE_TOPIC_PARTITIONS: Api(metadata.describe_topic_partitions, 0, 0),
     ApiKey.CONSUMER_GROUP_HEARTBEAT: Api(consumer_groups.heartbeat, 0, 1),
     ApiKey.CONSUMER_GROUP_DESCRIBE: Api(consumer_groups.describe, 0, 0),
+    # KIP-932 share groups: v1 is Kafka 4.1's first stable version (v0 was 4.0's early
+    # access, which Kafka 4.1 removed); kafka_codec/protocol/spec_amendments.py
+    ApiKey.SHARE_GROUP_HEARTBEAT: Api(share_groups.heartbeat, 1, 1),
+    ApiKey.SHARE_GROUP_DESCRIBE: Api(share_groups.describe, 1, 1),
+    ApiKey.SHARE_FETCH: Api(share_fetch.share_fetch, 1, 1),
+    ApiKey.SHARE_ACKNOWLEDGE: Api(share_fetch.share_acknowledge, 1, 1),
 }
 
 

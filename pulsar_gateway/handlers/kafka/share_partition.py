@@ -1,0 +1,240 @@
+"""One share group's view of one partition (KIP-932): which records are in flight, who holds
+them, until when, and how often each was delivered. Pure: time is a value passed in, and
+the caller (share_groups.py) reads the log and stores `state()` through the port.
+
+Offsets below `start` are done (acknowledged or archived); offsets from `end` on were never
+delivered; every offset in between has a record here. A record is acquired by one member
+for the lock duration, counting one more delivery; ACCEPT acknowledges it, RELEASE makes it
+available again, REJECT (and a gap) archives it. A record whose lock lapses is available
+again, and one that was delivered `delivery_limit` times is archived instead of being
+made available again (docs/share-groups.md).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from pulsar_gateway.handlers.kafka.port import ShareRun, ShareState
+from pulsar_gateway.kafka_codec.errors import ErrorCode
+
+# Kafka's record states and acknowledge types
+AVAILABLE, ACQUIRED, ACKNOWLEDGED, ARCHIVED = 0, 1, 2, 4
+GAP, ACCEPT, RELEASE, REJECT = 0, 1, 2, 3
+DONE = (ACKNOWLEDGED, ARCHIVED)
+
+
+@dataclass
+class InFlight:
+    state: int
+    delivery_count: int
+    member: str = ""
+    deadline: float = 0.0
+
+
+@dataclass(frozen=True)
+class Acquired:
+    """A run of consecutive acquired offsets with one delivery count (ShareFetch's
+    AcquiredRecords)."""
+
+    first: int
+    last: int
+    delivery_count: int
+
+
+class SharePartition:
+    def __init__(
+        self,
+        start: int,
+        end: int,
+        lock_seconds: float,
+        delivery_limit: int,
+        max_in_flight: int,
+    ) -> None:
+        self.start = start
+        self.end = end
+        self.records: dict[int, InFlight] = {}
+        self.lock_seconds = lock_seconds
+        self.delivery_limit = delivery_limit
+        self.max_in_flight = max_in_flight
+
+    # ---- the durable form ----------------------------------------------------------------
+
+    @classmethod
+    def restore(
+        cls, state: ShareState, lock_seconds: float, delivery_limit: int, max_in_flight: int
+    ) -> SharePartition:
+        """From stored state: an acquired record's lock did not survive, so it is
+        available again (archived if its deliveries are used up)."""
+        partition = cls(state.start, state.end, lock_seconds, delivery_limit, max_in_flight)
+        for run in state.runs:
+            status = run.state
+            if status == ACQUIRED:
+                status = ARCHIVED if run.delivery_count >= delivery_limit else AVAILABLE
+            for offset in range(max(run.first, state.start), min(run.last + 1, state.end)):
+                partition.records[offset] = InFlight(status, run.delivery_count)
+        for offset in range(state.start, state.end):  # a hole in stored runs: deliver again
+            partition.records.setdefault(offset, InFlight(AVAILABLE, 0))
+        partition._advance_start()
+        return partition
+
+    def state(self) -> ShareState:
+        runs: list[ShareRun] = []
+        for offset in range(self.start, self.end):
+            record = self.records[offset]
+            stored = (record.state, record.delivery_count)
+            last = runs[-1] if runs else None
+            if last and last.last == offset - 1 and (last.state, last.delivery_count) == stored:
+                runs[-1] = ShareRun(last.first, offset, *stored)
+            else:
+                runs.append(ShareRun(offset, offset, *stored))
+        return ShareState(self.start, self.end, tuple(runs))
+
+    # ---- time ---------------------------------------------------------------------------
+
+    def expire(self, now: float) -> bool:
+        """Release every record whose lock lapsed; whether any did."""
+        changed = False
+        for record in self.records.values():
+            if record.state == ACQUIRED and record.deadline <= now:
+                self._release(record)
+                changed = True
+        if changed:
+            self._advance_start()
+        return changed
+
+    def held(self) -> bool:
+        """Whether some record is acquired."""
+        return any(record.state == ACQUIRED for record in self.records.values())
+
+    def next_deadline(self) -> float | None:
+        deadlines = [r.deadline for r in self.records.values() if r.state == ACQUIRED]
+        return min(deadlines) if deadlines else None
+
+    # ---- acquiring ----------------------------------------------------------------------
+
+    def next_wanted(self) -> int | None:
+        """The first offset a fetch could acquire: an available record, else `end` while the
+        in-flight window has room; None when nothing can be acquired now."""
+        for offset in range(self.start, self.end):
+            if self.records[offset].state == AVAILABLE:
+                return offset
+        return self.end if self.end - self.start < self.max_in_flight else None
+
+    def skip_to(self, log_start: int) -> None:
+        """Records below the log start are gone (retention, DeleteRecords): done."""
+        if log_start <= self.start:
+            return
+        for offset in range(self.start, min(log_start, self.end)):
+            self.records.pop(offset, None)
+        self.start = log_start
+        self.end = max(self.end, log_start)
+
+    def acquire(
+        self,
+        present: Iterable[int],
+        read_end: int,
+        member: str,
+        now: float,
+        max_records: int,
+    ) -> list[Acquired]:
+        """Acquire for `member` the available records among `present` (the offsets of
+        records the fetch read, ascending) and the new ones past `end`; offsets up to
+        `read_end` that hold no record (control batches, compacted away) are archived as
+        gaps. At most `max_records`, and never past the in-flight window."""
+        taken: list[tuple[int, int]] = []
+        for offset in present:
+            if len(taken) >= max_records:
+                break
+            if offset < self.start:
+                continue
+            if offset >= self.end:
+                if offset - self.start >= self.max_in_flight:
+                    break
+                for gap in range(self.end, offset):
+                    self.records[gap] = InFlight(ARCHIVED, 0)
+                self.records[offset] = InFlight(AVAILABLE, 0)
+                self.end = offset + 1
+            record = self.records[offset]
+            if record.state != AVAILABLE:
+                continue
+            record.state, record.member = ACQUIRED, member
+            record.delivery_count += 1
+            record.deadline = now + self.lock_seconds
+            taken.append((offset, record.delivery_count))
+        if len(taken) < max_records:
+            limit = min(read_end, self.start + self.max_in_flight)
+            for gap in range(self.end, limit):
+                self.records[gap] = InFlight(ARCHIVED, 0)
+            self.end = max(self.end, limit)
+        self._advance_start()
+        return _runs(taken)
+
+    # ---- acknowledging ------------------------------------------------------------------
+
+    def acknowledge(self, member: str, first: int, last: int, types: list[int]) -> int:
+        """Apply one acknowledgement batch of `member`; an error code (nothing applied when
+        any record of the batch is not acquired by the member)."""
+        count = last - first + 1
+        if count <= 0 or not types or (len(types) != 1 and len(types) != count):
+            return ErrorCode.INVALID_REQUEST
+        if count > self.max_in_flight:  # more than can be in flight: not all held by one
+            return ErrorCode.INVALID_RECORD_STATE
+        if any(kind not in (GAP, ACCEPT, RELEASE, REJECT) for kind in types):
+            return ErrorCode.INVALID_REQUEST
+        for offset in range(first, last + 1):
+            record = self.records.get(offset)
+            kind = types[0] if len(types) == 1 else types[offset - first]
+            if record is None or offset < self.start:
+                if kind == GAP:
+                    continue
+                return ErrorCode.INVALID_RECORD_STATE
+            if kind == GAP and record.state == ARCHIVED:
+                continue
+            if record.state != ACQUIRED or record.member != member:
+                return ErrorCode.INVALID_RECORD_STATE
+        for offset in range(first, last + 1):
+            record = self.records.get(offset)
+            if record is None or record.state != ACQUIRED:
+                continue
+            kind = types[0] if len(types) == 1 else types[offset - first]
+            if kind == ACCEPT:
+                record.state = ACKNOWLEDGED
+            elif kind == RELEASE:
+                self._release(record)
+            else:
+                record.state = ARCHIVED
+            record.member = ""
+        self._advance_start()
+        return ErrorCode.NONE
+
+    def release_member(self, member: str) -> bool:
+        """The member left or closed its share session: what it holds is available again."""
+        changed = False
+        for record in self.records.values():
+            if record.state == ACQUIRED and record.member == member:
+                self._release(record)
+                changed = True
+        self._advance_start()
+        return changed
+
+    # ---- inside -------------------------------------------------------------------------
+
+    def _release(self, record: InFlight) -> None:
+        record.state = ARCHIVED if record.delivery_count >= self.delivery_limit else AVAILABLE
+        record.member = ""
+
+    def _advance_start(self) -> None:
+        while self.start < self.end and self.records[self.start].state in DONE:
+            del self.records[self.start]
+            self.start += 1
+
+
+def _runs(taken: list[tuple[int, int]]) -> list[Acquired]:
+    out: list[Acquired] = []
+    for offset, count in taken:
+        if out and out[-1].last == offset - 1 and out[-1].delivery_count == count:
+            out[-1] = Acquired(out[-1].first, offset, count)
+        else:
+            out.append(Acquired(offset, offset, count))
+    return out
