@@ -24,7 +24,7 @@ ROUND_TRIPS = 20
 # one round trip is a few turns of the loop: each turn a frame and an answer per flooder
 # now, 64 of them per flooder before; measured on the loaded 2-core test machine: 130 ms at
 # worst now, 2.0 s before (4.4 s with 20,000 requests per flooder)
-SLOWEST = 0.6
+SLOWEST = 1.0  # half of what it was before, with room for a loaded machine
 
 
 def test_pipelined_floods_leave_others_answered() -> None:
