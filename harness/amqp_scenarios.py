@@ -216,7 +216,9 @@ def ttl_and_dead_letters(url: str, p: str) -> Transcript:
     ch.queue_declare(
         f"{p}.ttl",
         arguments={
-            "x-message-ttl": 150,
+            # long enough that the first message is still there for the basic.get on a
+            # loaded machine (both publishes are confirmed first): 150 ms was not
+            "x-message-ttl": 1000,
             "x-dead-letter-exchange": f"{p}.dlx",
             "x-dead-letter-routing-key": "dl",
         },
@@ -227,7 +229,7 @@ def ttl_and_dead_letters(url: str, p: str) -> Transcript:
     method, _, body = ch.basic_get(f"{p}.ttl")
     log.append(("got", body))
     ch.basic_reject(method.delivery_tag, requeue=False)
-    wait_until(lambda: _count(ch, f"{p}.ttl") == 0, 5, message="the 150 ms TTL to expire")
+    wait_until(lambda: _count(ch, f"{p}.ttl") == 0, 10, message="the 1 s TTL to expire")
     log.append(("ttl-count", _count(ch, f"{p}.ttl")))
     for _, props_body in enumerate(_dead(ch, f"{p}.dead")):
         log.append(props_body)

@@ -61,10 +61,12 @@ def test_thousand_topics_of_ten_partitions(tmp_path) -> None:
 
         # idle partitions (their readers and producers) are closed
         wait_until(
-            lambda: gw.health()["open_partitions"] == 0,
+            # asked again when /health misses its 1 s answer while thousands close at once on
+            # a loaded machine: what is named here is that they close
+            lambda: (gw.health() or {}).get("open_partitions") == 0,
             60,
             0.5,
-            message=lambda: f"idle partitions to close ({gw.health()['open_partitions']} open)",
+            message=lambda: f"idle partitions to close ({gw.health()} from /health)",
         )
     finally:
         gw.stop()
