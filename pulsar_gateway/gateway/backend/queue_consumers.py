@@ -24,6 +24,7 @@ from typing import Any
 import _pulsar
 import pulsar
 
+from pulsar_gateway.gateway.backend import shielded_subscribe
 from pulsar_gateway.gateway.backend.loop_bridge import message_future, to_loop
 from pulsar_gateway.gateway.backend.pulsar_backend import BackendError, PulsarBackend
 from pulsar_gateway.gateway.messages import MessageKey
@@ -264,7 +265,8 @@ class QueueConsumers:
         such an event, and moves no messages. Harmless on Apache Pulsar.
         """
         try:
-            raw = await self.backend.client.subscribe(
+            raw = await shielded_subscribe.subscribe(
+                self.backend.client,
                 topic,
                 subscription,
                 consumer_type=pulsar.ConsumerType.Shared,

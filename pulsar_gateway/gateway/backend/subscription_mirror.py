@@ -46,6 +46,7 @@ import _pulsar
 import pulsar
 import pulsar.asyncio as pulsar_asyncio
 
+from pulsar_gateway.gateway.backend import shielded_subscribe
 from pulsar_gateway.gateway.backend.client_logging import client_logger
 from pulsar_gateway.gateway.backend.connection_security import NO_SECURITY, PulsarSecurity
 from pulsar_gateway.gateway.messages import MessageKey
@@ -194,7 +195,8 @@ class SubscriptionMirror:
             held.last_used = time.monotonic()
             return held.consumer
         assert self._client is not None
-        consumer = await self._client.subscribe(
+        consumer = await shielded_subscribe.subscribe(
+            self._client,
             key[0],
             key[1],
             consumer_type=pulsar.ConsumerType.Exclusive,
