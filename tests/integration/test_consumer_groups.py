@@ -101,9 +101,7 @@ def _group_state(gateway: GatewayProcess, group: str, members: list[Member]) -> 
     reported = [(m.client, m.assigned, m.process.poll()) for m in members]
     lines = [line for line in gateway.log_tail(5000).splitlines() if group in line]
     idle = [
-        f"{m.client} member log: " + " | ".join(m.log_path.read_text().splitlines()[-40:])
-        for m in members
-        if not m.assigned
+        f"{m.client} member log: " + " | ".join(_member_log(m)) for m in members if not m.assigned
     ]
     return (
         f"members (client, assigned, exit code) {reported}; log: "
@@ -111,6 +109,13 @@ def _group_state(gateway: GatewayProcess, group: str, members: list[Member]) -> 
         + "; "
         + "; ".join(idle)
     )
+
+
+def _member_log(member: Member) -> list[str]:
+    """The member's last coordinator lines, without kafka-python's repeated rejoin checks
+    (one per poll: they would push out the lines that say what happened)."""
+    lines = member.log_path.read_text().splitlines()
+    return [line for line in lines if "need_rejoin" not in line][-80:]
 
 
 def _seen(members: list[Member]) -> set[str]:
