@@ -212,6 +212,84 @@ def test_nothing_is_lost_across_a_gateway_kill(tmp_path) -> None:
         gw.stop()
 
 
+def test_two_consumers_splitting_a_partition_lose_nothing_across_a_kill(tmp_path) -> None:
+    """Two share consumers split one partition, accepting what they get; each ends by holding
+    one fetched batch unacknowledged (librdkafka's explicit mode wants a batch settled before
+    the next poll, so a holder stops polling), the second once half the partition is
+    accepted, and then the gateway (and its broker) is killed -9. After a restart on the
+    same data directory two new consumers of the group finish the partition: no record
+    whose acceptance the gateway confirmed comes again, every held record comes again with
+    its delivery count one higher than before the kill (the count was stored), and every
+    record is delivered. The lock (30 s) outlives the first half, so the held records were
+    delivered exactly once before the kill."""
+    settings = {**SETTINGS, "kafka.share_record_lock_duration_ms": 30000}
+    gw = GatewayProcess(tmp_path / "gw", extra=set_flags(settings)).start()
+    try:
+        total = 200
+        everything = {b"%03d" % i for i in range(total)}
+        topic = new_topic(gw.bootstrap, sorted(everything))
+        group = f"g-{uuid.uuid4().hex[:6]}"
+        consumers = [
+            share_consumer(gw.bootstrap, group, topic, explicit=True, **{"max.poll.records": 10})
+            for _ in range(2)
+        ]
+        confirmed: set[bytes] = set()  # accepted, and the gateway answered the commit
+        unconfirmed: set[bytes] = set()  # accepted when the kill came: either way is right
+        held: dict[bytes, int] = {}  # never acknowledged: value -> delivery count seen
+        holding: set[int] = set()  # consumers that hold a batch and poll no more
+        taken_by = [0, 0]
+        try:
+            deadline = time.monotonic() + 60
+            while len(holding) < 2:
+                assert time.monotonic() < deadline, "the first half was not read in time"
+                for number, consumer in enumerate(consumers):
+                    if number in holding:
+                        continue
+                    batch = consumer.poll(0.2)
+                    assert all(message.error() is None for message in batch)
+                    taken_by[number] += len(batch)
+                    hold_now = len(confirmed) >= total // (4 if number else 2)
+                    if batch and hold_now:
+                        holding.add(number)
+                        held.update((m.value(), m.delivery_count()) for m in batch)
+                        continue
+                    if not batch:
+                        continue
+                    for message in batch:
+                        consumer.acknowledge(message, AcknowledgeType.ACCEPT)
+                    accepted = {message.value() for message in batch}
+                    unconfirmed |= accepted
+                    results = consumer.commit_sync(10)
+                    if results and all(error is None for error in results.values()):
+                        confirmed |= accepted
+                        unconfirmed -= accepted
+        finally:
+            gw.kill()  # both consumers mid-session, each holding a batch
+            for consumer in consumers:
+                consumer.close()
+        assert min(taken_by) > 0, taken_by  # both took records of the one partition
+        assert held and all(count == 1 for count in held.values()), held
+
+        gw.start()
+        counts: dict[bytes, list[int]] = {}
+
+        def rest(_number: int, message: object) -> None:
+            counts.setdefault(message.value(), []).append(message.delivery_count())
+
+        again = [share_consumer(gw.bootstrap, group, topic) for _ in range(2)]
+        try:
+            poll_until(again, lambda: confirmed | set(counts) == everything, rest)
+        finally:
+            for consumer in again:
+                consumer.close()
+        assert not (set(counts) & confirmed), "a record accepted before the kill came back"
+        assert set(held) <= set(counts), "a held record was lost"
+        assert all(counts[value][0] == 2 for value in held), {v: counts[v] for v in held}
+        assert confirmed | unconfirmed | set(counts) == everything
+    finally:
+        gw.stop()
+
+
 def test_the_share_groups_subscription_sits_at_its_first_unsettled_record(
     gateway: GatewayProcess,
 ) -> None:
