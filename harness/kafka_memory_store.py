@@ -385,6 +385,7 @@ class MemoryShareStates(_Breakable):
 
     def __init__(self) -> None:
         self.states: dict[tuple[str, str], ShareState] = {}
+        self.listed: set[str] = set()  # groups that ever stored state, until deleted
 
     def load(self, group_id: str, partition_topic: str) -> ShareState | None:
         return self.states.get((group_id, partition_topic))
@@ -392,14 +393,20 @@ class MemoryShareStates(_Breakable):
     async def save(self, group_id: str, partition_topic: str, state: ShareState) -> None:
         self._check()
         self.states[(group_id, partition_topic)] = state
+        self.listed.add(group_id)
 
     def groups(self) -> list[str]:
-        return sorted({group_id for group_id, _topic in self.states})
+        return sorted(self.listed)
 
     async def delete_group(self, group_id: str) -> None:
         self._check()
         for key in [key for key in self.states if key[0] == group_id]:
             del self.states[key]
+        self.listed.discard(group_id)
+
+    async def delete(self, group_id: str, partition_topic: str) -> None:
+        self._check()
+        self.states.pop((group_id, partition_topic), None)
 
 
 class MemoryGroupConfigs(_Breakable):

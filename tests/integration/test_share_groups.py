@@ -21,7 +21,11 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 
+from harness import kafka_wire
 from harness.gateway_process import GatewayProcess, set_flags
+from harness.waiting import wait_until
+from pulsar_gateway.kafka_codec.errors import ErrorCode
+from pulsar_gateway.kafka_codec.protocol.messages import ApiKey
 
 LOCK_MS = 1000
 LIMIT = 3
@@ -212,6 +216,21 @@ def test_nothing_is_lost_across_a_gateway_kill(tmp_path) -> None:
         gw.stop()
 
 
+def share_offsets(gateway: GatewayProcess, group: str, topic: str) -> list[tuple[int, int]]:
+    """(start offset, lag) of each partition of `topic` the share group has read
+    (DescribeShareGroupOffsets v1)."""
+    body = {"groups": [{"group_id": group, "topics": None}]}
+    answer = kafka_wire.call(gateway.kafka_port, ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS, 1, body)
+    (described,) = answer["groups"]
+    assert described["error_code"] == 0, described
+    return [
+        (part["start_offset"], part["lag"])
+        for entry in described["topics"]
+        if entry["topic_name"] == topic
+        for part in entry["partitions"]
+    ]
+
+
 def test_two_consumers_splitting_a_partition_lose_nothing_across_a_kill(tmp_path) -> None:
     """Two share consumers split one partition, accepting what they get; each ends by holding
     one fetched batch unacknowledged (librdkafka's explicit mode wants a batch settled before
@@ -263,6 +282,7 @@ def test_two_consumers_splitting_a_partition_lose_nothing_across_a_kill(tmp_path
                     if results and all(error is None for error in results.values()):
                         confirmed |= accepted
                         unconfirmed -= accepted
+            before = share_offsets(gw, group, topic)  # (start, lag) with both holding
         finally:
             gw.kill()  # both consumers mid-session, each holding a batch
             for consumer in consumers:
@@ -271,6 +291,8 @@ def test_two_consumers_splitting_a_partition_lose_nothing_across_a_kill(tmp_path
         assert held and all(count == 1 for count in held.values()), held
 
         gw.start()
+        # the start and what is settled above it survived: the same start, the same lag
+        assert share_offsets(gw, group, topic) == before and before[0][0] > 0, before
         counts: dict[bytes, list[int]] = {}
 
         def rest(_number: int, message: object) -> None:
@@ -448,3 +470,64 @@ def test_read_committed_share_group_skips_aborted_and_open_transactions(
     finally:
         consumer.close()
     assert sorted(got) == [b"committed-0", b"later-0", b"plain-0"]
+
+
+def once_empty(gateway: GatewayProcess, api: ApiKey, body: dict) -> dict:
+    """The answer to an Alter/DeleteShareGroupOffsets request once the group is empty: a
+    closed consumer's leave reaches the gateway with its close, and until then the group
+    answers NON_EMPTY_GROUP."""
+    answers: list[dict] = []
+
+    def done() -> bool:
+        answers.append(kafka_wire.call(gateway.kafka_port, api, 0, body))
+        return answers[-1]["error_code"] != ErrorCode.NON_EMPTY_GROUP
+
+    wait_until(done, 10, 0.1, "the share group to be empty")
+    return answers[-1]
+
+
+def test_share_group_offsets_are_described_altered_and_deleted_on_the_wire(
+    gateway: GatewayProcess,
+) -> None:
+    """DescribeShareGroupOffsets, AlterShareGroupOffsets and DeleteShareGroupOffsets (no
+    Python client has them yet: raw requests) beside a ShareConsumer: the start and lag of
+    what it settled, a new start that the next consumer of the group begins at, and the
+    group's state dropped."""
+    topic = new_topic(gateway.bootstrap, [b"%02d" % i for i in range(20)])
+    group = f"g-{uuid.uuid4().hex[:6]}"
+    consumer = share_consumer(gateway.bootstrap, group, topic, explicit=True)
+    accepted: list[int] = []
+
+    def first_eight(_number: int, message: object) -> None:
+        kind = AcknowledgeType.ACCEPT if message.offset() < 8 else AcknowledgeType.RELEASE
+        consumer.acknowledge(message, kind)
+        if kind == AcknowledgeType.ACCEPT:
+            accepted.append(message.offset())
+
+    try:
+        poll_until([consumer], lambda: len(accepted) == 8, first_eight)
+        consumer.commit_sync(10)
+    finally:
+        consumer.close()
+
+    assert share_offsets(gateway, group, topic) == [(8, 12)]
+    alter = {
+        "group_id": group,
+        "topics": [
+            {"topic_name": topic, "partitions": [{"partition_index": 0, "start_offset": 15}]}
+        ],
+    }
+    answer = once_empty(gateway, ApiKey.ALTER_SHARE_GROUP_OFFSETS, alter)
+    assert answer["error_code"] == 0 and answer["responses"][0]["partitions"][0]["error_code"] == 0
+    assert share_offsets(gateway, group, topic) == [(15, 5)]
+    after = share_consumer(gateway.bootstrap, group, topic)
+    got: list[bytes] = []
+    try:
+        poll_until([after], lambda: len(got) >= 5, lambda _n, m: got.append(m.value()))
+    finally:
+        after.close()
+    assert sorted(got) == [b"%02d" % i for i in range(15, 20)]
+    delete = {"group_id": group, "topics": [{"topic_name": topic}]}
+    deleted = once_empty(gateway, ApiKey.DELETE_SHARE_GROUP_OFFSETS, delete)
+    assert deleted["error_code"] == 0 and deleted["responses"][0]["error_code"] == 0
+    assert share_offsets(gateway, group, topic) == []

@@ -376,6 +376,11 @@ class ShareStateStore(Protocol):
 
     async def delete_group(self, group_id: str) -> None: ...
 
+    async def delete(self, group_id: str, partition_topic: str) -> None:
+        """The group's state of one partition goes (DeleteShareGroupOffsets); the group
+        stays listed."""
+        ...
+
 
 class GroupConfigStore(Protocol):
     """Group configs (Kafka's GROUP config resource, IncrementalAlterConfigs): the keys a

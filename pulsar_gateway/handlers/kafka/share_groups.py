@@ -24,7 +24,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from pulsar_gateway.gateway.topic_names import partition_topic
-from pulsar_gateway.handlers.kafka.port import ShareStateStore
+from pulsar_gateway.handlers.kafka.port import ShareState, ShareStateStore
 from pulsar_gateway.handlers.kafka.share_partition import SharePartition
 from pulsar_gateway.kafka_codec.errors import ErrorCode
 
@@ -365,6 +365,35 @@ class ShareGroups:
         partition = self.partitions.get(key)
         if partition is not None and self.store is not None:
             await self.store.save(key[0], _partition_topic(key), partition.state())
+
+    # ---- share group offsets (DescribeShareGroupOffsets and its kin) -----------------------
+
+    def state_of_partition(self, key: tuple[str, str, int]) -> ShareState | None:
+        """The share partition's state: this gateway's copy, else the stored one; None
+        when the group never read the partition."""
+        found = self.partitions.get(key)
+        if found is not None:
+            return found.state()
+        return self.store.load(key[0], _partition_topic(key)) if self.store is not None else None
+
+    async def reset(self, key: tuple[str, str, int], start: int) -> None:
+        """AlterShareGroupOffsets: the share partition starts afresh at `start`, nothing in
+        flight and no delivery counted; stored before this returns. The copy in memory
+        goes, so the next use reads what was stored."""
+        if self.store is None:
+            return
+        async with self.lock(key):
+            await self.store.save(key[0], _partition_topic(key), ShareState(start, start))
+            self.partitions.pop(key, None)
+
+    async def forget(self, key: tuple[str, str, int]) -> None:
+        """DeleteShareGroupOffsets: the group's state of the partition goes; it starts
+        there again as `share.auto.offset.reset` says."""
+        if self.store is None:
+            return
+        async with self.lock(key):
+            await self.store.delete(key[0], _partition_topic(key))
+            self.partitions.pop(key, None)
 
 
 def _partition_topic(key: tuple[str, str, int]) -> str:

@@ -230,6 +230,16 @@ class SharePartition:
             self.start += 1
 
 
+def settled_within(state: ShareState) -> int:
+    """How many offsets between the state's start and end are done (acknowledged or
+    archived, gaps included): a share group's lag leaves them out."""
+    return sum(
+        min(run.last, state.end - 1) - max(run.first, state.start) + 1
+        for run in state.runs
+        if run.state in DONE and run.first < state.end and run.last >= state.start
+    )
+
+
 def _runs(taken: list[tuple[int, int]]) -> list[Acquired]:
     out: list[Acquired] = []
     for offset, count in taken:

@@ -82,3 +82,8 @@ class ShareStateStore:
         listed = GROUPS + quote(group_id, safe="")
         if self.metadata.get(listed) is not None:
             await self.metadata.delete(listed)
+
+    async def delete(self, group_id: str, partition_topic: str) -> None:
+        key = _folder(group_id) + quote(partition_topic, safe="")
+        if self.metadata.get(key) is not None:
+            await self.metadata.delete(key)
