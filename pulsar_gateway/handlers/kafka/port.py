@@ -381,6 +381,10 @@ class ShareStateStore(Protocol):
         stays listed."""
         ...
 
+    async def forget_partitions(self, partition_topics: list[str]) -> None:
+        """Every group's state of these partitions goes: their topic was deleted."""
+        ...
+
 
 class GroupConfigStore(Protocol):
     """Group configs (Kafka's GROUP config resource, IncrementalAlterConfigs): the keys a

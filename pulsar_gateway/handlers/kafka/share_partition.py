@@ -57,6 +57,9 @@ class SharePartition:
         self.lock_seconds = lock_seconds
         self.delivery_limit = delivery_limit
         self.max_in_flight = max_in_flight
+        # the Kafka topic id it was read for: a topic deleted and created again on the same
+        # Pulsar topics (a backend that deletes) is another topic (share_groups.py)
+        self.topic_id = ""
 
     # ---- the durable form ----------------------------------------------------------------
 

@@ -78,7 +78,7 @@ async def _described_partition(
     if not 0 <= index < record.partitions:
         entry.update(error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, leader_epoch=UNKNOWN)
         return entry
-    state = groups.state_of_partition((group_id, record.stored_name, index))
+    state = groups.state_of_partition((group_id, record.stored_name, index), record.topic_id)
     if state is None:
         return entry
     entry["start_offset"] = state.start
@@ -105,7 +105,8 @@ def _stored_topics(
         read = [
             index
             for index in range(record.partitions)
-            if groups.state_of_partition((group_id, record.stored_name, index)) is not None
+            if groups.state_of_partition((group_id, record.stored_name, index), record.topic_id)
+            is not None
         ]
         if read:
             out.append((record, read))
@@ -260,7 +261,7 @@ async def delete_offsets(
         try:
             for index in range(record.partitions):
                 key = (group_id, record.stored_name, index)
-                if groups.state_of_partition(key) is not None:
+                if groups.state_of_partition(key, record.topic_id) is not None:
                     await groups.forget(key)
         except StorageError as exc:
             result.update(error_code=ErrorCode.KAFKA_STORAGE_ERROR, error_message=str(exc))
