@@ -260,7 +260,7 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     69: (0, 0),
     71: (0, 0),
     72: (0, 0),
-    74: (0, 0),
+    74: (0, 1),
     75: (0, 0),
     76: (0, 1),
     77: (0, 1),
@@ -4892,11 +4892,25 @@ PushTelemetryResponseV0 = KafkaStruct(
 ListClientMetricsResourcesRequestV0 = KafkaStruct(
     flexible=True,
 )
+ListClientMetricsResourcesRequestV1 = KafkaStruct(
+    'resource_types' / CompactArray(Int8),
+    flexible=True,
+)
 ListClientMetricsResourcesResponseV0 = KafkaStruct(
     'throttle_time_ms' / Int32,
     'error_code' / Int16,
     'client_metrics_resources' / CompactArray(KafkaStruct(
         'name' / CompactString,
+        flexible=True,
+    )),
+    flexible=True,
+)
+ListClientMetricsResourcesResponseV1 = KafkaStruct(
+    'throttle_time_ms' / Int32,
+    'error_code' / Int16,
+    'client_metrics_resources' / CompactArray(KafkaStruct(
+        'name' / CompactString,
+        'resource_type' / Default(Int8, 16),
         flexible=True,
     )),
     flexible=True,
@@ -5792,6 +5806,7 @@ REQUESTS: dict[tuple[int, int], KafkaStruct] = {
     (71, 0): GetTelemetrySubscriptionsRequestV0,
     (72, 0): PushTelemetryRequestV0,
     (74, 0): ListClientMetricsResourcesRequestV0,
+    (74, 1): ListClientMetricsResourcesRequestV1,
     (75, 0): DescribeTopicPartitionsRequestV0,
     (76, 0): ShareGroupHeartbeatRequestV0,
     (76, 1): ShareGroupHeartbeatRequestV1,
@@ -6079,6 +6094,7 @@ RESPONSES: dict[tuple[int, int], KafkaStruct] = {
     (71, 0): GetTelemetrySubscriptionsResponseV0,
     (72, 0): PushTelemetryResponseV0,
     (74, 0): ListClientMetricsResourcesResponseV0,
+    (74, 1): ListClientMetricsResourcesResponseV1,
     (75, 0): DescribeTopicPartitionsResponseV0,
     (76, 0): ShareGroupHeartbeatResponseV0,
     (76, 1): ShareGroupHeartbeatResponseV1,

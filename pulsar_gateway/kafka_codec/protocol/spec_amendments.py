@@ -28,6 +28,10 @@ from version 0 (docs/share-groups.md, "Share group offsets"):
   offset; the answer has a top-level error and per topic and partition an error.
 - DeleteShareGroupOffsets (92): one group and topic names; the answer has a top-level
   error and per topic an error. A spec file of the same API in the spec set wins.
+
+And ListClientMetricsResources (74), which Kafka 4.1 renamed ListConfigResources: its v1
+(KIP-1142) adds `ResourceTypes` (int8 array) to the request and `ResourceType` (int8,
+default 16, client metrics) to each listed resource.
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ from typing import Any
 
 SHARE_APIS = {76, 77, 78, 79}
 SHARE_FETCH = 78
+LIST_CONFIG_RESOURCES = 74
 STABLE = 1
 
 
@@ -175,9 +180,24 @@ def added() -> list[tuple[dict[str, Any], dict[str, Any]]]:
     return out
 
 
+def _list_config_resources(request: dict[str, Any], response: dict[str, Any]) -> None:
+    """ListClientMetricsResources v0 became ListConfigResources in Kafka 4.1 (KIP-1142),
+    whose v1 asks for resource types and answers each resource's type (the field names
+    stay the 4.0 ones: the wire does not carry them)."""
+    for spec in (request, response):
+        spec["validVersions"] = "0-1"
+    request["fields"].append(_f("ResourceTypes", "[]int8", versions="1+"))
+    resources = next(f for f in response["fields"] if f["name"] == "ClientMetricsResources")
+    resources["fields"].append(_f("ResourceType", "int8", versions="1+", default="16"))
+
+
 def amend(request: dict[str, Any], response: dict[str, Any]) -> None:
-    """Edit one API's (request, response) specs in place to add KIP-932's stable version."""
+    """Edit one API's (request, response) specs in place to add KIP-932's stable version,
+    and ListConfigResources v1."""
     key = request["apiKey"]
+    if key == LIST_CONFIG_RESOURCES and request["validVersions"] == "0":
+        _list_config_resources(request, response)
+        return
     if key not in SHARE_APIS or request["validVersions"] != "0":
         return
     for spec in (request, response):

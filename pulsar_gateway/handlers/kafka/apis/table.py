@@ -149,7 +149,7 @@ API_TABLE: dict[ApiKey, Api] = {
     ApiKey.LIST_TRANSACTIONS: Api(producers.list_transactions, 0, 1),
     ApiKey.SASL_HANDSHAKE: Api(sasl_outside_connection, 0, 1),
     ApiKey.SASL_AUTHENTICATE: Api(sasl_outside_connection, 0, 2),
-    ApiKey.LIST_CLIENT_METRICS_RESOURCES: Api(cluster.list_client_metrics_resources, 0, 0),
+    ApiKey.LIST_CLIENT_METRICS_RESOURCES: Api(cluster.list_client_metrics_resources, 0, 1),
     ApiKey.DESCRIBE_TOPIC_PARTITIONS: Api(metadata.describe_topic_partitions, 0, 0),
     ApiKey.CONSUMER_GROUP_HEARTBEAT: Api(consumer_groups.heartbeat, 0, 1),
     ApiKey.CONSUMER_GROUP_DESCRIBE: Api(consumer_groups.describe, 0, 0),
