@@ -195,3 +195,19 @@ def test_rights_and_storage_failures_are_refused() -> None:
         assert share.broker.storage.shares.load("g", STORED).start == 1
 
     asyncio.run(scenario())
+
+
+def test_a_group_another_cluster_member_coordinates_is_not_answered_here() -> None:
+    async def scenario() -> None:
+        share, _topic_id = await half_read()
+        await share.groups.leave("g", "m1")
+        share.broker.context = dataclasses.replace(share.broker.context)
+        share.broker.context.serves_group = lambda _group_id: False  # type: ignore[method-assign]
+        assert (await describe(share, None))["error_code"] == ErrorCode.NOT_COORDINATOR
+        assert (await alter(share, "g", {("orders", 0): 0}))["error_code"] == (
+            ErrorCode.NOT_COORDINATOR
+        )
+        assert (await delete(share, "g", ["orders"]))["error_code"] == ErrorCode.NOT_COORDINATOR
+        assert share.broker.storage.shares.load("g", STORED).start == 1
+
+    asyncio.run(scenario())

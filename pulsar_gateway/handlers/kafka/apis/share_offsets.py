@@ -118,6 +118,7 @@ async def describe_offsets(
 ) -> dict[str, Any]:
     groups = context.share_groups
     with_lag = header.api_version >= 1
+    pace = context.turns.pace()  # thousands of partitions must not hold the loop
     described = []
     for wanted in request["groups"]:
         group_id = wanted["group_id"]
@@ -147,6 +148,7 @@ async def describe_offsets(
         for name, record, found, indexes in asked:
             partitions = []
             for index in indexes:
+                await pace.step()
                 if record is None:
                     partitions.append(_refused_partition(index, found))
                 else:
