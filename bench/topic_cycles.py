@@ -3,12 +3,13 @@ watch what grows (docs/pulsar-mapping.md, 'Deleting topics').
 
 Each cycle: CreateTopics (2 partitions), a long-lived producer writes 10 records, a group
 member (subscribe, confluent-kafka) reads them all from the new incarnation and commits,
-DeleteTopics while the member is still in the group, the member leaves. Checked every
+DeleteTopics while the member is still in the group, the member leaves; with `--share`, a
+share consumer (KIP-932) of a share group reads them too before the deletion. Checked every
 cycle: the new incarnation starts at offset 0 holding only its own records. Measured: time
 per cycle, the gateway's and pulsar-lite's RSS, and the metadata store as a gateway
 starting now would load it (keys, JSON bytes, keys naming the topic).
 
-    PYTHONPATH=. python -m bench.topic_cycles --cycles 300
+    PYTHONPATH=. python -m bench.topic_cycles --cycles 300 [--share]
 """
 
 from __future__ import annotations
@@ -20,8 +21,15 @@ import tempfile
 import time
 from pathlib import Path
 
-from confluent_kafka import Consumer, Producer
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka import Consumer, Producer, ShareConsumer
+from confluent_kafka.admin import (
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    NewTopic,
+    ResourceType,
+)
 
 from bench.proc import rss_kib
 from harness.gateway_process import GatewayProcess
@@ -52,7 +60,24 @@ def metadata_size(service_url: str, topic: str) -> tuple[int, int, int]:
     return asyncio.run(load())
 
 
-def cycle(admin: AdminClient, producer: Producer, bootstrap: str, topic: str, n: int) -> None:
+def share_read(bootstrap: str, topic: str, n: int) -> None:
+    """A share consumer of the topic's share group reads the incarnation's records."""
+    consumer = ShareConsumer({"bootstrap.servers": bootstrap, "group.id": f"{topic}-share"})
+    consumer.subscribe([topic])
+    values: list[bytes] = []
+    deadline = time.monotonic() + 30
+    try:
+        while len(values) < RECORDS and time.monotonic() < deadline:
+            values += [m.value() for m in consumer.poll(0.2) if m.error() is None]
+        consumer.commit_sync(10)
+    finally:
+        consumer.close()
+    assert sorted(values) == sorted(f"{n}-{i}".encode() for i in range(RECORDS)), values
+
+
+def cycle(
+    admin: AdminClient, producer: Producer, bootstrap: str, topic: str, n: int, share: bool
+) -> None:
     admin.create_topics([NewTopic(topic, 2, 1)])[topic].result(30)
     for number in range(RECORDS):
         producer.produce(topic, f"{n}-{number}".encode(), partition=number % 2)
@@ -76,6 +101,8 @@ def cycle(admin: AdminClient, producer: Producer, bootstrap: str, topic: str, n:
             values.append(message.value())
     assert sorted(values) == sorted(f"{n}-{i}".encode() for i in range(RECORDS)), values
     consumer.commit(asynchronous=False)
+    if share:
+        share_read(bootstrap, topic, n)
     admin.delete_topics([topic])[topic].result(30)
     consumer.close()
 
@@ -84,6 +111,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cycles", type=int, default=300)
     parser.add_argument("--every", type=int, default=50, help="measure every N cycles")
+    parser.add_argument("--share", action="store_true", help="a share group reads each cycle")
     args = parser.parse_args()
     gateway = GatewayProcess(Path(tempfile.mkdtemp(prefix="topic-cycles-")))
     gateway.start()
@@ -92,6 +120,14 @@ def main() -> None:
         topic = "cycled"
         admin = AdminClient({"bootstrap.servers": gateway.bootstrap})
         producer = Producer({"bootstrap.servers": gateway.bootstrap, "linger.ms": 0})
+        if args.share:  # the share group starts at each incarnation's first record
+            earliest = ConfigEntry(
+                "share.auto.offset.reset", "earliest", incremental_operation=AlterConfigOpType.SET
+            )
+            group = ConfigResource(
+                ResourceType.GROUP, f"{topic}-share", incremental_configs=[earliest]
+            )
+            admin.incremental_alter_configs([group])[group].result(30)
         print("cycles  seconds  gateway_rss_mib  broker_rss_mib  md_keys  md_bytes  md_topic_keys")
         started = time.monotonic()
         for n in range(args.cycles + 1):
@@ -105,7 +141,7 @@ def main() -> None:
                     flush=True,
                 )
             if n < args.cycles:
-                cycle(admin, producer, gateway.bootstrap, topic, n)
+                cycle(admin, producer, gateway.bootstrap, topic, n, args.share)
     finally:
         print("gateway exit", gateway.stop())
 

@@ -13,7 +13,7 @@ import bisect
 import copy
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from pulsar_gateway.gateway.messages import LogEntry, OutMessage, StoredMessage, records_in
@@ -170,6 +170,8 @@ class MemoryTopicStore(_Breakable):
     def __init__(self) -> None:
         self.records: dict[str, TopicRecord] = {}
         self.logs: dict[str, MemoryPartitionLog] = {}
+        # what else goes with a deleted topic's partitions (memory_storage wires the shares)
+        self.forget_partitions: Callable[[list[str]], Awaitable[None]] | None = None
         # seconds each topic creation and partition open waits, as a backend's answer does
         # (None: no wait); the ordering tests draw them at random
         self.delay: Callable[[], float] | None = None
@@ -204,8 +206,11 @@ class MemoryTopicStore(_Breakable):
         record = self.records.pop(name, None)
         if record is None:
             raise UnknownTopic(name)
-        for index in range(record.partitions):
-            self.logs.pop(partition_topic(name, index), None)
+        partitions = [partition_topic(name, index) for index in range(record.partitions)]
+        for partition in partitions:
+            self.logs.pop(partition, None)
+        if self.forget_partitions is not None:  # as the Pulsar store's composition wires it
+            await self.forget_partitions(partitions)
 
     async def add_partitions(self, name: str, total: int) -> TopicRecord:
         self._check()
@@ -385,6 +390,7 @@ class MemoryShareStates(_Breakable):
 
     def __init__(self) -> None:
         self.states: dict[tuple[str, str], ShareState] = {}
+        self.listed: set[str] = set()  # groups that ever stored state, until deleted
 
     def load(self, group_id: str, partition_topic: str) -> ShareState | None:
         return self.states.get((group_id, partition_topic))
@@ -392,13 +398,25 @@ class MemoryShareStates(_Breakable):
     async def save(self, group_id: str, partition_topic: str, state: ShareState) -> None:
         self._check()
         self.states[(group_id, partition_topic)] = state
+        self.listed.add(group_id)
 
     def groups(self) -> list[str]:
-        return sorted({group_id for group_id, _topic in self.states})
+        return sorted(self.listed)
 
     async def delete_group(self, group_id: str) -> None:
         self._check()
         for key in [key for key in self.states if key[0] == group_id]:
+            del self.states[key]
+        self.listed.discard(group_id)
+
+    async def delete(self, group_id: str, partition_topic: str) -> None:
+        self._check()
+        self.states.pop((group_id, partition_topic), None)
+
+    async def forget_partitions(self, partition_topics: list[str]) -> None:
+        self._check()
+        gone = set(partition_topics)
+        for key in [key for key in self.states if key[1] in gone]:
             del self.states[key]
 
 
@@ -418,12 +436,14 @@ class MemoryGroupConfigs(_Breakable):
 
 
 def memory_storage() -> KafkaStorage:
+    topics, shares = MemoryTopicStore(), MemoryShareStates()
+    topics.forget_partitions = shares.forget_partitions
     return KafkaStorage(
-        MemoryTopicStore(),
+        topics,
         MemoryGroupOffsets(),
         MemoryProducerIds(),
         transactions=MemoryTransactionStore(),
         quotas=MemoryClientQuotas(),
-        shares=MemoryShareStates(),
+        shares=shares,
         group_configs=MemoryGroupConfigs(),
     )

@@ -193,7 +193,16 @@ class Gateway:
         share_states = self.share_states = ShareStateStore(self.metadata)
         self.group_offsets.load()
         self.metadata.watch(self.group_offsets.apply_change)
-        self.topics.forget_partitions = self.group_offsets.forget_partitions
+        topic_store, group_offsets = self.topics, self.group_offsets
+
+        async def forget_partitions(partitions: list[str]) -> None:
+            """A deleted topic's partitions: the groups' offsets and the share groups' state
+            on them go (a topic created again under the name starts afresh for both)."""
+            stored = [topic_store.stored_partition(name) for name in partitions]
+            await group_offsets.forget_partitions(partitions)
+            await share_states.forget_partitions(stored)
+
+        self.topics.forget_partitions = forget_partitions
         # no client topic or queue may map among the gateway's own topics
         reserved = ReservedNamespaces(frozenset({settings.pulsar.metadata_namespace}))
         if settings.kafka.group_offset_mirror:

@@ -23,11 +23,19 @@ import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from urllib.parse import quote
 
 import pulsar
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka import Consumer, Producer, ShareConsumer, TopicPartition
+from confluent_kafka.admin import (
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    NewTopic,
+    ResourceType,
+)
 from kafka import KafkaConsumer, KafkaProducer
 from kafka import TopicPartition as KafkaPythonPartition
 from kafka.admin import KafkaAdminClient
@@ -246,6 +254,46 @@ def test_delete_and_recreate_in_a_loop_leaves_no_trace(gateway, topic_name) -> N
     assert table[f"kafka-topic-incarnation/{full}"] == {"incarnation": cycles - 1}
     (run,) = table[f"kafka-topic-reclaim/{full}"]["runs"]
     assert run[:3] == [0, cycles - 1, 2]
+
+
+def test_a_deleted_topic_leaves_no_share_group_state(gateway, topic_name) -> None:
+    """A share group reads each incarnation of a topic deleted and created again: each time
+    it gets exactly the new incarnation's records, and once the topic is deleted the
+    metadata store keeps no share state of any incarnation (only the group's own entry),
+    so delete/create cycles with share consumers do not grow the store."""
+    group = f"sg-{topic_name}"
+    admin = AdminClient({"bootstrap.servers": gateway.bootstrap})
+    earliest = ConfigEntry(
+        "share.auto.offset.reset", "earliest", incremental_operation=AlterConfigOpType.SET
+    )
+    resource = ConfigResource(ResourceType.GROUP, group, incremental_configs=[earliest])
+    admin.incremental_alter_configs([resource])[resource].result(30)
+    for cycle in range(3):
+        admin.create_topics([NewTopic(topic_name, 1, 1)])[topic_name].result(30)
+        producer = Producer({"bootstrap.servers": gateway.bootstrap})
+        for number in range(3):
+            producer.produce(topic_name, f"{cycle}-{number}".encode(), partition=0)
+        assert producer.flush(30) == 0
+        consumer = ShareConsumer({"bootstrap.servers": gateway.bootstrap, "group.id": group})
+        consumer.subscribe([topic_name])
+        got: list[bytes] = []
+        try:
+            deadline = time.monotonic() + 30
+            while len(got) < 3:
+                assert time.monotonic() < deadline, got
+                got += [m.value() for m in consumer.poll(0.5) if m.error() is None]
+            consumer.commit_sync(10)
+        finally:
+            consumer.close()
+        assert sorted(got) == [f"{cycle}-{number}".encode() for number in range(3)]
+        admin.delete_topics([topic_name])[topic_name].result(30)
+    service_url = discover(f"http://127.0.0.1:{gateway.metrics_port}").service_url
+    kept = [
+        key
+        for key in _metadata(service_url)
+        if key.startswith("kafka-share") and quote(group, safe="") in key
+    ]
+    assert kept == [f"kafka-share-groups/{quote(group, safe='')}"], kept
 
 
 class _AdminStandIn(BaseHTTPRequestHandler):

@@ -219,3 +219,26 @@ def test_version_inference_names_the_release_of_the_served_apis(gateway: Gateway
         assert consumer.config["api_version"] == (4, 0)
     finally:
         consumer.close()
+
+
+def test_list_config_resources_lists_topics_brokers_and_groups(
+    gateway: GatewayProcess, topic_name: str
+) -> None:
+    """kafka-python 3.0's `list_config_resources` (ListConfigResources v1, KIP-1142): the
+    topics, the broker and the groups, by type, and only the types asked for."""
+    creator = _admin(gateway)
+    creator.create_topics([NewTopic(topic_name, 1, 1)])[topic_name].result(30)
+    group = f"g-{topic_name}"
+    consumer = Consumer({"bootstrap.servers": gateway.bootstrap, "group.id": group})
+    consumer.commit(offsets=[TopicPartition(topic_name, 0, 0)], asynchronous=False)
+    consumer.close()
+    admin = KafkaAdminClient(bootstrap_servers=gateway.bootstrap)
+    try:
+        every = admin.list_config_resources()
+        assert topic_name in every["topic"]
+        assert group in every["group"]
+        assert len(every["broker"]) == 1  # the one gateway
+        only = admin.list_config_resources([ConfigResourceType.TOPIC])
+        assert set(only) == {"topic"} and topic_name in only["topic"]
+    finally:
+        admin.close()

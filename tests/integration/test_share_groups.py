@@ -21,7 +21,11 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 
+from harness import kafka_wire
 from harness.gateway_process import GatewayProcess, set_flags
+from harness.waiting import wait_until
+from pulsar_gateway.kafka_codec.errors import ErrorCode
+from pulsar_gateway.kafka_codec.protocol.messages import ApiKey
 
 LOCK_MS = 1000
 LIMIT = 3
@@ -212,6 +216,102 @@ def test_nothing_is_lost_across_a_gateway_kill(tmp_path) -> None:
         gw.stop()
 
 
+def share_offsets(gateway: GatewayProcess, group: str, topic: str) -> list[tuple[int, int]]:
+    """(start offset, lag) of each partition of `topic` the share group has read
+    (DescribeShareGroupOffsets v1)."""
+    body = {"groups": [{"group_id": group, "topics": None}]}
+    answer = kafka_wire.call(gateway.kafka_port, ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS, 1, body)
+    (described,) = answer["groups"]
+    assert described["error_code"] == 0, described
+    return [
+        (part["start_offset"], part["lag"])
+        for entry in described["topics"]
+        if entry["topic_name"] == topic
+        for part in entry["partitions"]
+    ]
+
+
+def test_two_consumers_splitting_a_partition_lose_nothing_across_a_kill(tmp_path) -> None:
+    """Two share consumers split one partition, accepting what they get; each ends by holding
+    one fetched batch unacknowledged (librdkafka's explicit mode wants a batch settled before
+    the next poll, so a holder stops polling), the second once half the partition is
+    accepted, and then the gateway (and its broker) is killed -9. After a restart on the
+    same data directory two new consumers of the group finish the partition: no record
+    whose acceptance the gateway confirmed comes again, every held record comes again with
+    its delivery count one higher than before the kill (the count was stored), and every
+    record is delivered. The lock (30 s) outlives the first half, so the held records were
+    delivered exactly once before the kill."""
+    settings = {**SETTINGS, "kafka.share_record_lock_duration_ms": 30000}
+    gw = GatewayProcess(tmp_path / "gw", extra=set_flags(settings)).start()
+    try:
+        total = 200
+        everything = {b"%03d" % i for i in range(total)}
+        topic = new_topic(gw.bootstrap, sorted(everything))
+        group = f"g-{uuid.uuid4().hex[:6]}"
+        consumers = [
+            share_consumer(gw.bootstrap, group, topic, explicit=True, **{"max.poll.records": 10})
+            for _ in range(2)
+        ]
+        confirmed: set[bytes] = set()  # accepted, and the gateway answered the commit
+        unconfirmed: set[bytes] = set()  # accepted when the kill came: either way is right
+        held: dict[bytes, int] = {}  # never acknowledged: value -> delivery count seen
+        holding: set[int] = set()  # consumers that hold a batch and poll no more
+        taken_by = [0, 0]
+        try:
+            deadline = time.monotonic() + 60
+            while len(holding) < 2:
+                assert time.monotonic() < deadline, "the first half was not read in time"
+                for number, consumer in enumerate(consumers):
+                    if number in holding:
+                        continue
+                    batch = consumer.poll(0.2)
+                    assert all(message.error() is None for message in batch)
+                    taken_by[number] += len(batch)
+                    hold_now = len(confirmed) >= total // (4 if number else 2)
+                    if batch and hold_now:
+                        holding.add(number)
+                        held.update((m.value(), m.delivery_count()) for m in batch)
+                        continue
+                    if not batch:
+                        continue
+                    for message in batch:
+                        consumer.acknowledge(message, AcknowledgeType.ACCEPT)
+                    accepted = {message.value() for message in batch}
+                    unconfirmed |= accepted
+                    results = consumer.commit_sync(10)
+                    if results and all(error is None for error in results.values()):
+                        confirmed |= accepted
+                        unconfirmed -= accepted
+            before = share_offsets(gw, group, topic)  # (start, lag) with both holding
+        finally:
+            gw.kill()  # both consumers mid-session, each holding a batch
+            for consumer in consumers:
+                consumer.close()
+        assert min(taken_by) > 0, taken_by  # both took records of the one partition
+        assert held and all(count == 1 for count in held.values()), held
+
+        gw.start()
+        # the start and what is settled above it survived: the same start, the same lag
+        assert share_offsets(gw, group, topic) == before and before[0][0] > 0, before
+        counts: dict[bytes, list[int]] = {}
+
+        def rest(_number: int, message: object) -> None:
+            counts.setdefault(message.value(), []).append(message.delivery_count())
+
+        again = [share_consumer(gw.bootstrap, group, topic) for _ in range(2)]
+        try:
+            poll_until(again, lambda: confirmed | set(counts) == everything, rest)
+        finally:
+            for consumer in again:
+                consumer.close()
+        assert not (set(counts) & confirmed), "a record accepted before the kill came back"
+        assert set(held) <= set(counts), "a held record was lost"
+        assert all(counts[value][0] == 2 for value in held), {v: counts[v] for v in held}
+        assert confirmed | unconfirmed | set(counts) == everything
+    finally:
+        gw.stop()
+
+
 def test_the_share_groups_subscription_sits_at_its_first_unsettled_record(
     gateway: GatewayProcess,
 ) -> None:
@@ -370,3 +470,64 @@ def test_read_committed_share_group_skips_aborted_and_open_transactions(
     finally:
         consumer.close()
     assert sorted(got) == [b"committed-0", b"later-0", b"plain-0"]
+
+
+def once_empty(gateway: GatewayProcess, api: ApiKey, body: dict) -> dict:
+    """The answer to an Alter/DeleteShareGroupOffsets request once the group is empty: a
+    closed consumer's leave reaches the gateway with its close, and until then the group
+    answers NON_EMPTY_GROUP."""
+    answers: list[dict] = []
+
+    def done() -> bool:
+        answers.append(kafka_wire.call(gateway.kafka_port, api, 0, body))
+        return answers[-1]["error_code"] != ErrorCode.NON_EMPTY_GROUP
+
+    wait_until(done, 10, 0.1, "the share group to be empty")
+    return answers[-1]
+
+
+def test_share_group_offsets_are_described_altered_and_deleted_on_the_wire(
+    gateway: GatewayProcess,
+) -> None:
+    """DescribeShareGroupOffsets, AlterShareGroupOffsets and DeleteShareGroupOffsets (no
+    Python client has them yet: raw requests) beside a ShareConsumer: the start and lag of
+    what it settled, a new start that the next consumer of the group begins at, and the
+    group's state dropped."""
+    topic = new_topic(gateway.bootstrap, [b"%02d" % i for i in range(20)])
+    group = f"g-{uuid.uuid4().hex[:6]}"
+    consumer = share_consumer(gateway.bootstrap, group, topic, explicit=True)
+    accepted: list[int] = []
+
+    def first_eight(_number: int, message: object) -> None:
+        kind = AcknowledgeType.ACCEPT if message.offset() < 8 else AcknowledgeType.RELEASE
+        consumer.acknowledge(message, kind)
+        if kind == AcknowledgeType.ACCEPT:
+            accepted.append(message.offset())
+
+    try:
+        poll_until([consumer], lambda: len(accepted) == 8, first_eight)
+        consumer.commit_sync(10)
+    finally:
+        consumer.close()
+
+    assert share_offsets(gateway, group, topic) == [(8, 12)]
+    alter = {
+        "group_id": group,
+        "topics": [
+            {"topic_name": topic, "partitions": [{"partition_index": 0, "start_offset": 15}]}
+        ],
+    }
+    answer = once_empty(gateway, ApiKey.ALTER_SHARE_GROUP_OFFSETS, alter)
+    assert answer["error_code"] == 0 and answer["responses"][0]["partitions"][0]["error_code"] == 0
+    assert share_offsets(gateway, group, topic) == [(15, 5)]
+    after = share_consumer(gateway.bootstrap, group, topic)
+    got: list[bytes] = []
+    try:
+        poll_until([after], lambda: len(got) >= 5, lambda _n, m: got.append(m.value()))
+    finally:
+        after.close()
+    assert sorted(got) == [b"%02d" % i for i in range(15, 20)]
+    delete = {"group_id": group, "topics": [{"topic_name": topic}]}
+    deleted = once_empty(gateway, ApiKey.DELETE_SHARE_GROUP_OFFSETS, delete)
+    assert deleted["error_code"] == 0 and deleted["responses"][0]["error_code"] == 0
+    assert share_offsets(gateway, group, topic) == []

@@ -621,3 +621,37 @@ def test_describe_producers_and_the_transactions_there_are_none_of() -> None:
         assert txn["transaction_states"][0]["error_code"] == ErrorCode.TRANSACTIONAL_ID_NOT_FOUND
 
     run(scenario)
+
+
+def test_list_config_resources_v1_lists_topics_brokers_and_groups_by_type() -> None:
+    """KIP-1142: v1 lists every config resource type the gateway knows when none is asked
+    for, only the asked types otherwise, each with its type; an unknown type is
+    INVALID_REQUEST; v0 still lists client metrics only (none)."""
+
+    async def scenario() -> None:
+        broker = Broker()
+        await broker.storage.topics.create(TOPIC, 1)
+        await broker.storage.topics.create(broker.context.pulsar_name("team/ns/other"), 1)
+        await broker.storage.offsets.commit("readers", {f"{TOPIC}-partition-0": (3, "")})
+
+        async def listed(types: list[int]) -> tuple[int, list[tuple[int, str]]]:
+            answer = await broker.call(
+                ApiKey.LIST_CLIENT_METRICS_RESOURCES, 1, {"resource_types": types}
+            )
+            pairs = [(r["resource_type"], r["name"]) for r in answer["client_metrics_resources"]]
+            return answer["error_code"], pairs
+
+        assert await listed([]) == (
+            ErrorCode.NONE,
+            [(2, "orders"), (2, "team/ns/other"), (4, "7"), (32, "readers")],
+        )
+        assert await listed([32, 2]) == (
+            ErrorCode.NONE,
+            [(32, "readers"), (2, "orders"), (2, "team/ns/other")],
+        )
+        assert await listed([16]) == (ErrorCode.NONE, [])
+        assert (await listed([1]))[0] == ErrorCode.INVALID_REQUEST
+        old = await broker.call(ApiKey.LIST_CLIENT_METRICS_RESOURCES, 0, {})
+        assert old["error_code"] == 0 and old["client_metrics_resources"] == []
+
+    run(scenario)

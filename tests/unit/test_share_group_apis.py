@@ -515,3 +515,26 @@ def test_read_committed_leaves_out_an_aborted_transactions_records() -> None:
     present, end = _present(entries, [(5, 9), (77, 11)])
     assert present == [13, 15] and end == 17
     assert _present(entries, None)[0] == [10, 11, 12, 13, 15]
+
+
+def test_a_deleted_topic_takes_its_share_state_along() -> None:
+    """DeleteTopics drops every share group's state of the topic's partitions, and a topic
+    created again on the same Pulsar topics (as on a backend that deletes for real) is read
+    from its own start, though a member still holds the old one's partition in memory."""
+
+    async def scenario() -> None:
+        share = Share()
+        topic_id = await share.topic([b"r%d" % i for i in range(5)])
+        await share.join("m1")
+        await share.fetch("m1", topic_id)
+        await share.fetch("m1", topic_id, acks=[(0, 2, ACCEPT)])
+        assert share.broker.storage.shares.load("g", f"{TOPIC}-partition-0").start == 3
+        deleted = await share.broker.call(ApiKey.DELETE_TOPICS, 5, {"topic_names": ["orders"]})
+        assert deleted["responses"][0]["error_code"] == ErrorCode.NONE
+        assert share.broker.storage.shares.load("g", f"{TOPIC}-partition-0") is None
+        again = await share.topic([b"new-0", b"new-1"])
+        assert again != topic_id
+        got = await share.fetch("m1", again)
+        assert acquired(got) == [(0, 1, 1)] and values(got) == [b"new-0", b"new-1"]
+
+    asyncio.run(scenario())

@@ -376,6 +376,15 @@ class ShareStateStore(Protocol):
 
     async def delete_group(self, group_id: str) -> None: ...
 
+    async def delete(self, group_id: str, partition_topic: str) -> None:
+        """The group's state of one partition goes (DeleteShareGroupOffsets); the group
+        stays listed."""
+        ...
+
+    async def forget_partitions(self, partition_topics: list[str]) -> None:
+        """Every group's state of these partitions goes: their topic was deleted."""
+        ...
+
 
 class GroupConfigStore(Protocol):
     """Group configs (Kafka's GROUP config resource, IncrementalAlterConfigs): the keys a

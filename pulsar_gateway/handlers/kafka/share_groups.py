@@ -24,7 +24,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from pulsar_gateway.gateway.topic_names import partition_topic
-from pulsar_gateway.handlers.kafka.port import ShareStateStore
+from pulsar_gateway.handlers.kafka.port import ShareState, ShareStateStore
 from pulsar_gateway.handlers.kafka.share_partition import SharePartition
 from pulsar_gateway.kafka_codec.errors import ErrorCode
 
@@ -336,10 +336,16 @@ class ShareGroups:
     def lock(self, key: tuple[str, str, int]) -> asyncio.Lock:
         return self.locks.setdefault(key, asyncio.Lock())
 
-    def partition(self, key: tuple[str, str, int], log_start: int, log_end: int) -> SharePartition:
+    def partition(
+        self, key: tuple[str, str, int], log_start: int, log_end: int, topic_id: str = ""
+    ) -> SharePartition:
         """The share partition of (group, Pulsar topic, index): in memory, else as stored,
-        else new at the log's start or end (`share.auto.offset.reset`)."""
+        else new at the log's start or end (`share.auto.offset.reset`). A copy in memory
+        read for another topic id is of a deleted topic whose successor has the same Pulsar
+        topics (a backend that deletes): it goes, and so did its stored state."""
         found = self.partitions.get(key)
+        if found is not None and found.topic_id != topic_id:
+            found = None
         lock_seconds = self.lock_ms(key[0]) / 1000
         if found is None:
             limits = (
@@ -356,6 +362,7 @@ class ShareGroups:
                 earliest = self._auto_offset_reset(key[0]) == "earliest"
                 first = log_start if earliest else log_end
                 found = SharePartition(first, first, *limits)
+            found.topic_id = topic_id
             self.partitions[key] = found
         found.lock_seconds = lock_seconds  # a group config changed lately applies at once
         found.skip_to(log_start)
@@ -365,6 +372,37 @@ class ShareGroups:
         partition = self.partitions.get(key)
         if partition is not None and self.store is not None:
             await self.store.save(key[0], _partition_topic(key), partition.state())
+
+    # ---- share group offsets (DescribeShareGroupOffsets and its kin) -----------------------
+
+    def state_of_partition(
+        self, key: tuple[str, str, int], topic_id: str = ""
+    ) -> ShareState | None:
+        """The share partition's state: this gateway's copy (read for the topic id), else
+        the stored one; None when the group never read the partition."""
+        found = self.partitions.get(key)
+        if found is not None and found.topic_id == topic_id:
+            return found.state()
+        return self.store.load(key[0], _partition_topic(key)) if self.store is not None else None
+
+    async def reset(self, key: tuple[str, str, int], start: int) -> None:
+        """AlterShareGroupOffsets: the share partition starts afresh at `start`, nothing in
+        flight and no delivery counted; stored before this returns. The copy in memory
+        goes, so the next use reads what was stored."""
+        if self.store is None:
+            return
+        async with self.lock(key):
+            await self.store.save(key[0], _partition_topic(key), ShareState(start, start))
+            self.partitions.pop(key, None)
+
+    async def forget(self, key: tuple[str, str, int]) -> None:
+        """DeleteShareGroupOffsets: the group's state of the partition goes; it starts
+        there again as `share.auto.offset.reset` says."""
+        if self.store is None:
+            return
+        async with self.lock(key):
+            await self.store.delete(key[0], _partition_topic(key))
+            self.partitions.pop(key, None)
 
 
 def _partition_topic(key: tuple[str, str, int]) -> str:

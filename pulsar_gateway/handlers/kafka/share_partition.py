@@ -57,6 +57,9 @@ class SharePartition:
         self.lock_seconds = lock_seconds
         self.delivery_limit = delivery_limit
         self.max_in_flight = max_in_flight
+        # the Kafka topic id it was read for: a topic deleted and created again on the same
+        # Pulsar topics (a backend that deletes) is another topic (share_groups.py)
+        self.topic_id = ""
 
     # ---- the durable form ----------------------------------------------------------------
 
@@ -228,6 +231,16 @@ class SharePartition:
         while self.start < self.end and self.records[self.start].state in DONE:
             del self.records[self.start]
             self.start += 1
+
+
+def settled_within(state: ShareState) -> int:
+    """How many offsets between the state's start and end are done (acknowledged or
+    archived, gaps included): a share group's lag leaves them out."""
+    return sum(
+        min(run.last, state.end - 1) - max(run.first, state.start) + 1
+        for run in state.runs
+        if run.state in DONE and run.first < state.end and run.last >= state.start
+    )
 
 
 def _runs(taken: list[tuple[int, int]]) -> list[Acquired]:

@@ -287,6 +287,8 @@ def select_specs(spec_dir: Path) -> list[tuple[dict[str, Any], dict[str, Any]]]:
         if request["validVersions"] != response["validVersions"]:
             raise SpecError(f"{request['name']}: request and response versions differ")
         pairs.append((request, response))
+    known = {request["apiKey"] for request, _ in pairs}
+    pairs += [pair for pair in spec_amendments.added() if pair[0]["apiKey"] not in known]
     return sorted(pairs, key=lambda pair: pair[0]["apiKey"])
 
 

@@ -118,6 +118,9 @@ class ApiKey(IntEnum):
     WRITE_SHARE_GROUP_STATE = 85
     DELETE_SHARE_GROUP_STATE = 86
     READ_SHARE_GROUP_STATE_SUMMARY = 87
+    DESCRIBE_SHARE_GROUP_OFFSETS = 90
+    ALTER_SHARE_GROUP_OFFSETS = 91
+    DELETE_SHARE_GROUP_OFFSETS = 92
 
 
 API_NAMES: dict[int, str] = {
@@ -193,6 +196,9 @@ API_NAMES: dict[int, str] = {
     85: 'WriteShareGroupState',
     86: 'DeleteShareGroupState',
     87: 'ReadShareGroupStateSummary',
+    90: 'DescribeShareGroupOffsets',
+    91: 'AlterShareGroupOffsets',
+    92: 'DeleteShareGroupOffsets',
 }
 SUPPORTED: dict[int, tuple[int, int]] = {
     0: (0, 11),
@@ -254,7 +260,7 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     69: (0, 0),
     71: (0, 0),
     72: (0, 0),
-    74: (0, 0),
+    74: (0, 1),
     75: (0, 0),
     76: (0, 1),
     77: (0, 1),
@@ -267,6 +273,9 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     85: (0, 0),
     86: (0, 0),
     87: (0, 0),
+    90: (0, 1),
+    91: (0, 0),
+    92: (0, 0),
 }
 # APIs whose highest version above is still unstable in Kafka: do not advertise it.
 LATEST_VERSION_UNSTABLE: frozenset[int] = frozenset({26, 68, 83, 84, 85, 86, 87})
@@ -342,6 +351,9 @@ REQUEST_FLEXIBLE_FROM: dict[int, int] = {
     85: 0,
     86: 0,
     87: 0,
+    90: 0,
+    91: 0,
+    92: 0,
 }
 # The first flexible version, for APIs that have one.
 RESPONSE_FLEXIBLE_FROM: dict[int, int] = {
@@ -415,6 +427,9 @@ RESPONSE_FLEXIBLE_FROM: dict[int, int] = {
     85: 0,
     86: 0,
     87: 0,
+    90: 0,
+    91: 0,
+    92: 0,
 }
 
 # Headers (the codec reads request headers with struct; these pin it in tests)
@@ -4877,11 +4892,25 @@ PushTelemetryResponseV0 = KafkaStruct(
 ListClientMetricsResourcesRequestV0 = KafkaStruct(
     flexible=True,
 )
+ListClientMetricsResourcesRequestV1 = KafkaStruct(
+    'resource_types' / CompactArray(Int8),
+    flexible=True,
+)
 ListClientMetricsResourcesResponseV0 = KafkaStruct(
     'throttle_time_ms' / Int32,
     'error_code' / Int16,
     'client_metrics_resources' / CompactArray(KafkaStruct(
         'name' / CompactString,
+        flexible=True,
+    )),
+    flexible=True,
+)
+ListClientMetricsResourcesResponseV1 = KafkaStruct(
+    'throttle_time_ms' / Int32,
+    'error_code' / Int16,
+    'client_metrics_resources' / CompactArray(KafkaStruct(
+        'name' / CompactString,
+        'resource_type' / Default(Int8, 16),
         flexible=True,
     )),
     flexible=True,
@@ -5385,6 +5414,123 @@ ReadShareGroupStateSummaryResponseV0 = KafkaStruct(
     flexible=True,
 )
 
+# DescribeShareGroupOffsets (api key 90)
+DescribeShareGroupOffsetsRequestV0 = KafkaStruct(
+    'groups' / CompactArray(KafkaStruct(
+        'group_id' / CompactString,
+        'topics' / CompactNullableArray(KafkaStruct(
+            'topic_name' / CompactString,
+            'partitions' / CompactArray(Int32),
+            flexible=True,
+        )),
+        flexible=True,
+    )),
+    flexible=True,
+)
+DescribeShareGroupOffsetsRequestV1 = DescribeShareGroupOffsetsRequestV0
+DescribeShareGroupOffsetsResponseV0 = KafkaStruct(
+    'throttle_time_ms' / Int32,
+    'groups' / CompactArray(KafkaStruct(
+        'group_id' / CompactString,
+        'topics' / CompactArray(KafkaStruct(
+            'topic_name' / CompactString,
+            'topic_id' / Uuid,
+            'partitions' / CompactArray(KafkaStruct(
+                'partition_index' / Int32,
+                'start_offset' / Int64,
+                'leader_epoch' / Int32,
+                'error_code' / Int16,
+                'error_message' / CompactNullableString,
+                flexible=True,
+            )),
+            flexible=True,
+        )),
+        'error_code' / Int16,
+        'error_message' / CompactNullableString,
+        flexible=True,
+    )),
+    flexible=True,
+)
+DescribeShareGroupOffsetsResponseV1 = KafkaStruct(
+    'throttle_time_ms' / Int32,
+    'groups' / CompactArray(KafkaStruct(
+        'group_id' / CompactString,
+        'topics' / CompactArray(KafkaStruct(
+            'topic_name' / CompactString,
+            'topic_id' / Uuid,
+            'partitions' / CompactArray(KafkaStruct(
+                'partition_index' / Int32,
+                'start_offset' / Int64,
+                'leader_epoch' / Int32,
+                'lag' / Default(Int64, -1),
+                'error_code' / Int16,
+                'error_message' / CompactNullableString,
+                flexible=True,
+            )),
+            flexible=True,
+        )),
+        'error_code' / Int16,
+        'error_message' / CompactNullableString,
+        flexible=True,
+    )),
+    flexible=True,
+)
+
+# AlterShareGroupOffsets (api key 91)
+AlterShareGroupOffsetsRequestV0 = KafkaStruct(
+    'group_id' / CompactString,
+    'topics' / CompactArray(KafkaStruct(
+        'topic_name' / CompactString,
+        'partitions' / CompactArray(KafkaStruct(
+            'partition_index' / Int32,
+            'start_offset' / Int64,
+            flexible=True,
+        )),
+        flexible=True,
+    )),
+    flexible=True,
+)
+AlterShareGroupOffsetsResponseV0 = KafkaStruct(
+    'throttle_time_ms' / Int32,
+    'error_code' / Int16,
+    'error_message' / CompactNullableString,
+    'responses' / CompactArray(KafkaStruct(
+        'topic_name' / CompactString,
+        'topic_id' / Uuid,
+        'partitions' / CompactArray(KafkaStruct(
+            'partition_index' / Int32,
+            'error_code' / Int16,
+            'error_message' / CompactNullableString,
+            flexible=True,
+        )),
+        flexible=True,
+    )),
+    flexible=True,
+)
+
+# DeleteShareGroupOffsets (api key 92)
+DeleteShareGroupOffsetsRequestV0 = KafkaStruct(
+    'group_id' / CompactString,
+    'topics' / CompactArray(KafkaStruct(
+        'topic_name' / CompactString,
+        flexible=True,
+    )),
+    flexible=True,
+)
+DeleteShareGroupOffsetsResponseV0 = KafkaStruct(
+    'throttle_time_ms' / Int32,
+    'error_code' / Int16,
+    'error_message' / CompactNullableString,
+    'responses' / CompactArray(KafkaStruct(
+        'topic_name' / CompactString,
+        'topic_id' / Uuid,
+        'error_code' / Int16,
+        'error_message' / CompactNullableString,
+        flexible=True,
+    )),
+    flexible=True,
+)
+
 REQUEST_HEADERS: dict[int, KafkaStruct] = {
     0: RequestHeaderV0,
     1: RequestHeaderV1,
@@ -5660,6 +5806,7 @@ REQUESTS: dict[tuple[int, int], KafkaStruct] = {
     (71, 0): GetTelemetrySubscriptionsRequestV0,
     (72, 0): PushTelemetryRequestV0,
     (74, 0): ListClientMetricsResourcesRequestV0,
+    (74, 1): ListClientMetricsResourcesRequestV1,
     (75, 0): DescribeTopicPartitionsRequestV0,
     (76, 0): ShareGroupHeartbeatRequestV0,
     (76, 1): ShareGroupHeartbeatRequestV1,
@@ -5676,6 +5823,10 @@ REQUESTS: dict[tuple[int, int], KafkaStruct] = {
     (85, 0): WriteShareGroupStateRequestV0,
     (86, 0): DeleteShareGroupStateRequestV0,
     (87, 0): ReadShareGroupStateSummaryRequestV0,
+    (90, 0): DescribeShareGroupOffsetsRequestV0,
+    (90, 1): DescribeShareGroupOffsetsRequestV1,
+    (91, 0): AlterShareGroupOffsetsRequestV0,
+    (92, 0): DeleteShareGroupOffsetsRequestV0,
 }
 RESPONSES: dict[tuple[int, int], KafkaStruct] = {
     (0, 0): ProduceResponseV0,
@@ -5943,6 +6094,7 @@ RESPONSES: dict[tuple[int, int], KafkaStruct] = {
     (71, 0): GetTelemetrySubscriptionsResponseV0,
     (72, 0): PushTelemetryResponseV0,
     (74, 0): ListClientMetricsResourcesResponseV0,
+    (74, 1): ListClientMetricsResourcesResponseV1,
     (75, 0): DescribeTopicPartitionsResponseV0,
     (76, 0): ShareGroupHeartbeatResponseV0,
     (76, 1): ShareGroupHeartbeatResponseV1,
@@ -5959,4 +6111,8 @@ RESPONSES: dict[tuple[int, int], KafkaStruct] = {
     (85, 0): WriteShareGroupStateResponseV0,
     (86, 0): DeleteShareGroupStateResponseV0,
     (87, 0): ReadShareGroupStateSummaryResponseV0,
+    (90, 0): DescribeShareGroupOffsetsResponseV0,
+    (90, 1): DescribeShareGroupOffsetsResponseV1,
+    (91, 0): AlterShareGroupOffsetsResponseV0,
+    (92, 0): DeleteShareGroupOffsetsResponseV0,
 }

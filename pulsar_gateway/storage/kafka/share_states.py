@@ -14,6 +14,7 @@ keeps what it still has to deliver.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from typing import Any
 from urllib.parse import quote, unquote
@@ -82,3 +83,21 @@ class ShareStateStore:
         listed = GROUPS + quote(group_id, safe="")
         if self.metadata.get(listed) is not None:
             await self.metadata.delete(listed)
+
+    async def delete(self, group_id: str, partition_topic: str) -> None:
+        key = _folder(group_id) + quote(partition_topic, safe="")
+        if self.metadata.get(key) is not None:
+            await self.metadata.delete(key)
+
+    async def forget_partitions(self, partition_topics: list[str]) -> None:
+        """A deleted topic's partitions, for every share group: else the state of a topic's
+        old incarnation would stay for ever (the store growing with every delete/create
+        cycle), and where a backend deletes for real, a topic created again on the same
+        Pulsar topics would find its predecessor's start offset."""
+        await asyncio.gather(
+            *(
+                self.delete(group_id, topic)
+                for group_id in self.groups()
+                for topic in partition_topics
+            )
+        )

@@ -6,9 +6,13 @@ store), so the honest answer is a quorum of one voter, this gateway, leading at 
 the `__cluster_metadata` partition with an empty log. Any other partition is
 UNKNOWN_TOPIC_OR_PARTITION, as a Kafka controller answers for a partition it does not run.
 
-ListClientMetricsResources (KIP-714): the gateway keeps no client-metrics subscriptions
-(it does not serve GetTelemetrySubscriptions, so clients push no telemetry), so the list
-is empty, which is what a Kafka broker with none configured answers."""
+ListClientMetricsResources (KIP-714), which Kafka 4.1 renamed ListConfigResources
+(KIP-1142): v0 lists client-metrics resources; the gateway keeps no client-metrics
+subscriptions (it does not serve GetTelemetrySubscriptions, so clients push no telemetry),
+so that list is empty, which is what a Kafka broker with none configured answers. v1 lists
+the resources of the types asked for (none: every type it knows), each with its type:
+topics (those the user may describe the configs of), brokers (the cluster's members),
+groups (as ListGroups lists them) and client metrics (none)."""
 
 from __future__ import annotations
 
@@ -16,10 +20,20 @@ import time
 import uuid
 from typing import Any
 
-from pulsar_gateway.handlers.kafka.authorization import authorized_operations, cluster_allowed
+from pulsar_gateway.handlers.kafka.apis.groups import list_groups
+from pulsar_gateway.handlers.kafka.authorization import (
+    authorized_operations,
+    cluster_allowed,
+    topic_allowed,
+)
 from pulsar_gateway.handlers.kafka.context import KafkaContext
 from pulsar_gateway.kafka_codec.errors import ErrorCode
-from pulsar_gateway.security.rights import CLUSTER, CLUSTER_NAME, DESCRIBE
+from pulsar_gateway.security.rights import CLUSTER, CLUSTER_NAME, DESCRIBE, DESCRIBE_CONFIGS
+
+# Kafka's config resource types (DescribeConfigs' ResourceType) that ListConfigResources v1
+# lists; an empty request asks for all of them
+TOPIC, BROKER, CLIENT_METRICS, GROUP = 2, 4, 16, 32
+LISTED_TYPES = (TOPIC, BROKER, GROUP, CLIENT_METRICS)
 
 
 async def describe_cluster(
@@ -114,7 +128,33 @@ async def describe_quorum(
 async def list_client_metrics_resources(
     context: KafkaContext, header: Any, request: dict[str, Any]
 ) -> dict[str, Any]:
+    answer: dict[str, Any] = {
+        "throttle_time_ms": 0,
+        "error_code": 0,
+        "client_metrics_resources": [],
+    }
     if not cluster_allowed(context, DESCRIBE):
-        code = ErrorCode.CLUSTER_AUTHORIZATION_FAILED
-        return {"throttle_time_ms": 0, "error_code": code, "client_metrics_resources": []}
-    return {"throttle_time_ms": 0, "error_code": 0, "client_metrics_resources": []}
+        return {**answer, "error_code": ErrorCode.CLUSTER_AUTHORIZATION_FAILED}
+    if header.api_version < 1:
+        return answer  # client metrics only: none
+    types = list(dict.fromkeys(request.get("resource_types") or LISTED_TYPES))
+    if any(kind not in LISTED_TYPES for kind in types):
+        return {**answer, "error_code": ErrorCode.INVALID_REQUEST}
+    listed: list[dict[str, Any]] = []
+    for kind in types:
+        for name in await _resources_of(context, header, kind):
+            listed.append({"name": name, "resource_type": kind})
+    return {**answer, "client_metrics_resources": listed}
+
+
+async def _resources_of(context: KafkaContext, header: Any, kind: int) -> list[str]:
+    """The names of the config resources of one type."""
+    if kind == TOPIC:
+        names = (context.kafka_name(record.name) for record in context.topics.list())
+        return sorted(n for n in names if topic_allowed(context, n, DESCRIBE_CONFIGS, audit=False))
+    if kind == BROKER:
+        return [str(node_id) for node_id, _host, _port in context.brokers()]
+    if kind == GROUP:
+        groups = await list_groups(context, header, {"states_filter": [], "types_filter": []})
+        return sorted({group["group_id"] for group in groups["groups"]})
+    return []  # client metrics: the gateway keeps none

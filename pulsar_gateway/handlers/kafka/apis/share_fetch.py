@@ -106,7 +106,7 @@ async def _acknowledge(
             assert record is not None
             key = (group_id, record.stored_name, part["partition_index"])
             async with groups.lock(key):
-                partition = groups.partition(key, log.log_start, log.next_offset)
+                partition = groups.partition(key, log.log_start, log.next_offset, record.topic_id)
                 partition.expire(groups.clock())
                 code: int = ErrorCode.NONE
                 for batch in batches:
@@ -179,6 +179,7 @@ async def _fetch_one(
     context: KafkaContext,
     groups: ShareGroups,
     key: Key,
+    topic_id: str,
     log: PartitionLog,
     member_id: str,
     max_bytes: int,
@@ -188,7 +189,7 @@ async def _fetch_one(
 ) -> tuple[Any, list[dict[str, int]]]:
     """Acquire what can be acquired of one partition: (records bytes, acquired ranges)."""
     async with groups.lock(key):
-        partition = groups.partition(key, log.log_start, log.next_offset)
+        partition = groups.partition(key, log.log_start, log.next_offset, topic_id)
         changed = partition.expire(groups.clock())
         offset = partition.next_wanted()
         entries: list[LogEntry] = []
@@ -289,6 +290,7 @@ async def share_fetch(
                     context,
                     groups,
                     key,
+                    record.topic_id,
                     log,
                     member_id,
                     max_bytes,

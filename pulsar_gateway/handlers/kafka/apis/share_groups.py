@@ -60,7 +60,7 @@ async def heartbeat(context: KafkaContext, header: Any, request: dict[str, Any])
         return refused(ErrorCode.NOT_COORDINATOR)
     if not request["member_id"]:
         return refused(ErrorCode.INVALID_REQUEST, "MemberId can't be empty.")
-    if _taken_by_other_protocol(context, group_id):
+    if taken_by_other_protocol(context, group_id):
         return refused(ErrorCode.GROUP_ID_NOT_FOUND, f"Group {group_id} is not a share group.")
     if request["member_epoch"] == LEAVE_EPOCH:
         result = await groups.leave(group_id, request["member_id"])
@@ -93,7 +93,7 @@ async def heartbeat(context: KafkaContext, header: Any, request: dict[str, Any])
     }
 
 
-def _taken_by_other_protocol(context: KafkaContext, group_id: str) -> bool:
+def taken_by_other_protocol(context: KafkaContext, group_id: str) -> bool:
     """A group id with classic or `consumer` members is not a share group."""
     classic = context.groups.describe(group_id) if context.groups is not None else None
     if classic is not None and classic.members:

@@ -38,6 +38,7 @@ from pulsar_gateway.handlers.kafka.apis import (
     scram_credentials,
     share_fetch,
     share_groups,
+    share_offsets,
     topic_admin,
     transactions,
 )
@@ -148,7 +149,7 @@ API_TABLE: dict[ApiKey, Api] = {
     ApiKey.LIST_TRANSACTIONS: Api(producers.list_transactions, 0, 1),
     ApiKey.SASL_HANDSHAKE: Api(sasl_outside_connection, 0, 1),
     ApiKey.SASL_AUTHENTICATE: Api(sasl_outside_connection, 0, 2),
-    ApiKey.LIST_CLIENT_METRICS_RESOURCES: Api(cluster.list_client_metrics_resources, 0, 0),
+    ApiKey.LIST_CLIENT_METRICS_RESOURCES: Api(cluster.list_client_metrics_resources, 0, 1),
     ApiKey.DESCRIBE_TOPIC_PARTITIONS: Api(metadata.describe_topic_partitions, 0, 0),
     ApiKey.CONSUMER_GROUP_HEARTBEAT: Api(consumer_groups.heartbeat, 0, 1),
     ApiKey.CONSUMER_GROUP_DESCRIBE: Api(consumer_groups.describe, 0, 0),
@@ -158,6 +159,10 @@ API_TABLE: dict[ApiKey, Api] = {
     ApiKey.SHARE_GROUP_DESCRIBE: Api(share_groups.describe, 1, 1),
     ApiKey.SHARE_FETCH: Api(share_fetch.share_fetch, 1, 1),
     ApiKey.SHARE_ACKNOWLEDGE: Api(share_fetch.share_acknowledge, 1, 1),
+    # the share group offsets admin APIs: Kafka 4.1's v0, and Describe's v1 (4.2, the lag)
+    ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS: Api(share_offsets.describe_offsets, 0, 1),
+    ApiKey.ALTER_SHARE_GROUP_OFFSETS: Api(share_offsets.alter_offsets, 0, 0),
+    ApiKey.DELETE_SHARE_GROUP_OFFSETS: Api(share_offsets.delete_offsets, 0, 0),
 }
 
 
