@@ -81,7 +81,6 @@ def run_kafka_python(bootstrap: str, topic: str, group: str) -> None:
     logging.getLogger("kafka.coordinator").setLevel(logging.DEBUG)
 
     consumer = KafkaConsumer(
-        topic,
         bootstrap_servers=bootstrap,
         group_id=group,
         client_id="kafka-python-member",
@@ -90,6 +89,13 @@ def run_kafka_python(bootstrap: str, topic: str, group: str) -> None:
         session_timeout_ms=SESSION_MS,
         heartbeat_interval_ms=HEARTBEAT_MS,
     )
+    # the topic's partitions are known before the member joins. kafka-python 3.0.12 has a
+    # leader that assigned before knowing them (the gateway answers a first join at once:
+    # group.initial.rebalance.delay.ms 0) rejoin when they arrive, and if that rejoin ends
+    # after its poll's timeout, the member never takes its assignment nor heartbeats again
+    # (its rejoin check has become false; docs/compatibility.md, "Clients' own faults")
+    consumer.partitions_for_topic(topic)
+    consumer.subscribe([topic])
     assigned: list[int] | None = None
     while not stopping:
         polled = consumer.poll(timeout_ms=200)
