@@ -74,13 +74,15 @@ def run_confluent(bootstrap: str, topic: str, group: str) -> None:
 def run_kafka_python(bootstrap: str, topic: str, group: str) -> None:
     import logging
 
-    from kafka import KafkaConsumer
     from kafka.errors import KafkaError
+
+    from harness.kafka_python_group import group_consumer
 
     logging.basicConfig(stream=sys.stderr, format="%(asctime)s %(name)s %(message)s")
     logging.getLogger("kafka.coordinator").setLevel(logging.DEBUG)
 
-    consumer = KafkaConsumer(
+    consumer = group_consumer(
+        topic,
         bootstrap_servers=bootstrap,
         group_id=group,
         client_id="kafka-python-member",
@@ -89,13 +91,6 @@ def run_kafka_python(bootstrap: str, topic: str, group: str) -> None:
         session_timeout_ms=SESSION_MS,
         heartbeat_interval_ms=HEARTBEAT_MS,
     )
-    # the topic's partitions are known before the member joins. kafka-python 3.0.12 has a
-    # leader that assigned before knowing them (the gateway answers a first join at once:
-    # group.initial.rebalance.delay.ms 0) rejoin when they arrive, and if that rejoin ends
-    # after its poll's timeout, the member never takes its assignment nor heartbeats again
-    # (its rejoin check has become false; docs/compatibility.md, "Clients' own faults")
-    consumer.partitions_for_topic(topic)
-    consumer.subscribe([topic])
     assigned: list[int] | None = None
     while not stopping:
         polled = consumer.poll(timeout_ms=200)

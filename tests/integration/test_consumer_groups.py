@@ -25,6 +25,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from harness.gateway_process import REPO, GatewayProcess
+from harness.kafka_python_group import group_consumer
 from harness.waiting import wait_until
 from pulsar_gateway.kafka_codec import protocol
 
@@ -221,11 +222,10 @@ def _confluent_first(bootstrap: str, topic: str, group: str) -> dict[int, int]:
 
 
 def _kafka_python_commit(bootstrap: str, topic: str, group: str) -> None:
-    from kafka import KafkaConsumer
     from kafka.structs import OffsetAndMetadata
     from kafka.structs import TopicPartition as KTP
 
-    consumer = KafkaConsumer(
+    consumer = group_consumer(
         topic,
         bootstrap_servers=bootstrap,
         group_id=group,
@@ -241,9 +241,8 @@ def _kafka_python_commit(bootstrap: str, topic: str, group: str) -> None:
 
 
 def _kafka_python_first(bootstrap: str, topic: str, group: str) -> dict[int, int]:
-    from kafka import KafkaConsumer
 
-    consumer = KafkaConsumer(
+    consumer = group_consumer(
         topic,
         bootstrap_servers=bootstrap,
         group_id=group,
@@ -443,13 +442,13 @@ def test_mirror_inside_a_batch_never_skips_records(gateway, topic_name) -> None:
 
 
 def test_admin_lists_groups_offsets_and_lag(gateway, topic_name) -> None:
-    from kafka import KafkaAdminClient, KafkaConsumer
+    from kafka import KafkaAdminClient
     from kafka.structs import TopicPartition as KTP
 
     _create_topic(gateway, topic_name, 3)
     _produce(gateway, topic_name, 0, 90, 3)
     group = f"admin-{topic_name}"
-    consumer = KafkaConsumer(
+    consumer = group_consumer(
         topic_name,
         bootstrap_servers=gateway.bootstrap,
         group_id=group,

@@ -43,6 +43,7 @@ from kafka.admin import NewTopic as KafkaPythonTopic
 
 from harness import kafka_wire
 from harness.gateway_process import GatewayProcess, cluster_member
+from harness.kafka_python_group import group_consumer
 from harness.shared_broker import SharedBroker
 from harness.waiting import wait_until
 from pulsar_gateway.gateway.backend.embedded import EmbeddedBroker
@@ -208,7 +209,7 @@ def _kafka_python_cycle(bootstrap: str, topic: str, group: str, cycle: int) -> N
             producer.send(topic, f"{cycle}-{number}".encode(), partition=number % 2)
         producer.flush(30)
         producer.close()
-        consumer = KafkaConsumer(
+        consumer = group_consumer(
             topic,
             bootstrap_servers=bootstrap,
             group_id=group,
