@@ -13,7 +13,7 @@ import bisect
 import copy
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from pulsar_gateway.gateway.messages import LogEntry, OutMessage, StoredMessage, records_in
@@ -173,6 +173,9 @@ class MemoryTopicStore(_Breakable):
         # seconds each topic creation and partition open waits, as a backend's answer does
         # (None: no wait); the ordering tests draw them at random
         self.delay: Callable[[], float] | None = None
+        # drops the groups' committed offsets on a deleted topic's partitions, as the
+        # Pulsar-backed TopicService's does (wired by `memory_storage`)
+        self.forget_partitions: Callable[[list[str]], Awaitable[None]] | None = None
 
     async def _wait(self) -> None:
         if self.delay is not None:
@@ -204,8 +207,11 @@ class MemoryTopicStore(_Breakable):
         record = self.records.pop(name, None)
         if record is None:
             raise UnknownTopic(name)
-        for index in range(record.partitions):
-            self.logs.pop(partition_topic(name, index), None)
+        partitions = [partition_topic(name, index) for index in range(record.partitions)]
+        for partition in partitions:
+            self.logs.pop(partition, None)
+        if self.forget_partitions is not None:
+            await self.forget_partitions(partitions)
 
     async def add_partitions(self, name: str, total: int) -> TopicRecord:
         self._check()
@@ -291,6 +297,11 @@ class MemoryGroupOffsets(_Breakable):
 
     async def delete_group(self, group_id: str) -> None:
         await self.delete(group_id, list(self.committed.get(group_id, {})))
+
+    async def forget_partitions(self, topics: list[str]) -> None:
+        """Every group's offsets on these partitions go: their topic is deleted."""
+        for group_id in list(self.committed):
+            await self.delete(group_id, topics)
 
 
 class MemoryProducerIds(_Breakable):
@@ -418,9 +429,12 @@ class MemoryGroupConfigs(_Breakable):
 
 
 def memory_storage() -> KafkaStorage:
+    topics = MemoryTopicStore()
+    offsets = MemoryGroupOffsets()
+    topics.forget_partitions = offsets.forget_partitions
     return KafkaStorage(
-        MemoryTopicStore(),
-        MemoryGroupOffsets(),
+        topics,
+        offsets,
         MemoryProducerIds(),
         transactions=MemoryTransactionStore(),
         quotas=MemoryClientQuotas(),
