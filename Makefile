@@ -8,7 +8,7 @@ ARGS   ?=
 # share a 2-core machine well; each test file runs whole in one of them (its fixtures shared)
 TEST_JOBS ?= 2
 
-.PHONY: run test unit stress lint bench bench-migration bench-cluster soak clean
+.PHONY: run test unit stress lint parity-smoke bench bench-migration bench-cluster soak clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -40,6 +40,17 @@ lint: $(VENV)/.installed-test
 	$(BIN)/ruff format --check pulsar_gateway harness tests bench
 	$(BIN)/lint-imports --no-logo
 	$(BIN)/mypy
+
+# `.[parity]` alone in a fresh venv of its own, then the README's migrate and parity commands
+# in it, a faithful copy passing and a damaged one failing (scripts/parity_smoke.py); an
+# extra must work installed alone, not only beside the test extra. About 5 minutes.
+PARITY_VENV ?= .venv-parity
+parity-smoke:
+	rm -rf $(PARITY_VENV)
+	$(PYTHON) -m venv $(PARITY_VENV)
+	$(PARITY_VENV)/bin/pip install -q --upgrade pip
+	$(PARITY_VENV)/bin/pip install -q -e '.[parity]'
+	$(PARITY_VENV)/bin/python scripts/parity_smoke.py
 
 # the tests where races would show (ordering, counts, offsets, transactions, real clients),
 # with a busy process per core beside them for the whole run: races hide on an idle machine
@@ -76,4 +87,4 @@ soak: $(VENV)/.installed-test
 	$(BIN)/python -m bench.soak $(ARGS)
 
 clean:
-	rm -rf $(VENV) data
+	rm -rf $(VENV) $(PARITY_VENV) data

@@ -170,11 +170,12 @@ class MemoryTopicStore(_Breakable):
     def __init__(self) -> None:
         self.records: dict[str, TopicRecord] = {}
         self.logs: dict[str, MemoryPartitionLog] = {}
-        # what else goes with a deleted topic's partitions (memory_storage wires the shares)
-        self.forget_partitions: Callable[[list[str]], Awaitable[None]] | None = None
         # seconds each topic creation and partition open waits, as a backend's answer does
         # (None: no wait); the ordering tests draw them at random
         self.delay: Callable[[], float] | None = None
+        # drops the groups' committed offsets and the share groups' state on a deleted
+        # topic's partitions, as the Pulsar-backed TopicService's does (`memory_storage`)
+        self.forget_partitions: Callable[[list[str]], Awaitable[None]] | None = None
 
     async def _wait(self) -> None:
         if self.delay is not None:
@@ -209,7 +210,7 @@ class MemoryTopicStore(_Breakable):
         partitions = [partition_topic(name, index) for index in range(record.partitions)]
         for partition in partitions:
             self.logs.pop(partition, None)
-        if self.forget_partitions is not None:  # as the Pulsar store's composition wires it
+        if self.forget_partitions is not None:
             await self.forget_partitions(partitions)
 
     async def add_partitions(self, name: str, total: int) -> TopicRecord:
@@ -296,6 +297,11 @@ class MemoryGroupOffsets(_Breakable):
 
     async def delete_group(self, group_id: str) -> None:
         await self.delete(group_id, list(self.committed.get(group_id, {})))
+
+    async def forget_partitions(self, topics: list[str]) -> None:
+        """Every group's offsets on these partitions go: their topic is deleted."""
+        for group_id in list(self.committed):
+            await self.delete(group_id, topics)
 
 
 class MemoryProducerIds(_Breakable):
@@ -436,11 +442,17 @@ class MemoryGroupConfigs(_Breakable):
 
 
 def memory_storage() -> KafkaStorage:
-    topics, shares = MemoryTopicStore(), MemoryShareStates()
-    topics.forget_partitions = shares.forget_partitions
+    topics, offsets, shares = MemoryTopicStore(), MemoryGroupOffsets(), MemoryShareStates()
+
+    async def forget_partitions(partitions: list[str]) -> None:
+        # the memory store's partition names are the stored ones (app.py maps them)
+        await offsets.forget_partitions(partitions)
+        await shares.forget_partitions(partitions)
+
+    topics.forget_partitions = forget_partitions
     return KafkaStorage(
         topics,
-        MemoryGroupOffsets(),
+        offsets,
         MemoryProducerIds(),
         transactions=MemoryTransactionStore(),
         quotas=MemoryClientQuotas(),

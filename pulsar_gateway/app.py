@@ -401,10 +401,13 @@ class Gateway:
     async def _stream_topic(self, topic: str) -> None:
         """An AMQP stream queue is partition 0 of the Kafka topic `topic` (its Pulsar name):
         one partition, made once (docs/compatibility.md, "Stream queues")."""
-        if self.topics.registry.get(topic) is not None:
+        topics = self.topics
+        if topics is None:  # wired only after the topics service started (`start`)
+            raise RuntimeError("stream queue declared before the gateway started")
+        if topics.registry.get(topic) is not None:
             return
         with contextlib.suppress(TopicExists):
-            await self.topics.create(topic, 1)
+            await topics.create(topic, 1)
 
     async def _bootstrap_user(self, users: UsersStore) -> None:
         """`gateway.bootstrap_user`: created with the password file's first line when the
@@ -569,9 +572,14 @@ async def run(settings: Settings) -> int:
     """Run until SIGINT/SIGTERM (exit 0) or a fatal backend failure (exit 1)."""
     gateway = Gateway(settings)
     loop = asyncio.get_running_loop()
-    stop = loop.create_future()
+    stop: asyncio.Future[int] = loop.create_future()
+
+    def stop_on(signum: int) -> None:
+        if not stop.done():
+            stop.set_result(signum)
+
     for signum in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(signum, lambda s=signum: stop.done() or stop.set_result(s))
+        loop.add_signal_handler(signum, stop_on, signum)
     try:
         await gateway.start()
     except Exception as exc:
@@ -580,7 +588,8 @@ async def run(settings: Settings) -> int:
         await gateway.stop()
         return 1
     fatal = asyncio.ensure_future(gateway.wait())
-    done, _ = await asyncio.wait([stop, fatal], return_when=asyncio.FIRST_COMPLETED)
+    either: list[asyncio.Future[Any]] = [stop, fatal]
+    done, _ = await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
     code = 0
     if fatal in done:
         log.error("fatal: %s; shutting down", fatal.result())

@@ -15,7 +15,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from pamqp import commands
+from pamqp import base, commands
 
 from pulsar_gateway.handlers.amqp.authentication import KNOWN_MECHANISMS
 from pulsar_gateway.handlers.amqp.broker_methods import BROKER_METHODS
@@ -76,14 +76,15 @@ def kafka_table() -> str:
     return "\n".join(rows)
 
 
-def _method_name(method: type) -> str:
+def _method_name(method: type[base.Frame]) -> str:
     return method.name  # pamqp's "Class.Method" spelling, e.g. "Basic.Publish"
 
 
 def amqp_methods_table() -> str:
     served = {*BROKER_METHODS, *_STATE_MACHINE_METHODS}
     rows = ["| method | served |", "| --- | --- |"]
-    for method in sorted([*served, *_NOT_SERVED], key=lambda m: m.index):
+    methods: list[type[base.Frame]] = [*served, *_NOT_SERVED]
+    for method in sorted(methods, key=lambda m: m.index):
         rows.append(f"| {_method_name(method)} | {'yes' if method in served else 'no'} |")
     return "\n".join(rows)
 

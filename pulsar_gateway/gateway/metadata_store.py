@@ -190,6 +190,7 @@ class MetadataStore:
         if replayed is None:
             newest = ""
             replayed = await self._replay("", end)
+            assert replayed is not None, "the whole log holds no snapshot to be incomplete"
         table, since = replayed
         for key, value in table.items():
             self._set(key, value)

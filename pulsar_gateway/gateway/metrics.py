@@ -290,13 +290,14 @@ class MetricsServer:
         self._server: asyncio.base_events.Server | None = None
 
     async def start(self) -> None:
-        handshake = {"ssl": self.tls, "ssl_handshake_timeout": self.head_seconds}
         self._server = await asyncio.start_server(
             self._serve,
             self.host,
             self.port,
             limit=MAX_HEAD_BYTES,
-            **(handshake if self.tls is not None else {}),
+            ssl=self.tls,
+            # asyncio refuses a handshake timeout without TLS
+            ssl_handshake_timeout=self.head_seconds if self.tls is not None else None,
         )
         self.port = self._server.sockets[0].getsockname()[1]
         scheme = "https" if self.tls is not None else "http"

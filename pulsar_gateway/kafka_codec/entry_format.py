@@ -22,7 +22,7 @@ producer's messages are).
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
-from typing import NamedTuple, Protocol
+from typing import NamedTuple, Protocol, TypedDict
 
 from pulsar_gateway.gateway.messages import (
     RECORDS,
@@ -303,7 +303,15 @@ def _first_whole(run: Sequence[LogEntry]) -> int:
     return len(run)
 
 
-def _producer_of(run: Sequence[LogEntry]) -> dict[str, int | bool]:
+class _ProducerFields(TypedDict, total=False):
+    """`encode_batch`'s producer arguments, as `_producer_of` finds them."""
+
+    producer_id: int
+    producer_epoch: int
+    is_transactional: bool
+
+
+def _producer_of(run: Sequence[LogEntry]) -> _ProducerFields:
     """The batch fields of a run's producer: a transactional producer's id and epoch (its
     records carry them, control_batch.py), none for any other."""
     producer = run[0].message.properties.get(TXN)

@@ -261,12 +261,13 @@ def batch_headers(data: bytes | bytearray | memoryview) -> list[DecodedBatch]:
         end = pos + _LOG_OVERHEAD + length
         if magic != MAGIC or length < HEADER_SIZE - _LOG_OVERHEAD or end > len(view):
             raise RecordBatchError(f"not a whole v2 batch at {pos} (magic {magic})")
-        fields = _AFTER_MAGIC.unpack_from(view, pos + _CRC_OFFSET)
-        if crc32c.crc32c(view[pos + _ATTRIBUTES_OFFSET : end]) != fields[0]:
-            raise RecordBatchError(f"CRC mismatch in batch at {pos}")
-        found.append(
-            DecodedBatch(base_offset, leader_epoch, magic, *fields, [], view[pos:end])  # type: ignore[arg-type]
+        (crc, attrs, last_delta, base_ts, max_ts, pid, pepoch, bseq, count) = (
+            _AFTER_MAGIC.unpack_from(view, pos + _CRC_OFFSET)
         )
+        if crc32c.crc32c(view[pos + _ATTRIBUTES_OFFSET : end]) != crc:
+            raise RecordBatchError(f"CRC mismatch in batch at {pos}")
+        header = (base_offset, leader_epoch, magic, crc, attrs, last_delta, base_ts, max_ts)
+        found.append(DecodedBatch(*header, pid, pepoch, bseq, count, [], view[pos:end]))
         pos = end
     return found
 

@@ -213,7 +213,7 @@ def decode_records(buf: bytes, count: int, base_ts: int) -> list[Record]:
     return records
 
 
-def varint_slow(buf: bytes, pos: int, max_bytes: int) -> tuple[int, int]:
+def varint_slow(buf: bytes | bytearray | memoryview, pos: int, max_bytes: int) -> tuple[int, int]:
     """Zigzag varint of any length up to ``max_bytes`` (5 for int32, 10 for int64 fields)."""
     u = 0
     shift = 0
@@ -312,12 +312,14 @@ def encode_records(
         if key is None:
             kb = null
             kn = 0
+            key = b""  # nothing of it is written (`kn`); it only tells the type checker so
         else:
             kn = len(key)
             kb = table[kn << 1] if kn < half else slow(kn)
         if value is None:
             vb = null
             vn = 0
+            value = b""
         else:
             vn = len(value)
             vb = table[vn << 1] if vn < half else slow(vn)

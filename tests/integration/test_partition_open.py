@@ -9,6 +9,7 @@ import pytest
 from harness.partition_backend import partition_backend
 from pulsar_gateway.gateway.messages import OutMessage
 from pulsar_gateway.storage.kafka import partition_log
+from pulsar_gateway.storage.kafka.offset_checkpoints import INDEX_PREFIX
 from pulsar_gateway.storage.kafka.partition_log import PartitionLog
 
 RECORDS = 2_500  # three checkpoints (0, 1000, 2000) and 500 records after the last
@@ -31,7 +32,7 @@ def test_a_reopened_partition_is_ready_once_caught_up_without_waiting_out_a_paus
             await asyncio.wait_for(first.open(), 60)  # numbers all 2,500 from the start
             assert first.next_offset == RECORDS
             await first.close()
-            assert len(metadata.children(f"{partition_log.INDEX_PREFIX}{topic}/")) == 3
+            assert len(metadata.children(f"{INDEX_PREFIX}{topic}/")) == 3
 
             monkeypatch.setattr(partition_log, "CATCH_UP_FIRST_PAUSE", 60.0)
             monkeypatch.setattr(partition_log, "CATCH_UP_MAX_PAUSE", 60.0)

@@ -1,5 +1,5 @@
 """An append's offsets when the tailer numbered its messages, and the tail cache dropped them,
-before the append asked (storage/kafka/partition_log.py, `_NumberedWhileAppending`).
+before the append asked (storage/kafka/append_offsets.py, `NumberedWhileAppending`).
 
 Under a 2x produce overload the loop runs late: by the time an append resumes with its send
 receipts, the tailer has numbered its messages and many more, and a small tail cache has let

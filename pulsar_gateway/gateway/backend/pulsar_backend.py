@@ -313,6 +313,7 @@ class PulsarBackend:
                     start = end
                     if opens_ledger and start < len(messages):
                         # the lone message must be stored before any batch may follow it
+                        assert last_future is not None, "set for the group's last message"
                         await asyncio.shield(last_future)
                         writer.ledger_opened = True
             finally:

@@ -13,15 +13,12 @@ always get the same offsets, across gateway and broker restarts.
 from __future__ import annotations
 
 import asyncio
-import bisect
 import contextlib
 import functools
-import heapq
-import itertools
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any, Protocol
+from typing import Protocol
 
 from pulsar_gateway.gateway.backend.pulsar_backend import BackendError, LogReader, PulsarBackend
 from pulsar_gateway.gateway.backend.reader_stream import EARLIEST
@@ -36,16 +33,19 @@ from pulsar_gateway.gateway.messages import (
 from pulsar_gateway.gateway.metadata_store import MetadataStore
 from pulsar_gateway.gateway.waiting import cancel_and_wait
 from pulsar_gateway.handlers.kafka.port import OffsetOutOfRange, ProducerSnapshot, ProducerStamp
+from pulsar_gateway.storage.kafka.append_offsets import IdWaiters, NumberedWhileAppending
+from pulsar_gateway.storage.kafka.history_reader import HistoryReader
+from pulsar_gateway.storage.kafka.offset_checkpoints import (
+    OffsetCheckpoints,
+)
 from pulsar_gateway.storage.kafka.producer_state import ProducerStateIndex, stamp
 from pulsar_gateway.storage.kafka.send_order import SendOrder
 from pulsar_gateway.storage.kafka.tail_store import TailStore
-from pulsar_gateway.storage.kafka.transaction_index import AbortedTransaction, TransactionIndex
-from pulsar_gateway.storage.kafka.whole_batches import BatchEdges, WholeBatches
+from pulsar_gateway.storage.kafka.transaction_index import TransactionIndex
+from pulsar_gateway.storage.kafka.whole_batches import WholeBatches
 
 log = logging.getLogger("gateway.partition")
 
-INDEX_PREFIX = "offset-index/"
-ABORTED_PREFIX = "kafka-aborted-txn/"  # + topic/marker offset: [producer id, first offset]
 # Opening: the pauses between asking the broker whether the tailer has caught up.
 CATCH_UP_FIRST_PAUSE = 0.01
 CATCH_UP_MAX_PAUSE = 0.5
@@ -63,82 +63,6 @@ IDLE_READ_SECONDS = 2.0
 # set any property), and for at most this long after the reader found nothing more.
 HELD_MAX_MESSAGES = 50_000
 HELD_MAX_SECONDS = 5.0
-# Ids numbered while appends wait, kept so each append finds its offsets even after the tail
-# cache dropped them (`_NumberedWhileAppending`); beyond this many (about 200 bytes each) the
-# oldest half goes, and an append that needs one of those scans the log as before.
-NUMBERED_KEPT_MAX = 200_000
-
-
-class _NumberedWhileAppending:
-    """(message id, offset) of every message the tailer numbers while an append waits.
-
-    An append learns its ids from the send receipts, and the tailer may number those
-    messages and the tail cache drop them before the append asks for their offsets: under
-    overload (a busy loop, a small cache) it then had to scan the log from a checkpoint with
-    a reader of its own for each append, and those readers held what pulsar-lite sent them
-    (gigabytes in a 2x overload). This index answers instead. Kept only while an append
-    waits, from where the tailer was when the oldest waiting append began (`floors`), and
-    bounded by `NUMBERED_KEPT_MAX`; ids arrive in order."""
-
-    def __init__(self) -> None:
-        self.ids: list[MessageKey] = []
-        self.offsets: list[int] = []
-        # per waiting append, the last id the tailer had numbered when it began (None:
-        # nothing yet): its own messages come after that
-        self.floors: list[MessageKey | None] = []
-
-    @property
-    def wanted(self) -> bool:
-        """Whether an append waits (what the idle sweep and the tailer's pace ask too)."""
-        return bool(self.floors)
-
-    def begin(self, last_numbered: MessageKey | None) -> None:
-        self.floors.append(last_numbered)
-
-    def end(self, floor: MessageKey | None) -> None:
-        self.floors.remove(floor)
-        if not self.floors:
-            self.clear()
-
-    def trim(self) -> None:
-        """Forget ids numbered before every waiting append began."""
-        floors = [floor for floor in self.floors if floor is not None]
-        if len(floors) < len(self.floors) or not self.ids:
-            return
-        cut = bisect.bisect_right(self.ids, min(floors))
-        if cut:
-            del self.ids[:cut], self.offsets[:cut]
-
-    def add(self, mid: MessageKey, offset: int) -> None:
-        if len(self.ids) >= NUMBERED_KEPT_MAX:
-            half = NUMBERED_KEPT_MAX // 2
-            del self.ids[:half], self.offsets[:half]
-        self.ids.append(mid)
-        self.offsets.append(offset)
-
-    def offset_of(self, mid: MessageKey) -> int | None:
-        """Offset of the first message at or after `mid`, when this index spans it."""
-        ids = self.ids
-        if not ids or mid < ids[0] or mid > ids[-1]:
-            return None
-        return self.offsets[bisect.bisect_left(ids, mid)]
-
-    def clear(self) -> None:
-        self.ids.clear()
-        self.offsets.clear()
-
-
-class _Cursor:
-    """A reader below the tail, positioned by counting from a checkpoint."""
-
-    def __init__(self, stream: LogReader, next_offset: int, resends: ResendFilter) -> None:
-        self.stream = stream
-        self.next_offset = next_offset
-        self.resends = resends
-        self.last_used = time.monotonic()
-        # read from the stream but not yet counted: the rest of a batch that a read left at
-        # its byte limit; the first one holds `next_offset`
-        self.pending: list[StoredMessage] = []
 
 
 class TailBudget(Protocol):
@@ -173,25 +97,21 @@ class PartitionLog:
         self.log_start = 0
         self.next_offset = 0
         self.last_used = time.monotonic()
-        self._checkpoint_offsets: list[int] = []
-        self._checkpoint_ids: list[MessageKey] = []
-        self._checkpoint_states: list[dict[str, int]] = []
+        self._checkpoints = OffsetCheckpoints(metadata, topic)
         self._resends = ResendFilter()
         self._producers = ProducerStateIndex()
         self._transactions = TransactionIndex()
         self._resent_ids: dict[MessageKey, int] = {}  # recent resends -> first copy's offset
         self._tail = TailStore()  # the newest messages, packed (tail_store.py)
         # also counts the appends under way: the idle sweep must not close under them
-        self._numbered = _NumberedWhileAppending()
+        self._numbered = NumberedWhileAppending()
         self._send_order = SendOrder()  # appends keep their batches in the order sent
         self._last_id: MessageKey | None = None
-        # (message id, tie-breaker, future): resolved by the first message indexed at or after it
-        self._id_waiters: list[tuple[MessageKey, int, asyncio.Future[int]]] = []
-        self._waiter_seq = itertools.count()
+        self._id_waiters = IdWaiters()  # appends waiting for the tailer to number an id
         self._data_waiters: list[asyncio.Future[None]] = []
         self._stream: LogReader | None = None
         self._task: asyncio.Task[None] | None = None
-        self._cursors: dict[int, _Cursor] = {}
+        self._history = HistoryReader(backend, topic, self._checkpoints)
         self._ready = asyncio.Event()
         # messages passed on by the reader and not numbered yet: a Kafka batch whose last
         # message has not come (`_index_whole`), since when
@@ -200,30 +120,19 @@ class PartitionLog:
     # ---- lifecycle -------------------------------------------------------------------------
 
     def _load_checkpoints(self) -> None:
-        prefix = f"{INDEX_PREFIX}{self.topic}/"
-        entries = sorted(
-            (int(key[len(prefix) :]), value) for key, value in self.metadata.children(prefix)
-        )
-        self._checkpoint_offsets = [offset for offset, _ in entries]
-        self._checkpoint_ids = [tuple(value["id"]) for _, value in entries]  # type: ignore[misc]
-        self._checkpoint_states = [value["resends"] for _, value in entries]
-        # only the last is needed: a reopened log restores it and replays what follows
-        self._producers = ProducerStateIndex(entries[-1][1].get("producers") if entries else None)
-        self._transactions = TransactionIndex(entries[-1][1].get("txns") if entries else None)
-        aborted = f"{ABORTED_PREFIX}{self.topic}/"
-        for key, (producer_id, first) in self.metadata.children(aborted):
-            last = int(key[len(aborted) :])
-            self._transactions.add_aborted(AbortedTransaction(producer_id, first, last))
+        stored = self._checkpoints.load()
+        self._producers = ProducerStateIndex(stored.producers)
+        self._transactions = TransactionIndex(stored.transactions)
+        for aborted in stored.aborted:
+            self._transactions.add_aborted(aborted)
 
     async def open(self) -> None:
         self._load_checkpoints()
-        if self._checkpoint_offsets:
-            self.next_offset = self._checkpoint_offsets[-1]
-            start = self._checkpoint_ids[-1]
-            self._resends = ResendFilter(self._checkpoint_states[-1])
-        else:
-            self.next_offset = 0
-            start = EARLIEST
+        last = self._checkpoints.last()
+        start: MessageKey = EARLIEST
+        self.next_offset = 0
+        if last is not None:
+            start, self.next_offset, self._resends = last
         self._stream = await self.backend.open_log_reader(
             self.topic, start, receiver_queue_size=2000
         )
@@ -263,10 +172,8 @@ class PartitionLog:
         await cancel_and_wait(self._task)
         if self._stream:
             await self._stream.close()
-        for cursor in self._cursors.values():
-            await cursor.stream.close()
-        self._cursors.clear()
-        self._fail_waiters(BackendError("partition closed"))
+        await self._history.close()
+        self._id_waiters.fail(BackendError("partition closed"))
         self._wake_data_waiters()
         self._tail.clear()
         if self.tail_budget is not None and self._tail_charged:
@@ -319,7 +226,7 @@ class PartitionLog:
                         "tailer of %s stopped short of a stored message; reopening", self.topic
                     )
                     reopen = True
-                elif (self._id_waiters or self._data_waiters) and await self._stalled(stream):
+                elif (self._id_waiters.heap or self._data_waiters) and await self._stalled(stream):
                     # connected, data waiting, nothing dispatched: pulsar-lite stops
                     # dispatching to readers now and then (docs/backend.md, "Readers skip
                     # or stall")
@@ -343,9 +250,9 @@ class PartitionLog:
     def _owed_a_stored_message(self) -> bool:
         """Whether an append waits for a message past what the reader passed on: its send
         receipt says the broker stored it, so the reader is owed it."""
-        waiters = self._id_waiters
+        first = self._id_waiters.first
         last = self._whole.last_id or self._last_id
-        return bool(waiters) and (last is None or waiters[0][0] > last)
+        return first is not None and (last is None or first > last)
 
     async def _stalled(self, stream: LogReader) -> bool:
         """Whether the broker holds messages the reader is not being sent. A broker that does
@@ -357,12 +264,6 @@ class PartitionLog:
         except (TimeoutError, ConnectionError) as exc:
             log.debug("tailer of %s: no answer on what is stored: %r", self.topic, exc)
             return False
-
-    def _fail_waiters(self, error: Exception) -> None:
-        for _, _, future in self._id_waiters:
-            if not future.done():
-                future.set_exception(error)
-        self._id_waiters.clear()
 
     def _index_whole(self, batch: list[StoredMessage], release: bool = False) -> None:
         """Number what the reader passed on, but never part of a Kafka record batch: the
@@ -385,18 +286,18 @@ class PartitionLog:
     def _index(self, batch: list[StoredMessage]) -> None:
         offset = self.next_offset
         waiters = self._id_waiters
+        waiting = waiters.heap
         interval = self.index_interval
         resends = self._resends
         producers = self._producers
         transactions = self._transactions
-        checkpoints = self._checkpoint_offsets
         tail = self._tail
         numbered = self._numbered
         appending = numbered.wanted
         if appending:
             numbered.trim()
         # one checkpoint per `interval` offsets, at the first message starting past it
-        next_due = (checkpoints[-1] // interval + 1) * interval if checkpoints else 0
+        next_due = self._checkpoints.next_due(interval)
         for message in batch:
             due = offset >= next_due
             before = resends.snapshot() if due else None
@@ -406,59 +307,29 @@ class PartitionLog:
                 self._resent_ids[message.id] = original
                 if len(self._resent_ids) > 10000:
                     self._resent_ids.pop(next(iter(self._resent_ids)))
-                while waiters and waiters[0][0] <= message.id:
-                    future = heapq.heappop(waiters)[2]
-                    if not future.done():
-                        future.set_result(original)
+                if waiting and waiting[0][0] <= message.id:
+                    waiters.numbered(message.id, original)
                 continue
             if before is not None:
-                self._checkpoint(offset, message.id, before, producers.snapshot())
+                self._checkpoints.add(
+                    offset, message.id, before, producers.snapshot(), transactions.snapshot()
+                )
                 next_due = (offset // interval + 1) * interval
             producers.observe(message, offset)
             aborted = transactions.observe(message, offset)
             if aborted is not None:
-                self._save_aborted(aborted)
+                self._checkpoints.save_aborted(aborted)
             tail.append(message, offset)
             if appending:
                 numbered.add(message.id, offset)
-            while waiters and waiters[0][0] <= message.id:
-                future = heapq.heappop(waiters)[2]
-                if not future.done():
-                    future.set_result(offset)
+            if waiting and waiting[0][0] <= message.id:
+                waiters.numbered(message.id, offset)
             offset += records_in(message)
         if batch:
             self._last_id = batch[-1].id
         self.next_offset = offset
         self._trim_tail()
         self._wake_data_waiters()
-
-    def _checkpoint(
-        self, offset: int, mid: MessageKey, resends: dict[str, int], producers: dict[str, Any]
-    ) -> None:
-        """Where offset `offset` is, and the resend filter's and the idempotent producers'
-        state just before it."""
-        self._checkpoint_offsets.append(offset)
-        self._checkpoint_ids.append(mid)
-        self._checkpoint_states.append(resends)
-        value: dict[str, Any] = {"id": list(mid), "resends": resends}
-        if producers:
-            value["producers"] = producers
-        open_transactions = self._transactions.snapshot()
-        if open_transactions:
-            value["txns"] = open_transactions
-        task = asyncio.ensure_future(
-            self.metadata.put(f"{INDEX_PREFIX}{self.topic}/{offset:020d}", value)
-        )
-        task.add_done_callback(_log_failure)
-
-    def _save_aborted(self, aborted: AbortedTransaction) -> None:
-        """Keep an aborted transaction for read_committed fetches after a restart (a save
-        lost to a crash is made again when the reopened log replays the marker)."""
-        key = f"{ABORTED_PREFIX}{self.topic}/{aborted.last_offset:020d}"
-        task = asyncio.ensure_future(
-            self.metadata.put(key, [aborted.producer_id, aborted.first_offset])
-        )
-        task.add_done_callback(_log_failure)
 
     @property
     def last_stable_offset(self) -> int:
@@ -548,7 +419,7 @@ class PartitionLog:
             return True
         # a long poll cancels its future when it is answered: only a pending one is a waiter
         self._data_waiters = [f for f in self._data_waiters if not f.done()]
-        return bool(self._data_waiters) or any(not f.done() for _, _, f in self._id_waiters)
+        return bool(self._data_waiters) or self._id_waiters.pending
 
     def _queue(
         self,
@@ -643,33 +514,14 @@ class PartitionLog:
             found = self._find_in_tail(mid)
             if found is None:
                 found = self._numbered.offset_of(mid)
-            return found if found is not None else await self._offset_by_scan(mid)
-        future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
-        heapq.heappush(self._id_waiters, (mid, next(self._waiter_seq), future))
+            return found if found is not None else await self._history.offset_by_scan(mid)
+        future = self._id_waiters.wait(mid)
         if self._stream is not None:
             self._stream.hurry()  # the receipt came in: the reader holds it, or soon will
         return await asyncio.shield(future)
 
     def _find_in_tail(self, mid: MessageKey) -> int | None:
         return self._tail.offset_of(mid)
-
-    async def _offset_by_scan(self, mid: MessageKey) -> int:
-        """Slow path: the id fell out of the tail before its producer asked for it."""
-        position = bisect.bisect_right(self._checkpoint_ids, mid) - 1
-        cursor = await self._cursor_at(position)
-        try:
-            while True:
-                batch = await cursor.stream.read_batch(1000, timeout=5, expect_more=True)
-                if not batch:
-                    raise BackendError(f"offset of {mid} not found in {self.topic}")
-                for message in batch:
-                    original = cursor.resends.original_offset(message, cursor.next_offset)
-                    if message.id >= mid:
-                        return cursor.next_offset if original is None else original
-                    if original is None:
-                        cursor.next_offset += records_in(message)
-        finally:
-            await cursor.stream.close()
 
     # ---- reading ---------------------------------------------------------------------------
 
@@ -703,70 +555,11 @@ class PartitionLog:
         return self._tail.read(offset, max_bytes)
 
     async def _read_history(self, offset: int, max_bytes: int) -> list[LogEntry]:
-        cursor = self._cursors.pop(offset, None)
-        if cursor is None:
-            cursor = await self._open_cursor(offset)
-        out: list[LogEntry] = []
-        size = 0
-        edges = BatchEdges()
         limit = self.tail_start
-        try:
-            while cursor.next_offset < limit:
-                batch, cursor.pending = cursor.pending, []
-                if not batch:
-                    # the messages are stored, so a second without one is a reader that
-                    # stopped short (docs/backend.md, 'Readers skip or stall'): reopened
-                    # after 1 s, not 5, as a consumer of large records meets it every ~10 MB
-                    batch = await cursor.stream.read_batch(1000, timeout=1, expect_more=True)
-                if not batch:
-                    raise BackendError(
-                        f"history read of {self.topic} stalled at {cursor.next_offset}"
-                    )
-                for position, message in enumerate(batch):
-                    if cursor.next_offset >= limit:
-                        break
-                    if out and size + message.size > max_bytes and edges.may_stop(size, max_bytes):
-                        # full: the rest waits in the cursor, uncounted, for the next read
-                        cursor.pending = batch[position:]
-                        break
-                    if cursor.resends.original_offset(message, cursor.next_offset) is not None:
-                        continue
-                    count = records_in(message)
-                    if cursor.next_offset + count > offset:
-                        out.append(LogEntry(cursor.next_offset, message))
-                        size += message.size
-                        edges.saw(message)
-                    cursor.next_offset += count
-                if cursor.pending or (
-                    out and size >= max_bytes and edges.may_stop(size, max_bytes)
-                ):
-                    break
-        except BaseException:
-            await cursor.stream.close()
-            raise
-        if cursor.next_offset < limit and len(self._cursors) < 16:
-            cursor.last_used = time.monotonic()
-            self._cursors[cursor.next_offset] = cursor
-        else:
-            await cursor.stream.close()
-        if out and not edges.at_edge and cursor.next_offset == limit >= self.tail_start:
+        out, rest_in_tail = await self._history.read(offset, max_bytes, limit)
+        if rest_in_tail and limit >= self.tail_start:
             out += self._tail.read(limit, 1)  # the batch's rest, which the tail begins with
         return out
-
-    async def _open_cursor(self, offset: int) -> _Cursor:
-        return await self._cursor_at(bisect.bisect_right(self._checkpoint_offsets, offset) - 1)
-
-    async def _cursor_at(self, position: int) -> _Cursor:
-        """A reader at checkpoint `position` (-1: the start), counting as the tailer did."""
-        if position >= 0:
-            stream = await self.backend.open_log_reader(self.topic, self._checkpoint_ids[position])
-            return _Cursor(
-                stream,
-                self._checkpoint_offsets[position],
-                ResendFilter(self._checkpoint_states[position]),
-            )
-        stream = await self.backend.open_log_reader(self.topic, EARLIEST)
-        return _Cursor(stream, 0, ResendFilter())
 
     async def entry_at(self, offset: int) -> LogEntry:
         """The message holding `offset`, with the offset of its first record."""
@@ -787,22 +580,13 @@ class PartitionLog:
         return (await self.entry_at(offset)).message.id
 
     async def close_idle_cursors(self, idle_seconds: float) -> None:
-        now = time.monotonic()
-        for key, cursor in list(self._cursors.items()):
-            if now - cursor.last_used > idle_seconds:
-                del self._cursors[key]
-                await cursor.stream.close()
+        await self._history.close_idle(idle_seconds)
 
     @property
     def tail_start(self) -> int:
         """Offset of the first record still in memory (next_offset when none is)."""
         first = self._tail.first_offset
         return self.next_offset if first is None else first
-
-
-def _log_failure(task: Any) -> None:
-    if not task.cancelled() and task.exception() is not None:
-        log.error("offset checkpoint failed: %s", task.exception())
 
 
 def _ready(value: int) -> asyncio.Future[int]:

@@ -38,7 +38,8 @@ from pulsar_gateway.handlers.kafka.port import (
     UnknownTopic,
 )
 from pulsar_gateway.kafka_codec.entry_format import KAFKA, topic_format
-from pulsar_gateway.storage.kafka.partition_log import ABORTED_PREFIX, INDEX_PREFIX, PartitionLog
+from pulsar_gateway.storage.kafka.offset_checkpoints import ABORTED_PREFIX, INDEX_PREFIX
+from pulsar_gateway.storage.kafka.partition_log import PartitionLog
 from pulsar_gateway.storage.kafka.topic_registry import TopicRegistry
 
 log = logging.getLogger("pulsar_gateway.storage.kafka.topics")

@@ -82,10 +82,10 @@ class PartitionCopier:
             result.skipped_by_retention = low - start
             start = low
         saved_at = time.monotonic()
-        source = await KafkaWire.connect(*self.source_leaders[(topic, partition)])
-        target = await KafkaWire.connect(*self.target_leaders[(topic, partition)])
+        reader = await KafkaWire.connect(*self.source_leaders[(topic, partition)])
+        writer = await KafkaWire.connect(*self.target_leaders[(topic, partition)])
         try:
-            async for chunks in read_chunks(source, topic, partition, start, end):
+            async for chunks in read_chunks(reader, topic, partition, start, end):
                 for chunk in chunks:
                     if behind:
                         taken = min(behind, len(chunk.offsets))
@@ -96,7 +96,7 @@ class PartitionCopier:
                         if taken == len(chunk.offsets):
                             continue
                         chunk = rest_of(chunk, taken)
-                    base = await _append(target, topic, partition, chunk)
+                    base = await _append(writer, topic, partition, chunk)
                     if base != state.next_target:
                         await self._save(topic, partition, state)
                         raise MigrationError(
@@ -110,8 +110,8 @@ class PartitionCopier:
                     await self._save(topic, partition, state)
                     saved_at = time.monotonic()
         finally:
-            await source.close()
-            await target.close()
+            await reader.close()
+            await writer.close()
         if behind:
             raise MigrationError(
                 f"{topic}-{partition}: the target holds {behind} more records than the "

@@ -17,7 +17,7 @@ from aiokafka import TopicPartition
 from pulsar_gateway.gateway.backend.pulsar_backend import PulsarBackend
 from pulsar_gateway.gateway.metadata_store import MetadataStore
 from pulsar_gateway.gateway.topic_names import partition_topic
-from pulsar_gateway.storage.kafka.partition_log import INDEX_PREFIX
+from pulsar_gateway.storage.kafka.offset_checkpoints import INDEX_PREFIX
 from pulsar_gateway.tools.gateway_link import GatewayLink
 from pulsar_gateway.tools.migration.kafka_side import KafkaCluster
 from pulsar_gateway.tools.migration.translation import PartitionTranslation, partition_key

@@ -14,7 +14,7 @@ problem. On a passing migration every partition ends here.
 from __future__ import annotations
 
 import bisect
-from collections.abc import Iterable, Iterator
+from collections.abc import Generator, Iterable
 from contextlib import closing
 from dataclasses import dataclass
 from typing import Any
@@ -115,7 +115,7 @@ def walk_partition(job: dict[str, Any]) -> Walk:
         return walk(topic, partition, offsets, source, target)
 
 
-def _target_records(job: dict[str, Any]) -> Iterator[Record]:
+def _target_records(job: dict[str, Any]) -> Generator[Record, None, None]:
     """The gateway's side: its Pulsar topic numbered as the gateway numbers it, or its
     Kafka port; nothing for a partition it does not have."""
     if job["target_range"] is None:

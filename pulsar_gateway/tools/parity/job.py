@@ -453,9 +453,9 @@ def print_verdict(verdict: Verdict, console: Console) -> None:
         for kind, pairs in sorted(p.examples.items()):
             source, target = pairs[0]
             for side, offset in (("source", source), ("target", target)):
-                found = verdict.sample(p, side, offset)
-                if found is not None:
-                    console.print(f"{p.topic}-{p.partition} {kind} {side} {found.line()}")
+                sample = verdict.sample(p, side, offset)
+                if sample is not None:
+                    console.print(f"{p.topic}-{p.partition} {kind} {side} {sample.line()}")
     for g in verdict.groups:
         if g.drift != 0:
             console.print(

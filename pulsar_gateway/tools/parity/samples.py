@@ -16,6 +16,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from pulsar_gateway.tools.parity.records import kafka_record
+
 PREVIEW_BYTES = 48
 READ_SECONDS = 10.0
 
@@ -100,13 +102,7 @@ def read_samples(
                 if message.error() is not None:
                     break  # the end of the partition, or an error: nothing at that offset
                 if message.offset() == offset:
-                    found[offset] = RecordSample.of(
-                        offset,
-                        message.key(),
-                        message.value(),
-                        message.headers() or (),
-                        message.timestamp()[1],
-                    )
+                    found[offset] = RecordSample.of(*kafka_record(message))
                 break
     finally:
         consumer.close()

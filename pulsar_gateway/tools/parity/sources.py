@@ -17,13 +17,14 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Generator, Iterator, Mapping
 from typing import Any
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
 from pulsar_gateway.tools.parity.fingerprint import fingerprint
+from pulsar_gateway.tools.parity.records import Record, kafka_record
 
 SCHEMA = (
     "topic string, partition int, offset long, key_hash long, value_hash long, "
@@ -43,8 +44,6 @@ ARROW_SCHEMA = pa.schema(
 )
 BATCH_ROWS = 20000
 STALL_SECONDS = 60.0
-# (offset, key, value, headers, timestamp): a record as both sides' readers yield it
-Record = tuple[int, bytes | None, bytes | None, Sequence[tuple[str, bytes | None]], int]
 
 
 class ReadStalled(Exception):
@@ -104,7 +103,7 @@ class _Range(InputPartition):
 
 
 class _RangesReader(DataSourceReader):
-    def __init__(self, options: dict[str, str]) -> None:
+    def __init__(self, options: Mapping[str, str]) -> None:
         self.options = dict(options)
 
     def partitions(self) -> list[InputPartition]:
@@ -152,7 +151,7 @@ def read_kafka_range(
 
 def kafka_records(
     bootstrap: str, topic: str, partition: int, start: int, end: int
-) -> Iterator[Record]:
+) -> Generator[Record, None, None]:
     """The records at offsets [start, end) of a Kafka-protocol cluster's partition, in
     offset order, as (offset, key, value, headers, timestamp)."""
     from confluent_kafka import Consumer, KafkaException, TopicPartition
@@ -190,18 +189,12 @@ def kafka_records(
             for message in messages:
                 if message.error():
                     raise KafkaException(message.error())
-                offset = message.offset()
-                if offset >= end:
+                record = kafka_record(message)
+                if record[0] >= end:
                     position = end
                     break
-                yield (
-                    offset,
-                    message.key(),
-                    message.value(),
-                    message.headers() or [],
-                    message.timestamp()[1],
-                )
-                position = offset + 1
+                yield record
+                position = record[0] + 1
     finally:
         consumer.close()
 
@@ -235,7 +228,7 @@ def read_pulsar_range(service_url: str, spec: dict[str, Any]) -> Iterator[pa.Rec
     yield from _batches(spec["topic"], int(spec["partition"]), pulsar_records(service_url, spec))
 
 
-def pulsar_records(service_url: str, spec: dict[str, Any]) -> Iterator[Record]:
+def pulsar_records(service_url: str, spec: dict[str, Any]) -> Generator[Record, None, None]:
     """Number the partition's messages from a checkpoint as the gateway's tailer does
     and yield the records at offsets [start, end), in offset order."""
     from pulsar_gateway.gateway.backend.pulsar_backend import PulsarBackend

@@ -1,0 +1,141 @@
+"""Reads of a partition below its in-memory tail: a reader opened at the nearest checkpoint
+before the offset asked for, counting forward as the tailer did (docs/offsets.md).
+
+A consumer reading history asks for the offset where its last read ended, so the reader it
+used is kept (`Cursor`, at most `MAX_CURSORS`, closed when idle) and the next read goes on
+from there instead of counting again from a checkpoint.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import NamedTuple
+
+from pulsar_gateway.gateway.backend.pulsar_backend import BackendError, LogReader, PulsarBackend
+from pulsar_gateway.gateway.backend.reader_stream import EARLIEST
+from pulsar_gateway.gateway.backend.resend_filter import ResendFilter
+from pulsar_gateway.gateway.messages import LogEntry, MessageKey, StoredMessage, records_in
+from pulsar_gateway.storage.kafka.offset_checkpoints import OffsetCheckpoints
+from pulsar_gateway.storage.kafka.whole_batches import BatchEdges
+
+MAX_CURSORS = 16
+
+
+class Cursor:
+    """A reader below the tail, positioned by counting from a checkpoint."""
+
+    def __init__(self, stream: LogReader, next_offset: int, resends: ResendFilter) -> None:
+        self.stream = stream
+        self.next_offset = next_offset
+        self.resends = resends
+        self.last_used = time.monotonic()
+        # read from the stream but not yet counted: the rest of a batch that a read left at
+        # its byte limit; the first one holds `next_offset`
+        self.pending: list[StoredMessage] = []
+
+
+class HistoryRead(NamedTuple):
+    entries: list[LogEntry]
+    # the last entry is a batch's first part and the tail, from `limit` on, begins with its
+    # rest: a fetch must see a batch whole
+    rest_in_tail: bool
+
+
+class HistoryReader:
+    """One partition's reads from Pulsar, for what its tail cache no longer holds."""
+
+    def __init__(self, backend: PulsarBackend, topic: str, checkpoints: OffsetCheckpoints) -> None:
+        self.backend = backend
+        self.topic = topic
+        self.checkpoints = checkpoints
+        self._cursors: dict[int, Cursor] = {}  # by the offset each would read next
+
+    async def read(self, offset: int, max_bytes: int, limit: int) -> HistoryRead:
+        """Messages from the one holding `offset` up to `limit` (where the tail began),
+        at least one and up to about `max_bytes`, each with the offset of its first record."""
+        cursor = self._cursors.pop(offset, None)
+        if cursor is None:
+            cursor = await self._cursor_at(self.checkpoints.before_offset(offset))
+        out: list[LogEntry] = []
+        size = 0
+        edges = BatchEdges()
+        try:
+            while cursor.next_offset < limit:
+                batch, cursor.pending = cursor.pending, []
+                if not batch:
+                    # the messages are stored, so a second without one is a reader that
+                    # stopped short (docs/backend.md, 'Readers skip or stall'): reopened
+                    # after 1 s, not 5, as a consumer of large records meets it every ~10 MB
+                    batch = await cursor.stream.read_batch(1000, timeout=1, expect_more=True)
+                if not batch:
+                    raise BackendError(
+                        f"history read of {self.topic} stalled at {cursor.next_offset}"
+                    )
+                for position, message in enumerate(batch):
+                    if cursor.next_offset >= limit:
+                        break
+                    if out and size + message.size > max_bytes and edges.may_stop(size, max_bytes):
+                        # full: the rest waits in the cursor, uncounted, for the next read
+                        cursor.pending = batch[position:]
+                        break
+                    if cursor.resends.original_offset(message, cursor.next_offset) is not None:
+                        continue
+                    count = records_in(message)
+                    if cursor.next_offset + count > offset:
+                        out.append(LogEntry(cursor.next_offset, message))
+                        size += message.size
+                        edges.saw(message)
+                    cursor.next_offset += count
+                if cursor.pending or (
+                    out and size >= max_bytes and edges.may_stop(size, max_bytes)
+                ):
+                    break
+        except BaseException:
+            await cursor.stream.close()
+            raise
+        if cursor.next_offset < limit and len(self._cursors) < MAX_CURSORS:
+            cursor.last_used = time.monotonic()
+            self._cursors[cursor.next_offset] = cursor
+        else:
+            await cursor.stream.close()
+        rest_in_tail = bool(out) and not edges.at_edge and cursor.next_offset == limit
+        return HistoryRead(out, rest_in_tail)
+
+    async def offset_by_scan(self, mid: MessageKey) -> int:
+        """Offset of the first message at or after `mid`, counted from the checkpoint before
+        it: the slow path, for an id that fell out of the tail before its producer asked."""
+        cursor = await self._cursor_at(self.checkpoints.before_id(mid))
+        try:
+            while True:
+                batch = await cursor.stream.read_batch(1000, timeout=5, expect_more=True)
+                if not batch:
+                    raise BackendError(f"offset of {mid} not found in {self.topic}")
+                for message in batch:
+                    original = cursor.resends.original_offset(message, cursor.next_offset)
+                    if message.id >= mid:
+                        return cursor.next_offset if original is None else original
+                    if original is None:
+                        cursor.next_offset += records_in(message)
+        finally:
+            await cursor.stream.close()
+
+    async def _cursor_at(self, position: int) -> Cursor:
+        """A reader at checkpoint `position` (-1: the start), counting as the tailer did."""
+        if position >= 0:
+            start = self.checkpoints.start(position)
+            stream = await self.backend.open_log_reader(self.topic, start.mid)
+            return Cursor(stream, start.offset, start.resends)
+        stream = await self.backend.open_log_reader(self.topic, EARLIEST)
+        return Cursor(stream, 0, ResendFilter())
+
+    async def close_idle(self, idle_seconds: float) -> None:
+        now = time.monotonic()
+        for key, cursor in list(self._cursors.items()):
+            if now - cursor.last_used > idle_seconds:
+                del self._cursors[key]
+                await cursor.stream.close()
+
+    async def close(self) -> None:
+        for cursor in self._cursors.values():
+            await cursor.stream.close()
+        self._cursors.clear()

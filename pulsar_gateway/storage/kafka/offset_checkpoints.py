@@ -1,0 +1,133 @@
+"""A partition's checkpoints: every `index_interval` offsets, where that offset is in the
+Pulsar topic (its message id), with the state counting needs there (docs/offsets.md).
+
+A reopened partition resumes counting from its last checkpoint, and a read below the
+in-memory tail starts a reader at the nearest checkpoint before it and counts forward; both
+count as the tailer did only if they start from what the tailer knew at that point: the
+resend filter's state, and (last checkpoint only) the idempotent producers and the open
+transactions. Aborted transactions are kept beside them, one key each, for read_committed
+fetches after a restart.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+import logging
+from typing import Any, NamedTuple
+
+from pulsar_gateway.gateway.backend.resend_filter import ResendFilter
+from pulsar_gateway.gateway.messages import MessageKey
+from pulsar_gateway.gateway.metadata_store import MetadataStore
+from pulsar_gateway.storage.kafka.transaction_index import AbortedTransaction
+
+log = logging.getLogger("gateway.partition")
+
+INDEX_PREFIX = "offset-index/"
+ABORTED_PREFIX = "kafka-aborted-txn/"  # + topic/marker offset: [producer id, first offset]
+
+
+class Stored(NamedTuple):
+    """What the metadata store holds for a reopened partition to resume from."""
+
+    producers: dict[str, Any] | None  # the idempotent producers at the last checkpoint
+    transactions: dict[str, Any] | None  # the open transactions at the last checkpoint
+    aborted: list[AbortedTransaction]
+
+
+class Start(NamedTuple):
+    """Where a reader counting as the tailer did may start: at `mid`, `offset`, with the
+    resend filter as it stood there."""
+
+    mid: MessageKey
+    offset: int
+    resends: ResendFilter
+
+
+class OffsetCheckpoints:
+    """One partition's checkpoints, in memory in offset order and saved as they are made."""
+
+    def __init__(self, metadata: MetadataStore, topic: str) -> None:
+        self.metadata = metadata
+        self.topic = topic
+        self.offsets: list[int] = []
+        self._ids: list[MessageKey] = []
+        self._states: list[dict[str, int]] = []
+
+    def load(self) -> Stored:
+        """Read this partition's checkpoints and aborted transactions from the store."""
+        prefix = f"{INDEX_PREFIX}{self.topic}/"
+        entries = sorted(
+            (int(key[len(prefix) :]), value) for key, value in self.metadata.children(prefix)
+        )
+        self.offsets = [offset for offset, _ in entries]
+        self._ids = [tuple(value["id"]) for _, value in entries]  # type: ignore[misc]
+        self._states = [value["resends"] for _, value in entries]
+        aborted_prefix = f"{ABORTED_PREFIX}{self.topic}/"
+        aborted = [
+            AbortedTransaction(producer_id, first, int(key[len(aborted_prefix) :]))
+            for key, (producer_id, first) in self.metadata.children(aborted_prefix)
+        ]
+        # only the last is needed: a reopened log restores it and replays what follows
+        last = entries[-1][1] if entries else {}
+        return Stored(last.get("producers"), last.get("txns"), aborted)
+
+    def last(self) -> Start | None:
+        """The newest checkpoint, where a reopened partition resumes (None: there is none)."""
+        return self.start(len(self.offsets) - 1) if self.offsets else None
+
+    def next_due(self, interval: int) -> int:
+        """The offset from which the next checkpoint is due (one per `interval` offsets)."""
+        return (self.offsets[-1] // interval + 1) * interval if self.offsets else 0
+
+    def before_offset(self, offset: int) -> int:
+        """Position of the last checkpoint at or before `offset` (-1: none)."""
+        return bisect.bisect_right(self.offsets, offset) - 1
+
+    def before_id(self, mid: MessageKey) -> int:
+        """Position of the last checkpoint at or before message `mid` (-1: none)."""
+        return bisect.bisect_right(self._ids, mid) - 1
+
+    def start(self, position: int) -> Start:
+        """Checkpoint `position` (from `before_offset` or `before_id`, at least 0)."""
+        return Start(
+            self._ids[position], self.offsets[position], ResendFilter(self._states[position])
+        )
+
+    def add(
+        self,
+        offset: int,
+        mid: MessageKey,
+        resends: dict[str, int],
+        producers: dict[str, Any],
+        transactions: dict[str, Any],
+    ) -> None:
+        """Where offset `offset` is, and the resend filter's, the idempotent producers' and
+        the open transactions' state just before it; saved in the background (a lost save
+        only means counting from the checkpoint before)."""
+        self.offsets.append(offset)
+        self._ids.append(mid)
+        self._states.append(resends)
+        value: dict[str, Any] = {"id": list(mid), "resends": resends}
+        if producers:
+            value["producers"] = producers
+        if transactions:
+            value["txns"] = transactions
+        task = asyncio.ensure_future(
+            self.metadata.put(f"{INDEX_PREFIX}{self.topic}/{offset:020d}", value)
+        )
+        task.add_done_callback(_log_failure)
+
+    def save_aborted(self, aborted: AbortedTransaction) -> None:
+        """Keep an aborted transaction for read_committed fetches after a restart (a save
+        lost to a crash is made again when the reopened log replays the marker)."""
+        key = f"{ABORTED_PREFIX}{self.topic}/{aborted.last_offset:020d}"
+        task = asyncio.ensure_future(
+            self.metadata.put(key, [aborted.producer_id, aborted.first_offset])
+        )
+        task.add_done_callback(_log_failure)
+
+
+def _log_failure(task: asyncio.Future[Any]) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        log.error("offset checkpoint failed: %s", task.exception())

@@ -1,0 +1,37 @@
+"""A record as parity compares it, and how one is made of a confluent-kafka message.
+
+Kept apart from `sources.py` (which needs pyspark) so that the samples of a report
+(`samples.py`) read records the same way without it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from confluent_kafka import Message
+
+# (offset, key, value, headers, timestamp): a record as both sides' readers yield it
+Record = tuple[int, bytes | None, bytes | None, Sequence[tuple[str, bytes | None]], int]
+
+
+def kafka_record(message: Message) -> Record:
+    """A consumed message (no error) as a `Record`. confluent-kafka hands header values over
+    as bytes; its types also allow str (and a dict of headers), which are taken as UTF-8."""
+    offset = message.offset()
+    if offset is None:
+        raise ValueError("a consumed message has no offset")
+    headers = message.headers() or []
+    pairs = headers.items() if isinstance(headers, dict) else headers
+    return (
+        offset,
+        message.key(),
+        message.value(),
+        [(name, _as_bytes(data)) for name, data in pairs],
+        message.timestamp()[1],
+    )
+
+
+def _as_bytes(data: str | bytes | None) -> bytes | None:
+    return data.encode() if isinstance(data, str) else data
