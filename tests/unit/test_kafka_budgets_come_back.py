@@ -14,6 +14,7 @@ reader waited for room in its budget kept its bytes and its slot for ever.
 from __future__ import annotations
 
 import asyncio
+import gc
 import socket
 import struct
 
@@ -23,6 +24,7 @@ from harness import kafka_memory_store
 from harness.kafka_memory_store import memory_storage
 from harness.waiting import async_wait_until
 from pulsar_gateway.gateway.config import KafkaSection
+from pulsar_gateway.handlers.kafka.connection import KafkaConnection
 from pulsar_gateway.handlers.kafka.server import KafkaServer
 from pulsar_gateway.kafka_codec import protocol
 from pulsar_gateway.kafka_codec.record_batch import encode_batch
@@ -275,3 +277,53 @@ def test_a_connection_builds_one_fetch_answer_at_a_time(monkeypatch: pytest.Monk
 
     asyncio.run(scenario())
     assert reads < 20, f"{reads} Fetch answers built for a client that read none"
+
+
+def test_a_huge_request_is_not_kept_once_answered() -> None:
+    """A Metadata naming 20,000 topics, answered, from a client that then stays connected
+    and idle, and then leaves: its decoded request (a list of 20,000 names) is freed once
+    answered, not kept by the connection's reading loop until its next frame (a 99,999-topic
+    one held 25 MB per idle connection, outside every budget), nor, after the connection
+    ends, by a cycle through the exception that ended it, which waited for a full garbage
+    collection (rare: gc.freeze keeps the heap of start-up out of them), with the
+    connection and its buffers. The collector is off throughout, so only reference counts
+    free anything."""
+    names = 20_000
+
+    def alive() -> bool:
+        return any(isinstance(o, list) and len(o) == names for o in gc.get_objects())
+
+    async def scenario() -> None:
+        settings = KafkaSection(port=0, frame_timeout_seconds=FRAME_TIMEOUT)
+        server = KafkaServer(settings, memory_storage())
+        await server.start()
+        try:
+            reader, writer = await connect(server.address)
+            body = {"topics": [{"name": f"n{i}"} for i in range(names)]}
+            writer.write(request(3, 9, 1, body | {"allow_auto_topic_creation": False}))
+            del body
+            async with asyncio.timeout(30):
+                await read_frame(reader)
+            # freed within a few turns of the loop (the executor's future hands the
+            # decoded request over on the next one), not when the next frame comes
+            await async_wait_until(
+                lambda: not alive(), 5, 0.2, "the answered request freed while idle"
+            )
+            writer.close()
+            await async_wait_until(lambda: server.limits.open == 0, 5, message="closed")
+            await async_wait_until(lambda: not alive(), 5, 0.2, "the request freed at the end")
+            await async_wait_until(
+                lambda: not any(isinstance(o, KafkaConnection) for o in gc.get_objects()),
+                5,
+                0.2,
+                "the ended connection freed",
+            )
+        finally:
+            await server.stop()
+
+    gc.collect()
+    gc.disable()
+    try:
+        asyncio.run(scenario())
+    finally:
+        gc.enable()

@@ -125,10 +125,11 @@ class KafkaConnection:
                 self.queued.limit, self.settings.max_unauthenticated_frame_bytes
             )
         writer_task = asyncio.create_task(self._write_responses())
-        self._reading = asyncio.create_task(self._read_requests())
+        reading = asyncio.create_task(self._read_requests())
+        self._reading = reading
         self._watch()
         try:
-            await self._reading
+            await reading
         except (asyncio.IncompleteReadError, ConnectionError):
             # the end of the stream, or the watchdog's doing: nobody will read an answer
             self._drop_fetches()
@@ -146,7 +147,7 @@ class KafkaConnection:
         finally:
             if self._watchdog is not None:
                 self._watchdog.cancel()
-            self._reading.cancel()
+            reading.cancel()
             with contextlib.suppress(asyncio.QueueFull):
                 self.responses.put_nowait(None)
             try:
@@ -155,72 +156,86 @@ class KafkaConnection:
                 writer_task.cancel()
             self.writer.close()
             self.queued.release_all()
+            # the reader's task holds the exception that ended it, whose traceback holds
+            # the reader's frames, which hold this connection: a cycle that only a full
+            # garbage collection (rare, with the start-up heap frozen) would free
+            del reading
+            self._reading = None
 
     def _drop_fetches(self) -> None:
         for fetch in self._fetches:
             fetch.cancel()
 
     async def _read_requests(self) -> None:
-        max_entries = self.settings.max_request_entries
         while True:
             await self._wait_out_throttle()
-            size = _SIZE.unpack(await self._read_exactly(4))[0]
-            self._check_size(size)
-            # the header's fixed start (API key, version, correlation id) before any budget
-            # is taken: what the frame is decides whether it is read at all (before login,
-            # only ApiVersions and SASL are)
-            start = await self._read_exactly(8)
-            api_key = _API_KEY.unpack_from(start)[0]
-            if api_key not in SASL_APIS and not self.sasl.current:
-                self._refuse_unauthenticated(api_key)
-            # backpressure: with the budget full, the socket is not read until answers go
-            # out (and the watchdog does not count that wait against the client)
-            self.mid_frame = False
-            await self.queued.acquire(size)
-            held = size
-            try:
-                frame = memoryview(await self._read_body(size, start))
-                try:
-                    header = protocol.parse_request_header(frame)
-                except protocol.KafkaDecodeError as exc:
-                    metrics.BAD_INPUT.labels("kafka", "header").inc()
-                    raise ConnectionClosing(f"bad request header: {exc}") from None
-                request = await decode_off_loop(header, frame, max_entries, self.decoder)
-                decoded = request.entries * ENTRY_BYTES
-                self.queued.charge(decoded)
-                held += decoded
-            except BaseException:
-                self.queued.release(held)
-                raise
-            self.last_activity = self.loop.time()
-            self.unanswered += 1
-            task: asyncio.Task[bytes | None]
-            if header.api_key in SASL_APIS:
-                # settled before the next frame is read (which may depend on it), in a
-                # thread: PLAIN's PBKDF2 takes ~2 ms, which the other connections would wait
-                # out on the event loop during a storm of logins
-                answer = await asyncio.to_thread(self._sasl, request)
-                self._take_rights()
-                task = asyncio.create_task(_ready(answer))
-            else:
-                # a Produce over its quota mutes the connection before the next read
-                throttle = charge_produce(self.context, request)
-                turn = admit(self.context, request)  # its place in the connection's line
-                answer_of = respond(self.context, request, throttle, turn)
-                if header.api_key == ApiKey.FETCH:
-                    task = self._fetch_in_turn(answer_of)
-                else:
-                    task = asyncio.create_task(answer_of)
-                    if droppable(header.api_key, request.body):
-                        self._fetches.add(task)
-                        task.add_done_callback(self._fetches.discard)
-            await self.responses.put((task, held))
+            await self._read_request()
             if self.writer_gone or self.sasl.failed:
                 return  # after a SASL failure: its answer goes out, then the connection closes
             # one frame per turn of the loop: a connection whose socket holds many frames
             # read them all in one go before, and ten such pipelining cheap requests made
             # each turn of the loop ~300 ms of work, which every other client waited out
             await asyncio.sleep(0)
+
+    async def _read_request(self) -> None:
+        """One frame read, decoded and handed to its task. A method of its own so that the
+        frame and its decoded request die with this call: kept as locals of the reading
+        loop, they outlived their answer while the loop waited for the next frame (a 99,999-
+        topic Metadata: 25 MB per idle connection, outside every budget), and for as long
+        as the connection's end, a traceback holding that frame, waited for a full garbage
+        collection."""
+        max_entries = self.settings.max_request_entries
+        size = _SIZE.unpack(await self._read_exactly(4))[0]
+        self._check_size(size)
+        # the header's fixed start (API key, version, correlation id) before any budget
+        # is taken: what the frame is decides whether it is read at all (before login,
+        # only ApiVersions and SASL are)
+        start = await self._read_exactly(8)
+        api_key = _API_KEY.unpack_from(start)[0]
+        if api_key not in SASL_APIS and not self.sasl.current:
+            self._refuse_unauthenticated(api_key)
+        # backpressure: with the budget full, the socket is not read until answers go
+        # out (and the watchdog does not count that wait against the client)
+        self.mid_frame = False
+        await self.queued.acquire(size)
+        held = size
+        try:
+            frame = memoryview(await self._read_body(size, start))
+            try:
+                header = protocol.parse_request_header(frame)
+            except protocol.KafkaDecodeError as exc:
+                metrics.BAD_INPUT.labels("kafka", "header").inc()
+                raise ConnectionClosing(f"bad request header: {exc}") from None
+            request = await decode_off_loop(header, frame, max_entries, self.decoder)
+            decoded = request.entries * ENTRY_BYTES
+            self.queued.charge(decoded)
+            held += decoded
+        except BaseException:
+            self.queued.release(held)
+            raise
+        self.last_activity = self.loop.time()
+        self.unanswered += 1
+        task: asyncio.Task[bytes | None]
+        if header.api_key in SASL_APIS:
+            # settled before the next frame is read (which may depend on it), in a
+            # thread: PLAIN's PBKDF2 takes ~2 ms, which the other connections would wait
+            # out on the event loop during a storm of logins
+            answer = await asyncio.to_thread(self._sasl, request)
+            self._take_rights()
+            task = asyncio.create_task(_ready(answer))
+        else:
+            # a Produce over its quota mutes the connection before the next read
+            throttle = charge_produce(self.context, request)
+            turn = admit(self.context, request)  # its place in the connection's line
+            answer_of = respond(self.context, request, throttle, turn)
+            if header.api_key == ApiKey.FETCH:
+                task = self._fetch_in_turn(answer_of)
+            else:
+                task = asyncio.create_task(answer_of)
+                if droppable(header.api_key, request.body):
+                    self._fetches.add(task)
+                    task.add_done_callback(self._fetches.discard)
+        await self.responses.put((task, held))
 
     def _fetch_in_turn(
         self, answer_of: Coroutine[Any, Any, bytes | None]
@@ -445,6 +460,8 @@ class KafkaConnection:
             self.queued.release(held)
             self.unanswered -= 1
             self.last_activity = self.loop.time()
+            # not kept while the next answer is awaited: a Metadata's is megabytes
+            del task, response
 
     async def _drained(self) -> bool:
         """Wait for the client to read; False if it read nothing for frame_timeout_seconds
