@@ -78,6 +78,8 @@ def target(
         "amqp.tls_key_file": certs["key"],
         "amqp.tls_port": free_port(),
         "kafka.frame_timeout_seconds": FRAME_TIMEOUT,
+        # a trickled frame is closed after this (and its budget given back)
+        "kafka.frame_grace_seconds": FRAME_TIMEOUT / 2,
         "amqp.handshake_timeout_seconds": FRAME_TIMEOUT,
         "kafka.max_connections_per_ip": PER_IP,
         "amqp.max_connections_per_ip": PER_IP,

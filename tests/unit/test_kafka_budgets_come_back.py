@@ -199,16 +199,20 @@ def test_budgets_come_back_however_a_connection_ends(monkeypatch: pytest.MonkeyP
 
 
 def test_a_trickled_frame_gives_its_budget_back_after_the_grace() -> None:
-    """A 10 MiB size prefix, a header, then a byte every fifth of the frame timeout (never
-    a stall): the frame's budget was held for 40 s (10 MiB at 256 KiB/s); now the frame
-    must keep up that rate once frame_timeout_seconds have passed, or be closed."""
+    """A 10 MiB size prefix, a header, then a byte every tenth of a second (never a stall
+    of frame_timeout_seconds, 30 s here): the frame's budget was held for as long as the
+    client liked. Now its body must average kafka.min_frame_bytes_per_second once
+    kafka.frame_grace_seconds have passed, or the connection is closed: within the grace
+    and a quarter of it (the watchdog's pace), not at the idle watchdog's 7.5 s."""
+    grace = 0.5
 
     async def scenario() -> None:
-        settings = KafkaSection(port=0, frame_timeout_seconds=FRAME_TIMEOUT)
+        settings = KafkaSection(port=0, frame_grace_seconds=grace)
         server = KafkaServer(settings, memory_storage())
         await server.start()
         try:
             reader, writer = await connect(server.address)
+            await asyncio.sleep(0.2)  # the watchdog's first turn, at the idle pace
             writer.write(struct.pack(">ihhi", 10 * 1024 * KIB, 0, 9, 1))
             await async_wait_until(lambda: server.queued.used > 0, 5, message="the claim")
             started = asyncio.get_running_loop().time()
@@ -216,16 +220,48 @@ def test_a_trickled_frame_gives_its_budget_back_after_the_grace() -> None:
             while not closed and asyncio.get_running_loop().time() - started < 10:
                 writer.write(b"x")
                 try:
-                    async with asyncio.timeout(FRAME_TIMEOUT / 5):
+                    async with asyncio.timeout(0.1):
                         closed = await reader.read(1) == b""
                 except TimeoutError:
                     pass
                 except ConnectionError:
                     closed = True
             took = asyncio.get_running_loop().time() - started
-            assert closed and took < FRAME_TIMEOUT + 2, f"held for {took:.1f} s"
+            assert closed and took < grace + 1.5, f"held for {took:.1f} s (grace {grace} s)"
             await all_given_back(server, "a trickled frame")
             abort(writer)
+        finally:
+            await server.stop()
+
+    asyncio.run(scenario())
+
+
+def test_a_slow_frame_above_the_floor_is_read_past_the_grace() -> None:
+    """A 256 KiB Produce sent at ~160 KiB/s, over the floor of 64 KiB/s set here, takes
+    about three times the grace to arrive and is answered: the grace bounds trickles,
+    not slow links."""
+    grace = 0.5
+
+    async def scenario() -> None:
+        settings = KafkaSection(
+            port=0, frame_grace_seconds=grace, min_frame_bytes_per_second=64 * KIB
+        )
+        server = KafkaServer(settings, memory_storage())
+        await server.start()
+        try:
+            reader, writer = await connect(server.address)
+            frame = produce(1, "slow", b"s" * (256 * KIB))
+            started = asyncio.get_running_loop().time()
+            for at in range(0, len(frame), 16 * KIB):
+                writer.write(frame[at : at + 16 * KIB])
+                await writer.drain()
+                await asyncio.sleep(0.1)
+            took = asyncio.get_running_loop().time() - started
+            async with asyncio.timeout(10):
+                answer = await read_frame(reader)
+            assert took > 2 * grace, f"sent in {took:.1f} s: not slower than the grace"
+            assert struct.unpack_from(">i", answer)[0] == 1  # its correlation id
+            writer.close()
         finally:
             await server.stop()
 

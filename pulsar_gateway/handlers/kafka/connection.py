@@ -53,10 +53,9 @@ _RESET = struct.pack("ii", 1, 0)  # SO_LINGER on, 0 s: close() resets the connec
 _API_KEY = struct.Struct(">h")  # a request header's first field
 MAX_PIPELINED = 64
 WRITE_BUFFER_HIGH = 1 << 20
-# An admitted frame must also keep arriving at this average rate (after
-# frame_timeout_seconds of grace): a byte every 29 s would otherwise hold the frame's share
-# of the budget for as long as its size allows.
-MIN_FRAME_BYTES_PER_SECOND = 256 * 1024
+# The watchdog fired this much later than asked: the loop did not run meanwhile (a loaded
+# machine), so bytes a client sent may be waiting unread; judged again once they are read.
+WATCH_LATE_SECONDS = 0.5
 SASL_APIS = (ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE)
 
 
@@ -96,6 +95,7 @@ class KafkaConnection:
         self.frame_received = 0
         self.timed_out: Exception | None = None
         self._watchdog: asyncio.TimerHandle | None = None
+        self._watch_due = now  # when the watchdog should next run
         self.sasl = SaslSession((), NoUsers(), peer)
         # reads not yet answered (`droppable`): a long poll for a client that has gone is
         # dropped, not waited out (it would keep its partitions from closing for up to its
@@ -351,12 +351,18 @@ class KafkaConnection:
 
     async def _read_body(self, size: int, start: bytes) -> bytes:
         """The frame (``start``: its first bytes, already read), which must also keep
-        arriving at MIN_FRAME_BYTES_PER_SECOND (`_too_slow`)."""
+        arriving at kafka.min_frame_bytes_per_second (`_too_slow`)."""
         now = self.loop.time()
         self.last_progress = now
         self.mid_frame = True
         self.frame_started = now
         self.frame_received = len(start)
+        grace = self.settings.frame_grace_seconds
+        if self._watchdog is not None and self._watch_due > now + grace:
+            # judged at the end of its grace, not at the watchdog's slower idle pace
+            self._watchdog.cancel()
+            self._watch_due = now + grace
+            self._watchdog = self.loop.call_later(grace, self._watch)
         try:
             return await self._read_exactly(size - len(start), start)
         finally:
@@ -364,12 +370,12 @@ class KafkaConnection:
             self.frame_started = float("inf")
 
     def _too_slow(self, now: float) -> bool:
-        """After frame_timeout_seconds of grace, a frame's bytes so far must average
-        MIN_FRAME_BYTES_PER_SECOND over the time since: a frame whose size was taken from the
-        budget and whose bytes trickle in (a byte every 20 s) would otherwise hold that
-        budget for its size's worth of time (a 100 MiB frame: 7 minutes)."""
-        late = now - self.frame_started - self.settings.frame_timeout_seconds
-        return late > 0 and self.frame_received < late * MIN_FRAME_BYTES_PER_SECOND
+        """After frame_grace_seconds, a frame's bytes so far must average
+        min_frame_bytes_per_second over the time since: a frame whose size was taken from
+        the budget and whose bytes trickle in (a byte every 20 s) would otherwise hold
+        that budget for as long as frame_timeout_seconds allows between bytes."""
+        late = now - self.frame_started - self.settings.frame_grace_seconds
+        return late > 0 and self.frame_received < late * self.settings.min_frame_bytes_per_second
 
     async def _read_exactly(self, n: int, start: bytes = b"") -> bytes:
         """``n`` bytes (after ``start``). No timer per read (it cost 12% of a small
@@ -400,14 +406,21 @@ class KafkaConnection:
         now = self.loop.time()
         reason: Exception | None = None
         label = "frame_timeout"
+        if now - self._watch_due > WATCH_LATE_SECONDS:
+            # the loop stalled: what the client sent meanwhile is read (a poll of the
+            # sockets comes before the next timers) before judging it
+            self._watch_due = now + 0.05
+            self._watchdog = self.loop.call_later(0.05, self._watch)
+            return
         if self.mid_frame and now - self.last_progress >= stall:
             reason = ConnectionClosing(
                 f"frame stalled: no bytes for {stall:g} s (kafka.frame_timeout_seconds)"
             )
         elif self.mid_frame and self._too_slow(now):
             reason = ConnectionClosing(
-                f"frame arriving under {MIN_FRAME_BYTES_PER_SECOND} B/s after "
-                f"{stall:g} s of grace (kafka.frame_timeout_seconds)"
+                f"frame arriving under {settings.min_frame_bytes_per_second} B/s after "
+                f"{settings.frame_grace_seconds:g} s (kafka.min_frame_bytes_per_second, "
+                "kafka.frame_grace_seconds)"
             )
         elif self.before_login and now - self.opened >= login:
             reason = ConnectionClosing(
@@ -424,7 +437,11 @@ class KafkaConnection:
             shortest = min(stall, settings.connection_idle_seconds)
             if self.before_login:
                 shortest = min(shortest, login)
-            self._watchdog = self.loop.call_later(max(0.05, shortest / 4), self._watch)
+            if self.mid_frame:
+                shortest = min(shortest, settings.frame_grace_seconds)
+            wait = max(0.05, shortest / 4)
+            self._watch_due = now + wait
+            self._watchdog = self.loop.call_later(wait, self._watch)
             return
         if isinstance(reason, ConnectionClosing):
             metrics.BAD_INPUT.labels("kafka", label).inc()
