@@ -510,7 +510,7 @@ class Gateway:
         self.loop_watch.stop()
 
 
-TRIM_CHECK_SECONDS = 10.0
+TRIM_CHECK_SECONDS = 2.0  # a check reads /proc/self/statm: cheap
 
 
 def users_key(settings: Settings) -> tuple[bytes | None, bool]:

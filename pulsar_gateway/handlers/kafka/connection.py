@@ -509,7 +509,9 @@ class KafkaConnection:
         if unread:
             sock = self.writer.get_extra_info("socket")
             if sock is not None:
-                with contextlib.suppress(OSError):
+                # ValueError: the client reset it first (its descriptor is gone); the
+                # writer task died of it, and the reader was never stopped
+                with contextlib.suppress(OSError, ValueError):
                     sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _RESET)
             self.writer.transport.abort()
         else:
