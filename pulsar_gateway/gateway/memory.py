@@ -58,6 +58,29 @@ def resident_bytes() -> int:
         return 0
 
 
+M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter
+
+
+def set_mmap_threshold(size: int) -> bool:
+    """Blocks of `size` bytes or more are mapped on their own and unmapped when freed
+    (glibc's mallopt M_MMAP_THRESHOLD); False where there is no such call. Setting it also
+    stops glibc from raising it to the largest mapped block freed so far, which it does
+    by default: after one 4 MiB answer was freed, every buffer under 4 MiB came from the
+    main heap, and small blocks allocated among them kept the heap from shrinking. In the
+    hostile-clients test with SASL, the heap grew 22 MiB over the attack and the trim gave
+    back 7; RSS ended 26-28% up, and 3% with 512 KiB set here."""
+    name = ctypes.util.find_library("c")
+    if name is None or size <= 0:
+        return False
+    try:
+        mallopt: Any = ctypes.CDLL(name).mallopt
+    except (OSError, AttributeError):
+        return False
+    mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
+    mallopt.restype = ctypes.c_int
+    return bool(mallopt(M_MMAP_THRESHOLD, size))
+
+
 class HeapTrimmer:
     """Decides when to trim the C heap: once the gateway has been idle (no client
     connections) for `idle_seconds`, then at most once a minute while idleness lasts; and
