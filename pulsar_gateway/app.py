@@ -32,7 +32,7 @@ from pulsar_gateway.gateway.cluster.view import (
 from pulsar_gateway.gateway.config import Settings
 from pulsar_gateway.gateway.link_file import LinkRecord, remove_link, write_link
 from pulsar_gateway.gateway.loop_watch import LoopWatch
-from pulsar_gateway.gateway.memory import HeapTrimmer
+from pulsar_gateway.gateway.memory import HeapTrimmer, set_mmap_threshold
 from pulsar_gateway.gateway.metadata_store import MetadataStore
 from pulsar_gateway.gateway.reserved_names import ReservedNamespaces
 from pulsar_gateway.gateway.topic_names import kafka_topic_name
@@ -86,6 +86,7 @@ class Gateway:
         self._kafka_tokens: TokenValidator | None = None  # OAUTHBEARER's, when enabled
         self.ready = False
         self.trimmer = HeapTrimmer(_has_clients)
+        set_mmap_threshold(settings.gateway.malloc_mmap_threshold_bytes)
         self._trimming: asyncio.Task[None] | None = None
         # logs where the event loop is stuck when it stops running (gateway/loop_watch.py)
         self.loop_watch = LoopWatch()
@@ -522,7 +523,7 @@ class Gateway:
         self.loop_watch.stop()
 
 
-TRIM_CHECK_SECONDS = 10.0
+TRIM_CHECK_SECONDS = 2.0  # a check reads /proc/self/statm: cheap
 
 
 def users_key(settings: Settings) -> tuple[bytes | None, bool]:

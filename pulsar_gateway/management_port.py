@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 import ssl
 from collections.abc import Callable, Iterable
+from functools import partial
 from typing import Any
 
 from pulsar_gateway.console.amqp_view import AmqpActions
@@ -20,6 +21,7 @@ from pulsar_gateway.gateway.backend.storage_sizes import StorageSizes
 from pulsar_gateway.gateway.config import Settings, is_loopback_host
 from pulsar_gateway.handlers.authorization import Authorizer
 from pulsar_gateway.handlers.http_login import HttpLogins
+from pulsar_gateway.handlers.tls_accept import TlsListener
 from pulsar_gateway.security.credentials import UserDirectory
 from pulsar_gateway.security.logins import PasswordLogins
 
@@ -108,5 +110,6 @@ def management_port(
         console=console,
         max_connections=section.max_connections,
         max_connections_per_ip=section.max_connections_per_ip,
-        tls=tls,
+        # limits at accept, before the handshake, as on the Kafka and AMQPS listeners
+        tls=None if tls is None else partial(TlsListener, "http", tls),
     )

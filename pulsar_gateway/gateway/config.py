@@ -53,6 +53,10 @@ class GatewaySection(Section):
     # a worker that exits more than this many times within the window stops the supervisor
     worker_restart_limit: int = Field(5, ge=0)
     worker_restart_window_seconds: float = Field(60.0, gt=0)
+    # C heap allocations of at least this many bytes get mappings of their own, returned
+    # to the system when freed (glibc's M_MMAP_THRESHOLD); 0 = glibc's own, sliding one
+    # (docs/architecture.md, "Memory")
+    malloc_mmap_threshold_bytes: int = Field(512 * 1024, ge=0, le=32 * 1024 * 1024)
 
     @field_validator("workers", mode="before")
     @classmethod

@@ -60,6 +60,10 @@ class KafkaSection(_TlsSettings):
     max_connections_per_ip: int = Field(1000, ge=1)
     connection_idle_seconds: float = Field(600.0, gt=0)  # Kafka's connections.max.idle.ms
     frame_timeout_seconds: float = Field(30.0, gt=0)
+    # a frame under way must average min_frame_bytes_per_second once this grace has
+    # passed since its body began (conf/gateway.toml says why 5 s)
+    frame_grace_seconds: float = Field(5.0, gt=0)
+    min_frame_bytes_per_second: int = Field(256 * 1024, ge=1)
     max_request_entries: int = Field(100_000, ge=1)
     max_queued_request_bytes_per_connection: int = Field(32 * 1024 * 1024, ge=1024)
     # all connections from one address together: one host cannot fill the listener's

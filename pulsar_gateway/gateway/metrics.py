@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import ssl
+import socket
 import urllib.parse
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -242,6 +242,33 @@ def _json(status: int, payload: object) -> _Answer:
     return _Answer(status, "application/json", body, challenge=status == 401)
 
 
+class TlsAcceptor(Protocol):
+    """A TLS listener that counts a socket in before its handshake (the composition root
+    gives handlers/tls_accept.py's): `admit` on the raw socket, `serve` once its
+    handshake is done, `release` when the handshake fails."""
+
+    sockets: list[socket.socket]
+
+    async def open(self, host: str, port: int) -> None: ...
+
+    def close(self) -> None: ...
+
+    async def wait_closed(self) -> None: ...
+
+
+# (handshake deadline, admit, serve, release, stream buffer limit) -> the listener
+TlsListen = Callable[
+    [
+        float,
+        Callable[[socket.socket, Any], str | None],
+        Callable[[asyncio.StreamReader, asyncio.StreamWriter, str], Awaitable[None]],
+        Callable[[str], None],
+        int,
+    ],
+    TlsAcceptor,
+]
+
+
 class MetricsServer:
     """The management port: `/health` and `/metrics` for anyone (`/metrics` behind a login
     with `require_login`), `/api/...` and `/cluster` for a caller `login` accepts; without
@@ -260,7 +287,7 @@ class MetricsServer:
         console: Console | None = None,
         max_connections: int = 256,
         max_connections_per_ip: int = 16,
-        tls: ssl.SSLContext | None = None,
+        tls: TlsListen | None = None,
     ) -> None:
         """`api` answers `/api/...` requests: the AMQP listener's RabbitMQ management API
         subset (handlers/amqp/management.py). `upload` answers a POST under `/api/`: the
@@ -271,7 +298,9 @@ class MetricsServer:
         all and `max_connections_per_ip` from one address: beyond them a connection is
         closed at once, so one host's silent sockets cannot take the port (and /health
         with it) from the orchestrator and the scrapers. `tls`: the port speaks HTTPS only
-        (metrics.tls_cert_file), its handshakes within the head's deadline."""
+        (metrics.tls_cert_file) through the listener it builds, which applies those limits
+        at accept, before the handshake (within the head's deadline): a socket that never
+        finishes one is counted like one that never sends its head."""
         self.host = host
         self.port = port
         self.health = health
@@ -287,18 +316,22 @@ class MetricsServer:
         self.tls = tls
         self._open: dict[str, int] = {}  # connections per peer address
         self._refusals_logged = 0.0  # when a refusal was last logged
-        self._server: asyncio.base_events.Server | None = None
+        self._server: asyncio.base_events.Server | TlsAcceptor | None = None
 
     async def start(self) -> None:
-        self._server = await asyncio.start_server(
-            self._serve,
-            self.host,
-            self.port,
-            limit=MAX_HEAD_BYTES,
-            ssl=self.tls,
-            # asyncio refuses a handshake timeout without TLS
-            ssl_handshake_timeout=self.head_seconds if self.tls is not None else None,
-        )
+        if self.tls is None:
+            self._server = await asyncio.start_server(
+                self._serve, self.host, self.port, limit=MAX_HEAD_BYTES
+            )
+        else:
+            self._server = self.tls(
+                self.head_seconds,
+                self._admit_socket,
+                self._serve_admitted,
+                self._release,
+                MAX_HEAD_BYTES,
+            )
+            await self._server.open(self.host, self.port)
         self.port = self._server.sockets[0].getsockname()[1]
         scheme = "https" if self.tls is not None else "http"
         log.info("metrics and health on %s://%s:%d", scheme, self.host, self.port)
@@ -412,6 +445,17 @@ class MetricsServer:
         self._open[peer_host] = self._open.get(peer_host, 0) + 1
         return None
 
+    def _admit_socket(self, sock: socket.socket, peer: Any) -> str | None:
+        """A TLS socket counted in before its handshake: its address, or None when it is
+        over a limit (closed at once)."""
+        peer_host = _host(peer)
+        refused = self._admit(peer_host)
+        if refused is None:
+            return peer_host
+        self._refuse(peer_host, refused)
+        sock.close()
+        return None
+
     def _release(self, peer_host: str) -> None:
         left = self._open.pop(peer_host, 1) - 1
         if left > 0:
@@ -427,13 +471,18 @@ class MetricsServer:
             )
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        peer = writer.get_extra_info("peername")
-        peer_host = str(peer[0]) if isinstance(peer, tuple) and peer else ""
+        peer_host = _host(writer.get_extra_info("peername"))
         refused = self._admit(peer_host)
         if refused is not None:
             self._refuse(peer_host, refused)
             writer.close()
             return
+        await self._serve_admitted(reader, writer, peer_host)
+
+    async def _serve_admitted(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, peer_host: str
+    ) -> None:
+        """One request and its answer, on a connection counted in (released at the end)."""
         try:
             try:
                 head = reader.readuntil(b"\r\n\r\n")
@@ -459,6 +508,11 @@ class MetricsServer:
         finally:
             writer.close()
             self._release(peer_host)
+
+
+def _host(peer: Any) -> str:
+    """The address of a socket's peer (a host and port tuple, or something else)."""
+    return str(peer[0]) if isinstance(peer, tuple) and peer else ""
 
 
 def _headers(request: bytes) -> dict[str, str]:

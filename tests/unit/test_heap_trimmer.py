@@ -9,7 +9,7 @@ from pulsar_gateway.gateway.memory import HeapTrimmer
 
 def _trimmer(busy: list[bool]) -> tuple[HeapTrimmer, list[int]]:
     calls: list[int] = []
-    trimmer = HeapTrimmer(lambda: busy[0], idle_seconds=30, busy_seconds=60)
+    trimmer = HeapTrimmer(lambda: busy[0], idle_seconds=30, busy_seconds=60, resident=lambda: 0)
     trimmer._trim = lambda pad: calls.append(pad) or 1  # type: ignore[assignment]
     return trimmer, calls
 
@@ -55,3 +55,30 @@ def test_the_real_malloc_trim_can_be_called() -> None:
     if trimmer.due(0):  # glibc here; elsewhere never due
         trimmer.trim()
         assert trimmer.trims == 1
+
+
+def test_while_busy_a_grown_heap_is_trimmed_sooner_than_the_busy_interval() -> None:
+    """Clients that leave big freed buffers behind while others stay connected: once the
+    resident memory has grown by `grown_bytes` since the last trim, the next trim comes
+    `grown_seconds` after it, not `busy_seconds`; and a trim resets what counts as grown
+    (memory really in use does not make it trim every time)."""
+    resident = [100 << 20]
+    calls: list[int] = []
+    trimmer = HeapTrimmer(
+        lambda: True,
+        busy_seconds=60,
+        resident=lambda: resident[0],
+        grown_bytes=32 << 20,
+        grown_seconds=10,
+    )
+    trimmer._trim = lambda pad: calls.append(pad) or 1  # type: ignore[assignment]
+    assert trimmer.due(0)
+    trimmer.trim()
+    resident[0] += 31 << 20
+    assert not trimmer.due(20)  # not grown enough
+    resident[0] += 2 << 20
+    assert not trimmer.due(5)  # grown, but too soon after the last trim
+    assert trimmer.due(20)
+    trimmer.trim()  # nothing freed: 133 MiB is what is in use now
+    assert not trimmer.due(40) and not trimmer.due(79)
+    assert trimmer.due(80)  # the busy interval still applies

@@ -10,7 +10,13 @@ import pytest
 
 from harness.kafka_memory_store import memory_storage
 from pulsar_gateway.gateway.config import KafkaSection
-from pulsar_gateway.handlers.kafka.apis.table import API_TABLE, served_versions
+from pulsar_gateway.handlers.kafka.apis.table import (
+    API_TABLE,
+    api_versions,
+    api_versions_frame,
+    served_versions,
+    versions_of,
+)
 from pulsar_gateway.handlers.kafka.context import BrokerIdentity, KafkaContext
 from pulsar_gateway.handlers.kafka.group_coordinator import GroupCoordinator
 from pulsar_gateway.handlers.kafka.requests import ConnectionClosing, answer
@@ -161,6 +167,30 @@ def test_api_versions_lists_the_table_and_old_versions_get_v0() -> None:
         assert protocol.decode_response(ApiKey.API_VERSIONS, 0, memoryview(raw)[4:])[
             "error_code"
         ] == (ErrorCode.UNSUPPORTED_VERSION)
+
+    run(scenario)
+
+
+def test_api_versions_answer_encoded_once_is_the_same_as_encoded_each_time() -> None:
+    """The ApiVersions frame is encoded once per version and given each request's
+    correlation id: byte for byte what encoding the handler's answer gives, at every
+    served version, for any correlation id (negative ones too)."""
+
+    async def scenario() -> None:
+        broker = Broker()
+        low, high = versions_of(ApiKey.API_VERSIONS)
+        assert low == 0 and high >= 3
+        for version in range(low, high + 1):
+            for correlation in (0, 1, 7, 2**31 - 1, -5):
+                body = protocol.encode_request(ApiKey.API_VERSIONS, version, correlation, "t", {})
+                frame = memoryview(body[4:])
+                header = protocol.parse_request_header(frame)
+                raw = await answer(broker.context, header, frame)
+                expected = await api_versions(broker.context, header, {})
+                assert raw == protocol.encode_response(
+                    ApiKey.API_VERSIONS, version, correlation, expected
+                ), (version, correlation)
+                assert raw == api_versions_frame(version, correlation)
 
     run(scenario)
 

@@ -14,11 +14,13 @@ from __future__ import annotations
 import asyncio
 import socket
 import ssl
+from functools import partial
 from pathlib import Path
 
 from harness.certificates import make_certificates
 from harness.waiting import async_wait_until
 from pulsar_gateway.gateway import metrics
+from pulsar_gateway.handlers.tls_accept import TlsListener
 from pulsar_gateway.security.tls import server_context
 
 PER_IP = 4
@@ -129,7 +131,9 @@ def test_https_when_the_port_has_a_certificate(tmp_path: Path) -> None:
     tls = server_context("metrics", str(files["cert"]), str(files["key"]))
 
     async def scenario() -> None:
-        server = metrics.MetricsServer("127.0.0.1", 0, lambda: {"ok": True}, tls=tls)
+        server = metrics.MetricsServer(
+            "127.0.0.1", 0, lambda: {"ok": True}, tls=partial(TlsListener, "http", tls)
+        )
         server.head_seconds = 0.5
         await server.start()
         try:
@@ -147,6 +151,89 @@ def test_https_when_the_port_has_a_certificate(tmp_path: Path) -> None:
             async with asyncio.timeout(5):
                 assert await reader.read() == b""  # no ClientHello: dropped at the deadline
             writer.close()
+        finally:
+            await server.stop()
+
+    asyncio.run(scenario())
+
+
+def test_https_limits_hold_before_and_after_the_handshake(tmp_path: Path) -> None:
+    """With TLS, a socket is counted at accept: silent sockets (no ClientHello) beyond
+    `max_connections_per_ip` are closed at once instead of each waiting out its handshake
+    (asyncio's own TLS server counted a connection only after it), and one that completes
+    its handshake and then holds the socket, or trickles its head, still counts and is
+    dropped at the head deadline."""
+    files = make_certificates(tmp_path)
+    tls = server_context("metrics", str(files["cert"]), str(files["key"]))
+    client = ssl.create_default_context(cafile=str(files["ca"]))
+
+    async def tls_open(source: str) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        return await asyncio.open_connection(
+            "127.0.0.1",
+            server.port,
+            ssl=client,
+            server_hostname="localhost",
+            local_addr=(source, 0),
+        )
+
+    server = metrics.MetricsServer(
+        "127.0.0.1",
+        0,
+        lambda: {"ok": True},
+        max_connections_per_ip=PER_IP,
+        tls=partial(TlsListener, "http", tls),
+    )
+
+    async def scenario() -> None:
+        server.head_seconds = 1.0
+        await server.start()
+        try:
+            before = _refused("max_connections_per_ip")
+            silent = [
+                await asyncio.open_connection("127.0.0.1", server.port, local_addr=("127.0.0.3", 0))
+                for _ in range(PER_IP)
+            ]
+            await async_wait_until(
+                lambda: server._open.get("127.0.0.3") == PER_IP, 5, message="silent sockets"
+            )
+            assert await _closed_at_once(server.port, "127.0.0.3"), "a silent socket too many"
+            assert _refused("max_connections_per_ip") == before + 1
+            for _, writer in silent:
+                writer.close()
+            await async_wait_until(lambda: not server._open, 5, message="the silent ones gone")
+
+            # handshakes done, then nothing, or a head a byte at a time: counted, dropped
+            started = asyncio.get_running_loop().time()
+            holders = [await tls_open("127.0.0.4") for _ in range(PER_IP - 1)]
+            trickler = await tls_open("127.0.0.4")
+            assert server._open.get("127.0.0.4") == PER_IP
+            assert await _closed_at_once(server.port, "127.0.0.4"), "one past the limit stayed"
+            head = b"GET /health HTTP/1.1\r\nHost: x\r\n"
+            reader, writer = trickler
+            closed = False
+            for byte in head:
+                writer.write(bytes([byte]))
+                try:
+                    async with asyncio.timeout(0.1):
+                        closed = await reader.read() == b""
+                except TimeoutError:
+                    continue
+                except ConnectionError:
+                    closed = True
+                break
+            for reader, _ in holders:
+                async with asyncio.timeout(5):
+                    assert await reader.read() == b""  # dropped at the head deadline
+            took = asyncio.get_running_loop().time() - started
+            assert closed and took < 4, f"held {took:.1f} s (head deadline 1 s)"
+            await async_wait_until(lambda: not server._open, 5, message="all released")
+            for _, writer in [*holders, trickler]:
+                writer.close()
+            answer = await tls_open("127.0.0.4")
+            answer[1].write(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+            async with asyncio.timeout(5):
+                assert (await answer[0].read()).startswith(b"HTTP/1.1 200")
+            answer[1].close()
         finally:
             await server.stop()
 

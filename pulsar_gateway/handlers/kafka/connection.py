@@ -53,10 +53,9 @@ _RESET = struct.pack("ii", 1, 0)  # SO_LINGER on, 0 s: close() resets the connec
 _API_KEY = struct.Struct(">h")  # a request header's first field
 MAX_PIPELINED = 64
 WRITE_BUFFER_HIGH = 1 << 20
-# An admitted frame must also keep arriving at this average rate (after
-# frame_timeout_seconds of grace): a byte every 29 s would otherwise hold the frame's share
-# of the budget for as long as its size allows.
-MIN_FRAME_BYTES_PER_SECOND = 256 * 1024
+# The watchdog fired this much later than asked: the loop did not run meanwhile (a loaded
+# machine), so bytes a client sent may be waiting unread; judged again once they are read.
+WATCH_LATE_SECONDS = 0.5
 SASL_APIS = (ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE)
 
 
@@ -96,6 +95,7 @@ class KafkaConnection:
         self.frame_received = 0
         self.timed_out: Exception | None = None
         self._watchdog: asyncio.TimerHandle | None = None
+        self._watch_due = now  # when the watchdog should next run
         self.sasl = SaslSession((), NoUsers(), peer)
         # reads not yet answered (`droppable`): a long poll for a client that has gone is
         # dropped, not waited out (it would keep its partitions from closing for up to its
@@ -125,10 +125,11 @@ class KafkaConnection:
                 self.queued.limit, self.settings.max_unauthenticated_frame_bytes
             )
         writer_task = asyncio.create_task(self._write_responses())
-        self._reading = asyncio.create_task(self._read_requests())
+        reading = asyncio.create_task(self._read_requests())
+        self._reading = reading
         self._watch()
         try:
-            await self._reading
+            await reading
         except (asyncio.IncompleteReadError, ConnectionError):
             # the end of the stream, or the watchdog's doing: nobody will read an answer
             self._drop_fetches()
@@ -146,7 +147,7 @@ class KafkaConnection:
         finally:
             if self._watchdog is not None:
                 self._watchdog.cancel()
-            self._reading.cancel()
+            reading.cancel()
             with contextlib.suppress(asyncio.QueueFull):
                 self.responses.put_nowait(None)
             try:
@@ -155,72 +156,86 @@ class KafkaConnection:
                 writer_task.cancel()
             self.writer.close()
             self.queued.release_all()
+            # the reader's task holds the exception that ended it, whose traceback holds
+            # the reader's frames, which hold this connection: a cycle that only a full
+            # garbage collection (rare, with the start-up heap frozen) would free
+            del reading
+            self._reading = None
 
     def _drop_fetches(self) -> None:
         for fetch in self._fetches:
             fetch.cancel()
 
     async def _read_requests(self) -> None:
-        max_entries = self.settings.max_request_entries
         while True:
             await self._wait_out_throttle()
-            size = _SIZE.unpack(await self._read_exactly(4))[0]
-            self._check_size(size)
-            # the header's fixed start (API key, version, correlation id) before any budget
-            # is taken: what the frame is decides whether it is read at all (before login,
-            # only ApiVersions and SASL are)
-            start = await self._read_exactly(8)
-            api_key = _API_KEY.unpack_from(start)[0]
-            if api_key not in SASL_APIS and not self.sasl.current:
-                self._refuse_unauthenticated(api_key)
-            # backpressure: with the budget full, the socket is not read until answers go
-            # out (and the watchdog does not count that wait against the client)
-            self.mid_frame = False
-            await self.queued.acquire(size)
-            held = size
-            try:
-                frame = memoryview(await self._read_body(size, start))
-                try:
-                    header = protocol.parse_request_header(frame)
-                except protocol.KafkaDecodeError as exc:
-                    metrics.BAD_INPUT.labels("kafka", "header").inc()
-                    raise ConnectionClosing(f"bad request header: {exc}") from None
-                request = await decode_off_loop(header, frame, max_entries, self.decoder)
-                decoded = request.entries * ENTRY_BYTES
-                self.queued.charge(decoded)
-                held += decoded
-            except BaseException:
-                self.queued.release(held)
-                raise
-            self.last_activity = self.loop.time()
-            self.unanswered += 1
-            task: asyncio.Task[bytes | None]
-            if header.api_key in SASL_APIS:
-                # settled before the next frame is read (which may depend on it), in a
-                # thread: PLAIN's PBKDF2 takes ~2 ms, which the other connections would wait
-                # out on the event loop during a storm of logins
-                answer = await asyncio.to_thread(self._sasl, request)
-                self._take_rights()
-                task = asyncio.create_task(_ready(answer))
-            else:
-                # a Produce over its quota mutes the connection before the next read
-                throttle = charge_produce(self.context, request)
-                turn = admit(self.context, request)  # its place in the connection's line
-                answer_of = respond(self.context, request, throttle, turn)
-                if header.api_key == ApiKey.FETCH:
-                    task = self._fetch_in_turn(answer_of)
-                else:
-                    task = asyncio.create_task(answer_of)
-                    if droppable(header.api_key, request.body):
-                        self._fetches.add(task)
-                        task.add_done_callback(self._fetches.discard)
-            await self.responses.put((task, held))
+            await self._read_request()
             if self.writer_gone or self.sasl.failed:
                 return  # after a SASL failure: its answer goes out, then the connection closes
             # one frame per turn of the loop: a connection whose socket holds many frames
             # read them all in one go before, and ten such pipelining cheap requests made
             # each turn of the loop ~300 ms of work, which every other client waited out
             await asyncio.sleep(0)
+
+    async def _read_request(self) -> None:
+        """One frame read, decoded and handed to its task. A method of its own so that the
+        frame and its decoded request die with this call: kept as locals of the reading
+        loop, they outlived their answer while the loop waited for the next frame (a 99,999-
+        topic Metadata: 25 MB per idle connection, outside every budget), and for as long
+        as the connection's end, a traceback holding that frame, waited for a full garbage
+        collection."""
+        max_entries = self.settings.max_request_entries
+        size = _SIZE.unpack(await self._read_exactly(4))[0]
+        self._check_size(size)
+        # the header's fixed start (API key, version, correlation id) before any budget
+        # is taken: what the frame is decides whether it is read at all (before login,
+        # only ApiVersions and SASL are)
+        start = await self._read_exactly(8)
+        api_key = _API_KEY.unpack_from(start)[0]
+        if api_key not in SASL_APIS and not self.sasl.current:
+            self._refuse_unauthenticated(api_key)
+        # backpressure: with the budget full, the socket is not read until answers go
+        # out (and the watchdog does not count that wait against the client)
+        self.mid_frame = False
+        await self.queued.acquire(size)
+        held = size
+        try:
+            frame = memoryview(await self._read_body(size, start))
+            try:
+                header = protocol.parse_request_header(frame)
+            except protocol.KafkaDecodeError as exc:
+                metrics.BAD_INPUT.labels("kafka", "header").inc()
+                raise ConnectionClosing(f"bad request header: {exc}") from None
+            request = await decode_off_loop(header, frame, max_entries, self.decoder)
+            decoded = request.entries * ENTRY_BYTES
+            self.queued.charge(decoded)
+            held += decoded
+        except BaseException:
+            self.queued.release(held)
+            raise
+        self.last_activity = self.loop.time()
+        self.unanswered += 1
+        task: asyncio.Task[bytes | None]
+        if header.api_key in SASL_APIS:
+            # settled before the next frame is read (which may depend on it), in a
+            # thread: PLAIN's PBKDF2 takes ~2 ms, which the other connections would wait
+            # out on the event loop during a storm of logins
+            answer = await asyncio.to_thread(self._sasl, request)
+            self._take_rights()
+            task = asyncio.create_task(_ready(answer))
+        else:
+            # a Produce over its quota mutes the connection before the next read
+            throttle = charge_produce(self.context, request)
+            turn = admit(self.context, request)  # its place in the connection's line
+            answer_of = respond(self.context, request, throttle, turn)
+            if header.api_key == ApiKey.FETCH:
+                task = self._fetch_in_turn(answer_of)
+            else:
+                task = asyncio.create_task(answer_of)
+                if droppable(header.api_key, request.body):
+                    self._fetches.add(task)
+                    task.add_done_callback(self._fetches.discard)
+        await self.responses.put((task, held))
 
     def _fetch_in_turn(
         self, answer_of: Coroutine[Any, Any, bytes | None]
@@ -336,12 +351,18 @@ class KafkaConnection:
 
     async def _read_body(self, size: int, start: bytes) -> bytes:
         """The frame (``start``: its first bytes, already read), which must also keep
-        arriving at MIN_FRAME_BYTES_PER_SECOND (`_too_slow`)."""
+        arriving at kafka.min_frame_bytes_per_second (`_too_slow`)."""
         now = self.loop.time()
         self.last_progress = now
         self.mid_frame = True
         self.frame_started = now
         self.frame_received = len(start)
+        grace = self.settings.frame_grace_seconds
+        if self._watchdog is not None and self._watch_due > now + grace:
+            # judged at the end of its grace, not at the watchdog's slower idle pace
+            self._watchdog.cancel()
+            self._watch_due = now + grace
+            self._watchdog = self.loop.call_later(grace, self._watch)
         try:
             return await self._read_exactly(size - len(start), start)
         finally:
@@ -349,12 +370,12 @@ class KafkaConnection:
             self.frame_started = float("inf")
 
     def _too_slow(self, now: float) -> bool:
-        """After frame_timeout_seconds of grace, a frame's bytes so far must average
-        MIN_FRAME_BYTES_PER_SECOND over the time since: a frame whose size was taken from the
-        budget and whose bytes trickle in (a byte every 20 s) would otherwise hold that
-        budget for its size's worth of time (a 100 MiB frame: 7 minutes)."""
-        late = now - self.frame_started - self.settings.frame_timeout_seconds
-        return late > 0 and self.frame_received < late * MIN_FRAME_BYTES_PER_SECOND
+        """After frame_grace_seconds, a frame's bytes so far must average
+        min_frame_bytes_per_second over the time since: a frame whose size was taken from
+        the budget and whose bytes trickle in (a byte every 20 s) would otherwise hold
+        that budget for as long as frame_timeout_seconds allows between bytes."""
+        late = now - self.frame_started - self.settings.frame_grace_seconds
+        return late > 0 and self.frame_received < late * self.settings.min_frame_bytes_per_second
 
     async def _read_exactly(self, n: int, start: bytes = b"") -> bytes:
         """``n`` bytes (after ``start``). No timer per read (it cost 12% of a small
@@ -385,14 +406,21 @@ class KafkaConnection:
         now = self.loop.time()
         reason: Exception | None = None
         label = "frame_timeout"
+        if now - self._watch_due > WATCH_LATE_SECONDS:
+            # the loop stalled: what the client sent meanwhile is read (a poll of the
+            # sockets comes before the next timers) before judging it
+            self._watch_due = now + 0.05
+            self._watchdog = self.loop.call_later(0.05, self._watch)
+            return
         if self.mid_frame and now - self.last_progress >= stall:
             reason = ConnectionClosing(
                 f"frame stalled: no bytes for {stall:g} s (kafka.frame_timeout_seconds)"
             )
         elif self.mid_frame and self._too_slow(now):
             reason = ConnectionClosing(
-                f"frame arriving under {MIN_FRAME_BYTES_PER_SECOND} B/s after "
-                f"{stall:g} s of grace (kafka.frame_timeout_seconds)"
+                f"frame arriving under {settings.min_frame_bytes_per_second} B/s after "
+                f"{settings.frame_grace_seconds:g} s (kafka.min_frame_bytes_per_second, "
+                "kafka.frame_grace_seconds)"
             )
         elif self.before_login and now - self.opened >= login:
             reason = ConnectionClosing(
@@ -409,7 +437,11 @@ class KafkaConnection:
             shortest = min(stall, settings.connection_idle_seconds)
             if self.before_login:
                 shortest = min(shortest, login)
-            self._watchdog = self.loop.call_later(max(0.05, shortest / 4), self._watch)
+            if self.mid_frame:
+                shortest = min(shortest, settings.frame_grace_seconds)
+            wait = max(0.05, shortest / 4)
+            self._watch_due = now + wait
+            self._watchdog = self.loop.call_later(wait, self._watch)
             return
         if isinstance(reason, ConnectionClosing):
             metrics.BAD_INPUT.labels("kafka", label).inc()
@@ -445,6 +477,8 @@ class KafkaConnection:
             self.queued.release(held)
             self.unanswered -= 1
             self.last_activity = self.loop.time()
+            # not kept while the next answer is awaited: a Metadata's is megabytes
+            del task, response
 
     async def _drained(self) -> bool:
         """Wait for the client to read; False if it read nothing for frame_timeout_seconds
@@ -475,7 +509,9 @@ class KafkaConnection:
         if unread:
             sock = self.writer.get_extra_info("socket")
             if sock is not None:
-                with contextlib.suppress(OSError):
+                # ValueError: the client reset it first (its descriptor is gone); the
+                # writer task died of it, and the reader was never stopped
+                with contextlib.suppress(OSError, ValueError):
                     sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _RESET)
             self.writer.transport.abort()
         else:

@@ -23,6 +23,7 @@ from typing import Any, NamedTuple
 from pulsar_gateway.gateway import metrics
 from pulsar_gateway.handlers.kafka.apis.table import (
     API_TABLE,
+    api_versions_frame,
     unsupported_api_versions,
     versions_of,
 )
@@ -156,6 +157,9 @@ async def _respond(
             await turn.wait()
         elif turn is not None:
             context = dataclasses.replace(context, produce_turn=turn)
+        if header.api_key == ApiKey.API_VERSIONS:  # the same answer each time (table.py)
+            metrics.REQUESTS.labels("kafka", api_name(header.api_key), "none").inc()
+            return api_versions_frame(header.api_version, header.correlation_id)
         body = await API_TABLE[ApiKey(header.api_key)].handler(context, header, request.body)
     finally:
         if turn is not None:
