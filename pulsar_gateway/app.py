@@ -47,6 +47,7 @@ from pulsar_gateway.storage.kafka.group_configs import MetadataGroupConfigs
 from pulsar_gateway.storage.kafka.group_offsets import GroupOffsetStore
 from pulsar_gateway.storage.kafka.share_states import ShareStateStore
 from pulsar_gateway.storage.kafka.subscription_position import ack_position
+from pulsar_gateway.storage.kafka.topic_deletion import forget_with_topic
 from pulsar_gateway.storage.kafka.topics import TopicService
 from pulsar_gateway.storage.users import UsersStore
 
@@ -194,16 +195,9 @@ class Gateway:
         share_states = self.share_states = ShareStateStore(self.metadata)
         self.group_offsets.load()
         self.metadata.watch(self.group_offsets.apply_change)
-        topic_store, group_offsets = self.topics, self.group_offsets
-
-        async def forget_partitions(partitions: list[str]) -> None:
-            """A deleted topic's partitions: the groups' offsets and the share groups' state
-            on them go (a topic created again under the name starts afresh for both)."""
-            stored = [topic_store.stored_partition(name) for name in partitions]
-            await group_offsets.forget_partitions(partitions)
-            await share_states.forget_partitions(stored)
-
-        self.topics.forget_partitions = forget_partitions
+        self.topics.forget_partitions = forget_with_topic(
+            self.topics, self.group_offsets, share_states
+        )
         # no client topic or queue may map among the gateway's own topics
         reserved = ReservedNamespaces(frozenset({settings.pulsar.metadata_namespace}))
         if settings.kafka.group_offset_mirror:
