@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Literal
 
 from pulsar_gateway.gateway.backend.connection_security import PulsarSecurity
@@ -40,6 +41,7 @@ from pulsar_gateway.gateway.backend.wire import (
     message_fields,
 )
 from pulsar_gateway.gateway.backend.wire.batch import IN_ENTRY, VARINTS
+from pulsar_gateway.gateway.backend.written_entries import WrittenEntries, WrittenEntry
 from pulsar_gateway.gateway.messages import MessageKey, OutMessage
 
 log = logging.getLogger("gateway.backend")
@@ -96,11 +98,19 @@ def entries(
 ) -> list[OutgoingEntry]:
     """`messages` as batched entries of at most `limit` payload bytes each, in order; a
     message that alone is over `limit` becomes an unbatched entry. The n-th message gets
-    stamp `first_sequence + n`, marked "more follows" when `whole` and it is not the last."""
+    stamp `first_sequence + n`, marked "more follows" when `whole` and it is not the last.
+    Each batched entry notes the messages it was built from (`WrittenEntry`), for the
+    gateway's own reader (written_entries.py)."""
     out: list[OutgoingEntry] = []
     group: list[tuple[bytes, bytes]] = []
+    start = 0  # index of the group's first message
     size = 0
     last = len(messages) - 1
+
+    def close_group(end: int) -> None:
+        written = WrittenEntry(messages[start:end], first_sequence + start, whole, end > last)
+        out.append(replace(batch_entry(group), note=written))
+
     for index, message in enumerate(messages):
         more = whole and index != last
         payload = message.payload or b""
@@ -108,17 +118,19 @@ def entries(
         cost = len(fields) + len(payload) + 8  # the size word and the payload size field
         if cost > limit:
             if group:
-                out.append(batch_entry(group))
+                close_group(index)
                 group, size = [], 0
             out.append(lone_entry(message, first_sequence + index, more))
+            start = index + 1
             continue
         if size + cost > limit and group:
-            out.append(batch_entry(group))
+            close_group(index)
             group, size = [], 0
+            start = index
         group.append((fields, payload))
         size += cost
     if group:
-        out.append(batch_entry(group))
+        close_group(len(messages))
     return out
 
 
@@ -146,6 +158,8 @@ class NativeSender:
         self.send_timeout = send_timeout
         self.max_pending_messages = max_pending_messages
         self._client: Client | None = None
+        # the batched entries sent, until the gateway's reader meets them
+        self.written = WrittenEntries()
 
     async def start(self) -> None:
         self._client = Client.from_security(
@@ -168,14 +182,25 @@ class NativeSender:
             return writer.native
         if self._client is None:
             raise PulsarError("the native client is not started")
-        writer.native = await self._client.create_producer(
+        if writer.native is not None:
+            writer.native_sequence = max(writer.native_sequence, writer.native.next_sequence)
+        producer = await self._client.create_producer(
             writer.topic,
             # the name rule of pulsar-client's producers (resend_filter.writer_of)
             name=f"gw-{writer.id}.native",
             max_pending_messages=self.max_pending_messages,
             send_timeout=self.send_timeout,
+            # on from its predecessor's: a name and a sequence id name one entry only
+            initial_sequence_id=writer.native_sequence,
         )
-        return writer.native
+        producer.on_admit = self._admitted
+        writer.native = producer
+        return producer
+
+    def _admitted(self, producer: Producer, sequence_id: int, entry: OutgoingEntry) -> None:
+        """An entry the producer numbered: kept for the reader (written_entries.py)."""
+        if isinstance(entry.note, WrittenEntry):
+            self.written.add(producer.name, sequence_id, entry.note)
 
     async def send(
         self, writer: TopicWriter, messages: list[OutMessage], whole: bool
