@@ -397,6 +397,9 @@ class PartitionLog:
             numbered.trim()
         # one checkpoint per `interval` offsets, at the first message starting past it
         next_due = (checkpoints[-1] // interval + 1) * interval if checkpoints else 0
+        # what goes to the tail cache, there in one go after the loop (nothing in it reads it)
+        cached: list[StoredMessage] = []
+        cached_at: list[int] = []
         for message in batch:
             due = offset >= next_due
             before = resends.snapshot() if due else None
@@ -418,7 +421,8 @@ class PartitionLog:
             aborted = transactions.observe(message, offset)
             if aborted is not None:
                 self._save_aborted(aborted)
-            tail.append(message, offset)
+            cached.append(message)
+            cached_at.append(offset)
             if appending:
                 numbered.add(message.id, offset)
             while waiters and waiters[0][0] <= message.id:
@@ -426,6 +430,7 @@ class PartitionLog:
                 if not future.done():
                     future.set_result(offset)
             offset += records_in(message)
+        tail.extend(cached, cached_at)
         if batch:
             self._last_id = batch[-1].id
         self.next_offset = offset

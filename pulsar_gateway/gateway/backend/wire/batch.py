@@ -42,7 +42,7 @@ _unpack_size = _SIZE.unpack_from
 _TABLE_LIMIT = 1 << 14
 VARINTS = tuple(encode_varint(i) for i in range(_TABLE_LIMIT))
 # `payload_size` (SingleMessageMetadata field 3) with its key, prebuilt likewise.
-_PAYLOAD_SIZE = tuple(b"\x18" + v for v in VARINTS)
+_PAYLOAD_SIZE = PAYLOAD_SIZES = tuple(b"\x18" + v for v in VARINTS)
 
 
 def varint(value: int) -> bytes:
