@@ -99,6 +99,11 @@ class PulsarEntryFormat:
 
     def encode(self, batch: DecodedBatch, append_time: int | None = None) -> list[OutMessage]:
         out: list[OutMessage] = []
+        if batch.messages is not None:  # decoded into messages already (record_messages.py)
+            out = batch.messages
+            if append_time is not None:
+                for message in out:
+                    message.event_time = append_time if append_time > 0 else 0
         append = out.append
         for _, timestamp, key, value, headers in batch.records:
             if append_time is not None:
