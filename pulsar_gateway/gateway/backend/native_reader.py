@@ -153,7 +153,16 @@ class NativeReaderStream:
                 if not entries:
                     break  # the timeout ran out
             while entries and len(out) < limit:
-                for message in stored_messages(entries.popleft(), self._written):
+                messages = stored_messages(entries.popleft(), self._written)
+                if not messages:
+                    continue
+                first = messages[0].id
+                if (first > last) if last is not None else (first >= self._floor):
+                    # the whole entry is new (ids rise within it): no check per message
+                    out += messages
+                    last = messages[-1].id
+                    continue
+                for message in messages:
                     key = message.id
                     if (last is None and key < self._floor) or (last is not None and key <= last):
                         self.duplicates_dropped += 1

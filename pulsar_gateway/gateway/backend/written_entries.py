@@ -47,7 +47,8 @@ class WrittenEntry(NamedTuple):
         """The entry's messages as a reader gets them (`native_reader.stored_messages`)."""
         out: list[StoredMessage] = []
         append = out.append
-        make = StoredMessage
+        make = tuple.__new__  # StoredMessage's own __new__ costs a call per message more
+        cls = StoredMessage
         sequence = self.first_sequence
         marked = self.whole
         last = len(self.messages) - 1
@@ -60,13 +61,16 @@ class WrittenEntry(NamedTuple):
             event_time = message.event_time
             append(
                 make(
-                    (ledger, entry, index),
-                    message.payload,
-                    message.key or "",
-                    properties,
-                    event_time if event_time > 0 else 0,
-                    publish_time,
-                    producer,
+                    cls,
+                    (
+                        (ledger, entry, index),
+                        message.payload,
+                        message.key or "",
+                        properties,
+                        event_time if event_time > 0 else 0,
+                        publish_time,
+                        producer,
+                    ),
                 )
             )
         return out
