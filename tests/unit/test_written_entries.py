@@ -65,20 +65,29 @@ def _note(count: int) -> WrittenEntry:
 
 def test_a_note_is_taken_once_and_only_for_an_entry_of_its_size() -> None:
     written = WrittenEntries()
-    written.add("p", 5, _note(3))
-    written.add("p", 8, _note(2))
+    written.add("p", 5, _note(3), 30)
+    written.add("p", 8, _note(2), 20)
     assert written.take("p", 5, 3) is not None
     assert written.take("p", 5, 3) is None  # taken
     assert written.take("q", 8, 2) is None  # another producer's
     assert written.take("p", 8, 3) is None  # not the entry noted: parsed instead, note gone
     assert written.take("p", 8, 2) is None
-    assert len(written) == 0 and written.messages == 0
+    assert len(written) == 0 and written.messages == written.bytes == 0
 
 
 def test_notes_never_read_are_dropped_oldest_first() -> None:
     written = WrittenEntries(max_messages=10)
     for sequence in range(0, 20, 4):
-        written.add("p", sequence, _note(4))
+        written.add("p", sequence, _note(4), 1)
     assert written.messages <= 10
     assert written.take("p", 0, 4) is None
     assert written.take("p", 16, 4) is not None
+
+
+def test_notes_are_bounded_in_bytes_too() -> None:
+    written = WrittenEntries(max_bytes=1000)
+    for sequence in range(10):
+        written.add("p", sequence, _note(1), 300)
+    assert written.bytes <= 1000 and len(written) == 3
+    assert written.take("p", 6, 1) is None
+    assert written.take("p", 9, 1) is not None

@@ -244,7 +244,7 @@ class NativeSender:
     def _admitted(self, producer: Producer, sequence_id: int, entry: OutgoingEntry) -> None:
         """An entry the producer numbered: kept for the reader (written_entries.py)."""
         if isinstance(entry.note, WrittenEntry):
-            self.written.add(producer.name, sequence_id, entry.note)
+            self.written.add(producer.name, sequence_id, entry.note, len(entry.payload))
 
     async def send(
         self, writer: TopicWriter, messages: list[OutMessage], whole: bool

@@ -16,7 +16,8 @@ met after its record was dropped, a history read) is split as before.
 A producer name and sequence id never stand for two entries: each writer's producers are
 named after it (`gw-<writer>.native`, a fresh writer id per process) and a successor under
 the same name continues the sequence ids (`NativeSender._producer`). Records are taken when
-read; what is never read (a partition closed first) goes once `max_messages` are kept.
+read; what is never read (a partition closed first) goes, oldest first, once more than
+`max_messages` messages or `max_bytes` of entries are kept.
 """
 
 from __future__ import annotations
@@ -27,8 +28,10 @@ from typing import NamedTuple
 
 from pulsar_gateway.gateway.messages import MORE, SEQ, OutMessage, StoredMessage
 
-# What is kept at most, in messages: well over what a partition's tailer lags behind.
+# What is kept at most, in messages and in the entries' bytes: well over what the tailers
+# lag behind the receipts (a note dropped costs only the parse it would have saved).
 MAX_KEPT_MESSAGES = 500_000
+MAX_KEPT_BYTES = 64 * 1024 * 1024
 
 
 class WrittenEntry(NamedTuple):
@@ -79,31 +82,41 @@ class WrittenEntry(NamedTuple):
 class WrittenEntries:
     """Written entries by (producer name, sequence id), oldest first, bounded."""
 
-    def __init__(self, max_messages: int = MAX_KEPT_MESSAGES) -> None:
+    def __init__(
+        self, max_messages: int = MAX_KEPT_MESSAGES, max_bytes: int = MAX_KEPT_BYTES
+    ) -> None:
         self.max_messages = max_messages
-        self._entries: OrderedDict[tuple[str, int], WrittenEntry] = OrderedDict()
+        self.max_bytes = max_bytes
+        # (producer, sequence id) -> the note and the entry's size in bytes
+        self._entries: OrderedDict[tuple[str, int], tuple[WrittenEntry, int]] = OrderedDict()
         self.messages = 0  # held in all entries
+        self.bytes = 0  # the sizes of the entries held
         self.found = 0  # entries taken by a reader
-        self.dropped = 0  # entries dropped unread to stay within `max_messages`
+        self.dropped = 0  # entries dropped unread to stay within the bounds
 
-    def add(self, producer: str, sequence_id: int, written: WrittenEntry) -> None:
-        old = self._entries.pop((producer, sequence_id), None)
-        if old is not None:
-            self.messages -= len(old.messages)
-        self._entries[(producer, sequence_id)] = written
+    def add(self, producer: str, sequence_id: int, written: WrittenEntry, size: int) -> None:
+        """Note `written`, an entry of `size` bytes (its payload as sent)."""
+        self._forget((producer, sequence_id))
+        self._entries[(producer, sequence_id)] = (written, size)
         self.messages += len(written.messages)
-        while self.messages > self.max_messages and self._entries:
-            _, gone = self._entries.popitem(last=False)
-            self.messages -= len(gone.messages)
+        self.bytes += size
+        while (self.messages > self.max_messages or self.bytes > self.max_bytes) and self._entries:
+            self._forget(next(iter(self._entries)))
             self.dropped += 1
+
+    def _forget(self, key: tuple[str, int]) -> WrittenEntry | None:
+        held = self._entries.pop(key, None)
+        if held is None:
+            return None
+        written, size = held
+        self.messages -= len(written.messages)
+        self.bytes -= size
+        return written
 
     def take(self, producer: str, sequence_id: int, count: int) -> WrittenEntry | None:
         """The entry written under these names, if it holds `count` messages (taken out)."""
-        written = self._entries.pop((producer, sequence_id), None)
-        if written is None:
-            return None
-        self.messages -= len(written.messages)
-        if len(written.messages) != count:
+        written = self._forget((producer, sequence_id))
+        if written is None or len(written.messages) != count:
             return None
         self.found += 1
         return written
