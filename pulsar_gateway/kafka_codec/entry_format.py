@@ -99,15 +99,30 @@ class PulsarEntryFormat:
 
     def encode(self, batch: DecodedBatch, append_time: int | None = None) -> list[OutMessage]:
         out: list[OutMessage] = []
+        if batch.messages is not None:  # decoded into messages already (record_messages.py)
+            out = batch.messages
+            if append_time is not None:
+                for message in out:
+                    message.event_time = append_time if append_time > 0 else 0
         append = out.append
         for _, timestamp, key, value, headers in batch.records:
             if append_time is not None:
                 timestamp = append_time
-            if key is None and not headers:
-                # the common record, without to_message's call: nothing to map but the time
-                append(OutMessage(value, None, None, timestamp if timestamp > 0 else 0))
-            else:
-                append(to_message(key, value, timestamp, headers))
+            if not headers:
+                # the common records, without to_message's call: nothing to map but the
+                # time and a UTF-8 key (an empty key is none; any other goes the long way)
+                if key is None:
+                    append(OutMessage(value, None, None, timestamp if timestamp > 0 else 0))
+                    continue
+                if key:
+                    try:
+                        text = key.decode("utf-8")
+                    except UnicodeDecodeError:
+                        pass
+                    else:
+                        append(OutMessage(value, text, None, timestamp if timestamp > 0 else 0))
+                        continue
+            append(to_message(key, value, timestamp, headers))
         codec = batch.attributes & ATTR_CODEC_MASK
         if codec:
             for message in out:

@@ -28,6 +28,7 @@ from collections.abc import Sequence
 
 import crc32c
 
+from pulsar_gateway.gateway.messages import OutMessage
 from pulsar_gateway.kafka_codec import compression
 from pulsar_gateway.kafka_codec.compression import (
     DEFAULT_MAX_DECOMPRESSED,
@@ -46,6 +47,7 @@ from pulsar_gateway.kafka_codec.record_codec import (
     walk_records,
     wrap64,
 )
+from pulsar_gateway.kafka_codec.record_messages import decode_messages
 
 MAGIC = 2
 HEADER_SIZE = 61
@@ -86,6 +88,7 @@ class DecodedBatch:
         "record_count",
         "records",
         "raw",
+        "messages",
     )
 
     def __init__(
@@ -119,6 +122,8 @@ class DecodedBatch:
         self.record_count = record_count
         self.records = records
         self.raw = raw
+        # `pulsar`-format messages decoded in place of `records` (decode_batches' `messages`)
+        self.messages: list[OutMessage] | None = None
 
     @property
     def compression(self) -> int:
@@ -160,8 +165,13 @@ def decode_batches(
     max_uncompressed: int = DEFAULT_MAX_DECOMPRESSED,
     budget: InflateBudget | None = None,
     records: bool = True,
+    messages: bool = False,
 ) -> list[DecodedBatch]:
     """Decode every batch in a Produce request's ``records`` bytes.
+
+    ``messages=True`` decodes the records straight into `pulsar`-format messages
+    (record_messages.py), in ``messages``, leaving ``records`` empty; their offset deltas
+    are checked there (check_produce_batches' rule).
 
     ``records=False`` reads the batch headers (and checks the CRC) and leaves ``records``
     empty: a batch stored as sent (the `kafka` entry format) needs nothing more. Its
@@ -239,6 +249,12 @@ def decode_batches(
         if count * 7 > len(buf):
             raise RecordBatchError(f"record count {count} does not fit in {len(buf)} bytes")
         try:
+            if messages:
+                batch = DecodedBatch(*header, *producer, [], view[pos:end])
+                batch.messages = decode_messages(buf, count, base_ts)
+                batches.append(batch)
+                pos = end
+                continue
             decoded = decode_records(buf, count, base_ts)
         except IndexError:
             raise RecordBatchError("record runs past the end of the batch") from None

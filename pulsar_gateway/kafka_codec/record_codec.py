@@ -372,3 +372,11 @@ def _encode_headers(
             out += table[n << 1] if n < half else _zigzag_bytes(n)
             out += value
     return out
+
+
+# for record_messages.decode_messages, the same loop making messages instead of records
+TS_SAFE = _TS_SAFE
+ZIGZAG_BYTE = _ZZ1
+decode_headers = _decode_headers
+length_slow = _length_slow
+timestamp_slow = _timestamp_slow

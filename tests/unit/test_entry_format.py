@@ -65,3 +65,33 @@ def test_mixed_entries_fetch_in_order(items, codec) -> None:
     assert [format_of(e.message) for e in entries] == [
         KAFKA if isinstance(item, list) else PULSAR for item in items
     ]
+
+
+@given(
+    st.lists(
+        st.tuples(
+            st.none() | st.binary(max_size=6) | st.text(max_size=4).map(str.encode),
+            st.none() | st.binary(max_size=8),
+            st.integers(-3, 2**41),
+            st.lists(st.tuples(st.text(max_size=3), st.none() | st.binary(max_size=3)), max_size=2),
+        ),
+        min_size=1,
+        max_size=10,
+    ),
+    st.sampled_from([0, 1]),
+)
+def test_pulsar_format_maps_each_record_as_to_message(records, codec) -> None:
+    """The encoder's shortcuts for common records (no headers; no key or a UTF-8 one) give
+    what the mapping gives (an empty key is none, any other key base64 with its mark)."""
+    batch = encode_batch(
+        0,
+        [Record(i, max(t, 0), k, v, h) for i, (k, v, t, h) in enumerate(records)],
+        codec,
+    )
+    [decoded] = decode_batches(batch)
+    got = PULSAR.encode(decoded)
+    want = [to_message(r.key, r.value, r.timestamp, r.headers) for r in decoded.records]
+    if codec:
+        for message in want:
+            message.properties = {**(message.properties or {}), "__kafka.codec": str(codec)}
+    assert got == want

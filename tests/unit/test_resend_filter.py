@@ -93,3 +93,31 @@ def test_recent_offsets_as_runs_answer_as_a_plain_map(steps, keep) -> None:
         else:
             assert got in (-1, plain.get(seq, -1))
     assert len(recent.firsts) <= keep + keep // 4 + 1  # memory: runs, however long
+
+
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["gw-a.native", "gw-a.single", "gw-b.native"]), st.integers(0, 40)
+        ),
+        max_size=200,
+    )
+)
+def test_the_filter_answers_as_a_plain_map(stamps) -> None:
+    """Whatever order stamps come in (runs of one producer take the short way), each answer
+    is that of a plain map of every producer's highest sequence and first offsets."""
+    resends = ResendFilter()
+    highest: dict[str, int] = {}
+    first: dict[tuple[str, int], int] = {}
+    offset = 0
+    for number, (producer, sequence) in enumerate(stamps):
+        message = StoredMessage((1, number, -1), b"", "", {SEQ: str(sequence)}, 0, 0, producer)
+        got = resends.original_offset(message, offset)
+        if producer in highest and sequence <= highest[producer]:
+            assert got == first.get((producer, sequence), -1)
+            continue
+        assert got is None
+        highest[producer] = sequence
+        first[(producer, sequence)] = offset
+        offset += 1
+    assert resends.snapshot() == highest

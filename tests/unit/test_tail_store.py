@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import itertools
 import sys
 from typing import Any
 
@@ -217,3 +218,42 @@ def test_a_tail_of_small_records_is_charged_what_it_holds() -> None:
         assert tail.size == _live_bytes(tail) <= limit
 
     asyncio.run(scenario())
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.one_of(st.none(), st.integers(0, 6000).map(lambda n: bytes([n % 251]) * n)),
+            st.text(max_size=5),
+        ),
+        min_size=1,
+        max_size=120,
+    ),
+    st.lists(st.integers(1, 40), min_size=1, max_size=10),
+)
+def test_extending_in_one_go_holds_what_appending_one_by_one_holds(
+    fields: list[Any], chunks: list[int]
+) -> None:
+    """`extend` (the tailer's bulk path) packs the messages into segments as `append` does."""
+    messages = [
+        StoredMessage((1, n, 0), payload, key, {"__gw.seq": str(n)}, n, n + 1, "p")
+        for n, (payload, key) in enumerate(fields)
+    ]
+    offsets = [10 + 2 * n for n in range(len(messages))]
+    one_by_one, in_bulk = TailStore(), TailStore()
+    for message, offset in zip(messages, offsets, strict=True):
+        one_by_one.append(message, offset)
+    done = 0
+    for size in itertools.cycle(chunks):
+        if done >= len(messages):
+            break
+        in_bulk.extend(messages[done : done + size], offsets[done : done + size])
+        done += size
+    assert (in_bulk.size, in_bulk.count) == (one_by_one.size, one_by_one.count)
+    assert len(in_bulk._segments) == len(one_by_one._segments)
+    assert in_bulk.read(offsets[0], 1 << 40) == one_by_one.read(offsets[0], 1 << 40)
+    for message, offset in zip(messages, offsets, strict=True):
+        assert in_bulk.offset_of(message.id) == offset
+    small = in_bulk.read(offsets[-1], 1)
+    assert [entry.message for entry in small] == messages[-1:]

@@ -34,6 +34,7 @@ from pulsar_gateway.gateway.backend.wire import (
     ReceivedEntry,
     ServerError,
 )
+from pulsar_gateway.gateway.backend.written_entries import WrittenEntries
 from pulsar_gateway.gateway.messages import MessageKey, StoredMessage
 
 log = logging.getLogger("gateway.reader")
@@ -44,12 +45,20 @@ ENTRIES_PER_READ = 64
 UNKNOWN_ERROR = 0
 
 
-def stored_messages(entry: ReceivedEntry) -> list[StoredMessage]:
-    """The entry's messages as pulsar-client's reader would give them."""
+def stored_messages(
+    entry: ReceivedEntry, written: WrittenEntries | None = None
+) -> list[StoredMessage]:
+    """The entry's messages as pulsar-client's reader would give them; an entry this
+    gateway wrote (`written`) is made from what it was built from, not parsed."""
     metadata = entry.metadata
     ledger, entry_id = entry.id.ledger_id, entry.id.entry_id
     publish_time = metadata.publish_time or 0
     producer = metadata.producer_name or ""
+    count = metadata.num_messages_in_batch
+    if written is not None and count is not None and not entry.chunk_ids:
+        mine = written.take(producer, metadata.sequence_id or 0, count)
+        if mine is not None:
+            return mine.stored(ledger, entry_id, publish_time, producer)
     make = StoredMessage
     return [
         make(
@@ -74,8 +83,10 @@ class NativeReaderStream:
         topic: str,
         first_allowed: MessageKey = EARLIEST,
         receiver_queue_size: int = 1000,
+        written: WrittenEntries | None = None,
     ) -> None:
         self._client = client
+        self._written = written  # what this gateway wrote and need not parse back
         self._topic = topic
         self._floor = first_allowed
         self._queue_size = receiver_queue_size
@@ -142,7 +153,16 @@ class NativeReaderStream:
                 if not entries:
                     break  # the timeout ran out
             while entries and len(out) < limit:
-                for message in stored_messages(entries.popleft()):
+                messages = stored_messages(entries.popleft(), self._written)
+                if not messages:
+                    continue
+                first = messages[0].id
+                if (first > last) if last is not None else (first >= self._floor):
+                    # the whole entry is new (ids rise within it): no check per message
+                    out += messages
+                    last = messages[-1].id
+                    continue
+                for message in messages:
                     key = message.id
                     if (last is None and key < self._floor) or (last is not None and key <= last):
                         self.duplicates_dropped += 1

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import struct
 from collections.abc import Sequence
 from typing import Literal
 
@@ -36,10 +37,17 @@ from pulsar_gateway.gateway.backend.wire import (
     OutgoingEntry,
     Producer,
     PulsarError,
-    batch_entry,
     message_fields,
 )
-from pulsar_gateway.gateway.backend.wire.batch import IN_ENTRY, VARINTS
+from pulsar_gateway.gateway.backend.wire.batch import (
+    IN_ENTRY,
+    PAYLOAD_SIZES,
+    VARINTS,
+    encode_properties,
+    varint,
+)
+from pulsar_gateway.gateway.backend.wire.protobuf import encode_varint
+from pulsar_gateway.gateway.backend.written_entries import WrittenEntries, WrittenEntry
 from pulsar_gateway.gateway.messages import MessageKey, OutMessage
 
 log = logging.getLogger("gateway.backend")
@@ -53,6 +61,7 @@ NATIVE: ClientChoice = "native"
 ENTRY_HEADROOM = 16 * 1024
 # `__gw.seq` as a KeyValue's name, then the value's key: 0x0a, 8, the name, 0x12.
 _SEQ_NAME = b"\x0a\x08__gw.seq\x12"
+_pack_size = struct.Struct(">I").pack
 
 
 def _seq_property(sequence: int, more: bool, key_tag: bytes = b"\x0a") -> bytes:
@@ -96,29 +105,76 @@ def entries(
 ) -> list[OutgoingEntry]:
     """`messages` as batched entries of at most `limit` payload bytes each, in order; a
     message that alone is over `limit` becomes an unbatched entry. The n-th message gets
-    stamp `first_sequence + n`, marked "more follows" when `whole` and it is not the last."""
+    stamp `first_sequence + n`, marked "more follows" when `whole` and it is not the last.
+    Each batched entry notes the messages it was built from (`WrittenEntry`), for the
+    gateway's own reader (written_entries.py).
+
+    One pass, the entry's bytes as they go: each message's fields as `_fields` writes them
+    (the stamp, the properties, the key as partition key, the event time, the key again as
+    ordering key, the null value mark), with a batch's repeated keys and times encoded once.
+    """
     out: list[OutgoingEntry] = []
-    group: list[tuple[bytes, bytes]] = []
-    size = 0
+    parts: list[bytes] = []  # the open entry's payload so far
+    start = count = size = 0  # the open entry's first message, its messages, its cost
     last = len(messages) - 1
+    keys: dict[str, tuple[bytes, bytes]] = {}  # key -> its partition and ordering key fields
+    times: dict[int, bytes] = {}  # event time -> its field
+    table = VARINTS
+    sizes = PAYLOAD_SIZES
+
+    def close(end: int) -> None:
+        written = WrittenEntry(messages[start:end], first_sequence + start, whole, end > last)
+        head = b"\x58" + varint(count)  # num_messages_in_batch (11)
+        out.append(OutgoingEntry(head, b"".join(parts), count, True, note=written))
+
     for index, message in enumerate(messages):
         more = whole and index != last
-        payload = message.payload or b""
-        fields = _fields(message, first_sequence + index, more)
-        cost = len(fields) + len(payload) + 8  # the size word and the payload size field
+        text = (b"%d+" if more else b"%d") % (first_sequence + index)
+        n = len(text)  # a decimal int64 and a mark: always under 0x80 bytes
+        fields = [b"\x0a", table[n + 12], _SEQ_NAME, table[n], text]
+        if message.properties:
+            fields.append(encode_properties(message.properties))
+        key = message.key
+        key_fields = None
+        if key:
+            key_fields = keys.get(key)
+            if key_fields is None:
+                raw = key.encode("utf-8", "surrogateescape")
+                raw_size = varint(len(raw))
+                key_fields = keys[key] = (b"\x12" + raw_size + raw, b"\x3a" + raw_size + raw)
+            fields.append(key_fields[0])
+        event_time = message.event_time
+        if event_time > 0:
+            time_field = times.get(event_time)
+            if time_field is None:
+                time_field = times[event_time] = b"\x28" + encode_varint(event_time)
+            fields.append(time_field)
+        if key_fields is not None:
+            fields.append(key_fields[1])
+        payload = message.payload
+        if payload is None:
+            fields.append(b"\x48\x01")
+            payload = b""
+        metadata = b"".join(fields)
+        length = len(payload)
+        cost = len(metadata) + length + 8  # the size word and the payload size field
         if cost > limit:
-            if group:
-                out.append(batch_entry(group))
-                group, size = [], 0
+            if count:
+                close(index)
+                parts, count, size = [], 0, 0
             out.append(lone_entry(message, first_sequence + index, more))
+            start = index + 1
             continue
-        if size + cost > limit and group:
-            out.append(batch_entry(group))
-            group, size = [], 0
-        group.append((fields, payload))
+        if size + cost > limit and count:
+            close(index)
+            parts, count, size = [], 0, 0
+            start = index
+        size_field = sizes[length] if length < len(sizes) else b"\x18" + encode_varint(length)
+        parts += (_pack_size(len(metadata) + len(size_field)), metadata, size_field, payload)
+        count += 1
         size += cost
-    if group:
-        out.append(batch_entry(group))
+    if count:
+        close(len(messages))
     return out
 
 
@@ -146,6 +202,8 @@ class NativeSender:
         self.send_timeout = send_timeout
         self.max_pending_messages = max_pending_messages
         self._client: Client | None = None
+        # the batched entries sent, until the gateway's reader meets them
+        self.written = WrittenEntries()
 
     async def start(self) -> None:
         self._client = Client.from_security(
@@ -168,14 +226,25 @@ class NativeSender:
             return writer.native
         if self._client is None:
             raise PulsarError("the native client is not started")
-        writer.native = await self._client.create_producer(
+        if writer.native is not None:
+            writer.native_sequence = max(writer.native_sequence, writer.native.next_sequence)
+        producer = await self._client.create_producer(
             writer.topic,
             # the name rule of pulsar-client's producers (resend_filter.writer_of)
             name=f"gw-{writer.id}.native",
             max_pending_messages=self.max_pending_messages,
             send_timeout=self.send_timeout,
+            # on from its predecessor's: a name and a sequence id name one entry only
+            initial_sequence_id=writer.native_sequence,
         )
-        return writer.native
+        producer.on_admit = self._admitted
+        writer.native = producer
+        return producer
+
+    def _admitted(self, producer: Producer, sequence_id: int, entry: OutgoingEntry) -> None:
+        """An entry the producer numbered: kept for the reader (written_entries.py)."""
+        if isinstance(entry.note, WrittenEntry):
+            self.written.add(producer.name, sequence_id, entry.note, len(entry.payload))
 
     async def send(
         self, writer: TopicWriter, messages: list[OutMessage], whole: bool

@@ -422,7 +422,9 @@ class PulsarBackend:
         if self._native is None:
             return await self.open_reader(topic, start, receiver_queue_size)
         self._probe_topic = self._probe_topic or topic
-        stream = NativeReaderStream(self._native.client, topic, start, receiver_queue_size)
+        stream = NativeReaderStream(
+            self._native.client, topic, start, receiver_queue_size, self._native.written
+        )
         await stream.open()
         self.readers_open += 1
         original_close = stream.close
@@ -510,6 +512,7 @@ class PulsarBackend:
     async def _close_writer(self, writer: TopicWriter) -> None:
         if writer.native is not None:
             native, writer.native = writer.native, None
+            writer.native_sequence = max(writer.native_sequence, native.next_sequence)
             with contextlib.suppress(Exception):
                 await native.close(timeout=5.0)
         for kind in ("batching", "chunking", "single"):

@@ -117,6 +117,10 @@ class ResendFilter:
         self._last: OrderedDict[str, int] = OrderedDict(state or {})
         self._offsets: dict[str, RecentOffsets] = {}
         self._newest = ""  # the producer `_last` was last moved to the end for
+        # that producer's next sequence and its offsets: message after message of one
+        # producer, the stamp that follows is recorded without the look-ups (-1: none)
+        self._next = -1
+        self._recent: RecentOffsets | None = None
 
     def original_offset(self, message: StoredMessage, offset: int) -> int | None:
         """None for a new message (recorded at `offset`); else the first copy's offset (-1
@@ -125,6 +129,12 @@ class ResendFilter:
         if sequence is None:
             return None
         producer = message.producer
+        recent = self._recent
+        if sequence == self._next and producer == self._newest and recent is not None:
+            self._last[producer] = sequence
+            self._next = sequence + 1
+            recent.add(sequence, offset)
+            return None
         last = self._last.get(producer)
         if last is not None and sequence <= last:
             recent = self._offsets.get(producer)
@@ -140,6 +150,7 @@ class ResendFilter:
         if recent is None:
             recent = self._offsets[producer] = RecentOffsets(RECENT)
         recent.add(sequence, offset)
+        self._next, self._recent = sequence + 1, recent  # `_newest` is `producer` now
         return None
 
     def snapshot(self) -> dict[str, int]:

@@ -30,6 +30,7 @@ class TopicWriter:
         self.queued: asyncio.Future[None] | None = None
         self.single: Any = None  # batching off: one entry per message (AMQP queues)
         self.native: Any = None  # `pulsar.client = "native"`: the wire producer (native_writer)
+        self.native_sequence = 0  # where the next wire producer's sequence ids start
         # Whether the topic's current ledger is known to hold an entry already, so that a
         # batch sent now cannot be its entry 0 (docs/backend.md, "A batch must not open a
         # ledger"). Until then a send's first message goes out alone.

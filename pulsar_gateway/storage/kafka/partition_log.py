@@ -298,6 +298,9 @@ class PartitionLog:
             numbered.trim()
         # one checkpoint per `interval` offsets, at the first message starting past it
         next_due = self._checkpoints.next_due(interval)
+        # what goes to the tail cache, there in one go after the loop (nothing in it reads it)
+        cached: list[StoredMessage] = []
+        cached_at: list[int] = []
         for message in batch:
             due = offset >= next_due
             before = resends.snapshot() if due else None
@@ -319,12 +322,14 @@ class PartitionLog:
             aborted = transactions.observe(message, offset)
             if aborted is not None:
                 self._checkpoints.save_aborted(aborted)
-            tail.append(message, offset)
+            cached.append(message)
+            cached_at.append(offset)
             if appending:
                 numbered.add(message.id, offset)
             if waiting and waiting[0][0] <= message.id:
                 waiters.numbered(message.id, offset)
             offset += records_in(message)
+        tail.extend(cached, cached_at)
         if batch:
             self._last_id = batch[-1].id
         self.next_offset = offset

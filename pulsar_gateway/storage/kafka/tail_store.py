@@ -28,6 +28,7 @@ allocator's arenas after the partitions closed (docs/architecture.md, "Memory").
 from __future__ import annotations
 
 import bisect
+import itertools
 import marshal
 import mmap
 from array import array
@@ -122,6 +123,35 @@ class _Segment(_Mapped):
         self.slots.append(mid[2])
         self.sizes.append(size)
 
+    def add_many(
+        self,
+        packed: list[bytes],
+        ends: list[int],
+        offsets: list[int],
+        messages: list[StoredMessage],
+        first: int,
+    ) -> int:
+        """`add` for the messages from index `first` on, as many as fit; how many did.
+        `ends` are the packed records' running byte totals."""
+        base = ends[first - 1] if first else 0
+        room = len(self.data) - self.used + base
+        stop = bisect.bisect_right(ends, room, first)
+        if stop == first:
+            return 0
+        used = self.used
+        end = used + ends[stop - 1] - base
+        self.data[used:end] = b"".join(packed[first:stop])
+        self.used = end
+        shift = used - base
+        self.ends.extend([e + shift for e in ends[first:stop]])
+        self.offsets.extend(offsets[first:stop])
+        chosen = messages[first:stop]
+        self.ledgers.extend([m[0][0] for m in chosen])
+        self.entries.extend([m[0][1] for m in chosen])
+        self.slots.extend([m[0][2] for m in chosen])
+        self.sizes.extend([len(m[1] or b"") + len(m[2]) + 16 for m in chosen])  # .size
+        return stop - first
+
     def id(self, index: int) -> MessageKey:
         return (self.ledgers[index], self.entries[index], self.slots[index])
 
@@ -174,6 +204,26 @@ class TailStore:
         segments[-1].add(packed, offset, message.id, message.size)
         self.size += len(packed) + INDEX_BYTES_PER_MESSAGE
         self.count += 1
+
+    def extend(self, messages: list[StoredMessage], offsets: list[int]) -> None:
+        """`append` for each message with its offset, in order, in one pass."""
+        if not messages:
+            return
+        packed = [
+            marshal.dumps((m[1], m[2], m[3], m[4], m[5], m[6]))  # _pack, without the calls
+            for m in messages
+        ]
+        ends = list(itertools.accumulate(map(len, packed)))
+        segments = self._segments
+        done = 0
+        while done < len(packed):
+            if segments:
+                done += segments[-1].add_many(packed, ends, offsets, messages, done)
+                if done == len(packed):
+                    break
+            segments.append(_Segment(_grown(segments, len(packed[done]))))
+        self.size += ends[-1] + INDEX_BYTES_PER_MESSAGE * len(packed)
+        self.count += len(packed)
 
     def keep_batch(self, base: int, records: int, batch: bytes | bytearray | memoryview) -> None:
         """Keep the Kafka batch whose `records` records are the cached messages from offset

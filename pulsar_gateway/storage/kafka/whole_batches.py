@@ -34,14 +34,19 @@ class WholeBatches:
         """`messages` (the next the reader passed on) added; what may be numbered now, in
         order, up to where the first batch that has not ended begins."""
         open_at = self._open
+        producer = writer = ""  # the last message's producer and its writer: mostly the same
         for position, message in enumerate(messages, len(self.held)):
             stamp = message.properties.get(SEQ)
             if stamp is None:
                 continue
+            if message.producer != producer:
+                producer = message.producer
+                writer = writer_of(producer)
             if stamp.endswith(MORE):
-                open_at.setdefault(writer_of(message.producer), position)
+                if writer not in open_at:
+                    open_at[writer] = position
             elif open_at:
-                open_at.pop(writer_of(message.producer), None)
+                open_at.pop(writer, None)
         combined = self.held + messages if self.held else messages
         cut = min(open_at.values()) if open_at else len(combined)
         if len(combined) - cut > self.max_held:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import NamedTuple, cast
 
 from pulsar_gateway.gateway.backend.wire.compression import (
@@ -42,7 +42,7 @@ _unpack_size = _SIZE.unpack_from
 _TABLE_LIMIT = 1 << 14
 VARINTS = tuple(encode_varint(i) for i in range(_TABLE_LIMIT))
 # `payload_size` (SingleMessageMetadata field 3) with its key, prebuilt likewise.
-_PAYLOAD_SIZE = tuple(b"\x18" + v for v in VARINTS)
+_PAYLOAD_SIZE = PAYLOAD_SIZES = tuple(b"\x18" + v for v in VARINTS)
 
 
 def varint(value: int) -> bytes:
@@ -142,6 +142,9 @@ class OutgoingEntry:
     num_messages: int = 1
     batched: bool = False
     uncompressed_size: int = -1  # the payload's size before compression (-1: not compressed)
+    # the caller's own record of what the entry holds, handed back with the sequence id the
+    # producer gives the entry (`Producer.on_admit`); never sent
+    note: object = field(default=None, compare=False)
 
 
 def single_entry(

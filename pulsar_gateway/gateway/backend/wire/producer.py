@@ -27,6 +27,7 @@ import logging
 import time
 import uuid
 from collections import deque
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from pulsar_gateway.gateway.backend.wire import commands as c
@@ -150,6 +151,9 @@ class Producer:
         self._reconnector: asyncio.Task[None] | None = None
         self._timer: asyncio.TimerHandle | None = None
         self._max_message_size = DEFAULT_MAX_MESSAGE_SIZE
+        # told (this producer, the first sequence id, the entry) of each entry that carries a
+        # `note`, when the entry is numbered: before any of its frames is written
+        self.on_admit: Callable[[Producer, int, OutgoingEntry], None] | None = None
 
     def __repr__(self) -> str:
         return f"<Producer {self.name} on {self.topic}>"
@@ -312,6 +316,8 @@ class Producer:
         first = self._next_sequence
         highest = first + entry.num_messages - 1
         self._next_sequence = highest + 1
+        if entry.note is not None and self.on_admit is not None:
+            self.on_admit(self, first, entry)
         stamp = self._stamp(first, highest if entry.num_messages > 1 else None)
         pieces = ticket.pieces
         future = ticket.future
@@ -504,6 +510,12 @@ class Producer:
     def max_message_size(self) -> int:
         """The broker's largest message (CONNECTED's answer once registered)."""
         return self._max_message_size
+
+    @property
+    def next_sequence(self) -> int:
+        """The sequence id the next entry gets (a successor under the same name starts
+        here, so that a name and a sequence id never stand for two entries)."""
+        return self._next_sequence
 
     @property
     def pending(self) -> int:

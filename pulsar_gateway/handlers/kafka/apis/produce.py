@@ -240,7 +240,12 @@ async def _checked_append(
     # a batch stored as sent is read to its header only, unless a rule looks at its records
     each_record = form.name != "kafka" or rules.checks_records
     try:
-        batches = decode_batches(memoryview(records), budget=budget, records=each_record)
+        # the `pulsar` format's messages decoded in the same pass as the records, unless a
+        # rule looks at the records themselves
+        as_messages = form.name == "pulsar" and not rules.checks_records
+        batches = decode_batches(
+            memoryview(records), budget=budget, records=each_record, messages=as_messages
+        )
         check_produce_batches(batches, version)
     except RecordBatchError as exc:
         log.warning("rejected produce to %s-%d: %s", name, index, exc)
