@@ -101,14 +101,13 @@ def _group_state(gateway: GatewayProcess, group: str, members: list[Member]) -> 
     does not settle says why (a member that never rejoined, one that exited, a loop)."""
     reported = [(m.client, m.assigned, m.process.poll()) for m in members]
     lines = [line for line in gateway.log_tail(5000).splitlines() if group in line]
-    idle = [
-        f"{m.client} member log: " + " | ".join(_member_log(m)) for m in members if not m.assigned
-    ]
+    # every member's: a stuck one may still report the partitions of an old generation
+    logs = [f"{m.client} member log: " + " | ".join(_member_log(m)[-40:]) for m in members]
     return (
         f"members (client, assigned, exit code) {reported}; log: "
         + " | ".join(lines[-30:])
         + "; "
-        + "; ".join(idle)
+        + "; ".join(logs)
     )
 
 
