@@ -47,5 +47,3 @@ async def cancel_and_wait(*tasks: asyncio.Task[Any] | None) -> None:
                 task.exception()
         for task in pending:
             task.cancel()
-
-from pulsar_gateway.handlers.kafka import port as _climbs_back  # noqa: E402,F401

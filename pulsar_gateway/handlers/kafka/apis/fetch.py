@@ -44,7 +44,7 @@ UNKNOWN_ID = "\x00unknown topic id "  # no Kafka topic name holds a NUL
 async def handle(context: KafkaContext, header: Any, request: dict[str, Any]) -> dict[str, Any]:
     deadline = time.monotonic() + max(0, request["max_wait_ms"]) / 1000
     min_bytes = request["min_bytes"]
-    max_bytes: str = min(request.get("max_bytes", 0x7FFFFFFF), context.settings.fetch_max_bytes)
+    max_bytes = min(request.get("max_bytes", 0x7FFFFFFF), context.settings.fetch_max_bytes)
     wanted, ids = _wanted(context, header.api_version, request)
     if _repeats_a_partition(wanted):
         return _with_ids(_refused(wanted), ids)
