@@ -73,6 +73,7 @@ class GatewayProcess:
         self.metrics_port = free_port()
         self.amqp_port = free_port()
         self.broker_port = broker_port or free_port()
+        self._own_broker_port = broker_port is None
         self.extra = extra or []
         self.process: subprocess.Popen[bytes] | None = None
         self.log_path = data_dir / "gateway.log"
@@ -86,6 +87,29 @@ class GatewayProcess:
         return f"127.0.0.1:{self.kafka_port}"
 
     def start(self, timeout: float = 60) -> GatewayProcess:
+        """Start the gateway and wait until it is healthy. A port picked free may be taken
+        by another test's process before the gateway binds it (tests run in parallel): the
+        gateway then stops with "address already in use", and it is started again on ports
+        picked afresh (a port the caller chose is kept)."""
+        for attempt in range(3):
+            written = self.log_path.stat().st_size if self.log_path.exists() else 0
+            try:
+                return self._start(timeout)
+            except RuntimeError:
+                taken = "address already in use" in self._log_since(written)
+                if not taken or attempt == 2:
+                    raise
+            self.kafka_port, self.metrics_port, self.amqp_port = (free_port() for _ in range(3))
+            if self._own_broker_port:
+                self.broker_port = free_port()
+        raise AssertionError("unreachable")
+
+    def _log_since(self, offset: int) -> str:
+        with open(self.log_path, "rb") as log:
+            log.seek(offset)
+            return log.read().decode(errors="replace")
+
+    def _start(self, timeout: float) -> GatewayProcess:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         command = [
             sys.executable,
