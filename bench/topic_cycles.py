@@ -24,15 +24,12 @@ from pathlib import Path
 from confluent_kafka import Consumer, Producer, ShareConsumer
 from confluent_kafka.admin import (
     AdminClient,
-    AlterConfigOpType,
-    ConfigEntry,
-    ConfigResource,
     NewTopic,
-    ResourceType,
 )
 
 from bench.proc import rss_kib
 from harness.gateway_process import GatewayProcess
+from harness.group_configs import set_group_config
 from pulsar_gateway.gateway.backend.pulsar_backend import PulsarBackend
 from pulsar_gateway.gateway.config import DEFAULT_METADATA_NAMESPACE
 from pulsar_gateway.gateway.metadata_store import MetadataStore
@@ -121,13 +118,7 @@ def main() -> None:
         admin = AdminClient({"bootstrap.servers": gateway.bootstrap})
         producer = Producer({"bootstrap.servers": gateway.bootstrap, "linger.ms": 0})
         if args.share:  # the share group starts at each incarnation's first record
-            earliest = ConfigEntry(
-                "share.auto.offset.reset", "earliest", incremental_operation=AlterConfigOpType.SET
-            )
-            group = ConfigResource(
-                ResourceType.GROUP, f"{topic}-share", incremental_configs=[earliest]
-            )
-            admin.incremental_alter_configs([group])[group].result(30)
+            set_group_config(admin, f"{topic}-share", "share.auto.offset.reset", "earliest")
         print("cycles  seconds  gateway_rss_mib  broker_rss_mib  md_keys  md_bytes  md_topic_keys")
         started = time.monotonic()
         for n in range(args.cycles + 1):

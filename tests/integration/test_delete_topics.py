@@ -30,11 +30,7 @@ import pytest
 from confluent_kafka import Consumer, Producer, ShareConsumer, TopicPartition
 from confluent_kafka.admin import (
     AdminClient,
-    AlterConfigOpType,
-    ConfigEntry,
-    ConfigResource,
     NewTopic,
-    ResourceType,
 )
 from kafka import KafkaConsumer, KafkaProducer
 from kafka import TopicPartition as KafkaPythonPartition
@@ -43,6 +39,7 @@ from kafka.admin import NewTopic as KafkaPythonTopic
 
 from harness import kafka_wire
 from harness.gateway_process import GatewayProcess, cluster_member
+from harness.group_configs import set_group_config
 from harness.kafka_python_group import group_consumer
 from harness.shared_broker import SharedBroker
 from harness.waiting import wait_until
@@ -264,11 +261,7 @@ def test_a_deleted_topic_leaves_no_share_group_state(gateway, topic_name) -> Non
     so delete/create cycles with share consumers do not grow the store."""
     group = f"sg-{topic_name}"
     admin = AdminClient({"bootstrap.servers": gateway.bootstrap})
-    earliest = ConfigEntry(
-        "share.auto.offset.reset", "earliest", incremental_operation=AlterConfigOpType.SET
-    )
-    resource = ConfigResource(ResourceType.GROUP, group, incremental_configs=[earliest])
-    admin.incremental_alter_configs([resource])[resource].result(30)
+    set_group_config(admin, group, "share.auto.offset.reset", "earliest")
     for cycle in range(3):
         admin.create_topics([NewTopic(topic_name, 1, 1)])[topic_name].result(30)
         producer = Producer({"bootstrap.servers": gateway.bootstrap})

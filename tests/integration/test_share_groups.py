@@ -14,8 +14,6 @@ import pytest
 from confluent_kafka import AcknowledgeType, Producer, ShareConsumer
 from confluent_kafka.admin import (
     AdminClient,
-    AlterConfigOpType,
-    ConfigEntry,
     ConfigResource,
     NewTopic,
     ResourceType,
@@ -23,6 +21,7 @@ from confluent_kafka.admin import (
 
 from harness import kafka_wire
 from harness.gateway_process import GatewayProcess, set_flags
+from harness.group_configs import set_group_config
 from harness.waiting import wait_until
 from pulsar_gateway.kafka_codec.errors import ErrorCode
 from pulsar_gateway.kafka_codec.protocol.messages import ApiKey
@@ -363,11 +362,7 @@ def test_a_group_config_sets_where_the_share_group_starts(gateway: GatewayProces
     topic = new_topic(gateway.bootstrap, [b"old-%d" % i for i in range(5)])
     group = f"g-{uuid.uuid4().hex[:6]}"
     admin = AdminClient({"bootstrap.servers": gateway.bootstrap})
-    entry = ConfigEntry(
-        "share.auto.offset.reset", "latest", incremental_operation=AlterConfigOpType.SET
-    )
-    resource = ConfigResource(ResourceType.GROUP, group, incremental_configs=[entry])
-    admin.incremental_alter_configs([resource])[resource].result(30)
+    set_group_config(admin, group, "share.auto.offset.reset", "latest")
     described = admin.describe_configs([ConfigResource(ResourceType.GROUP, group)])
     configs = next(iter(described.values())).result(30)
     assert configs["share.auto.offset.reset"].value == "latest"
@@ -439,11 +434,7 @@ def test_read_committed_share_group_skips_aborted_and_open_transactions(
     topic = new_topic(gateway.bootstrap, [b"plain-0"])
     group = f"g-{uuid.uuid4().hex[:6]}"
     admin = AdminClient({"bootstrap.servers": gateway.bootstrap})
-    entry = ConfigEntry(
-        "share.isolation.level", "read_committed", incremental_operation=AlterConfigOpType.SET
-    )
-    resource = ConfigResource(ResourceType.GROUP, group, incremental_configs=[entry])
-    admin.incremental_alter_configs([resource])[resource].result(30)
+    set_group_config(admin, group, "share.isolation.level", "read_committed")
     producer = Producer({"bootstrap.servers": gateway.bootstrap, "transactional.id": f"tx-{group}"})
     producer.init_transactions(30)
     producer.begin_transaction()
