@@ -16,7 +16,6 @@ from __future__ import annotations
 import importlib.resources
 import json
 import logging
-import os
 import time
 import urllib.parse
 from collections.abc import Awaitable, Callable, Iterable
@@ -27,6 +26,7 @@ from pulsar_gateway.console.kafka_view import ConsoleError, KafkaView, Viewer
 from pulsar_gateway.console.migrations_view import MigrationsView
 from pulsar_gateway.console.users_view import Accounts, UsersView
 from pulsar_gateway.gateway import metrics
+from pulsar_gateway.gateway.memory import resident_bytes
 from pulsar_gateway.security.rights import Rights
 
 log = logging.getLogger("gateway.console")
@@ -54,15 +54,6 @@ def _json(status: int, payload: Json) -> Answer:
 
 def _static(name: str) -> bytes:
     return importlib.resources.files("pulsar_gateway.console").joinpath("static", name).read_bytes()
-
-
-def resident_bytes() -> int:
-    """The process's resident set size (Linux's /proc/self/statm), 0 where unknown."""
-    try:
-        with open("/proc/self/statm") as statm:
-            return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-    except (OSError, ValueError, IndexError):
-        return 0
 
 
 def _counter_total(counter: Any) -> float:
