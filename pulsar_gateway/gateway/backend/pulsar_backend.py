@@ -402,8 +402,11 @@ class PulsarBackend:
         async def reopen(at: MessageKey) -> Any:
             return await self._raw_reader(topic, at, receiver_queue_size)
 
+        return self._counted(ReaderStream(raw, start, reopen))
+
+    def _counted(self, stream: Any) -> Any:
+        """`stream`, counted in `readers_open` until its first close."""
         self.readers_open += 1
-        stream = ReaderStream(raw, start, reopen)
         original_close = stream.close
 
         async def close() -> None:
@@ -411,7 +414,7 @@ class PulsarBackend:
                 self.readers_open -= 1
             await original_close()
 
-        stream.close = close  # type: ignore[method-assign]
+        stream.close = close
         return stream
 
     async def open_log_reader(
@@ -426,16 +429,7 @@ class PulsarBackend:
             self._native.client, topic, start, receiver_queue_size, self._native.written
         )
         await stream.open()
-        self.readers_open += 1
-        original_close = stream.close
-
-        async def close() -> None:
-            if not stream.closed:
-                self.readers_open -= 1
-            await original_close()
-
-        stream.close = close  # type: ignore[method-assign]
-        return stream
+        return self._counted(stream)
 
     async def is_empty(self, topic: str) -> bool:
         """pulsar-lite raises UnknownError for an empty topic: that means empty."""
