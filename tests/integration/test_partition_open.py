@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import uuid
+from typing import Any
 
 import pytest
 
 from harness.partition_backend import partition_backend
+from pulsar_gateway.gateway.backend.pulsar_backend import PulsarBackend
 from pulsar_gateway.gateway.messages import OutMessage
+from pulsar_gateway.gateway.metadata_store import MetadataStore
 from pulsar_gateway.storage.kafka import partition_log
 from pulsar_gateway.storage.kafka.offset_checkpoints import INDEX_PREFIX
 from pulsar_gateway.storage.kafka.partition_log import PartitionLog
@@ -43,5 +47,53 @@ def test_a_reopened_partition_is_ready_once_caught_up_without_waiting_out_a_paus
                 entries = await reopened.read(RECORDS - 1, 1 << 20)
                 assert [e.message.payload for e in entries] == [b"r%d" % (RECORDS - 1)]
                 await reopened.close()
+
+    asyncio.run(scenario())
+
+
+class HeldStore(MetadataStore):
+    """The real store, whose writes wait until the test lets them go: a checkpoint's save
+    is then certainly under way when its partition closes."""
+
+    def __init__(self, backend: PulsarBackend, namespace: str) -> None:
+        super().__init__(backend, namespace)
+        self.entered = asyncio.Event()
+        self.release = asyncio.Event()
+
+    async def put(self, key: str, value: Any) -> None:
+        self.entered.set()
+        await self.release.wait()
+        await super().put(key, value)
+
+
+def test_a_closing_partition_finishes_saving_its_checkpoints(broker_url: str) -> None:
+    """The gateway closes its partitions and then its metadata store. A checkpoint save
+    still under way when the store closed was lost ("offset checkpoint failed:
+    AlreadyClosed"), and the next open counted from the checkpoint before; close now waits
+    for it."""
+
+    async def scenario() -> None:
+        async with partition_backend(broker_url, "close") as (backend, _, topic):
+            namespace = f"public/close-{uuid.uuid4().hex[:8]}"
+            held = HeldStore(backend, namespace)
+            await held.load()
+            await backend.send(topic, [OutMessage(b"r%d" % i) for i in range(10)])
+            log = PartitionLog(backend, held, topic, index_interval=1000)
+            opening = asyncio.ensure_future(log.open())
+            await asyncio.wait_for(held.entered.wait(), 30)  # the checkpoint at offset 0
+            closing = asyncio.ensure_future(log.close())
+            await asyncio.wait({opening, closing}, timeout=0.2)
+            assert not closing.done(), "close did not wait for the checkpoint's save"
+            held.release.set()
+            await asyncio.wait_for(closing, 30)
+            opening.cancel()
+            await held.close()
+
+            reread = MetadataStore(backend, namespace)
+            await reread.load()
+            assert [key for key, _ in reread.children(f"{INDEX_PREFIX}{topic}/")] == [
+                f"{INDEX_PREFIX}{topic}/{0:020d}"
+            ]
+            await reread.close()
 
     asyncio.run(scenario())

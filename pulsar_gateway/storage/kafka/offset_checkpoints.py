@@ -24,6 +24,7 @@ from pulsar_gateway.storage.kafka.transaction_index import AbortedTransaction
 log = logging.getLogger("gateway.partition")
 
 INDEX_PREFIX = "offset-index/"
+SAVE_WAIT_SECONDS = 5.0  # how long a closing partition waits for its checkpoints' saves
 ABORTED_PREFIX = "kafka-aborted-txn/"  # + topic/marker offset: [producer id, first offset]
 
 
@@ -53,6 +54,7 @@ class OffsetCheckpoints:
         self.offsets: list[int] = []
         self._ids: list[MessageKey] = []
         self._states: list[dict[str, int]] = []
+        self._saving: set[asyncio.Future[None]] = set()
 
     def load(self) -> Stored:
         """Read this partition's checkpoints and aborted transactions from the store."""
@@ -113,19 +115,30 @@ class OffsetCheckpoints:
             value["producers"] = producers
         if transactions:
             value["txns"] = transactions
-        task = asyncio.ensure_future(
-            self.metadata.put(f"{INDEX_PREFIX}{self.topic}/{offset:020d}", value)
-        )
-        task.add_done_callback(_log_failure)
+        self._save(f"{INDEX_PREFIX}{self.topic}/{offset:020d}", value)
 
     def save_aborted(self, aborted: AbortedTransaction) -> None:
         """Keep an aborted transaction for read_committed fetches after a restart (a save
         lost to a crash is made again when the reopened log replays the marker)."""
         key = f"{ABORTED_PREFIX}{self.topic}/{aborted.last_offset:020d}"
-        task = asyncio.ensure_future(
-            self.metadata.put(key, [aborted.producer_id, aborted.first_offset])
-        )
-        task.add_done_callback(_log_failure)
+        self._save(key, [aborted.producer_id, aborted.first_offset])
+
+    def _save(self, key: str, value: Any) -> None:
+        task = asyncio.ensure_future(self.metadata.put(key, value))
+        self._saving.add(task)
+        task.add_done_callback(self._saved)
+
+    def _saved(self, task: asyncio.Future[None]) -> None:
+        self._saving.discard(task)
+        _log_failure(task)
+
+    async def finish_saving(self, timeout: float = SAVE_WAIT_SECONDS) -> None:
+        """Wait for the saves under way, for a partition that closes: the gateway closes
+        its partitions before its metadata store, and a save still under way then was lost
+        ("offset checkpoint failed: AlreadyClosed") and the next open counted from the
+        checkpoint before. Bounded, so a stalled broker cannot hold a shutdown."""
+        if self._saving:
+            await asyncio.wait(set(self._saving), timeout=timeout)
 
 
 def _log_failure(task: asyncio.Future[Any]) -> None:

@@ -35,9 +35,7 @@ from pulsar_gateway.gateway.waiting import cancel_and_wait
 from pulsar_gateway.handlers.kafka.port import OffsetOutOfRange, ProducerSnapshot, ProducerStamp
 from pulsar_gateway.storage.kafka.append_offsets import IdWaiters, NumberedWhileAppending
 from pulsar_gateway.storage.kafka.history_reader import HistoryReader
-from pulsar_gateway.storage.kafka.offset_checkpoints import (
-    OffsetCheckpoints,
-)
+from pulsar_gateway.storage.kafka.offset_checkpoints import OffsetCheckpoints
 from pulsar_gateway.storage.kafka.producer_state import ProducerStateIndex, stamp
 from pulsar_gateway.storage.kafka.send_order import SendOrder
 from pulsar_gateway.storage.kafka.tail_store import TailStore
@@ -173,6 +171,7 @@ class PartitionLog:
         if self._stream:
             await self._stream.close()
         await self._history.close()
+        await self._checkpoints.finish_saving()
         self._id_waiters.fail(BackendError("partition closed"))
         self._wake_data_waiters()
         self._tail.clear()
