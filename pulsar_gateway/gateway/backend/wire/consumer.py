@@ -486,6 +486,7 @@ class Consumer:
         connection = self._connection
         if connection is None or not self.ready:
             return  # a new subscribe redelivers everything unacknowledged anyway
+        self._acks.flush()  # what was acknowledged before must not come again
         if items is None:
             dropped = sum(self._permits_of(entry) for entry in self._queue)
             self._drop_queue()
@@ -496,7 +497,6 @@ class Consumer:
             return
         ids = [MessageId(*entry).to_data() for entry in _ack_ids(items)]
         if ids:
-            self._acks.flush()
             with contextlib.suppress(ConnectionClosed):
                 connection.send(c.RedeliverUnacknowledged(self._consumer_id, ids))
 
