@@ -152,3 +152,40 @@ def test_giving_back_everything_held_works_on_a_partition_topic(broker_url: str)
             await client.close()
 
     assert sorted(asyncio.run(scenario())) == [b"m1", b"m2"]
+
+
+def test_a_batched_entry_given_back_comes_back_whole(broker_url: str) -> None:
+    """pulsar-client acknowledges 9 of a batch's 10 messages and gives the tenth back (on
+    a plain topic, where that works): the broker hands out the whole entry again, the 9
+    acknowledged ones included (no batch index acks: docs/backend.md)."""
+    topic = _topic(False)
+    client = pulsar.Client(broker_url, operation_timeout_seconds=10)
+    try:
+        first = client.subscribe(
+            topic,
+            "shared",
+            consumer_type=pulsar.ConsumerType.Shared,
+            negative_ack_redelivery_delay_ms=100,
+            batch_index_ack_enabled=False,
+        )
+        producer = client.create_producer(topic, batching_enabled=True, batching_max_messages=10)
+        for index in range(10):
+            producer.send_async(f"m{index}".encode(), None)
+        producer.flush()
+        held = [first.receive(10_000) for _ in range(10)]
+        assert len({message.message_id().entry_id() for message in held}) == 1  # one entry
+        for message in held[:9]:
+            first.acknowledge(message)
+        first.negative_acknowledge(held[9])
+        again: list[bytes] = []
+        deadline = time.monotonic() + IGNORED_AFTER_SECONDS
+        while len(again) < 10 and time.monotonic() < deadline:
+            try:
+                message = first.receive(100)
+            except pulsar.Timeout:
+                continue
+            again.append(message.data())
+            first.acknowledge(message)
+        assert sorted(again) == sorted(f"m{index}".encode() for index in range(10))
+    finally:
+        client.close()
