@@ -1,13 +1,13 @@
 """How pulsar-lite gives messages of a Shared subscription back (docs/backend.md,
-"Named redelivery ignored on partition topics"): what a design that lets the broker
-dispatch a share group's records (docs/share-groups.md, "Not done yet, and why") would
-rest on.
+"Named redelivery needs the partition index"): what a design that lets the broker dispatch
+a share group's records (docs/share-groups.md, "Not done yet, and why") rests on.
 
 A consumer gives a message back by naming it (a negative ack, an ack timeout: both are
 REDELIVER_UNACKNOWLEDGED_MESSAGES with message ids) or gives back all it holds (the same
 command without ids, or closing). On a topic named like a Kafka partition's
-(`<name>-partition-<n>`) pulsar-lite ignores the first, from either client; the second
-works. The defect tests fail the day pulsar-lite honours named redelivery there.
+(`<name>-partition-<n>`) pulsar-lite honours a named one only when the id carries the
+partition index n: the gateway's wire client sends it; pulsar-client's negative ack is
+ignored there (a defect test: it fails the day pulsar-lite honours it).
 """
 
 from __future__ import annotations
@@ -27,9 +27,10 @@ from pulsar_gateway.gateway.backend.wire.client import Client
 IGNORED_AFTER_SECONDS = 3.0
 
 
-def _topic(partition_name: bool) -> str:
-    name = f"redeliver-{uuid.uuid4().hex[:8]}"
-    return f"persistent://public/default/{name}" + ("-partition-0" if partition_name else "")
+def _topic(partition: int | None) -> str:
+    """A fresh topic; with `partition`, named as that partition of a partitioned topic."""
+    name = f"persistent://public/default/redeliver-{uuid.uuid4().hex[:8]}"
+    return name if partition is None else f"{name}-partition-{partition}"
 
 
 def _produce(broker_url: str, topic: str, count: int) -> None:
@@ -108,28 +109,27 @@ def _nacked_by_pulsar_client(broker_url: str, topic: str) -> list[bytes]:
         client.close()
 
 
-def test_a_message_given_back_by_name_comes_again_on_a_plain_topic(broker_url: str) -> None:
-    assert asyncio.run(_given_back_by_name(broker_url, _topic(False))) == [b"m2"]
-    assert _nacked_by_pulsar_client(broker_url, _topic(False)) == [b"m2"]
-
-
-@pytest.mark.parametrize("client", ["wire", "pulsar-client"])
-def test_a_message_given_back_by_name_never_comes_again_on_a_partition_topic(
-    broker_url: str, client: str
+@pytest.mark.parametrize("partition", [None, 0, 3])
+def test_the_wire_client_gets_a_message_given_back_by_name_again(
+    broker_url: str, partition: int | None
 ) -> None:
-    """The defect: nothing comes (a fixed pulsar-lite would hand out m2, failing this)."""
-    topic = _topic(True)
-    if client == "wire":
-        handed = asyncio.run(_given_back_by_name(broker_url, topic))
-    else:
-        handed = _nacked_by_pulsar_client(broker_url, topic)
-    assert handed == [], "pulsar-lite redelivers named messages on partition topics now"
+    """On a plain topic and on partitions' topics (the wire client names the partition
+    index: without it the partitions' cases get nothing)."""
+    assert asyncio.run(_given_back_by_name(broker_url, _topic(partition))) == [b"m2"]
+
+
+def test_a_message_negatively_acknowledged_by_pulsar_client(broker_url: str) -> None:
+    """The defect: on a plain topic it comes again; on a partition's topic never (a fixed
+    pulsar-lite would hand out m2 there too, failing this)."""
+    assert _nacked_by_pulsar_client(broker_url, _topic(None)) == [b"m2"]
+    handed = _nacked_by_pulsar_client(broker_url, _topic(0))
+    assert handed == [], "pulsar-lite redelivers pulsar-client's nacks on partition topics now"
 
 
 def test_giving_back_everything_held_works_on_a_partition_topic(broker_url: str) -> None:
     """What does work there: A gives back all it holds (no ids); the subscription hands
     out exactly what A had not acknowledged, to A or B, and the acknowledged one never."""
-    topic = _topic(True)
+    topic = _topic(0)
 
     async def scenario() -> list[bytes]:
         client = Client(broker_url)
@@ -158,7 +158,7 @@ def test_a_batched_entry_given_back_comes_back_whole(broker_url: str) -> None:
     """pulsar-client acknowledges 9 of a batch's 10 messages and gives the tenth back (on
     a plain topic, where that works): the broker hands out the whole entry again, the 9
     acknowledged ones included (no batch index acks: docs/backend.md)."""
-    topic = _topic(False)
+    topic = _topic(None)
     client = pulsar.Client(broker_url, operation_timeout_seconds=10)
     try:
         first = client.subscribe(

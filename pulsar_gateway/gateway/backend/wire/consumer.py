@@ -43,7 +43,7 @@ from pulsar_gateway.gateway.backend.wire.errors import (
     ServerError,
 )
 from pulsar_gateway.gateway.backend.wire.frames import Frame
-from pulsar_gateway.gateway.backend.wire.ids import EARLIEST, LATEST, MessageId
+from pulsar_gateway.gateway.backend.wire.ids import EARLIEST, LATEST, MessageId, partition_index
 from pulsar_gateway.gateway.backend.wire.messages import MessageIdData
 
 if TYPE_CHECKING:
@@ -495,7 +495,11 @@ class Consumer:
                 connection.send(c.RedeliverUnacknowledged(self._consumer_id))
             self._owe(dropped)
             return
-        ids = [MessageId(*entry).to_data() for entry in _ack_ids(items)]
+        # named with the topic's partition index: pulsar-lite looks a redelivery up by id,
+        # partition included, and ignores one without it on a partition's topic
+        # (docs/backend.md, "Named redelivery needs the partition index")
+        partition = partition_index(self.topic)
+        ids = [MessageId(*entry).to_data(partition) for entry in _ack_ids(items)]
         if ids:
             with contextlib.suppress(ConnectionClosed):
                 connection.send(c.RedeliverUnacknowledged(self._consumer_id, ids))
