@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from pulsar_gateway.gateway.backend.wire import commands as c
 from pulsar_gateway.gateway.backend.wire.errors import DecodeError
+from pulsar_gateway.gateway.backend.wire.ids import MessageId, partition_index
 from pulsar_gateway.gateway.backend.wire.messages import (
     BrokerEntryMetadata,
     KeyValue,
@@ -219,3 +220,20 @@ def test_the_direct_ack_encoder_writes_what_the_generic_one_does(consumer, kind,
     ids = [MessageIdData(ledger & U64, entry & U64) for ledger, entry in entries]
     generic = c.encode_command(c.Ack(consumer, kind, ids))
     assert c.encode_ack(consumer, kind, entries) == generic
+
+
+@pytest.mark.parametrize(
+    ("topic", "index"),
+    [
+        ("persistent://public/default/orders-partition-3", 3),
+        ("persistent://public/default/orders", -1),
+        ("persistent://public/default/orders-partition-x", -1),
+        ("persistent://public/default/a-partition-1-partition-2", 2),
+        ("persistent://public/default/orders-partition-", -1),
+    ],
+)
+def test_a_topics_partition_index_is_what_pulsar_names_it(topic: str, index: int) -> None:
+    """Redelivery ids carry it (docs/backend.md, "Named redelivery needs the partition
+    index"); -1 for a topic that is not a partition's."""
+    assert partition_index(topic) == index
+    assert MessageId(5, 7).to_data(index).partition == index

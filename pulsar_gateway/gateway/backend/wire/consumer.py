@@ -8,7 +8,8 @@ Memory is bounded by flow control: the broker may send as many messages as it wa
 permits; the consumer gives `receiver_queue_size` at first and gives more only as the
 application takes entries (half a queue at a time), and not while the queue holds more
 than `max_queue_bytes`. pulsar-lite counts permits per entry, not per message, and is
-given at most 20 at once (docs/pulsar-protocol.md, "Flow control").
+given at most 20 at once, except on a Shared subscription, where it counts messages as
+Apache Pulsar does (docs/pulsar-protocol.md, "Flow control").
 
 Acknowledgements are grouped: those made within `ack_delay` go in one ACK.
 
@@ -43,7 +44,7 @@ from pulsar_gateway.gateway.backend.wire.errors import (
     ServerError,
 )
 from pulsar_gateway.gateway.backend.wire.frames import Frame
-from pulsar_gateway.gateway.backend.wire.ids import EARLIEST, LATEST, MessageId
+from pulsar_gateway.gateway.backend.wire.ids import EARLIEST, LATEST, MessageId, partition_index
 from pulsar_gateway.gateway.backend.wire.messages import MessageIdData
 
 if TYPE_CHECKING:
@@ -55,7 +56,10 @@ DEFAULT_RECEIVER_QUEUE = 1000
 DEFAULT_MAX_QUEUE_BYTES = 64 * 1024 * 1024
 RECONNECT_DELAYS = (0.1, 0.2, 0.5, 1.0, 2.0, 5.0)
 FATAL_ERRORS = frozenset({4, 11, 12, 15, 17, 22})
-# brokers (by the start of their CONNECTED server_version) that count a permit per entry
+# brokers (by the start of their CONNECTED server_version) that count a permit per entry,
+# except on Shared subscriptions: pulsar-lite's Shared dispatcher wants a batch's messages'
+# worth, and a consumer granting per entry got 3 batched entries and then nothing
+# (docs/pulsar-protocol.md, "Flow control")
 PER_ENTRY_BROKERS = ("Pulsar-Lite",)
 # on those, at most this many entries are asked for at once: pulsar-lite dispatches up to
 # 20 entries per FLOW it gets, and rounds that overlap send entries twice; more permits in
@@ -220,6 +224,7 @@ class Consumer:
         self._consumer_id = consumer_id
         self._per_entry = (
             connection.server_version.startswith(PER_ENTRY_BROKERS)
+            and self.subscription_type != c.SubscriptionType.SHARED
             if self.permits_per_entry is None
             else self.permits_per_entry
         )
@@ -486,6 +491,7 @@ class Consumer:
         connection = self._connection
         if connection is None or not self.ready:
             return  # a new subscribe redelivers everything unacknowledged anyway
+        self._acks.flush()  # what was acknowledged before must not come again
         if items is None:
             dropped = sum(self._permits_of(entry) for entry in self._queue)
             self._drop_queue()
@@ -494,9 +500,12 @@ class Consumer:
                 connection.send(c.RedeliverUnacknowledged(self._consumer_id))
             self._owe(dropped)
             return
-        ids = [MessageId(*entry).to_data() for entry in _ack_ids(items)]
+        # named with the topic's partition index: pulsar-lite looks a redelivery up by id,
+        # partition included, and ignores one without it on a partition's topic
+        # (docs/backend.md, "Named redelivery needs the partition index")
+        partition = partition_index(self.topic)
+        ids = [MessageId(*entry).to_data(partition) for entry in _ack_ids(items)]
         if ids:
-            self._acks.flush()
             with contextlib.suppress(ConnectionClosed):
                 connection.send(c.RedeliverUnacknowledged(self._consumer_id, ids))
 

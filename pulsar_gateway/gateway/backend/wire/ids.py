@@ -24,16 +24,24 @@ class MessageId(NamedTuple):
     def entry(self) -> tuple[int, int]:
         return (self.ledger_id, self.entry_id)
 
-    def to_data(self) -> MessageIdData:
+    def to_data(self, partition: int = -1) -> MessageIdData:
         return MessageIdData(
             ledger_id=self.ledger_id & _U64,
             entry_id=self.entry_id & _U64,
+            partition=partition,
             batch_index=self.batch_index,
         )
 
     @classmethod
     def from_data(cls, data: MessageIdData) -> MessageId:
         return cls(_signed(data.ledger_id), _signed(data.entry_id), data.batch_index)
+
+
+def partition_index(topic: str) -> int:
+    """The partition a topic named `<name>-partition-<n>` is (n), else -1: Pulsar's own
+    naming of a partitioned topic's partitions, which message ids carry."""
+    _name, mark, index = topic.rpartition("-partition-")
+    return int(index) if mark and index.isdigit() else -1
 
 
 def _signed(value: int) -> int:
