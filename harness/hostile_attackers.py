@@ -151,10 +151,16 @@ class Attacks:
                 pass
             # after the attack too, for a while: the gateway stops a connection once its
             # answers have filled the socket and then gone unread for frame_timeout_seconds
+            # (once the attack is over, stop.wait returns at once: a plain sleep then, or
+            # ten threads spinning on getsockopt took the gateway's cores for seconds and
+            # every well-behaved client stalled 1-3 s "just after the attack")
             linger_until = float("inf")
             while _established(sock) and time.monotonic() < linger_until:
-                if self.stop.wait(0.05) and linger_until == float("inf"):
+                if not self.stop.wait(0.05):
+                    continue
+                if linger_until == float("inf"):
                     linger_until = time.monotonic() + self.plan["never_read_linger_seconds"]
+                time.sleep(0.05)
             if not _established(sock):
                 self.count("never_read_closed_by_gateway")
             self.forget(sock)
