@@ -82,3 +82,32 @@ def test_while_busy_a_grown_heap_is_trimmed_sooner_than_the_busy_interval() -> N
     trimmer.trim()  # nothing freed: 133 MiB is what is in use now
     assert not trimmer.due(40) and not trimmer.due(79)
     assert trimmer.due(80)  # the busy interval still applies
+
+
+def test_while_busy_a_fall_from_the_peak_is_trimmed_sooner_than_the_busy_interval() -> None:
+    """A trim at an attack's peak made the peak the level to grow from, and what the
+    attackers' leaving freed stayed in the heap: a fall of `fallen_bytes` from the highest
+    resident memory since the last trim (their big buffers unmapped) brings the next trim
+    `grown_seconds` after the last, not `busy_seconds`."""
+    resident = [100 << 20]
+    calls: list[int] = []
+    trimmer = HeapTrimmer(
+        lambda: True,
+        busy_seconds=60,
+        resident=lambda: resident[0],
+        grown_bytes=32 << 20,
+        grown_seconds=10,
+        fallen_bytes=16 << 20,
+    )
+    trimmer._trim = lambda pad: calls.append(pad) or 1  # type: ignore[assignment]
+    assert trimmer.due(0)
+    resident[0] += 40 << 20  # the attack
+    trimmer.trim()  # at its peak: 140 MiB is where growth now counts from
+    resident[0] -= 15 << 20  # the attackers leave, their buffers unmapped
+    assert not trimmer.due(20)  # not fallen enough
+    resident[0] -= 2 << 20
+    assert not trimmer.due(5)  # fallen, but too soon after the last trim
+    assert trimmer.due(20)
+    trimmer.trim()
+    assert not trimmer.due(40) and not trimmer.due(79)  # a steady level trims no more
+    assert trimmer.due(80)
