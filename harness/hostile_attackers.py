@@ -18,6 +18,8 @@ per-address limits then apply to the attacker, not to the well-behaved clients o
   ("one request freezes the event loop").
 - `tls_flood`: silent sockets on the TLS listeners, twice the per-address limit, reopened
   as the gateway closes them ("limits at accept").
+- `amqp_slow_frame`: an AMQP connection (guest, logged in) that begins a 100 KiB frame and
+  then sends a byte now and then ("timeouts on half-sent frames"); reopened.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
+from harness.raw_amqp_socket import open_connection
 from harness.raw_kafka_socket import recv_frame
 from pulsar_gateway.kafka_codec import protocol
 from pulsar_gateway.kafka_codec.protocol.messages import ApiKey
@@ -151,10 +154,16 @@ class Attacks:
                 pass
             # after the attack too, for a while: the gateway stops a connection once its
             # answers have filled the socket and then gone unread for frame_timeout_seconds
+            # (once the attack is over, stop.wait returns at once: a plain sleep then, or
+            # ten threads spinning on getsockopt took the gateway's cores for seconds and
+            # every well-behaved client stalled 1-3 s "just after the attack")
             linger_until = float("inf")
             while _established(sock) and time.monotonic() < linger_until:
-                if self.stop.wait(0.05) and linger_until == float("inf"):
+                if not self.stop.wait(0.05):
+                    continue
+                if linger_until == float("inf"):
                     linger_until = time.monotonic() + self.plan["never_read_linger_seconds"]
+                time.sleep(0.05)
             if not _established(sock):
                 self.count("never_read_closed_by_gateway")
             self.forget(sock)
@@ -177,6 +186,28 @@ class Attacks:
                 pass
             if not self.stop.is_set():
                 self.count("slow_closed_by_gateway")
+            self.forget(sock)
+
+    def amqp_slow_frame(self, source: str) -> None:
+        claim = struct.pack(">BHI", 1, 0, 100 * 1024)  # a method frame's header, 100 KiB
+        while not self.stop.is_set():
+            try:
+                sock = open_connection(self.plan["amqp_port"], source=source)
+                sock.sendall(claim)
+            except (OSError, AssertionError):
+                self.count("amqp_slow_refused")
+                self.stop.wait(0.05)
+                continue
+            with self.lock:
+                self.sockets.append(sock)
+            self.count("amqp_slow_opened")
+            try:
+                while not self.stop.wait(0.25) and _established(sock):
+                    sock.sendall(b"\x00")
+            except OSError:
+                pass
+            if not self.stop.is_set():
+                self.count("amqp_slow_closed_by_gateway")
             self.forget(sock)
 
     def huge_metadata(self, source: str) -> None:
@@ -227,6 +258,9 @@ class Attacks:
         jobs += [(self.slow_frame, ("127.0.0.4",))] * plan["slow_frame_connections"]
         jobs += [(self.huge_metadata, ("127.0.0.5",))] * plan["huge_metadata_connections"]
         jobs += [(self.tls_flood, (port, "127.0.0.3")) for port in plan["tls_ports"]]
+        jobs += [(self.amqp_slow_frame, ("127.0.0.6",))] * plan.get(
+            "amqp_slow_frame_connections", 0
+        )
         errors: list[str] = []
 
         def guarded(job: Callable[..., None], args: tuple[Any, ...]) -> None:

@@ -28,9 +28,12 @@ def next_method(sock: socket.socket, reader: FrameReader) -> object | None:
             reader.feed(data)
 
 
-def open_connection(port: int, heartbeat: int = 0) -> socket.socket:
-    """A connection through connection.open-ok as guest on vhost '/'."""
-    sock = socket.create_connection(("127.0.0.1", port), timeout=30)
+def open_connection(port: int, heartbeat: int = 0, source: str = "") -> socket.socket:
+    """A connection through connection.open-ok as guest on vhost '/' (from the loopback
+    address ``source``, if given)."""
+    sock = socket.create_connection(
+        ("127.0.0.1", port), timeout=30, source_address=(source, 0) if source else None
+    )
     reader = FrameReader(0)
     sock.sendall(PROTOCOL_HEADER)
     assert isinstance(next_method(sock, reader), commands.Connection.Start)

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from pulsar_gateway.gateway.config import DEFAULT_METADATA_NAMESPACE, ConfigError, load_settings
+from pulsar_gateway.gateway.thread_switching import share_the_interpreter
 from pulsar_gateway.gateway.timer_slack import tighten_timer_slack
 
 EPILOG = """\
@@ -243,6 +244,7 @@ def main(argv: list[str] | None = None) -> int:
         runner: Any = uvloop.run
     except ImportError:  # pragma: no cover - uvloop is a dependency
         runner = asyncio.run
+    share_the_interpreter()  # the loop thread waits less for the workers' GIL
     _exit_now(runner(_run(settings)))
 
 

@@ -238,6 +238,10 @@ class AmqpSection(_TlsSettings):
     max_connections_per_ip: int = Field(1000, ge=1)
     handshake_timeout_seconds: float = Field(10.0, gt=0)  # RabbitMQ's handshake_timeout
     frame_timeout_seconds: float = Field(30.0, gt=0)
+    # as the Kafka listener's: a frame under way must average min_frame_bytes_per_second
+    # once this grace has passed since it began (handlers/amqp/frame_pace.py)
+    frame_grace_seconds: float = Field(5.0, gt=0)
+    min_frame_bytes_per_second: int = Field(256 * 1024, ge=1)
     reader_idle_seconds: float = Field(30.0, gt=0)
     heartbeat_seconds: int = Field(60, ge=0, le=65535)
     frame_max: int = Field(131072, ge=4096)

@@ -7,7 +7,8 @@ separate process (harness/hostile_attackers.py) runs together, from loopback
 addresses of its own: connections that pipeline requests with big answers and never read
 them, frames that stop after their size prefix and header and then trickle (before login
 with SASL on), a Metadata naming 99,999 topics sent again as soon as it is answered, and
-silent sockets on both TLS listeners (Kafka and AMQPS), twice the per-address limit.
+silent sockets on both TLS listeners (Kafka and AMQPS), twice the per-address limit, and
+AMQP connections that begin a frame and trickle it.
 Meanwhile a confluent-kafka producer and consumer and a pika publisher on 127.0.0.1
 (harness/well_behaved.py) record every round trip.
 
@@ -81,6 +82,8 @@ def target(
         # a trickled frame is closed after this (and its budget given back)
         "kafka.frame_grace_seconds": FRAME_TIMEOUT / 2,
         "amqp.handshake_timeout_seconds": FRAME_TIMEOUT,
+        # an AMQP frame trickled after login is closed after this
+        "amqp.frame_grace_seconds": FRAME_TIMEOUT / 2,
         "kafka.max_connections_per_ip": PER_IP,
         "amqp.max_connections_per_ip": PER_IP,
         "kafka.max_frame_bytes": 16 * MIB,
@@ -188,6 +191,8 @@ def _attack(target: GatewayProcess, sasl: bool) -> tuple[float, dict[str, Any]]:
         # before login the cap refuses a 100 MiB claim; without SASL the largest frame allowed
         "slow_frame_bytes": 100 * MIB if sasl else 16 * MIB,
         "tls_flood_sockets": 2 * PER_IP,
+        "amqp_port": target.amqp_port,
+        "amqp_slow_frame_connections": 2,
         "user": MALLORY[0] if sasl else "",
         "password": MALLORY[1],
     }
@@ -232,6 +237,8 @@ def _every_attack_ran(target: GatewayProcess, result: dict[str, Any], sasl: bool
     assert result.get("slow_closed_by_gateway", 0) >= 1, result
     assert result.get("huge_metadata_sent", 0) >= 1, result
     assert result.get("tls_closed_by_gateway", 0) >= PER_IP, result
+    assert result.get("amqp_slow_closed_by_gateway", 0) >= 1, result
+    assert target.metric("gateway_bad_input_total", protocol="amqp", reason="frame_timeout") >= 1
     for listener in ("kafka", "amqp"):
         refused = target.metric(
             "gateway_connections_refused_total",

@@ -80,5 +80,42 @@ def test_while_busy_a_grown_heap_is_trimmed_sooner_than_the_busy_interval() -> N
     assert not trimmer.due(5)  # grown, but too soon after the last trim
     assert trimmer.due(20)
     trimmer.trim()  # nothing freed: 133 MiB is what is in use now
-    assert not trimmer.due(40) and not trimmer.due(79)
-    assert trimmer.due(80)  # the busy interval still applies
+    assert not trimmer.due(29)
+    assert trimmer.due(30)  # the follow-up of a trim for growth (see the next test)
+    trimmer.trim()
+    assert not trimmer.due(40) and not trimmer.due(89)  # one follow-up, not a series
+    assert trimmer.due(90)  # the busy interval still applies
+
+
+def test_a_trim_for_growth_is_followed_by_one_more() -> None:
+    """A trim for growth comes at a peak, while what grew is in use (an attack under way);
+    what its clients free when they leave stayed in the heap, and the next growth counted
+    from the peak: one more trim follows `grown_seconds` later."""
+    resident = [100 << 20]
+    trimmer = HeapTrimmer(
+        lambda: True,
+        busy_seconds=60,
+        resident=lambda: resident[0],
+        grown_bytes=32 << 20,
+        grown_seconds=10,
+    )
+    trimmer._trim = lambda pad: 1  # type: ignore[assignment]
+    assert trimmer.due(0)
+    trimmer.trim()
+    resident[0] += 40 << 20  # the attack
+    assert trimmer.due(12)
+    trimmer.trim()  # at its peak
+    resident[0] -= 2 << 20  # the attackers leave: their small blocks freed, RSS barely moves
+    assert not trimmer.due(21)
+    assert trimmer.due(22)
+    trimmer.trim()
+    assert not trimmer.due(33) and not trimmer.due(81)
+
+
+def test_an_idle_gateway_is_trimmed_within_seconds_by_default() -> None:
+    """What attackers freed stayed resident for the 30 s the idle wait was: after the
+    hostile-clients test the gateway had no client left, and RSS stayed 17-31% up."""
+    trimmer = HeapTrimmer(lambda: False, resident=lambda: 0)
+    trimmer._trim = lambda pad: 1  # type: ignore[assignment]
+    assert not trimmer.due(0) and not trimmer.due(4.9)
+    assert trimmer.due(5.0)

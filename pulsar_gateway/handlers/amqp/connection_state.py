@@ -143,10 +143,11 @@ class AmqpConnection:
         return self._channels.open_numbers()
 
     @property
-    def partial_frame(self) -> bool:
-        """Part of a frame has arrived and the rest has not: the driver bounds the wait for
-        it (amqp.frame_timeout_seconds), since with heartbeats off nothing else would."""
-        return self._reader.buffered > 0
+    def partial_frame_bytes(self) -> int:
+        """How much of a frame has arrived while the rest has not (0: none): the driver
+        bounds the wait for the rest (frame_pace.py), since with heartbeats off nothing
+        else would."""
+        return self._reader.buffered
 
     @property
     def incoming_body_bytes(self) -> int:

@@ -30,6 +30,7 @@ from pulsar_gateway.handlers.amqp.connection_settings import ConnectionSettings,
 from pulsar_gateway.handlers.amqp.connection_state import AmqpConnection, ConnectionState
 from pulsar_gateway.handlers.amqp.errors import AmqpError, ReplyCode
 from pulsar_gateway.handlers.amqp.events import ConnectionClosed, Event
+from pulsar_gateway.handlers.amqp.frame_pace import FramePace
 from pulsar_gateway.handlers.amqp.handoff import (
     HandOffError,
     HandshakeRecorder,
@@ -128,7 +129,12 @@ class Session:
         )
         self.reader = reader
         self.writer = writer
-        self.frame_timeout = server.settings.frame_timeout_seconds
+        settings = server.settings
+        self.pace = FramePace(
+            settings.frame_timeout_seconds,
+            settings.frame_grace_seconds,
+            settings.min_frame_bytes_per_second,
+        )
         # handed over with a signed origin: the client's, as the accepting member saw them
         if origin is not None:
             peer_host = origin.peer_host
@@ -284,6 +290,7 @@ class Session:
         while not self.conn.closed:
             if self.conn.blocked:
                 await self.broker.wait_unblocked()
+                self.pace.restart(self._loop.time())
                 continue
             if self._buffer_size() >= OUTPUT_HIGH_WATER:
                 # TCP backpressure on a client that does not read what its publishes
@@ -292,23 +299,9 @@ class Session:
                 await self._output_below(WRITE_BUFFER_LIMIT)
                 if self.writer.is_closing():
                     return  # run() releases the connection
+                self.pace.restart(self._loop.time())
                 continue
-            # mid-frame, the rest must keep coming; between frames heartbeats (if any) rule
-            stall = self.frame_timeout if self.conn.partial_frame else None
-            try:
-                async with asyncio.timeout(stall):
-                    data = await self.reader.read(READ_SIZE)
-            except TimeoutError:  # before OSError, of which it is one
-                metrics.BAD_INPUT.labels("amqp", "frame_timeout").inc()
-                log.warning(
-                    "amqp %s: closing the connection: a frame stalled, no bytes for %g s "
-                    "(amqp.frame_timeout_seconds)",
-                    self.broker.peer,
-                    stall,
-                )
-                data = b""
-            except (ConnectionError, OSError):
-                data = b""
+            data = await self._read()
             if not data:
                 await self.broker.handle(self.conn.connection_lost())
                 return
@@ -317,6 +310,8 @@ class Session:
             events = self.conn.receive_data(data, time.monotonic())
             if self.conn.pending_login is not None:
                 events += await self._check_login(self.conn.pending_login)
+            # after the login check, which reads the frames that came with it
+            self.pace.read(self._loop.time(), len(data), self.conn.partial_frame_bytes)
             if self.credentials is NOT_YET and self.conn.username is not None:
                 self.credentials = self.authenticator.credentials_of(self.conn.username)
             _count_bad_input(events, "")
@@ -332,6 +327,33 @@ class Session:
             # sides wait for each other. Deliveries stop by themselves while the buffer is
             # full; only past OUTPUT_HIGH_WATER (above) does reading wait for the client.
             self._wake_timer.set()
+
+    async def _read(self) -> bytes:
+        """The socket's next bytes; b"" at its end, or when a frame under way has stalled
+        or trickles (frame_pace.py). Between frames, heartbeats (if any) rule."""
+        try:
+            async with asyncio.timeout_at(self.pace.deadline()):
+                return await self.reader.read(READ_SIZE)
+        except TimeoutError:  # before OSError, of which it is one
+            pass
+        except (ConnectionError, OSError):
+            return b""
+        try:
+            # what came while the deadline was due (the loop held up elsewhere) is in the
+            # reader's buffer, read at once: judged on what the client did send
+            async with asyncio.timeout(0):
+                return await self.reader.read(READ_SIZE)
+        except TimeoutError:
+            pass
+        except (ConnectionError, OSError):
+            return b""
+        metrics.BAD_INPUT.labels("amqp", "frame_timeout").inc()
+        log.warning(
+            "amqp %s: closing the connection: %s",
+            self.broker.peer,
+            self.pace.why(self._loop.time()),
+        )
+        return b""
 
     async def _check_login(self, check: Callable[[], str]) -> list[Event]:
         """start-ok's password check (a key derivation, ~2-3 ms) in a worker thread, at most
