@@ -11,9 +11,12 @@ import asyncio
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from pulsar_gateway.gateway.backend.native_reader import NativeReaderStream
 from pulsar_gateway.gateway.backend.native_writer import entries
 from pulsar_gateway.gateway.backend.resend_filter import ResendFilter
-from pulsar_gateway.gateway.backend.written_entries import WrittenEntry
+from pulsar_gateway.gateway.backend.wire import MessageId, ReceivedEntry
+from pulsar_gateway.gateway.backend.wire.messages import MessageMetadata
+from pulsar_gateway.gateway.backend.written_entries import WrittenEntries, WrittenEntry
 from pulsar_gateway.gateway.messages import (
     RECORDS,
     SEQ,
@@ -148,3 +151,47 @@ def test_only_an_entry_holding_the_whole_produced_batch_is_one_item() -> None:
     assert len(split) > 1
     assert all(isinstance(e.note, WrittenEntry) for e in split)
     assert all(e.note.as_one(3, 8, 1234, "p") is None for e in split)  # type: ignore[union-attr]
+
+
+class _Consumer:
+    """Hands out the given entries once, then nothing."""
+
+    closed = False
+    queued = 0
+
+    def __init__(self, delivered: list[ReceivedEntry]) -> None:
+        self.delivered = delivered
+
+    async def receive_many(self, count: int, timeout: float | None) -> list[ReceivedEntry]:
+        out, self.delivered = self.delivered[:count], self.delivered[count:]
+        return out
+
+
+def test_an_entry_met_from_inside_is_read_message_by_message() -> None:
+    """A reader starting inside a noted entry (a checkpoint inside it) passes on its messages
+    from the start on, one by one; the next entry, wholly new, comes as one item."""
+
+    async def scenario() -> None:
+        written = WrittenEntries()
+        delivered = []
+        for entry_id, sequence in ((1, 10), (2, 13)):
+            messages = [OutMessage(b"v%d" % i, "k", None, 1000) for i in range(3)]
+            produced = ProducedBatch(b"kafka %d" % entry_id, {RECORDS: "3"})
+            (built,) = entries(messages, sequence, True, 10_000, produced)
+            written.add("gw-x.native", sequence, built.note, len(built.payload))  # type: ignore[arg-type]
+            metadata = MessageMetadata(
+                producer_name="gw-x.native",
+                sequence_id=sequence,
+                publish_time=5,
+                num_messages_in_batch=3,
+            )
+            delivered.append(ReceivedEntry(MessageId(4, entry_id, -1), metadata, built.payload))
+        stream = NativeReaderStream(None, "t", (4, 1, 2), written=written, as_one=True)  # type: ignore[arg-type]
+        stream._consumer = _Consumer(delivered)  # type: ignore[assignment]
+        read = await stream.read_batch(100, timeout=0.1)
+        assert [m.id for m in read] == [(4, 1, 2), (4, 2, 0)]
+        assert read[0].payload == b"v2" and WHOLE_ENTRY not in read[0].properties
+        assert read[1].payload == b"kafka 2" and records_in(read[1]) == 3
+        assert stream.last_passed == (4, 2, 2)
+
+    asyncio.run(scenario())
