@@ -52,10 +52,35 @@ SEQ = "__gw.seq"
 MORE = "+"
 
 
+# On a message the partition tailer made of a whole batched entry this gateway wrote (the
+# Kafka batch as produced, its records the entry's messages from batch index 0 on): the
+# item stands for every message of its Pulsar entry, one offset each (docs/offsets.md,
+# "A batch the gateway wrote is numbered as one"). Never stored: the tailer's own mark.
+WHOLE_ENTRY = "__gw.entry"
+
+
+def last_id(message: StoredMessage) -> MessageKey:
+    """The id of the last Pulsar message `message` stands for: its own, or for a whole
+    entry (`WHOLE_ENTRY`) that of the entry's last message."""
+    mid = message.id
+    if WHOLE_ENTRY not in message.properties:
+        return mid
+    return (mid[0], mid[1], mid[2] + int(message.properties[RECORDS]) - 1)
+
+
 def ends_no_batch(message: StoredMessage) -> bool:
     """Whether more of the Kafka batch that `message` belongs to follows it."""
     stamp = message.properties.get(SEQ)
     return stamp is not None and stamp.endswith(MORE)
+
+
+class ProducedBatch(NamedTuple):
+    """A Kafka record batch as produced, whose records are the messages of one send (one
+    each), and the properties an item standing for all of them carries (its record count,
+    the stamps numbering reads): how the tailer may number it as one (`WHOLE_ENTRY`)."""
+
+    raw: bytes | memoryview
+    properties: dict[str, str]
 
 
 class LogEntry(NamedTuple):

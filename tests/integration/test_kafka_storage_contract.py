@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 import pytest
 
@@ -31,6 +32,9 @@ from pulsar_gateway.handlers.kafka.port import (
     TransactionState,
     UnknownTopic,
 )
+from pulsar_gateway.kafka_codec.entry_format import records_of
+from pulsar_gateway.kafka_codec.record_batch import encode_batch
+from pulsar_gateway.storage.kafka.subscription_position import message_id_at
 
 ALL = 1 << 30  # a read's byte budget that holds everything these tests store
 
@@ -298,5 +302,84 @@ def test_transaction_state_is_durable_and_saved_as_it_was(engine: StorageEngine)
             assert (saved.producer_id, saved.state, saved.start_ms) == (11, "Ongoing", 1234)
             assert [tuple(p) for p in saved.partitions] == [("t-partition-0", 0)]
             assert [s.transactional_id for s in storage.transactions.all()] == ["tx"]
+
+    run(scenario, engine)
+
+
+async def records_from(log: Any, offset: int) -> list[tuple[int, bytes | None, bytes | None]]:
+    """(offset, key, value) of every record from `offset` on, whatever shape the log reads
+    them in (a message per record, or a batch standing for several)."""
+    out: list[tuple[int, bytes | None, bytes | None]] = []
+    while offset < log.next_offset:
+        entries = await log.read(offset, ALL)
+        assert entries, f"nothing read at {offset} below {log.next_offset}"
+        for entry in entries:
+            for stored in records_of(entry):
+                if stored.offset >= offset:
+                    out.append((stored.offset, stored.key, stored.value))
+        offset = out[-1][0] + 1
+    return out
+
+
+def test_a_batch_appended_with_its_kafka_bytes_reads_the_same_after_a_restart(
+    engine: StorageEngine,
+) -> None:
+    """An append handing over the Kafka batch its messages are (`encoded`, as Produce does
+    for the `pulsar` format): through the wire client the tailer numbers such an entry as ONE
+    item (docs/offsets.md, "A batch the gateway wrote is numbered as one"); a restarted
+    partition reads the same entries from storage message by message. Both must give the
+    same records at the same offsets, Pulsar ids and idempotent producer state."""
+
+    async def scenario(engine: StorageEngine) -> None:
+        name = topic(engine, "produced")
+        sizes = [3, 1, 4, 2, 5, 3, 2, 4, 1, 3, 6, 2]
+
+        def batch(n: int, size: int) -> tuple[list[OutMessage], memoryview]:
+            pairs = [(b"k%d" % i, b"v%d.%d" % (n, i)) for i in range(size)]
+            stamp = 1_700_000_000_000 + n
+            raw = encode_batch(0, [(i, stamp, k, v, []) for i, (k, v) in enumerate(pairs)])
+            return [OutMessage(v, k.decode(), None, stamp) for k, v in pairs], memoryview(raw)
+
+        sequence = 0
+        async with engine.open() as storage:
+            record = await storage.topics.create(name, 1)
+            log = await storage.topics.partition_of(record, 0)
+            assert await log.append([OutMessage(b"lone", "k")]) == 0
+            bases = []
+            for n, size in enumerate(sizes[:6]):  # one at a time
+                messages, raw = batch(n, size)
+                producer = None
+                if n % 2:
+                    producer = ProducerStamp(5, 0, sequence, sequence + size - 1)
+                    sequence += size
+                bases.append(await log.append(messages, producer, raw))
+            # the rest called before any is awaited: appends wait for the tailer together
+            pending = [
+                log.append(*batch(n, size)[:1], None, batch(n, size)[1])
+                for n, size in enumerate(sizes[6:], 6)
+            ]
+            bases += list(await asyncio.gather(*pending))
+            assert bases == [1 + sum(sizes[:n]) for n in range(len(sizes))]
+            assert log.next_offset == 1 + sum(sizes)
+            before = await records_from(log, 0)
+            assert [offset for offset, _, _ in before] == list(range(log.next_offset))
+            assert before[1 + 3] == (4, b"k0", b"v1.0")
+            inside = await records_from(log, 6)  # from inside a batch: its records from there
+            assert inside == before[6:]
+            ids = []
+            if engine.restarts:
+                ids = [await message_id_at(log, o) for o in range(log.next_offset)]
+                assert len(set(ids)) == len(ids) and ids == sorted(ids)
+            state = log.producer_state(5)
+            assert state is not None and [b.base_offset for b in state.batches] == [4, 9, 16]
+        async with engine.open() as storage:
+            record = storage.topics.get(name)
+            assert record is not None
+            log = await storage.topics.partition_of(record, 0)
+            assert await records_from(log, 0) == before
+            assert await records_from(log, 6) == before[6:]
+            if engine.restarts:
+                assert [await message_id_at(log, o) for o in range(log.next_offset)] == ids
+            assert log.producer_state(5) == state
 
     run(scenario, engine)

@@ -60,7 +60,12 @@ class _GatedBackend:
         self.gates: list[asyncio.Event] = []
 
     async def send(
-        self, topic: str, messages: list[OutMessage], batching: bool = True, whole: bool = False
+        self,
+        topic: str,
+        messages: list[OutMessage],
+        batching: bool = True,
+        whole: bool = False,
+        produced: object = None,
     ) -> tuple[MessageKey, MessageKey]:
         assert self.log is not None
         stored = [

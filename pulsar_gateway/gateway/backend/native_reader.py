@@ -35,7 +35,7 @@ from pulsar_gateway.gateway.backend.wire import (
     ServerError,
 )
 from pulsar_gateway.gateway.backend.written_entries import WrittenEntries
-from pulsar_gateway.gateway.messages import MessageKey, StoredMessage
+from pulsar_gateway.gateway.messages import MessageKey, StoredMessage, last_id
 
 log = logging.getLogger("gateway.reader")
 
@@ -46,10 +46,12 @@ UNKNOWN_ERROR = 0
 
 
 def stored_messages(
-    entry: ReceivedEntry, written: WrittenEntries | None = None
+    entry: ReceivedEntry, written: WrittenEntries | None = None, as_one: bool = False
 ) -> list[StoredMessage]:
     """The entry's messages as pulsar-client's reader would give them; an entry this
-    gateway wrote (`written`) is made from what it was built from, not parsed."""
+    gateway wrote (`written`) is made from what it was built from, not parsed. `as_one`:
+    such an entry holding a whole produced Kafka batch is ONE item standing for all its
+    messages (`WrittenEntry.as_one`), for the partition's tailer."""
     metadata = entry.metadata
     ledger, entry_id = entry.id.ledger_id, entry.id.entry_id
     publish_time = metadata.publish_time or 0
@@ -58,6 +60,9 @@ def stored_messages(
     if written is not None and count is not None and not entry.chunk_ids:
         mine = written.take(producer, metadata.sequence_id or 0, count)
         if mine is not None:
+            one = mine.as_one(ledger, entry_id, publish_time, producer) if as_one else None
+            if one is not None:
+                return [one]
             return mine.stored(ledger, entry_id, publish_time, producer)
     make = StoredMessage
     return [
@@ -84,9 +89,13 @@ class NativeReaderStream:
         first_allowed: MessageKey = EARLIEST,
         receiver_queue_size: int = 1000,
         written: WrittenEntries | None = None,
+        as_one: bool = False,
     ) -> None:
         self._client = client
         self._written = written  # what this gateway wrote and need not parse back
+        # an entry written whole from a produced Kafka batch handed out as one item (the
+        # partition tailer's reads only: `stored_messages`)
+        self._as_one = as_one
         self._topic = topic
         self._floor = first_allowed
         self._queue_size = receiver_queue_size
@@ -131,7 +140,7 @@ class NativeReaderStream:
         if not held:
             return []
         out, self._held = held[:limit], held[limit:]
-        self._last = out[-1].id
+        self._last = last_id(out[-1])
         return out
 
     async def _receive(self, limit: int, timeout: float | None) -> list[StoredMessage]:
@@ -153,27 +162,35 @@ class NativeReaderStream:
                 if not entries:
                     break  # the timeout ran out
             while entries and len(out) < limit:
-                messages = stored_messages(entries.popleft(), self._written)
+                entry = entries.popleft()
+                # one item only for an entry wholly new: one met from inside (a start in
+                # it, a replay) is passed on message by message, from where it is new
+                one = self._as_one and (
+                    (entry.id.ledger_id, entry.id.entry_id, 0) > last
+                    if last is not None
+                    else (entry.id.ledger_id, entry.id.entry_id, 0) >= self._floor
+                )
+                messages = stored_messages(entry, self._written, one)
                 if not messages:
                     continue
                 first = messages[0].id
                 if (first > last) if last is not None else (first >= self._floor):
                     # the whole entry is new (ids rise within it): no check per message
                     out += messages
-                    last = messages[-1].id
+                    last = last_id(messages[-1])
                     continue
                 for message in messages:
                     key = message.id
                     if (last is None and key < self._floor) or (last is not None and key <= last):
                         self.duplicates_dropped += 1
                         continue
-                    last = key
+                    last = last_id(message)
                     out.append(message)
         self._seen = last
         if len(out) > limit:
             out, self._held = out[:limit], out[limit:]
         if out:
-            self._last = out[-1].id
+            self._last = last_id(out[-1])
         return out
 
     def hurry(self) -> None:

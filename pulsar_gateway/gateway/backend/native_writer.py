@@ -48,7 +48,7 @@ from pulsar_gateway.gateway.backend.wire.batch import (
 )
 from pulsar_gateway.gateway.backend.wire.protobuf import encode_varint
 from pulsar_gateway.gateway.backend.written_entries import WrittenEntries, WrittenEntry
-from pulsar_gateway.gateway.messages import MessageKey, OutMessage
+from pulsar_gateway.gateway.messages import MessageKey, OutMessage, ProducedBatch
 
 log = logging.getLogger("gateway.backend")
 
@@ -101,13 +101,18 @@ def lone_entry(message: OutMessage, sequence: int, more: bool) -> OutgoingEntry:
 
 
 def entries(
-    messages: Sequence[OutMessage], first_sequence: int, whole: bool, limit: int
+    messages: Sequence[OutMessage],
+    first_sequence: int,
+    whole: bool,
+    limit: int,
+    produced: ProducedBatch | None = None,
 ) -> list[OutgoingEntry]:
     """`messages` as batched entries of at most `limit` payload bytes each, in order; a
     message that alone is over `limit` becomes an unbatched entry. The n-th message gets
     stamp `first_sequence + n`, marked "more follows" when `whole` and it is not the last.
     Each batched entry notes the messages it was built from (`WrittenEntry`), for the
-    gateway's own reader (written_entries.py).
+    gateway's own reader (written_entries.py); one holding them all notes `produced` too
+    (the Kafka batch they are, when the caller has it), which the tailer then numbers as one.
 
     One pass, the entry's bytes as they go: each message's fields as `_fields` writes them
     (the stamp, the properties, the key as partition key, the event time, the key again as
@@ -123,7 +128,10 @@ def entries(
     sizes = PAYLOAD_SIZES
 
     def close(end: int) -> None:
-        written = WrittenEntry(messages[start:end], first_sequence + start, whole, end > last)
+        whole_batch = produced if start == 0 and end > last else None
+        written = WrittenEntry(
+            messages[start:end], first_sequence + start, whole, end > last, whole_batch
+        )
         head = b"\x58" + varint(count)  # num_messages_in_batch (11)
         out.append(OutgoingEntry(head, b"".join(parts), count, True, note=written))
 
@@ -247,11 +255,15 @@ class NativeSender:
             self.written.add(producer.name, sequence_id, entry.note, len(entry.payload))
 
     async def send(
-        self, writer: TopicWriter, messages: list[OutMessage], whole: bool
+        self,
+        writer: TopicWriter,
+        messages: list[OutMessage],
+        whole: bool,
+        produced: ProducedBatch | None = None,
     ) -> tuple[list[asyncio.Future[MessageId]], list[OutgoingEntry]]:
         """Queue `messages` on the writer's producer, in order; the receipts' futures and
         their entries. Returns once all are queued (the lone first message of a ledger
-        also stored)."""
+        also stored). `produced`: the Kafka batch the messages are (`entries`)."""
         producer = await self._producer(writer)
         futures: list[asyncio.Future[MessageId]] = []
         sent: list[OutgoingEntry] = []
@@ -269,7 +281,8 @@ class NativeSender:
         if start < len(messages):
             limit = producer.max_message_size - ENTRY_HEADROOM
             rest = messages[start:] if start else messages
-            batch = entries(rest, writer.sequence + 1, whole, limit)
+            # a batch the lone first message left is no longer the produced one
+            batch = entries(rest, writer.sequence + 1, whole, limit, None if start else produced)
             writer.sequence += len(rest)
             for entry in batch:
                 futures.append(await producer.enqueue(entry))

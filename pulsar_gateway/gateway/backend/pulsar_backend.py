@@ -37,7 +37,7 @@ from pulsar_gateway.gateway.backend.reader_stream import EARLIEST, ReaderStream
 from pulsar_gateway.gateway.backend.resend_filter import SEQ, stamp_text
 from pulsar_gateway.gateway.backend.topic_writer import TopicWriter
 from pulsar_gateway.gateway.errors import StorageError
-from pulsar_gateway.gateway.messages import MessageKey, OutMessage
+from pulsar_gateway.gateway.messages import MessageKey, OutMessage, ProducedBatch
 from pulsar_gateway.gateway.waiting import result_within
 
 log = logging.getLogger("gateway.backend")
@@ -218,7 +218,12 @@ class PulsarBackend:
         return future, done
 
     def send(
-        self, topic: str, messages: list[OutMessage], batching: bool = True, whole: bool = False
+        self,
+        topic: str,
+        messages: list[OutMessage],
+        batching: bool = True,
+        whole: bool = False,
+        produced: ProducedBatch | None = None,
     ) -> asyncio.Future[tuple[MessageKey, MessageKey]]:
         """Append messages in order; the returned future gives the ids of the first and the
         last once all are stored.
@@ -235,6 +240,9 @@ class PulsarBackend:
         `whole`: the messages are one Kafka record batch; every one but the last is stamped
         as having more to follow, so that a tailer numbers them together (docs/offsets.md,
         "A batch is numbered whole").
+        `produced`: the Kafka record batch the messages are, one record each; through the
+        wire client an entry holding all of them lets the tailer number it as one
+        (written_entries.py).
         """
         if not messages:
             raise ValueError("nothing to send")
@@ -248,7 +256,7 @@ class PulsarBackend:
         writer.queued = queued
         if batching and self._native is not None:
             return asyncio.ensure_future(
-                self._send_native(writer, previous, queued, messages, whole)
+                self._send_native(writer, previous, queued, messages, whole, produced)
             )
         return asyncio.ensure_future(
             self._send(writer, previous, queued, messages, batching, whole)
@@ -341,6 +349,7 @@ class PulsarBackend:
         queued: asyncio.Future[None],
         messages: list[OutMessage],
         whole: bool,
+        produced: ProducedBatch | None = None,
     ) -> tuple[MessageKey, MessageKey]:
         """`_send` through the wire client: the messages as whole batched entries."""
         native = self._native
@@ -352,7 +361,7 @@ class PulsarBackend:
                     await asyncio.wait((previous,))
                 await self._acquire(len(messages))
                 acquired = True
-                futures, sent = await native.send(writer, messages, whole)
+                futures, sent = await native.send(writer, messages, whole, produced)
                 writer.last_group = futures[-1]
             finally:
                 if not queued.done():
@@ -418,15 +427,21 @@ class PulsarBackend:
         return stream
 
     async def open_log_reader(
-        self, topic: str, start: MessageKey = EARLIEST, receiver_queue_size: int = 1000
+        self,
+        topic: str,
+        start: MessageKey = EARLIEST,
+        receiver_queue_size: int = 1000,
+        as_one: bool = False,
     ) -> LogReader:
         """`open_reader` for a Kafka partition log: through the wire client when
-        `pulsar.client = "native"` (native_reader.py), else the same."""
+        `pulsar.client = "native"` (native_reader.py), else the same. `as_one`: an entry
+        this gateway wrote from a whole produced Kafka batch comes as one item standing for
+        all its messages (the partition's tailer: docs/offsets.md)."""
         if self._native is None:
             return await self.open_reader(topic, start, receiver_queue_size)
         self._probe_topic = self._probe_topic or topic
         stream = NativeReaderStream(
-            self._native.client, topic, start, receiver_queue_size, self._native.written
+            self._native.client, topic, start, receiver_queue_size, self._native.written, as_one
         )
         await stream.open()
         return self._counted(stream)

@@ -12,10 +12,20 @@ are never filtered.
 from __future__ import annotations
 
 import bisect
+import logging
 from array import array
 from collections import OrderedDict
 
-from pulsar_gateway.gateway.messages import MORE, SEQ, MessageKey, StoredMessage
+from pulsar_gateway.gateway.messages import (
+    MORE,
+    RECORDS,
+    SEQ,
+    WHOLE_ENTRY,
+    MessageKey,
+    StoredMessage,
+)
+
+log = logging.getLogger("gateway.resends")
 
 MAX_PRODUCERS = 64
 RECENT = 20000  # resends come within the send timeout; keep this many offsets per producer
@@ -93,6 +103,34 @@ class RecentOffsets:
         if self.count > self.keep + self.keep // 4:
             self._forget_oldest()
 
+    def add_run(self, sequence: int, offset: int, count: int) -> None:
+        """Record `count` consecutive sequences from `sequence` at consecutive offsets from
+        `offset` (above every one recorded before): `add` for each, in one step."""
+        if count == 1:
+            self.add(sequence, offset)
+            return
+        lengths = self.lengths
+        if lengths:
+            length = lengths[-1]
+            if (
+                sequence == self.firsts[-1] + length
+                and offset == self.offsets[-1] + length
+                and (length == 1 or self.steps[-1] == 1)
+            ):
+                self.steps[-1] = 1
+                lengths[-1] = length + count
+                self.count += count
+                if self.count > self.keep + self.keep // 4:
+                    self._forget_oldest()
+                return
+        self.firsts.append(sequence)
+        self.offsets.append(offset)
+        self.steps.append(1)
+        lengths.append(count)
+        self.count += count
+        if self.count > self.keep + self.keep // 4:
+            self._forget_oldest()
+
     def _forget_oldest(self) -> None:
         """Drop the oldest runs down to `keep` sequences, in one slice (amortised)."""
         drop, count = 0, self.count
@@ -124,10 +162,15 @@ class ResendFilter:
 
     def original_offset(self, message: StoredMessage, offset: int) -> int | None:
         """None for a new message (recorded at `offset`); else the first copy's offset (-1
-        when that copy is older than what is remembered)."""
-        sequence = stamp_of(message.properties)
+        when that copy is older than what is remembered). An item standing for a whole
+        entry (`WHOLE_ENTRY`) carries its last message's stamp and is its messages at once:
+        all of them new, or all a resend (an entry is resent as it was sent)."""
+        properties = message.properties
+        sequence = stamp_of(properties)
         if sequence is None:
             return None
+        if WHOLE_ENTRY in properties:
+            return self._original_of_entry(message, sequence, offset)
         producer = message.producer
         recent = self._recent
         if sequence == self._next and producer == self._newest and recent is not None:
@@ -151,6 +194,40 @@ class ResendFilter:
             recent = self._offsets[producer] = RecentOffsets(RECENT)
         recent.add(sequence, offset)
         self._next, self._recent = sequence + 1, recent  # `_newest` is `producer` now
+        return None
+
+    def _original_of_entry(self, message: StoredMessage, last: int, offset: int) -> int | None:
+        """`original_offset` for an item standing for the messages stamped up to `last`, one
+        record each (their first at `offset`)."""
+        count = int(message.properties[RECORDS])
+        first = last - count + 1
+        producer = message.producer
+        if not (first == self._next and producer == self._newest):
+            passed = self._last.get(producer)
+            if passed is not None and last <= passed:
+                recent = self._offsets.get(producer)
+                return -1 if recent is None else recent.offset_of(first)
+            if passed is not None and first <= passed:
+                # never seen: an entry is resent as it was sent, never overlapping another
+                log.warning(
+                    "%s: entry %s stamped %d-%d overlaps sequences passed up to %d",
+                    producer,
+                    message.id,
+                    first,
+                    last,
+                    passed,
+                )
+                skip = passed + 1 - first
+                first, offset, count = first + skip, offset + skip, count - skip
+            # new: the first on its own, with the look-ups, the rest as its run
+            self.original_offset(message._replace(properties={SEQ: str(first)}), offset)
+            if count == 1:
+                return None
+            first, offset, count = first + 1, offset + 1, count - 1
+        self._last[producer] = last
+        self._next = last + 1
+        assert self._recent is not None  # set by the message before, of the same producer
+        self._recent.add_run(first, offset, count)
         return None
 
     def snapshot(self) -> dict[str, int]:

@@ -26,7 +26,14 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from typing import NamedTuple
 
-from pulsar_gateway.gateway.messages import MORE, SEQ, OutMessage, StoredMessage
+from pulsar_gateway.gateway.messages import (
+    MORE,
+    SEQ,
+    WHOLE_ENTRY,
+    OutMessage,
+    ProducedBatch,
+    StoredMessage,
+)
 
 # What is kept at most, in messages and in the entries' bytes: well over what the tailers
 # lag behind the receipts (a note dropped costs only the parse it would have saved).
@@ -37,12 +44,41 @@ MAX_KEPT_BYTES = 64 * 1024 * 1024
 class WrittenEntry(NamedTuple):
     """One batched entry as the writer built it: its messages and their `__gw.seq`
     stamps, `first_sequence` on, marked "more follows" when `whole` (all but the last
-    message of the Kafka batch; `ends_batch`: the entry's last message is the batch's)."""
+    message of the Kafka batch; `ends_batch`: the entry's last message is the batch's).
+    `produced`: the Kafka batch as produced when the entry holds every record of it."""
 
     messages: Sequence[OutMessage]
     first_sequence: int
     whole: bool
     ends_batch: bool
+    produced: ProducedBatch | None = None
+
+    def as_one(
+        self, ledger: int, entry: int, publish_time: int, producer: str
+    ) -> StoredMessage | None:
+        """The entry as ONE item standing for all its messages (`WHOLE_ENTRY`): the Kafka
+        batch as produced, its first message's id, the last message's `__gw.seq` stamp and
+        the batch's own properties; None when the entry does not hold a whole produced batch.
+        What the tailer numbers with one look at the stamps and caches as one item, where
+        `stored` makes a message per record (docs/offsets.md, "A batch the gateway wrote
+        is numbered as one")."""
+        produced = self.produced
+        if produced is None:
+            return None
+        last = self.first_sequence + len(self.messages) - 1
+        properties = dict(produced.properties)
+        properties[SEQ] = f"{last}{MORE}" if self.whole and not self.ends_batch else str(last)
+        properties[WHOLE_ENTRY] = "1"
+        raw = produced.raw
+        return StoredMessage(
+            (ledger, entry, 0),
+            raw if isinstance(raw, bytes) else bytes(raw),
+            "",
+            properties,
+            0,
+            publish_time,
+            producer,
+        )
 
     def stored(
         self, ledger: int, entry: int, publish_time: int, producer: str

@@ -58,12 +58,18 @@ class NumberedWhileAppending:
         if cut:
             del self.ids[:cut], self.offsets[:cut]
 
-    def add(self, mid: MessageKey, offset: int) -> None:
+    def add(self, mid: MessageKey, offset: int, last: MessageKey | None = None) -> None:
+        """`mid` numbered `offset`; `last`: it stands for the messages of its entry up to
+        `last` (an item for a whole entry), one offset each, noted by its first and last
+        (an append asks for those two only)."""
         if len(self.ids) >= NUMBERED_KEPT_MAX:
             half = NUMBERED_KEPT_MAX // 2
             del self.ids[:half], self.offsets[:half]
         self.ids.append(mid)
         self.offsets.append(offset)
+        if last is not None and last != mid:
+            self.ids.append(last)
+            self.offsets.append(offset + last[2] - mid[2])
 
     def offset_of(self, mid: MessageKey) -> int | None:
         """Offset of the first message at or after `mid`, when this index spans it."""
@@ -91,14 +97,17 @@ class IdWaiters:
         heapq.heappush(self.heap, (mid, next(self._seq), future))
         return future
 
-    def numbered(self, mid: MessageKey, offset: int) -> None:
+    def numbered(self, mid: MessageKey, offset: int, last: MessageKey | None = None) -> None:
         """Message `mid` got `offset` (a resend: its first copy's): resolve every wait for
-        an id up to it."""
+        an id up to it. `last`: `mid` stands for the messages of its entry up to `last`
+        (an item for a whole entry), the one at batch index i getting `offset + i - mid's`."""
         heap = self.heap
-        while heap and heap[0][0] <= mid:
-            future = heapq.heappop(heap)[2]
+        end = mid if last is None else last
+        while heap and heap[0][0] <= end:
+            waited, _, future = heapq.heappop(heap)
             if not future.done():
-                future.set_result(offset)
+                inside = waited > mid and waited[:2] == mid[:2]
+                future.set_result(offset + waited[2] - mid[2] if inside else offset)
 
     @property
     def first(self) -> MessageKey | None:

@@ -28,6 +28,7 @@ from pulsar_gateway.gateway.messages import (
     MessageKey,
     OutMessage,
     StoredMessage,
+    last_id,
     records_in,
 )
 from pulsar_gateway.gateway.metadata_store import MetadataStore
@@ -36,7 +37,7 @@ from pulsar_gateway.handlers.kafka.port import OffsetOutOfRange, ProducerSnapsho
 from pulsar_gateway.storage.kafka.append_offsets import IdWaiters, NumberedWhileAppending
 from pulsar_gateway.storage.kafka.history_reader import HistoryReader
 from pulsar_gateway.storage.kafka.offset_checkpoints import OffsetCheckpoints
-from pulsar_gateway.storage.kafka.producer_state import ProducerStateIndex, stamp
+from pulsar_gateway.storage.kafka.producer_state import ProducerStateIndex, produced, stamp
 from pulsar_gateway.storage.kafka.send_order import SendOrder
 from pulsar_gateway.storage.kafka.tail_store import TailStore
 from pulsar_gateway.storage.kafka.transaction_index import TransactionIndex
@@ -132,7 +133,7 @@ class PartitionLog:
         if last is not None:
             start, self.next_offset, self._resends = last
         self._stream = await self.backend.open_log_reader(
-            self.topic, start, receiver_queue_size=2000
+            self.topic, start, receiver_queue_size=2000, as_one=True
         )
         self._task = asyncio.create_task(self._tail_loop(), name=f"tail {self.topic}")
         # The partition is ready once it has caught up with what is already stored.
@@ -304,13 +305,16 @@ class PartitionLog:
             due = offset >= next_due
             before = resends.snapshot() if due else None
             original = resends.original_offset(message, offset)
+            last = last_id(message)  # an item for a whole entry: its last message's
             if original is not None:
                 # a resend of a message already numbered: no offset of its own
                 self._resent_ids[message.id] = original
+                if last is not message.id:
+                    self._resent_ids[last] = original + last[2] - message.id[2]
                 if len(self._resent_ids) > 10000:
                     self._resent_ids.pop(next(iter(self._resent_ids)))
-                if waiting and waiting[0][0] <= message.id:
-                    waiters.numbered(message.id, original)
+                if waiting and waiting[0][0] <= last:
+                    waiters.numbered(message.id, original, last)
                 continue
             if before is not None:
                 self._checkpoints.add(
@@ -324,13 +328,13 @@ class PartitionLog:
             cached.append(message)
             cached_at.append(offset)
             if appending:
-                numbered.add(message.id, offset)
-            if waiting and waiting[0][0] <= message.id:
-                waiters.numbered(message.id, offset)
+                numbered.add(message.id, offset, last)
+            if waiting and waiting[0][0] <= last:
+                waiters.numbered(message.id, offset, last)
             offset += records_in(message)
         tail.extend(cached, cached_at)
         if batch:
-            self._last_id = batch[-1].id
+            self._last_id = last_id(batch[-1])
         self.next_offset = offset
         self._trim_tail()
         self._wake_data_waiters()
@@ -455,10 +459,12 @@ class PartitionLog:
         if encoded is None or base is not None:
             sent = self.backend.send(self.topic, messages, batching=self.batched, whole=True)
             return self._first_offset(sent, base)
-        # a batch produced as one may be kept whole for tail fetches, in the order sent
+        # a batch produced as one may be kept whole for tail fetches (the wire client's
+        # tailer numbers it as one: `produced`), in the order sent
         ticket = self._send_order.ticket()
+        kept = produced(messages, encoded)
         try:
-            sent = self.backend.send(self.topic, messages, batching=self.batched, whole=True)
+            sent = self.backend.send(self.topic, messages, self.batched, True, kept)
         except BaseException:
             self._send_order.done(ticket, None)
             raise
@@ -515,7 +521,7 @@ class PartitionLog:
         if self._last_id is not None and mid <= self._last_id:
             if mid in self._resent_ids:
                 return self._resent_ids[mid]
-            found = self._find_in_tail(mid)
+            found = self._tail.offset_of(mid)
             if found is None:
                 found = self._numbered.offset_of(mid)
             return found if found is not None else await self._history.offset_by_scan(mid)
@@ -523,9 +529,6 @@ class PartitionLog:
         if self._stream is not None:
             self._stream.hurry()  # the receipt came in: the reader holds it, or soon will
         return await asyncio.shield(future)
-
-    def _find_in_tail(self, mid: MessageKey) -> int | None:
-        return self._tail.offset_of(mid)
 
     # ---- reading ---------------------------------------------------------------------------
 
@@ -578,10 +581,6 @@ class PartitionLog:
         if not entries:
             raise OffsetOutOfRange(offset)
         return entries[0]
-
-    async def message_id_at(self, offset: int) -> MessageKey:
-        """The Pulsar message id holding `offset` (for moving subscriptions to an offset)."""
-        return (await self.entry_at(offset)).message.id
 
     async def close_idle_cursors(self, idle_seconds: float) -> None:
         await self._history.close_idle(idle_seconds)

@@ -24,8 +24,16 @@ from collections import OrderedDict, deque
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from pulsar_gateway.gateway.messages import RECORDS, OutMessage, StoredMessage, records_in
+from pulsar_gateway.gateway.messages import (
+    RECORDS,
+    OutMessage,
+    ProducedBatch,
+    StoredMessage,
+    records_in,
+)
 from pulsar_gateway.handlers.kafka.port import ProducerBatch, ProducerSnapshot, ProducerStamp
+from pulsar_gateway.kafka_codec.control_batch import TXN
+from pulsar_gateway.kafka_codec.entry_format import BATCH
 
 PRODUCER = "__kafka.producer"  # on every message of an idempotent batch
 FROM = "__kafka.producer.from"  # on the first message of a send: the batch's records before it
@@ -52,6 +60,21 @@ def stamp(messages: list[OutMessage], producer: ProducerStamp, skip: int = 0) ->
             out.append(replace(message, properties=properties))
         before += records
     return out
+
+
+def produced(messages: list[OutMessage], encoded: bytes | memoryview) -> ProducedBatch:
+    """The Kafka batch `encoded`, whose records are `messages` (one each), with what an item
+    standing for all of them carries (messages.WHOLE_ENTRY): the record count and the stamps
+    the tailer numbers by, the same on every message (an idempotent producer's, a
+    transaction's) but `FROM`, on the first only. The writer adds `__gw.seq`."""
+    properties = {BATCH: "2", RECORDS: str(len(messages))}
+    first = messages[0].properties
+    if first:
+        for name in (PRODUCER, FROM, TXN):
+            value = first.get(name)
+            if value is not None:
+                properties[name] = value
+    return ProducedBatch(encoded, properties)
 
 
 def _parse(value: str) -> tuple[int, int, int, int]:

@@ -12,7 +12,7 @@ separate sends, give an exact position; a stored Kafka record batch is one entry
 
 from __future__ import annotations
 
-from pulsar_gateway.gateway.messages import MessageKey
+from pulsar_gateway.gateway.messages import WHOLE_ENTRY, MessageKey, last_id
 from pulsar_gateway.gateway.topic_names import (
     UnknownPartition,
     logical_topic,
@@ -41,7 +41,7 @@ async def entry_start_position(log: PartitionLog, offset: int) -> MessageKey | N
     if end <= log.log_start:
         return None
     if end == log.next_offset:
-        return await log.message_id_at(end - 1)  # its entry is complete: ack it whole
+        return await message_id_at(log, end - 1)  # its entry is complete: ack it whole
     # the last message before the Pulsar entry that holds offset `end`: that entry may
     # hold earlier records too (a Pulsar batch, or a stored Kafka record batch)
     holder = await log.entry_at(end)
@@ -55,6 +55,16 @@ async def entry_start_position(log: PartitionLog, offset: int) -> MessageKey | N
     while start > log.log_start:
         previous = await log.entry_at(start - 1)
         if previous.message.id[:2] != holder.message.id[:2]:
-            return previous.message.id
+            return last_id(previous.message)  # an item for a whole entry: its last message
         start = previous.offset
     return None
+
+
+async def message_id_at(log: PartitionLog, offset: int) -> MessageKey:
+    """The Pulsar message id holding `offset`: of a message the tailer took for a whole
+    entry (`WHOLE_ENTRY`), the entry's message at that record (one record each)."""
+    at, message = await log.entry_at(offset)
+    mid = message.id
+    if WHOLE_ENTRY in message.properties:
+        return (mid[0], mid[1], mid[2] + offset - at)
+    return mid

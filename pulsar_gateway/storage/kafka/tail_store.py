@@ -34,7 +34,13 @@ import mmap
 from array import array
 from collections.abc import Iterator, Sequence
 
-from pulsar_gateway.gateway.messages import RECORDS, LogEntry, MessageKey, StoredMessage
+from pulsar_gateway.gateway.messages import (
+    RECORDS,
+    LogEntry,
+    MessageKey,
+    StoredMessage,
+    records_in,
+)
 from pulsar_gateway.kafka_codec.entry_format import BATCH
 from pulsar_gateway.storage.kafka.whole_batches import BatchEdges
 
@@ -195,6 +201,7 @@ class TailStore:
         self._kept_head = 0  # first live batch of the first kept segment
         self.size = 0
         self.count = 0
+        self._end = 0  # the offset after the last message's records
 
     def append(self, message: StoredMessage, offset: int) -> None:
         packed = _pack(message)
@@ -204,6 +211,7 @@ class TailStore:
         segments[-1].add(packed, offset, message.id, message.size)
         self.size += len(packed) + INDEX_BYTES_PER_MESSAGE
         self.count += 1
+        self._end = offset + records_in(message)
 
     def extend(self, messages: list[StoredMessage], offsets: list[int]) -> None:
         """`append` for each message with its offset, in order, in one pass."""
@@ -224,6 +232,7 @@ class TailStore:
             segments.append(_Segment(_grown(segments, len(packed[done]))))
         self.size += ends[-1] + INDEX_BYTES_PER_MESSAGE * len(packed)
         self.count += len(packed)
+        self._end = offsets[-1] + records_in(messages[-1])
 
     def keep_batch(self, base: int, records: int, batch: bytes | bytearray | memoryview) -> None:
         """Keep the Kafka batch whose `records` records are the cached messages from offset
@@ -231,6 +240,8 @@ class TailStore:
         after a later one is not kept: its records are read one by one instead."""
         if not self.count or len(batch) > MAX_KEPT_BATCH_BYTES or base < self.first_offset:  # type: ignore[operator]
             return
+        if self._records_at(base) != 1:
+            return  # the tailer cached it as one item already (messages.WHOLE_ENTRY)
         kept = self._kept
         if kept and kept[-1].offsets[-1] >= base:
             return
@@ -298,11 +309,45 @@ class TailStore:
                 start = middle + 1
             else:
                 end = middle
+        if start == len(segment) or segment.id(start) != mid:
+            # inside the item before? (one standing for a whole entry: messages.WHOLE_ENTRY)
+            before = segment.id(start - 1)
+            if before[:2] == mid[:2] and before[2] >= 0:
+                within = mid[2] - before[2]
+                if within < self._records_from(low, start - 1):
+                    return segment.offsets[start - 1] + within
         if start == len(segment):  # past this segment's last: the next one's first
             if low + 1 == len(segments):
                 return None
             return segments[low + 1].offsets[0]
         return segment.offsets[start]
+
+    def _records_from(self, segment_index: int, index: int) -> int:
+        """How many records the cached message at (`segment_index`, `index`) holds: the
+        offsets of cached messages follow one another."""
+        segments = self._segments
+        segment = segments[segment_index]
+        if index + 1 < len(segment):
+            after = segment.offsets[index + 1]
+        elif segment_index + 1 < len(segments):
+            after = segments[segment_index + 1].offsets[0]
+        else:
+            after = self._end
+        return after - segment.offsets[index]
+
+    def _records_at(self, offset: int) -> int:
+        """How many records the cached message starting at `offset` holds (0: none starts
+        there)."""
+        segments = self._segments
+        for position in range(len(segments) - 1, -1, -1):
+            segment = segments[position]
+            first = self._head if position == 0 else 0
+            if segment.offsets[first] <= offset:
+                index = bisect.bisect_left(segment.offsets, offset, first)
+                if index == len(segment) or segment.offsets[index] != offset:
+                    return 0
+                return self._records_from(position, index)
+        return 0
 
     def read(self, offset: int, max_bytes: int, batches: bool = True) -> list[LogEntry]:
         """Cached messages from the one holding `offset` on (at least one), up to about

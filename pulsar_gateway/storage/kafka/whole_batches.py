@@ -18,7 +18,7 @@ from __future__ import annotations
 import time
 
 from pulsar_gateway.gateway.backend.resend_filter import writer_of
-from pulsar_gateway.gateway.messages import MORE, SEQ, StoredMessage
+from pulsar_gateway.gateway.messages import MORE, SEQ, StoredMessage, last_id
 
 
 class WholeBatches:
@@ -70,7 +70,8 @@ class WholeBatches:
 
     @property
     def last_id(self) -> tuple[int, int, int] | None:
-        return self.held[-1].id if self.held else None
+        """The id of the last message held (an item for a whole entry: its last's)."""
+        return last_id(self.held[-1]) if self.held else None
 
 
 # How far past its byte limit a read goes to end a batch: more than any batch the gateway
