@@ -273,24 +273,27 @@ def test_an_idle_consumer_committing_again_writes_nothing(tmp_path: Path) -> Non
         assert gateway.stop() == 0, gateway.log_tail()
 
 
-def test_start_up_after_a_long_history_takes_as_long_as_after_a_short_one(
+def test_start_up_after_a_long_history_reads_no_more_than_after_a_short_one(
     tmp_path: Path,
 ) -> None:
-    """200,000 metadata writes (some 6 s of writing) versus 10: start-up within 2 s.
-    bench/metadata_startup.py does the same with 1,000,000, and with an older version's log."""
+    """200,000 metadata writes (some 6 s of writing) versus 10: a start-up reads the last
+    snapshot and what follows it, not the history, so both read a handful of records.
+
+    What that saves in time is measured by bench/metadata_startup.py (1,000,000 writes, and
+    an older version's log), not asserted here: a full run beside busy loops once took 15.8 s
+    and 21.1 s to start the two gateways (a 5 s difference from the machine alone), while
+    the records read were 3 and 4."""
     timings = {}
     for records in (10, 200_000):
         data_dir, port = tmp_path / str(records), free_port()
         populate(data_dir, port, records)
-        # the quicker of two starts: one start can lose a second to a busy machine
-        timings[records] = min(start_up(data_dir, port) for _ in range(2))
+        timings[records] = start_up(data_dir, port)
     (short, short_read), (long, long_read) = timings[10], timings[200_000]
     print(
         f"start-up after 10 writes {short:.2f}s ({short_read} records read), "
         f"after 200,000 writes {long:.2f}s ({long_read} records read)"
     )
     assert long_read < 25_000
-    assert long - short < 2.0
 
 
 def test_committed_offset_record_has_every_field() -> None:
