@@ -43,10 +43,10 @@ def _produce(broker_url: str, topic: str, count: int) -> None:
         client.close()
 
 
-async def _given_back_by_name(broker_url: str, topic: str) -> list[bytes]:
-    """Consumer A of a Shared subscription takes three messages, acknowledges the first
-    and gives the third back by naming it; B joins the subscription. What A and B are
-    handed next, within IGNORED_AFTER_SECONDS."""
+async def _given_back(broker_url: str, topic: str, by_name: bool, seconds: float) -> list[bytes]:
+    """Consumer A of a Shared subscription takes three messages and acknowledges the first;
+    B joins the subscription; A gives back the third by naming it (`by_name`) or all it
+    holds. What A and B are handed next, within `seconds`."""
     client = Client(broker_url)
     try:
         first = await client.subscribe(
@@ -61,8 +61,8 @@ async def _given_back_by_name(broker_url: str, topic: str) -> list[bytes]:
             topic, "shared", subscription_type=c.SubscriptionType.SHARED
         )
         first.ack([held[0]])
-        first.redeliver([held[2]])
-        return await _handed_out([first, second], IGNORED_AFTER_SECONDS)
+        first.redeliver([held[2]] if by_name else None)
+        return await _handed_out([first, second], seconds)
     finally:
         await client.close()
 
@@ -115,7 +115,8 @@ def test_the_wire_client_gets_a_message_given_back_by_name_again(
 ) -> None:
     """On a plain topic and on partitions' topics (the wire client names the partition
     index: without it the partitions' cases get nothing)."""
-    assert asyncio.run(_given_back_by_name(broker_url, _topic(partition))) == [b"m2"]
+    handed = asyncio.run(_given_back(broker_url, _topic(partition), True, IGNORED_AFTER_SECONDS))
+    assert handed == [b"m2"]
 
 
 def test_a_message_negatively_acknowledged_by_pulsar_client(broker_url: str) -> None:
@@ -129,29 +130,8 @@ def test_a_message_negatively_acknowledged_by_pulsar_client(broker_url: str) -> 
 def test_giving_back_everything_held_works_on_a_partition_topic(broker_url: str) -> None:
     """What does work there: A gives back all it holds (no ids); the subscription hands
     out exactly what A had not acknowledged, to A or B, and the acknowledged one never."""
-    topic = _topic(0)
-
-    async def scenario() -> list[bytes]:
-        client = Client(broker_url)
-        try:
-            first = await client.subscribe(
-                topic,
-                "shared",
-                subscription_type=c.SubscriptionType.SHARED,
-                initial_position=c.InitialPosition.EARLIEST,
-            )
-            await asyncio.to_thread(_produce, broker_url, topic, 3)
-            held = [await first.receive(10) for _ in range(3)]
-            second = await client.subscribe(
-                topic, "shared", subscription_type=c.SubscriptionType.SHARED
-            )
-            first.ack([held[0]])
-            first.redeliver()
-            return await _handed_out([first, second], 2.0)
-        finally:
-            await client.close()
-
-    assert sorted(asyncio.run(scenario())) == [b"m1", b"m2"]
+    handed = asyncio.run(_given_back(broker_url, _topic(0), False, 2.0))
+    assert sorted(handed) == [b"m1", b"m2"]
 
 
 def test_a_batched_entry_given_back_comes_back_whole(broker_url: str) -> None:
