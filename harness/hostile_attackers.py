@@ -170,44 +170,44 @@ class Attacks:
 
     def slow_frame(self, source: str) -> None:
         claim = struct.pack(">ihhi", self.plan["slow_frame_bytes"], ApiKey.API_VERSIONS, 0, 7)
-        while not self.stop.is_set():
-            try:
-                sock = self.connect(self.plan["kafka_port"], source, authenticate=False)
-                sock.sendall(claim)
-            except OSError:
-                self.count("slow_refused")
-                self.stop.wait(0.05)
-                continue
-            self.count("slow_opened")
-            try:
-                while not self.stop.wait(0.25) and _established(sock):
-                    sock.sendall(b"\x00")
-            except OSError:
-                pass
-            if not self.stop.is_set():
-                self.count("slow_closed_by_gateway")
-            self.forget(sock)
+
+        def opened() -> socket.socket:
+            sock = self.connect(self.plan["kafka_port"], source, authenticate=False)
+            sock.sendall(claim)
+            return sock
+
+        self._trickle("slow", opened)
 
     def amqp_slow_frame(self, source: str) -> None:
         claim = struct.pack(">BHI", 1, 0, 100 * 1024)  # a method frame's header, 100 KiB
-        while not self.stop.is_set():
-            try:
-                sock = open_connection(self.plan["amqp_port"], source=source)
-                sock.sendall(claim)
-            except (OSError, AssertionError):
-                self.count("amqp_slow_refused")
-                self.stop.wait(0.05)
-                continue
+
+        def opened() -> socket.socket:
+            sock = open_connection(self.plan["amqp_port"], source=source)
+            sock.sendall(claim)
             with self.lock:
                 self.sockets.append(sock)
-            self.count("amqp_slow_opened")
+            return sock
+
+        self._trickle("amqp_slow", opened)
+
+    def _trickle(self, label: str, opened: Callable[[], socket.socket]) -> None:
+        """Open a connection that has begun a frame (`opened`), then send it a byte every
+        0.25 s until the gateway closes it; again until the attack ends."""
+        while not self.stop.is_set():
+            try:
+                sock = opened()
+            except (OSError, AssertionError):
+                self.count(f"{label}_refused")
+                self.stop.wait(0.05)
+                continue
+            self.count(f"{label}_opened")
             try:
                 while not self.stop.wait(0.25) and _established(sock):
                     sock.sendall(b"\x00")
             except OSError:
                 pass
             if not self.stop.is_set():
-                self.count("amqp_slow_closed_by_gateway")
+                self.count(f"{label}_closed_by_gateway")
             self.forget(sock)
 
     def huge_metadata(self, source: str) -> None:

@@ -57,6 +57,18 @@ def test_the_real_malloc_trim_can_be_called() -> None:
         assert trimmer.trims == 1
 
 
+def _busy_trimmer(resident: list[int]) -> HeapTrimmer:
+    """Clients always connected, a busy interval of 60 s, growth of 32 MiB trimmed 10 s
+    after the last trim; the resident size is `resident[0]`."""
+    return HeapTrimmer(
+        lambda: True,
+        busy_seconds=60,
+        resident=lambda: resident[0],
+        grown_bytes=32 << 20,
+        grown_seconds=10,
+    )
+
+
 def test_while_busy_a_grown_heap_is_trimmed_sooner_than_the_busy_interval() -> None:
     """Clients that leave big freed buffers behind while others stay connected: once the
     resident memory has grown by `grown_bytes` since the last trim, the next trim comes
@@ -64,13 +76,7 @@ def test_while_busy_a_grown_heap_is_trimmed_sooner_than_the_busy_interval() -> N
     (memory really in use does not make it trim every time)."""
     resident = [100 << 20]
     calls: list[int] = []
-    trimmer = HeapTrimmer(
-        lambda: True,
-        busy_seconds=60,
-        resident=lambda: resident[0],
-        grown_bytes=32 << 20,
-        grown_seconds=10,
-    )
+    trimmer = _busy_trimmer(resident)
     trimmer._trim = lambda pad: calls.append(pad) or 1  # type: ignore[assignment]
     assert trimmer.due(0)
     trimmer.trim()
@@ -92,13 +98,7 @@ def test_a_trim_for_growth_is_followed_by_one_more() -> None:
     what its clients free when they leave stayed in the heap, and the next growth counted
     from the peak: one more trim follows `grown_seconds` later."""
     resident = [100 << 20]
-    trimmer = HeapTrimmer(
-        lambda: True,
-        busy_seconds=60,
-        resident=lambda: resident[0],
-        grown_bytes=32 << 20,
-        grown_seconds=10,
-    )
+    trimmer = _busy_trimmer(resident)
     trimmer._trim = lambda pad: 1  # type: ignore[assignment]
     assert trimmer.due(0)
     trimmer.trim()
