@@ -6,6 +6,7 @@ Handlers never see pulsar-client objects: they hand over `OutMessage`s and get
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -56,6 +57,12 @@ def ends_no_batch(message: StoredMessage) -> bool:
     """Whether more of the Kafka batch that `message` belongs to follows it."""
     stamp = message.properties.get(SEQ)
     return stamp is not None and stamp.endswith(MORE)
+
+
+# What a partition's reads from storage may make of a whole batched entry instead of its
+# messages: (entry id with batch index 0, payload uncompressed, message count, publish
+# time, producer name) -> one message standing for them all, or None to split the entry.
+WholeEntry = Callable[[MessageKey, bytes, int, int, str], "StoredMessage | None"]
 
 
 class LogEntry(NamedTuple):

@@ -35,7 +35,7 @@ from pulsar_gateway.gateway.backend.wire import (
     ServerError,
 )
 from pulsar_gateway.gateway.backend.written_entries import WrittenEntries
-from pulsar_gateway.gateway.messages import MessageKey, StoredMessage
+from pulsar_gateway.gateway.messages import MessageKey, StoredMessage, WholeEntry
 
 log = logging.getLogger("gateway.reader")
 
@@ -112,19 +112,25 @@ class NativeReaderStream:
             raise ConnectionError(f"cannot open a reader on {self._topic}: {exc}") from exc
 
     async def read_batch(
-        self, limit: int = 1000, timeout: float | None = None, expect_more: bool = False
+        self,
+        limit: int = 1000,
+        timeout: float | None = None,
+        expect_more: bool = False,
+        whole: WholeEntry | None = None,
     ) -> list[StoredMessage]:
         """Up to `limit` new messages, waiting up to `timeout` (None: forever) for the first;
         `expect_more`: messages are known to be stored past this reader, so an empty wait
-        asks the broker and reopens a reader that stopped short (ReaderStream's rule)."""
+        asks the broker and reopens a reader that stopped short (ReaderStream's rule).
+        `whole`: a batched entry that is new from its first message on is offered to it
+        whole, and what it makes stands for the entry's messages (None: split as usual)."""
         out = self._take_held(limit)
         if out:
             return out
-        out = await self._receive(limit, timeout)
+        out = await self._receive(limit, timeout, whole)
         if out or not expect_more or not await self.has_more():
             return out
         await self.reopen()
-        return await self._receive(limit, timeout)
+        return await self._receive(limit, timeout, whole)
 
     def _take_held(self, limit: int) -> list[StoredMessage]:
         held = self._held
@@ -134,7 +140,9 @@ class NativeReaderStream:
         self._last = out[-1].id
         return out
 
-    async def _receive(self, limit: int, timeout: float | None) -> list[StoredMessage]:
+    async def _receive(
+        self, limit: int, timeout: float | None, whole: WholeEntry | None = None
+    ) -> list[StoredMessage]:
         consumer = self._consumer
         if consumer is None:
             raise ConnectionError(f"the reader of {self._topic} is not open")
@@ -153,7 +161,10 @@ class NativeReaderStream:
                 if not entries:
                     break  # the timeout ran out
             while entries and len(out) < limit:
-                messages = stored_messages(entries.popleft(), self._written)
+                entry = entries.popleft()
+                messages = None if whole is None else self._whole(entry, whole, last)
+                if messages is None:
+                    messages = stored_messages(entry, self._written)
                 if not messages:
                     continue
                 first = messages[0].id
@@ -175,6 +186,22 @@ class NativeReaderStream:
         if out:
             self._last = out[-1].id
         return out
+
+    def _whole(
+        self, entry: ReceivedEntry, whole: WholeEntry, last: MessageKey | None
+    ) -> list[StoredMessage] | None:
+        """What `whole` makes of a batched entry all of which is new, or None (split it)."""
+        metadata = entry.metadata
+        count = metadata.num_messages_in_batch
+        if count is None or entry.chunk_ids:
+            return None
+        first = (entry.id.ledger_id, entry.id.entry_id, 0)
+        if (first <= last) if last is not None else (first < self._floor):
+            return None  # a replay, or a start inside the entry: message by message
+        made = whole(
+            first, entry.data(), count, metadata.publish_time or 0, metadata.producer_name or ""
+        )
+        return None if made is None else [made]
 
     def hurry(self) -> None:
         """Nothing to cut short: entries are handed out as they arrive."""

@@ -14,8 +14,21 @@ from typing import NamedTuple
 from pulsar_gateway.gateway.backend.pulsar_backend import BackendError, LogReader, PulsarBackend
 from pulsar_gateway.gateway.backend.reader_stream import EARLIEST
 from pulsar_gateway.gateway.backend.resend_filter import ResendFilter
-from pulsar_gateway.gateway.messages import LogEntry, MessageKey, StoredMessage, records_in
+from pulsar_gateway.gateway.messages import (
+    RECORDS,
+    SEQ,
+    LogEntry,
+    MessageKey,
+    StoredMessage,
+    records_in,
+)
 from pulsar_gateway.storage.kafka.offset_checkpoints import OffsetCheckpoints
+from pulsar_gateway.storage.kafka.read_batches import (
+    first_sequence,
+    is_read_batch,
+    kafka_batch,
+    messages_of,
+)
 from pulsar_gateway.storage.kafka.whole_batches import BatchEdges
 
 MAX_CURSORS = 16
@@ -50,12 +63,17 @@ class HistoryReader:
         self.checkpoints = checkpoints
         self._cursors: dict[int, Cursor] = {}  # by the offset each would read next
 
-    async def read(self, offset: int, max_bytes: int, limit: int) -> HistoryRead:
+    async def read(
+        self, offset: int, max_bytes: int, limit: int, batches: bool = True
+    ) -> HistoryRead:
         """Messages from the one holding `offset` up to `limit` (where the tail began),
-        at least one and up to about `max_bytes`, each with the offset of its first record."""
+        at least one and up to about `max_bytes`, each with the offset of its first record.
+        With `batches`, a batched entry the gateway wrote, read from its first record on,
+        comes as one Kafka batch standing for its messages (read_batches.py)."""
         cursor = self._cursors.pop(offset, None)
         if cursor is None:
             cursor = await self._cursor_at(self.checkpoints.before_offset(offset))
+        whole = kafka_batch if batches else None
         out: list[LogEntry] = []
         size = 0
         edges = BatchEdges()
@@ -66,21 +84,33 @@ class HistoryReader:
                     # the messages are stored, so a second without one is a reader that
                     # stopped short (docs/backend.md, 'Readers skip or stall'): reopened
                     # after 1 s, not 5, as a consumer of large records meets it every ~10 MB
-                    batch = await cursor.stream.read_batch(1000, timeout=1, expect_more=True)
+                    batch = await cursor.stream.read_batch(
+                        1000, timeout=1, expect_more=True, whole=whole
+                    )
                 if not batch:
                     raise BackendError(
                         f"history read of {self.topic} stalled at {cursor.next_offset}"
                     )
-                for position, message in enumerate(batch):
-                    if cursor.next_offset >= limit:
-                        break
+                position = 0
+                while position < len(batch) and cursor.next_offset < limit:
+                    message = batch[position]
                     if out and size + message.size > max_bytes and edges.may_stop(size, max_bytes):
                         # full: the rest waits in the cursor, uncounted, for the next read
                         cursor.pending = batch[position:]
                         break
-                    if cursor.resends.original_offset(message, cursor.next_offset) is not None:
-                        continue
-                    count = records_in(message)
+                    if is_read_batch(message):
+                        count = _place_whole(cursor, message, offset, batches)
+                        if count is None:  # taken message by message after all
+                            batch[position : position + 1] = messages_of(message)
+                            continue
+                        position += 1
+                        if not count:  # a resent copy of an entry already counted
+                            continue
+                    else:
+                        position += 1
+                        if cursor.resends.original_offset(message, cursor.next_offset) is not None:
+                            continue
+                        count = records_in(message)
                     if cursor.next_offset + count > offset:
                         out.append(LogEntry(cursor.next_offset, message))
                         size += message.size
@@ -139,3 +169,25 @@ class HistoryReader:
         for cursor in self._cursors.values():
             await cursor.stream.close()
         self._cursors.clear()
+
+
+def _place_whole(cursor: Cursor, batch: StoredMessage, offset: int, batches: bool) -> int | None:
+    """How many offsets a Kafka batch made from a whole entry takes at the cursor: its
+    record count (its first and last stamps recorded by the resend filter, the only ones a
+    later copy or a later message is compared with), 0 for a resent copy of an entry the
+    cursor counted already, None when it must be taken message by message: the read wants
+    messages, starts inside it, or a resend overlaps it in part."""
+    count = int(batch.properties[RECORDS])
+    start = cursor.next_offset
+    if not batches or start < offset < start + count:
+        return None
+    first = first_sequence(batch)
+    resends = cursor.resends
+    seen = resends.last_of(batch.producer)
+    if seen is not None and first <= seen:
+        return 0 if first + count - 1 <= seen else None
+    stamped = StoredMessage(batch.id, None, "", {SEQ: str(first)}, 0, 0, batch.producer)
+    resends.original_offset(stamped, start)
+    if count > 1:
+        resends.original_offset(batch, start + count - 1)
+    return count

@@ -1,0 +1,212 @@
+"""A batched Pulsar entry the gateway wrote, read back from storage as ONE Kafka record batch
+in one pass (issue 32: fetch after a restart, docs/offsets.md "Reads from storage").
+
+Read message by message, every record of a history read cost a `StoredMessage` with its
+properties dictionary, the resend filter's and the batch edges' look-ups, and the fetch's
+mapping and encoding (about 40 µs a record in all, measured with py-spy). Here the entry's
+payload goes straight to the bytes of a Kafka batch: each message's metadata is scanned
+once for what a Kafka record needs (key, value, event time) and the record written; the
+entry then takes one place in the read, like a stored `kafka`-format batch (re-based at its
+first offset when served).
+
+Only the plain case is taken: every message carries the gateway's `__gw.seq` stamp and no
+other property (no headers, no binary key, no transaction, no producer codec), the stamps
+count up by one and all but the last say "more follows", and every message has its event
+time. Anything else gives None and the entry is read message by message as before, so
+what reaches a Kafka client is what the message path gives (a property test compares them).
+
+The batch stands for its messages exactly: `messages_of` gives them back (a read that
+starts inside the entry, a resend that overlaps it, a caller that needs message ids), with
+the stamps, keys, values and times the message path would have made.
+"""
+
+from __future__ import annotations
+
+from pulsar_gateway.gateway.backend.resend_filter import stamp_of
+from pulsar_gateway.gateway.backend.wire.protobuf import decode_varint
+from pulsar_gateway.gateway.messages import MORE, RECORDS, SEQ, MessageKey, StoredMessage
+from pulsar_gateway.kafka_codec.entry_format import BATCH, READ_FROM_ENTRY
+from pulsar_gateway.kafka_codec.record_batch import decode_batches, seal_records
+from pulsar_gateway.kafka_codec.record_codec import VARINT_TABLE_SIZE, VARINTS, zigzag_bytes
+
+# the stamp property as the gateway writes it: field 1 (KeyValue), its size, then the
+# KeyValue's name field (0x0a, 8 bytes) and the value's key (0x12)
+_STAMP_NAME = b"\x0a\x08__gw.seq\x12"
+_STAMP_AT = 2  # where `_STAMP_NAME` starts in the field
+_VALUE_AT = _STAMP_AT + len(_STAMP_NAME) + 1  # after the value's one-byte length
+_PLUS = MORE.encode()[0]
+# the most messages an entry may hold to be read whole: offset deltas from the varint table
+MAX_RECORDS = VARINT_TABLE_SIZE >> 1
+
+
+def kafka_batch(
+    mid: MessageKey, data: bytes, count: int, publish_time: int, producer: str
+) -> StoredMessage | None:
+    """The `count` messages of a batched entry's payload `data` (uncompressed) as one
+    Kafka batch based at offset 0, or None when the entry is not the plain case. `mid`: the
+    entry's (ledger, entry, ...); the batch takes the id of its last message.
+
+    Written for speed, one loop from message to record: the stamp is matched as the bytes
+    the gateway writes, keys and values are copied once into the batch, a batch's few
+    event times are decoded once each with their record field."""
+    if not 0 < count <= MAX_RECORDS:
+        return None
+    table = VARINTS
+    half = VARINT_TABLE_SIZE >> 1
+    null = table[1]  # a Kafka length of -1
+    parts: list[bytes] = []
+    # event time field as stored -> its length, the time, the record's attributes and delta
+    times: dict[bytes, tuple[int, int, bytes]] = {}
+    base_ts = max_ts = -1
+    last = count - 1
+    first_stamp = last_stamp = b""
+    end = len(data)
+    pos = 0
+    try:
+        for index in range(count):
+            p = pos + 4
+            stop = p + int.from_bytes(data[pos:p], "big")
+            if stop > end:
+                return None
+            # the stamp, first and the only property
+            n = data[p + _VALUE_AT - 1]  # the value's length: a decimal int64 and a mark
+            if (
+                n > 20
+                or data[p] != 0x0A
+                or data[p + 1] != n + 12
+                or data[p + _STAMP_AT : p + _VALUE_AT - 1] != _STAMP_NAME
+            ):
+                return None
+            p += _VALUE_AT + n
+            if index == last:
+                last_stamp = data[p - n : p]
+            elif data[p - 1] != _PLUS:
+                return None  # a batch ends inside the entry: not the plain case
+            if not index:
+                first_stamp = data[p - n : p]
+            key = null
+            size = -1
+            stamped = b""  # the record's attributes and timestamp delta
+            absent = False
+            while p < stop:
+                t = data[p]
+                if t == 0x12:  # partition key (an empty one reads as none)
+                    n = data[p + 1]
+                    if n < 0x80:
+                        p += 2
+                    else:
+                        n, p = decode_varint(data, p + 1, stop)
+                    if n:
+                        key = (table[n << 1] if n < half else zigzag_bytes(n)) + data[p : p + n]
+                    p += n
+                elif t == 0x28:  # event time
+                    raw = data[p + 1 : p + 7]
+                    known = times.get(raw)
+                    if known is None:
+                        ts, q = decode_varint(data, p + 1, stop)
+                        if ts <= 0:
+                            return None
+                        if base_ts < 0:
+                            base_ts = ts
+                        max_ts = max(max_ts, ts)
+                        d = ts - base_ts
+                        z = (d << 1) ^ (d >> 63)
+                        known = (
+                            q - p,
+                            ts,
+                            b"\x00" + (table[z] if z < len(table) else zigzag_bytes(d)),
+                        )
+                        if q - p <= 7:  # a longer varint's first 6 bytes do not name it
+                            times[raw] = known
+                    p += known[0]
+                    stamped = known[2]
+                elif t == 0x3A:  # ordering key: the partition key again
+                    n = data[p + 1]
+                    if n < 0x80:
+                        p += 2 + n
+                    else:
+                        n, p = decode_varint(data, p + 1, stop)
+                        p += n
+                elif t == 0x18:  # payload size
+                    n = data[p + 1]
+                    if n < 0x80:
+                        size = n
+                        p += 2
+                    else:
+                        size, p = decode_varint(data, p + 1, stop)
+                elif t == 0x48 and data[p + 1] < 2:  # null value
+                    absent = data[p + 1] == 1
+                    p += 2
+                elif t == 0x40:  # Pulsar's sequence id: not Kafka's
+                    p = decode_varint(data, p + 1, stop)[1]
+                else:  # another property, a base64 key, compacted out, unknown: not plain
+                    return None
+            if p != stop or size < 0 or not stamped:
+                return None
+            pos = stop + size
+            if pos > end:
+                return None
+            offset_delta = table[index << 1]
+            if absent:
+                value = null
+                size = 0
+            else:
+                value = table[size << 1] if size < half else zigzag_bytes(size)
+            length = len(stamped) + len(offset_delta) + len(key) + len(value) + size + 1
+            parts += (
+                table[length << 1] if length < half else zigzag_bytes(length),
+                stamped,
+                offset_delta,
+                key,
+                value,
+                data[stop:pos] if size else b"",
+                b"\x00",  # no headers
+            )
+        text = last_stamp.decode()
+        first = stamp_of({SEQ: first_stamp.decode()})
+    except (IndexError, ValueError):  # malformed: the message path says what is wrong
+        return None
+    # the stamps count up by one (a producer's stamps rise: the first and last tell)
+    if pos != end or first is None or stamp_of({SEQ: text}) != first + last:
+        return None
+    batch = bytes(seal_records(b"".join(parts), count, base_ts, max_ts))
+    properties = {BATCH: READ_FROM_ENTRY, RECORDS: str(count), SEQ: text}
+    return StoredMessage((mid[0], mid[1], last), batch, "", properties, 0, publish_time, producer)
+
+
+def is_read_batch(message: StoredMessage) -> bool:
+    """Whether `message` is a batch `kafka_batch` made."""
+    return message.properties.get(BATCH) == READ_FROM_ENTRY
+
+
+def first_sequence(message: StoredMessage) -> int:
+    """The stamp of the first message a `kafka_batch` batch stands for."""
+    last = stamp_of(message.properties)
+    assert last is not None, "a batch made by kafka_batch carries its last stamp"
+    return last - int(message.properties[RECORDS]) + 1
+
+
+def messages_of(message: StoredMessage) -> list[StoredMessage]:
+    """The messages a `kafka_batch` batch stands for, as the message path reads them."""
+    ledger, entry, last = message.id
+    properties = message.properties
+    first = first_sequence(message)
+    last_stamp = properties[SEQ]
+    publish_time, producer = message.publish_time, message.producer
+    out: list[StoredMessage] = []
+    for batch in decode_batches(message.payload or b"", verify_crc=False):
+        for record in batch.records:
+            index = record.offset_delta
+            stamp = last_stamp if index == last else f"{first + index}{MORE}"
+            out.append(
+                StoredMessage(
+                    (ledger, entry, index),
+                    record.value,
+                    record.key.decode("utf-8", "surrogateescape") if record.key else "",
+                    {SEQ: stamp},
+                    record.timestamp,
+                    publish_time,
+                    producer,
+                )
+            )
+    return out
