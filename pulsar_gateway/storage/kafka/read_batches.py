@@ -22,6 +22,8 @@ the stamps, keys, values and times the message path would have made.
 
 from __future__ import annotations
 
+import struct
+
 from pulsar_gateway.gateway.backend.resend_filter import stamp_of
 from pulsar_gateway.gateway.backend.wire.protobuf import decode_varint
 from pulsar_gateway.gateway.messages import MORE, RECORDS, SEQ, MessageKey, StoredMessage
@@ -32,8 +34,11 @@ from pulsar_gateway.kafka_codec.record_codec import VARINT_TABLE_SIZE, VARINTS, 
 # the stamp property as the gateway writes it: field 1 (KeyValue), its size, then the
 # KeyValue's name field (0x0a, 8 bytes) and the value's key (0x12)
 _STAMP_NAME = b"\x0a\x08__gw.seq\x12"
-_STAMP_AT = 2  # where `_STAMP_NAME` starts in the field
-_VALUE_AT = _STAMP_AT + len(_STAMP_NAME) + 1  # after the value's one-byte length
+_VALUE_AT = 2 + len(_STAMP_NAME) + 1  # after the value's one-byte length
+# the field's first bytes up to the value, for each length of a value (a decimal int64
+# and a mark: at most 20 bytes) -> that length
+_STAMP_HEADS = {b"\x0a" + bytes([n + 12]) + _STAMP_NAME + bytes([n]): n for n in range(1, 21)}
+_SIZE = struct.Struct(">I")  # a message's metadata size, before it
 _PLUS = MORE.encode()[0]
 # the most messages an entry may hold to be read whole: offset deltas from the varint table
 MAX_RECORDS = VARINT_TABLE_SIZE >> 1
@@ -53,6 +58,8 @@ def kafka_batch(
         return None
     table = VARINTS
     half = VARINT_TABLE_SIZE >> 1
+    heads = _STAMP_HEADS
+    size_of = _SIZE.unpack_from
     null = table[1]  # a Kafka length of -1
     parts: list[bytes] = []
     # event time field as stored -> its length, the time, the record's attributes and delta
@@ -65,17 +72,12 @@ def kafka_batch(
     try:
         for index in range(count):
             p = pos + 4
-            stop = p + int.from_bytes(data[pos:p], "big")
+            stop = p + size_of(data, pos)[0]
             if stop > end:
                 return None
-            # the stamp, first and the only property
-            n = data[p + _VALUE_AT - 1]  # the value's length: a decimal int64 and a mark
-            if (
-                n > 20
-                or data[p] != 0x0A
-                or data[p + 1] != n + 12
-                or data[p + _STAMP_AT : p + _VALUE_AT - 1] != _STAMP_NAME
-            ):
+            # the stamp, first and the only property: its field's head names its length
+            n = heads.get(data[p : p + _VALUE_AT], 0)
+            if not n:
                 return None
             p += _VALUE_AT + n
             if index == last:
