@@ -166,7 +166,7 @@ def kafka_batch(
             )
         text = last_stamp.decode()
         first = stamp_of({SEQ: first_stamp.decode()})
-    except (IndexError, ValueError):  # malformed: the message path says what is wrong
+    except (IndexError, ValueError, struct.error):  # malformed: the message path says why
         return None
     # the stamps count up by one (a producer's stamps rise: the first and last tell)
     if pos != end or first is None or stamp_of({SEQ: text}) != first + last:
