@@ -162,8 +162,10 @@ def test_the_topic_codec_and_log_append_time_still_hold() -> None:
 class _EntryStream:
     """A reader over fixed batched entries, offering each whole to `whole` when asked."""
 
-    def __init__(self, raw: list[tuple[MessageKey, bytes, int]]) -> None:
+    def __init__(self, raw: list[tuple[MessageKey, bytes, int]], per_read: int = 1000) -> None:
         self.raw = raw
+        self.per_read = per_read  # entries handed out per read at most
+        self.reads = 0
 
     async def read_batch(
         self,
@@ -172,8 +174,11 @@ class _EntryStream:
         expect_more: bool = False,
         whole: WholeEntry | None = None,
     ) -> list[StoredMessage]:
+        self.reads += 1
         out: list[StoredMessage] = []
-        while self.raw and len(out) < limit:
+        for _ in range(self.per_read):
+            if not self.raw or len(out) >= limit:
+                break
             mid, payload, count = self.raw.pop(0)
             made = None if whole is None else whole(mid, payload, count, PUBLISHED, PRODUCER)
             out += [made] if made is not None else _split(mid, payload, count)
@@ -184,11 +189,14 @@ class _EntryStream:
 
 
 class _Backend:
-    def __init__(self, raw: list[tuple[MessageKey, bytes, int]]) -> None:
+    def __init__(self, raw: list[tuple[MessageKey, bytes, int]], per_read: int = 1000) -> None:
         self.raw = raw
+        self.per_read = per_read
+        self.streams: list[_EntryStream] = []
 
     async def open_log_reader(self, *_: Any, **__: Any) -> _EntryStream:
-        return _EntryStream(list(self.raw))
+        self.streams.append(_EntryStream(list(self.raw), self.per_read))
+        return self.streams[-1]
 
 
 def _stored_entries() -> list[tuple[MessageKey, bytes, int]]:
@@ -219,8 +227,8 @@ async def _read_all(log: PartitionLog, offset: int, max_bytes: int) -> list[tupl
 def test_history_reads_of_whole_entries_keep_offsets_dense_and_drop_resent_copies() -> None:
     async def scenario() -> None:
         raw = _stored_entries()
-        for max_bytes in (1, 300, 1 << 20):
-            log = PartitionLog(_Backend(raw), None, "t")  # type: ignore[arg-type]
+        for max_bytes, per_read in ((1, 1000), (300, 1), (1 << 20, 2)):
+            log = PartitionLog(_Backend(raw, per_read), None, "t")  # type: ignore[arg-type]
             log.next_offset = 35  # nothing in the tail: every read below goes to history
             served = await _read_all(log, 0, max_bytes)
             assert [r[0] for r in served] == list(range(35))
@@ -245,5 +253,24 @@ def test_a_read_from_inside_an_entry_or_for_one_message_gets_messages() -> None:
             entry = await log.entry_at(offset)
             assert entry.offset == offset and not is_read_batch(entry.message)
             assert entry.message.payload == b"value-%d" % offset
+
+    asyncio.run(scenario())
+
+
+def test_a_kept_cursor_reads_ahead_while_the_consumer_handles_the_last_answer() -> None:
+    async def scenario() -> None:
+        backend = _Backend(_stored_entries(), per_read=1)
+        log = PartitionLog(backend, None, "t")  # type: ignore[arg-type]
+        log.next_offset = 35
+        first = await log.read(0, 1)
+        assert [e.offset for e in first] == [0] and is_read_batch(first[0].message)
+        [stream] = backend.streams
+        for _ in range(10):
+            await asyncio.sleep(0)
+        assert stream.reads == 2  # the entry after it, read and made a batch already
+        second = await log.read(10, 1)
+        assert [e.offset for e in second] == [10] and is_read_batch(second[0].message)
+        assert len(backend.streams) == 1
+        await log.close()
 
     asyncio.run(scenario())

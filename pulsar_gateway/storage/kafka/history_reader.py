@@ -8,6 +8,8 @@ from there instead of counting again from a checkpoint.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import time
 from typing import NamedTuple
 
@@ -20,6 +22,7 @@ from pulsar_gateway.gateway.messages import (
     LogEntry,
     MessageKey,
     StoredMessage,
+    WholeEntry,
     records_in,
 )
 from pulsar_gateway.storage.kafka.offset_checkpoints import OffsetCheckpoints
@@ -32,6 +35,9 @@ from pulsar_gateway.storage.kafka.read_batches import (
 from pulsar_gateway.storage.kafka.whole_batches import BatchEdges
 
 MAX_CURSORS = 16
+# A kept cursor reads on while its consumer handles the last answer, waiting at most this
+# long for entries (`Cursor.read_ahead`).
+READ_AHEAD_SECONDS = 0.2
 
 
 class Cursor:
@@ -43,8 +49,36 @@ class Cursor:
         self.resends = resends
         self.last_used = time.monotonic()
         # read from the stream but not yet counted: the rest of a batch that a read left at
-        # its byte limit; the first one holds `next_offset`
+        # its byte limit, and what was read ahead; the first one holds `next_offset`
         self.pending: list[StoredMessage] = []
+        self.ahead: asyncio.Task[None] | None = None  # reading ahead (`read_ahead`)
+
+    async def read_ahead(self, whole: WholeEntry | None, max_bytes: int) -> None:
+        """Entries the reader holds (or that come within READ_AHEAD_SECONDS) made into
+        messages now, while the loop would otherwise wait for the consumer's next fetch:
+        the next read, likely of `max_bytes` again, finds them pending (one read of the
+        stream ahead at most, as a read that stops at its limit leaves). A failure is left
+        for that read to meet."""
+        if sum(message.size for message in self.pending) >= max_bytes:
+            return
+        with contextlib.suppress(Exception):
+            self.pending += await self.stream.read_batch(
+                1000, timeout=READ_AHEAD_SECONDS, whole=whole
+            )
+
+    async def settle(self) -> None:
+        """Wait for a read ahead to end (nothing happens to the cursor while it runs)."""
+        if self.ahead is not None:
+            ahead, self.ahead = self.ahead, None
+            await ahead
+
+    async def close(self) -> None:
+        if self.ahead is not None:
+            self.ahead.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self.ahead
+            self.ahead = None
+        await self.stream.close()
 
 
 class HistoryRead(NamedTuple):
@@ -74,6 +108,11 @@ class HistoryReader:
         if cursor is None:
             cursor = await self._cursor_at(self.checkpoints.before_offset(offset))
         whole = kafka_batch if batches else None
+        try:
+            await cursor.settle()
+        except BaseException:
+            await cursor.close()
+            raise
         out: list[LogEntry] = []
         size = 0
         edges = BatchEdges()
@@ -121,13 +160,15 @@ class HistoryReader:
                 ):
                     break
         except BaseException:
-            await cursor.stream.close()
+            await cursor.close()
             raise
         if cursor.next_offset < limit and len(self._cursors) < MAX_CURSORS:
             cursor.last_used = time.monotonic()
             self._cursors[cursor.next_offset] = cursor
+            if batches:
+                cursor.ahead = asyncio.create_task(cursor.read_ahead(whole, max_bytes))
         else:
-            await cursor.stream.close()
+            await cursor.close()
         rest_in_tail = bool(out) and not edges.at_edge and cursor.next_offset == limit
         return HistoryRead(out, rest_in_tail)
 
@@ -163,11 +204,11 @@ class HistoryReader:
         for key, cursor in list(self._cursors.items()):
             if now - cursor.last_used > idle_seconds:
                 del self._cursors[key]
-                await cursor.stream.close()
+                await cursor.close()
 
     async def close(self) -> None:
         for cursor in self._cursors.values():
-            await cursor.stream.close()
+            await cursor.close()
         self._cursors.clear()
 
 
