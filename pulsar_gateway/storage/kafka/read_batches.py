@@ -42,6 +42,8 @@ _SIZE = struct.Struct(">I")  # a message's metadata size, before it
 _PLUS = MORE.encode()[0]
 # the most messages an entry may hold to be read whole: offset deltas from the varint table
 MAX_RECORDS = VARINT_TABLE_SIZE >> 1
+# how many different message metadata tails one entry's read keeps what it made of
+MAX_KEPT_RESTS = 1024
 
 
 def kafka_batch(
@@ -64,6 +66,9 @@ def kafka_batch(
     parts: list[bytes] = []
     # event time field as stored -> its length, the time, the record's attributes and delta
     times: dict[bytes, tuple[int, int, bytes]] = {}
+    # a message's metadata after its stamp -> the record's attributes and timestamp delta,
+    # its key and value lengths and key, the value's size, the record's size but the delta
+    rests: dict[bytes, tuple[bytes, bytes, int, int]] = {}
     base_ts = max_ts = -1
     last = count - 1
     first_stamp = last_stamp = b""
@@ -86,6 +91,26 @@ def kafka_batch(
                 return None  # a batch ends inside the entry: not the plain case
             if not index:
                 first_stamp = data[p - n : p]
+            # the rest of the metadata (key, time, size): a batch's records mostly repeat a
+            # few, so what they make of the record is kept by those bytes
+            rest = data[p:stop]
+            known_rest = rests.get(rest)
+            if known_rest is not None:
+                stamped, fields, size, body = known_rest
+                pos = stop + size
+                if pos > end:
+                    return None
+                offset_delta = table[index << 1]
+                length = body + len(offset_delta)
+                parts += (
+                    table[length << 1] if length < half else zigzag_bytes(length),
+                    stamped,
+                    offset_delta,
+                    fields,
+                    data[stop:pos] if size else b"",
+                    b"\x00",  # no headers
+                )
+                continue
             key = null
             size = -1
             stamped = b""  # the record's attributes and timestamp delta
@@ -148,19 +173,22 @@ def kafka_batch(
             pos = stop + size
             if pos > end:
                 return None
-            offset_delta = table[index << 1]
             if absent:
                 value = null
                 size = 0
             else:
                 value = table[size << 1] if size < half else zigzag_bytes(size)
-            length = len(stamped) + len(offset_delta) + len(key) + len(value) + size + 1
+            fields = key + value
+            body = len(stamped) + len(fields) + size + 1
+            if len(rests) < MAX_KEPT_RESTS:
+                rests[rest] = (stamped, fields, size, body)
+            offset_delta = table[index << 1]
+            length = body + len(offset_delta)
             parts += (
                 table[length << 1] if length < half else zigzag_bytes(length),
                 stamped,
                 offset_delta,
-                key,
-                value,
+                fields,
                 data[stop:pos] if size else b"",
                 b"\x00",  # no headers
             )
