@@ -39,6 +39,14 @@ plain_records = st.builds(
     st.none(),
     st.integers(1, 2**41),
 )
+# records repeating a few keys, times and value sizes, as a producer's batch does
+repeating_records = st.builds(
+    OutMessage,
+    st.none() | st.binary(min_size=4, max_size=4),
+    st.sampled_from([None, "a", "bb"]),
+    st.none(),
+    st.sampled_from([1, 1_700_000_000_000]),
+)
 any_records = st.builds(
     OutMessage,
     st.none() | st.binary(max_size=300),
@@ -82,7 +90,7 @@ def _one_by_one(messages: list[StoredMessage], offset: int) -> list[tuple]:
 
 @settings(max_examples=100, deadline=None)
 @given(
-    st.lists(plain_records | any_records, min_size=1, max_size=40),
+    st.lists(plain_records | repeating_records | any_records, min_size=1, max_size=40),
     st.integers(0, 2**40),
     st.booleans(),
 )
