@@ -1,5 +1,6 @@
 """A batched Pulsar entry the gateway wrote, read back from storage as ONE Kafka record batch
-in one pass (issue 32: fetch after a restart, docs/offsets.md "Reads from storage").
+in one pass (issue 32: fetch after a restart; docs/offsets.md, "Reads from storage, an entry
+at a time").
 
 Read message by message, every record of a history read cost a `StoredMessage` with its
 properties dictionary, the resend filter's and the batch edges' look-ups, and the fetch's
