@@ -41,8 +41,9 @@ _VALUE_AT = 2 + len(_STAMP_NAME) + 1  # after the value's one-byte length
 _STAMP_HEADS = {b"\x0a" + bytes([n + 12]) + _STAMP_NAME + bytes([n]): n for n in range(1, 21)}
 _SIZE = struct.Struct(">I")  # a message's metadata size, before it
 _PLUS = MORE.encode()[0]
-# the most messages an entry may hold to be read whole: offset deltas from the varint table
-MAX_RECORDS = VARINT_TABLE_SIZE >> 1
+# the most messages an entry may hold to be read whole (a Kafka batch of 1 MB holds some
+# 9,000 records of 100 bytes: more than one-table-look-up offset deltas reach, 8,192)
+MAX_RECORDS = 1 << 20
 # how many different message metadata tails one entry's read keeps what it made of
 MAX_KEPT_RESTS = 1024
 
@@ -101,7 +102,7 @@ def kafka_batch(
                 pos = stop + size
                 if pos > end:
                     return None
-                offset_delta = table[index << 1]
+                offset_delta = table[index << 1] if index < half else zigzag_bytes(index)
                 length = body + len(offset_delta)
                 parts += (
                     table[length << 1] if length < half else zigzag_bytes(length),
@@ -183,7 +184,7 @@ def kafka_batch(
             body = len(stamped) + len(fields) + size + 1
             if len(rests) < MAX_KEPT_RESTS:
                 rests[rest] = (stamped, fields, size, body)
-            offset_delta = table[index << 1]
+            offset_delta = table[index << 1] if index < half else zigzag_bytes(index)
             length = body + len(offset_delta)
             parts += (
                 table[length << 1] if length < half else zigzag_bytes(length),
