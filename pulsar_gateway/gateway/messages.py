@@ -6,6 +6,7 @@ Handlers never see pulsar-client objects: they hand over `OutMessage`s and get
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -81,6 +82,12 @@ class ProducedBatch(NamedTuple):
 
     raw: bytes | memoryview
     properties: dict[str, str]
+
+
+# What a partition's reads from storage may make of a whole batched entry instead of its
+# messages: (entry id with batch index 0, payload uncompressed, message count, publish
+# time, producer name) -> one message standing for them all, or None to split the entry.
+WholeEntry = Callable[[MessageKey, bytes, int, int, str], "StoredMessage | None"]
 
 
 class LogEntry(NamedTuple):

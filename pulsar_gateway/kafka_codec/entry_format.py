@@ -51,6 +51,10 @@ from pulsar_gateway.kafka_codec.record_mapping import (
 )
 
 BATCH = "__kafka.batch"
+# `BATCH`'s value on a batch a read from storage built from a whole Pulsar entry of
+# `pulsar`-format records (storage/kafka/read_batches.py; stored and kept batches say "2"):
+# served as it is unless the topic wants a codec or LogAppendTime, then built again
+READ_FROM_ENTRY = "entry"
 CODEC = "__kafka.codec"  # the producer's codec of a `pulsar`-format record, when compressed
 # compression.type (a topic config) -> the codec Fetch serves; None: the producer's
 FETCH_CODECS: dict[str, int | None] = {
@@ -243,6 +247,10 @@ def encode_entries(
             run.append(entry)
             continue
         payload = message.payload or b""
+        if message.properties[BATCH] == READ_FROM_ENTRY and (
+            log_append_time or codec not in (None, codecs.NONE)
+        ):
+            payload = _rebuilt(payload, entry.offset, log_append_time, codec or codecs.NONE)
         if len(out) + len(payload) > max_bytes and (out or not min_one):
             return out, count
         rewrite_base_offset(payload, entry.offset, out=out)
@@ -250,6 +258,17 @@ def encode_entries(
     if run:
         count += _encode_run(run, out, max_bytes, min_one, log_append_time, codec)[0]
     return out, count
+
+
+def _rebuilt(batch: bytes, base: int, log_append_time: bool, codec: int) -> bytes:
+    """A batch read from a Pulsar entry (uncompressed, CreateTime) as the topic serves its
+    `pulsar`-format records: in `codec`, marked LogAppendTime when the topic is."""
+    records = [
+        (record.offset_delta, record.timestamp, record.key, record.value, record.headers)
+        for decoded in decode_batches(batch, verify_crc=False)
+        for record in decoded.records
+    ]
+    return bytes(encode_batch(base, records, codec, timestamp_type=1 if log_append_time else 0))
 
 
 _STORED_CODECS = {str(c): c for c in (codecs.GZIP, codecs.SNAPPY, codecs.LZ4, codecs.ZSTD)}

@@ -371,6 +371,34 @@ def encode_batch(
     return buf
 
 
+def seal_records(records: bytes, count: int, base_ts: int, max_ts: int) -> bytearray:
+    """A plain v2 batch at base offset 0 around `count` records already encoded, with
+    offset deltas 0..count-1 and timestamps relative to `base_ts` (CreateTime, no producer):
+    what a reader that writes records itself (storage/kafka/read_batches.py) puts around
+    them."""
+    buf = bytearray(_BLANK_HEADER)
+    buf += records
+    _HEADER.pack_into(
+        buf,
+        0,
+        0,
+        len(buf) - _LOG_OVERHEAD,
+        -1,
+        MAGIC,
+        0,
+        0,
+        count - 1,
+        base_ts,
+        max_ts,
+        -1,
+        -1,
+        -1,
+        count,
+    )
+    _seal(buf, 0)
+    return buf
+
+
 def _seal(buf: bytearray, start: int) -> None:
     """Write the CRC of the batch that runs from ``start`` to the end of ``buf``."""
     crc = crc32c.crc32c(memoryview(buf)[start + _ATTRIBUTES_OFFSET :])

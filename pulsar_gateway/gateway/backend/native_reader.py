@@ -35,7 +35,7 @@ from pulsar_gateway.gateway.backend.wire import (
     ServerError,
 )
 from pulsar_gateway.gateway.backend.written_entries import WrittenEntries
-from pulsar_gateway.gateway.messages import MessageKey, StoredMessage, last_id
+from pulsar_gateway.gateway.messages import MessageKey, StoredMessage, WholeEntry, last_id
 
 log = logging.getLogger("gateway.reader")
 
@@ -121,19 +121,25 @@ class NativeReaderStream:
             raise ConnectionError(f"cannot open a reader on {self._topic}: {exc}") from exc
 
     async def read_batch(
-        self, limit: int = 1000, timeout: float | None = None, expect_more: bool = False
+        self,
+        limit: int = 1000,
+        timeout: float | None = None,
+        expect_more: bool = False,
+        whole: WholeEntry | None = None,
     ) -> list[StoredMessage]:
         """Up to `limit` new messages, waiting up to `timeout` (None: forever) for the first;
         `expect_more`: messages are known to be stored past this reader, so an empty wait
-        asks the broker and reopens a reader that stopped short (ReaderStream's rule)."""
+        asks the broker and reopens a reader that stopped short (ReaderStream's rule).
+        `whole`: a batched entry that is new from its first message on is offered to it
+        whole, and what it makes stands for the entry's messages (None: split as usual)."""
         out = self._take_held(limit)
         if out:
             return out
-        out = await self._receive(limit, timeout)
+        out = await self._receive(limit, timeout, whole)
         if out or not expect_more or not await self.has_more():
             return out
         await self.reopen()
-        return await self._receive(limit, timeout)
+        return await self._receive(limit, timeout, whole)
 
     def _take_held(self, limit: int) -> list[StoredMessage]:
         held = self._held
@@ -143,7 +149,9 @@ class NativeReaderStream:
         self._last = last_id(out[-1])
         return out
 
-    async def _receive(self, limit: int, timeout: float | None) -> list[StoredMessage]:
+    async def _receive(
+        self, limit: int, timeout: float | None, whole: WholeEntry | None = None
+    ) -> list[StoredMessage]:
         consumer = self._consumer
         if consumer is None:
             raise ConnectionError(f"the reader of {self._topic} is not open")
@@ -163,14 +171,16 @@ class NativeReaderStream:
                     break  # the timeout ran out
             while entries and len(out) < limit:
                 entry = entries.popleft()
-                # one item only for an entry wholly new: one met from inside (a start in
-                # it, a replay) is passed on message by message, from where it is new
-                one = self._as_one and (
-                    (entry.id.ledger_id, entry.id.entry_id, 0) > last
-                    if last is not None
-                    else (entry.id.ledger_id, entry.id.entry_id, 0) >= self._floor
-                )
-                messages = stored_messages(entry, self._written, one)
+                messages = None if whole is None else self._whole(entry, whole, last)
+                if messages is None:
+                    # one item only for an entry wholly new: one met from inside (a start in
+                    # it, a replay) is passed on message by message, from where it is new
+                    one = self._as_one and (
+                        (entry.id.ledger_id, entry.id.entry_id, 0) > last
+                        if last is not None
+                        else (entry.id.ledger_id, entry.id.entry_id, 0) >= self._floor
+                    )
+                    messages = stored_messages(entry, self._written, one)
                 if not messages:
                     continue
                 first = messages[0].id
@@ -192,6 +202,22 @@ class NativeReaderStream:
         if out:
             self._last = last_id(out[-1])
         return out
+
+    def _whole(
+        self, entry: ReceivedEntry, whole: WholeEntry, last: MessageKey | None
+    ) -> list[StoredMessage] | None:
+        """What `whole` makes of a batched entry all of which is new, or None (split it)."""
+        metadata = entry.metadata
+        count = metadata.num_messages_in_batch
+        if count is None or entry.chunk_ids:
+            return None
+        first = (entry.id.ledger_id, entry.id.entry_id, 0)
+        if (first <= last) if last is not None else (first < self._floor):
+            return None  # a replay, or a start inside the entry: message by message
+        made = whole(
+            first, entry.data(), count, metadata.publish_time or 0, metadata.producer_name or ""
+        )
+        return None if made is None else [made]
 
     def hurry(self) -> None:
         """Nothing to cut short: entries are handed out as they arrive."""

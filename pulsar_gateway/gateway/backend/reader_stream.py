@@ -18,7 +18,7 @@ from typing import Any
 import _pulsar
 
 from pulsar_gateway.gateway.backend.loop_bridge import message_future, to_loop
-from pulsar_gateway.gateway.messages import MessageKey, StoredMessage
+from pulsar_gateway.gateway.messages import MessageKey, StoredMessage, WholeEntry
 from pulsar_gateway.gateway.waiting import result_within
 
 log = logging.getLogger("gateway.reader")
@@ -140,15 +140,21 @@ class ReaderStream:
         return future
 
     async def read_batch(
-        self, limit: int = 1000, timeout: float | None = None, expect_more: bool = False
+        self,
+        limit: int = 1000,
+        timeout: float | None = None,
+        expect_more: bool = False,
+        whole: WholeEntry | None = None,
     ) -> list[StoredMessage]:
         """Up to `limit` new messages, waiting up to `timeout` (None: forever) for the first.
 
         `expect_more`: the caller knows messages are stored past this reader (a history
         read, a load to a marker). A wait that times out empty then asks the broker,
         and a reader that has stopped short of stored messages (pulsar-lite, seen with
-        chunked messages) is reopened at the last message it passed on.
+        chunked messages) is reopened at the last message it passed on. `whole` is not
+        used: pulsar-client hands out messages one by one, never an entry whole.
         """
+        del whole
         out: list[StoredMessage] = []
         for _ in range(3):
             try:

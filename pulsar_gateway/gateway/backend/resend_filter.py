@@ -233,6 +233,10 @@ class ResendFilter:
     def snapshot(self) -> dict[str, int]:
         return dict(self._last)
 
+    def last_of(self, producer: str) -> int | None:
+        """The last sequence passed for `producer` (None: none yet); nothing is recorded."""
+        return self._last.get(producer)
+
 
 class _FirstIds:
     """One producer's recently seen sequences, ascending, each with the id of the message it

@@ -8,17 +8,36 @@ from there instead of counting again from a checkpoint.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import time
 from typing import NamedTuple
 
 from pulsar_gateway.gateway.backend.pulsar_backend import BackendError, LogReader, PulsarBackend
 from pulsar_gateway.gateway.backend.reader_stream import EARLIEST
 from pulsar_gateway.gateway.backend.resend_filter import ResendFilter
-from pulsar_gateway.gateway.messages import LogEntry, MessageKey, StoredMessage, records_in
+from pulsar_gateway.gateway.messages import (
+    RECORDS,
+    SEQ,
+    LogEntry,
+    MessageKey,
+    StoredMessage,
+    WholeEntry,
+    records_in,
+)
 from pulsar_gateway.storage.kafka.offset_checkpoints import OffsetCheckpoints
+from pulsar_gateway.storage.kafka.read_batches import (
+    first_sequence,
+    is_read_batch,
+    kafka_batch,
+    messages_of,
+)
 from pulsar_gateway.storage.kafka.whole_batches import BatchEdges
 
 MAX_CURSORS = 16
+# A kept cursor reads on while its consumer handles the last answer, waiting at most this
+# long for entries (`Cursor.read_ahead`).
+READ_AHEAD_SECONDS = 0.2
 
 
 class Cursor:
@@ -30,8 +49,36 @@ class Cursor:
         self.resends = resends
         self.last_used = time.monotonic()
         # read from the stream but not yet counted: the rest of a batch that a read left at
-        # its byte limit; the first one holds `next_offset`
+        # its byte limit, and what was read ahead; the first one holds `next_offset`
         self.pending: list[StoredMessage] = []
+        self.ahead: asyncio.Task[None] | None = None  # reading ahead (`read_ahead`)
+
+    async def read_ahead(self, whole: WholeEntry | None, max_bytes: int) -> None:
+        """Entries the reader holds (or that come within READ_AHEAD_SECONDS) made into
+        messages now, while the loop would otherwise wait for the consumer's next fetch:
+        the next read, likely of `max_bytes` again, finds them pending (one read of the
+        stream ahead at most, as a read that stops at its limit leaves). A failure is left
+        for that read to meet."""
+        if sum(message.size for message in self.pending) >= max_bytes:
+            return
+        with contextlib.suppress(Exception):
+            self.pending += await self.stream.read_batch(
+                1000, timeout=READ_AHEAD_SECONDS, whole=whole
+            )
+
+    async def settle(self) -> None:
+        """Wait for a read ahead to end (nothing happens to the cursor while it runs)."""
+        if self.ahead is not None:
+            ahead, self.ahead = self.ahead, None
+            await ahead
+
+    async def close(self) -> None:
+        if self.ahead is not None:
+            self.ahead.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self.ahead
+            self.ahead = None
+        await self.stream.close()
 
 
 class HistoryRead(NamedTuple):
@@ -50,12 +97,22 @@ class HistoryReader:
         self.checkpoints = checkpoints
         self._cursors: dict[int, Cursor] = {}  # by the offset each would read next
 
-    async def read(self, offset: int, max_bytes: int, limit: int) -> HistoryRead:
+    async def read(
+        self, offset: int, max_bytes: int, limit: int, batches: bool = True
+    ) -> HistoryRead:
         """Messages from the one holding `offset` up to `limit` (where the tail began),
-        at least one and up to about `max_bytes`, each with the offset of its first record."""
+        at least one and up to about `max_bytes`, each with the offset of its first record.
+        With `batches`, a batched entry the gateway wrote, read from its first record on,
+        comes as one Kafka batch standing for its messages (read_batches.py)."""
         cursor = self._cursors.pop(offset, None)
         if cursor is None:
             cursor = await self._cursor_at(self.checkpoints.before_offset(offset))
+        whole = kafka_batch if batches else None
+        try:
+            await cursor.settle()
+        except BaseException:
+            await cursor.close()
+            raise
         out: list[LogEntry] = []
         size = 0
         edges = BatchEdges()
@@ -66,21 +123,33 @@ class HistoryReader:
                     # the messages are stored, so a second without one is a reader that
                     # stopped short (docs/backend.md, 'Readers skip or stall'): reopened
                     # after 1 s, not 5, as a consumer of large records meets it every ~10 MB
-                    batch = await cursor.stream.read_batch(1000, timeout=1, expect_more=True)
+                    batch = await cursor.stream.read_batch(
+                        1000, timeout=1, expect_more=True, whole=whole
+                    )
                 if not batch:
                     raise BackendError(
                         f"history read of {self.topic} stalled at {cursor.next_offset}"
                     )
-                for position, message in enumerate(batch):
-                    if cursor.next_offset >= limit:
-                        break
+                position = 0
+                while position < len(batch) and cursor.next_offset < limit:
+                    message = batch[position]
                     if out and size + message.size > max_bytes and edges.may_stop(size, max_bytes):
                         # full: the rest waits in the cursor, uncounted, for the next read
                         cursor.pending = batch[position:]
                         break
-                    if cursor.resends.original_offset(message, cursor.next_offset) is not None:
-                        continue
-                    count = records_in(message)
+                    if is_read_batch(message):
+                        count = _place_whole(cursor, message, offset, batches)
+                        if count is None:  # taken message by message after all
+                            batch[position : position + 1] = messages_of(message)
+                            continue
+                        position += 1
+                        if not count:  # a resent copy of an entry already counted
+                            continue
+                    else:
+                        position += 1
+                        if cursor.resends.original_offset(message, cursor.next_offset) is not None:
+                            continue
+                        count = records_in(message)
                     if cursor.next_offset + count > offset:
                         out.append(LogEntry(cursor.next_offset, message))
                         size += message.size
@@ -91,13 +160,15 @@ class HistoryReader:
                 ):
                     break
         except BaseException:
-            await cursor.stream.close()
+            await cursor.close()
             raise
         if cursor.next_offset < limit and len(self._cursors) < MAX_CURSORS:
             cursor.last_used = time.monotonic()
             self._cursors[cursor.next_offset] = cursor
+            if batches:
+                cursor.ahead = asyncio.create_task(cursor.read_ahead(whole, max_bytes))
         else:
-            await cursor.stream.close()
+            await cursor.close()
         rest_in_tail = bool(out) and not edges.at_edge and cursor.next_offset == limit
         return HistoryRead(out, rest_in_tail)
 
@@ -133,9 +204,31 @@ class HistoryReader:
         for key, cursor in list(self._cursors.items()):
             if now - cursor.last_used > idle_seconds:
                 del self._cursors[key]
-                await cursor.stream.close()
+                await cursor.close()
 
     async def close(self) -> None:
         for cursor in self._cursors.values():
-            await cursor.stream.close()
+            await cursor.close()
         self._cursors.clear()
+
+
+def _place_whole(cursor: Cursor, batch: StoredMessage, offset: int, batches: bool) -> int | None:
+    """How many offsets a Kafka batch made from a whole entry takes at the cursor: its
+    record count (its first and last stamps recorded by the resend filter, the only ones a
+    later copy or a later message is compared with), 0 for a resent copy of an entry the
+    cursor counted already, None when it must be taken message by message: the read wants
+    messages, starts inside it, or a resend overlaps it in part."""
+    count = int(batch.properties[RECORDS])
+    start = cursor.next_offset
+    if not batches or start < offset < start + count:
+        return None
+    first = first_sequence(batch)
+    resends = cursor.resends
+    seen = resends.last_of(batch.producer)
+    if seen is not None and first <= seen:
+        return 0 if first + count - 1 <= seen else None
+    stamped = StoredMessage(batch.id, None, "", {SEQ: str(first)}, 0, 0, batch.producer)
+    resends.original_offset(stamped, start)
+    if count > 1:
+        resends.original_offset(batch, start + count - 1)
+    return count

@@ -561,9 +561,9 @@ class PartitionLog:
     def _read_tail(self, offset: int, max_bytes: int) -> list[LogEntry]:
         return self._tail.read(offset, max_bytes)
 
-    async def _read_history(self, offset: int, max_bytes: int) -> list[LogEntry]:
+    async def _read_history(self, offset: int, size: int, batches: bool = True) -> list[LogEntry]:
         limit = self.tail_start
-        out, rest_in_tail = await self._history.read(offset, max_bytes, limit)
+        out, rest_in_tail = await self._history.read(offset, size, limit, batches)
         if rest_in_tail and limit >= self.tail_start:
             out += self._tail.read(limit, 1)  # the batch's rest, which the tail begins with
         return out
@@ -577,7 +577,7 @@ class PartitionLog:
             # message by message: a kept batch stands for several messages, not one
             entries = self._tail.read(offset, 1, batches=False)
         else:
-            entries = await self._read_history(offset, 1)
+            entries = await self._read_history(offset, 1, batches=False)
         if not entries:
             raise OffsetOutOfRange(offset)
         return entries[0]

@@ -1,0 +1,162 @@
+"""Fetch after a restart (every record from Pulsar, through the history readers) beside
+pulsar-client readers in the same run, with ratios: the narrow measure behind issue 32's
+"fetch after a restart >= 1.5x a pulsar-client reader".
+
+One gateway writes `--records` records of `--size` bytes (keyed, confluent-kafka, acks=all)
+to a `--partitions` topic once. Then, `--rounds` times, for each `[pulsar] client` setting:
+the gateway is restarted with that setting and a Kafka consumer fetches everything from
+offset 0 (nothing is in the tail cache); then, on the same broker, two pulsar-client peers:
+a reader of the very topics the gateway stored (the same data), and the bare batched
+producer and reader of `kafka_throughput.pulsar_direct` (the peer `make bench` uses). The
+gateway's CPU and its broker's are reported per record. `--profile` records py-spy under
+each fetch and prints the functions holding the most samples (collapsed stacks beside
+`--out`).
+
+    python -m bench.cold_fetch [--records 100000] [--rounds 2] [--profile]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import Consumer, TopicPartition
+
+from bench.kafka_throughput import (
+    cpu_seconds,
+    create_topic,
+    kafka_consume,
+    kafka_produce,
+    measured,
+    pulsar_direct,
+)
+from bench.native_produce import CHOICES, profiled, summarise
+from harness.gateway_process import GatewayProcess
+
+
+def partition_ends(bootstrap: str, topic: str, partitions: int) -> list[int]:
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench-ends"})
+    try:
+        return [
+            consumer.get_watermark_offsets(TopicPartition(topic, p), 30)[1]
+            for p in range(partitions)
+        ]
+    finally:
+        consumer.close()
+
+
+def read_stored(service_url: str, topic: str, ends: list[int]) -> tuple[float, float]:
+    """pulsar-client readers of the gateway's own partition topics, one after another, each
+    to its record count: (seconds, this process's CPU seconds)."""
+    import pulsar
+
+    client = pulsar.Client(service_url, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error))
+    cpu = time.process_time()
+    start = time.perf_counter()
+    for partition, end in enumerate(ends):
+        reader = client.create_reader(
+            f"persistent://public/default/{topic}-partition-{partition}",
+            pulsar.MessageId.earliest,
+            receiver_queue_size=5000,
+        )
+        for _ in range(end):
+            reader.read_next(10000)
+        reader.close()
+    seconds = time.perf_counter() - start
+    cpu = time.process_time() - cpu
+    client.close()
+    return seconds, cpu
+
+
+def one_round(
+    choice: str, data: Path, args: argparse.Namespace, ends: list[int], tag: str
+) -> dict[str, Any]:
+    n = sum(ends)
+    gateway = GatewayProcess(data, extra=["--pulsar-client", choice]).start()
+    try:
+        time.sleep(1)
+        assert gateway.process is not None
+        gw_pid, broker_pid = gateway.process.pid, gateway.broker_pid()
+        cpu: dict[str, float] = {}
+        collapsed = args.out.with_name(f"{args.out.name}-{tag}.txt") if args.profile else None
+        load = os.getloadavg()[0]
+        with (
+            profiled(gw_pid, collapsed),
+            measured([gw_pid], cpu, "gateway"),
+            measured([broker_pid], cpu, "broker"),
+        ):
+            seconds = kafka_consume(gateway.bootstrap, "bench", args.partitions, n)
+        result: dict[str, Any] = {
+            "load_average": load,
+            "cold_fetch_rps": n / seconds,
+            "gateway_cpu_us_per_record": cpu["gateway"] * 1e6 / n,
+            "broker_cpu_us_per_record": cpu["broker"] * 1e6 / n,
+        }
+        service_url = f"pulsar://127.0.0.1:{gateway.broker_port}"
+        before = cpu_seconds([broker_pid])
+        stored_s, stored_cpu = read_stored(service_url, "bench", ends)
+        result["stored_reader_rps"] = n / stored_s
+        result["stored_reader_cpu_us_per_record"] = stored_cpu * 1e6 / n
+        result["stored_reader_broker_cpu_us_per_record"] = (
+            (cpu_seconds([broker_pid]) - before) * 1e6 / n
+        )
+        _produce, direct_read = pulsar_direct(service_url, n, args.size)
+        result["direct_read_rps"] = n / direct_read
+        result["vs_stored_reader"] = result["cold_fetch_rps"] / result["stored_reader_rps"]
+        result["vs_direct_reader"] = result["cold_fetch_rps"] / result["direct_read_rps"]
+        if collapsed is not None and collapsed.exists():
+            result["profile"] = summarise(collapsed, top=20)
+        return result
+    finally:
+        gateway.stop()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--records", type=int, default=100_000)
+    parser.add_argument("--size", type=int, default=100)
+    parser.add_argument("--partitions", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--only", choices=CHOICES, help="one setting only")
+    parser.add_argument("--profile", action="store_true", help="py-spy under each fetch")
+    parser.add_argument("--out", type=Path, default=Path("reports/cold-fetch"))
+    args = parser.parse_args()
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    choices = [args.only] if args.only else list(CHOICES)
+    results: dict[str, Any] = {"records": args.records, "size": args.size, "rounds": []}
+    with tempfile.TemporaryDirectory() as scratch:
+        data = Path(scratch) / "gw"
+        writer = GatewayProcess(data, extra=["--pulsar-client", "native"]).start()
+        try:
+            create_topic(writer.bootstrap, args.partitions)
+            kafka_produce(writer.bootstrap, "bench", args.records, args.size)
+            ends = partition_ends(writer.bootstrap, "bench", args.partitions)
+        finally:
+            writer.stop()
+        for number in range(args.rounds):
+            round_results = {}
+            for choice in choices:
+                tag = f"{choice}-{number}"
+                round_results[choice] = one_round(choice, data, args, ends, tag)
+            results["rounds"].append(round_results)
+    args.out.with_suffix(".json").write_text(json.dumps(results, indent=2))
+    for number, round_results in enumerate(results["rounds"]):
+        for choice, numbers in round_results.items():
+            print(f"\nround {number}, {choice}:")
+            for name, value in numbers.items():
+                if name == "profile":
+                    for kind, rows in value.items():
+                        print(f"  profile, {kind}:")
+                        for function, share in rows:
+                            print(f"    {share:6.1%}  {function}")
+                else:
+                    print(f"  {name:40} {value:12,.2f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,294 @@
+"""Reads from storage take a batched entry the gateway wrote as ONE Kafka batch
+(storage/kafka/read_batches.py): what a Kafka client gets is what reading message by message
+gives (records, offsets, timestamps), resent copies still take no offsets, and the batch
+stands for its messages exactly wherever a read needs them."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pulsar_gateway.gateway.backend.native_writer import entries
+from pulsar_gateway.gateway.backend.wire.batch import BatchBuilder, split_batch
+from pulsar_gateway.gateway.messages import (
+    RECORDS,
+    SEQ,
+    LogEntry,
+    MessageKey,
+    OutMessage,
+    StoredMessage,
+    WholeEntry,
+)
+from pulsar_gateway.kafka_codec import compression as codecs
+from pulsar_gateway.kafka_codec.entry_format import encode_entries
+from pulsar_gateway.kafka_codec.record_batch import decode_batches
+from pulsar_gateway.storage.kafka.partition_log import PartitionLog
+from pulsar_gateway.storage.kafka.read_batches import is_read_batch, kafka_batch, messages_of
+
+PRODUCER = "gw-1.native"
+PUBLISHED = 1_700_000_000_999
+
+text = st.text(st.characters(blacklist_categories=("Cs",)), max_size=12)
+plain_records = st.builds(
+    OutMessage,
+    st.none() | st.binary(max_size=300),
+    st.none() | text,
+    st.none(),
+    st.integers(1, 2**41),
+)
+# records repeating a few keys, times and value sizes, as a producer's batch does
+repeating_records = st.builds(
+    OutMessage,
+    st.none() | st.binary(min_size=4, max_size=4),
+    st.sampled_from([None, "a", "bb"]),
+    st.none(),
+    st.sampled_from([1, 1_700_000_000_000]),
+)
+any_records = st.builds(
+    OutMessage,
+    st.none() | st.binary(max_size=300),
+    st.none() | text,
+    st.none() | st.dictionaries(text, text, max_size=2),
+    st.integers(0, 2**41),
+)
+
+
+def _split(mid: MessageKey, data: bytes, count: int) -> list[StoredMessage]:
+    """The entry as native_reader.stored_messages gives it, message by message."""
+    return [
+        StoredMessage(
+            (mid[0], mid[1], m.batch_index),
+            m.payload,
+            m.key or "",
+            m.properties,
+            m.event_time,
+            PUBLISHED,
+            PRODUCER,
+        )
+        for m in split_batch(data, count)
+    ]
+
+
+def _records(data: bytes | bytearray) -> list[tuple]:
+    return [
+        (batch.base_offset + r.offset_delta, r.timestamp, r.key, r.value, r.headers)
+        for batch in decode_batches(data)
+        for r in batch.records
+    ]
+
+
+def _served(batch: StoredMessage, offset: int) -> list[tuple]:
+    return _records(encode_entries([LogEntry(offset, batch)])[0])
+
+
+def _one_by_one(messages: list[StoredMessage], offset: int) -> list[tuple]:
+    return _records(encode_entries([LogEntry(offset + i, m) for i, m in enumerate(messages)])[0])
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.lists(plain_records | repeating_records | any_records, min_size=1, max_size=40),
+    st.integers(0, 2**40),
+    st.booleans(),
+)
+def test_an_entry_read_whole_serves_what_message_by_message_serves(
+    messages: list[OutMessage], first: int, whole: bool
+) -> None:
+    for entry in entries(messages, first, whole, 1 << 20):
+        if not entry.batched:
+            continue
+        count = entry.num_messages
+        one_by_one = _split((3, 4, 0), entry.payload, count)
+        made = kafka_batch((3, 4, 0), entry.payload, count, PUBLISHED, PRODUCER)
+        plain = (whole or count == 1) and all(
+            not m.properties and m.event_time > 0 for m in entry.note.messages
+        )
+        assert (made is not None) == plain
+        if made is None:
+            continue
+        assert made.id == (3, 4, count - 1) and made.producer == PRODUCER
+        assert made.properties[RECORDS] == str(count) and is_read_batch(made)
+        assert made.properties[SEQ] == one_by_one[-1].properties[SEQ]
+        assert _served(made, 50) == _one_by_one(one_by_one, 50)
+        assert messages_of(made) == one_by_one
+
+
+def test_pulsar_client_layout_reads_whole_too() -> None:
+    """pulsar-client writes a message's fields in field-number order (payload size before
+    the event time): still the plain case."""
+    builder = BatchBuilder()
+    for index in range(5):
+        stamp = f"{40 + index}{'+' if index < 4 else ''}"
+        builder.add_message(b"v%d" % index, "key", {SEQ: stamp}, 1_700_000_000_000 + index)
+    built = builder.build()
+    made = kafka_batch((1, 1, 0), built.payload, 5, PUBLISHED, PRODUCER)
+    assert made is not None
+    assert _served(made, 0) == _one_by_one(_split((1, 1, 0), built.payload, 5), 0)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(plain_records, min_size=1, max_size=10), st.data())
+def test_a_damaged_entry_is_never_read_wrong(messages: list[OutMessage], data: Any) -> None:
+    """Flipped or cut bytes: None (the message path then says what is wrong) or, where the
+    damage left a well-formed entry, exactly what the message path reads."""
+    entry = entries(messages, 0, True, 1 << 20)[0]
+    payload = bytearray(entry.payload)
+    if data.draw(st.booleans()):
+        at = data.draw(st.integers(0, len(payload) - 1))
+        payload[at] = data.draw(st.integers(0, 255))
+    else:
+        del payload[data.draw(st.integers(0, len(payload) - 1)) :]
+    made = kafka_batch((1, 1, 0), bytes(payload), entry.num_messages, PUBLISHED, PRODUCER)
+    if made is not None:
+        one_by_one = _split((1, 1, 0), bytes(payload), entry.num_messages)
+        try:
+            expected = _one_by_one(one_by_one, 0)
+        except UnicodeEncodeError:  # a key that is not UTF-8: the message path cannot
+            return  # serve it (record_mapping.key_of), the whole entry serves its bytes
+        assert _served(made, 0) == expected
+
+
+def test_an_entry_of_more_records_than_one_byte_deltas_reach_reads_whole() -> None:
+    """A 1 MB Kafka batch of small records holds some 9,000: an entry of them was read
+    message by message (several times the time) when offset deltas stopped at 8,192."""
+    messages = [OutMessage(b"%d" % i, "k", None, 1_000) for i in range(9_000)]
+    [entry] = entries(messages, 0, True, 1 << 22)
+    made = kafka_batch((1, 1, 0), entry.payload, 9_000, PUBLISHED, PRODUCER)
+    assert made is not None
+    assert _served(made, 0) == _one_by_one(_split((1, 1, 0), entry.payload, 9_000), 0)
+
+
+def test_the_topic_codec_and_log_append_time_still_hold() -> None:
+    entry = entries(
+        [OutMessage(b"v" * 50, "k", None, 1_000 + i) for i in range(4)], 0, True, 1 << 20
+    )[0]
+    made = kafka_batch((1, 1, 0), entry.payload, 4, PUBLISHED, PRODUCER)
+    assert made is not None
+    data, count = encode_entries([LogEntry(8, made)], codec=codecs.GZIP, log_append_time=True)
+    [batch] = decode_batches(data)
+    assert count == 4 and batch.base_offset == 8
+    assert batch.attributes & 0x07 == codecs.GZIP and batch.timestamp_type == 1
+    assert [(r.key, r.value) for r in batch.records] == [(b"k", b"v" * 50)] * 4
+
+
+# ---- history reads through a partition log -------------------------------------------------
+
+
+class _EntryStream:
+    """A reader over fixed batched entries, offering each whole to `whole` when asked."""
+
+    def __init__(self, raw: list[tuple[MessageKey, bytes, int]], per_read: int = 1000) -> None:
+        self.raw = raw
+        self.per_read = per_read  # entries handed out per read at most
+        self.reads = 0
+
+    async def read_batch(
+        self,
+        limit: int,
+        timeout: float | None = None,
+        expect_more: bool = False,
+        whole: WholeEntry | None = None,
+    ) -> list[StoredMessage]:
+        self.reads += 1
+        out: list[StoredMessage] = []
+        for _ in range(self.per_read):
+            if not self.raw or len(out) >= limit:
+                break
+            mid, payload, count = self.raw.pop(0)
+            made = None if whole is None else whole(mid, payload, count, PUBLISHED, PRODUCER)
+            out += [made] if made is not None else _split(mid, payload, count)
+        return out
+
+    async def close(self) -> None:
+        pass
+
+
+class _Backend:
+    def __init__(self, raw: list[tuple[MessageKey, bytes, int]], per_read: int = 1000) -> None:
+        self.raw = raw
+        self.per_read = per_read
+        self.streams: list[_EntryStream] = []
+
+    async def open_log_reader(self, *_: Any, **__: Any) -> _EntryStream:
+        self.streams.append(_EntryStream(list(self.raw), self.per_read))
+        return self.streams[-1]
+
+
+def _stored_entries() -> list[tuple[MessageKey, bytes, int]]:
+    """Entries of stamps 0-9, 10-19, a resent copy of 10-19, 15-24 (a resend overlapping in
+    part), 25-34: 35 records, at offsets 0-34 when counted message by message."""
+    raw = []
+    for number, first in enumerate((0, 10, 10, 15, 25)):
+        messages = [
+            OutMessage(b"value-%d" % (first + i), f"k{i % 3}", None, 5_000 + first + i)
+            for i in range(10)
+        ]
+        [entry] = entries(messages, first, True, 1 << 20)
+        raw.append(((7, number, 0), entry.payload, 10))
+    return raw
+
+
+async def _read_all(log: PartitionLog, offset: int, max_bytes: int) -> list[tuple]:
+    served = []
+    while offset < 35:
+        data, count = encode_entries(await log.read(offset, max_bytes))
+        records = [r for r in _records(data) if r[0] >= offset]
+        assert records and records[0][0] == offset  # dense: nothing skipped
+        served += records
+        offset = records[-1][0] + 1
+    return served
+
+
+def test_history_reads_of_whole_entries_keep_offsets_dense_and_drop_resent_copies() -> None:
+    async def scenario() -> None:
+        raw = _stored_entries()
+        for max_bytes, per_read in ((1, 1000), (300, 1), (1 << 20, 2)):
+            log = PartitionLog(_Backend(raw, per_read), None, "t")  # type: ignore[arg-type]
+            log.next_offset = 35  # nothing in the tail: every read below goes to history
+            served = await _read_all(log, 0, max_bytes)
+            assert [r[0] for r in served] == list(range(35))
+            assert [r[3] for r in served] == [b"value-%d" % seq for seq in range(35)]
+            assert [r[1] for r in served] == [5_000 + seq for seq in range(35)]
+
+    asyncio.run(scenario())
+
+
+def test_a_read_from_inside_an_entry_or_for_one_message_gets_messages() -> None:
+    async def scenario() -> None:
+        raw = _stored_entries()
+        log = PartitionLog(_Backend(raw), None, "t")  # type: ignore[arg-type]
+        log.next_offset = 35
+        entries_read = await log.read(13, 1 << 20)
+        assert entries_read[0].offset == 13 and entries_read[0].message.id == (7, 1, 3)
+        served = await _read_all(log, 13, 1 << 20)
+        assert [r[3] for r in served] == [b"value-%d" % seq for seq in range(13, 35)]
+        whole = await log.read(0, 1 << 20)
+        assert is_read_batch(whole[0].message)  # from an entry's first record: whole
+        for offset in (0, 9, 10, 19, 20, 24, 25, 34):
+            entry = await log.entry_at(offset)
+            assert entry.offset == offset and not is_read_batch(entry.message)
+            assert entry.message.payload == b"value-%d" % offset
+
+    asyncio.run(scenario())
+
+
+def test_a_kept_cursor_reads_ahead_while_the_consumer_handles_the_last_answer() -> None:
+    async def scenario() -> None:
+        backend = _Backend(_stored_entries(), per_read=1)
+        log = PartitionLog(backend, None, "t")  # type: ignore[arg-type]
+        log.next_offset = 35
+        first = await log.read(0, 1)
+        assert [e.offset for e in first] == [0] and is_read_batch(first[0].message)
+        [stream] = backend.streams
+        for _ in range(10):
+            await asyncio.sleep(0)
+        assert stream.reads == 2  # the entry after it, read and made a batch already
+        second = await log.read(10, 1)
+        assert [e.offset for e in second] == [10] and is_read_batch(second[0].message)
+        assert len(backend.streams) == 1
+        await log.close()
+
+    asyncio.run(scenario())
