@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from pulsar_gateway.gateway.config import DEFAULT_METADATA_NAMESPACE, ConfigError, load_settings
+from pulsar_gateway.gateway.full_collections import collect_fully_less_often
 from pulsar_gateway.gateway.thread_switching import share_the_interpreter
 from pulsar_gateway.gateway.timer_slack import tighten_timer_slack
 
@@ -245,6 +246,7 @@ def main(argv: list[str] | None = None) -> int:
     except ImportError:  # pragma: no cover - uvloop is a dependency
         runner = asyncio.run
     share_the_interpreter()  # the loop thread waits less for the workers' GIL
+    collect_fully_less_often()  # a big request's objects do not start long full passes
     _exit_now(runner(_run(settings)))
 
 

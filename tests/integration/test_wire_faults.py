@@ -31,6 +31,27 @@ def _entry(number: int) -> BatchBuilder:
     return builder
 
 
+def _all_stopped(pid: int) -> bool:
+    """Whether every thread of `pid` is stopped ("T" in /proc). kill(SIGSTOP) returns once
+    the signal is queued; one thread takes it and only then tells the others to stop, so on
+    a loaded machine the broker's threads ran on for up to 34 ms after it (measured), long
+    enough to store and acknowledge sends made meanwhile."""
+    states = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            stat = (task / "stat").read_text()
+        except OSError:  # a thread that ended meanwhile
+            continue
+        states.append(stat.rpartition(")")[2].split()[0])
+    return bool(states) and all(state == "T" for state in states)
+
+
+def _outcome(future: asyncio.Future[MessageId]) -> str:
+    """What a finished future holds, for an assertion's message."""
+    error = future.exception()
+    return repr(error) if error is not None else f"receipt {future.result()}"
+
+
 async def _broker(where: Path) -> EmbeddedBroker:
     broker = EmbeddedBroker(where, heal_resets=False, restart_limit=10)
     await broker.start()
@@ -168,6 +189,9 @@ def test_a_stopped_broker_is_found_by_the_keepalive_and_sends_resume(tmp_path) -
             assert broker.pid is not None
             os.kill(broker.pid, signal.SIGSTOP)
             try:
+                await async_wait_until(
+                    lambda: _all_stopped(broker.pid), 10, 0.001, "every broker thread to stop"
+                )
                 stalled = [await producer.enqueue(_entry(n).build()) for n in range(50, 60)]
                 connection = producer._connection
                 await async_wait_until(
@@ -176,7 +200,8 @@ def test_a_stopped_broker_is_found_by_the_keepalive_and_sends_resume(tmp_path) -
                     message="the keepalive to close the stalled connection",
                 )
                 await asyncio.sleep(2)  # reconnects fail while it stays stopped
-                assert not any(f.done() for f in stalled)
+                done = [_outcome(f) for f in stalled if f.done()]
+                assert not done, f"sends finished while the broker was stopped: {done}"
             finally:
                 os.kill(broker.pid, signal.SIGCONT)
             later = [await producer.enqueue(_entry(n).build()) for n in range(60, 100)]
