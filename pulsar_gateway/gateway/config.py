@@ -87,12 +87,12 @@ class PulsarSection(Section):
     admin_url: str = ""
     operation_timeout_seconds: int = Field(10, ge=1)
     metadata_namespace: str = DEFAULT_METADATA_NAMESPACE
-    # how Kafka partitions reach Pulsar: `pulsar-client` (Pulsar's Python client, one message
-    # per record) or `native` (the gateway's own wire client: one batched entry per Kafka
-    # record batch of the `pulsar` format, partition reads entry by entry; docs/
-    # pulsar-protocol.md, "On the data path"); AMQP and the gateway's own topics use
-    # pulsar-client either way
-    client: Literal["pulsar-client", "native"] = "pulsar-client"
+    # how Kafka partitions reach Pulsar: `native` (the gateway's own wire client: one batched
+    # entry per Kafka record batch of the `pulsar` format, partition reads entry by entry;
+    # docs/pulsar-protocol.md, "On the data path") or `pulsar-client` (Pulsar's Python
+    # client, one message per record); AMQP and the gateway's own topics use pulsar-client
+    # either way
+    client: Literal["pulsar-client", "native"] = "native"
     # Toward an external Pulsar (docs/security.md): TLS trust and hostname verification for
     # pulsar+ssl:// and https://, and one way to authenticate: a token (the value, from the
     # environment, or a file re-read at each use), OAuth2 client credentials, or a client
