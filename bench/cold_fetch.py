@@ -35,7 +35,7 @@ from bench.kafka_throughput import (
     measured,
     pulsar_direct,
 )
-from bench.native_produce import CHOICES, profiled, summarise
+from bench.native_produce import CHOICES, print_numbers, profiled, summarise
 from harness.gateway_process import GatewayProcess
 
 
@@ -147,15 +147,7 @@ def main() -> None:
     args.out.with_suffix(".json").write_text(json.dumps(results, indent=2))
     for number, round_results in enumerate(results["rounds"]):
         for choice, numbers in round_results.items():
-            print(f"\nround {number}, {choice}:")
-            for name, value in numbers.items():
-                if name == "profile":
-                    for kind, rows in value.items():
-                        print(f"  profile, {kind}:")
-                        for function, share in rows:
-                            print(f"    {share:6.1%}  {function}")
-                else:
-                    print(f"  {name:40} {value:12,.2f}")
+            print_numbers(f"round {number}, {choice}:", numbers, 40)
 
 
 if __name__ == "__main__":

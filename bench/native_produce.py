@@ -155,15 +155,20 @@ def main() -> None:
         numbers = results.get(choice)
         if not numbers:
             continue
-        print(f"\n{choice}:")
-        for name, value in numbers.items():
-            if name == "profile":
-                for kind, rows in value.items():
-                    print(f"  profile, {kind}:")
-                    for function, share in rows:
-                        print(f"    {share:6.1%}  {function}")
-            else:
-                print(f"  {name:28} {value:12,.2f}")
+        print_numbers(f"{choice}:", numbers, 28)
+
+
+def print_numbers(title: str, numbers: dict[str, Any], width: int) -> None:
+    """One setting's numbers a line each, its profile (if any) as shares of samples."""
+    print(f"\n{title}")
+    for name, value in numbers.items():
+        if name == "profile":
+            for kind, rows in value.items():
+                print(f"  profile, {kind}:")
+                for function, share in rows:
+                    print(f"    {share:6.1%}  {function}")
+        else:
+            print(f"  {name:{width}} {value:12,.2f}")
 
 
 if __name__ == "__main__":
