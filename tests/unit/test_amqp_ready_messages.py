@@ -54,3 +54,21 @@ def test_expiry_and_drop_head_act_on_the_head_only() -> None:
     ready.append(_delivery(3, size=10))
     ready.append(_delivery(4, size=10))
     assert len(ready.pop_over(0, 15)) == 2
+
+
+def test_a_message_fetched_late_goes_to_its_place_among_the_ready() -> None:
+    """A Shared subscription can hand a message over after later ones (its first consumer
+    closed): it still goes out before them, and a requeue merges into queue order."""
+    ready = ReadyMessages()
+    for n in (0, 1, 3, 4):
+        ready.append(_delivery(n))
+    ready.append(_delivery(2))
+    assert _numbers(ready) == [0, 1, 2, 3, 4]
+    head = ready.popleft()
+    ready.append(_delivery(5))
+    ready.put_back([head])
+    assert _numbers(ready) == [0, 1, 2, 3, 4, 5]
+    prioritised = ReadyMessages(max_priority=5)
+    for n, priority in ((0, 1), (2, 1), (3, 5), (1, 1)):
+        prioritised.append(_delivery(n, priority))
+    assert _numbers(prioritised) == [3, 0, 1, 2]

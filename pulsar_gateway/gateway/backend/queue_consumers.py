@@ -38,7 +38,7 @@ NACK_REDELIVERY_MS = 100
 # operation timeout). pulsar-lite never answers one whose consumer id a consumer of another
 # connection holds (docs/backend.md, "Consumer ids collide across connections"); the next
 # attempt takes the client's next id.
-SUBSCRIBE_ATTEMPT_SECONDS = (2.0, 4.0, None)
+SUBSCRIBE_ATTEMPT_SECONDS = (5.0, 10.0, None)
 
 
 @dataclass(slots=True)

@@ -55,8 +55,17 @@ class ReadyMessages:
             self._order.pop()
 
     def append(self, delivery: StoredDelivery) -> None:
-        """A message fetched from the store (fetches come in queue order)."""
-        self._queue_of(self._level(delivery)).append(delivery)
+        """A message fetched from the store. Fetches mostly come in queue order, but a
+        Shared subscription hands a message back late when the consumer it went to closes
+        (a subscribe the gateway gave up on and closed once it completed,
+        docs/backend.md, "Shared dispatch can reorder"): a late one goes to its place among
+        those still ready, as RabbitMQ would have delivered it, and `put_back`'s merge
+        relies on each level staying in queue order."""
+        queue = self._queue_of(self._level(delivery))
+        if queue and _order(delivery) < _order(queue[-1]):
+            bisect.insort(queue, delivery, key=_order)
+        else:
+            queue.append(delivery)
         self._len += 1
 
     def head(self) -> StoredDelivery:
