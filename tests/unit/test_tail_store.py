@@ -257,3 +257,19 @@ def test_extending_in_one_go_holds_what_appending_one_by_one_holds(
         assert in_bulk.offset_of(message.id) == offset
     small = in_bulk.read(offsets[-1], 1)
     assert [entry.message for entry in small] == messages[-1:]
+
+
+def test_the_message_at_an_offset_is_one_look_up_even_inside_an_open_batch() -> None:
+    """`message_at` answers what a one-message read answers, without going on to the end of
+    a batch the read may not stop inside (stamps with more to follow)."""
+    store = TailStore()
+    offsets = itertools.count(10)
+    for entry in range(3000):
+        message = _message(entry)
+        more = entry % 1000 != 999  # three batches of 1000 messages
+        message.properties["__gw.seq"] = f"{entry}+" if more else str(entry)
+        store.append(message, next(offsets))
+    for offset in (10, 11, 500, 1009, 1010, 3009):
+        read = store.read(offset, 1, batches=False)
+        assert len(read) == 1000 - (offset - 10) % 1000  # a read goes on to its batch's end
+        assert store.message_at(offset) == read[0]

@@ -575,9 +575,8 @@ class PartitionLog:
         self.last_used = time.monotonic()
         if offset >= self.tail_start:
             # message by message: a kept batch stands for several messages, not one
-            entries = self._tail.read(offset, 1, batches=False)
-        else:
-            entries = await self._read_history(offset, 1, batches=False)
+            return self._tail.message_at(offset)
+        entries = await self._read_history(offset, 1, batches=False)
         if not entries:
             raise OffsetOutOfRange(offset)
         return entries[0]

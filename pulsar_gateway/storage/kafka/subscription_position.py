@@ -43,21 +43,27 @@ async def entry_start_position(log: PartitionLog, offset: int) -> MessageKey | N
     if end == log.next_offset:
         return await message_id_at(log, end - 1)  # its entry is complete: ack it whole
     # the last message before the Pulsar entry that holds offset `end`: that entry may
-    # hold earlier records too (a Pulsar batch, or a stored Kafka record batch)
+    # hold earlier records too (a Pulsar batch, or a stored Kafka record batch). Message ids
+    # grow with offsets, so the entry's first record is found by steps back that double,
+    # then halving: a walk back record by record held the loop for seconds on batches of
+    # thousands (issue 31's ETL), and the steps stay near the entry (history reads cost)
     holder = await log.entry_at(end)
-    start = holder.offset
-    index = holder.message.id[2]
-    if index > 0 and start - index >= log.log_start:
-        # in a Pulsar batch of one-record messages: jump to its first message
-        opener = await log.entry_at(start - index)
-        if opener.message.id[:2] == holder.message.id[:2] and opener.message.id[2] == 0:
-            start = opener.offset
-    while start > log.log_start:
-        previous = await log.entry_at(start - 1)
-        if previous.message.id[:2] != holder.message.id[:2]:
-            return last_id(previous.message)  # an item for a whole entry: its last message
-        start = previous.offset
-    return None
+    entry = holder.message.id[:2]
+    high, step = holder.offset, 1  # the entry's first record is at or before `high`
+    low = max(log.log_start, high - step)
+    while low > log.log_start and (await log.entry_at(low)).message.id[:2] >= entry:
+        high, step = low, step * 2
+        low = max(log.log_start, high - step)
+    while low < high:  # the entry starts in (low, high], or at low == log_start
+        middle = (low + high) // 2
+        if (await log.entry_at(middle)).message.id[:2] < entry:
+            low = middle + 1
+        else:
+            high = middle
+    if low <= log.log_start:
+        return None
+    previous = await log.entry_at(low - 1)
+    return last_id(previous.message)  # an item for a whole entry: its last message
 
 
 async def message_id_at(log: PartitionLog, offset: int) -> MessageKey:

@@ -349,6 +349,17 @@ class TailStore:
                 return self._records_from(position, index)
         return 0
 
+    def message_at(self, offset: int) -> LogEntry:
+        """The cached message holding `offset` (which must be cached), with the offset of
+        its first record: one look-up, where `read` would go on to the end of its batch."""
+        segments = self._segments
+        first = 0
+        while first + 1 < len(segments) and segments[first + 1].offsets[0] <= offset:
+            first += 1
+        segment = segments[first]
+        index = bisect.bisect_right(segment.offsets, offset, self._head if first == 0 else 0) - 1
+        return LogEntry(segment.offsets[index], segment.message(index))
+
     def read(self, offset: int, max_bytes: int, batches: bool = True) -> list[LogEntry]:
         """Cached messages from the one holding `offset` on (at least one), up to about
         `max_bytes`, each with the offset of its first record; `offset` must be cached.
