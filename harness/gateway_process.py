@@ -143,6 +143,9 @@ class GatewayProcess:
             if health and health.get("ok"):
                 return self
             time.sleep(0.1)
+        # a gateway that never became ready is stopped (and its broker with it), or it
+        # outlives the caller that gave up on it
+        self.stop()
         raise RuntimeError(f"gateway not ready after {timeout}s:\n{self.log_tail()}")
 
     def health(self) -> dict | None:
