@@ -21,7 +21,11 @@ from pulsar_gateway.kafka_codec.errors import ErrorCode
 # Kafka's record states and acknowledge types
 AVAILABLE, ACQUIRED, ACKNOWLEDGED, ARCHIVED = 0, 1, 2, 4
 GAP, ACCEPT, RELEASE, REJECT = 0, 1, 2, 3
-DONE = (ACKNOWLEDGED, ARCHIVED)
+# not Kafka's: when the broker dispatches (docs/share-groups.md, "The broker dispatches"),
+# a record the broker did not hand the gateway, or got back from it: another consumer's
+OTHER = 5
+DONE = (ACKNOWLEDGED, ARCHIVED, OTHER)
+SETTLED = (ACKNOWLEDGED, ARCHIVED)
 
 
 @dataclass
@@ -220,6 +224,76 @@ class SharePartition:
                 changed = True
         self._advance_start()
         return changed
+
+    # ---- the broker dispatches (docs/share-groups.md) -------------------------------------
+
+    def disown(self) -> None:
+        """Nothing unsettled is the gateway's until the broker hands it over (a new consumer
+        of the subscription: after a restart, or the partition coming here). Delivery
+        counts stay while the records are between start and end."""
+        for record in self.records.values():
+            if record.state in (AVAILABLE, ACQUIRED):
+                record.state, record.member = OTHER, ""
+
+    def take_handed(self, first: int, count: int, redelivery_count: int) -> bool:
+        """The broker handed the gateway the records `first`..`first + count - 1`: each that
+        was another's becomes available, its delivery count at least the broker's
+        redelivery count (archived when that reached the limit). One below `start` came back
+        from another consumer (or its acknowledgement was lost: at least once); one the
+        gateway holds or settled already stays as it is. Whether anything changed."""
+        last = first + count
+        if count <= 0:
+            return False
+        if first < self.start:
+            for offset in range(first, self.start):
+                self.records[offset] = InFlight(OTHER, 0)
+            self.start = first
+        for offset in range(self.end, last):
+            self.records[offset] = InFlight(OTHER, 0)
+        self.end = max(self.end, last)
+        changed = False
+        for offset in range(first, last):
+            record = self.records[offset]
+            if record.state != OTHER:
+                continue
+            record.delivery_count = max(record.delivery_count, redelivery_count)
+            limited = record.delivery_count >= self.delivery_limit
+            record.state = ARCHIVED if limited else AVAILABLE
+            changed = True
+        self._advance_start()
+        return changed
+
+    def entry_state(self, first: int, count: int) -> int:
+        """Of an entry the gateway holds: SETTLED's first when every record is settled (it
+        can be acknowledged), AVAILABLE when every record is (none held, none settled: it
+        can go back whole), ACQUIRED else."""
+        states = [
+            self.records[o].state if o in self.records and o >= self.start else ACKNOWLEDGED
+            for o in range(first, first + count)
+        ]
+        if all(state in DONE for state in states):
+            return ACKNOWLEDGED
+        if all(state == AVAILABLE for state in states):
+            return AVAILABLE
+        return ACQUIRED
+
+    def give_back(self, first: int, count: int) -> None:
+        """The entry went back to the broker: its records are another's until handed again."""
+        for offset in range(max(first, self.start), min(first + count, self.end)):
+            record = self.records[offset]
+            if record.state == AVAILABLE:
+                record.state = OTHER
+        self._advance_start()
+
+    def available_in(self, ranges: Iterable[tuple[int, int]]) -> list[int]:
+        """The available offsets within the (first, count) ranges, ascending."""
+        out = [
+            offset
+            for first, count in ranges
+            for offset in range(max(first, self.start), min(first + count, self.end))
+            if self.records[offset].state == AVAILABLE
+        ]
+        return sorted(out)
 
     # ---- inside -------------------------------------------------------------------------
 

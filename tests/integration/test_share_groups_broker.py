@@ -1,0 +1,163 @@
+"""Share groups dispatched by the broker (`kafka.share_dispatch = "broker"`,
+docs/share-groups.md, "The broker dispatches"): the gateway holds one Shared consumer of
+the group's Pulsar subscription per partition, and share consumers acquire only what the
+broker handed it. So a Pulsar Shared consumer of the same subscription (pulsar-client) and
+a Kafka share consumer (confluent-kafka 2.16's ShareConsumer) split one partition, a
+record whose lock lapses goes back to the broker and comes again with its delivery count
+up, a released one can reach the Pulsar consumer, and nothing is lost across a gateway
+kill -9."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator
+
+import pulsar
+import pytest
+from confluent_kafka import AcknowledgeType, Producer, ShareConsumer
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from harness.gateway_process import GatewayProcess, set_flags
+
+LOCK_MS = 1000
+LIMIT = 3
+SETTINGS = {
+    "kafka.share_dispatch": "broker",
+    "kafka.share_record_lock_duration_ms": LOCK_MS,
+    "kafka.share_delivery_count_limit": LIMIT,
+    "kafka.share_auto_offset_reset": "earliest",
+    "kafka.group_consumer_heartbeat_interval_ms": 500,
+    "kafka.group_consumer_session_timeout_ms": 3000,
+}
+PREFIX = "__kafka.group."  # kafka.group_subscription_prefix
+
+
+@pytest.fixture(scope="module")
+def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess]:
+    gw = GatewayProcess(tmp_path_factory.mktemp("share-broker") / "gw", extra=set_flags(SETTINGS))
+    gw.start()
+    try:
+        yield gw
+    finally:
+        gw.stop()
+
+
+def new_topic(bootstrap: str, values: list[bytes]) -> str:
+    """A topic of one partition holding `values`, one Kafka batch (one Pulsar entry) each:
+    the broker dispatches entries, so records split one by one."""
+    topic = f"shareb-{uuid.uuid4().hex[:8]}"
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(30)
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 0, "batch.num.messages": 1})
+    for value in values:
+        producer.produce(topic, value, partition=0)
+        producer.poll(0)
+    assert producer.flush(30) == 0
+    return topic
+
+
+def share_consumer(bootstrap: str, group: str, topic: str, **extra: object) -> ShareConsumer:
+    consumer = ShareConsumer({"bootstrap.servers": bootstrap, "group.id": group, **extra})
+    consumer.subscribe([topic])
+    return consumer
+
+
+def pulsar_consumer(gateway: GatewayProcess, topic: str, group: str) -> tuple[object, object]:
+    """(client, Shared consumer) on the share group's subscription of partition 0."""
+    client = pulsar.Client(
+        f"pulsar://127.0.0.1:{gateway.broker_port}", operation_timeout_seconds=10
+    )
+    consumer = client.subscribe(
+        f"persistent://public/default/{topic}-partition-0",
+        PREFIX + group,
+        consumer_type=pulsar.ConsumerType.Shared,
+        initial_position=pulsar.InitialPosition.Earliest,
+        receiver_queue_size=5,
+    )
+    return client, consumer
+
+
+def test_a_pulsar_consumer_and_a_share_consumer_split_one_partition(
+    gateway: GatewayProcess,
+) -> None:
+    """Both take records of the one partition, and the two together get each exactly once."""
+    total = 200
+    values = {b"%04d" % i for i in range(total)}
+    topic = new_topic(gateway.bootstrap, sorted(values))
+    group = f"g-{uuid.uuid4().hex[:6]}"
+    share = share_consumer(gateway.bootstrap, group, topic, **{"max.poll.records": 5})
+    client, native = pulsar_consumer(gateway, topic, group)
+    by_share: list[bytes] = []
+    by_pulsar: list[bytes] = []
+    deadline = time.monotonic() + 60
+    try:
+        while len(set(by_share) | set(by_pulsar)) < total:
+            assert time.monotonic() < deadline, (len(by_share), len(by_pulsar))
+            for message in share.poll(0.1):
+                assert message.error() is None, message.error()
+                by_share.append(message.value())
+            for _ in range(5):
+                try:
+                    message = native.receive(20)
+                except pulsar.Timeout:
+                    break
+                by_pulsar.append(message.data())
+                native.acknowledge(message)
+        # what either still gets now would be a duplicate
+        settle = time.monotonic() + 2
+        while time.monotonic() < settle:
+            by_share.extend(message.value() for message in share.poll(0.1))
+            try:
+                message = native.receive(50)
+                by_pulsar.append(message.data())
+                native.acknowledge(message)
+            except pulsar.Timeout:
+                pass
+    finally:
+        share.close()
+        client.close()
+    assert sorted(by_share + by_pulsar) == sorted(values), "a record was lost or came twice"
+    print(f"split: share {len(by_share)}, pulsar {len(by_pulsar)}")
+    assert by_share and by_pulsar, (len(by_share), len(by_pulsar))
+
+
+def test_a_record_whose_lock_lapses_comes_again_with_its_delivery_count_up(
+    gateway: GatewayProcess,
+) -> None:
+    """The holder never acknowledges: after the lock the gateway gives the entry back to
+    the broker, which hands it out again; the next share consumer gets it with delivery
+    count 2. Then it is rejected and never comes again."""
+    topic = new_topic(gateway.bootstrap, [b"only"])
+    group = f"g-{uuid.uuid4().hex[:6]}"
+    holder = share_consumer(
+        gateway.bootstrap, group, topic, **{"share.acknowledgement.mode": "explicit"}
+    )
+    taken: list[object] = []
+    try:
+        deadline = time.monotonic() + 30
+        while not taken:
+            assert time.monotonic() < deadline
+            taken.extend(holder.poll(0.2))
+        assert taken[0].value() == b"only" and taken[0].delivery_count() == 1
+        started = time.monotonic()
+        other = share_consumer(
+            gateway.bootstrap, group, topic, **{"share.acknowledgement.mode": "explicit"}
+        )
+        again: list[object] = []
+        try:
+            deadline = time.monotonic() + 30
+            while not again:
+                assert time.monotonic() < deadline, "the record did not come again"
+                again.extend(other.poll(0.2))
+            assert again[0].value() == b"only" and again[0].delivery_count() == 2
+            assert time.monotonic() - started >= LOCK_MS / 1000 * 0.5
+            other.acknowledge(again[0], AcknowledgeType.REJECT)
+            other.commit_sync(10)
+            late = time.monotonic() + 2.5  # past another lock: a rejected record stays put
+            while time.monotonic() < late:
+                assert list(other.poll(0.2)) == []
+        finally:
+            other.close()
+    finally:
+        holder.close()
