@@ -21,9 +21,11 @@ from pulsar_gateway.kafka_codec.errors import ErrorCode
 # Kafka's record states and acknowledge types
 AVAILABLE, ACQUIRED, ACKNOWLEDGED, ARCHIVED = 0, 1, 2, 4
 GAP, ACCEPT, RELEASE, REJECT = 0, 1, 2, 3
-# not Kafka's: when the broker dispatches (docs/share-groups.md, "The broker dispatches"),
-# a record the broker did not hand the gateway, or got back from it: another consumer's
-OTHER = 5
+# not Kafka's, when the broker dispatches (docs/share-groups.md, "The broker dispatches"):
+# OTHER, a record the broker did not hand the gateway (another consumer's); RETURNING, one
+# the gateway gave back or held before a restart, which the broker hands out again: kept
+# with its delivery count for a lock duration, then another's
+OTHER, RETURNING = 5, 6
 DONE = (ACKNOWLEDGED, ARCHIVED, OTHER)
 SETTLED = (ACKNOWLEDGED, ARCHIVED)
 
@@ -100,12 +102,20 @@ class SharePartition:
     # ---- time ---------------------------------------------------------------------------
 
     def expire(self, now: float) -> bool:
-        """Release every record whose lock lapsed; whether any did."""
+        """Release every record whose lock lapsed; whether any did. A record returning to
+        the broker that did not come back to the gateway within a lock duration went to
+        another consumer."""
         changed = False
         for record in self.records.values():
             if record.state == ACQUIRED and record.deadline <= now:
                 self._release(record)
                 changed = True
+            elif record.state == RETURNING:
+                if not record.deadline:
+                    record.deadline = now + self.lock_seconds
+                elif record.deadline <= now:
+                    record.state = OTHER
+                    changed = True
         if changed:
             self._advance_start()
         return changed
@@ -229,11 +239,11 @@ class SharePartition:
 
     def disown(self) -> None:
         """Nothing unsettled is the gateway's until the broker hands it over (a new consumer
-        of the subscription: after a restart, or the partition coming here). Delivery
-        counts stay while the records are between start and end."""
+        of the subscription: after a restart, or the partition coming here): what was in
+        flight is returning, its delivery counts kept for when the broker hands it again."""
         for record in self.records.values():
             if record.state in (AVAILABLE, ACQUIRED):
-                record.state, record.member = OTHER, ""
+                record.state, record.member, record.deadline = RETURNING, "", 0.0
 
     def take_handed(self, first: int, count: int, redelivery_count: int) -> bool:
         """The broker handed the gateway the records `first`..`first + count - 1`: each that
@@ -254,7 +264,7 @@ class SharePartition:
         changed = False
         for offset in range(first, last):
             record = self.records[offset]
-            if record.state != OTHER:
+            if record.state not in (OTHER, RETURNING):
                 continue
             record.delivery_count = max(record.delivery_count, redelivery_count)
             limited = record.delivery_count >= self.delivery_limit
@@ -278,11 +288,11 @@ class SharePartition:
         return ACQUIRED
 
     def give_back(self, first: int, count: int) -> None:
-        """The entry went back to the broker: its records are another's until handed again."""
+        """The entry went back to the broker: its records are returning to it."""
         for offset in range(max(first, self.start), min(first + count, self.end)):
             record = self.records[offset]
             if record.state == AVAILABLE:
-                record.state = OTHER
+                record.state, record.deadline = RETURNING, 0.0
         self._advance_start()
 
     def available_in(self, ranges: Iterable[tuple[int, int]]) -> list[int]:
