@@ -161,3 +161,91 @@ def test_a_record_whose_lock_lapses_comes_again_with_its_delivery_count_up(
             other.close()
     finally:
         holder.close()
+
+
+def test_a_released_record_reaches_the_pulsar_consumer(gateway: GatewayProcess) -> None:
+    """A share consumer releases the one record it got and leaves: the gateway gives its
+    entry back and, its share partition idle, closes its consumer; the broker hands the
+    record to the Pulsar consumer of the subscription, counting the redelivery."""
+    topic = new_topic(gateway.bootstrap, [b"x"])
+    group = f"g-{uuid.uuid4().hex[:6]}"
+    share = share_consumer(
+        gateway.bootstrap, group, topic, **{"share.acknowledgement.mode": "explicit"}
+    )
+    client = None
+    try:
+        taken: list[object] = []
+        deadline = time.monotonic() + 30
+        while not taken:
+            assert time.monotonic() < deadline
+            taken.extend(share.poll(0.2))
+        client, native = pulsar_consumer(gateway, topic, group)
+        share.acknowledge(taken[0], AcknowledgeType.RELEASE)
+        share.commit_sync(10)
+        share.close()
+        message = native.receive(20_000)
+        assert message.data() == b"x"
+        assert message.redelivery_count() >= 1
+        native.acknowledge(message)
+    finally:
+        if client is not None:
+            client.close()
+
+
+def test_nothing_is_lost_across_a_gateway_kill(tmp_path) -> None:
+    """A share consumer accepts half of a partition and holds some more; the gateway and its
+    broker are killed -9. After the restart a share consumer and a Pulsar consumer of the
+    subscription finish the partition: no accepted record comes again, none is lost, and a
+    held record that the share consumer gets again comes with delivery count 2."""
+    gw = GatewayProcess(tmp_path / "gw", extra=set_flags(SETTINGS)).start()
+    total = 60
+    try:
+        values = {b"%03d" % i for i in range(total)}
+        topic = new_topic(gw.bootstrap, sorted(values))
+        group = f"g-{uuid.uuid4().hex[:6]}"
+        consumer = share_consumer(
+            gw.bootstrap, group, topic, **{"share.acknowledgement.mode": "explicit"}
+        )
+        accepted: set[bytes] = set()
+        held: set[bytes] = set()
+        try:
+            deadline = time.monotonic() + 60
+            while len(accepted) < total // 2:
+                assert time.monotonic() < deadline
+                for message in consumer.poll(0.2):
+                    if len(accepted) < total // 2:
+                        consumer.acknowledge(message, AcknowledgeType.ACCEPT)
+                        accepted.add(message.value())
+                    else:
+                        held.add(message.value())
+            consumer.commit_sync(10)
+        finally:
+            gw.kill()
+            consumer.close()
+        gw.start()
+        counts: dict[bytes, int] = {}
+        by_share: list[bytes] = []
+        by_pulsar: list[bytes] = []
+        again = share_consumer(gw.bootstrap, group, topic, **{"max.poll.records": 5})
+        client, native = pulsar_consumer(gw, topic, group)
+        try:
+            deadline = time.monotonic() + 60
+            while (set(by_share) | set(by_pulsar) | accepted) != values:
+                assert time.monotonic() < deadline, (len(by_share), len(by_pulsar))
+                for message in again.poll(0.1):
+                    by_share.append(message.value())
+                    counts[message.value()] = message.delivery_count()
+                try:
+                    message = native.receive(20)
+                    by_pulsar.append(message.data())
+                    native.acknowledge(message)
+                except pulsar.Timeout:
+                    pass
+        finally:
+            again.close()
+            client.close()
+        assert not (set(by_share + by_pulsar) & accepted), "an accepted record came back"
+        assert len(by_share + by_pulsar) == len(set(by_share + by_pulsar)), "one came twice"
+        assert held and all(counts[value] == 2 for value in held & set(by_share)), counts
+    finally:
+        gw.stop()
