@@ -28,7 +28,7 @@ from pulsar_gateway.handlers.kafka.share_partition import (
 @dataclass
 class Held:
     entry: HandedEntry
-    delivered: bool = False  # a record of it was acquired since it was handed
+    counted: int  # its records' delivery counts when handed: more since, it was delivered
 
 
 class BrokerHold:
@@ -55,7 +55,7 @@ class BrokerHold:
                 break
             for entry in handed:
                 partition.take_handed(entry.first, entry.count, entry.redelivery_count)
-                self.entries[entry.first] = Held(entry)
+                self.entries[entry.first] = Held(entry, _counted(partition, entry))
                 available += entry.count
                 held += entry.count
                 changed = True
@@ -70,14 +70,9 @@ class BrokerHold:
         for first, held in list(self.entries.items()):
             state = partition.entry_state(first, held.entry.count)
             if state == ACQUIRED:
-                held.delivered = held.delivered or any(
-                    partition.records[offset].state == ACQUIRED
-                    for offset in range(first, first + held.entry.count)
-                    if offset in partition.records
-                )
                 continue
             if state == AVAILABLE:
-                if not held.delivered:
+                if _counted(partition, held.entry) <= held.counted:
                     continue  # handed and not fetched yet
                 partition.give_back(first, held.entry.count)
                 self.feed.give_back(held.entry)
@@ -91,3 +86,9 @@ class BrokerHold:
     def close(self) -> None:
         self.entries.clear()
         self.feed.close()
+
+
+def _counted(partition: SharePartition, entry: HandedEntry) -> int:
+    records = partition.records
+    last = entry.first + entry.count
+    return sum(records[o].delivery_count for o in range(entry.first, last) if o in records)

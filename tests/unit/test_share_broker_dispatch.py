@@ -1,0 +1,162 @@
+"""Share groups dispatched by the broker (docs/share-groups.md, "The broker dispatches") on
+the memory twins: the share APIs through the dispatcher with a memory Shared subscription
+(harness/share_feed_memory.py) that an outside consumer shares, and the whole-entry rule
+of `BrokerHold` on a batch of three records."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from harness.share_feed_memory import MemoryShareFeeds, MemorySubscription
+from pulsar_gateway.handlers.kafka.port import HandedEntry
+from pulsar_gateway.handlers.kafka.share_broker import BrokerHold
+from pulsar_gateway.handlers.kafka.share_groups import ShareGroups
+from pulsar_gateway.handlers.kafka.share_partition import (
+    ACCEPT,
+    ACKNOWLEDGED,
+    ARCHIVED,
+    RELEASE,
+    SharePartition,
+)
+from tests.unit.test_kafka_apis import TOPIC
+from tests.unit.test_share_group_apis import Share, acquired, values
+
+OUTSIDE = "pulsar-app"
+
+
+def broker_share(**settings: Any) -> tuple[Share, MemoryShareFeeds]:
+    share = Share(**settings)
+    feeds = MemoryShareFeeds()
+    share.groups.feeds = feeds
+    return share, feeds
+
+
+def subscription(feeds: MemoryShareFeeds) -> MemorySubscription:
+    return feeds.subscriptions[("g", f"{TOPIC}-partition-0")]
+
+
+def test_an_outside_consumer_and_a_member_split_the_partition() -> None:
+    """The member acquires only what the broker handed the gateway; what it accepts is
+    acknowledged on the subscription; together the two get each record once."""
+
+    async def scenario() -> None:
+        share, feeds = broker_share()
+        topic_id = await share.topic([b"r%d" % i for i in range(6)])
+        await share.join("m1")
+        assert acquired(await share.fetch("m1", topic_id)) == [(0, 2, 1)]
+        sub = subscription(feeds)
+        outside = [sub.take(OUTSIDE), sub.take(OUTSIDE)]  # the Pulsar application's turn
+        assert [taken[0] for taken in outside if taken] == [3, 4]
+        done = await share.fetch("m1", topic_id, acks=[(0, 2, ACCEPT)])
+        assert acquired(done) == [(5, 5, 1)] and values(done) == [b"r5"]
+        assert sub.acked == {0, 1, 2}
+        for index in (3, 4):
+            sub.ack(index)
+        await share.fetch("m1", topic_id, acks=[(5, 5, ACCEPT)])
+        assert sub.acked == {0, 1, 2, 3, 4, 5} and not sub.has_more()
+        partition = share.groups.partitions[("g", TOPIC, 0)]
+        assert partition.start == 6  # the outside consumer's records are not the group's
+
+    asyncio.run(scenario())
+
+
+def test_release_and_a_lapsed_lock_give_the_entries_back_with_counts_up() -> None:
+    async def scenario() -> None:
+        share, feeds = broker_share()
+        topic_id = await share.topic([b"x", b"y", b"z"])
+        await share.join("m1")
+        await share.join("m2")
+        assert acquired(await share.fetch("m1", topic_id)) == [(0, 2, 1)]
+        await share.acknowledge("m1", topic_id, [(0, 0, RELEASE)])
+        sub = subscription(feeds)
+        assert sub.returned == [0] and sub.redeliveries == {0: 1}
+        taken = sub.take(OUTSIDE)  # the released record reaches the other consumer
+        assert taken is not None and taken[0] == 0 and taken[2] == 1
+        share.clock.now += 10.0  # m1 never acknowledges y and z: their lock lapses
+        await share.groups.sweep()
+        assert sub.returned == [1, 2]
+        again = await share.fetch("m2", topic_id)
+        assert acquired(again) == [(1, 2, 2)] and values(again) == [b"y", b"z"]
+
+    asyncio.run(scenario())
+
+
+def test_a_restart_keeps_delivery_counts_of_what_was_in_flight() -> None:
+    """The gateway dies holding y and z (acquired once): its consumer's entries go back to
+    the broker, and a new gateway on the stored state acquires them with count 2; the
+    accepted x never comes again."""
+
+    async def scenario() -> None:
+        share, feeds = broker_share()
+        topic_id = await share.topic([b"x", b"y", b"z"])
+        await share.join("m1")
+        await share.fetch("m1", topic_id)
+        await share.acknowledge("m1", topic_id, [(0, 0, ACCEPT)])
+        sub = subscription(feeds)
+        sub.close_consumer("gateway")  # the old gateway's connection is gone
+        after = ShareGroups(share.broker.storage.shares, share.groups.settings, share.clock)
+        after.feeds = feeds
+        after.group_configs = share.groups.group_configs
+        share.groups = share.broker.context.share_groups = after
+        share.epochs.clear()
+        await share.join("m1")
+        got = await share.fetch("m1", topic_id)
+        assert acquired(got) == [(1, 2, 2)] and values(got) == [b"y", b"z"]
+
+    asyncio.run(scenario())
+
+
+class ListFeed:
+    """A feed the test hands entries to."""
+
+    def __init__(self, entries: list[HandedEntry]) -> None:
+        self.waiting = entries
+        self.settled: list[int] = []
+        self.given_back: list[int] = []
+
+    def follow(self, log: object) -> None: ...
+
+    def handed(self, limit: int) -> list[HandedEntry]:
+        out, self.waiting = self.waiting[:limit], self.waiting[limit:]
+        return out
+
+    def handed_future(self) -> asyncio.Future[None]:
+        raise NotImplementedError
+
+    def settle(self, entry: HandedEntry) -> None:
+        self.settled.append(entry.first)
+
+    def give_back(self, entry: HandedEntry) -> None:
+        self.given_back.append(entry.first)
+
+    def close(self) -> None: ...
+
+
+def test_a_batch_goes_back_whole_or_stays_with_the_share_consumers() -> None:
+    """A three-record entry: one record accepted, one released: the entry cannot go back
+    (the broker would hand out the accepted one again), so the released record is acquired
+    again by a share consumer; once all are settled the entry is acknowledged. An entry
+    released whole goes back; one the broker handed at the delivery limit is archived."""
+    partition = SharePartition(0, 0, 10.0, 3, 100)
+    feed = ListFeed(
+        [HandedEntry(0, 3, 0, "a"), HandedEntry(3, 2, 0, "b"), HandedEntry(5, 1, 3, "c")]
+    )
+    hold = BrokerHold(feed)
+    assert hold.take(partition, 10, 100)
+    assert partition.records[5].state == ARCHIVED  # delivered 3 times before: the limit
+    assert [a.first for a in partition.acquire(range(0, 5), 0, "m", 0.0, 10)] == [0]
+    assert partition.acknowledge("m", 0, 0, [ACCEPT]) == 0
+    assert partition.acknowledge("m", 1, 1, [RELEASE]) == 0
+    assert partition.acknowledge("m", 3, 4, [RELEASE]) == 0
+    hold.reconcile(partition)
+    assert feed.given_back == [3] and feed.settled == [5]
+    assert sorted(hold.entries) == [0]
+    again = partition.acquire(partition.available_in(hold.ranges()), 0, "m", 1.0, 10)
+    assert [(a.first, a.last, a.delivery_count) for a in again] == [(1, 1, 2)]
+    assert partition.acknowledge("m", 1, 2, [ACCEPT]) == 0
+    hold.reconcile(partition)
+    assert feed.settled == [5, 0] and not hold.entries
+    assert partition.start == 3  # 3 and 4 are the broker's again, for a lock duration
+    assert partition.expire(100.0) is False and partition.expire(200.0) is True
+    assert partition.start == 6  # then another's: the start passes them
