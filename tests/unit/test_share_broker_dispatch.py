@@ -14,7 +14,6 @@ from pulsar_gateway.handlers.kafka.share_broker import BrokerHold
 from pulsar_gateway.handlers.kafka.share_groups import ShareGroups
 from pulsar_gateway.handlers.kafka.share_partition import (
     ACCEPT,
-    ACKNOWLEDGED,
     ARCHIVED,
     RELEASE,
     SharePartition,
