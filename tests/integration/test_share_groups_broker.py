@@ -127,9 +127,10 @@ def test_a_record_whose_lock_lapses_comes_again_with_its_delivery_count_up(
 ) -> None:
     """The holder never acknowledges: after the lock the gateway gives the entry back to
     the broker, which hands it out again; the next share consumer gets it with delivery
-    count 2. Then it is rejected and never comes again."""
+    count 2. Then it is rejected and never comes again (its entry is acknowledged)."""
     topic = new_topic(gateway.bootstrap, [b"only"])
     group = f"g-{uuid.uuid4().hex[:6]}"
+    given_back = gateway.metric("gateway_share_entries_total", outcome="given_back")
     holder = share_consumer(
         gateway.bootstrap, group, topic, **{"share.acknowledgement.mode": "explicit"}
     )
@@ -152,6 +153,9 @@ def test_a_record_whose_lock_lapses_comes_again_with_its_delivery_count_up(
                 again.extend(other.poll(0.2))
             assert again[0].value() == b"only" and again[0].delivery_count() == 2
             assert time.monotonic() - started >= LOCK_MS / 1000 * 0.5
+            # it came again through the broker: the gateway gave its entry back
+            now = gateway.metric("gateway_share_entries_total", outcome="given_back")
+            assert now >= given_back + 1
             other.acknowledge(again[0], AcknowledgeType.REJECT)
             other.commit_sync(10)
             late = time.monotonic() + 2.5  # past another lock: a rejected record stays put

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 
+from pulsar_gateway.gateway import metrics
 from pulsar_gateway.handlers.kafka.port import HandedEntry, ShareFeed
 from pulsar_gateway.handlers.kafka.share_partition import (
     ACQUIRED,
@@ -56,6 +57,7 @@ class BrokerHold:
             for entry in handed:
                 partition.take_handed(entry.first, entry.count, entry.redelivery_count)
                 self.entries[entry.first] = Held(entry, _counted(partition, entry))
+                metrics.SHARE_ENTRIES.labels("handed").inc()
                 available += entry.count
                 held += entry.count
                 changed = True
@@ -64,9 +66,11 @@ class BrokerHold:
     def ranges(self) -> list[tuple[int, int]]:
         return [(first, held.entry.count) for first, held in self.entries.items()]
 
-    def reconcile(self, partition: SharePartition) -> None:
+    def reconcile(self, partition: SharePartition, settle: bool = True) -> None:
         """After the share partition's state was stored: acknowledge the entries it settled
-        whole and give back those it released whole."""
+        whole and give back those it released whole. Without `settle`, only give back
+        (safe before the state is stored: a given-back record is not settled, and one
+        whose deliveries ran out is archived again from the stored state)."""
         for first, held in list(self.entries.items()):
             state = partition.entry_state(first, held.entry.count)
             if state == ACQUIRED:
@@ -76,8 +80,12 @@ class BrokerHold:
                     continue  # handed and not fetched yet
                 partition.give_back(first, held.entry.count)
                 self.feed.give_back(held.entry)
+                metrics.SHARE_ENTRIES.labels("given_back").inc()
+            elif not settle:
+                continue
             else:
                 self.feed.settle(held.entry)
+                metrics.SHARE_ENTRIES.labels("settled").inc()
             del self.entries[first]
 
     def future(self) -> asyncio.Future[None]:

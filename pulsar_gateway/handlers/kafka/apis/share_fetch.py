@@ -244,6 +244,9 @@ async def _fetch_handed(
     """`_fetch_one` when the broker dispatches (share_broker.py): take what the broker
     handed the gateway, acquire the available records of the entries it holds. Called
     under the share partition's lock."""
+    # what was released (lately, or by a lapsed lock) goes back to the broker first, which
+    # hands it to any consumer of the subscription: this gateway or another
+    hold.reconcile(partition, settle=False)
     handed = hold.take(partition, max_records, groups.settings.max_in_flight)
     available = partition.available_in(hold.ranges())
     entries: list[LogEntry] = []
