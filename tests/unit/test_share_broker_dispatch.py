@@ -83,8 +83,9 @@ def test_release_and_a_lapsed_lock_give_the_entries_back_with_counts_up() -> Non
 
 def test_a_restart_keeps_delivery_counts_of_what_was_in_flight() -> None:
     """The gateway dies holding y and z (acquired once): its consumer's entries go back to
-    the broker, and a new gateway on the stored state acquires them with count 2; the
-    accepted x never comes again."""
+    the broker, which hands y to an outside consumer; a new gateway on the stored state
+    acquires only z, with count 2 (not y: the broker did not hand it over); the accepted x
+    never comes again, and y stops holding the group's start back after a lock duration."""
 
     async def scenario() -> None:
         share, feeds = broker_share()
@@ -94,6 +95,8 @@ def test_a_restart_keeps_delivery_counts_of_what_was_in_flight() -> None:
         await share.acknowledge("m1", topic_id, [(0, 0, ACCEPT)])
         sub = subscription(feeds)
         sub.close_consumer("gateway")  # the old gateway's connection is gone
+        taken = sub.take(OUTSIDE)
+        assert taken is not None and taken[0] == 1
         after = ShareGroups(share.broker.storage.shares, share.groups.settings, share.clock)
         after.feeds = feeds
         after.group_configs = share.groups.group_configs
@@ -101,7 +104,11 @@ def test_a_restart_keeps_delivery_counts_of_what_was_in_flight() -> None:
         share.epochs.clear()
         await share.join("m1")
         got = await share.fetch("m1", topic_id)
-        assert acquired(got) == [(1, 2, 2)] and values(got) == [b"y", b"z"]
+        assert acquired(got) == [(2, 2, 2)] and values(got) == [b"z"]
+        await share.fetch("m1", topic_id, acks=[(2, 2, ACCEPT)])
+        share.clock.now += 10.0  # y did not come back within a lock duration: another's
+        await share.groups.sweep()
+        assert share.broker.storage.shares.load("g", f"{TOPIC}-partition-0").start == 3
 
     asyncio.run(scenario())
 
