@@ -19,6 +19,7 @@ from confluent_kafka import AcknowledgeType, Producer, ShareConsumer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from harness.gateway_process import GatewayProcess, set_flags
+from tests.integration import test_share_groups as protocol
 
 LOCK_MS = 1000
 LIMIT = 3
@@ -258,3 +259,26 @@ def test_nothing_is_lost_across_a_gateway_kill(tmp_path) -> None:
         assert held and all(counts[value] == 2 for value in held & set(by_share)), counts
     finally:
         gw.stop()
+
+
+# The share-group protocol tests of test_share_groups.py, on the broker's dispatch: the
+# same behaviour whoever hands out the records (not collected there under these names).
+def test_release_reject_and_the_limit(gateway: GatewayProcess) -> None:
+    protocol.test_release_redelivers_reject_does_not_and_the_limit_archives(gateway)
+
+
+@pytest.mark.parametrize("entry_format", ["kafka", "pulsar"])
+def test_part_of_a_batch_is_redelivered_alone(gateway: GatewayProcess, entry_format: str) -> None:
+    """A record released from a batch whose others were accepted stays with the share
+    consumers (the broker would give back the whole entry) and comes again alone."""
+    protocol.test_part_of_a_batch_is_redelivered_alone(gateway, entry_format)
+
+
+def test_read_committed(gateway: GatewayProcess) -> None:
+    protocol.test_read_committed_share_group_skips_aborted_and_open_transactions(gateway)
+
+
+def test_share_group_offsets(gateway: GatewayProcess) -> None:
+    """AlterShareGroupOffsets holds on this path too: the broker hands back the entries
+    below the new start (the subscription is not moved) and they are acknowledged."""
+    protocol.test_share_group_offsets_are_described_altered_and_deleted_on_the_wire(gateway)

@@ -14,6 +14,7 @@ from pulsar_gateway.handlers.kafka.share_broker import BrokerHold
 from pulsar_gateway.handlers.kafka.share_groups import ShareGroups
 from pulsar_gateway.handlers.kafka.share_partition import (
     ACCEPT,
+    ACKNOWLEDGED,
     ARCHIVED,
     RELEASE,
     SharePartition,
@@ -166,3 +167,33 @@ def test_a_batch_goes_back_whole_or_stays_with_the_share_consumers() -> None:
     assert partition.start == 3  # 3 and 4 are the broker's again, for a lock duration
     assert partition.expire(100.0) is False and partition.expire(200.0) is True
     assert partition.start == 6  # then another's: the start passes them
+
+
+def test_an_entry_handed_again_is_taken_again_only_where_the_gateway_did_not_settle_it() -> None:
+    """The broker hands entries whole. An entry whose first records the gateway accepted
+    (its start passed them) and whose last one it still knows came back whole (its
+    consumer closed, or after a restart): only the last is taken. One wholly below the
+    start that the gateway knows nothing of was another consumer's: taken again, counts
+    at least the broker's. Below the floor the offsets admin set, nothing is."""
+    partition = SharePartition(0, 0, 10.0, 5, 100)
+    partition.take_handed(0, 3, 0)
+    partition.acquire(range(3), 0, "m", 0.0, 10)
+    assert partition.acknowledge("m", 0, 1, [ACCEPT]) == 0
+    assert partition.acknowledge("m", 2, 2, [RELEASE]) == 0
+    assert partition.start == 2
+    partition.disown()  # as after a restart: record 2 is returning
+    assert partition.take_handed(0, 3, 1)
+    assert partition.start == 2 and partition.available_in([(0, 3)]) == [2]
+    assert partition.records[2].delivery_count == 1
+
+    other = SharePartition(10, 10, 10.0, 5, 100)
+    assert other.take_handed(5, 2, 1)  # another consumer gave it back
+    assert other.start == 5 and other.available_in([(5, 2)]) == [5, 6]
+    assert other.records[5].delivery_count == 1
+
+    altered = SharePartition(10, 10, 10.0, 5, 100)
+    altered.floor = 10
+    assert not altered.take_handed(5, 2, 0)
+    assert altered.start == 10 and altered.entry_state(5, 2) == ACKNOWLEDGED
+    assert altered.take_handed(8, 4, 0)  # straddling the floor: only what is past it
+    assert altered.start == 10 and altered.available_in([(8, 4)]) == [10, 11]

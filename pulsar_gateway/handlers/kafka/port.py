@@ -358,6 +358,9 @@ class ShareState:
     start: int
     end: int
     runs: tuple[ShareRun, ...] = ()
+    # when the broker dispatches: below it the offsets admin settled every record, so an
+    # entry the broker hands there is acknowledged, not delivered (docs/share-groups.md)
+    floor: int = 0
 
 
 class ShareStateStore(Protocol):

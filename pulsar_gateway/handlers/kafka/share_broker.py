@@ -56,7 +56,8 @@ class BrokerHold:
                 break
             for entry in handed:
                 partition.take_handed(entry.first, entry.count, entry.redelivery_count)
-                self.entries[entry.first] = Held(entry, _counted(partition, entry))
+                if entry.first not in self.entries:  # else handed again (a replay): kept
+                    self.entries[entry.first] = Held(entry, _counted(partition, entry))
                 metrics.SHARE_ENTRIES.labels("handed").inc()
                 available += entry.count
                 held += entry.count

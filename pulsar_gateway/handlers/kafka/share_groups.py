@@ -436,7 +436,9 @@ class ShareGroups:
         if self.store is None:
             return
         async with self.lock(key):
-            await self.store.save(key[0], _partition_topic(key), ShareState(start, start))
+            # the broker dispatching, entries it hands below the new start are settled
+            state = ShareState(start, start, floor=start if self.feeds is not None else 0)
+            await self.store.save(key[0], _partition_topic(key), state)
             self._drop(key)
 
     async def forget(self, key: tuple[str, str, int]) -> None:

@@ -63,6 +63,9 @@ class SharePartition:
         self.lock_seconds = lock_seconds
         self.delivery_limit = delivery_limit
         self.max_in_flight = max_in_flight
+        # the broker dispatching: records below it were settled by the offsets admin
+        # (AlterShareGroupOffsets), never taken again when the broker hands them
+        self.floor = 0
         # the Kafka topic id it was read for: a topic deleted and created again on the same
         # Pulsar topics (a backend that deletes) is another topic (share_groups.py)
         self.topic_id = ""
@@ -76,6 +79,7 @@ class SharePartition:
         """From stored state: an acquired record's lock did not survive, so it is
         available again (archived if its deliveries are used up)."""
         partition = cls(state.start, state.end, lock_seconds, delivery_limit, max_in_flight)
+        partition.floor = state.floor
         for run in state.runs:
             status = run.state
             if status == ACQUIRED:
@@ -97,7 +101,7 @@ class SharePartition:
                 runs[-1] = ShareRun(last.first, offset, *stored)
             else:
                 runs.append(ShareRun(offset, offset, *stored))
-        return ShareState(self.start, self.end, tuple(runs))
+        return ShareState(self.start, self.end, tuple(runs), self.floor)
 
     # ---- time ---------------------------------------------------------------------------
 
@@ -248,11 +252,22 @@ class SharePartition:
     def take_handed(self, first: int, count: int, redelivery_count: int) -> bool:
         """The broker handed the gateway the records `first`..`first + count - 1`: each that
         was another's becomes available, its delivery count at least the broker's
-        redelivery count (archived when that reached the limit). One below `start` came back
-        from another consumer (or its acknowledgement was lost: at least once); one the
-        gateway holds or settled already stays as it is. Whether anything changed."""
+        redelivery count (archived when that reached the limit). One the gateway holds or
+        settled already stays as it is. Records below `start` came back from another
+        consumer (or the gateway's acknowledgement was lost: at least once) and are taken
+        again, except those below `floor` (the offsets admin settled them) and those of an
+        entry whose later records the gateway knows (it settled the first ones itself:
+        the entry came back whole). Whether anything changed."""
         last = first + count
         if count <= 0:
+            return False
+        known = any(
+            self.records[o].state != OTHER
+            for o in range(max(first, self.start), min(last, self.end))
+        )
+        if known or first < self.floor:
+            first = max(first, self.start if known else self.floor)
+        if first >= last:
             return False
         if first < self.start:
             for offset in range(first, self.start):
@@ -294,6 +309,17 @@ class SharePartition:
             if record.state == AVAILABLE:
                 record.state, record.deadline = RETURNING, 0.0
         self._advance_start()
+
+    def archive(self, offsets: Iterable[int]) -> bool:
+        """Archive available offsets that hold no record to deliver (gaps); whether any."""
+        changed = False
+        for offset in offsets:
+            record = self.records.get(offset)
+            if record is not None and offset >= self.start and record.state == AVAILABLE:
+                record.state = ARCHIVED
+                changed = True
+        self._advance_start()
+        return changed
 
     def available_in(self, ranges: Iterable[tuple[int, int]]) -> list[int]:
         """The available offsets within the (first, count) ranges, ascending."""

@@ -249,13 +249,26 @@ async def _fetch_handed(
     hold.reconcile(partition, settle=False)
     handed = hold.take(partition, max_records, groups.settings.max_in_flight)
     available = partition.available_in(hold.ranges())
+    committed = groups.read_committed(key[0])
+    limit = log.last_stable_offset if committed else log.next_offset
     entries: list[LogEntry] = []
-    if available and available[0] < log.next_offset:
+    if available and available[0] < limit:
         entries = await log.read(max(available[0], log.log_start), max(max_bytes, 1))
+    aborted = None
+    if committed:  # decided transactions only, and none of an aborted one's records
+        entries = below_stable(entries, limit)
+        if entries:
+            end = entries[-1].offset + records_in(entries[-1].message)
+            aborted = log.aborted_transactions(entries[0].offset, end)
+    records, read_end = _present(entries, aborted)
+    # a transaction marker, an aborted transaction's record: the broker hands out their
+    # entries too; archived as gaps, so that the entry can be settled
+    kept = set(records)
+    gaps = partition.archive([o for o in available if o < read_end and o not in kept])
     wanted = set(available)
-    present = [offset for offset in _present(entries)[0] if offset in wanted]
+    present = [offset for offset in records if offset in wanted]
     acquired = partition.acquire(present, 0, member_id, groups.clock(), max_records)
-    if acquired or changed or handed or key in deferred:
+    if acquired or changed or handed or gaps or key in deferred:
         deferred.pop(key, None)
         await groups.save(key)
     return _answer_records(entries, acquired, codec)
