@@ -82,7 +82,7 @@ class SharePartition:
         partition.floor = state.floor
         for run in state.runs:
             status = run.state
-            if status == ACQUIRED:
+            if status in (ACQUIRED, RETURNING):  # (the broker's dispatch disowns them again)
                 status = ARCHIVED if run.delivery_count >= delivery_limit else AVAILABLE
             for offset in range(max(run.first, state.start), min(run.last + 1, state.end)):
                 partition.records[offset] = InFlight(status, run.delivery_count)
