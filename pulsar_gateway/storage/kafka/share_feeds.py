@@ -35,7 +35,7 @@ from pulsar_gateway.gateway.backend.wire import (
 )
 from pulsar_gateway.gateway.errors import StorageError
 from pulsar_gateway.gateway.messages import records_in
-from pulsar_gateway.handlers.kafka.port import HandedEntry
+from pulsar_gateway.handlers.kafka.port import HandedEntry, OffsetOutOfRange
 from pulsar_gateway.handlers.kafka.port import PartitionLog as AnyPartitionLog
 from pulsar_gateway.storage.kafka.partition_log import PartitionLog
 
@@ -46,6 +46,8 @@ log = logging.getLogger("gateway.kafka.share")
 RECEIVER_QUEUE = 20
 # entries mapped to offsets and waiting for a fetch, at most
 MAX_WAITING = 20
+# a log that cannot map an entry now is asked again after this long (or once reopened)
+RETRY_SECONDS = 1.0
 
 
 class WireShareFeed:
@@ -71,19 +73,29 @@ class WireShareFeed:
                 log.warning("share feed on %s stops: %s", self.consumer.topic, exc)
                 return
             for entry in entries:
-                while True:
-                    try:
-                        self._waiting.append(await self._map(entry))
-                        break
-                    except StorageError:  # the log closed (idle): wait for the next one
-                        self._new_log.clear()
-                        await self._new_log.wait()
+                await self._take(entry)
             if len(self._waiting) >= MAX_WAITING:
                 self._room.clear()
             for waiter in self._waiters:
                 if not waiter.done():
                     waiter.set_result(None)
             self._waiters.clear()
+
+    async def _take(self, entry: ReceivedEntry) -> None:
+        """Map the entry and keep it for the next fetch; an entry below the log's start
+        (retention, DeleteRecords) is acknowledged: its records are gone."""
+        while True:
+            try:
+                self._waiting.append(await self._map(entry))
+                return
+            except OffsetOutOfRange:
+                with contextlib.suppress(PulsarError):
+                    self.consumer.ack([entry])
+                return
+            except StorageError:  # the log closed (idle) or cannot read: a new one, or again
+                self._new_log.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._new_log.wait(), RETRY_SECONDS)
 
     async def _map(self, entry: ReceivedEntry) -> HandedEntry:
         """The Kafka offsets of the entry's records."""
@@ -158,14 +170,17 @@ class WireShareFeeds:
                 self.service_url, self.security, operation_timeout=self.operation_timeout
             )
         position = InitialPosition.EARLIEST if earliest else InitialPosition.LATEST
-        consumer = await self._client.subscribe(
-            log.topic,
-            self.prefix + group_id,
-            subscription_type=SubscriptionType.SHARED,
-            initial_position=position,
-            receiver_queue_size=RECEIVER_QUEUE,
-            ack_delay=0.0,
-        )
+        try:
+            consumer = await self._client.subscribe(
+                log.topic,
+                self.prefix + group_id,
+                subscription_type=SubscriptionType.SHARED,
+                initial_position=position,
+                receiver_queue_size=RECEIVER_QUEUE,
+                ack_delay=0.0,
+            )
+        except PulsarError as exc:  # the handler answers the partition's storage error
+            raise StorageError(f"cannot subscribe to {log.topic}: {exc}") from exc
         return WireShareFeed(consumer, cast(PartitionLog, log))  # the storage's own logs
 
     async def close(self) -> None:
