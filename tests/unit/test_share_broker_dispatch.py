@@ -9,6 +9,7 @@ import asyncio
 from typing import Any
 
 from harness.share_feed_memory import MemoryShareFeeds, MemorySubscription
+from pulsar_gateway.gateway.messages import RECORDS, LogEntry, StoredMessage
 from pulsar_gateway.handlers.kafka.port import HandedEntry
 from pulsar_gateway.handlers.kafka.share_broker import BrokerHold
 from pulsar_gateway.handlers.kafka.share_groups import ShareGroups
@@ -19,6 +20,8 @@ from pulsar_gateway.handlers.kafka.share_partition import (
     RELEASE,
     SharePartition,
 )
+from pulsar_gateway.kafka_codec.entry_format import BATCH
+from pulsar_gateway.kafka_codec.record_batch import encode_batch
 from tests.unit.test_kafka_apis import TOPIC
 from tests.unit.test_share_group_apis import Share, acquired, values
 
@@ -197,3 +200,32 @@ def test_an_entry_handed_again_is_taken_again_only_where_the_gateway_did_not_set
     assert altered.start == 10 and altered.entry_state(5, 2) == ACKNOWLEDGED
     assert altered.take_handed(8, 4, 0)  # straddling the floor: only what is past it
     assert altered.start == 10 and altered.available_in([(8, 4)]) == [10, 11]
+
+
+def test_a_partly_settled_batch_keeps_the_gateways_consumer_open() -> None:
+    """A three-record batch of which the member accepted two, and the member leaves: the
+    share partition is idle, but closing its consumer would hand the whole batch (the two
+    accepted records too) to another consumer; it stays open until the batch is settled."""
+
+    async def scenario() -> None:
+        share, feeds = broker_share()
+        topic_id = await share.topic([b"a"])
+        log = share.broker.storage.topics.logs[f"{TOPIC}-partition-0"]
+        batch = bytes(encode_batch(0, [(i, 0, None, b"b%d" % i, []) for i in range(3)]))
+        stored = StoredMessage((1, 1, -1), batch, "", {BATCH: "3", RECORDS: "3"}, 0, 0)
+        log.entries.append(LogEntry(1, stored))
+        log.next_offset = 4
+        await share.join("m1")
+        assert acquired(await share.fetch("m1", topic_id)) == [(0, 2, 1)]
+        await share.acknowledge("m1", topic_id, [(0, 2, ACCEPT)])
+        sub = subscription(feeds)
+        assert sub.acked == {0} and sub.out == {1: "gateway"}
+        await share.groups.leave("g", "m1")
+        await share.groups.sweep()
+        assert sub.out == {1: "gateway"} and not sub.returned  # still the gateway's
+        await share.join("m2")
+        assert acquired(await share.fetch("m2", topic_id)) == [(3, 3, 1)]
+        await share.acknowledge("m2", topic_id, [(3, 3, ACCEPT)])
+        assert sub.acked == {0, 1} and not sub.out
+
+    asyncio.run(scenario())

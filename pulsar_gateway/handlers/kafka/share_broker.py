@@ -64,6 +64,14 @@ class BrokerHold:
                 changed = True
         return changed
 
+    def partly_settled(self, partition: SharePartition) -> bool:
+        """Whether an entry held has records settled and others not: it cannot go back to
+        the broker (it would come back whole), so it stays until all are settled."""
+        return any(
+            partition.entry_state(first, held.entry.count) == ACQUIRED
+            for first, held in self.entries.items()
+        )
+
     def ranges(self) -> list[tuple[int, int]]:
         return [(first, held.entry.count) for first, held in self.entries.items()]
 

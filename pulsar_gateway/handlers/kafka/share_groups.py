@@ -182,6 +182,9 @@ class ShareGroups:
             del self.groups[group_id]
         for key, partition in list(self.partitions.items()):
             idle = key[0] not in active and key[0] not in self.groups and not partition.held()
+            hold = self.holds.get(key)
+            if hold is not None and hold.partly_settled(partition):
+                idle = False  # its consumer closing would hand the settled records out again
             moved = not self.serves_partition(key[1], key[2])  # one drop_unserved had to leave
             if (idle or moved) and not self._in_use(key):
                 self._drop(key)
