@@ -97,7 +97,11 @@ class BrokerHold:
                 metrics.SHARE_ENTRIES.labels("settled").inc()
             del self.entries[first]
 
-    def future(self) -> asyncio.Future[None]:
+    def future(self, max_records: int) -> asyncio.Future[None]:
+        """Resolves when the broker hands an entry the gateway could take; with the window
+        full, never (a fetch then waits for a lock to lapse or its deadline)."""
+        if self.records_held() >= max_records:
+            return asyncio.get_running_loop().create_future()
         return self.feed.handed_future()
 
     def close(self) -> None:

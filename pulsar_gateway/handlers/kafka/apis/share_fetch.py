@@ -384,7 +384,10 @@ async def share_fetch(
                 max_bytes = max(max_bytes - len(records), 0)
             else:
                 hold = groups.holds.get(key)
-                waits.append(hold.future() if hold is not None else log.data_future())
+                if hold is not None:
+                    waits.append(hold.future(groups.settings.max_in_flight))
+                else:
+                    waits.append(log.data_future())
             out[(topic_id, index)] = part
             if got >= max_records or max_bytes <= 0:
                 break
