@@ -104,3 +104,7 @@ class MemoryShareFeeds:
             self.subscriptions[key] = MemorySubscription(log, earliest)
         self.opened += 1
         return MemoryShareFeed(self.subscriptions[key])
+
+    async def close(self) -> None:
+        for subscription in self.subscriptions.values():
+            subscription.close_consumer(GATEWAY)

@@ -45,7 +45,7 @@ from pulsar_gateway.security.record_signing import load_or_create_key
 from pulsar_gateway.security.tls import server_context
 from pulsar_gateway.storage.kafka.group_configs import MetadataGroupConfigs
 from pulsar_gateway.storage.kafka.group_offsets import GroupOffsetStore
-from pulsar_gateway.storage.kafka.share_feeds import WireShareFeeds
+from pulsar_gateway.storage.kafka.share_feeds import share_feeds_for
 from pulsar_gateway.storage.kafka.share_states import ShareStateStore
 from pulsar_gateway.storage.kafka.subscription_position import ack_position
 from pulsar_gateway.storage.kafka.topic_deletion import forget_with_topic
@@ -77,7 +77,6 @@ class Gateway:
         self.group_offsets: GroupOffsetStore | None = None
         self.share_states: ShareStateStore | None = None
         self.mirror: SubscriptionMirror | None = None
-        self.share_feeds: WireShareFeeds | None = None
         self.listeners: list[Listener] = []
         self.metrics_server: metrics.MetricsServer | None = None
         self._amqp_store: Any = None  # its vhosts, for /cluster
@@ -231,17 +230,9 @@ class Gateway:
 
             self.group_offsets.on_commit = mirror_commit
             self.group_offsets.on_forget = mirror_forget
-            # a share group's subscription follows its settled start (docs/share-groups.md),
-            # unless the broker dispatches on it: then the gateway's Shared consumer is on it
-            if settings.kafka.share_dispatch == "gateway":
+            # a share group's subscription follows its settled start unless the broker
+            if settings.kafka.share_dispatch == "gateway":  # dispatches (docs/share-groups.md)
                 share_states.on_save = mirror.request
-        if settings.kafka.share_dispatch == "broker":
-            self.share_feeds = WireShareFeeds(
-                service_url,
-                security,
-                settings.kafka.group_subscription_prefix,
-                operation_timeout=float(min(10, settings.pulsar.operation_timeout_seconds)),
-            )
         metrics.BACKEND_UP.set(1)
         # one users store for both listeners, followed live, signed with the users key
         # (docs/security.md); whoever makes the key adopts the records already there
@@ -295,7 +286,7 @@ class Gateway:
                 quotas=MetadataClientQuotas(self.metadata),
                 shares=share_states,
                 group_configs=MetadataGroupConfigs(self.metadata),
-                share_feeds=self.share_feeds,
+                share_feeds=share_feeds_for(settings, service_url, security),
             )
             if membership is not None:
                 self._release_unserved_partitions(membership)
@@ -515,9 +506,6 @@ class Gateway:
         if self.mirror:
             with contextlib.suppress(Exception):
                 await self.mirror.close()
-        if self.share_feeds:
-            with contextlib.suppress(Exception):
-                await self.share_feeds.close()
         if self.users:
             await self.users.close()
         if self.topics:

@@ -440,6 +440,10 @@ class ShareFeeds(Protocol):
         partition's first record (`earliest`) or its end."""
         ...
 
+    async def close(self) -> None:
+        """Every feed closes (the listener stops)."""
+        ...
+
 
 class GroupConfigStore(Protocol):
     """Group configs (Kafka's GROUP config resource, IncrementalAlterConfigs): the keys a

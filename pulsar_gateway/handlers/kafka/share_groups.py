@@ -210,6 +210,8 @@ class ShareGroups:
     async def close_feeds(self) -> None:
         for key in list(self.holds):
             self.holds.pop(key).close()
+        if self.feeds is not None:
+            await self.feeds.close()
 
     def _in_use(self, key: tuple[str, str, int]) -> bool:
         lock = self.locks.get(key)

@@ -33,6 +33,7 @@ from pulsar_gateway.gateway.backend.wire import (
     ReceivedEntry,
     SubscriptionType,
 )
+from pulsar_gateway.gateway.config import Settings
 from pulsar_gateway.gateway.errors import StorageError
 from pulsar_gateway.gateway.messages import records_in
 from pulsar_gateway.handlers.kafka.port import HandedEntry, OffsetOutOfRange
@@ -187,3 +188,18 @@ class WireShareFeeds:
         if self._client is not None:
             await self._client.close()
             self._client = None
+
+
+def share_feeds_for(
+    settings: Settings, service_url: str, security: PulsarSecurity
+) -> WireShareFeeds | None:
+    """The share feeds when `kafka.share_dispatch` is `broker`, else None (the gateway
+    dispatches). The Kafka listener's share groups close them when it stops."""
+    if settings.kafka.share_dispatch != "broker":
+        return None
+    return WireShareFeeds(
+        service_url,
+        security,
+        settings.kafka.group_subscription_prefix,
+        operation_timeout=float(min(10, settings.pulsar.operation_timeout_seconds)),
+    )
