@@ -282,3 +282,37 @@ def test_share_group_offsets(gateway: GatewayProcess) -> None:
     """AlterShareGroupOffsets holds on this path too: the broker hands back the entries
     below the new start (the subscription is not moved) and they are acknowledged."""
     protocol.test_share_group_offsets_are_described_altered_and_deleted_on_the_wire(gateway)
+
+
+def test_nothing_is_lost_across_a_broker_kill(gateway: GatewayProcess) -> None:
+    """The broker is killed -9 while a share consumer and a Pulsar consumer split a
+    partition: the gateway's consumer subscribes again and the broker hands out again what
+    was not acknowledged, so the two together still get every record (an acknowledgement
+    the kill lost may bring a record twice: at least once)."""
+    total = 100
+    values = {b"%03d" % i for i in range(total)}
+    topic = new_topic(gateway.bootstrap, sorted(values))
+    group = f"g-{uuid.uuid4().hex[:6]}"
+    share = share_consumer(gateway.bootstrap, group, topic, **{"max.poll.records": 5})
+    client, native = pulsar_consumer(gateway, topic, group)
+    got: set[bytes] = set()
+    killed = False
+    deadline = time.monotonic() + 90
+    try:
+        while got != values:
+            assert time.monotonic() < deadline, f"{len(got)} of {total}"
+            if not killed and len(got) >= total // 2:
+                gateway.kill_broker()
+                killed = True
+            for message in share.poll(0.1):
+                got.add(message.value())
+            try:
+                message = native.receive(20)
+                got.add(message.data())
+                native.acknowledge(message)
+            except pulsar.Timeout:
+                pass
+    finally:
+        share.close()
+        client.close()
+    assert killed
