@@ -45,6 +45,7 @@ from pulsar_gateway.security.record_signing import load_or_create_key
 from pulsar_gateway.security.tls import server_context
 from pulsar_gateway.storage.kafka.group_configs import MetadataGroupConfigs
 from pulsar_gateway.storage.kafka.group_offsets import GroupOffsetStore
+from pulsar_gateway.storage.kafka.share_feeds import share_feeds_for
 from pulsar_gateway.storage.kafka.share_states import ShareStateStore
 from pulsar_gateway.storage.kafka.subscription_position import ack_position
 from pulsar_gateway.storage.kafka.topic_deletion import forget_with_topic
@@ -229,8 +230,9 @@ class Gateway:
 
             self.group_offsets.on_commit = mirror_commit
             self.group_offsets.on_forget = mirror_forget
-            # a share group's subscription follows its settled start (docs/share-groups.md)
-            share_states.on_save = mirror.request
+            # a share group's subscription follows its settled start unless the broker
+            if settings.kafka.share_dispatch == "gateway":  # dispatches (docs/share-groups.md)
+                share_states.on_save = mirror.request
         metrics.BACKEND_UP.set(1)
         # one users store for both listeners, followed live, signed with the users key
         # (docs/security.md); whoever makes the key adopts the records already there
@@ -284,6 +286,7 @@ class Gateway:
                 quotas=MetadataClientQuotas(self.metadata),
                 shares=share_states,
                 group_configs=MetadataGroupConfigs(self.metadata),
+                share_feeds=share_feeds_for(settings, service_url, security),
             )
             if membership is not None:
                 self._release_unserved_partitions(membership)

@@ -99,6 +99,10 @@ class KafkaSection(_TlsSettings):
     share_delivery_count_limit: int = Field(5, ge=2, le=10)
     share_partition_max_record_locks: int = Field(2000, ge=100, le=10000)
     share_auto_offset_reset: Literal["latest", "earliest"] = "latest"
+    # who hands out share groups' records: the gateway, or the broker through a Shared
+    # subscription per group and partition that Pulsar consumers may join
+    # (docs/share-groups.md, "The broker dispatches")
+    share_dispatch: Literal["gateway", "broker"] = "gateway"
     # Kafka's transaction.max.timeout.ms: longest transaction.timeout.ms a producer may ask
     transaction_max_timeout_ms: int = Field(900000, ge=1)
     # answer a transaction request that waits longer with a retriable error (it goes on)

@@ -69,6 +69,13 @@ RECORDS_IN = Counter(
 RECORDS_OUT = Counter(
     "gateway_records_out_total", "Records out, per topic", ["topic"], registry=REGISTRY
 )
+SHARE_ENTRIES = Counter(
+    "gateway_share_entries_total",
+    "Pulsar entries of share groups the broker dispatches, by what became of them: handed "
+    "to the gateway, settled (acknowledged on the subscription), given back to the broker",
+    ["outcome"],
+    registry=REGISTRY,
+)
 BAD_INPUT = Counter(
     "gateway_bad_input_total",
     "Malformed or refused frames",

@@ -358,6 +358,9 @@ class ShareState:
     start: int
     end: int
     runs: tuple[ShareRun, ...] = ()
+    # when the broker dispatches: below it the offsets admin settled every record, so an
+    # entry the broker hands there is acknowledged, not delivered (docs/share-groups.md)
+    floor: int = 0
 
 
 class ShareStateStore(Protocol):
@@ -383,6 +386,62 @@ class ShareStateStore(Protocol):
 
     async def forget_partitions(self, partition_topics: list[str]) -> None:
         """Every group's state of these partitions goes: their topic was deleted."""
+        ...
+
+
+@dataclass(frozen=True)
+class HandedEntry:
+    """One Pulsar entry the broker handed the gateway's consumer of a share group's Shared
+    subscription: the Kafka offsets it holds (`first` on, `count` of them), how often the
+    broker delivered it before, and the handle that settles it or gives it back."""
+
+    first: int
+    count: int
+    redelivery_count: int
+    handle: Any = field(compare=False, repr=False)
+
+
+class ShareFeed(Protocol):
+    """The gateway's Shared consumer of one share group's subscription on one partition
+    (docs/share-groups.md, "The broker dispatches"): what the broker hands it is what the
+    group's share consumers may acquire; an outside consumer of the subscription gets the
+    rest."""
+
+    def follow(self, log: PartitionLog) -> None:
+        """The partition's log as opened now (one closed when idle is opened again)."""
+        ...
+
+    def handed(self, limit: int) -> list[HandedEntry]:
+        """Up to `limit` entries handed since the last call (never waits)."""
+        ...
+
+    def handed_future(self) -> asyncio.Future[None]:
+        """Resolves when an entry is handed (a ShareFetch waits on it)."""
+        ...
+
+    def settle(self, entry: HandedEntry) -> None:
+        """Acknowledge the entry on the subscription: it is never handed out again."""
+        ...
+
+    def give_back(self, entry: HandedEntry) -> None:
+        """Give the entry back to the broker, which hands it to any consumer again."""
+        ...
+
+    def close(self) -> None:
+        """Stop consuming; what is held and not settled goes back to the broker."""
+        ...
+
+
+class ShareFeeds(Protocol):
+    """Opens share feeds: one per share group and partition served here."""
+
+    async def open(self, group_id: str, log: PartitionLog, earliest: bool) -> ShareFeed:
+        """The group's feed on the partition (`log`); a subscription made now starts at the
+        partition's first record (`earliest`) or its end."""
+        ...
+
+    async def close(self) -> None:
+        """Every feed closes (the listener stops)."""
         ...
 
 
@@ -419,3 +478,6 @@ class KafkaStorage:
     shares: ShareStateStore | None = None
     # group configs (docs/share-groups.md, "Group configs"); None: refused
     group_configs: GroupConfigStore | None = None
+    # share groups dispatched by the broker (docs/share-groups.md, "The broker
+    # dispatches"); None: the gateway hands out records itself
+    share_feeds: ShareFeeds | None = None

@@ -114,6 +114,7 @@ class KafkaServer:
                 session_timeout_ms=settings.group_consumer_session_timeout_ms,
                 heartbeat_interval_ms=settings.group_consumer_heartbeat_interval_ms,
             ),
+            feeds=storage.share_feeds,
         )
         self.transactions = (
             None

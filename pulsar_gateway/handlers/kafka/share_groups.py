@@ -24,7 +24,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from pulsar_gateway.gateway.topic_names import partition_topic
-from pulsar_gateway.handlers.kafka.port import ShareState, ShareStateStore
+from pulsar_gateway.handlers.kafka.port import (
+    PartitionLog,
+    ShareFeeds,
+    ShareState,
+    ShareStateStore,
+)
+from pulsar_gateway.handlers.kafka.share_broker import BrokerHold
 from pulsar_gateway.handlers.kafka.share_partition import SharePartition
 from pulsar_gateway.kafka_codec.errors import ErrorCode
 
@@ -95,8 +101,12 @@ class ShareGroups:
         store: ShareStateStore | None,
         settings: ShareSettings | None = None,
         clock: Callable[[], float] = time.monotonic,
+        feeds: ShareFeeds | None = None,
     ) -> None:
         self.store = store
+        # the broker dispatches (docs/share-groups.md): each share partition's feed
+        self.feeds = feeds
+        self.holds: dict[tuple[str, str, int], BrokerHold] = {}
         self.settings = settings or ShareSettings()
         self.clock = clock
         self.groups: dict[str, ShareGroup] = {}
@@ -138,6 +148,7 @@ class ShareGroups:
         self._sweeper = asyncio.create_task(self._sweep_forever(), name="share group sweeper")
 
     async def close(self) -> None:
+        await self.close_feeds()
         if self._sweeper is not None:
             self._sweeper.cancel()
             try:
@@ -171,10 +182,12 @@ class ShareGroups:
             del self.groups[group_id]
         for key, partition in list(self.partitions.items()):
             idle = key[0] not in active and key[0] not in self.groups and not partition.held()
+            hold = self.holds.get(key)
+            if hold is not None and hold.partly_settled(partition):
+                idle = False  # its consumer closing would hand the settled records out again
             moved = not self.serves_partition(key[1], key[2])  # one drop_unserved had to leave
             if (idle or moved) and not self._in_use(key):
-                del self.partitions[key]
-                self.locks.pop(key, None)
+                self._drop(key)
 
     def drop_unserved(self) -> None:
         """Groups and share partitions another cluster member serves now: forgotten, so
@@ -184,8 +197,21 @@ class ShareGroups:
             del self.groups[group_id]
         for key in [k for k in self.partitions if not self.serves_partition(k[1], k[2])]:
             if not self._in_use(key):  # a request under way ends first; the next is refused
-                del self.partitions[key]
-                self.locks.pop(key, None)
+                self._drop(key)
+
+    def _drop(self, key: tuple[str, str, int]) -> None:
+        """Forget a share partition; its feed closes, so what it held goes to others."""
+        self.partitions.pop(key, None)
+        self.locks.pop(key, None)
+        hold = self.holds.pop(key, None)
+        if hold is not None:
+            hold.close()
+
+    async def close_feeds(self) -> None:
+        for key in list(self.holds):
+            self.holds.pop(key).close()
+        if self.feeds is not None:
+            await self.feeds.close()
 
     def _in_use(self, key: tuple[str, str, int]) -> bool:
         lock = self.locks.get(key)
@@ -286,8 +312,7 @@ class ShareGroups:
             return ErrorCode.NON_EMPTY_GROUP
         self.groups.pop(group_id, None)
         for key in [key for key in self.partitions if key[0] == group_id]:
-            del self.partitions[key]
-            self.locks.pop(key, None)
+            self._drop(key)
         if self.store is not None:
             await self.store.delete_group(group_id)
         return ErrorCode.NONE
@@ -363,15 +388,39 @@ class ShareGroups:
                 first = log_start if earliest else log_end
                 found = SharePartition(first, first, *limits)
             found.topic_id = topic_id
+            if self.feeds is not None:
+                found.disown()  # the broker hands the gateway what is its
+                old = self.holds.pop(key, None)
+                if old is not None:
+                    old.close()
             self.partitions[key] = found
         found.lock_seconds = lock_seconds  # a group config changed lately applies at once
         found.skip_to(log_start)
         return found
 
+    async def hold(self, key: tuple[str, str, int], log: PartitionLog) -> BrokerHold | None:
+        """The share partition's hold on the broker's entries (opened on first use), when
+        the broker dispatches; None when the gateway does."""
+        if self.feeds is None:
+            return None
+        found = self.holds.get(key)
+        if found is None:
+            earliest = self._auto_offset_reset(key[0]) == "earliest"
+            found = BrokerHold(await self.feeds.open(key[0], log, earliest))
+            self.holds[key] = found
+        found.feed.follow(log)
+        return found
+
     async def save(self, key: tuple[str, str, int]) -> None:
+        """Store the share partition's state; then (the broker dispatching) settle and give
+        back its entries as it says: an acknowledgement lost to a crash between the two
+        brings a settled entry again (at least once), never loses one."""
         partition = self.partitions.get(key)
         if partition is not None and self.store is not None:
             await self.store.save(key[0], _partition_topic(key), partition.state())
+        hold = self.holds.get(key)
+        if partition is not None and hold is not None:
+            hold.reconcile(partition)
 
     # ---- share group offsets (DescribeShareGroupOffsets and its kin) -----------------------
 
@@ -392,8 +441,10 @@ class ShareGroups:
         if self.store is None:
             return
         async with self.lock(key):
-            await self.store.save(key[0], _partition_topic(key), ShareState(start, start))
-            self.partitions.pop(key, None)
+            # the broker dispatching, entries it hands below the new start are settled
+            state = ShareState(start, start, floor=start if self.feeds is not None else 0)
+            await self.store.save(key[0], _partition_topic(key), state)
+            self._drop(key)
 
     async def forget(self, key: tuple[str, str, int]) -> None:
         """DeleteShareGroupOffsets: the group's state of the partition goes; it starts
@@ -402,7 +453,7 @@ class ShareGroups:
             return
         async with self.lock(key):
             await self.store.delete(key[0], _partition_topic(key))
-            self.partitions.pop(key, None)
+            self._drop(key)
 
 
 def _partition_topic(key: tuple[str, str, int]) -> str:

@@ -21,7 +21,13 @@ from pulsar_gateway.kafka_codec.errors import ErrorCode
 # Kafka's record states and acknowledge types
 AVAILABLE, ACQUIRED, ACKNOWLEDGED, ARCHIVED = 0, 1, 2, 4
 GAP, ACCEPT, RELEASE, REJECT = 0, 1, 2, 3
-DONE = (ACKNOWLEDGED, ARCHIVED)
+# not Kafka's, when the broker dispatches (docs/share-groups.md, "The broker dispatches"):
+# OTHER, a record the broker did not hand the gateway (another consumer's); RETURNING, one
+# the gateway gave back or held before a restart, which the broker hands out again: kept
+# with its delivery count for a lock duration, then another's
+OTHER, RETURNING = 5, 6
+DONE = (ACKNOWLEDGED, ARCHIVED, OTHER)
+SETTLED = (ACKNOWLEDGED, ARCHIVED)
 
 
 @dataclass
@@ -57,6 +63,9 @@ class SharePartition:
         self.lock_seconds = lock_seconds
         self.delivery_limit = delivery_limit
         self.max_in_flight = max_in_flight
+        # the broker dispatching: records below it were settled by the offsets admin
+        # (AlterShareGroupOffsets), never taken again when the broker hands them
+        self.floor = 0
         # the Kafka topic id it was read for: a topic deleted and created again on the same
         # Pulsar topics (a backend that deletes) is another topic (share_groups.py)
         self.topic_id = ""
@@ -70,9 +79,10 @@ class SharePartition:
         """From stored state: an acquired record's lock did not survive, so it is
         available again (archived if its deliveries are used up)."""
         partition = cls(state.start, state.end, lock_seconds, delivery_limit, max_in_flight)
+        partition.floor = state.floor
         for run in state.runs:
             status = run.state
-            if status == ACQUIRED:
+            if status in (ACQUIRED, RETURNING):  # (the broker's dispatch disowns them again)
                 status = ARCHIVED if run.delivery_count >= delivery_limit else AVAILABLE
             for offset in range(max(run.first, state.start), min(run.last + 1, state.end)):
                 partition.records[offset] = InFlight(status, run.delivery_count)
@@ -91,17 +101,25 @@ class SharePartition:
                 runs[-1] = ShareRun(last.first, offset, *stored)
             else:
                 runs.append(ShareRun(offset, offset, *stored))
-        return ShareState(self.start, self.end, tuple(runs))
+        return ShareState(self.start, self.end, tuple(runs), self.floor)
 
     # ---- time ---------------------------------------------------------------------------
 
     def expire(self, now: float) -> bool:
-        """Release every record whose lock lapsed; whether any did."""
+        """Release every record whose lock lapsed; whether any did. A record returning to
+        the broker that did not come back to the gateway within a lock duration went to
+        another consumer."""
         changed = False
         for record in self.records.values():
             if record.state == ACQUIRED and record.deadline <= now:
                 self._release(record)
                 changed = True
+            elif record.state == RETURNING:
+                if not record.deadline:
+                    record.deadline = now + self.lock_seconds
+                elif record.deadline <= now:
+                    record.state = OTHER
+                    changed = True
         if changed:
             self._advance_start()
         return changed
@@ -220,6 +238,98 @@ class SharePartition:
                 changed = True
         self._advance_start()
         return changed
+
+    # ---- the broker dispatches (docs/share-groups.md) -------------------------------------
+
+    def disown(self) -> None:
+        """Nothing unsettled is the gateway's until the broker hands it over (a new consumer
+        of the subscription: after a restart, or the partition coming here): what was in
+        flight is returning, its delivery counts kept for when the broker hands it again."""
+        for record in self.records.values():
+            if record.state in (AVAILABLE, ACQUIRED):
+                record.state, record.member, record.deadline = RETURNING, "", 0.0
+
+    def take_handed(self, first: int, count: int, redelivery_count: int) -> bool:
+        """The broker handed the gateway the records `first`..`first + count - 1`: each that
+        was another's becomes available, its delivery count at least the broker's
+        redelivery count (archived when that reached the limit). One the gateway holds or
+        settled already stays as it is. Records below `start` came back from another
+        consumer (or the gateway's acknowledgement was lost: at least once) and are taken
+        again, except those below `floor` (the offsets admin settled them) and those of an
+        entry whose later records the gateway knows (it settled the first ones itself:
+        the entry came back whole). Whether anything changed."""
+        last = first + count
+        if count <= 0:
+            return False
+        known = any(
+            self.records[o].state != OTHER
+            for o in range(max(first, self.start), min(last, self.end))
+        )
+        if known or first < self.floor:
+            first = max(first, self.start if known else self.floor)
+        if first >= last:
+            return False
+        if first < self.start:
+            for offset in range(first, self.start):
+                self.records[offset] = InFlight(OTHER, 0)
+            self.start = first
+        for offset in range(self.end, last):
+            self.records[offset] = InFlight(OTHER, 0)
+        self.end = max(self.end, last)
+        changed = False
+        for offset in range(first, last):
+            record = self.records[offset]
+            if record.state not in (OTHER, RETURNING):
+                continue
+            record.delivery_count = max(record.delivery_count, redelivery_count)
+            limited = record.delivery_count >= self.delivery_limit
+            record.state = ARCHIVED if limited else AVAILABLE
+            changed = True
+        self._advance_start()
+        return changed
+
+    def entry_state(self, first: int, count: int) -> int:
+        """Of an entry the gateway holds: SETTLED's first when every record is settled (it
+        can be acknowledged), AVAILABLE when every record is (none held, none settled: it
+        can go back whole), ACQUIRED else."""
+        states = [
+            self.records[o].state if o in self.records and o >= self.start else ACKNOWLEDGED
+            for o in range(first, first + count)
+        ]
+        if all(state in DONE for state in states):
+            return ACKNOWLEDGED
+        if all(state == AVAILABLE for state in states):
+            return AVAILABLE
+        return ACQUIRED
+
+    def give_back(self, first: int, count: int) -> None:
+        """The entry went back to the broker: its records are returning to it."""
+        for offset in range(max(first, self.start), min(first + count, self.end)):
+            record = self.records[offset]
+            if record.state == AVAILABLE:
+                record.state, record.deadline = RETURNING, 0.0
+        self._advance_start()
+
+    def archive(self, offsets: Iterable[int]) -> bool:
+        """Archive available offsets that hold no record to deliver (gaps); whether any."""
+        changed = False
+        for offset in offsets:
+            record = self.records.get(offset)
+            if record is not None and offset >= self.start and record.state == AVAILABLE:
+                record.state = ARCHIVED
+                changed = True
+        self._advance_start()
+        return changed
+
+    def available_in(self, ranges: Iterable[tuple[int, int]]) -> list[int]:
+        """The available offsets within the (first, count) ranges, ascending."""
+        out = [
+            offset
+            for first, count in ranges
+            for offset in range(max(first, self.start), min(first + count, self.end))
+            if self.records[offset].state == AVAILABLE
+        ]
+        return sorted(out)
 
     # ---- inside -------------------------------------------------------------------------
 

@@ -31,18 +31,22 @@ def _folder(group_id: str) -> str:
 
 
 def state_record(state: ShareState) -> dict[str, Any]:
-    return {
+    record: dict[str, Any] = {
         "start": state.start,
         "end": state.end,
         "runs": [[run.first, run.last, run.state, run.delivery_count] for run in state.runs],
     }
+    if state.floor:  # only where the offsets admin set one (broker dispatch)
+        record["floor"] = state.floor
+    return record
 
 
 def state_from(record: Any) -> ShareState | None:
     """The stored form read back; None for anything unreadable (started afresh)."""
     try:
         runs = tuple(ShareRun(*(int(value) for value in run)) for run in record["runs"])
-        return ShareState(int(record["start"]), int(record["end"]), runs)
+        floor = int(record.get("floor", 0))
+        return ShareState(int(record["start"]), int(record["end"]), runs, floor)
     except (KeyError, TypeError, ValueError):
         return None
 

@@ -25,7 +25,9 @@ from pulsar_gateway.handlers.kafka.authorization import group_allowed
 from pulsar_gateway.handlers.kafka.context import KafkaContext
 from pulsar_gateway.handlers.kafka.port import PartitionLog, StorageError
 from pulsar_gateway.handlers.kafka.read_committed import below_stable
+from pulsar_gateway.handlers.kafka.share_broker import BrokerHold
 from pulsar_gateway.handlers.kafka.share_groups import ShareGroups, ShareSession
+from pulsar_gateway.handlers.kafka.share_partition import Acquired, SharePartition
 from pulsar_gateway.handlers.kafka.topic_lookup import find_topic, open_partition, topic_with_id
 from pulsar_gateway.kafka_codec.control_batch import MARKER, TXN, parse_txn_value
 from pulsar_gateway.kafka_codec.entry_format import BATCH, FETCH_CODECS, encode_entries
@@ -191,6 +193,21 @@ async def _fetch_one(
     async with groups.lock(key):
         partition = groups.partition(key, log.log_start, log.next_offset, topic_id)
         changed = partition.expire(groups.clock())
+        hold = await groups.hold(key, log)
+        if hold is not None:  # the broker dispatches: only what it handed the gateway
+            return await _fetch_handed(
+                groups,
+                key,
+                partition,
+                hold,
+                changed,
+                log,
+                member_id,
+                max_bytes,
+                max_records,
+                codec,
+                deferred,
+            )
         offset = partition.next_wanted()
         entries: list[LogEntry] = []
         committed = groups.read_committed(key[0])
@@ -208,6 +225,59 @@ async def _fetch_one(
         if acquired or changed or read_end or key in deferred:
             deferred.pop(key, None)
             await groups.save(key)
+    return _answer_records(entries, acquired, codec)
+
+
+async def _fetch_handed(
+    groups: ShareGroups,
+    key: Key,
+    partition: SharePartition,
+    hold: BrokerHold,
+    changed: bool,
+    log: PartitionLog,
+    member_id: str,
+    max_bytes: int,
+    max_records: int,
+    codec: int | None,
+    deferred: dict[Key, Where],
+) -> tuple[Any, list[dict[str, int]]]:
+    """`_fetch_one` when the broker dispatches (share_broker.py): take what the broker
+    handed the gateway, acquire the available records of the entries it holds. Called
+    under the share partition's lock."""
+    # what was released (lately, or by a lapsed lock) goes back to the broker first, which
+    # hands it to any consumer of the subscription: this gateway or another
+    hold.reconcile(partition, settle=False)
+    handed = hold.take(partition, max_records, groups.settings.max_in_flight)
+    available = partition.available_in(hold.ranges())
+    committed = groups.read_committed(key[0])
+    limit = log.last_stable_offset if committed else log.next_offset
+    entries: list[LogEntry] = []
+    if available and available[0] < limit:
+        entries = await log.read(max(available[0], log.log_start), max(max_bytes, 1))
+    aborted = None
+    if committed:  # decided transactions only, and none of an aborted one's records
+        entries = below_stable(entries, limit)
+        if entries:
+            end = entries[-1].offset + records_in(entries[-1].message)
+            aborted = log.aborted_transactions(entries[0].offset, end)
+    records, read_end = _present(entries, aborted)
+    # a transaction marker, an aborted transaction's record: the broker hands out their
+    # entries too; archived as gaps, so that the entry can be settled
+    kept = set(records)
+    gaps = partition.archive([o for o in available if o < read_end and o not in kept])
+    wanted = set(available)
+    present = [offset for offset in records if offset in wanted]
+    acquired = partition.acquire(present, 0, member_id, groups.clock(), max_records)
+    if acquired or changed or handed or gaps or key in deferred:
+        deferred.pop(key, None)
+        await groups.save(key)
+    return _answer_records(entries, acquired, codec)
+
+
+def _answer_records(
+    entries: list[LogEntry], acquired: list[Acquired], codec: int | None
+) -> tuple[Any, list[dict[str, int]]]:
+    """The stored batches holding the acquired records, and the acquired ranges."""
     if not acquired:
         return b"", []
     wanted = [(a.first, a.last) for a in acquired]
@@ -313,7 +383,11 @@ async def share_fetch(
                 metrics.BYTES_OUT.labels(name).inc(len(records))
                 max_bytes = max(max_bytes - len(records), 0)
             else:
-                waits.append(log.data_future())
+                hold = groups.holds.get(key)
+                if hold is not None:
+                    waits.append(hold.future(groups.settings.max_in_flight))
+                else:
+                    waits.append(log.data_future())
             out[(topic_id, index)] = part
             if got >= max_records or max_bytes <= 0:
                 break
