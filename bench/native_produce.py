@@ -29,6 +29,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from bench.flame import Flame, flame_graph
 from bench.kafka_throughput import (
     create_topic,
     kafka_consume,
@@ -100,8 +101,11 @@ def run_one(choice: str, args: argparse.Namespace, scratch: Path) -> dict[str, A
         cpu: dict[str, float] = {}
         alone: dict[str, float] = {}
         collapsed = args.out.with_name(f"{args.out.name}-{choice}.txt") if args.profile else None
+        svg = args.out.with_name(f"{args.out.name}-{choice}.svg") if args.flame_graphs else None
+        flaming = flame_graph(gw_pid, svg) if svg else contextlib.nullcontext(Flame())
         with (
             profiled(gw_pid, collapsed),
+            flaming as flame,
             measured(servers, cpu, "produce"),
             measured([gw_pid], alone, "produce"),
             measured([gateway.broker_pid()], alone, "broker"),
@@ -118,6 +122,10 @@ def run_one(choice: str, args: argparse.Namespace, scratch: Path) -> dict[str, A
         }
         if collapsed is not None and collapsed.exists():
             result["profile"] = summarise(collapsed)
+        if flame.path is not None:
+            result["flame_graph"] = str(flame.path)
+        elif flame.error is not None:
+            result["flame_graph_error"] = flame.error
         gateway.stop()
         gateway.start()
         cold = kafka_consume(gateway.bootstrap, "bench", parts, n)
@@ -138,6 +146,9 @@ def main() -> None:
     parser.add_argument("--size", type=int, default=100)
     parser.add_argument("--partitions", type=int, default=3)
     parser.add_argument("--profile", action="store_true", help="py-spy under each produce")
+    parser.add_argument(
+        "--flame-graphs", action="store_true", help="a py-spy SVG of each gateway's produce"
+    )
     parser.add_argument("--out", type=Path, default=Path("reports/native-produce"))
     parser.add_argument("--only", choices=CHOICES, help="one setting only")
     args = parser.parse_args()
@@ -167,6 +178,8 @@ def print_numbers(title: str, numbers: dict[str, Any], width: int) -> None:
                 print(f"  profile, {kind}:")
                 for function, share in rows:
                     print(f"    {share:6.1%}  {function}")
+        elif isinstance(value, str):
+            print(f"  {name:{width}} {value}")
         else:
             print(f"  {name:{width}} {value:12,.2f}")
 

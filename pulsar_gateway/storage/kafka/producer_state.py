@@ -21,6 +21,7 @@ checkpoint and replays the messages after it, as it does for its offsets.
 from __future__ import annotations
 
 from collections import OrderedDict, deque
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -28,6 +29,7 @@ from pulsar_gateway.gateway.messages import (
     RECORDS,
     OutMessage,
     ProducedBatch,
+    RecordMessages,
     StoredMessage,
     records_in,
 )
@@ -42,7 +44,9 @@ MAX_PRODUCERS = 1000  # per partition; the least recently seen is forgotten beyo
 SEQUENCE_WRAP = 1 << 31
 
 
-def stamp(messages: list[OutMessage], producer: ProducerStamp, skip: int = 0) -> list[OutMessage]:
+def stamp(
+    messages: Sequence[OutMessage], producer: ProducerStamp, skip: int = 0
+) -> list[OutMessage]:
     """The messages of one idempotent batch after its first `skip` records, stamped (copies:
     the caller's messages and their properties are left as they were)."""
     value = (
@@ -62,13 +66,15 @@ def stamp(messages: list[OutMessage], producer: ProducerStamp, skip: int = 0) ->
     return out
 
 
-def produced(messages: list[OutMessage], encoded: bytes | memoryview) -> ProducedBatch:
+def produced(messages: Sequence[OutMessage], encoded: bytes | memoryview) -> ProducedBatch:
     """The Kafka batch `encoded`, whose records are `messages` (one each), with what an item
     standing for all of them carries (messages.WHOLE_ENTRY): the record count and the stamps
     the tailer numbers by, the same on every message (an idempotent producer's, a
     transaction's) but `FROM`, on the first only. The writer adds `__gw.seq`."""
     properties = {BATCH: "2", RECORDS: str(len(messages))}
-    first = messages[0].properties
+    # messages not made yet hold none of these stamps (`stamp` and a transaction's make them)
+    unmade = isinstance(messages, RecordMessages) and not messages.looked_at
+    first = None if unmade else messages[0].properties
     if first:
         for name in (PRODUCER, FROM, TXN):
             value = first.get(name)

@@ -1,0 +1,283 @@
+"""A produced Kafka batch's records straight into a Pulsar batched entry's bytes, one pass.
+
+The `pulsar` entry format stores each record as a message of ONE batched entry per Kafka
+batch (docs/pulsar-protocol.md, "Batched entries" and "One pass"). Making a Python message
+object per record (record_messages.py) and then the entry's bytes from those objects
+(native_writer.entries) was most of the gateway's produce time; here the record's bytes
+become its single-message metadata and payload at once, as `entries` would write them from
+the messages `decode_messages` makes: the same fields in the same order (properties, the
+key as partition key, the event time, the key again as ordering key, the null value mark,
+the payload size), so the entry is byte for byte the one the long way builds and
+docs/pulsar-mapping.md holds unchanged. Only the writer's `__gw.seq` stamp (each message's
+first field) and the size word before it are left for the writer, which alone knows the
+sequence (`PrebuiltEntry`).
+
+The common records (no headers; no key, or a short ASCII one; a value) are written inline,
+with the event time and value size fields a batch repeats made once; any other record is
+mapped by `to_message` and written from that message, so the mapping has one definition.
+A batch whose base timestamp is near the int64 limits is not prebuilt (its timestamps wrap
+as Java's do: `decode_messages`' long way). Input is refused exactly as `decode_messages`
+refuses it, with the same errors (tests/unit/test_record_entry.py holds both to that).
+"""
+
+from __future__ import annotations
+
+import functools
+
+from pulsar_gateway.gateway.messages import OutMessage, PrebuiltEntry, RecordMessages
+from pulsar_gateway.kafka_codec.errors import ErrorCode
+from pulsar_gateway.kafka_codec.record_codec import (
+    TS_SAFE,
+    ZIGZAG_BYTE,
+    RecordBatchError,
+    decode_headers,
+    length_slow,
+    timestamp_slow,
+    varint_slow,
+)
+from pulsar_gateway.kafka_codec.record_mapping import CODEC, to_message
+from pulsar_gateway.kafka_codec.record_messages import decode_messages
+
+# SingleMessageMetadata (PulsarApi.proto) field keys: properties 1, partition_key 2,
+# payload_size 3, event_time 5, ordering_key 7, null_value 9
+_PROPERTIES = b"\x0a"
+_PARTITION_KEY = b"\x12"
+_PAYLOAD_SIZE = b"\x18"
+_EVENT_TIME = b"\x28"
+_ORDERING_KEY = b"\x3a"
+_NULL_VALUE = b"\x48\x01"
+# a short key's field heads, by its length: partition key, ordering key
+_PARTITION_KEY_HEADS = tuple(_PARTITION_KEY + bytes((n,)) for n in range(0x80))
+_ORDERING_KEY_HEADS = tuple(_ORDERING_KEY + bytes((n,)) for n in range(0x80))
+
+
+def _varint(value: int) -> bytes:
+    """An unsigned protobuf varint (what the fields' lengths and times are)."""
+    out = bytearray()
+    while value >= 0x80:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def encode_property(name: str, value: str) -> bytes:
+    """One property as a KeyValue field of a single message's metadata."""
+    raw_name = name.encode("utf-8", "surrogateescape")
+    raw_value = value.encode("utf-8", "surrogateescape")
+    pair = b"".join(
+        (b"\x0a", _varint(len(raw_name)), raw_name, b"\x12", _varint(len(raw_value)), raw_value)
+    )
+    return _PROPERTIES + _varint(len(pair)) + pair
+
+
+def message_metadata(message: OutMessage, extra_properties: bytes = b"") -> bytes:
+    """A message's single-message metadata after the stamp, its payload size field last:
+    what native_writer.entries writes for it. `extra_properties`: encoded properties added
+    after the message's own (the codec mark)."""
+    parts = [encode_property(name, value) for name, value in (message.properties or {}).items()]
+    parts.append(extra_properties)
+    if message.key:
+        raw = message.key.encode("utf-8", "surrogateescape")
+        parts += (_PARTITION_KEY, _varint(len(raw)), raw)
+    if message.event_time > 0:
+        parts += (_EVENT_TIME, _varint(message.event_time))
+    if message.key:
+        parts += (_ORDERING_KEY, _varint(len(raw)), raw)
+    if message.payload is None:
+        parts.append(_NULL_VALUE)
+    parts += (_PAYLOAD_SIZE, _varint(len(message.payload or b"")))
+    return b"".join(parts)
+
+
+def mark_codec(messages: list[OutMessage], codec: int) -> list[OutMessage]:
+    """The producer's codec on every message of a compressed batch (entry_format.CODEC)."""
+    if codec:
+        for message in messages:
+            message.properties = {**(message.properties or {}), CODEC: str(codec)}
+    return messages
+
+
+def _made(buf: bytes, count: int, base_ts: int, codec: int) -> list[OutMessage]:
+    return mark_codec(decode_messages(buf, count, base_ts), codec)
+
+
+def record_messages(buf: bytes, count: int, base_ts: int, codec: int) -> RecordMessages:
+    """The `count` records of a batch body (uncompressed, or inflated: `codec` is the
+    batch's) as `pulsar`-format messages, prebuilt as an entry; checked as
+    `decode_messages` checks them. IndexError means truncated input."""
+    if not -TS_SAFE < base_ts < TS_SAFE:
+        return RecordMessages.of(_made(buf, count, base_ts, codec))
+    prebuilt, values = build_entry(buf, count, base_ts, codec)
+    return RecordMessages(
+        count, functools.partial(_made, buf, count, base_ts, codec), prebuilt, values
+    )
+
+
+def build_entry(buf: bytes, count: int, base_ts: int, codec: int) -> tuple[PrebuiltEntry, int]:
+    """The prebuilt entry of the `count` records of `buf`, and their values' bytes.
+    The parse is `decode_messages`' (kept in step with it: the differential tests)."""
+    zz = ZIGZAG_BYTE
+    slow = varint_slow
+    join = b"".join
+    pk_heads = _PARTITION_KEY_HEADS
+    ok_heads = _ORDERING_KEY_HEADS
+    codec_field = encode_property(CODEC, str(codec)) if codec else b""
+    # the fields a batch repeats: event time -> its field, value size -> its field
+    times: dict[int, bytes] = {}
+    value_sizes: dict[int, bytes] = {}
+    parts: list[bytes] = []
+    sizes: list[int] = []
+    add_size = sizes.append
+    values = 0
+    limit = len(buf)
+    pos = 0
+    bad_at = bad_delta = -1  # the first record whose offset delta is not its index, and it
+    for index in range(count):
+        # record length
+        b = buf[pos]
+        if b < 128:
+            size = zz[b]
+            pos += 1
+        else:
+            c = buf[pos + 1]
+            if c < 128:
+                u = (b & 127) | (c << 7)
+                size = (u >> 1) ^ -(u & 1)
+                pos += 2
+            else:
+                size, pos = slow(buf, pos, 5)
+        end = pos + size
+        if size < 6 or end > limit:
+            raise RecordBatchError(f"record length {size} out of range")
+        pos += 1  # record attributes: unused by every Kafka version so far
+        # timestamp delta
+        b = buf[pos]
+        if b < 128:
+            ts = base_ts + zz[b]
+            pos += 1
+        else:
+            ts, pos = timestamp_slow(buf, pos, base_ts)
+        # offset delta
+        b = buf[pos]
+        if b < 128:
+            delta = zz[b]
+            pos += 1
+        else:
+            c = buf[pos + 1]
+            if c < 128:
+                u = (b & 127) | (c << 7)
+                delta = (u >> 1) ^ -(u & 1)
+                pos += 2
+            else:
+                delta, pos = slow(buf, pos, 5)
+        if delta != index and bad_at < 0:
+            bad_at, bad_delta = index, delta
+        # key
+        b = buf[pos]
+        if b == 1:
+            key = None
+            pos += 1
+        elif b < 128 and not b & 1:
+            pos += 1
+            key = buf[pos : pos + (b >> 1)]
+            pos += b >> 1
+        else:
+            n, pos = length_slow(buf, pos)
+            if n < 0:
+                key = None
+            else:
+                key = buf[pos : pos + n]
+                pos += n
+        # value
+        b = buf[pos]
+        if b == 1:
+            value = None
+            pos += 1
+        elif b < 128:
+            if b & 1:
+                raise RecordBatchError(f"negative value length {zz[b]}")
+            pos += 1
+            value = buf[pos : pos + (b >> 1)]
+            pos += b >> 1
+        else:
+            c = buf[pos + 1]
+            if c < 128 and not b & 1:
+                n = ((b & 127) | (c << 7)) >> 1
+                pos += 2
+                value = buf[pos : pos + n]
+                pos += n
+            else:
+                n, pos = length_slow(buf, pos)
+                if n < 0:
+                    value = None
+                else:
+                    value = buf[pos : pos + n]
+                    pos += n
+        # headers, then the message's metadata
+        if buf[pos] == 0:
+            pos += 1
+            if pos != end:
+                raise RecordBatchError(f"record length {size} does not match its fields")
+            if value is None:
+                fields = _common_fields(key, value, ts, codec_field)
+                value = b""
+            else:
+                time_field = times.get(ts)
+                if time_field is None:
+                    time_field = times[ts] = _EVENT_TIME + _varint(ts) if ts > 0 else b""
+                n = len(value)
+                size_field = value_sizes.get(n)
+                if size_field is None:
+                    size_field = value_sizes[n] = _PAYLOAD_SIZE + _varint(n)
+                if key is None:
+                    fields = codec_field + time_field + size_field
+                elif 0 < len(key) < 0x80 and key.isascii():
+                    k = len(key)  # partition key, time, ordering key, payload size
+                    fields = join(
+                        (codec_field, pk_heads[k], key, time_field, ok_heads[k], key, size_field)
+                    )
+                else:
+                    fields = _common_fields(key, value, ts, codec_field)
+                values += n
+        else:
+            headers, pos = decode_headers(buf, pos)
+            if pos != end:
+                raise RecordBatchError(f"record length {size} does not match its fields")
+            fields = message_metadata(to_message(key, value, ts, headers), codec_field)
+            if value is None:
+                value = b""
+            values += len(value)
+        parts += (b"", b"", fields, value)
+        add_size(len(fields))
+    if pos != limit:
+        raise RecordBatchError(f"{limit - pos} bytes left over after {count} records")
+    if bad_at >= 0:
+        raise RecordBatchError(
+            f"record {bad_at} has offset delta {bad_delta}", ErrorCode.INVALID_RECORD
+        )
+    return PrebuiltEntry(parts, sizes, sum(sizes) + values), values
+
+
+def _common_fields(key: bytes | None, value: bytes | None, ts: int, codec_field: bytes) -> bytes:
+    """A headerless record's metadata fields; the long way (`to_message`) for a key that
+    is empty or not UTF-8."""
+    if key:
+        try:
+            key.decode("utf-8")
+        except UnicodeDecodeError:
+            return message_metadata(to_message(key, value, ts, []), codec_field)
+    elif key is not None:  # empty: base64, marked
+        return message_metadata(to_message(key, value, ts, []), codec_field)
+    parts = [codec_field]
+    if key:
+        key_size = _varint(len(key))
+        parts += (_PARTITION_KEY, key_size, key)
+    if ts > 0:
+        parts += (_EVENT_TIME, _varint(ts))
+    if key:
+        parts += (_ORDERING_KEY, key_size, key)
+    if value is None:
+        parts.append(_NULL_VALUE)
+    parts += (_PAYLOAD_SIZE, _varint(0 if value is None else len(value)))
+    return b"".join(parts)
