@@ -10,12 +10,18 @@ alone) per record; then pulsar-client direct on that gateway's broker. `--profil
 py-spy under each gateway's produce and prints the functions that hold the most samples
 (self and inclusive), with collapsed stacks and a flame graph beside `--out`.
 
-    python -m bench.native_produce [--records 100000] [--size 100] [--profile]
+    python -m bench.native_produce [--records 100000] [--size 100] [--profile] [--flame-graphs]
+
+`--flame-graphs` writes a py-spy SVG of each gateway's produce (`{out}-{setting}.svg`), and
+the results name them with the committed "before" capture (`BEFORE`: the native produce
+path before it was built in one pass), so `make bench`'s report shows the produce path's
+flame graphs before and after side by side (`sections`).
 """
 
 from __future__ import annotations
 
 import argparse
+import base64
 import collections
 import contextlib
 import json
@@ -38,8 +44,17 @@ from bench.kafka_throughput import (
     pulsar_direct,
 )
 from harness.gateway_process import GatewayProcess
+from pulsar_gateway.tools.html_report import esc, table
 
 CHOICES = ("pulsar-client", "native")
+# The native produce path's flame graph before its one-pass build (this bench with
+# --flame-graphs at commit 6ff0e35, 100k records, load average 1.9): what `sections` shows
+# as "before" beside this run's.
+BEFORE = Path(__file__).resolve().parent / "flames" / "native-produce-before-6ff0e35.svg"
+BEFORE_NOTE = (
+    "native setting at commit 6ff0e35, before the one-pass build: 12.2 us of gateway CPU a "
+    "record, 0.67x of pulsar-client direct (py-spy attached)"
+)
 
 
 @contextlib.contextmanager
@@ -161,6 +176,13 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as scratch:
         for choice in [args.only] if args.only else CHOICES:
             results[choice] = run_one(choice, args, Path(scratch))
+    results["ratios"] = {
+        f"produce ({choice} setting) vs pulsar-client direct": results[choice]["produce_vs_direct"]
+        for choice in CHOICES
+        if choice in results
+    }
+    if args.flame_graphs and BEFORE.exists():
+        results["before"] = {"flame_graph": str(BEFORE), "note": BEFORE_NOTE}
     args.out.with_suffix(".json").write_text(json.dumps(results, indent=2))
     for choice in CHOICES:
         numbers = results.get(choice)
@@ -182,6 +204,44 @@ def print_numbers(title: str, numbers: dict[str, Any], width: int) -> None:
             print(f"  {name:{width}} {value}")
         else:
             print(f"  {name:{width}} {value:12,.2f}")
+
+
+def sections(results: dict[str, Any]) -> list[str]:
+    """The part's HTML in `make bench`'s report: each setting's numbers beside pulsar-client
+    direct's (same run), then the produce path's flame graphs, before and after."""
+    rows = []
+    for choice in CHOICES:
+        numbers = results.get(choice) or {}
+        if numbers:
+            row: dict[str, Any] = {"setting": choice}
+            row.update({k: round(v, 2) for k, v in numbers.items() if isinstance(v, int | float)})
+            rows.append(row)
+    out = [
+        f"<p>{results.get('records', 0):,} records of {results.get('size', 0)} B, "
+        f"{results.get('partitions', 0)} partitions, confluent-kafka acks=all; per setting a "
+        "gateway of its own, then pulsar-client's bare batched producer and reader straight "
+        "to that gateway's broker (the peer, same run).</p>",
+        table(rows),
+    ]
+    graphs = [
+        ("before: " + str((results.get("before") or {}).get("note", "")), results.get("before")),
+        ("after: native setting, this run", results.get("native")),
+        ("pulsar-client setting, this run", results.get("pulsar-client")),
+    ]
+    shown = []
+    for title, numbers in graphs:
+        path = Path((numbers or {}).get("flame_graph") or "")
+        if not path.is_file():
+            continue
+        data = base64.b64encode(path.read_bytes()).decode()
+        shown.append(
+            f'<h4>{esc(title)}</h4><img style="width:100%" alt="flame graph, {esc(title)}" '
+            f'src="data:image/svg+xml;base64,{data}"/>'
+        )
+    if shown:
+        out.append("<h3>The gateway's produce path (py-spy), before and after</h3>")
+        out += shown
+    return out
 
 
 if __name__ == "__main__":

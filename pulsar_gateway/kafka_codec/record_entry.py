@@ -126,10 +126,10 @@ def build_entry(buf: bytes, count: int, base_ts: int, codec: int) -> tuple[Prebu
     # the fields a batch repeats: event time -> its field, value size -> its field
     times: dict[int, bytes] = {}
     value_sizes: dict[int, bytes] = {}
-    parts: list[bytes] = []
-    sizes: list[int] = []
-    add_size = sizes.append
-    values = 0
+    metadata: list[bytes] = []  # a message's fields (after the stamp) each
+    payloads: list[bytes] = []
+    add_fields = metadata.append
+    add_payload = payloads.append
     limit = len(buf)
     pos = 0
     bad_at = bad_delta = -1  # the first record whose offset delta is not its index, and it
@@ -226,8 +226,7 @@ def build_entry(buf: bytes, count: int, base_ts: int, codec: int) -> tuple[Prebu
                 time_field = times.get(ts)
                 if time_field is None:
                     time_field = times[ts] = _EVENT_TIME + _varint(ts) if ts > 0 else b""
-                n = len(value)
-                size_field = value_sizes.get(n)
+                size_field = value_sizes.get(n := len(value))
                 if size_field is None:
                     size_field = value_sizes[n] = _PAYLOAD_SIZE + _varint(n)
                 if key is None:
@@ -239,7 +238,6 @@ def build_entry(buf: bytes, count: int, base_ts: int, codec: int) -> tuple[Prebu
                     )
                 else:
                     fields = _common_fields(key, value, ts, codec_field)
-                values += n
         else:
             headers, pos = decode_headers(buf, pos)
             if pos != end:
@@ -247,15 +245,19 @@ def build_entry(buf: bytes, count: int, base_ts: int, codec: int) -> tuple[Prebu
             fields = message_metadata(to_message(key, value, ts, headers), codec_field)
             if value is None:
                 value = b""
-            values += len(value)
-        parts += (b"", b"", fields, value)
-        add_size(len(fields))
+        add_fields(fields)
+        add_payload(value)
     if pos != limit:
         raise RecordBatchError(f"{limit - pos} bytes left over after {count} records")
     if bad_at >= 0:
         raise RecordBatchError(
             f"record {bad_at} has offset delta {bad_delta}", ErrorCode.INVALID_RECORD
         )
+    sizes = list(map(len, metadata))
+    values = sum(map(len, payloads))
+    parts = [b""] * (4 * count)  # each message's size word and stamp: the writer's
+    parts[2::4] = metadata
+    parts[3::4] = payloads
     return PrebuiltEntry(parts, sizes, sum(sizes) + values), values
 
 
