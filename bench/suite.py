@@ -394,7 +394,9 @@ def write_html(report: dict[str, Any], path: Path) -> None:
         if name in builders:
             sections += builders[name](results)
     sections.append('<h2 id="flame-graphs">Flame graphs of the gateway under load (py-spy)</h2>')
-    sections += flame_graphs(report) or ["<p>(none recorded)</p>"]
+    sections += flame_graphs(report) or [
+        "<p>(none recorded here; a part that shows its own is not repeated)</p>"
+    ]
     path.write_text(page("Pulsar Gateway benchmarks (make bench)", sections, report))
 
 
