@@ -101,10 +101,12 @@ class PrebuiltEntry(NamedTuple):
     """A produced Kafka batch's records as the payload of ONE Pulsar batched entry, built in
     one pass from the batch's bytes (kafka_codec/record_entry.py), but for what only the
     writer knows: each message's size word and first field, its `__gw.seq` stamp
-    (native_writer.prebuilt_entry fills them in). `parts` holds four items a message: the
-    size word's place, the stamp's place (both b""), the rest of its single-message
-    metadata (its payload size field last), its payload. `metadata_sizes`: the third
-    item's length, a message. `size`: the bytes of `parts` (the places empty)."""
+    (native_writer.prebuilt_entry fills them in), and the properties an idempotent
+    producer's stamps add (`RecordMessages.with_added`). `parts` holds six items a message:
+    the size word's place, the stamp's place, its own properties, the added properties'
+    place (b"" each place), the rest of its single-message metadata (its payload size
+    field last), its payload. `metadata_sizes`: the own properties' and the rest's length,
+    a message. `size`: the bytes of `parts` (the places empty)."""
 
     parts: list[bytes]
     metadata_sizes: list[int]
@@ -122,7 +124,7 @@ class RecordMessages(Sequence[OutMessage]):
     longer offered: `take_prebuilt` answers None and the writer builds from the messages.
     `len` and `payload_bytes` look at nothing."""
 
-    __slots__ = ("_count", "_make", "_made", "_prebuilt", "payload_bytes")
+    __slots__ = ("_count", "_make", "_made", "_prebuilt", "payload_bytes", "added", "added_first")
 
     def __init__(
         self,
@@ -136,6 +138,9 @@ class RecordMessages(Sequence[OutMessage]):
         self._made: list[OutMessage] | None = None
         self._prebuilt = prebuilt
         self.payload_bytes = payload_bytes  # the values' bytes, all records
+        # properties added after each message's own (`with_added`), and to the first only
+        self.added: dict[str, str] = {}
+        self.added_first: dict[str, str] = {}
 
     @classmethod
     def of(cls, messages: list[OutMessage]) -> RecordMessages:
@@ -143,6 +148,26 @@ class RecordMessages(Sequence[OutMessage]):
         made = cls(len(messages), list, None, sum(len(m.payload or b"") for m in messages))
         made._made = messages
         return made
+
+    def with_added(self, added: dict[str, str], first: dict[str, str]) -> RecordMessages:
+        """These messages with `added` after each one's own properties and `first` after
+        those on the first (an idempotent producer's stamps, storage/kafka/producer_state):
+        copies, as made, these left as they are; the prebuilt entry moves to the copy."""
+        original = self
+
+        def make() -> list[OutMessage]:
+            out = []
+            for index, message in enumerate(original.made()):
+                properties = {**(message.properties or {}), **added}
+                if index == 0:
+                    properties.update(first)
+                out.append(OutMessage(message.payload, message.key, properties, message.event_time))
+            return out
+
+        copy = RecordMessages(self._count, make, self.take_prebuilt(), self.payload_bytes)
+        copy.added = {**self.added, **added}
+        copy.added_first = {**self.added_first, **first}
+        return copy
 
     @property
     def looked_at(self) -> bool:

@@ -9,8 +9,8 @@ the messages `decode_messages` makes: the same fields in the same order (propert
 key as partition key, the event time, the key again as ordering key, the null value mark,
 the payload size), so the entry is byte for byte the one the long way builds and
 docs/pulsar-mapping.md holds unchanged. Only the writer's `__gw.seq` stamp (each message's
-first field) and the size word before it are left for the writer, which alone knows the
-sequence (`PrebuiltEntry`).
+first field), the size word before it and an idempotent producer's stamps (after the
+record's own properties) are left open, for the writer to fill in (`PrebuiltEntry`).
 
 The common records (no headers; no key, or a short ASCII one; a value) are written inline,
 with the event time and value size fields a batch repeats made once; any other record is
@@ -23,6 +23,7 @@ refuses it, with the same errors (tests/unit/test_record_entry.py holds both to 
 from __future__ import annotations
 
 import functools
+import operator
 
 from pulsar_gateway.gateway.messages import OutMessage, PrebuiltEntry, RecordMessages
 from pulsar_gateway.kafka_codec.errors import ErrorCode
@@ -71,12 +72,14 @@ def encode_property(name: str, value: str) -> bytes:
     return _PROPERTIES + _varint(len(pair)) + pair
 
 
-def message_metadata(message: OutMessage, extra_properties: bytes = b"") -> bytes:
-    """A message's single-message metadata after the stamp, its payload size field last:
-    what native_writer.entries writes for it. `extra_properties`: encoded properties added
-    after the message's own (the codec mark)."""
-    parts = [encode_property(name, value) for name, value in (message.properties or {}).items()]
-    parts.append(extra_properties)
+def message_metadata(message: OutMessage, extra_properties: bytes = b"") -> tuple[bytes, bytes]:
+    """A message's single-message metadata after the stamp, as native_writer.entries
+    writes it: its properties, then the rest (its payload size field last). Apart, as the
+    idempotent producer's stamps go between them (`RecordMessages.with_added`).
+    `extra_properties`: encoded properties added after the message's own (the codec)."""
+    properties = [encode_property(k, v) for k, v in (message.properties or {}).items()]
+    properties.append(extra_properties)
+    parts: list[bytes] = []
     if message.key:
         raw = message.key.encode("utf-8", "surrogateescape")
         parts += (_PARTITION_KEY, _varint(len(raw)), raw)
@@ -87,7 +90,7 @@ def message_metadata(message: OutMessage, extra_properties: bytes = b"") -> byte
     if message.payload is None:
         parts.append(_NULL_VALUE)
     parts += (_PAYLOAD_SIZE, _varint(len(message.payload or b"")))
-    return b"".join(parts)
+    return b"".join(properties), b"".join(parts)
 
 
 def mark_codec(messages: list[OutMessage], codec: int) -> list[OutMessage]:
@@ -126,8 +129,10 @@ def build_entry(buf: bytes, count: int, base_ts: int, codec: int) -> tuple[Prebu
     # the fields a batch repeats: event time -> its field, value size -> its field
     times: dict[int, bytes] = {}
     value_sizes: dict[int, bytes] = {}
-    metadata: list[bytes] = []  # a message's fields (after the stamp) each
+    properties: list[bytes] = []  # a message's properties each (after the stamp)
+    metadata: list[bytes] = []  # the rest of its metadata, its payload size field last
     payloads: list[bytes] = []
+    add_properties = properties.append
     add_fields = metadata.append
     add_payload = payloads.append
     limit = len(buf)
@@ -219,8 +224,9 @@ def build_entry(buf: bytes, count: int, base_ts: int, codec: int) -> tuple[Prebu
             pos += 1
             if pos != end:
                 raise RecordBatchError(f"record length {size} does not match its fields")
+            props = codec_field
             if value is None:
-                fields = _common_fields(key, value, ts, codec_field)
+                props, fields = _common_fields(key, value, ts, codec_field)
                 value = b""
             else:
                 time_field = times.get(ts)
@@ -230,21 +236,20 @@ def build_entry(buf: bytes, count: int, base_ts: int, codec: int) -> tuple[Prebu
                 if size_field is None:
                     size_field = value_sizes[n] = _PAYLOAD_SIZE + _varint(n)
                 if key is None:
-                    fields = codec_field + time_field + size_field
+                    fields = time_field + size_field
                 elif 0 < len(key) < 0x80 and key.isascii():
                     k = len(key)  # partition key, time, ordering key, payload size
-                    fields = join(
-                        (codec_field, pk_heads[k], key, time_field, ok_heads[k], key, size_field)
-                    )
+                    fields = join((pk_heads[k], key, time_field, ok_heads[k], key, size_field))
                 else:
-                    fields = _common_fields(key, value, ts, codec_field)
+                    props, fields = _common_fields(key, value, ts, codec_field)
         else:
             headers, pos = decode_headers(buf, pos)
             if pos != end:
                 raise RecordBatchError(f"record length {size} does not match its fields")
-            fields = message_metadata(to_message(key, value, ts, headers), codec_field)
+            props, fields = message_metadata(to_message(key, value, ts, headers), codec_field)
             if value is None:
                 value = b""
+        add_properties(props)
         add_fields(fields)
         add_payload(value)
     if pos != limit:
@@ -253,17 +258,21 @@ def build_entry(buf: bytes, count: int, base_ts: int, codec: int) -> tuple[Prebu
         raise RecordBatchError(
             f"record {bad_at} has offset delta {bad_delta}", ErrorCode.INVALID_RECORD
         )
-    sizes = list(map(len, metadata))
+    sizes = list(map(operator.add, map(len, properties), map(len, metadata)))
     values = sum(map(len, payloads))
-    parts = [b""] * (4 * count)  # each message's size word and stamp: the writer's
-    parts[2::4] = metadata
-    parts[3::4] = payloads
+    # each message's size word, stamp and added properties are the writer's
+    parts = [b""] * (6 * count)
+    parts[2::6] = properties
+    parts[4::6] = metadata
+    parts[5::6] = payloads
     return PrebuiltEntry(parts, sizes, sum(sizes) + values), values
 
 
-def _common_fields(key: bytes | None, value: bytes | None, ts: int, codec_field: bytes) -> bytes:
-    """A headerless record's metadata fields; the long way (`to_message`) for a key that
-    is empty or not UTF-8."""
+def _common_fields(
+    key: bytes | None, value: bytes | None, ts: int, codec_field: bytes
+) -> tuple[bytes, bytes]:
+    """A headerless record's properties and other metadata fields; the long way
+    (`to_message`) for a key that is empty or not UTF-8."""
     if key:
         try:
             key.decode("utf-8")
@@ -271,7 +280,7 @@ def _common_fields(key: bytes | None, value: bytes | None, ts: int, codec_field:
             return message_metadata(to_message(key, value, ts, []), codec_field)
     elif key is not None:  # empty: base64, marked
         return message_metadata(to_message(key, value, ts, []), codec_field)
-    parts = [codec_field]
+    parts: list[bytes] = []
     if key:
         key_size = _varint(len(key))
         parts += (_PARTITION_KEY, key_size, key)
@@ -282,4 +291,4 @@ def _common_fields(key: bytes | None, value: bytes | None, ts: int, codec_field:
     if value is None:
         parts.append(_NULL_VALUE)
     parts += (_PAYLOAD_SIZE, _varint(0 if value is None else len(value)))
-    return b"".join(parts)
+    return codec_field, b"".join(parts)

@@ -7,15 +7,19 @@ entry would be over the size limit."""
 
 from __future__ import annotations
 
+import dataclasses
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pulsar_gateway.gateway.backend.native_writer import entries, prebuilt_entry
 from pulsar_gateway.gateway.messages import ProducedBatch, RecordMessages
+from pulsar_gateway.handlers.kafka.port import ProducerStamp
 from pulsar_gateway.kafka_codec.record_batch import HEADER_SIZE, Record, encode_batch
 from pulsar_gateway.kafka_codec.record_codec import RecordBatchError
 from pulsar_gateway.kafka_codec.record_entry import mark_codec, record_messages
 from pulsar_gateway.kafka_codec.record_messages import decode_messages
+from pulsar_gateway.storage.kafka.producer_state import produced, stamp
 
 UNLIMITED = 1 << 40
 keys = (
@@ -60,27 +64,45 @@ def _one_pass(body: bytes, count: int, base_ts: int, codec: int) -> object:
         return "truncated"
 
 
+idempotent = st.none() | st.builds(
+    ProducerStamp, st.integers(0, 2**40), st.integers(0, 300), st.integers(0, 2**31 - 1)
+)
+
+
 @settings(max_examples=500, deadline=None)
-@given(records, st.sampled_from([0, 1, 3, 4]), sequences, st.booleans())
-def test_the_prebuilt_entry_is_the_one_entries_builds(fields, codec, first, whole) -> None:
+@given(records, st.sampled_from([0, 1, 3, 4]), sequences, st.booleans(), idempotent)
+def test_the_prebuilt_entry_is_the_one_entries_builds(
+    fields, codec, first, whole, producer
+) -> None:
+    """Also with an idempotent producer's stamps (storage's `stamp`), which the one pass
+    notes rather than makes the messages for."""
     body, base_ts = _body(fields)
     messages = mark_codec(decode_messages(body, len(fields), base_ts), codec)
-    produced = ProducedBatch(b"raw", {"x": "1"})
-    (expected,) = entries(messages, first, whole, UNLIMITED, produced)
-
     lazy = record_messages(body, len(fields), base_ts, codec)
+    if producer is not None:
+        producer = dataclasses.replace(
+            producer, last_sequence=producer.first_sequence + len(fields) - 1
+        )
+        messages = stamp(messages, producer)
+        lazy = stamp(lazy, producer)
+        assert isinstance(lazy, RecordMessages)
+        # what the tailer's item for the whole batch carries, without making a message
+        assert produced(lazy, b"raw") == produced(messages, b"raw")
+    produced_batch = ProducedBatch(b"raw", {"x": "1"})
+    (expected,) = entries(messages, first, whole, UNLIMITED, produced_batch)
+
     assert len(lazy) == len(fields)
     assert lazy.payload_bytes == sum(len(value or b"") for _, value, _, _ in fields)
     prebuilt = lazy.take_prebuilt()
     assert prebuilt is not None
-    built = prebuilt_entry(prebuilt, lazy, first, whole, UNLIMITED, produced)
+    built = prebuilt_entry(prebuilt, lazy, first, whole, UNLIMITED, produced_batch)
     assert built is not None
     assert built.payload == expected.payload
     assert built.metadata_fields == expected.metadata_fields
     assert (built.num_messages, built.batched) == (expected.num_messages, expected.batched)
     note, expected_note = built.note, expected.note
     assert note.first_sequence == expected_note.first_sequence  # type: ignore[attr-defined]
-    assert note.produced is produced  # type: ignore[attr-defined]
+    assert note.produced is produced_batch  # type: ignore[attr-defined]
     # the reader's view of the entry (written_entries.py) is the same either way
     assert note.stored(1, 2, 3, "p") == expected_note.stored(1, 2, 3, "p")  # type: ignore[attr-defined]
     assert list(lazy) == messages

@@ -227,14 +227,19 @@ def prebuilt_entry(
     then the messages are made and go the long way, which decides."""
     count = len(prebuilt.metadata_sizes)
     stamps = _stamps(first_sequence, count, whole)
-    # at least `entries`' cost, message by message: metadata (with the stamp) + payload + 8
-    if prebuilt.size + sum(map(len, stamps)) + 8 * count > limit:
-        return None
+    sizes = list(map(operator.add, prebuilt.metadata_sizes, map(len, stamps)))
     parts = prebuilt.parts
-    parts[1::4] = stamps
-    parts[0::4] = list(
-        map(_pack_size, map(operator.add, prebuilt.metadata_sizes, map(len, stamps)))
-    )
+    if messages.added or messages.added_first:  # an idempotent producer's stamps
+        others = encode_properties(messages.added)
+        first = encode_properties({**messages.added, **messages.added_first})
+        parts[3::6] = [first] + [others] * (count - 1)
+        sizes = [size + len(others) for size in sizes]
+        sizes[0] += len(first) - len(others)
+    # at least `entries`' cost, message by message: metadata (with the stamp) + payload + 8
+    if prebuilt.size + sum(sizes) - sum(prebuilt.metadata_sizes) + 8 * count > limit:
+        return None
+    parts[1::6] = stamps
+    parts[0::6] = list(map(_pack_size, sizes))
     written = WrittenEntry(messages, first_sequence, whole, True, produced)
     head = b"\x58" + varint(count)  # num_messages_in_batch (11)
     return OutgoingEntry(head, b"".join(parts), count, True, note=written)

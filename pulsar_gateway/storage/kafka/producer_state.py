@@ -46,13 +46,17 @@ SEQUENCE_WRAP = 1 << 31
 
 def stamp(
     messages: Sequence[OutMessage], producer: ProducerStamp, skip: int = 0
-) -> list[OutMessage]:
+) -> Sequence[OutMessage]:
     """The messages of one idempotent batch after its first `skip` records, stamped (copies:
-    the caller's messages and their properties are left as they were)."""
+    the caller's messages and their properties are left as they were). A produced batch's
+    messages not made yet stay so, the stamps noted for the writer's one pass
+    (`RecordMessages.with_added`, docs/pulsar-protocol.md "One pass")."""
     value = (
         f"{producer.producer_id}:{producer.epoch}:"
         f"{producer.first_sequence}:{producer.last_sequence}"
     )
+    if isinstance(messages, RecordMessages) and not skip and not messages.looked_at:
+        return messages.with_added({PRODUCER: value}, {FROM: "0"})
     out: list[OutMessage] = []
     before = 0
     for message in messages:
@@ -72,9 +76,12 @@ def produced(messages: Sequence[OutMessage], encoded: bytes | memoryview) -> Pro
     the tailer numbers by, the same on every message (an idempotent producer's, a
     transaction's) but `FROM`, on the first only. The writer adds `__gw.seq`."""
     properties = {BATCH: "2", RECORDS: str(len(messages))}
-    # messages not made yet hold none of these stamps (`stamp` and a transaction's make them)
-    unmade = isinstance(messages, RecordMessages) and not messages.looked_at
-    first = None if unmade else messages[0].properties
+    # messages not made yet hold no stamps but those `stamp` noted on them (a transaction's
+    # makes them)
+    if isinstance(messages, RecordMessages) and not messages.looked_at:
+        first: dict[str, str] | None = {**messages.added, **messages.added_first}
+    else:
+        first = messages[0].properties
     if first:
         for name in (PRODUCER, FROM, TXN):
             value = first.get(name)
