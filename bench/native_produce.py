@@ -4,7 +4,8 @@ producer of `kafka_throughput.pulsar_direct`), with ratios: the smallest compari
 docs/pulsar-protocol.md, "On the data path".
 
 For each setting: one gateway, a `--partitions` topic, `--records` records of `--size`
-bytes produced with confluent-kafka (acks=all), fetched from the tail, then fetched again
+bytes produced with confluent-kafka (acks=all; after `--warm` records unmeasured, so
+that the partitions' start is not in the numbers), fetched from the tail, then fetched again
 after a gateway restart (from storage); the server CPU (gateway + broker, and the gateway
 alone) per record; then pulsar-client direct on that gateway's broker. `--profile` records
 py-spy under each gateway's produce and prints the functions that hold the most samples
@@ -122,6 +123,8 @@ def run_one(choice: str, args: argparse.Namespace, scratch: Path) -> dict[str, A
         gw_pid = gateway.process.pid
         servers = [gw_pid, gateway.broker_pid()]
         create_topic(gateway.bootstrap, parts)
+        if args.warm:  # the partitions opened (producers, readers) before the measuring
+            kafka_produce(gateway.bootstrap, "bench", args.warm, size)
         cpu: dict[str, float] = {}
         alone: dict[str, float] = {}
         collapsed = args.out.with_name(f"{args.out.name}-{choice}.txt") if args.profile else None
@@ -136,10 +139,10 @@ def run_one(choice: str, args: argparse.Namespace, scratch: Path) -> dict[str, A
         ):
             produce = kafka_produce(gateway.bootstrap, "bench", n, size)
         with measured(servers, cpu, "fetch"):
-            tail = kafka_consume(gateway.bootstrap, "bench", parts, n)
+            tail = kafka_consume(gateway.bootstrap, "bench", parts, n + args.warm)
         result = {
             "produce_rps": n / produce,
-            "tail_fetch_rps": n / tail,
+            "tail_fetch_rps": (n + args.warm) / tail,
             "server_cpu_us_per_record": cpu["produce"] * 1e6 / n,
             "gateway_cpu_us_per_record": alone["produce"] * 1e6 / n,
             "broker_cpu_us_per_record": alone["broker"] * 1e6 / n,
@@ -152,8 +155,8 @@ def run_one(choice: str, args: argparse.Namespace, scratch: Path) -> dict[str, A
             result["flame_graph_error"] = flame.error
         gateway.stop()
         gateway.start()
-        cold = kafka_consume(gateway.bootstrap, "bench", parts, n)
-        result["cold_fetch_rps"] = n / cold
+        cold = kafka_consume(gateway.bootstrap, "bench", parts, n + args.warm)
+        result["cold_fetch_rps"] = (n + args.warm) / cold
         direct_p, direct_c = pulsar_direct(f"pulsar://127.0.0.1:{gateway.broker_port}", n, size)
         result["direct_produce_rps"] = n / direct_p
         result["direct_read_rps"] = n / direct_c
@@ -169,6 +172,12 @@ def main() -> None:
     parser.add_argument("--records", type=int, default=100_000)
     parser.add_argument("--size", type=int, default=100)
     parser.add_argument("--partitions", type=int, default=3)
+    parser.add_argument(
+        "--warm",
+        type=int,
+        default=0,
+        help="records produced first, unmeasured (the partitions' start not in the numbers)",
+    )
     parser.add_argument("--profile", action="store_true", help="py-spy under each produce")
     parser.add_argument(
         "--flame-graphs", action="store_true", help="a py-spy SVG of each gateway's produce"
@@ -179,6 +188,7 @@ def main() -> None:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     results: dict[str, Any] = {
         "records": args.records,
+        "warm": args.warm,
         "size": args.size,
         "partitions": args.partitions,
     }
@@ -227,7 +237,8 @@ def sections(results: dict[str, Any]) -> list[str]:
             rows.append(row)
     out = [
         f"<p>{results.get('records', 0):,} records of {results.get('size', 0)} B, "
-        f"{results.get('partitions', 0)} partitions, confluent-kafka acks=all; per setting a "
+        f"{results.get('partitions', 0)} partitions, confluent-kafka acks=all, measured after "
+        f"{results.get('warm', 0):,} records produced to open the partitions; per setting a "
         "gateway of its own, then pulsar-client's bare batched producer and reader straight "
         "to that gateway's broker (the peer, same run).</p>",
         table(rows),

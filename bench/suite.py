@@ -79,8 +79,8 @@ PARTS = (
     Part(
         "native-produce",
         "bench.native_produce",
-        ("--flame-graphs",),
-        ("--flame-graphs", "--records", "20000"),
+        ("--flame-graphs", "--warm", "20000"),
+        ("--flame-graphs", "--records", "20000", "--warm", "5000"),
     ),
     Part("overload", "bench.overload", ("--seconds", "60"), ("--seconds", "10")),
     Part("codec-timings", "bench.codec_timings", (), ("--repeat", "200"), writes_json=False),
