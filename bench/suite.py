@@ -35,7 +35,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from bench import overload
+from bench import native_produce, overload
 from pulsar_gateway.tools.html_report import (
     bar_chart,
     esc,
@@ -75,6 +75,12 @@ PARTS = (
         "bench.amqp_throughput",
         ("--flame-graphs",),
         ("--flame-graphs", "--quick"),
+    ),
+    Part(
+        "native-produce",
+        "bench.native_produce",
+        ("--flame-graphs", "--warm", "20000"),
+        ("--flame-graphs", "--records", "20000", "--warm", "5000"),
     ),
     Part("overload", "bench.overload", ("--seconds", "60"), ("--seconds", "10")),
     Part("codec-timings", "bench.codec_timings", (), ("--repeat", "200"), writes_json=False),
@@ -313,6 +319,10 @@ def _leaves(item: Any, prefix: str = "") -> dict[str, float]:
     return found
 
 
+# parts whose section shows their flame graphs itself (before and after, side by side)
+OWN_FLAMES = ("native-produce",)
+
+
 def flame_graphs(report: dict[str, Any]) -> list[str]:
     """Every flame graph a part recorded, embedded as an image (self-contained; the SVG's
     own script does not run there, hover titles aside the picture is the same)."""
@@ -327,7 +337,8 @@ def flame_graphs(report: dict[str, Any]) -> list[str]:
                     walk(value, f"{where} / {key}" if where else key)
 
     for name, outcome in report["parts"].items():
-        walk(outcome.get("results") or {}, name)
+        if name not in OWN_FLAMES:
+            walk(outcome.get("results") or {}, name)
     sections = []
     for where, path in found:
         if not path.exists():
@@ -371,6 +382,7 @@ def write_html(report: dict[str, Any], path: Path) -> None:
         "kafka-groups": groups_sections,
         "amqp-throughput": amqp_sections,
         "overload": overload.sections,
+        "native-produce": native_produce.sections,
     }
     for name, outcome in parts.items():
         sections.append(f'<h2 id="{esc(name)}">{esc(name)}</h2>')
@@ -382,7 +394,9 @@ def write_html(report: dict[str, Any], path: Path) -> None:
         if name in builders:
             sections += builders[name](results)
     sections.append('<h2 id="flame-graphs">Flame graphs of the gateway under load (py-spy)</h2>')
-    sections += flame_graphs(report) or ["<p>(none recorded)</p>"]
+    sections += flame_graphs(report) or [
+        "<p>(none recorded here; a part that shows its own is not repeated)</p>"
+    ]
     path.write_text(page("Pulsar Gateway benchmarks (make bench)", sections, report))
 
 

@@ -13,7 +13,7 @@ import bisect
 import copy
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 from pulsar_gateway.gateway.messages import LogEntry, OutMessage, StoredMessage, records_in
@@ -71,7 +71,7 @@ class MemoryPartitionLog(_Breakable):
 
     def append(
         self,
-        messages: list[OutMessage],
+        messages: Sequence[OutMessage],
         producer: ProducerStamp | None = None,
         encoded: bytes | memoryview | None = None,
     ) -> asyncio.Future[int]:
@@ -90,7 +90,7 @@ class MemoryPartitionLog(_Breakable):
     async def _store_later(
         self,
         previous: asyncio.Future[int] | None,
-        messages: list[OutMessage],
+        messages: Sequence[OutMessage],
         producer: ProducerStamp | None,
     ) -> int:
         if previous is not None and not previous.done():
@@ -99,7 +99,7 @@ class MemoryPartitionLog(_Breakable):
             await self.stall.wait()
         return self._store(messages, producer)
 
-    def _store(self, messages: list[OutMessage], producer: ProducerStamp | None) -> int:
+    def _store(self, messages: Sequence[OutMessage], producer: ProducerStamp | None) -> int:
         base = self.next_offset
         now = int(time.time() * 1000)
         for message in messages:

@@ -6,9 +6,9 @@ Handlers never see pulsar-client objects: they hand over `OutMessage`s and get
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import NamedTuple, overload
 
 # (ledger_id, entry_id, batch_index): Pulsar's order of messages within one topic.
 MessageKey = tuple[int, int, int]
@@ -95,3 +95,115 @@ class LogEntry(NamedTuple):
 
     offset: int
     message: StoredMessage
+
+
+class PrebuiltEntry(NamedTuple):
+    """A produced Kafka batch's records as the payload of ONE Pulsar batched entry, built in
+    one pass from the batch's bytes (kafka_codec/record_entry.py), but for what only the
+    writer knows: each message's size word and first field, its `__gw.seq` stamp
+    (native_writer.prebuilt_entry fills them in), and the properties an idempotent
+    producer's stamps add (`RecordMessages.with_added`). `parts` holds six items a message:
+    the size word's place, the stamp's place, its own properties, the added properties'
+    place (b"" each place), the rest of its single-message metadata (its payload size
+    field last), its payload. `metadata_sizes`: the own properties' and the rest's length,
+    a message. `size`: the bytes of `parts` (the places empty)."""
+
+    parts: list[bytes]
+    metadata_sizes: list[int]
+    size: int
+
+
+class RecordMessages(Sequence[OutMessage]):
+    """The messages a produced Kafka batch's records become, one each, made only when
+    something looks at them: the Produce path of the `pulsar` entry format hands the
+    writer a prebuilt entry (`PrebuiltEntry`) instead, and the gateway then makes no
+    Python object per record (docs/pulsar-protocol.md, "One pass").
+
+    Whatever looks at a message (indexing, iterating, slicing) gets the made messages and
+    may change them (a transaction's stamp), so from then on the prebuilt entry is no
+    longer offered: `take_prebuilt` answers None and the writer builds from the messages.
+    `len` and `payload_bytes` look at nothing."""
+
+    __slots__ = ("_count", "_make", "_made", "_prebuilt", "payload_bytes", "added", "added_first")
+
+    def __init__(
+        self,
+        count: int,
+        make: Callable[[], list[OutMessage]],
+        prebuilt: PrebuiltEntry | None,
+        payload_bytes: int,
+    ) -> None:
+        self._count = count
+        self._make = make
+        self._made: list[OutMessage] | None = None
+        self._prebuilt = prebuilt
+        self.payload_bytes = payload_bytes  # the values' bytes, all records
+        # properties added after each message's own (`with_added`), and to the first only
+        self.added: dict[str, str] = {}
+        self.added_first: dict[str, str] = {}
+
+    @classmethod
+    def of(cls, messages: list[OutMessage]) -> RecordMessages:
+        """Messages already made (nothing prebuilt)."""
+        made = cls(len(messages), list, None, sum(len(m.payload or b"") for m in messages))
+        made._made = messages
+        return made
+
+    def with_added(self, added: dict[str, str], first: dict[str, str]) -> RecordMessages:
+        """These messages with `added` after each one's own properties and `first` after
+        those on the first (an idempotent producer's stamps, storage/kafka/producer_state):
+        copies, as made, these left as they are; the prebuilt entry moves to the copy."""
+        original = self
+
+        def make() -> list[OutMessage]:
+            out = []
+            for index, message in enumerate(original.made()):
+                properties = {**(message.properties or {}), **added}
+                if index == 0:
+                    properties.update(first)
+                out.append(OutMessage(message.payload, message.key, properties, message.event_time))
+            return out
+
+        copy = RecordMessages(self._count, make, self.take_prebuilt(), self.payload_bytes)
+        copy.added = {**self.added, **added}
+        copy.added_first = {**self.added_first, **first}
+        return copy
+
+    @property
+    def looked_at(self) -> bool:
+        """Whether the messages were made (and so handed out)."""
+        return self._made is not None
+
+    def made(self) -> list[OutMessage]:
+        """The messages, made now if not yet."""
+        if self._made is None:
+            self._made = self._make()
+            self._prebuilt = None
+        return self._made
+
+    def take_prebuilt(self) -> PrebuiltEntry | None:
+        """The prebuilt entry, once, while no message was looked at."""
+        prebuilt, self._prebuilt = self._prebuilt, None
+        return None if self._made is not None else prebuilt
+
+    def __len__(self) -> int:
+        return self._count
+
+    @overload
+    def __getitem__(self, index: int) -> OutMessage: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[OutMessage]: ...
+
+    def __getitem__(self, index: int | slice) -> OutMessage | list[OutMessage]:
+        return self.made()[index]
+
+    def __iter__(self) -> Iterator[OutMessage]:
+        return iter(self.made())
+
+
+def payload_bytes(messages: Sequence[OutMessage]) -> int:
+    """The payloads' bytes of `messages`, without making `RecordMessages` look."""
+    if isinstance(messages, RecordMessages):
+        return messages.payload_bytes
+    return sum(len(m.payload or b"") for m in messages)

@@ -12,6 +12,7 @@ records apart without decoding anything (docs/pulsar-mapping.md, "Transactions")
 from __future__ import annotations
 
 import struct
+from collections.abc import Sequence
 from enum import IntEnum
 
 from pulsar_gateway.gateway.messages import RECORDS, OutMessage
@@ -72,7 +73,7 @@ def parse_txn_value(value: str) -> tuple[int, int] | None:
         return None
 
 
-def mark_transactional(messages: list[OutMessage], producer_id: int, epoch: int) -> None:
+def mark_transactional(messages: Sequence[OutMessage], producer_id: int, epoch: int) -> None:
     """Stamp the messages of a transactional batch (in place: they are the caller's own)."""
     value = txn_value(producer_id, epoch)
     for message in messages:

@@ -43,6 +43,7 @@ from pulsar_gateway.kafka_codec.record_batch import (
     truncate_batch,
 )
 from pulsar_gateway.kafka_codec.record_mapping import (
+    CODEC,
     Header,
     headers_of,
     key_of,
@@ -55,7 +56,6 @@ BATCH = "__kafka.batch"
 # `pulsar`-format records (storage/kafka/read_batches.py; stored and kept batches say "2"):
 # served as it is unless the topic wants a codec or LogAppendTime, then built again
 READ_FROM_ENTRY = "entry"
-CODEC = "__kafka.codec"  # the producer's codec of a `pulsar`-format record, when compressed
 # compression.type (a topic config) -> the codec Fetch serves; None: the producer's
 FETCH_CODECS: dict[str, int | None] = {
     "producer": None,
@@ -83,7 +83,7 @@ class StoredRecord(NamedTuple):
 class EntryFormat(Protocol):
     name: str
 
-    def encode(self, batch: DecodedBatch, append_time: int | None = None) -> list[OutMessage]:
+    def encode(self, batch: DecodedBatch, append_time: int | None = None) -> Sequence[OutMessage]:
         """The messages that store one produced batch, in order; with ``append_time`` every
         record takes that timestamp (a `message.timestamp.type=LogAppendTime` topic)."""
         ...
@@ -101,13 +101,15 @@ class EntryFormat(Protocol):
 class PulsarEntryFormat:
     name = "pulsar"
 
-    def encode(self, batch: DecodedBatch, append_time: int | None = None) -> list[OutMessage]:
+    def encode(self, batch: DecodedBatch, append_time: int | None = None) -> Sequence[OutMessage]:
+        if batch.messages is not None:  # decoded in the same pass (record_entry.py)
+            if append_time is None:
+                return batch.messages  # prebuilt, made only if something looks
+            made = batch.messages.made()  # the codec marked already
+            for message in made:
+                message.event_time = append_time if append_time > 0 else 0
+            return made
         out: list[OutMessage] = []
-        if batch.messages is not None:  # decoded into messages already (record_messages.py)
-            out = batch.messages
-            if append_time is not None:
-                for message in out:
-                    message.event_time = append_time if append_time > 0 else 0
         append = out.append
         for _, timestamp, key, value, headers in batch.records:
             if append_time is not None:
@@ -150,7 +152,7 @@ class PulsarEntryFormat:
 class KafkaEntryFormat:
     name = "kafka"
 
-    def encode(self, batch: DecodedBatch, append_time: int | None = None) -> list[OutMessage]:
+    def encode(self, batch: DecodedBatch, append_time: int | None = None) -> Sequence[OutMessage]:
         """The batch as one Pulsar message, bytes as sent (re-stamped as a Kafka broker
         would for LogAppendTime)."""
         if append_time is not None:

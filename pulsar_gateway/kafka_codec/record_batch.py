@@ -28,7 +28,7 @@ from collections.abc import Sequence
 
 import crc32c
 
-from pulsar_gateway.gateway.messages import OutMessage
+from pulsar_gateway.gateway.messages import RecordMessages
 from pulsar_gateway.kafka_codec import compression
 from pulsar_gateway.kafka_codec.compression import (
     DEFAULT_MAX_DECOMPRESSED,
@@ -47,7 +47,7 @@ from pulsar_gateway.kafka_codec.record_codec import (
     walk_records,
     wrap64,
 )
-from pulsar_gateway.kafka_codec.record_messages import decode_messages
+from pulsar_gateway.kafka_codec.record_entry import record_messages
 
 MAGIC = 2
 HEADER_SIZE = 61
@@ -123,7 +123,7 @@ class DecodedBatch:
         self.records = records
         self.raw = raw
         # `pulsar`-format messages decoded in place of `records` (decode_batches' `messages`)
-        self.messages: list[OutMessage] | None = None
+        self.messages: RecordMessages | None = None
 
     @property
     def compression(self) -> int:
@@ -251,7 +251,7 @@ def decode_batches(
         try:
             if messages:
                 batch = DecodedBatch(*header, *producer, [], view[pos:end])
-                batch.messages = decode_messages(buf, count, base_ts)
+                batch.messages = record_messages(buf, count, base_ts, codec)
                 batches.append(batch)
                 pos = end
                 continue

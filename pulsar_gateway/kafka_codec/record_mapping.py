@@ -24,6 +24,7 @@ from pulsar_gateway.gateway.messages import OutMessage, StoredMessage
 KEY_B64 = "__kafka.key.b64"
 HEADERS = "__kafka.headers"
 HEADER_ORDER = "__kafka.header-order"
+CODEC = "__kafka.codec"  # the producer's codec of a `pulsar`-format record, when compressed
 RESERVED = "__kafka."
 # the gateway's own stamps on every message it writes (the resend filter's `__gw.seq`)
 GATEWAY_RESERVED = "__gw."

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import operator
 import struct
 from collections.abc import Sequence
 from typing import Literal
@@ -48,7 +49,13 @@ from pulsar_gateway.gateway.backend.wire.batch import (
 )
 from pulsar_gateway.gateway.backend.wire.protobuf import encode_varint
 from pulsar_gateway.gateway.backend.written_entries import WrittenEntries, WrittenEntry
-from pulsar_gateway.gateway.messages import MessageKey, OutMessage, ProducedBatch
+from pulsar_gateway.gateway.messages import (
+    MessageKey,
+    OutMessage,
+    PrebuiltEntry,
+    ProducedBatch,
+    RecordMessages,
+)
 
 log = logging.getLogger("gateway.backend")
 
@@ -186,6 +193,58 @@ def entries(
     return out
 
 
+def _stamps(first_sequence: int, count: int, whole: bool) -> list[bytes]:
+    """The `__gw.seq` fields of `count` messages from `first_sequence` on, as `entries`
+    writes them; made a run of equally long numbers at a time (one format each)."""
+    out: list[bytes] = []
+    sequence, end = first_sequence, first_sequence + count
+    mark = b"+" if whole else b""
+    while sequence < end:
+        digits = len(str(sequence))
+        run_end = min(end, 10**digits) if sequence >= 0 else sequence + 1
+        n = digits + len(mark)
+        form = b"\x0a" + VARINTS[n + 12] + _SEQ_NAME + VARINTS[n] + b"%d" + mark
+        out += [form % number for number in range(sequence, run_end)]
+        sequence = run_end
+    if whole and out:  # the batch's last message has no "more follows" mark
+        text = b"%d" % (end - 1)
+        out[-1] = b"\x0a" + VARINTS[len(text) + 12] + _SEQ_NAME + VARINTS[len(text)] + text
+    return out
+
+
+def prebuilt_entry(
+    prebuilt: PrebuiltEntry,
+    messages: RecordMessages,
+    first_sequence: int,
+    whole: bool,
+    limit: int,
+    produced: ProducedBatch | None,
+) -> OutgoingEntry | None:
+    """The entry `entries` would build from `messages` (all in one entry), from the entry
+    the Kafka batch's bytes were prebuilt into: only the stamps and the size words before
+    them are written here. None when `entries` might not make it one entry (`limit`, with
+    each message's payload size field counted too: a few bytes a message of headroom):
+    then the messages are made and go the long way, which decides."""
+    count = len(prebuilt.metadata_sizes)
+    stamps = _stamps(first_sequence, count, whole)
+    sizes = list(map(operator.add, prebuilt.metadata_sizes, map(len, stamps)))
+    parts = prebuilt.parts
+    if messages.added or messages.added_first:  # an idempotent producer's stamps
+        others = encode_properties(messages.added)
+        first = encode_properties({**messages.added, **messages.added_first})
+        parts[3::6] = [first] + [others] * (count - 1)
+        sizes = [size + len(others) for size in sizes]
+        sizes[0] += len(first) - len(others)
+    # at least `entries`' cost, message by message: metadata (with the stamp) + payload + 8
+    if prebuilt.size + sum(sizes) - sum(prebuilt.metadata_sizes) + 8 * count > limit:
+        return None
+    parts[1::6] = stamps
+    parts[0::6] = list(map(_pack_size, sizes))
+    written = WrittenEntry(messages, first_sequence, whole, True, produced)
+    head = b"\x58" + varint(count)  # num_messages_in_batch (11)
+    return OutgoingEntry(head, b"".join(parts), count, True, note=written)
+
+
 def _keys(mid: MessageId, entry: OutgoingEntry) -> tuple[MessageKey, MessageKey]:
     """The ids a pulsar-client reader gives the entry's first and last message."""
     if not entry.batched:
@@ -257,7 +316,7 @@ class NativeSender:
     async def send(
         self,
         writer: TopicWriter,
-        messages: list[OutMessage],
+        messages: Sequence[OutMessage],
         whole: bool,
         produced: ProducedBatch | None = None,
     ) -> tuple[list[asyncio.Future[MessageId]], list[OutgoingEntry]]:
@@ -278,8 +337,21 @@ class NativeSender:
                 # the lone message must be stored before any batch may follow it
                 await asyncio.shield(futures[0])
                 writer.ledger_opened = True
+        limit = producer.max_message_size - ENTRY_HEADROOM
+        if start == 0 and isinstance(messages, RecordMessages):
+            # built from the Kafka batch's bytes, no message made (record_entry.py)
+            prebuilt = messages.take_prebuilt()
+            one = (
+                None
+                if prebuilt is None
+                else prebuilt_entry(prebuilt, messages, writer.sequence + 1, whole, limit, produced)
+            )
+            if one is not None:
+                writer.sequence += len(messages)
+                futures.append(await producer.enqueue(one))
+                sent.append(one)
+                return futures, sent
         if start < len(messages):
-            limit = producer.max_message_size - ENTRY_HEADROOM
             rest = messages[start:] if start else messages
             # a batch the lone first message left is no longer the produced one
             batch = entries(rest, writer.sequence + 1, whole, limit, None if start else produced)

@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -220,7 +221,7 @@ class PulsarBackend:
     def send(
         self,
         topic: str,
-        messages: list[OutMessage],
+        messages: Sequence[OutMessage],
         batching: bool = True,
         whole: bool = False,
         produced: ProducedBatch | None = None,
@@ -267,7 +268,7 @@ class PulsarBackend:
         writer: TopicWriter,
         previous: asyncio.Future[None] | None,
         queued: asyncio.Future[None],
-        messages: list[OutMessage],
+        messages: Sequence[OutMessage],
         batching: bool,
         whole: bool,
     ) -> tuple[MessageKey, MessageKey]:
@@ -347,7 +348,7 @@ class PulsarBackend:
         writer: TopicWriter,
         previous: asyncio.Future[None] | None,
         queued: asyncio.Future[None],
-        messages: list[OutMessage],
+        messages: Sequence[OutMessage],
         whole: bool,
         produced: ProducedBatch | None = None,
     ) -> tuple[MessageKey, MessageKey]:

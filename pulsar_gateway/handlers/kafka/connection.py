@@ -449,11 +449,26 @@ class KafkaConnection:
         self.writer.close()  # the pending read sees the end of the stream
 
     async def _write_responses(self) -> None:
+        """Answer the requests in the order they came. The answers that are ready together
+        (several produce appends numbered by one read of receipts) go to the socket in one
+        write: a write to a loopback socket also runs the client's side of the network
+        stack, and a write per answer was a tenth of the gateway's produce time (py-spy).
+        Nothing waits while answers are held (`out` is written before every await), so
+        what `_written` and the byte budget promise still holds."""
+        out: list[bytes] = []  # answers ready, not yet handed to the socket
         while True:
-            item = await self.responses.get()
+            try:
+                item = self.responses.get_nowait()
+            except asyncio.QueueEmpty:
+                if not await self._write_out(out):
+                    return self._stop_writing(unread=True)
+                item = await self.responses.get()
             if item is None:
+                await self._write_out(out)
                 return
             task, held = item
+            if not task.done() and not await self._write_out(out):
+                return self._stop_writing(unread=True)
             try:
                 response = await task
             except asyncio.CancelledError:
@@ -463,22 +478,38 @@ class KafkaConnection:
                 response = None  # a Fetch dropped because its client went away
             except ConnectionClosing as reason:
                 log.warning("closing Kafka connection from %s: %s", self.peer, reason)
+                await self._write_out(out)
                 return self._stop_writing()
             except Exception:
                 log.exception("request from %s failed; closing its connection", self.peer)
+                await self._write_out(out)
                 return self._stop_writing()
             if response is not None:
-                self.writer.write(response)
-                if self.writer.transport.get_write_buffer_size() > WRITE_BUFFER_HIGH:
-                    if not await self._drained():
-                        return self._stop_writing(unread=True)
+                out.append(response)
+                if sum(map(len, out)) > WRITE_BUFFER_HIGH and not await self._write_out(out):
+                    return self._stop_writing(unread=True)
             self._written(task)
-            # given back once written: a client that does not read its answers is throttled
+            # given back once handed to the socket (next, before any wait): a client that
+            # does not read its answers is throttled
             self.queued.release(held)
             self.unanswered -= 1
             self.last_activity = self.loop.time()
             # not kept while the next answer is awaited: a Metadata's is megabytes
             del task, response
+
+    async def _write_out(self, out: list[bytes]) -> bool:
+        """The held answers to the socket, in order (emptied); False if the client then
+        read nothing for frame_timeout_seconds with over WRITE_BUFFER_HIGH queued."""
+        if not out:
+            return True
+        if len(out) == 1:
+            self.writer.write(out[0])
+        else:
+            self.writer.writelines(out)
+        out.clear()
+        if self.writer.transport.get_write_buffer_size() > WRITE_BUFFER_HIGH:
+            return await self._drained()
+        return True
 
     async def _drained(self) -> bool:
         """Wait for the client to read; False if it read nothing for frame_timeout_seconds

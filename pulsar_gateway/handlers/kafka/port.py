@@ -14,7 +14,7 @@ entry takes as many offsets as it holds records.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Mapping
+from collections.abc import Awaitable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -158,7 +158,7 @@ class PartitionLog(ProducerStateStore, Protocol):
 
     def append(
         self,
-        messages: list[OutMessage],
+        messages: Sequence[OutMessage],
         producer: ProducerStamp | None = None,
         encoded: bytes | memoryview | None = None,
     ) -> Awaitable[int]:

@@ -17,7 +17,7 @@ import contextlib
 import functools
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Protocol
 
 from pulsar_gateway.gateway.backend.pulsar_backend import BackendError, LogReader, PulsarBackend
@@ -383,7 +383,7 @@ class PartitionLog:
 
     def append(
         self,
-        messages: list[OutMessage],
+        messages: Sequence[OutMessage],
         producer: ProducerStamp | None = None,
         encoded: bytes | memoryview | None = None,
     ) -> asyncio.Future[int]:
@@ -431,7 +431,7 @@ class PartitionLog:
 
     def _queue(
         self,
-        messages: list[OutMessage],
+        messages: Sequence[OutMessage],
         producer: ProducerStamp | None,
         encoded: bytes | memoryview | None,
     ) -> Awaitable[int]:
@@ -480,7 +480,7 @@ class PartitionLog:
         self,
         sent: Awaitable[tuple[MessageKey, MessageKey]],
         ticket: int,
-        messages: list[OutMessage],
+        messages: Sequence[OutMessage],
         encoded: bytes | memoryview,
     ) -> int:
         keep: Callable[[], None] | None = None

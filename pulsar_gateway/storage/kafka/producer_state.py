@@ -21,6 +21,7 @@ checkpoint and replays the messages after it, as it does for its offsets.
 from __future__ import annotations
 
 from collections import OrderedDict, deque
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -28,6 +29,7 @@ from pulsar_gateway.gateway.messages import (
     RECORDS,
     OutMessage,
     ProducedBatch,
+    RecordMessages,
     StoredMessage,
     records_in,
 )
@@ -42,13 +44,19 @@ MAX_PRODUCERS = 1000  # per partition; the least recently seen is forgotten beyo
 SEQUENCE_WRAP = 1 << 31
 
 
-def stamp(messages: list[OutMessage], producer: ProducerStamp, skip: int = 0) -> list[OutMessage]:
+def stamp(
+    messages: Sequence[OutMessage], producer: ProducerStamp, skip: int = 0
+) -> Sequence[OutMessage]:
     """The messages of one idempotent batch after its first `skip` records, stamped (copies:
-    the caller's messages and their properties are left as they were)."""
+    the caller's messages and their properties are left as they were). A produced batch's
+    messages not made yet stay so, the stamps noted for the writer's one pass
+    (`RecordMessages.with_added`, docs/pulsar-protocol.md "One pass")."""
     value = (
         f"{producer.producer_id}:{producer.epoch}:"
         f"{producer.first_sequence}:{producer.last_sequence}"
     )
+    if isinstance(messages, RecordMessages) and not skip and not messages.looked_at:
+        return messages.with_added({PRODUCER: value}, {FROM: "0"})
     out: list[OutMessage] = []
     before = 0
     for message in messages:
@@ -62,13 +70,18 @@ def stamp(messages: list[OutMessage], producer: ProducerStamp, skip: int = 0) ->
     return out
 
 
-def produced(messages: list[OutMessage], encoded: bytes | memoryview) -> ProducedBatch:
+def produced(messages: Sequence[OutMessage], encoded: bytes | memoryview) -> ProducedBatch:
     """The Kafka batch `encoded`, whose records are `messages` (one each), with what an item
     standing for all of them carries (messages.WHOLE_ENTRY): the record count and the stamps
     the tailer numbers by, the same on every message (an idempotent producer's, a
     transaction's) but `FROM`, on the first only. The writer adds `__gw.seq`."""
     properties = {BATCH: "2", RECORDS: str(len(messages))}
-    first = messages[0].properties
+    # messages not made yet hold no stamps but those `stamp` noted on them (a transaction's
+    # makes them)
+    if isinstance(messages, RecordMessages) and not messages.looked_at:
+        first: dict[str, str] | None = {**messages.added, **messages.added_first}
+    else:
+        first = messages[0].properties
     if first:
         for name in (PRODUCER, FROM, TXN):
             value = first.get(name)

@@ -18,10 +18,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Coroutine
+from collections.abc import Awaitable, Coroutine, Sequence
 from typing import Any, NamedTuple
 
 from pulsar_gateway.gateway import metrics
+from pulsar_gateway.gateway.messages import OutMessage, payload_bytes
 from pulsar_gateway.gateway.waiting import result_within
 from pulsar_gateway.handlers.kafka.apis.configs import (
     COMPRESSION_TYPE,
@@ -256,7 +257,8 @@ async def _checked_append(
         if refused is not None:
             return refused
     append_time = now if rules.log_append_time else None
-    messages = [message for batch in batches for message in form.encode(batch, append_time)]
+    # one batch a request (check_produce_batches): its messages as the format gives them
+    messages = form.encode(batches[0], append_time)
     count = sum(batch.record_count for batch in batches)
     try:
         partition = await context.topics.partition_of(record, index)
@@ -295,7 +297,7 @@ async def _checked_append(
     if stored.error:
         return PartitionResult(stored.error)
     metrics.RECORDS_IN.labels(name).inc(count)
-    metrics.BYTES_IN.labels(name).inc(sum(len(m.payload or b"") for m in messages))
+    metrics.BYTES_IN.labels(name).inc(payload_bytes(messages))
     return PartitionResult(
         ErrorCode.NONE,
         stored.base_offset,
@@ -371,7 +373,7 @@ def _bound(value: int | None) -> str:
 
 def _store(
     partition: PartitionLog,
-    messages: list[Any],
+    messages: Sequence[OutMessage],
     name: str,
     index: int,
     producer: ProducerStamp | None = None,
@@ -402,7 +404,7 @@ async def _done(stored: Stored) -> Stored:
 def _store_once(
     context: KafkaContext,
     partition: PartitionLog,
-    messages: list[Any],
+    messages: Sequence[OutMessage],
     records: int,
     name: str,
     index: int,

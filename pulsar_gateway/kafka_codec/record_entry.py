@@ -1,0 +1,294 @@
+"""A produced Kafka batch's records straight into a Pulsar batched entry's bytes, one pass.
+
+The `pulsar` entry format stores each record as a message of ONE batched entry per Kafka
+batch (docs/pulsar-protocol.md, "Batched entries" and "One pass"). Making a Python message
+object per record (record_messages.py) and then the entry's bytes from those objects
+(native_writer.entries) was most of the gateway's produce time; here the record's bytes
+become its single-message metadata and payload at once, as `entries` would write them from
+the messages `decode_messages` makes: the same fields in the same order (properties, the
+key as partition key, the event time, the key again as ordering key, the null value mark,
+the payload size), so the entry is byte for byte the one the long way builds and
+docs/pulsar-mapping.md holds unchanged. Only the writer's `__gw.seq` stamp (each message's
+first field), the size word before it and an idempotent producer's stamps (after the
+record's own properties) are left open, for the writer to fill in (`PrebuiltEntry`).
+
+The common records (no headers; no key, or a short ASCII one; a value) are written inline,
+with the event time and value size fields a batch repeats made once; any other record is
+mapped by `to_message` and written from that message, so the mapping has one definition.
+A batch whose base timestamp is near the int64 limits is not prebuilt (its timestamps wrap
+as Java's do: `decode_messages`' long way). Input is refused exactly as `decode_messages`
+refuses it, with the same errors (tests/unit/test_record_entry.py holds both to that).
+"""
+
+from __future__ import annotations
+
+import functools
+import operator
+
+from pulsar_gateway.gateway.messages import OutMessage, PrebuiltEntry, RecordMessages
+from pulsar_gateway.kafka_codec.errors import ErrorCode
+from pulsar_gateway.kafka_codec.record_codec import (
+    TS_SAFE,
+    ZIGZAG_BYTE,
+    RecordBatchError,
+    decode_headers,
+    length_slow,
+    timestamp_slow,
+    varint_slow,
+)
+from pulsar_gateway.kafka_codec.record_mapping import CODEC, to_message
+from pulsar_gateway.kafka_codec.record_messages import decode_messages
+
+# SingleMessageMetadata (PulsarApi.proto) field keys: properties 1, partition_key 2,
+# payload_size 3, event_time 5, ordering_key 7, null_value 9
+_PROPERTIES = b"\x0a"
+_PARTITION_KEY = b"\x12"
+_PAYLOAD_SIZE = b"\x18"
+_EVENT_TIME = b"\x28"
+_ORDERING_KEY = b"\x3a"
+_NULL_VALUE = b"\x48\x01"
+# a short key's field heads, by its length: partition key, ordering key
+_PARTITION_KEY_HEADS = tuple(_PARTITION_KEY + bytes((n,)) for n in range(0x80))
+_ORDERING_KEY_HEADS = tuple(_ORDERING_KEY + bytes((n,)) for n in range(0x80))
+
+
+def _varint(value: int) -> bytes:
+    """An unsigned protobuf varint (what the fields' lengths and times are)."""
+    out = bytearray()
+    while value >= 0x80:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def encode_property(name: str, value: str) -> bytes:
+    """One property as a KeyValue field of a single message's metadata."""
+    raw_name = name.encode("utf-8", "surrogateescape")
+    raw_value = value.encode("utf-8", "surrogateescape")
+    pair = b"".join(
+        (b"\x0a", _varint(len(raw_name)), raw_name, b"\x12", _varint(len(raw_value)), raw_value)
+    )
+    return _PROPERTIES + _varint(len(pair)) + pair
+
+
+def message_metadata(message: OutMessage, extra_properties: bytes = b"") -> tuple[bytes, bytes]:
+    """A message's single-message metadata after the stamp, as native_writer.entries
+    writes it: its properties, then the rest (its payload size field last). Apart, as the
+    idempotent producer's stamps go between them (`RecordMessages.with_added`).
+    `extra_properties`: encoded properties added after the message's own (the codec)."""
+    properties = [encode_property(k, v) for k, v in (message.properties or {}).items()]
+    properties.append(extra_properties)
+    parts: list[bytes] = []
+    if message.key:
+        raw = message.key.encode("utf-8", "surrogateescape")
+        parts += (_PARTITION_KEY, _varint(len(raw)), raw)
+    if message.event_time > 0:
+        parts += (_EVENT_TIME, _varint(message.event_time))
+    if message.key:
+        parts += (_ORDERING_KEY, _varint(len(raw)), raw)
+    if message.payload is None:
+        parts.append(_NULL_VALUE)
+    parts += (_PAYLOAD_SIZE, _varint(len(message.payload or b"")))
+    return b"".join(properties), b"".join(parts)
+
+
+def mark_codec(messages: list[OutMessage], codec: int) -> list[OutMessage]:
+    """The producer's codec on every message of a compressed batch (entry_format.CODEC)."""
+    if codec:
+        for message in messages:
+            message.properties = {**(message.properties or {}), CODEC: str(codec)}
+    return messages
+
+
+def _made(buf: bytes, count: int, base_ts: int, codec: int) -> list[OutMessage]:
+    return mark_codec(decode_messages(buf, count, base_ts), codec)
+
+
+def record_messages(buf: bytes, count: int, base_ts: int, codec: int) -> RecordMessages:
+    """The `count` records of a batch body (uncompressed, or inflated: `codec` is the
+    batch's) as `pulsar`-format messages, prebuilt as an entry; checked as
+    `decode_messages` checks them. IndexError means truncated input."""
+    if not -TS_SAFE < base_ts < TS_SAFE:
+        return RecordMessages.of(_made(buf, count, base_ts, codec))
+    prebuilt, values = build_entry(buf, count, base_ts, codec)
+    return RecordMessages(
+        count, functools.partial(_made, buf, count, base_ts, codec), prebuilt, values
+    )
+
+
+def build_entry(buf: bytes, count: int, base_ts: int, codec: int) -> tuple[PrebuiltEntry, int]:
+    """The prebuilt entry of the `count` records of `buf`, and their values' bytes.
+    The parse is `decode_messages`' (kept in step with it: the differential tests)."""
+    zz = ZIGZAG_BYTE
+    slow = varint_slow
+    join = b"".join
+    pk_heads = _PARTITION_KEY_HEADS
+    ok_heads = _ORDERING_KEY_HEADS
+    codec_field = encode_property(CODEC, str(codec)) if codec else b""
+    # the fields a batch repeats: event time -> its field, value size -> its field
+    times: dict[int, bytes] = {}
+    value_sizes: dict[int, bytes] = {}
+    properties: list[bytes] = []  # a message's properties each (after the stamp)
+    metadata: list[bytes] = []  # the rest of its metadata, its payload size field last
+    payloads: list[bytes] = []
+    add_properties = properties.append
+    add_fields = metadata.append
+    add_payload = payloads.append
+    limit = len(buf)
+    pos = 0
+    bad_at = bad_delta = -1  # the first record whose offset delta is not its index, and it
+    for index in range(count):
+        # record length
+        b = buf[pos]
+        if b < 128:
+            size = zz[b]
+            pos += 1
+        else:
+            c = buf[pos + 1]
+            if c < 128:
+                u = (b & 127) | (c << 7)
+                size = (u >> 1) ^ -(u & 1)
+                pos += 2
+            else:
+                size, pos = slow(buf, pos, 5)
+        end = pos + size
+        if size < 6 or end > limit:
+            raise RecordBatchError(f"record length {size} out of range")
+        pos += 1  # record attributes: unused by every Kafka version so far
+        # timestamp delta
+        b = buf[pos]
+        if b < 128:
+            ts = base_ts + zz[b]
+            pos += 1
+        else:
+            ts, pos = timestamp_slow(buf, pos, base_ts)
+        # offset delta
+        b = buf[pos]
+        if b < 128:
+            delta = zz[b]
+            pos += 1
+        else:
+            c = buf[pos + 1]
+            if c < 128:
+                u = (b & 127) | (c << 7)
+                delta = (u >> 1) ^ -(u & 1)
+                pos += 2
+            else:
+                delta, pos = slow(buf, pos, 5)
+        if delta != index and bad_at < 0:
+            bad_at, bad_delta = index, delta
+        # key
+        b = buf[pos]
+        if b == 1:
+            key = None
+            pos += 1
+        elif b < 128 and not b & 1:
+            pos += 1
+            key = buf[pos : pos + (b >> 1)]
+            pos += b >> 1
+        else:
+            n, pos = length_slow(buf, pos)
+            if n < 0:
+                key = None
+            else:
+                key = buf[pos : pos + n]
+                pos += n
+        # value
+        b = buf[pos]
+        if b == 1:
+            value = None
+            pos += 1
+        elif b < 128:
+            if b & 1:
+                raise RecordBatchError(f"negative value length {zz[b]}")
+            pos += 1
+            value = buf[pos : pos + (b >> 1)]
+            pos += b >> 1
+        else:
+            c = buf[pos + 1]
+            if c < 128 and not b & 1:
+                n = ((b & 127) | (c << 7)) >> 1
+                pos += 2
+                value = buf[pos : pos + n]
+                pos += n
+            else:
+                n, pos = length_slow(buf, pos)
+                if n < 0:
+                    value = None
+                else:
+                    value = buf[pos : pos + n]
+                    pos += n
+        # headers, then the message's metadata
+        if buf[pos] == 0:
+            pos += 1
+            if pos != end:
+                raise RecordBatchError(f"record length {size} does not match its fields")
+            props = codec_field
+            if value is None:
+                props, fields = _common_fields(key, value, ts, codec_field)
+                value = b""
+            else:
+                time_field = times.get(ts)
+                if time_field is None:
+                    time_field = times[ts] = _EVENT_TIME + _varint(ts) if ts > 0 else b""
+                size_field = value_sizes.get(n := len(value))
+                if size_field is None:
+                    size_field = value_sizes[n] = _PAYLOAD_SIZE + _varint(n)
+                if key is None:
+                    fields = time_field + size_field
+                elif 0 < len(key) < 0x80 and key.isascii():
+                    k = len(key)  # partition key, time, ordering key, payload size
+                    fields = join((pk_heads[k], key, time_field, ok_heads[k], key, size_field))
+                else:
+                    props, fields = _common_fields(key, value, ts, codec_field)
+        else:
+            headers, pos = decode_headers(buf, pos)
+            if pos != end:
+                raise RecordBatchError(f"record length {size} does not match its fields")
+            props, fields = message_metadata(to_message(key, value, ts, headers), codec_field)
+            if value is None:
+                value = b""
+        add_properties(props)
+        add_fields(fields)
+        add_payload(value)
+    if pos != limit:
+        raise RecordBatchError(f"{limit - pos} bytes left over after {count} records")
+    if bad_at >= 0:
+        raise RecordBatchError(
+            f"record {bad_at} has offset delta {bad_delta}", ErrorCode.INVALID_RECORD
+        )
+    sizes = list(map(operator.add, map(len, properties), map(len, metadata)))
+    values = sum(map(len, payloads))
+    # each message's size word, stamp and added properties are the writer's
+    parts = [b""] * (6 * count)
+    parts[2::6] = properties
+    parts[4::6] = metadata
+    parts[5::6] = payloads
+    return PrebuiltEntry(parts, sizes, sum(sizes) + values), values
+
+
+def _common_fields(
+    key: bytes | None, value: bytes | None, ts: int, codec_field: bytes
+) -> tuple[bytes, bytes]:
+    """A headerless record's properties and other metadata fields; the long way
+    (`to_message`) for a key that is empty or not UTF-8."""
+    if key:
+        try:
+            key.decode("utf-8")
+        except UnicodeDecodeError:
+            return message_metadata(to_message(key, value, ts, []), codec_field)
+    elif key is not None:  # empty: base64, marked
+        return message_metadata(to_message(key, value, ts, []), codec_field)
+    parts: list[bytes] = []
+    if key:
+        key_size = _varint(len(key))
+        parts += (_PARTITION_KEY, key_size, key)
+    if ts > 0:
+        parts += (_EVENT_TIME, _varint(ts))
+    if key:
+        parts += (_ORDERING_KEY, key_size, key)
+    if value is None:
+        parts.append(_NULL_VALUE)
+    parts += (_PAYLOAD_SIZE, _varint(0 if value is None else len(value)))
+    return codec_field, b"".join(parts)
