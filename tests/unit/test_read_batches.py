@@ -161,6 +161,38 @@ def test_an_entry_of_more_records_than_one_byte_deltas_reach_reads_whole() -> No
     assert _served(made, 0) == _one_by_one(_split((1, 1, 0), entry.payload, 9_000), 0)
 
 
+@settings(max_examples=30, deadline=None)
+@given(
+    st.integers(1, 600),
+    st.sampled_from([1, 7, 100, 10**9]),
+    st.sampled_from([1, 70, 10**9]),
+    st.sampled_from([0, 100, 300]),
+    st.booleans(),
+)
+def test_keys_times_and_sizes_as_producers_send_them_read_whole(
+    count: int, keys: int, per_time: int, size: int, nulls: bool
+) -> None:
+    """Batches whose metadata repeats a lot (one key, one time) or seldom (a key a record,
+    a time every few records: more different metadata than one read keeps), keys of one
+    and of several length bytes, null values, payloads whose size takes two bytes: what
+    the whole read serves is what the message path serves."""
+    messages = [
+        OutMessage(
+            None if nulls and i % 5 == 0 else b"v" * (size + i % 3),
+            f"key-{i % keys}" if keys < 10**9 else f"user-{i:06d}-" + "k" * (i % 200),
+            None,
+            1_700_000_000_000 + i // per_time,
+        )
+        for i in range(count)
+    ]
+    [entry] = entries(messages, 500, True, 1 << 22)
+    made = kafka_batch((2, 5, 0), entry.payload, count, PUBLISHED, PRODUCER)
+    assert made is not None
+    one_by_one = _split((2, 5, 0), entry.payload, count)
+    assert _served(made, 0) == _one_by_one(one_by_one, 0)
+    assert messages_of(made) == one_by_one
+
+
 def test_the_topic_codec_and_log_append_time_still_hold() -> None:
     entry = entries(
         [OutMessage(b"v" * 50, "k", None, 1_000 + i) for i in range(4)], 0, True, 1 << 20
