@@ -90,8 +90,12 @@ class NativeReaderStream:
         receiver_queue_size: int = 1000,
         written: WrittenEntries | None = None,
         as_one: bool = False,
+        window_bytes: int | None = None,
     ) -> None:
         self._client = client
+        # the reader's window sized by the bytes of its entries (`wire.Consumer`; None: a
+        # fixed number of entries)
+        self._window_bytes = window_bytes
         self._written = written  # what this gateway wrote and need not parse back
         # an entry written whole from a produced Kafka batch handed out as one item (the
         # partition tailer's reads only: `stored_messages`)
@@ -115,7 +119,10 @@ class NativeReaderStream:
         at = WIRE_EARLIEST if start == EARLIEST else MessageId(start[0], start[1], -1)
         try:
             self._consumer = await self._client.create_reader(
-                self._topic, at, receiver_queue_size=self._queue_size
+                self._topic,
+                at,
+                receiver_queue_size=self._queue_size,
+                window_bytes=self._window_bytes,
             )
         except PulsarError as exc:
             raise ConnectionError(f"cannot open a reader on {self._topic}: {exc}") from exc

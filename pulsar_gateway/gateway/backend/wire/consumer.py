@@ -65,6 +65,11 @@ PER_ENTRY_BROKERS = ("Pulsar-Lite",)
 # 20 entries per FLOW it gets, and rounds that overlap send entries twice; more permits in
 # flight only meant more copies (measured: docs/pulsar-protocol.md, "Flow control")
 PER_ENTRY_WINDOW = 20
+# a consumer sizing its window by bytes (`window_bytes`) asks for at most this many
+# entries at once: reading entries of 10 records, windows of 20/50/100/200 read 19-35k,
+# 26-48k, 33-44k, 48-53k records/s with 0.01-0.32 copies an entry; of 1,000 records,
+# windows of 100-200 drew 1-9 copies an entry and read 2-8x slower than 20
+MAX_PER_ENTRY_WINDOW = 100
 # on those, an empty queue that gets nothing asks again (an empty FLOW) after this long,
 # then after twice as long each time, up to the maximum
 NUDGE_FIRST_SECONDS = 0.05
@@ -91,10 +96,14 @@ class Consumer:
         drop_replays: bool | None = None,
         chunks: ChunkAssembler | None = None,
         permits_per_entry: bool | None = None,
+        per_entry_window: int = PER_ENTRY_WINDOW,
+        window_bytes: int | None = None,
         ack_delay: float = acks.DELAY_SECONDS,
     ) -> None:
         if receiver_queue_size < 1:
             raise ValueError("receiver_queue_size must be at least 1")
+        if per_entry_window < 1:
+            raise ValueError("per_entry_window must be at least 1")
         self.client = client
         self.topic = topic
         self.subscription = subscription
@@ -113,6 +122,11 @@ class Consumer:
         # bound (docs/pulsar-protocol.md, "Flow control"). None: decided by the broker's name.
         self.permits_per_entry = permits_per_entry
         self._per_entry = bool(permits_per_entry)
+        # entries asked for at once when permits count entries; with `window_bytes`, the
+        # least, and as many more as `window_bytes` holds of entries the size of the last
+        # one, up to MAX_PER_ENTRY_WINDOW (docs/pulsar-protocol.md, "Flow control")
+        self.per_entry_window = per_entry_window
+        self.window_bytes = window_bytes
         self._window = receiver_queue_size  # permits asked for at once
         self._loop = asyncio.get_running_loop()
         self._connection: Connection | None = None
@@ -229,7 +243,7 @@ class Consumer:
             else self.permits_per_entry
         )
         self._window = (
-            min(self.receiver_queue_size, PER_ENTRY_WINDOW)
+            min(self.receiver_queue_size, self.per_entry_window)
             if self._per_entry
             else self.receiver_queue_size
         )
@@ -336,6 +350,8 @@ class Consumer:
         self._queue.append(entry)
         self._queued_bytes += len(entry.payload)
         self.received += 1
+        if self.window_bytes is not None and self._per_entry:
+            self._resize_window(len(entry.payload))
         if self._queued_bytes > self.max_queue_bytes and len(self._queue) > 2 * self._window + 2:
             self._overrun()
             return
@@ -357,6 +373,20 @@ class Consumer:
         )
         if connection is not None:
             connection.close("a consumer was sent past its permits", abort=True)
+
+    def _resize_window(self, entry_bytes: int) -> None:
+        """Ask for as many entries at once as `window_bytes` holds of this size, at least
+        `per_entry_window` and at most MAX_PER_ENTRY_WINDOW: small entries come many to a
+        FLOW (pulsar-lite sends at most the permits asked for at once), large ones as
+        before, and what may be in flight stays under `window_bytes` or the least window.
+        Permits are given or held back by the change (`_owed`; below zero until paid)."""
+        assert self.window_bytes is not None
+        wanted = self.window_bytes // max(entry_bytes, 1)
+        window = max(self.per_entry_window, min(wanted, MAX_PER_ENTRY_WINDOW))
+        if window != self._window:
+            change = window - self._window
+            self._window = window
+            self._owe(change)
 
     def _replay(self, entry: ReceivedEntry) -> None:
         self.replays_dropped += 1
@@ -385,7 +415,7 @@ class Consumer:
 
     def _give_owed(self) -> None:
         """Every permit owed goes back now: the queue is empty, nothing is held."""
-        if self._owed and self.ready and self._connection is not None:
+        if self._owed > 0 and self.ready and self._connection is not None:
             permits, self._owed = self._owed, 0
             with contextlib.suppress(ConnectionClosed):
                 self._connection.send(c.Flow(self._consumer_id, permits))
