@@ -18,7 +18,6 @@ from pulsar_gateway.gateway.backend.reader_stream import EARLIEST
 from pulsar_gateway.gateway.backend.resend_filter import ResendFilter
 from pulsar_gateway.gateway.messages import (
     RECORDS,
-    SEQ,
     LogEntry,
     MessageKey,
     StoredMessage,
@@ -222,10 +221,10 @@ class HistoryReader:
 
 def _place_whole(cursor: Cursor, batch: StoredMessage, offset: int, batches: bool) -> int | None:
     """How many offsets a Kafka batch made from a whole entry takes at the cursor: its
-    record count (its first and last stamps recorded by the resend filter, the only ones a
-    later copy or a later message is compared with), 0 for a resent copy of an entry the
-    cursor counted already, None when it must be taken message by message: the read wants
-    messages, starts inside it, or a resend overlaps it in part."""
+    record count (recorded by the resend filter as the item for a whole entry it is), 0 for
+    a resent copy of an entry the cursor counted already, None when it must be taken
+    message by message: the read wants messages, starts inside it, or a resend overlaps it
+    in part."""
     count = int(batch.properties[RECORDS])
     start = cursor.next_offset
     if not batches or start < offset < start + count:
@@ -235,8 +234,5 @@ def _place_whole(cursor: Cursor, batch: StoredMessage, offset: int, batches: boo
     seen = resends.last_of(batch.producer)
     if seen is not None and first <= seen:
         return 0 if first + count - 1 <= seen else None
-    stamped = StoredMessage(batch.id, None, "", {SEQ: str(first)}, 0, 0, batch.producer)
-    resends.original_offset(stamped, start)
-    if count > 1:
-        resends.original_offset(batch, start + count - 1)
+    resends.original_offset(batch, start)
     return count

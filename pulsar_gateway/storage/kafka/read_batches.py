@@ -16,18 +16,28 @@ count up by one and all but the last say "more follows", and every message has i
 time. Anything else gives None and the entry is read message by message as before, so
 what reaches a Kafka client is what the message path gives (a property test compares them).
 
-The batch stands for its messages exactly: `messages_of` gives them back (a read that
-starts inside the entry, a resend that overlaps it, a caller that needs message ids), with
-the stamps, keys, values and times the message path would have made.
+The batch is an item for the whole entry (`messages.WHOLE_ENTRY`): the history reads and,
+after a restart, the partition's tailer take it as the tailer takes an entry it wrote. It
+stands for its messages exactly: `messages_of` gives them back (a read that starts inside
+the entry, a resend that overlaps it), with the stamps, keys, values and times the message
+path would have made.
 """
 
 from __future__ import annotations
 
 import struct
+from collections.abc import Iterator
 
-from pulsar_gateway.gateway.backend.resend_filter import stamp_of
+from pulsar_gateway.gateway.backend.resend_filter import ResendFilter, stamp_of
 from pulsar_gateway.gateway.backend.wire.protobuf import decode_varint
-from pulsar_gateway.gateway.messages import MORE, RECORDS, SEQ, MessageKey, StoredMessage
+from pulsar_gateway.gateway.messages import (
+    MORE,
+    RECORDS,
+    SEQ,
+    WHOLE_ENTRY,
+    MessageKey,
+    StoredMessage,
+)
 from pulsar_gateway.kafka_codec.entry_format import BATCH, READ_FROM_ENTRY
 from pulsar_gateway.kafka_codec.record_batch import decode_batches, seal_records
 from pulsar_gateway.kafka_codec.record_codec import VARINT_TABLE_SIZE, VARINTS, zigzag_bytes
@@ -53,7 +63,9 @@ def kafka_batch(
 ) -> StoredMessage | None:
     """The `count` messages of a batched entry's payload `data` (uncompressed) as one
     Kafka batch based at offset 0, or None when the entry is not the plain case. `mid`: the
-    entry's (ledger, entry, ...); the batch takes the id of its last message.
+    entry's (ledger, entry, ...). The batch is an item standing for the whole entry
+    (`messages.WHOLE_ENTRY`, as the tailer makes of an entry this gateway wrote and still
+    knows): named by its first message, carrying the last one's stamp.
 
     Written for speed, one loop from message to record, each record written in one place:
     this loop is most of a fetch after a restart (py-spy), so every Python operation a
@@ -173,10 +185,8 @@ def kafka_batch(
     if pos != end or first is None or stamp_of({SEQ: text}) != first + count - 1:
         return None
     batch = bytes(seal_records(b"".join(parts), count, clock.base, clock.latest))
-    properties = {BATCH: READ_FROM_ENTRY, RECORDS: str(count), SEQ: text}
-    return StoredMessage(
-        (mid[0], mid[1], count - 1), batch, "", properties, 0, publish_time, producer
-    )
+    properties = {BATCH: READ_FROM_ENTRY, RECORDS: str(count), SEQ: text, WHOLE_ENTRY: "1"}
+    return StoredMessage((mid[0], mid[1], 0), batch, "", properties, 0, publish_time, producer)
 
 
 class _Times:
@@ -258,10 +268,26 @@ def first_sequence(message: StoredMessage) -> int:
     return last - int(message.properties[RECORDS]) + 1
 
 
+def as_numbered(batch: list[StoredMessage], resends: ResendFilter) -> Iterator[StoredMessage]:
+    """`batch` as the tailer numbers it, one at a time: a `kafka_batch` batch that a resend
+    overlaps in part (seen up to inside it by `resends` when it is reached; pulsar-client
+    may batch its resent messages otherwise) as its messages, the resend filter dropping
+    those seen; anything else as it is."""
+    for message in batch:
+        if is_read_batch(message):
+            first = first_sequence(message)
+            seen = resends.last_of(message.producer)
+            if seen is not None and first <= seen < first + int(message.properties[RECORDS]) - 1:
+                yield from messages_of(message)
+                continue
+        yield message
+
+
 def messages_of(message: StoredMessage) -> list[StoredMessage]:
     """The messages a `kafka_batch` batch stands for, as the message path reads them."""
-    ledger, entry, last = message.id
+    ledger, entry, _ = message.id
     properties = message.properties
+    last = int(properties[RECORDS]) - 1
     first = first_sequence(message)
     last_stamp = properties[SEQ]
     publish_time, producer = message.publish_time, message.producer
