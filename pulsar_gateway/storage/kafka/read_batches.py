@@ -86,7 +86,7 @@ def kafka_batch(
     size_of = _SIZE.unpack_from
     null = table[1]  # a Kafka length of -1
     # the records' offset deltas, 0..count-1, as varints
-    deltas = table[: count << 1 : 2] if count <= half else [zigzag_bytes(i) for i in range(count)]
+    deltas = table[: min(count, half) << 1 : 2] + [zigzag_bytes(i) for i in range(half, count)]
     parts: list[bytes] = []
     clock = _Times()
     times = clock.known
