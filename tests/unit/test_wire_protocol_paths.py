@@ -19,7 +19,6 @@ from pulsar_gateway.gateway.backend.wire import commands as c
 from pulsar_gateway.gateway.backend.wire.auth import TokenAuthentication
 from pulsar_gateway.gateway.backend.wire.batch import single_entry
 from pulsar_gateway.gateway.backend.wire.client import Client
-from pulsar_gateway.gateway.backend.wire.consumer import MAX_PER_ENTRY_WINDOW
 from pulsar_gateway.gateway.backend.wire.errors import (
     ConnectionClosed,
     OperationTimeout,
@@ -27,6 +26,7 @@ from pulsar_gateway.gateway.backend.wire.errors import (
     ServerError,
     TopicLookupError,
 )
+from pulsar_gateway.gateway.backend.wire.flow_window import MAX_PER_ENTRY_WINDOW
 from pulsar_gateway.gateway.backend.wire.frames import (
     Frame,
     payload_frame_head,

@@ -43,6 +43,11 @@ from pulsar_gateway.gateway.backend.wire.errors import (
     PulsarError,
     ServerError,
 )
+from pulsar_gateway.gateway.backend.wire.flow_window import (
+    PER_ENTRY_BROKERS,
+    PER_ENTRY_WINDOW,
+    window_for,
+)
 from pulsar_gateway.gateway.backend.wire.frames import Frame
 from pulsar_gateway.gateway.backend.wire.ids import EARLIEST, LATEST, MessageId, partition_index
 from pulsar_gateway.gateway.backend.wire.messages import MessageIdData
@@ -56,21 +61,7 @@ DEFAULT_RECEIVER_QUEUE = 1000
 DEFAULT_MAX_QUEUE_BYTES = 64 * 1024 * 1024
 RECONNECT_DELAYS = (0.1, 0.2, 0.5, 1.0, 2.0, 5.0)
 FATAL_ERRORS = frozenset({4, 11, 12, 15, 17, 22})
-# brokers (by the start of their CONNECTED server_version) that count a permit per entry,
-# except on Shared subscriptions: pulsar-lite's Shared dispatcher wants a batch's messages'
-# worth, and a consumer granting per entry got 3 batched entries and then nothing
-# (docs/pulsar-protocol.md, "Flow control")
-PER_ENTRY_BROKERS = ("Pulsar-Lite",)
-# on those, at most this many entries are asked for at once: pulsar-lite dispatches up to
-# 20 entries per FLOW it gets, and rounds that overlap send entries twice; more permits in
-# flight only meant more copies (measured: docs/pulsar-protocol.md, "Flow control")
-PER_ENTRY_WINDOW = 20
-# a consumer sizing its window by bytes (`window_bytes`) asks for at most this many
-# entries at once: reading entries of 10 records, windows of 20/50/100/200 read 19-35k,
-# 26-48k, 33-44k, 48-53k records/s with 0.01-0.32 copies an entry; of 1,000 records,
-# windows of 100-200 drew 1-9 copies an entry and read 2-8x slower than 20
-MAX_PER_ENTRY_WINDOW = 100
-# on those, an empty queue that gets nothing asks again (an empty FLOW) after this long,
+# on per-entry brokers, an empty queue that gets nothing asks again (an empty FLOW) after this long,
 # then after twice as long each time, up to the maximum
 NUDGE_FIRST_SECONDS = 0.05
 NUDGE_MAX_SECONDS = 2.0
@@ -122,9 +113,8 @@ class Consumer:
         # bound (docs/pulsar-protocol.md, "Flow control"). None: decided by the broker's name.
         self.permits_per_entry = permits_per_entry
         self._per_entry = bool(permits_per_entry)
-        # entries asked for at once when permits count entries; with `window_bytes`, the
-        # least, and as many more as `window_bytes` holds of entries the size of the last
-        # one, up to MAX_PER_ENTRY_WINDOW (docs/pulsar-protocol.md, "Flow control")
+        # entries asked for at once when permits count entries: with `window_bytes` the
+        # least, sized by the entries' bytes (flow_window.window_for)
         self.per_entry_window = per_entry_window
         self.window_bytes = window_bytes
         self._window = receiver_queue_size  # permits asked for at once
@@ -375,14 +365,10 @@ class Consumer:
             connection.close("a consumer was sent past its permits", abort=True)
 
     def _resize_window(self, entry_bytes: int) -> None:
-        """Ask for as many entries at once as `window_bytes` holds of this size, at least
-        `per_entry_window` and at most MAX_PER_ENTRY_WINDOW: small entries come many to a
-        FLOW (pulsar-lite sends at most the permits asked for at once), large ones as
-        before, and what may be in flight stays under `window_bytes` or the least window.
-        Permits are given or held back by the change (`_owed`; below zero until paid)."""
+        """The window for entries of this size (`flow_window.window_for`); permits given
+        or held back by the change (`_owed`, below zero until the ones given are used)."""
         assert self.window_bytes is not None
-        wanted = self.window_bytes // max(entry_bytes, 1)
-        window = max(self.per_entry_window, min(wanted, MAX_PER_ENTRY_WINDOW))
+        window = window_for(entry_bytes, self.window_bytes, self.per_entry_window)
         if window != self._window:
             change = window - self._window
             self._window = window
@@ -491,7 +477,7 @@ class Consumer:
         after the next subscribe."""
         if self.closed:
             raise ConsumerClosed(f"{self} is closed")
-        self._acks.add(_ack_ids(items))
+        self._acks.add(acks.ack_ids(items))
 
     def ack_cumulative(self, item: AckItem) -> None:
         """Acknowledge everything up to and including this entry (not on Shared)."""
@@ -534,7 +520,7 @@ class Consumer:
         # partition included, and ignores one without it on a partition's topic
         # (docs/backend.md, "Named redelivery needs the partition index")
         partition = partition_index(self.topic)
-        ids = [MessageId(*entry).to_data(partition) for entry in _ack_ids(items)]
+        ids = [MessageId(*entry).to_data(partition) for entry in acks.ack_ids(items)]
         if ids:
             with contextlib.suppress(ConnectionClosed):
                 connection.send(c.RedeliverUnacknowledged(self._consumer_id, ids))
@@ -604,18 +590,6 @@ class Consumer:
         if arrival is not None and not arrival.done():
             arrival.set_result(None)  # waiters wake, see `closed` and raise
         log.debug("%s: %s", self, why)
-
-
-def _ack_ids(items: Iterable[AckItem]) -> list[tuple[int, int]]:
-    """The (ledger, entry) of each item, a chunked message's chunks included."""
-    ids: list[tuple[int, int]] = []
-    for item in items:
-        if isinstance(item, ReceivedEntry):
-            ids += (mid.entry for mid in item.chunk_ids)
-            ids.append(item.id.entry)
-        else:
-            ids.append(item.entry)
-    return ids
 
 
 def _retriable(exc: PulsarError) -> bool:
