@@ -16,11 +16,13 @@ from pulsar_gateway.gateway.backend.wire.batch import BatchBuilder, split_batch
 from pulsar_gateway.gateway.messages import (
     RECORDS,
     SEQ,
+    WHOLE_ENTRY,
     LogEntry,
     MessageKey,
     OutMessage,
     StoredMessage,
     WholeEntry,
+    last_id,
 )
 from pulsar_gateway.kafka_codec import compression as codecs
 from pulsar_gateway.kafka_codec.entry_format import encode_entries
@@ -109,7 +111,9 @@ def test_an_entry_read_whole_serves_what_message_by_message_serves(
         assert (made is not None) == plain
         if made is None:
             continue
-        assert made.id == (3, 4, count - 1) and made.producer == PRODUCER
+        # an item for the whole entry, as the tailer makes of one it wrote
+        assert made.id == (3, 4, 0) and last_id(made) == (3, 4, count - 1)
+        assert WHOLE_ENTRY in made.properties and made.producer == PRODUCER
         assert made.properties[RECORDS] == str(count) and is_read_batch(made)
         assert made.properties[SEQ] == one_by_one[-1].properties[SEQ]
         assert _served(made, 50) == _one_by_one(one_by_one, 50)
@@ -159,6 +163,38 @@ def test_an_entry_of_more_records_than_one_byte_deltas_reach_reads_whole() -> No
     made = kafka_batch((1, 1, 0), entry.payload, 9_000, PUBLISHED, PRODUCER)
     assert made is not None
     assert _served(made, 0) == _one_by_one(_split((1, 1, 0), entry.payload, 9_000), 0)
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    st.integers(1, 600),
+    st.sampled_from([1, 7, 100, 10**9]),
+    st.sampled_from([1, 70, 10**9]),
+    st.sampled_from([0, 100, 300]),
+    st.booleans(),
+)
+def test_keys_times_and_sizes_as_producers_send_them_read_whole(
+    count: int, keys: int, per_time: int, size: int, nulls: bool
+) -> None:
+    """Batches whose metadata repeats a lot (one key, one time) or seldom (a key a record,
+    a time every few records: more different metadata than one read keeps), keys of one
+    and of several length bytes, null values, payloads whose size takes two bytes: what
+    the whole read serves is what the message path serves."""
+    messages = [
+        OutMessage(
+            None if nulls and i % 5 == 0 else b"v" * (size + i % 3),
+            f"key-{i % keys}" if keys < 10**9 else f"user-{i:06d}-" + "k" * (i % 200),
+            None,
+            1_700_000_000_000 + i // per_time,
+        )
+        for i in range(count)
+    ]
+    [entry] = entries(messages, 500, True, 1 << 22)
+    made = kafka_batch((2, 5, 0), entry.payload, count, PUBLISHED, PRODUCER)
+    assert made is not None
+    one_by_one = _split((2, 5, 0), entry.payload, count)
+    assert _served(made, 0) == _one_by_one(one_by_one, 0)
+    assert messages_of(made) == one_by_one
 
 
 def test_the_topic_codec_and_log_append_time_still_hold() -> None:
@@ -290,5 +326,58 @@ def test_a_kept_cursor_reads_ahead_while_the_consumer_handles_the_last_answer() 
         assert [e.offset for e in second] == [10] and is_read_batch(second[0].message)
         assert len(backend.streams) == 1
         await log.close()
+
+    asyncio.run(scenario())
+
+
+class _Metadata:
+    """Checkpoints go nowhere."""
+
+    async def put(self, key: str, value: Any) -> None:
+        pass
+
+
+class _TailedStream(_EntryStream):
+    """The tailer's reader: the entries, then nothing (each later read waits its timeout)."""
+
+    connected = True
+
+    async def read_batch(
+        self,
+        limit: int,
+        timeout: float | None = None,
+        expect_more: bool = False,
+        whole: WholeEntry | None = None,
+    ) -> list[StoredMessage]:
+        if not self.raw:
+            await asyncio.sleep(timeout or 0)
+            return []
+        return await super().read_batch(limit, timeout, expect_more, whole)
+
+
+def test_after_a_restart_the_tailer_numbers_whole_entries_as_message_by_message() -> None:
+    """The tailer offers every batched entry to kafka_batch (after a restart the gateway
+    knows none it wrote): an entry is one item in the tail, a resent copy takes no offsets,
+    and a resend overlapping one in part is numbered message by message, so the offsets
+    and what the tail serves are those of reading message by message."""
+
+    async def scenario() -> None:
+        log = PartitionLog(_Backend([]), _Metadata(), "t")  # type: ignore[arg-type]
+        log._stream = _TailedStream(_stored_entries())  # type: ignore[assignment]
+        task = asyncio.create_task(log._tail_loop())
+        try:
+            for _ in range(200):
+                if log.next_offset == 35:
+                    break
+                await asyncio.sleep(0.01)
+            assert log.next_offset == 35 and log.tail_start == 0
+            served = await _read_all(log, 0, 1 << 20)
+            assert [r[0] for r in served] == list(range(35))
+            assert [r[3] for r in served] == [b"value-%d" % seq for seq in range(35)]
+            items = log._tail.read(0, 1 << 20)
+            assert is_read_batch(items[0].message) and items[0].message.id == (7, 0, 0)
+            assert [e.offset for e in items if is_read_batch(e.message)] == [0, 10, 25]
+        finally:
+            task.cancel()
 
     asyncio.run(scenario())

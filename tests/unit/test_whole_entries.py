@@ -27,7 +27,9 @@ from pulsar_gateway.gateway.messages import (
     last_id,
     records_in,
 )
+from pulsar_gateway.kafka_codec.record_batch import decode_batches
 from pulsar_gateway.storage.kafka.append_offsets import IdWaiters, NumberedWhileAppending
+from pulsar_gateway.storage.kafka.read_batches import kafka_batch
 from pulsar_gateway.storage.kafka.tail_store import TailStore
 
 PRODUCERS = ["gw-a.native", "gw-a.single", "gw-b.native"]
@@ -193,5 +195,44 @@ def test_an_entry_met_from_inside_is_read_message_by_message() -> None:
         assert read[0].payload == b"v2" and WHOLE_ENTRY not in read[0].properties
         assert read[1].payload == b"kafka 2" and records_in(read[1]) == 3
         assert stream.last_passed == (4, 2, 2)
+
+    asyncio.run(scenario())
+
+
+def test_after_a_restart_the_tailer_reads_an_entry_it_no_longer_knows_as_one_item() -> None:
+    """Nothing noted (a restarted gateway): a wholly new plain entry offered to `whole`
+    (read_batches.kafka_batch) comes as one item for the whole entry, as a noted one does:
+    named by its first message, standing for all; one met from inside still comes message
+    by message, and one `whole` turns down (not the plain case) too."""
+
+    async def scenario() -> None:
+        delivered = []
+        for entry_id, sequence, props in ((1, 10, None), (2, 13, None), (3, 16, {"h": "v"})):
+            messages = [OutMessage(b"v%d" % i, "k", props, 1000 + i) for i in range(3)]
+            (built,) = entries(messages, sequence, True, 10_000)
+            metadata = MessageMetadata(
+                producer_name="gw-x.native",
+                sequence_id=sequence,
+                publish_time=5,
+                num_messages_in_batch=3,
+            )
+            delivered.append(ReceivedEntry(MessageId(4, entry_id, -1), metadata, built.payload))
+        stream = NativeReaderStream(None, "t", (4, 1, 2), written=WrittenEntries(), as_one=True)  # type: ignore[arg-type]
+        stream._consumer = _Consumer(delivered)  # type: ignore[assignment]
+        read = await stream.read_batch(100, timeout=0.1, whole=kafka_batch)
+        assert [m.id for m in read] == [(4, 1, 2), (4, 2, 0), (4, 3, 0), (4, 3, 1), (4, 3, 2)]
+        assert read[0].payload == b"v2" and WHOLE_ENTRY not in read[0].properties
+        item = read[1]
+        assert WHOLE_ENTRY in item.properties and records_in(item) == 3
+        assert last_id(item) == (4, 2, 2) and item.properties[SEQ] == "15"
+        assert [
+            (r.key, r.value) for b in decode_batches(item.payload or b"") for r in b.records
+        ] == [
+            (b"k", b"v0"),
+            (b"k", b"v1"),
+            (b"k", b"v2"),
+        ]
+        assert all(WHOLE_ENTRY not in m.properties for m in read[2:])
+        assert stream.last_passed == (4, 3, 2)
 
     asyncio.run(scenario())

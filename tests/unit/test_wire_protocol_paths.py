@@ -26,6 +26,7 @@ from pulsar_gateway.gateway.backend.wire.errors import (
     ServerError,
     TopicLookupError,
 )
+from pulsar_gateway.gateway.backend.wire.flow_window import MAX_PER_ENTRY_WINDOW
 from pulsar_gateway.gateway.backend.wire.frames import (
     Frame,
     payload_frame_head,
@@ -395,6 +396,60 @@ def test_permits_count_messages_or_entries_as_the_broker_does(server, granted) -
             await consumer.receive(2)
         await async_wait_until(lambda: len(broker.of_type(c.Flow)) >= 2, 5, message="FLOW")
         assert sum(flow.message_permits for flow in broker.of_type(c.Flow)[1:]) == granted
+
+    run(scenario)
+
+
+def test_a_window_sized_by_bytes_asks_for_many_small_entries_and_few_large_ones() -> None:
+    """`window_bytes` (history reads): against pulsar-lite (a permit per entry) the
+    window is as many entries as the bytes hold of the size last seen, at least
+    `per_entry_window`, at most MAX_PER_ENTRY_WINDOW; permits in flight follow it down
+    as well as up: none is given while more are in flight than the window allows."""
+
+    async def scenario(make, broker: ScriptedBroker) -> None:
+        def connected(side: BrokerSide, frame: Frame) -> bool:
+            if isinstance(frame.command, c.Connect):
+                side.send(c.Connected("Pulsar-Lite-0.1.0", 19))
+                return True
+            return False
+
+        broker.handlers.append(connected)
+        reader = await make().create_reader(
+            TOPIC, MessageId(-1, -1), per_entry_window=4, window_bytes=10_000
+        )
+        [subscribe] = broker.of_type(c.Subscribe)
+        side = broker.connections[-1]
+        metadata = MessageMetadata("p", 1, 1).encode()
+
+        def granted() -> int:
+            return sum(flow.message_permits for flow in broker.of_type(c.Flow))
+
+        def send(entry: int, size: int) -> None:
+            section = payload_section(metadata, b"x" * size)
+            command = c.Message(subscribe.consumer_id, MessageIdData(1, entry))
+            side.send_raw(payload_frame_head(command, len(section)) + section)
+
+        await async_wait_until(lambda: granted() == 4, 5, message="the first FLOW")
+        send(0, 200)  # 50 entries of 200 bytes in 10,000: 46 more permits at once
+        await async_wait_until(lambda: granted() == 50, 5, message="a wider window")
+        for entry in range(1, 50):
+            send(entry, 10)  # entries this small: as many as MAX_PER_ENTRY_WINDOW
+        await async_wait_until(lambda: reader.queued == 50, 5, message="fifty entries")
+        assert granted() == 50 + MAX_PER_ENTRY_WINDOW - 50
+        send(50, 5_000)  # large ones: back to the least window, in flight included
+        await async_wait_until(lambda: reader.queued == 51, 5, message="a large entry")
+        for _ in range(51):
+            await reader.receive(2)
+        await asyncio.sleep(0.1)
+        # all taken, yet no permit given back: the 49 granted for small entries and not
+        # used yet exceed the least window (a broker cannot be asked to forget permits)
+        assert granted() == MAX_PER_ENTRY_WINDOW
+        for entry in range(51, 98):
+            send(entry, 5_000)  # used down to half the least window: permits again
+        for _ in range(51, 98):
+            await reader.receive(2)
+        await async_wait_until(lambda: granted() > MAX_PER_ENTRY_WINDOW, 5, message="FLOW")
+        assert granted() - 98 == 4  # in flight: the least window
 
     run(scenario)
 

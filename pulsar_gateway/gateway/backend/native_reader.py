@@ -46,24 +46,33 @@ UNKNOWN_ERROR = 0
 
 
 def stored_messages(
-    entry: ReceivedEntry, written: WrittenEntries | None = None, as_one: bool = False
+    entry: ReceivedEntry,
+    written: WrittenEntries | None = None,
+    as_one: bool = False,
+    whole: WholeEntry | None = None,
 ) -> list[StoredMessage]:
     """The entry's messages as pulsar-client's reader would give them; an entry this
     gateway wrote (`written`) is made from what it was built from, not parsed. `as_one`:
     such an entry holding a whole produced Kafka batch is ONE item standing for all its
-    messages (`WrittenEntry.as_one`), for the partition's tailer."""
+    messages (`WrittenEntry.as_one`), for the partition's tailer; a batched entry it does
+    not know is offered to `whole`, whose item (if any) stands for the entry the same way
+    (`messages.WHOLE_ENTRY`)."""
     metadata = entry.metadata
     ledger, entry_id = entry.id.ledger_id, entry.id.entry_id
     publish_time = metadata.publish_time or 0
     producer = metadata.producer_name or ""
     count = metadata.num_messages_in_batch
-    if written is not None and count is not None and not entry.chunk_ids:
-        mine = written.take(producer, metadata.sequence_id or 0, count)
+    if count is not None and not entry.chunk_ids:
+        mine = None if written is None else written.take(producer, metadata.sequence_id or 0, count)
         if mine is not None:
             one = mine.as_one(ledger, entry_id, publish_time, producer) if as_one else None
             if one is not None:
                 return [one]
             return mine.stored(ledger, entry_id, publish_time, producer)
+        if whole is not None:
+            made = whole((ledger, entry_id, 0), entry.data(), count, publish_time, producer)
+            if made is not None:
+                return [made]
     make = StoredMessage
     return [
         make(
@@ -90,8 +99,12 @@ class NativeReaderStream:
         receiver_queue_size: int = 1000,
         written: WrittenEntries | None = None,
         as_one: bool = False,
+        window_bytes: int | None = None,
     ) -> None:
         self._client = client
+        # the reader's window sized by the bytes of its entries (`wire.Consumer`; None: a
+        # fixed number of entries)
+        self._window_bytes = window_bytes
         self._written = written  # what this gateway wrote and need not parse back
         # an entry written whole from a produced Kafka batch handed out as one item (the
         # partition tailer's reads only: `stored_messages`)
@@ -115,7 +128,10 @@ class NativeReaderStream:
         at = WIRE_EARLIEST if start == EARLIEST else MessageId(start[0], start[1], -1)
         try:
             self._consumer = await self._client.create_reader(
-                self._topic, at, receiver_queue_size=self._queue_size
+                self._topic,
+                at,
+                receiver_queue_size=self._queue_size,
+                window_bytes=self._window_bytes,
             )
         except PulsarError as exc:
             raise ConnectionError(f"cannot open a reader on {self._topic}: {exc}") from exc
@@ -171,16 +187,18 @@ class NativeReaderStream:
                     break  # the timeout ran out
             while entries and len(out) < limit:
                 entry = entries.popleft()
-                messages = None if whole is None else self._whole(entry, whole, last)
-                if messages is None:
+                if self._as_one:
                     # one item only for an entry wholly new: one met from inside (a start in
-                    # it, a replay) is passed on message by message, from where it is new
-                    one = self._as_one and (
-                        (entry.id.ledger_id, entry.id.entry_id, 0) > last
-                        if last is not None
-                        else (entry.id.ledger_id, entry.id.entry_id, 0) >= self._floor
-                    )
-                    messages = stored_messages(entry, self._written, one)
+                    # it, a replay) is passed on message by message, from where it is new;
+                    # an entry this gateway wrote is made from what it was built from, any
+                    # other offered to `whole` (after a restart: all of them)
+                    first = (entry.id.ledger_id, entry.id.entry_id, 0)
+                    one = first > last if last is not None else first >= self._floor
+                    messages = stored_messages(entry, self._written, one, whole if one else None)
+                else:
+                    messages = None if whole is None else self._whole(entry, whole, last)
+                    if messages is None:
+                        messages = stored_messages(entry, self._written)
                 if not messages:
                     continue
                 first = messages[0].id

@@ -433,16 +433,25 @@ class PulsarBackend:
         start: MessageKey = EARLIEST,
         receiver_queue_size: int = 1000,
         as_one: bool = False,
+        window_bytes: int | None = None,
     ) -> LogReader:
         """`open_reader` for a Kafka partition log: through the wire client when
         `pulsar.client = "native"` (native_reader.py), else the same. `as_one`: an entry
         this gateway wrote from a whole produced Kafka batch comes as one item standing for
-        all its messages (the partition's tailer: docs/offsets.md)."""
+        all its messages (the partition's tailer: docs/offsets.md). `window_bytes`: the
+        reader asks pulsar-lite for as many entries at once as this holds (native only;
+        None: a fixed number, `wire.Consumer`)."""
         if self._native is None:
             return await self.open_reader(topic, start, receiver_queue_size)
         self._probe_topic = self._probe_topic or topic
         stream = NativeReaderStream(
-            self._native.client, topic, start, receiver_queue_size, self._native.written, as_one
+            self._native.client,
+            topic,
+            start,
+            receiver_queue_size,
+            self._native.written,
+            as_one,
+            window_bytes,
         )
         await stream.open()
         return self._counted(stream)

@@ -61,6 +61,7 @@ from pulsar_gateway.handlers.listener_limits import (
 )
 from pulsar_gateway.handlers.tls_accept import TlsListener
 from pulsar_gateway.kafka_codec.compression import InflateBudget
+from pulsar_gateway.kafka_codec.protocol import compile_codecs
 from pulsar_gateway.security.credentials import NoUsers, UserDirectory
 from pulsar_gateway.security.oauthbearer import TokenValidator
 from pulsar_gateway.security.tls import certificate_common_name
@@ -158,6 +159,8 @@ class KafkaServer:
         return bound_address(self._tls_server)
 
     async def start(self) -> None:
+        # before the first client: a first Fetch must not pay for compiling its codec
+        compile_codecs()
         self.log_limiter.attach(*PER_REQUEST_LOGGERS)
         queued = self.queued
         metrics.QUEUED_REQUEST_BYTES.labels("kafka").set_function(lambda: queued.used)

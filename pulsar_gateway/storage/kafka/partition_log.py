@@ -38,6 +38,7 @@ from pulsar_gateway.storage.kafka.append_offsets import IdWaiters, NumberedWhile
 from pulsar_gateway.storage.kafka.history_reader import HistoryReader
 from pulsar_gateway.storage.kafka.offset_checkpoints import OffsetCheckpoints
 from pulsar_gateway.storage.kafka.producer_state import ProducerStateIndex, produced, stamp
+from pulsar_gateway.storage.kafka.read_batches import as_numbered, kafka_batch
 from pulsar_gateway.storage.kafka.send_order import SendOrder
 from pulsar_gateway.storage.kafka.tail_store import TailStore
 from pulsar_gateway.storage.kafka.transaction_index import TransactionIndex
@@ -203,7 +204,8 @@ class PartitionLog:
                     reopen = False
                 # short waits while an append waits for its messages to be numbered
                 waited = OWED_READ_SECONDS if self._numbered.wanted else IDLE_READ_SECONDS
-                batch = await stream.read_batch(2000, timeout=waited)
+                # a whole entry one item, known or not (after a restart): read_batches.py
+                batch = await stream.read_batch(2000, timeout=waited, whole=kafka_batch)
                 if batch:
                     self._index_whole(batch)
                     failures = 0
@@ -301,7 +303,7 @@ class PartitionLog:
         # what goes to the tail cache, there in one go after the loop (nothing in it reads it)
         cached: list[StoredMessage] = []
         cached_at: list[int] = []
-        for message in batch:
+        for message in as_numbered(batch, resends):
             due = offset >= next_due
             before = resends.snapshot() if due else None
             original = resends.original_offset(message, offset)

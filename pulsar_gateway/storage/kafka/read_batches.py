@@ -16,18 +16,28 @@ count up by one and all but the last say "more follows", and every message has i
 time. Anything else gives None and the entry is read message by message as before, so
 what reaches a Kafka client is what the message path gives (a property test compares them).
 
-The batch stands for its messages exactly: `messages_of` gives them back (a read that
-starts inside the entry, a resend that overlaps it, a caller that needs message ids), with
-the stamps, keys, values and times the message path would have made.
+The batch is an item for the whole entry (`messages.WHOLE_ENTRY`): the history reads and,
+after a restart, the partition's tailer take it as the tailer takes an entry it wrote. It
+stands for its messages exactly: `messages_of` gives them back (a read that starts inside
+the entry, a resend that overlaps it), with the stamps, keys, values and times the message
+path would have made.
 """
 
 from __future__ import annotations
 
 import struct
+from collections.abc import Iterator
 
-from pulsar_gateway.gateway.backend.resend_filter import stamp_of
+from pulsar_gateway.gateway.backend.resend_filter import ResendFilter, stamp_of
 from pulsar_gateway.gateway.backend.wire.protobuf import decode_varint
-from pulsar_gateway.gateway.messages import MORE, RECORDS, SEQ, MessageKey, StoredMessage
+from pulsar_gateway.gateway.messages import (
+    MORE,
+    RECORDS,
+    SEQ,
+    WHOLE_ENTRY,
+    MessageKey,
+    StoredMessage,
+)
 from pulsar_gateway.kafka_codec.entry_format import BATCH, READ_FROM_ENTRY
 from pulsar_gateway.kafka_codec.record_batch import decode_batches, seal_records
 from pulsar_gateway.kafka_codec.record_codec import VARINT_TABLE_SIZE, VARINTS, zigzag_bytes
@@ -41,11 +51,11 @@ _VALUE_AT = 2 + len(_STAMP_NAME) + 1  # after the value's one-byte length
 _STAMP_HEADS = {b"\x0a" + bytes([n + 12]) + _STAMP_NAME + bytes([n]): n for n in range(1, 21)}
 _SIZE = struct.Struct(">I")  # a message's metadata size, before it
 _PLUS = MORE.encode()[0]
+# how many different message metadata tails one entry's read keeps what it made of
+MAX_KEPT_RESTS = 256
 # the most messages an entry may hold to be read whole (a Kafka batch of 1 MB holds some
 # 9,000 records of 100 bytes: more than one-table-look-up offset deltas reach, 8,192)
 MAX_RECORDS = 1 << 20
-# how many different message metadata tails one entry's read keeps what it made of
-MAX_KEPT_RESTS = 1024
 
 
 def kafka_batch(
@@ -53,157 +63,197 @@ def kafka_batch(
 ) -> StoredMessage | None:
     """The `count` messages of a batched entry's payload `data` (uncompressed) as one
     Kafka batch based at offset 0, or None when the entry is not the plain case. `mid`: the
-    entry's (ledger, entry, ...); the batch takes the id of its last message.
+    entry's (ledger, entry, ...). The batch is an item standing for the whole entry
+    (`messages.WHOLE_ENTRY`, as the tailer makes of an entry this gateway wrote and still
+    knows): named by its first message, carrying the last one's stamp.
 
-    Written for speed, one loop from message to record: the stamp is matched as the bytes
-    the gateway writes, keys and values are copied once into the batch, a batch's few
-    event times are decoded once each with their record field."""
+    Written for speed, one loop from message to record, each record written in one place:
+    this loop is most of a fetch after a restart (py-spy), so every Python operation a
+    record costs counts. The stamp is matched as the bytes the gateway writes; the other
+    fields are read in the order the gateway writes them (partition key, event time,
+    ordering key, null value, payload size), with no look-up by the whole metadata (a
+    producer's records carry the time they were made: key and time together seldom
+    repeat), and a batch's few event times decoded once each. Metadata laid out otherwise
+    (pulsar-client writes the payload size before the time) is parsed field by field
+    (`_fields_of`)."""
     if not 0 < count <= MAX_RECORDS:
         return None
     table = VARINTS
     half = VARINT_TABLE_SIZE >> 1
     heads = _STAMP_HEADS
+    value_at = _VALUE_AT
+    plus = _PLUS
     size_of = _SIZE.unpack_from
     null = table[1]  # a Kafka length of -1
+    # the records' offset deltas, 0..count-1, as varints
+    deltas = table[: min(count, half) << 1 : 2] + [zigzag_bytes(i) for i in range(half, count)]
     parts: list[bytes] = []
-    # event time field as stored -> its length, the time, the record's attributes and delta
-    times: dict[bytes, tuple[int, int, bytes]] = {}
+    clock = _Times()
+    times = clock.known
     # a message's metadata after its stamp -> the record's attributes and timestamp delta,
     # its key and value lengths and key, the value's size, the record's size but the delta
     rests: dict[bytes, tuple[bytes, bytes, int, int]] = {}
-    base_ts = max_ts = -1
-    last = count - 1
-    first_stamp = last_stamp = b""
+    # whether to look there: not once it is full, as an entry whose metadata seldom repeats
+    # (many keys, times that change every millisecond) paid for a look-up a record in vain
+    looking = True
+    marked = 0  # stamps saying "more follows"
     end = len(data)
-    pos = 0
+    pos = n = p = 0
     try:
-        for index in range(count):
+        for delta in deltas:
             p = pos + 4
             stop = p + size_of(data, pos)[0]
             if stop > end:
                 return None
             # the stamp, first and the only property: its field's head names its length
-            n = heads.get(data[p : p + _VALUE_AT], 0)
+            n = heads.get(data[p : p + value_at], 0)
             if not n:
                 return None
-            p += _VALUE_AT + n
-            if index == last:
-                last_stamp = data[p - n : p]
-            elif data[p - 1] != _PLUS:
-                return None  # a batch ends inside the entry: not the plain case
-            if not index:
-                first_stamp = data[p - n : p]
-            # the rest of the metadata (key, time, size): a batch's records mostly repeat a
-            # few, so what they make of the record is kept by those bytes
-            rest = data[p:stop]
-            known_rest = rests.get(rest)
-            if known_rest is not None:
-                stamped, fields, size, body = known_rest
-                pos = stop + size
-                if pos > end:
-                    return None
-                offset_delta = table[index << 1] if index < half else zigzag_bytes(index)
-                length = body + len(offset_delta)
-                parts += (
-                    table[length << 1] if length < half else zigzag_bytes(length),
-                    stamped,
-                    offset_delta,
-                    fields,
-                    data[stop:pos] if size else b"",
-                    b"\x00",  # no headers
-                )
-                continue
-            key = null
-            size = -1
-            stamped = b""  # the record's attributes and timestamp delta
-            absent = False
-            while p < stop:
-                t = data[p]
-                if t == 0x12:  # partition key (an empty one reads as none)
-                    n = data[p + 1]
-                    if n < 0x80:
-                        p += 2
+            p += value_at + n
+            marked += data[p - 1] == plus
+            if looking:
+                rest = data[p:stop]
+                known = rests.get(rest)
+            else:
+                known = None
+            if known is None:
+                # the fields in the gateway's order: partition key (its length one byte),
+                # event time, the ordering key (the partition key again), null value,
+                # payload size; another layout (q != stop) is parsed field by field
+                q = p
+                key = null
+                k = 0
+                if data[q] == 0x12:
+                    k = data[q + 1]
+                    q = q + 2 + k if k < 0x80 else -1
+                    if k:
+                        key = table[k << 1] + data[q - k : q]
+                if q >= 0 and data[q] == 0x28:
+                    moment = times.get(data[q + 1 : q + 7]) or clock.decode(data, q, stop)
+                    q += moment[0]
+                    if k:
+                        q = q + 2 + k if data[q] == 0x3A and data[q + 1] == k else -1
+                    if data[q] == 0x48 and data[q + 1] == 1:
+                        q = q + 4 if data[q + 2] == 0x18 and data[q + 3] == 0 else -1
+                        size = 0
+                        value = null
+                    elif data[q] == 0x18:
+                        size = data[q + 1]
+                        if size < 0x80:
+                            q += 2
+                        else:
+                            size, q = decode_varint(data, q + 1, stop)
+                        value = table[size << 1] if size < half else zigzag_bytes(size)
                     else:
-                        n, p = decode_varint(data, p + 1, stop)
-                    if n:
-                        key = (table[n << 1] if n < half else zigzag_bytes(n)) + data[p : p + n]
-                    p += n
-                elif t == 0x28:  # event time
-                    raw = data[p + 1 : p + 7]
-                    known = times.get(raw)
-                    if known is None:
-                        ts, q = decode_varint(data, p + 1, stop)
-                        if ts <= 0:
-                            return None
-                        if base_ts < 0:
-                            base_ts = ts
-                        max_ts = max(max_ts, ts)
-                        d = ts - base_ts
-                        z = (d << 1) ^ (d >> 63)
-                        known = (
-                            q - p,
-                            ts,
-                            b"\x00" + (table[z] if z < len(table) else zigzag_bytes(d)),
-                        )
-                        if q - p <= 7:  # a longer varint's first 6 bytes do not name it
-                            times[raw] = known
-                    p += known[0]
-                    stamped = known[2]
-                elif t == 0x3A:  # ordering key: the partition key again
-                    n = data[p + 1]
-                    if n < 0x80:
-                        p += 2 + n
-                    else:
-                        n, p = decode_varint(data, p + 1, stop)
-                        p += n
-                elif t == 0x18:  # payload size
-                    n = data[p + 1]
-                    if n < 0x80:
-                        size = n
-                        p += 2
-                    else:
-                        size, p = decode_varint(data, p + 1, stop)
-                elif t == 0x48 and data[p + 1] < 2:  # null value
-                    absent = data[p + 1] == 1
-                    p += 2
-                elif t == 0x40:  # Pulsar's sequence id: not Kafka's
-                    p = decode_varint(data, p + 1, stop)[1]
-                else:  # another property, a base64 key, compacted out, unknown: not plain
-                    return None
-            if p != stop or size < 0 or not stamped:
-                return None
+                        q = -1
+                else:
+                    q = -1
+                if q != stop:
+                    found = _fields_of(data, p, stop)
+                    if found is None:
+                        return None
+                    q, key, value, size = found
+                    moment = times.get(data[q + 1 : q + 7]) or clock.decode(data, q, stop)
+                fields = key + value
+                known = (moment[1], fields, size, len(moment[1]) + len(fields) + size + 1)
+                if looking:
+                    rests[rest] = known
+                    looking = len(rests) < MAX_KEPT_RESTS
+            stamped, fields, size, body = known
             pos = stop + size
             if pos > end:
                 return None
-            if absent:
-                value = null
-                size = 0
-            else:
-                value = table[size << 1] if size < half else zigzag_bytes(size)
-            fields = key + value
-            body = len(stamped) + len(fields) + size + 1
-            if len(rests) < MAX_KEPT_RESTS:
-                rests[rest] = (stamped, fields, size, body)
-            offset_delta = table[index << 1] if index < half else zigzag_bytes(index)
-            length = body + len(offset_delta)
+            length = body + len(delta)
             parts += (
                 table[length << 1] if length < half else zigzag_bytes(length),
                 stamped,
-                offset_delta,
+                delta,
                 fields,
-                data[stop:pos] if size else b"",
+                data[stop:pos],
                 b"\x00",  # no headers
             )
-        text = last_stamp.decode()
-        first = stamp_of({SEQ: first_stamp.decode()})
-    except (IndexError, ValueError, struct.error):  # malformed: the message path says why
+        # every stamp but the last says "more follows" (else a batch ends inside the
+        # entry: not the plain case); the last may say it too
+        if marked - (data[p - 1] == plus) != count - 1:
+            return None
+        text = data[p - n : p].decode()
+        n = heads[data[4 : 4 + value_at]]
+        first = stamp_of({SEQ: data[4 + value_at : 4 + value_at + n].decode()})
+    except (IndexError, KeyError, ValueError, struct.error):  # malformed: the message path says why
         return None
     # the stamps count up by one (a producer's stamps rise: the first and last tell)
-    if pos != end or first is None or stamp_of({SEQ: text}) != first + last:
+    if pos != end or first is None or stamp_of({SEQ: text}) != first + count - 1:
         return None
-    batch = bytes(seal_records(b"".join(parts), count, base_ts, max_ts))
-    properties = {BATCH: READ_FROM_ENTRY, RECORDS: str(count), SEQ: text}
-    return StoredMessage((mid[0], mid[1], last), batch, "", properties, 0, publish_time, producer)
+    batch = bytes(seal_records(b"".join(parts), count, clock.base, clock.latest))
+    properties = {BATCH: READ_FROM_ENTRY, RECORDS: str(count), SEQ: text, WHOLE_ENTRY: "1"}
+    return StoredMessage((mid[0], mid[1], 0), batch, "", properties, 0, publish_time, producer)
+
+
+class _Times:
+    """One entry's event times: each time field's bytes -> its length and the record's
+    attributes and timestamp delta, from the first record's time (the batch's base)."""
+
+    __slots__ = ("base", "known", "latest")
+
+    def __init__(self) -> None:
+        # the field's first 6 bytes (a millisecond time's varint; a longer one's first 6
+        # bytes do not name it, and it is not kept) -> (field length, attributes and delta)
+        self.known: dict[bytes, tuple[int, bytes]] = {}
+        self.base = self.latest = -1
+
+    def decode(self, data: bytes, at: int, stop: int) -> tuple[int, bytes]:
+        """The time field at `at` (its tag byte); ValueError for a time not above 0."""
+        ts, after = decode_varint(data, at + 1, stop)
+        if ts <= 0:
+            raise ValueError("no event time: not the plain case")
+        if self.base < 0:
+            self.base = ts
+        self.latest = max(self.latest, ts)
+        d = ts - self.base
+        z = (d << 1) ^ (d >> 63)
+        moment = (after - at, b"\x00" + (VARINTS[z] if z < len(VARINTS) else zigzag_bytes(d)))
+        if after - at <= 7:
+            self.known[data[at + 1 : at + 7]] = moment
+        return moment
+
+
+def _fields_of(data: bytes, p: int, stop: int) -> tuple[int, bytes, bytes, int] | None:
+    """A message's metadata after its stamp, field by field, in any order: where its event
+    time field is, the record's key and value lengths-and-key, and the value's size; None
+    when it is not the plain case (another property, a base64 key, compacted out, a field
+    this reader does not know, no event time)."""
+    table = VARINTS
+    half = VARINT_TABLE_SIZE >> 1
+    null = table[1]  # a Kafka length of -1
+    key = null
+    size = time_at = -1
+    absent = False
+    while p < stop:
+        t = data[p]
+        if t == 0x12:  # partition key (an empty one reads as none)
+            n, p = decode_varint(data, p + 1, stop)
+            key = (table[n << 1] if n < half else zigzag_bytes(n)) + data[p : p + n] if n else null
+            p += n
+        elif t == 0x28:  # event time
+            time_at = p
+            p = decode_varint(data, p + 1, stop)[1]
+        elif t == 0x3A:  # ordering key: the partition key again
+            n, p = decode_varint(data, p + 1, stop)
+            p += n
+        elif t == 0x18:  # payload size
+            size, p = decode_varint(data, p + 1, stop)
+        elif t == 0x48 and data[p + 1] < 2:  # null value
+            absent = data[p + 1] == 1
+            p += 2
+        elif t == 0x40:  # Pulsar's sequence id: not Kafka's
+            p = decode_varint(data, p + 1, stop)[1]
+        else:
+            return None
+    if p != stop or size < 0 or time_at < 0:
+        return None
+    if absent:
+        return time_at, key, null, 0
+    return time_at, key, table[size << 1] if size < half else zigzag_bytes(size), size
 
 
 def is_read_batch(message: StoredMessage) -> bool:
@@ -218,10 +268,26 @@ def first_sequence(message: StoredMessage) -> int:
     return last - int(message.properties[RECORDS]) + 1
 
 
+def as_numbered(batch: list[StoredMessage], resends: ResendFilter) -> Iterator[StoredMessage]:
+    """`batch` as the tailer numbers it, one at a time: a `kafka_batch` batch that a resend
+    overlaps in part (seen up to inside it by `resends` when it is reached; pulsar-client
+    may batch its resent messages otherwise) as its messages, the resend filter dropping
+    those seen; anything else as it is."""
+    for message in batch:
+        if is_read_batch(message):
+            first = first_sequence(message)
+            seen = resends.last_of(message.producer)
+            if seen is not None and first <= seen < first + int(message.properties[RECORDS]) - 1:
+                yield from messages_of(message)
+                continue
+        yield message
+
+
 def messages_of(message: StoredMessage) -> list[StoredMessage]:
     """The messages a `kafka_batch` batch stands for, as the message path reads them."""
-    ledger, entry, last = message.id
+    ledger, entry, _ = message.id
     properties = message.properties
+    last = int(properties[RECORDS]) - 1
     first = first_sequence(message)
     last_stamp = properties[SEQ]
     publish_time, producer = message.publish_time, message.producer

@@ -6,7 +6,10 @@ consumer is disconnected, to go out right after it subscribes again (docs/pulsar
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+
+from pulsar_gateway.gateway.backend.wire.entries import ReceivedEntry
+from pulsar_gateway.gateway.backend.wire.ids import MessageId
 
 # acknowledgements kept while disconnected, sent once subscribed again
 MAX_HELD = 100_000
@@ -51,3 +54,15 @@ class AckGroup:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
+
+
+def ack_ids(items: Iterable[ReceivedEntry | MessageId]) -> Entries:
+    """The (ledger, entry) of each item, a chunked message's chunks included."""
+    ids: Entries = []
+    for item in items:
+        if isinstance(item, ReceivedEntry):
+            ids += (mid.entry for mid in item.chunk_ids)
+            ids.append(item.id.entry)
+        else:
+            ids.append(item.entry)
+    return ids

@@ -43,6 +43,11 @@ from pulsar_gateway.gateway.backend.wire.errors import (
     PulsarError,
     ServerError,
 )
+from pulsar_gateway.gateway.backend.wire.flow_window import (
+    PER_ENTRY_BROKERS,
+    PER_ENTRY_WINDOW,
+    window_for,
+)
 from pulsar_gateway.gateway.backend.wire.frames import Frame
 from pulsar_gateway.gateway.backend.wire.ids import EARLIEST, LATEST, MessageId, partition_index
 from pulsar_gateway.gateway.backend.wire.messages import MessageIdData
@@ -56,16 +61,7 @@ DEFAULT_RECEIVER_QUEUE = 1000
 DEFAULT_MAX_QUEUE_BYTES = 64 * 1024 * 1024
 RECONNECT_DELAYS = (0.1, 0.2, 0.5, 1.0, 2.0, 5.0)
 FATAL_ERRORS = frozenset({4, 11, 12, 15, 17, 22})
-# brokers (by the start of their CONNECTED server_version) that count a permit per entry,
-# except on Shared subscriptions: pulsar-lite's Shared dispatcher wants a batch's messages'
-# worth, and a consumer granting per entry got 3 batched entries and then nothing
-# (docs/pulsar-protocol.md, "Flow control")
-PER_ENTRY_BROKERS = ("Pulsar-Lite",)
-# on those, at most this many entries are asked for at once: pulsar-lite dispatches up to
-# 20 entries per FLOW it gets, and rounds that overlap send entries twice; more permits in
-# flight only meant more copies (measured: docs/pulsar-protocol.md, "Flow control")
-PER_ENTRY_WINDOW = 20
-# on those, an empty queue that gets nothing asks again (an empty FLOW) after this long,
+# on per-entry brokers, an empty queue that gets nothing asks again (an empty FLOW) after this long,
 # then after twice as long each time, up to the maximum
 NUDGE_FIRST_SECONDS = 0.05
 NUDGE_MAX_SECONDS = 2.0
@@ -91,10 +87,14 @@ class Consumer:
         drop_replays: bool | None = None,
         chunks: ChunkAssembler | None = None,
         permits_per_entry: bool | None = None,
+        per_entry_window: int = PER_ENTRY_WINDOW,
+        window_bytes: int | None = None,
         ack_delay: float = acks.DELAY_SECONDS,
     ) -> None:
         if receiver_queue_size < 1:
             raise ValueError("receiver_queue_size must be at least 1")
+        if per_entry_window < 1:
+            raise ValueError("per_entry_window must be at least 1")
         self.client = client
         self.topic = topic
         self.subscription = subscription
@@ -113,6 +113,10 @@ class Consumer:
         # bound (docs/pulsar-protocol.md, "Flow control"). None: decided by the broker's name.
         self.permits_per_entry = permits_per_entry
         self._per_entry = bool(permits_per_entry)
+        # entries asked for at once when permits count entries: with `window_bytes` the
+        # least, sized by the entries' bytes (flow_window.window_for)
+        self.per_entry_window = per_entry_window
+        self.window_bytes = window_bytes
         self._window = receiver_queue_size  # permits asked for at once
         self._loop = asyncio.get_running_loop()
         self._connection: Connection | None = None
@@ -229,7 +233,7 @@ class Consumer:
             else self.permits_per_entry
         )
         self._window = (
-            min(self.receiver_queue_size, PER_ENTRY_WINDOW)
+            min(self.receiver_queue_size, self.per_entry_window)
             if self._per_entry
             else self.receiver_queue_size
         )
@@ -336,6 +340,8 @@ class Consumer:
         self._queue.append(entry)
         self._queued_bytes += len(entry.payload)
         self.received += 1
+        if self.window_bytes is not None and self._per_entry:
+            self._resize_window(len(entry.payload))
         if self._queued_bytes > self.max_queue_bytes and len(self._queue) > 2 * self._window + 2:
             self._overrun()
             return
@@ -357,6 +363,16 @@ class Consumer:
         )
         if connection is not None:
             connection.close("a consumer was sent past its permits", abort=True)
+
+    def _resize_window(self, entry_bytes: int) -> None:
+        """The window for entries of this size (`flow_window.window_for`); permits given
+        or held back by the change (`_owed`, below zero until the ones given are used)."""
+        assert self.window_bytes is not None
+        window = window_for(entry_bytes, self.window_bytes, self.per_entry_window)
+        if window != self._window:
+            change = window - self._window
+            self._window = window
+            self._owe(change)
 
     def _replay(self, entry: ReceivedEntry) -> None:
         self.replays_dropped += 1
@@ -385,7 +401,7 @@ class Consumer:
 
     def _give_owed(self) -> None:
         """Every permit owed goes back now: the queue is empty, nothing is held."""
-        if self._owed and self.ready and self._connection is not None:
+        if self._owed > 0 and self.ready and self._connection is not None:
             permits, self._owed = self._owed, 0
             with contextlib.suppress(ConnectionClosed):
                 self._connection.send(c.Flow(self._consumer_id, permits))
@@ -461,7 +477,7 @@ class Consumer:
         after the next subscribe."""
         if self.closed:
             raise ConsumerClosed(f"{self} is closed")
-        self._acks.add(_ack_ids(items))
+        self._acks.add(acks.ack_ids(items))
 
     def ack_cumulative(self, item: AckItem) -> None:
         """Acknowledge everything up to and including this entry (not on Shared)."""
@@ -504,7 +520,7 @@ class Consumer:
         # partition included, and ignores one without it on a partition's topic
         # (docs/backend.md, "Named redelivery needs the partition index")
         partition = partition_index(self.topic)
-        ids = [MessageId(*entry).to_data(partition) for entry in _ack_ids(items)]
+        ids = [MessageId(*entry).to_data(partition) for entry in acks.ack_ids(items)]
         if ids:
             with contextlib.suppress(ConnectionClosed):
                 connection.send(c.RedeliverUnacknowledged(self._consumer_id, ids))
@@ -574,18 +590,6 @@ class Consumer:
         if arrival is not None and not arrival.done():
             arrival.set_result(None)  # waiters wake, see `closed` and raise
         log.debug("%s: %s", self, why)
-
-
-def _ack_ids(items: Iterable[AckItem]) -> list[tuple[int, int]]:
-    """The (ledger, entry) of each item, a chunked message's chunks included."""
-    ids: list[tuple[int, int]] = []
-    for item in items:
-        if isinstance(item, ReceivedEntry):
-            ids += (mid.entry for mid in item.chunk_ids)
-            ids.append(item.id.entry)
-        else:
-            ids.append(item.entry)
-    return ids
 
 
 def _retriable(exc: PulsarError) -> bool:
