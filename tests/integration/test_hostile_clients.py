@@ -109,10 +109,6 @@ def target(
     assert process.stop() == 0, process.log_tail()
 
 
-STARVED = 5.0  # seconds beyond the usual round trip: a client starved, not slowed
-RSS_CEILING = 2.0  # the resident memory after the attack, times what it was before
-
-
 def test_attackers_starve_nobody_and_leave_nothing_behind(target: GatewayProcess) -> None:
     sasl: bool = target.sasl  # type: ignore[attr-defined]
     kafka: dict[str, Any] = {"bootstrap.servers": target.bootstrap}
@@ -152,27 +148,17 @@ def test_attackers_starve_nobody_and_leave_nothing_behind(target: GatewayProcess
         worst[name] = (max(usual), max(attacked))
 
     _every_attack_ran(target, result, sasl)
-    missed = _everything_came_back(target, before_rss)
-    bound = BEYOND_USUAL * max(1.0, os.getloadavg()[0] / (os.cpu_count() or 1))
-    print(f"  allowed beyond the usual worst: {bound * 1000:.0f} ms")
-    missed += [
+    _everything_came_back(target, before_rss)
+    load = os.getloadavg()[0]
+    bound = BEYOND_USUAL * max(1.0, load / (os.cpu_count() or 1))
+    print(f"  load average {load:.1f}: allowed beyond the usual worst {bound * 1000:.0f} ms")
+    missed = [
         f"{name} waited {attacked * 1000:.0f} ms under attack (usually at most "
-        f"{usual * 1000:.0f} ms; {bound * 1000:.0f} ms more allowed at this load)"
+        f"{usual * 1000:.0f} ms; {bound * 1000:.0f} ms more allowed at load {load:.1f})"
         for name, (usual, attacked) in worst.items()
-        if attacked >= usual + bound
+        if attacked > usual + bound
     ]
-    # The issue's targets (250 ms beyond the usual, RSS within 20%) are printed when missed:
-    # on this shared 2-core machine under load they hold only sometimes (docs/security.md,
-    # "Threat model"). What must hold however loaded the machine is that nobody starves
-    # (a bystander waited 7.3 s before issue 33's fixes) and memory comes back down.
-    for line in missed:
-        print(f"  target missed: {line}")
-    for name, (usual, attacked) in worst.items():
-        assert attacked < usual + STARVED * max(1.0, bound / BEYOND_USUAL), (
-            f"{name} starved: waited {attacked:.2f} s under attack (usually {usual:.2f} s)"
-        )
-    resident = _resident_bytes(target)
-    assert resident <= before_rss * RSS_CEILING, f"RSS {resident} stayed over {before_rss}x2"
+    assert not missed, missed
 
 
 def _attack(target: GatewayProcess, sasl: bool) -> tuple[float, dict[str, Any]]:
@@ -250,15 +236,19 @@ def _every_attack_ran(target: GatewayProcess, result: dict[str, Any], sasl: bool
     assert target.metric("gateway_bad_input_total", protocol="kafka", reason=reason) >= 1
 
 
-def _everything_came_back(target: GatewayProcess, before_rss: int) -> list[str]:
-    """Waits for the budgets and connections to come back to zero (a failure if they do
-    not); returns how the resident memory missed its bound, if it did."""
+def _everything_came_back(target: GatewayProcess, before_rss: int) -> None:
+    """Waits for the budgets and connections to come back to zero, then for the gateway's
+    first trim once idle (the well-behaved clients have left too: a full collection of
+    cyclic garbage and `malloc_trim`, gateway/memory.py) and for the resident memory to be
+    within `RSS_SLACK` of where it was before the attack; a failure if any does not."""
+    idle_trims = target.metric("gateway_heap_trims_total", when="idle")
 
     def state() -> dict[str, float]:
         return {
             "queued_request_bytes": target.metric("gateway_queued_request_bytes", protocol="kafka"),
             "kafka_connections": target.metric("gateway_open_connections", protocol="kafka"),
             "amqp_connections": target.metric("gateway_open_connections", protocol="amqp"),
+            "idle_trims": target.metric("gateway_heap_trims_total", when="idle") - idle_trims,
             "resident_bytes": _resident_bytes(target),
         }
 
@@ -273,16 +263,16 @@ def _everything_came_back(target: GatewayProcess, before_rss: int) -> list[str]:
     # a 99,999-topic Metadata whose client has left is dropped, but one being answered is
     # worked through, taking its turns with everyone else's: seconds on a loaded machine
     wait_until(back, 60, 0.2, lambda: f"budgets and connections back: {state()}")
+    # the trimmer looks every 2 s and trims once the gateway has been idle for 5 s
+    wait_until(lambda: state()["idle_trims"] >= 1, 30, 0.2, "the first trim once idle")
+    bound = before_rss * (1 + RSS_SLACK)
     try:
-        wait_until(lambda: _resident_bytes(target) <= before_rss * (1 + RSS_SLACK), 10, 0.2)
-    except AssertionError:
-        pass
-    after = state()
-    print(f"  after: {after} (RSS before the attack {before_rss})")
-    if after["resident_bytes"] <= before_rss * (1 + RSS_SLACK):
-        return []
-    grown = after["resident_bytes"] / before_rss - 1
-    return [f"RSS {grown:.0%} above where it was before the attack"]
+        wait_until(lambda: _resident_bytes(target) <= bound, 10, 0.2)
+    finally:
+        after = state()
+        grown = after["resident_bytes"] / before_rss - 1
+        print(f"  after: {after}; RSS {grown:+.1%} from {before_rss} before the attack")
+    assert after["resident_bytes"] <= bound, f"RSS {grown:.1%} above where it was: {after}"
 
 
 def _resident_bytes(target: GatewayProcess) -> int:
