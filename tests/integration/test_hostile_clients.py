@@ -12,13 +12,14 @@ AMQP connections that begin a frame and trickle it.
 Meanwhile a confluent-kafka producer and consumer and a pika publisher on 127.0.0.1
 (harness/well_behaved.py) record every round trip.
 
-Checked: each client's slowest round trip while attacked stays within the issue's 250 ms of
-its slowest before, stretched by the machine's load per core (`BEYOND_USUAL`; each run
-prints the distributions and the bound); every
-attack really ran (the gateway closed, refused or read what it sent); afterwards the Kafka
-listener's queued-request bytes and both listeners' connections are back to zero and the
-gateway's resident memory within 20% of where it was before the attack, once the first
-99,999-topic Metadata has set its high-water mark (`_largest_request_once`).
+Asserted: each client's slowest round trip while attacked is within the issue's 250 ms of
+its slowest before, times max(1, load average / cores) (`BEYOND_USUAL`: strict whenever the
+machine is not oversubscribed; each run prints the distributions, the load and the bound);
+every attack really ran (the gateway closed, refused or read what it sent); afterwards the
+Kafka listener's queued-request bytes and both listeners' connections are back to zero
+and, once the gateway has trimmed its heap for being idle (the well-behaved clients have
+left too), its resident memory is within 20% of where it was before the attack, measured
+after a first 99,999-topic Metadata has set its high-water mark (`_largest_request_once`).
 """
 
 from __future__ import annotations
@@ -48,11 +49,11 @@ FRAME_TIMEOUT = 2.0  # kafka.frame_timeout_seconds: also the TLS handshake deadl
 PER_IP = 20
 ATTACK_SECONDS = 5.0
 # How much slower than its slowest round trip before the attack a well-behaved client's
-# slowest during it may be: the issue's 250 ms on a machine with a core to spare, stretched
-# by how oversubscribed the machine is (the load average per core): the gateway then gets
-# that much less of a core for the same work. Measured with load averages of 8-12 on the
-# 2-core test machine: 0.3-1.2 s beyond (7 s before per-address budgets and one frame per
-# turn of the loop).
+# slowest during it may be: the issue's 250 ms, exactly, whenever the machine has a core for
+# each runnable process (load average <= cores); on an oversubscribed machine stretched by
+# the load per core, since the gateway's loop thread then gets that much less of a core for
+# the same work (measured: at load 11-16 on this 2-core machine the worst waits were
+# 0.3-1.2 s beyond, at load 3.5-5 0.12-0.23 s). Asserted, as is the RSS bound.
 BEYOND_USUAL = 0.25
 RSS_SLACK = 0.2
 ALICE, MALLORY = ("alice", "alice pw"), ("mallory", "mallory pw")
