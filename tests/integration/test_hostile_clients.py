@@ -239,9 +239,10 @@ def _every_attack_ran(target: GatewayProcess, result: dict[str, Any], sasl: bool
 
 def _everything_came_back(target: GatewayProcess, before_rss: int) -> None:
     """Waits for the budgets and connections to come back to zero, then for the gateway's
-    first trim once idle (the well-behaved clients have left too: a full collection of
-    cyclic garbage and `malloc_trim`, gateway/memory.py) and for the resident memory to be
-    within `RSS_SLACK` of where it was before the attack; a failure if any does not."""
+    first heap trim once idle (the well-behaved clients have left too: gateway/memory.py;
+    read before it, RSS was still 13-20% up, the freed heap not yet given back) and for
+    the resident memory to be within `RSS_SLACK` of where it was before the attack; a
+    failure if any does not."""
     idle_trims = target.metric("gateway_heap_trims_total", when="idle")
 
     def state() -> dict[str, float]:
@@ -267,13 +268,22 @@ def _everything_came_back(target: GatewayProcess, before_rss: int) -> None:
     # the trimmer looks every 2 s and trims once the gateway has been idle for 5 s
     wait_until(lambda: state()["idle_trims"] >= 1, 30, 0.2, "the first trim once idle")
     bound = before_rss * (1 + RSS_SLACK)
+
+    def grown() -> str:
+        return f"{_resident_bytes(target) / before_rss - 1:+.1%}"
+
     try:
-        wait_until(lambda: _resident_bytes(target) <= bound, 10, 0.2)
+        wait_until(
+            lambda: _resident_bytes(target) <= bound,
+            10,
+            0.2,
+            lambda: (
+                f"RSS within {RSS_SLACK:.0%} of {before_rss} (before the attack): "
+                f"{grown()} ({state()})"
+            ),
+        )
     finally:
-        after = state()
-        grown = after["resident_bytes"] / before_rss - 1
-        print(f"  after: {after}; RSS {grown:+.1%} from {before_rss} before the attack")
-    assert after["resident_bytes"] <= bound, f"RSS {grown:.1%} above where it was: {after}"
+        print(f"  after: {state()}; RSS {grown()} from {before_rss} before the attack")
 
 
 def _resident_bytes(target: GatewayProcess) -> int:
