@@ -486,6 +486,8 @@ class Gateway:
         while True:
             await asyncio.sleep(TRIM_CHECK_SECONDS)
             if self.trimmer.due(time.monotonic()):
+                if self.trimmer.idle:
+                    self.trimmer.collect()
                 await asyncio.to_thread(self.trimmer.trim)  # tens of ms on a big heap
 
     async def stop(self) -> None:

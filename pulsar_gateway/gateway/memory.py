@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import gc
 import logging
 import os
 from collections.abc import Callable
@@ -163,6 +164,16 @@ class HeapTrimmer:
     def _grown(self) -> bool:
         """The resident memory grew by `grown_bytes` since the last trim."""
         return self.resident() - self._resident_after >= self.grown_bytes
+
+    def collect(self) -> None:
+        """Before an idle trim, on the event loop (nobody is waiting on it then): a full
+        collection of the cyclic garbage. Connections that ended leave cycles (transport,
+        protocol, handler, their buffers, an exception's traceback) that only a collection
+        of the oldest generation frees, and that comes rarely: until then their objects
+        pin pymalloc's arenas and their buffers the C heap, out of the trim's reach. In the
+        hostile-clients test with SASL, RSS after the idle trim ended +15-17% in four runs
+        of seven without it (-1% to 0% in the others), -4% to -2% in nine runs with it."""
+        gc.collect()
 
     def trim(self) -> None:
         """Hand every whole free page of every glibc arena back to the system."""

@@ -239,8 +239,9 @@ def _every_attack_ran(target: GatewayProcess, result: dict[str, Any], sasl: bool
 
 def _everything_came_back(target: GatewayProcess, before_rss: int) -> None:
     """Waits for the budgets and connections to come back to zero, then for the gateway's
-    first heap trim once idle (the well-behaved clients have left too: gateway/memory.py;
-    read before it, RSS was still 13-20% up, the freed heap not yet given back) and for
+    first heap trim once idle (the well-behaved clients have left too: a full collection,
+    then `malloc_trim`, gateway/memory.py; read before it, RSS was still 13-20% up, the
+    freed heap not yet given back) and for
     the resident memory to be within `RSS_SLACK` of where it was before the attack; a
     failure if any does not."""
     idle_trims = target.metric("gateway_heap_trims_total", when="idle")
