@@ -165,6 +165,13 @@ class HeapTrimmer:
         """The resident memory grew by `grown_bytes` since the last trim."""
         return self.resident() - self._resident_after >= self.grown_bytes
 
+    def before_trim(self) -> None:
+        """On the event loop, before `trim` goes to its thread: `collect` if the trim is
+        for idleness (a collection in the worker thread would run finalizers of asyncio
+        objects off the loop)."""
+        if self.idle:
+            self.collect()
+
     def collect(self) -> None:
         """Before an idle trim, on the event loop (nobody is waiting on it then): a full
         collection of the cyclic garbage. Connections that ended leave cycles (transport,
