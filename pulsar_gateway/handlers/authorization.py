@@ -30,6 +30,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any, Protocol
 
 from pulsar_gateway.gateway import metrics
+from pulsar_gateway.handlers.listener_limits import warn
 from pulsar_gateway.security.credentials import shown
 from pulsar_gateway.security.rights import (
     EVERYONE,
@@ -169,7 +170,8 @@ class Access:
     def denied(self, resource: str, name: str, operation: str) -> None:
         """Log and count a denial (an audit line per refusal, rate-limited by the listener)."""
         metrics.AUTHORIZATION_DENIALS.labels(self.protocol, resource, operation).inc()
-        logging.getLogger(AUDIT_LOGGERS[self.protocol]).warning(
+        warn(
+            logging.getLogger(AUDIT_LOGGERS[self.protocol]),
             "authorization denied: peer %s user '%s' %s on %s '%s'",
             self.peer,
             shown(self.user),

@@ -12,13 +12,14 @@ AMQP connections that begin a frame and trickle it.
 Meanwhile a confluent-kafka producer and consumer and a pika publisher on 127.0.0.1
 (harness/well_behaved.py) record every round trip.
 
-Checked: each client's slowest round trip while attacked stays within the issue's 250 ms of
-its slowest before, stretched by the machine's load per core (`BEYOND_USUAL`; each run
-prints the distributions and the bound); every
-attack really ran (the gateway closed, refused or read what it sent); afterwards the Kafka
-listener's queued-request bytes and both listeners' connections are back to zero and the
-gateway's resident memory within 20% of where it was before the attack, once the first
-99,999-topic Metadata has set its high-water mark (`_largest_request_once`).
+Asserted: each client's slowest round trip while attacked is within the issue's 250 ms of
+its slowest before, times max(1, load average / cores) (`BEYOND_USUAL`: strict whenever the
+machine is not oversubscribed; each run prints the distributions, the load and the bound);
+every attack really ran (the gateway closed, refused or read what it sent); afterwards the
+Kafka listener's queued-request bytes and both listeners' connections are back to zero
+and, once the gateway has trimmed its heap for being idle (the well-behaved clients have
+left too), its resident memory is within 20% of where it was before the attack, measured
+after a first 99,999-topic Metadata has set its high-water mark (`_largest_request_once`).
 """
 
 from __future__ import annotations
@@ -48,11 +49,11 @@ FRAME_TIMEOUT = 2.0  # kafka.frame_timeout_seconds: also the TLS handshake deadl
 PER_IP = 20
 ATTACK_SECONDS = 5.0
 # How much slower than its slowest round trip before the attack a well-behaved client's
-# slowest during it may be: the issue's 250 ms on a machine with a core to spare, stretched
-# by how oversubscribed the machine is (the load average per core): the gateway then gets
-# that much less of a core for the same work. Measured with load averages of 8-12 on the
-# 2-core test machine: 0.3-1.2 s beyond (7 s before per-address budgets and one frame per
-# turn of the loop).
+# slowest during it may be: the issue's 250 ms, exactly, whenever the machine has a core for
+# each runnable process (load average <= cores); on an oversubscribed machine stretched by
+# the load per core, since the gateway's loop thread then gets that much less of a core for
+# the same work (measured: at load 11-16 on this 2-core machine the worst waits were
+# 0.3-1.2 s beyond, at load 3.5-5 0.12-0.23 s). Asserted, as is the RSS bound.
 BEYOND_USUAL = 0.25
 RSS_SLACK = 0.2
 ALICE, MALLORY = ("alice", "alice pw"), ("mallory", "mallory pw")
@@ -109,10 +110,6 @@ def target(
     assert process.stop() == 0, process.log_tail()
 
 
-STARVED = 5.0  # seconds beyond the usual round trip: a client starved, not slowed
-RSS_CEILING = 2.0  # the resident memory after the attack, times what it was before
-
-
 def test_attackers_starve_nobody_and_leave_nothing_behind(target: GatewayProcess) -> None:
     sasl: bool = target.sasl  # type: ignore[attr-defined]
     kafka: dict[str, Any] = {"bootstrap.servers": target.bootstrap}
@@ -151,28 +148,18 @@ def test_attackers_starve_nobody_and_leave_nothing_behind(target: GatewayProcess
         assert attacked, f"{name} got no answer during the attack"
         worst[name] = (max(usual), max(attacked))
 
-    _every_attack_ran(target, result, sasl)
-    missed = _everything_came_back(target, before_rss)
-    bound = BEYOND_USUAL * max(1.0, os.getloadavg()[0] / (os.cpu_count() or 1))
-    print(f"  allowed beyond the usual worst: {bound * 1000:.0f} ms")
-    missed += [
+    load = os.getloadavg()[0]
+    bound = BEYOND_USUAL * max(1.0, load / (os.cpu_count() or 1))
+    print(f"  load average {load:.1f}: allowed beyond the usual worst {bound * 1000:.0f} ms")
+    missed = [
         f"{name} waited {attacked * 1000:.0f} ms under attack (usually at most "
-        f"{usual * 1000:.0f} ms; {bound * 1000:.0f} ms more allowed at this load)"
+        f"{usual * 1000:.0f} ms; {bound * 1000:.0f} ms more allowed at load {load:.1f})"
         for name, (usual, attacked) in worst.items()
-        if attacked >= usual + bound
+        if attacked > usual + bound
     ]
-    # The issue's targets (250 ms beyond the usual, RSS within 20%) are printed when missed:
-    # on this shared 2-core machine under load they hold only sometimes (docs/security.md,
-    # "Threat model"). What must hold however loaded the machine is that nobody starves
-    # (a bystander waited 7.3 s before issue 33's fixes) and memory comes back down.
-    for line in missed:
-        print(f"  target missed: {line}")
-    for name, (usual, attacked) in worst.items():
-        assert attacked < usual + STARVED * max(1.0, bound / BEYOND_USUAL), (
-            f"{name} starved: waited {attacked:.2f} s under attack (usually {usual:.2f} s)"
-        )
-    resident = _resident_bytes(target)
-    assert resident <= before_rss * RSS_CEILING, f"RSS {resident} stayed over {before_rss}x2"
+    assert not missed, missed
+    _every_attack_ran(target, result, sasl)
+    _everything_came_back(target, before_rss)
 
 
 def _attack(target: GatewayProcess, sasl: bool) -> tuple[float, dict[str, Any]]:
@@ -250,15 +237,21 @@ def _every_attack_ran(target: GatewayProcess, result: dict[str, Any], sasl: bool
     assert target.metric("gateway_bad_input_total", protocol="kafka", reason=reason) >= 1
 
 
-def _everything_came_back(target: GatewayProcess, before_rss: int) -> list[str]:
-    """Waits for the budgets and connections to come back to zero (a failure if they do
-    not); returns how the resident memory missed its bound, if it did."""
+def _everything_came_back(target: GatewayProcess, before_rss: int) -> None:
+    """Waits for the budgets and connections to come back to zero, then for the gateway's
+    first heap trim once idle (the well-behaved clients have left too: a full collection,
+    then `malloc_trim`, gateway/memory.py; read before it, RSS was still 13-20% up, the
+    freed heap not yet given back) and for
+    the resident memory to be within `RSS_SLACK` of where it was before the attack; a
+    failure if any does not."""
+    idle_trims = target.metric("gateway_heap_trims_total", when="idle")
 
     def state() -> dict[str, float]:
         return {
             "queued_request_bytes": target.metric("gateway_queued_request_bytes", protocol="kafka"),
             "kafka_connections": target.metric("gateway_open_connections", protocol="kafka"),
             "amqp_connections": target.metric("gateway_open_connections", protocol="amqp"),
+            "idle_trims": target.metric("gateway_heap_trims_total", when="idle") - idle_trims,
             "resident_bytes": _resident_bytes(target),
         }
 
@@ -273,16 +266,25 @@ def _everything_came_back(target: GatewayProcess, before_rss: int) -> list[str]:
     # a 99,999-topic Metadata whose client has left is dropped, but one being answered is
     # worked through, taking its turns with everyone else's: seconds on a loaded machine
     wait_until(back, 60, 0.2, lambda: f"budgets and connections back: {state()}")
+    # the trimmer looks every 2 s and trims once the gateway has been idle for 5 s
+    wait_until(lambda: state()["idle_trims"] >= 1, 30, 0.2, "the first trim once idle")
+    bound = before_rss * (1 + RSS_SLACK)
+
+    def grown() -> str:
+        return f"{_resident_bytes(target) / before_rss - 1:+.1%}"
+
     try:
-        wait_until(lambda: _resident_bytes(target) <= before_rss * (1 + RSS_SLACK), 10, 0.2)
-    except AssertionError:
-        pass
-    after = state()
-    print(f"  after: {after} (RSS before the attack {before_rss})")
-    if after["resident_bytes"] <= before_rss * (1 + RSS_SLACK):
-        return []
-    grown = after["resident_bytes"] / before_rss - 1
-    return [f"RSS {grown:.0%} above where it was before the attack"]
+        wait_until(
+            lambda: _resident_bytes(target) <= bound,
+            10,
+            0.2,
+            lambda: (
+                f"RSS within {RSS_SLACK:.0%} of {before_rss} (before the attack): "
+                f"{grown()} ({state()})"
+            ),
+        )
+    finally:
+        print(f"  after: {state()}; RSS {grown()} from {before_rss} before the attack")
 
 
 def _resident_bytes(target: GatewayProcess) -> int:

@@ -4,6 +4,10 @@ connections may never all close, and a read-back's freed peak would stay for goo
 
 from __future__ import annotations
 
+import gc
+import weakref
+
+from pulsar_gateway.gateway import metrics
 from pulsar_gateway.gateway.memory import HeapTrimmer
 
 
@@ -119,3 +123,33 @@ def test_an_idle_gateway_is_trimmed_within_seconds_by_default() -> None:
     trimmer._trim = lambda pad: 1  # type: ignore[assignment]
     assert not trimmer.due(0) and not trimmer.due(4.9)
     assert trimmer.due(5.0)
+
+
+def test_an_idle_trim_is_marked_and_collects_cycles_first() -> None:
+    """What ended connections leave in reference cycles is freed before an idle trim."""
+    busy = [True]
+    trimmer, _ = _trimmer(busy)
+    assert trimmer.due(0) and not trimmer.idle
+    busy[0] = False
+    assert not trimmer.due(30)  # idle from now
+    assert trimmer.due(60) and trimmer.idle
+
+    class Node:
+        other: Node
+
+    gc.disable()
+    try:
+        node = Node()
+        node.other = node
+        freed = weakref.ref(node)
+        del node
+        assert freed() is not None  # only a collection frees a cycle
+        busy[0] = True
+        trimmer.before_trim()  # the trim found due was for idleness: collects
+        assert freed() is None
+    finally:
+        gc.enable()
+    idle = metrics.HEAP_TRIMS.labels(when="idle")  # the hostile-clients test waits on it
+    before = idle._value.get()
+    trimmer.trim()
+    assert idle._value.get() == before + 1

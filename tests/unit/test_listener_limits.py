@@ -7,7 +7,7 @@ import logging
 
 import pytest
 
-from pulsar_gateway.handlers.listener_limits import ByteBudget, LogLimiter
+from pulsar_gateway.handlers.listener_limits import ByteBudget, LogLimiter, warn
 
 
 def test_byte_budget_waits_for_room_in_itself_and_its_parent() -> None:
@@ -88,6 +88,43 @@ def test_log_limiter_lets_a_burst_through_then_counts_what_it_held_back() -> Non
         for peer in range(5):
             logger.warning("closing connection from %s: bad frame", peer)
         assert len(records) == 10
+    finally:
+        limiter.detach()
+        logger.removeHandler(handler)
+
+
+def test_warn_asks_the_limiter_first_and_keeps_its_count() -> None:
+    """`warn` drops what the limiter would drop without making a record (a flood's refusals
+    and a 99,999-topic Metadata's denials cost the loop a record each), and the next line
+    let through still says how many were held back."""
+    now = [0.0]
+    limiter = LogLimiter(burst=2, interval=10.0, clock=lambda: now[0])
+    logger = logging.getLogger("test.listener_limits.warn")
+    records: list[str] = []
+    made = [0]
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            records.append(record.getMessage())
+
+    class Counting(logging.Filter):
+        def filter(self, record: logging.LogRecord) -> bool:
+            made[0] += 1
+            return True
+
+    handler = Keep()
+    logger.addHandler(handler)
+    logger.propagate = False
+    logger.addFilter(Counting())
+    limiter.attach("test.listener_limits.warn")
+    try:
+        for peer in range(10):
+            warn(logger, "refusing %s", peer)
+        assert records == ["refusing 0", "refusing 1"]
+        assert made[0] == 2  # the eight held back were never made into records
+        now[0] = 10.0
+        warn(logger, "refusing %s", 99)
+        assert records[-1] == "refusing 99 (and 8 more like it suppressed)"
     finally:
         limiter.detach()
         logger.removeHandler(handler)
