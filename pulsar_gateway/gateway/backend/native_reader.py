@@ -196,9 +196,8 @@ class NativeReaderStream:
                     one = first > last if last is not None else first >= self._floor
                     messages = stored_messages(entry, self._written, one, whole if one else None)
                 else:
-                    messages = None if whole is None else self._whole(entry, whole, last)
-                    if messages is None:
-                        messages = stored_messages(entry, self._written)
+                    made = None if whole is None else self._whole(entry, whole, last)
+                    messages = made if made is not None else stored_messages(entry, self._written)
                 if not messages:
                     continue
                 first = messages[0].id
