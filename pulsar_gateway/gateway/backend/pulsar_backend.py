@@ -36,6 +36,7 @@ from pulsar_gateway.gateway.backend.reader_factory import create_reader
 from pulsar_gateway.gateway.backend.reader_stream import EARLIEST, ReaderStream
 from pulsar_gateway.gateway.backend.resend_filter import SEQ, stamp_text
 from pulsar_gateway.gateway.backend.topic_writer import TopicWriter
+from pulsar_gateway.gateway.backend.wire import Client as WireClient
 from pulsar_gateway.gateway.errors import StorageError
 from pulsar_gateway.gateway.messages import MessageKey, OutMessage, ProducedBatch
 from pulsar_gateway.gateway.waiting import result_within
@@ -136,6 +137,11 @@ class PulsarBackend:
         if self._client is None:
             raise BackendError("backend not started")
         return self._client
+
+    @property
+    def wire_client(self) -> WireClient | None:
+        """The gateway's own wire client when `pulsar.client = "native"`, else None."""
+        return None if self._native is None else self._native.client
 
     async def close(self) -> None:
         if self._reaper:
@@ -246,6 +252,39 @@ class PulsarBackend:
         """
         if not messages:
             raise ValueError("nothing to send")
+        writer, previous, queued = self._writer_turn(topic)
+        if batching and self._native is not None:
+            return asyncio.ensure_future(
+                self._send_native(writer, previous, queued, messages, whole, produced)
+            )
+        return asyncio.ensure_future(
+            self._send(writer, previous, queued, messages, batching, whole)
+        )
+
+    def send_queue_messages(
+        self, topic: str, messages: list[OutMessage]
+    ) -> asyncio.Future[tuple[MessageKey, MessageKey]]:
+        """AMQP queue messages. Through pulsar-client (`pulsar.client = "pulsar-client"`),
+        one entry per message (`send` with `batching=False`): its consumers acknowledge
+        message by message, and pulsar-lite loses the rest of a batch acknowledged in part
+        (docs/backend.md, "Batch index acks lose messages"). Through the wire client, the
+        messages of a call as batched entries, built in one pass: the gateway's wire
+        queue consumer acknowledges an entry only once every message of it is
+        (native_queue_consumer.py), so no batch index ack is ever sent; an entry, not a
+        message, then costs the SEND, the receipt, the MESSAGE and the broker's work."""
+        if self._native is None:
+            return self.send(topic, messages, batching=False)
+        if not messages:
+            raise ValueError("nothing to send")
+        writer, previous, queued = self._writer_turn(topic)
+        return asyncio.ensure_future(
+            self._send_native(writer, previous, queued, messages, False, None, noted=False)
+        )
+
+    def _writer_turn(
+        self, topic: str
+    ) -> tuple[TopicWriter, asyncio.Future[None] | None, asyncio.Future[None]]:
+        """The topic's writer, the send before this one, and this one's turn."""
         self._probe_topic = self._probe_topic or topic
         writer = self._writers.get(topic)
         if writer is None:
@@ -254,13 +293,7 @@ class PulsarBackend:
         previous = writer.queued
         queued: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         writer.queued = queued
-        if batching and self._native is not None:
-            return asyncio.ensure_future(
-                self._send_native(writer, previous, queued, messages, whole, produced)
-            )
-        return asyncio.ensure_future(
-            self._send(writer, previous, queued, messages, batching, whole)
-        )
+        return writer, previous, queued
 
     async def _send(
         self,
@@ -350,8 +383,10 @@ class PulsarBackend:
         messages: list[OutMessage],
         whole: bool,
         produced: ProducedBatch | None = None,
+        noted: bool = True,
     ) -> tuple[MessageKey, MessageKey]:
-        """`_send` through the wire client: the messages as whole batched entries."""
+        """`_send` through the wire client: the messages as whole batched entries (`noted`:
+        see `NativeSender.send`)."""
         native = self._native
         assert native is not None
         acquired = False
@@ -361,7 +396,7 @@ class PulsarBackend:
                     await asyncio.wait((previous,))
                 await self._acquire(len(messages))
                 acquired = True
-                futures, sent = await native.send(writer, messages, whole, produced)
+                futures, sent = await native.send(writer, messages, whole, produced, noted)
                 writer.last_group = futures[-1]
             finally:
                 if not queued.done():

@@ -39,7 +39,7 @@ from typing import Any
 from pamqp import decode, encode
 
 from pulsar_gateway.gateway.backend.pulsar_backend import PulsarBackend
-from pulsar_gateway.gateway.backend.queue_consumers import QueueConsumer, QueueConsumers
+from pulsar_gateway.gateway.backend.queue_consumers import AnyQueueConsumer, QueueConsumers
 from pulsar_gateway.gateway.backend.reader_stream import EARLIEST, ReaderStream
 from pulsar_gateway.gateway.backend.resend_filter import ResendCopies
 from pulsar_gateway.gateway.messages import MessageKey, OutMessage
@@ -92,10 +92,10 @@ def _untable(text: str) -> dict[str, Any]:
 
 
 class _PulsarQueueReader:
-    """`QueueReader` over one `QueueConsumer`: Pulsar messages -> stored AMQP messages."""
+    """`QueueReader` over one queue consumer: Pulsar messages -> stored AMQP messages."""
 
     def __init__(
-        self, queue: str, consumer: QueueConsumer, nudger: Callable[[str, str], Awaitable[None]]
+        self, queue: str, consumer: AnyQueueConsumer, nudger: Callable[[str, str], Awaitable[None]]
     ) -> None:
         self.queue = queue
         self.consumer = consumer
@@ -203,7 +203,9 @@ class GroupedSends:
     A send of one message costs a Python callback and a loop wake-up from the
     client's thread; a group costs one for all (docs/backend.md, "Group completions per loop
     wake-up": the last message's
-    outcome stands for its group). A socket read carries many publish frames, so
+    outcome stands for its group). Through the wire client a group is also written as
+    batched entries, one SEND and one receipt for many messages (docs/backend.md, "AMQP
+    queue messages in batched entries"). A socket read carries many publish frames, so
     groups form without waiting; each publisher still hears of its own message.
     """
 
@@ -225,9 +227,7 @@ class GroupedSends:
         self._scheduled = False
         pending, self._pending = self._pending, {}
         for topic, items in pending.items():
-            task = asyncio.ensure_future(
-                self.backend.send(topic, [message for message, _ in items], batching=False)
-            )
+            task = self.backend.send_queue_messages(topic, [message for message, _ in items])
             task.add_done_callback(functools.partial(_settle_group, items))
 
 

@@ -429,15 +429,19 @@ class Consumer:
         return self._take()
 
     async def receive_many(
-        self, max_entries: int = 100, timeout: float | None = None
+        self, max_entries: int = 100, timeout: float | None = None, max_messages: int = 0
     ) -> list[ReceivedEntry]:
         """Up to `max_entries` entries, waiting up to `timeout` for the first (an empty list
-        when none came): the entries a loop wake-up brings, taken together."""
+        when none came): the entries a loop wake-up brings, taken together. `max_messages`
+        (0: no bound): no entry is taken once the ones taken hold that many messages."""
         if not await self._wait(timeout):
             return []
         out: list[ReceivedEntry] = []
-        while self._queue and len(out) < max_entries:
-            out.append(self._take())
+        messages = 0
+        while self._queue and len(out) < max_entries and messages < (max_messages or 1 << 62):
+            entry = self._take()
+            out.append(entry)
+            messages += entry.num_messages
         return out
 
     @property
