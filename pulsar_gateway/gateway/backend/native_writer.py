@@ -294,7 +294,8 @@ class NativeSender:
             )
             writer.sequence += len(rest)
             for entry in batch:
-                futures.append(await producer.enqueue(entry))
+                future = producer.enqueue_now(entry)  # no coroutine while there is room
+                futures.append(future if future is not None else await producer.enqueue(entry))
                 sent.append(entry)
         return futures, sent
 
