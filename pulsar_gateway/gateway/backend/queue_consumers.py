@@ -227,6 +227,7 @@ class QueueConsumers:
                         subscription_type=SubscriptionType.SHARED,
                         initial_position=InitialPosition.LATEST,
                         receiver_queue_size=size,
+                        idle_nudge=True,
                     )
                 )
             else:

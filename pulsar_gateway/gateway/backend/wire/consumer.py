@@ -92,6 +92,7 @@ class Consumer:
         chunks: ChunkAssembler | None = None,
         permits_per_entry: bool | None = None,
         ack_delay: float = acks.DELAY_SECONDS,
+        idle_nudge: bool = False,
     ) -> None:
         if receiver_queue_size < 1:
             raise ValueError("receiver_queue_size must be at least 1")
@@ -113,6 +114,7 @@ class Consumer:
         # bound (docs/pulsar-protocol.md, "Flow control"). None: decided by the broker's name.
         self.permits_per_entry = permits_per_entry
         self._per_entry = bool(permits_per_entry)
+        self.idle_nudge = idle_nudge  # `_wait`'s empty FLOWs on any subscription type
         self._window = receiver_queue_size  # permits asked for at once
         self._loop = asyncio.get_running_loop()
         self._connection: Connection | None = None
@@ -391,9 +393,10 @@ class Consumer:
                 self._connection.send(c.Flow(self._consumer_id, permits))
 
     async def _wait(self, timeout: float | None) -> bool:
-        """Wait for an entry to be queued; False on timeout. An empty queue gives back
-        the permits it still owes (pulsar-lite may stop dispatching, its own permits left,
-        until a FLOW comes: docs/pulsar-protocol.md, "Flow control")."""
+        """Wait for an entry to be queued; False on timeout. An empty queue gives back the
+        permits it still owes and, on per-entry brokers or with `idle_nudge` (AMQP queues),
+        sends empty FLOWs: pulsar-lite may stop dispatching with permits left until a FLOW
+        comes (docs/pulsar-protocol.md, "Flow control"; docs/backend.md, "Shared dispatch")."""
         deadline = None if timeout is None else self._loop.time() + timeout
         pause = NUDGE_FIRST_SECONDS
         while not self._queue:
@@ -403,7 +406,7 @@ class Consumer:
             if self._arrival is None or self._arrival.done():
                 self._arrival = self._loop.create_future()
             wait = None if deadline is None else max(0.0, deadline - self._loop.time())
-            if self._per_entry:
+            if self._per_entry or self.idle_nudge:
                 wait = pause if wait is None else min(wait, pause)
             done, _ = await asyncio.wait([self._arrival], timeout=wait)
             if done:
@@ -415,8 +418,7 @@ class Consumer:
         return True
 
     def _nudge(self) -> None:
-        """A FLOW of no permits: pulsar-lite dispatches on a FLOW and may otherwise hold
-        entries while it has permits left (docs/pulsar-protocol.md, "Flow control")."""
+        """A FLOW of no permits: pulsar-lite dispatches on one (see `_wait`)."""
         if self.ready and self._connection is not None:
             self.nudges += 1
             with contextlib.suppress(ConnectionClosed):
