@@ -41,6 +41,8 @@ log = logging.getLogger("gateway.queues")
 
 # Redelivery after a negative ack: short, because AMQP's requeue is immediate.
 NACK_REDELIVERY_MS = 100
+# How long a wire queue consumer groups its acknowledgements (pulsar-client's default).
+ACK_GROUP_SECONDS = 0.1
 # How long each subscribe may go unanswered before the next is tried (None: the client's
 # operation timeout). pulsar-lite never answers one whose consumer id a consumer of another
 # connection holds (docs/backend.md, "Consumer ids collide across connections"); the next
@@ -228,6 +230,10 @@ class QueueConsumers:
                         initial_position=InitialPosition.LATEST,
                         receiver_queue_size=size,
                         idle_nudge=True,
+                        # pulsar-client's grouping time: an ACK every 10 ms per queue held
+                        # confirms back (docs/backend.md, "AMQP queue messages in batched
+                        # entries")
+                        ack_delay=ACK_GROUP_SECONDS,
                     )
                 )
             else:
