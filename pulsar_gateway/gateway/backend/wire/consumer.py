@@ -393,16 +393,15 @@ class Consumer:
                 self._connection.send(c.Flow(self._consumer_id, permits))
 
     async def _wait(self, timeout: float | None) -> bool:
-        """Wait for an entry to be queued; False on timeout. An empty queue gives back the
-        permits it still owes and, on per-entry brokers or with `idle_nudge` (AMQP queues),
-        sends empty FLOWs: pulsar-lite may stop dispatching with permits left until a FLOW
-        comes (docs/pulsar-protocol.md, "Flow control"; docs/backend.md, "Shared dispatch")."""
+        """Wait for an entry; False on timeout. Empty, it gives back the permits it owes (in
+        its nudges, with `idle_nudge`) and nudges (docs/pulsar-protocol.md, "Flow control")."""
         deadline = None if timeout is None else self._loop.time() + timeout
         pause = NUDGE_FIRST_SECONDS
         while not self._queue:
             if self.closed:
                 raise ConsumerClosed(f"{self} is closed")
-            self._give_owed()
+            if not self.idle_nudge:  # else owed permits go with the nudges: one FLOW less
+                self._give_owed()
             if self._arrival is None or self._arrival.done():
                 self._arrival = self._loop.create_future()
             wait = None if deadline is None else max(0.0, deadline - self._loop.time())
@@ -418,11 +417,12 @@ class Consumer:
         return True
 
     def _nudge(self) -> None:
-        """A FLOW of no permits: pulsar-lite dispatches on one (see `_wait`)."""
+        """A FLOW of the permits owed, if any: pulsar-lite dispatches on one (`_wait`)."""
         if self.ready and self._connection is not None:
             self.nudges += 1
             with contextlib.suppress(ConnectionClosed):
-                self._connection.send(c.Flow(self._consumer_id, 0))
+                self._connection.send(c.Flow(self._consumer_id, self._owed))
+                self._owed = 0
 
     async def receive(self, timeout: float | None = None) -> ReceivedEntry:
         """The next entry; TimeoutError when none comes within `timeout` seconds."""
