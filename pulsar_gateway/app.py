@@ -114,8 +114,7 @@ class Gateway:
                 kafka_settings.oauthbearer_audience,
                 kafka_settings.oauthbearer_principal_claim,
             )
-        # the listeners' TLS files too: a key that cannot be used (encrypted, say) stops
-        # start-up before the broker starts, named
+        # the listeners' TLS files too: an unusable key stops start-up, named, before the broker
         kafka, amqp = settings.kafka, settings.amqp
         kafka_tls = (
             server_context("kafka", kafka.tls_cert_file, kafka.tls_key_file, kafka.tls_ca_file)
@@ -311,6 +310,7 @@ class Gateway:
                 settings.amqp.tenant,
                 reserved=reserved,
                 register_stream=self._stream_topic,
+                batched_entries=settings.amqp.batched_queue_entries,
             )
             self._amqp_store = store
             amqp_server = AmqpServer(

@@ -113,13 +113,15 @@ def entries(
     whole: bool,
     limit: int,
     produced: ProducedBatch | None = None,
+    noted: bool = True,
 ) -> list[OutgoingEntry]:
     """`messages` as batched entries of at most `limit` payload bytes each, in order; a
     message that alone is over `limit` becomes an unbatched entry. The n-th message gets
     stamp `first_sequence + n`, marked "more follows" when `whole` and it is not the last.
     Each batched entry notes the messages it was built from (`WrittenEntry`), for the
     gateway's own reader (written_entries.py); one holding them all notes `produced` too
-    (the Kafka batch they are, when the caller has it), which the tailer then numbers as one.
+    (the Kafka batch they are, when the caller has it), which the tailer then numbers as one;
+    none does when not `noted`.
 
     One pass, the entry's bytes as they go: each message's fields as `_fields` writes them
     (the stamp, the properties, the key as partition key, the event time, the key again as
@@ -140,7 +142,9 @@ def entries(
             messages[start:end], first_sequence + start, whole, end > last, whole_batch
         )
         head = b"\x58" + varint(count)  # num_messages_in_batch (11)
-        out.append(OutgoingEntry(head, b"".join(parts), count, True, note=written))
+        out.append(
+            OutgoingEntry(head, b"".join(parts), count, True, note=written if noted else None)
+        )
 
     for index, message in enumerate(messages):
         more = whole and index != last
@@ -319,10 +323,13 @@ class NativeSender:
         messages: Sequence[OutMessage],
         whole: bool,
         produced: ProducedBatch | None = None,
+        noted: bool = True,
     ) -> tuple[list[asyncio.Future[MessageId]], list[OutgoingEntry]]:
         """Queue `messages` on the writer's producer, in order; the receipts' futures and
         their entries. Returns once all are queued (the lone first message of a ledger
-        also stored). `produced`: the Kafka batch the messages are (`entries`)."""
+        also stored). `produced`: the Kafka batch the messages are (`entries`). `noted`:
+        the batched entries are kept for the gateway's own partition reader
+        (written_entries.py); AMQP queue messages, which no such reader reads, are not."""
         producer = await self._producer(writer)
         futures: list[asyncio.Future[MessageId]] = []
         sent: list[OutgoingEntry] = []
@@ -354,10 +361,13 @@ class NativeSender:
         if start < len(messages):
             rest = messages[start:] if start else messages
             # a batch the lone first message left is no longer the produced one
-            batch = entries(rest, writer.sequence + 1, whole, limit, None if start else produced)
+            batch = entries(
+                rest, writer.sequence + 1, whole, limit, None if start else produced, noted
+            )
             writer.sequence += len(rest)
             for entry in batch:
-                futures.append(await producer.enqueue(entry))
+                future = producer.enqueue_now(entry)  # no coroutine while there is room
+                futures.append(future if future is not None else await producer.enqueue(entry))
                 sent.append(entry)
         return futures, sent
 
@@ -366,7 +376,11 @@ class NativeSender:
         futures: list[asyncio.Future[MessageId]], sent: list[OutgoingEntry]
     ) -> tuple[MessageKey, MessageKey]:
         """The ids of the first and the last message, once every entry is stored."""
-        await asyncio.wait(futures)
+        # a producer's receipts come in order: once the last is in, the rest mostly are
+        await asyncio.wait(futures[-1:])
+        waiting = [future for future in futures if not future.done()]
+        if waiting:
+            await asyncio.wait(waiting)
         for future in futures:
             future.exception()  # every failure retrieved; the first one is raised below
         first, _ = _keys(futures[0].result(), sent[0])

@@ -24,6 +24,7 @@ import pulsar.asyncio as pulsar_asyncio
 
 from pulsar_gateway.gateway import metrics
 from pulsar_gateway.gateway.backend.client_logging import client_logger
+from pulsar_gateway.gateway.backend.client_messages import build_message, is_big, message_key
 from pulsar_gateway.gateway.backend.connection_security import NO_SECURITY, PulsarSecurity
 from pulsar_gateway.gateway.backend.loop_bridge import to_loop
 from pulsar_gateway.gateway.backend.native_reader import NativeReaderStream
@@ -35,8 +36,8 @@ from pulsar_gateway.gateway.backend.native_writer import (
 )
 from pulsar_gateway.gateway.backend.reader_factory import create_reader
 from pulsar_gateway.gateway.backend.reader_stream import EARLIEST, ReaderStream
-from pulsar_gateway.gateway.backend.resend_filter import SEQ, stamp_text
 from pulsar_gateway.gateway.backend.topic_writer import TopicWriter
+from pulsar_gateway.gateway.backend.wire import Client as WireClient
 from pulsar_gateway.gateway.errors import StorageError
 from pulsar_gateway.gateway.messages import MessageKey, OutMessage, ProducedBatch
 from pulsar_gateway.gateway.waiting import result_within
@@ -46,8 +47,6 @@ log = logging.getLogger("gateway.backend")
 # What `open_log_reader` gives: the same contract through pulsar-client or the wire client.
 LogReader = ReaderStream | NativeReaderStream
 
-# pulsar-lite's largest message; anything bigger goes through a chunking producer.
-MAX_UNCHUNKED_BYTES = 5 * 1024 * 1024 - 64 * 1024
 # The reachability probe: one question every interval; no answer within the timeout: down.
 PROBE_INTERVAL_SECONDS = 1.0
 PROBE_TIMEOUT_SECONDS = 2.0
@@ -55,27 +54,6 @@ PROBE_TIMEOUT_SECONDS = 2.0
 
 class BackendError(StorageError):
     """A Pulsar operation failed; handlers see it as the ports' `StorageError`."""
-
-
-def _build(message: OutMessage, sequence: int, more: bool = False) -> Any:
-    builder = _pulsar.MessageBuilder()
-    builder.property(SEQ, stamp_text(sequence, more))
-    if message.payload is None:
-        builder.set_null_value()
-    else:
-        builder.content(message.payload)
-    if message.key:
-        builder.partition_key(message.key)
-        builder.ordering_key(message.key)
-    if message.properties:
-        builder.properties(message.properties)
-    if message.event_time > 0:
-        builder.event_timestamp(message.event_time)
-    return builder.build()
-
-
-def _key(mid: Any) -> MessageKey:
-    return (mid.ledger_id(), mid.entry_id(), mid.batch_index())
 
 
 class PulsarBackend:
@@ -137,6 +115,11 @@ class PulsarBackend:
         if self._client is None:
             raise BackendError("backend not started")
         return self._client
+
+    @property
+    def wire_client(self) -> WireClient | None:
+        """The gateway's own wire client when `pulsar.client = "native"`, else None."""
+        return None if self._native is None else self._native.client
 
     async def close(self) -> None:
         if self._reaper:
@@ -210,7 +193,7 @@ class PulsarBackend:
                 if future.done():
                     return
                 if result == _pulsar.Result.Ok:
-                    future.set_result(_key(mid))
+                    future.set_result(message_key(mid))
                 else:
                     future.set_exception(BackendError(f"send failed: {result}"))
 
@@ -247,6 +230,39 @@ class PulsarBackend:
         """
         if not messages:
             raise ValueError("nothing to send")
+        writer, previous, queued = self._writer_turn(topic)
+        if batching and self._native is not None:
+            return asyncio.ensure_future(
+                self._send_native(writer, previous, queued, messages, whole, produced)
+            )
+        return asyncio.ensure_future(
+            self._send(writer, previous, queued, messages, batching, whole)
+        )
+
+    def send_queue_messages(
+        self, topic: str, messages: list[OutMessage]
+    ) -> asyncio.Future[tuple[MessageKey, MessageKey]]:
+        """AMQP queue messages. Through pulsar-client (`pulsar.client = "pulsar-client"`),
+        one entry per message (`send` with `batching=False`): its consumers acknowledge
+        message by message, and pulsar-lite loses the rest of a batch acknowledged in part
+        (docs/backend.md, "Batch index acks lose messages"). Through the wire client, the
+        messages of a call as batched entries, built in one pass: the gateway's wire
+        queue consumer acknowledges an entry only once every message of it is
+        (native_queue_consumer.py), so no batch index ack is ever sent; an entry, not a
+        message, then costs the SEND, the receipt, the MESSAGE and the broker's work."""
+        if self._native is None:
+            return self.send(topic, messages, batching=False)
+        if not messages:
+            raise ValueError("nothing to send")
+        writer, previous, queued = self._writer_turn(topic)
+        return asyncio.ensure_future(
+            self._send_native(writer, previous, queued, messages, False, None, noted=False)
+        )
+
+    def _writer_turn(
+        self, topic: str
+    ) -> tuple[TopicWriter, asyncio.Future[None] | None, asyncio.Future[None]]:
+        """The topic's writer, the send before this one, and this one's turn."""
         self._probe_topic = self._probe_topic or topic
         writer = self._writers.get(topic)
         if writer is None:
@@ -255,13 +271,7 @@ class PulsarBackend:
         previous = writer.queued
         queued: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         writer.queued = queued
-        if batching and self._native is not None:
-            return asyncio.ensure_future(
-                self._send_native(writer, previous, queued, messages, whole, produced)
-            )
-        return asyncio.ensure_future(
-            self._send(writer, previous, queued, messages, batching, whole)
-        )
+        return writer, previous, queued
 
     async def _send(
         self,
@@ -288,12 +298,10 @@ class PulsarBackend:
                 start = 0
                 last_index = len(messages) - 1
                 while start < len(messages):
-                    big = _is_big(messages[start])
+                    big = is_big(messages[start])
                     end = start + 1
                     opens_ledger = batching and not big and not writer.ledger_opened
-                    while (
-                        not opens_ledger and end < len(messages) and _is_big(messages[end]) == big
-                    ):
+                    while not opens_ledger and end < len(messages) and is_big(messages[end]) == big:
                         end += 1
                     if opens_ledger:
                         kind = "single"
@@ -316,7 +324,7 @@ class PulsarBackend:
                         writer.sequence += 1
                         more = whole and index != last_index
                         producer.send_async(
-                            _build(messages[index], writer.sequence, more), callback
+                            build_message(messages[index], writer.sequence, more), callback
                         )
                     writer.last_group = last_future
                     start = end
@@ -351,8 +359,10 @@ class PulsarBackend:
         messages: Sequence[OutMessage],
         whole: bool,
         produced: ProducedBatch | None = None,
+        noted: bool = True,
     ) -> tuple[MessageKey, MessageKey]:
-        """`_send` through the wire client: the messages as whole batched entries."""
+        """`_send` through the wire client: the messages as whole batched entries (`noted`:
+        see `NativeSender.send`)."""
         native = self._native
         assert native is not None
         acquired = False
@@ -362,7 +372,7 @@ class PulsarBackend:
                     await asyncio.wait((previous,))
                 await self._acquire(len(messages))
                 acquired = True
-                futures, sent = await native.send(writer, messages, whole, produced)
+                futures, sent = await native.send(writer, messages, whole, produced, noted)
                 writer.last_group = futures[-1]
             finally:
                 if not queued.done():
@@ -569,7 +579,3 @@ class PulsarBackend:
             + (w.native is not None)
             for w in self._writers.values()
         )
-
-
-def _is_big(message: OutMessage) -> bool:
-    return message.payload is not None and len(message.payload) > MAX_UNCHUNKED_BYTES

@@ -10,6 +10,10 @@ rest of the client's receive queue is drained without blocking.
 Acks and negative acks are plain local calls: the client groups them and sends
 them in the background, so they cost no loop wake-up. `batch_index_ack_enabled`
 stays off (pulsar-lite loses the rest of a batch with it).
+
+With `pulsar.client = "native"` the consumers are the gateway's own wire consumers
+(native_queue_consumer.py), with the same contract (`AnyQueueConsumer`); the nudge stays a
+pulsar-client consumer of no receive queue (the wire consumer always asks for messages).
 """
 
 from __future__ import annotations
@@ -18,7 +22,6 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 from typing import Any
 
 import _pulsar
@@ -26,7 +29,11 @@ import pulsar
 
 from pulsar_gateway.gateway.backend import shielded_subscribe
 from pulsar_gateway.gateway.backend.loop_bridge import message_future, to_loop
+from pulsar_gateway.gateway.backend.native_queue_consumer import NativeQueueConsumer, PartialBatches
 from pulsar_gateway.gateway.backend.pulsar_backend import BackendError, PulsarBackend
+from pulsar_gateway.gateway.backend.queue_message import ReceivedMessage
+from pulsar_gateway.gateway.backend.wire import Consumer as WireConsumer
+from pulsar_gateway.gateway.backend.wire import InitialPosition, SubscriptionType
 from pulsar_gateway.gateway.messages import MessageKey
 from pulsar_gateway.gateway.waiting import result_within
 
@@ -34,23 +41,13 @@ log = logging.getLogger("gateway.queues")
 
 # Redelivery after a negative ack: short, because AMQP's requeue is immediate.
 NACK_REDELIVERY_MS = 100
+# How long a wire queue consumer groups its acknowledgements (pulsar-client's default).
+ACK_GROUP_SECONDS = 0.1
 # How long each subscribe may go unanswered before the next is tried (None: the client's
 # operation timeout). pulsar-lite never answers one whose consumer id a consumer of another
 # connection holds (docs/backend.md, "Consumer ids collide across connections"); the next
 # attempt takes the client's next id.
 SUBSCRIBE_ATTEMPT_SECONDS = (5.0, 10.0, None)
-
-
-@dataclass(slots=True)
-class ReceivedMessage:
-    """A message taken from a subscription; `id` is what ack/nack take back."""
-
-    id: MessageKey
-    payload: bytes = field(repr=False)
-    properties: dict[str, str]
-    publish_time: int
-    redelivery_count: int
-    producer: str = ""  # the Pulsar producer's name: with its sequence stamp, what a resend repeats
 
 
 class QueueConsumer:
@@ -173,6 +170,10 @@ class QueueConsumer:
             await _call_async(self._loop, self._raw.close_async)
 
 
+# what `QueueConsumers.open` gives: the same contract through pulsar-client or the wire client
+AnyQueueConsumer = QueueConsumer | NativeQueueConsumer
+
+
 async def _call_async(loop: asyncio.AbstractEventLoop, method: Any, timeout: float = 10) -> None:
     future: asyncio.Future[Any] = loop.create_future()
 
@@ -189,39 +190,69 @@ def _close_if_subscribed(attempt: asyncio.Future[Any]) -> None:
     """The end of a subscribe nobody waits for any more: a consumer it made is closed."""
     if attempt.cancelled() or attempt.exception() is not None:
         return
+    consumer = attempt.result()
+    if isinstance(consumer, WireConsumer):
+        asyncio.ensure_future(consumer.close())
+        return
     with contextlib.suppress(Exception):
-        attempt.result()._consumer.close_async(lambda _result: None)
+        consumer._consumer.close_async(lambda _result: None)
 
 
 class QueueConsumers:
     """Opens Shared consumers on queue subscriptions through the gateway's client."""
 
-    def __init__(self, backend: PulsarBackend, receiver_queue_size: int = 1000) -> None:
+    def __init__(
+        self, backend: PulsarBackend, receiver_queue_size: int = 1000, wire: bool = False
+    ) -> None:
+        """`wire`: consumers through the gateway's own client when it has one, for queues
+        written as batched entries (`amqp.batched_queue_entries`)."""
         self.backend = backend
+        self.wire = wire
         self.receiver_queue_size = receiver_queue_size
+        # the wire consumers' entries acknowledged in part, kept across a queue's consumers
+        self.partial = PartialBatches()
 
     async def open(
         self, topic: str, subscription: str, receiver_queue_size: int | None = None
-    ) -> QueueConsumer:
+    ) -> AnyQueueConsumer:
         """A consumer on `subscription`; a new subscription starts at the topic's end.
+        Through the wire client when the backend has one (`pulsar.client = "native"`).
 
         A subscribe that goes unanswered for SUBSCRIBE_ATTEMPT_SECONDS is left behind and
         the next one tried: its consumer id may be one another connection holds on this
         subscription (a cluster member that has not let go of the vhost yet, a native
         client), which pulsar-lite never answers. One left behind that completes after all
         is closed at once, so no consumer the gateway does not read holds messages."""
+        size = receiver_queue_size or self.receiver_queue_size
+        wire = self.backend.wire_client if self.wire else None
         for limit in SUBSCRIBE_ATTEMPT_SECONDS:
-            attempt = asyncio.ensure_future(
-                self.backend.client.subscribe(
-                    topic,
-                    subscription,
-                    consumer_type=pulsar.ConsumerType.Shared,
-                    receiver_queue_size=receiver_queue_size or self.receiver_queue_size,
-                    negative_ack_redelivery_delay_ms=NACK_REDELIVERY_MS,
-                    initial_position=pulsar.InitialPosition.Latest,
-                    batch_index_ack_enabled=False,
+            if wire is not None:
+                attempt: asyncio.Future[Any] = asyncio.ensure_future(
+                    wire.subscribe(
+                        topic,
+                        subscription,
+                        subscription_type=SubscriptionType.SHARED,
+                        initial_position=InitialPosition.LATEST,
+                        receiver_queue_size=size,
+                        idle_nudge=True,
+                        # pulsar-client's grouping time: an ACK every 10 ms per queue held
+                        # confirms back (docs/backend.md, "AMQP queue messages in batched
+                        # entries")
+                        ack_delay=ACK_GROUP_SECONDS,
+                    )
                 )
-            )
+            else:
+                attempt = asyncio.ensure_future(
+                    self.backend.client.subscribe(
+                        topic,
+                        subscription,
+                        consumer_type=pulsar.ConsumerType.Shared,
+                        receiver_queue_size=size,
+                        negative_ack_redelivery_delay_ms=NACK_REDELIVERY_MS,
+                        initial_position=pulsar.InitialPosition.Latest,
+                        batch_index_ack_enabled=False,
+                    )
+                )
             try:
                 await asyncio.wait({attempt}, timeout=limit)
             finally:
@@ -240,6 +271,8 @@ class QueueConsumers:
                 consumer = attempt.result()
             except Exception as exc:
                 raise BackendError(f"cannot subscribe {subscription} on {topic}: {exc}") from exc
+            if wire is not None:
+                return NativeQueueConsumer(consumer, topic, subscription, self.partial)
             return QueueConsumer(consumer._consumer, topic, subscription)
         raise AssertionError("the last attempt has no time limit")  # not reached
 
@@ -250,6 +283,7 @@ class QueueConsumers:
         or transient and lost in a restart) is dropped first, so a new queue
         never inherits old messages.
         """
+        self.partial.forget(topic, subscription)
         consumer = await self.open(topic, subscription, receiver_queue_size=1)
         await consumer.unsubscribe()
         consumer = await self.open(topic, subscription, receiver_queue_size=1)
@@ -281,5 +315,6 @@ class QueueConsumers:
 
     async def delete(self, topic: str, subscription: str) -> None:
         """Drop the subscription (queue.delete): its messages are gone for AMQP."""
+        self.partial.forget(topic, subscription)
         consumer = await self.open(topic, subscription, receiver_queue_size=1)
         await consumer.unsubscribe()

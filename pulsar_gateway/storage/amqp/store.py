@@ -39,7 +39,7 @@ from typing import Any
 from pamqp import decode, encode
 
 from pulsar_gateway.gateway.backend.pulsar_backend import PulsarBackend
-from pulsar_gateway.gateway.backend.queue_consumers import QueueConsumer, QueueConsumers
+from pulsar_gateway.gateway.backend.queue_consumers import AnyQueueConsumer, QueueConsumers
 from pulsar_gateway.gateway.backend.reader_stream import EARLIEST, ReaderStream
 from pulsar_gateway.gateway.backend.resend_filter import ResendCopies
 from pulsar_gateway.gateway.messages import MessageKey, OutMessage
@@ -92,10 +92,10 @@ def _untable(text: str) -> dict[str, Any]:
 
 
 class _PulsarQueueReader:
-    """`QueueReader` over one `QueueConsumer`: Pulsar messages -> stored AMQP messages."""
+    """`QueueReader` over one queue consumer: Pulsar messages -> stored AMQP messages."""
 
     def __init__(
-        self, queue: str, consumer: QueueConsumer, nudger: Callable[[str, str], Awaitable[None]]
+        self, queue: str, consumer: AnyQueueConsumer, nudger: Callable[[str, str], Awaitable[None]]
     ) -> None:
         self.queue = queue
         self.consumer = consumer
@@ -203,12 +203,15 @@ class GroupedSends:
     A send of one message costs a Python callback and a loop wake-up from the
     client's thread; a group costs one for all (docs/backend.md, "Group completions per loop
     wake-up": the last message's
-    outcome stands for its group). A socket read carries many publish frames, so
+    outcome stands for its group). Through the wire client a group is also written as
+    batched entries, one SEND and one receipt for many messages (docs/backend.md, "AMQP
+    queue messages in batched entries"). A socket read carries many publish frames, so
     groups form without waiting; each publisher still hears of its own message.
     """
 
-    def __init__(self, backend: PulsarBackend) -> None:
+    def __init__(self, backend: PulsarBackend, batched: bool = False) -> None:
         self.backend = backend
+        self.batched = batched  # a group as batched entries (the wire client), or one each
         self._pending: dict[str, list[tuple[OutMessage, asyncio.Future[None]]]] = {}
         self._scheduled = False
 
@@ -225,9 +228,11 @@ class GroupedSends:
         self._scheduled = False
         pending, self._pending = self._pending, {}
         for topic, items in pending.items():
-            task = asyncio.ensure_future(
-                self.backend.send(topic, [message for message, _ in items], batching=False)
-            )
+            messages = [message for message, _ in items]
+            if self.batched:
+                task = self.backend.send_queue_messages(topic, messages)
+            else:  # one entry each, through pulsar-client
+                task = self.backend.send(topic, messages, batching=False)
             task.add_done_callback(functools.partial(_settle_group, items))
 
 
@@ -256,17 +261,21 @@ class PulsarAmqpStore:
         receiver_queue_size: int = 1000,
         reserved: ReservedNamespaces | None = None,
         register_stream: Callable[[str], Awaitable[None]] | None = None,
+        batched_entries: bool = False,
     ) -> None:
         """`register_stream(topic)` makes a stream's topic (without its partition suffix)
         a Kafka topic of one partition, so Kafka clients find it (the composition root
-        hands in the Kafka topic service's create)."""
+        hands in the Kafka topic service's create). `batched_entries`
+        (`amqp.batched_queue_entries`): queues written as batched entries and read through
+        the gateway's own Pulsar client, when it has one (docs/backend.md, "AMQP queue
+        messages in batched entries")."""
         self.backend = backend
         self.register_stream = register_stream
         self.metadata = metadata
         self.tenant = tenant
         self.reserved = reserved or ReservedNamespaces()
-        self.consumers = QueueConsumers(backend, receiver_queue_size)
-        self.sends = GroupedSends(backend)
+        self.consumers = QueueConsumers(backend, receiver_queue_size, wire=batched_entries)
+        self.sends = GroupedSends(backend, batched_entries)
         self._topics: dict[tuple[str, str], str] = {}
         self._streams: set[tuple[str, str]] = set()  # (vhost, queue) of stream queues
         self._encoded: dict[bytes, str] = {}  # property octets -> base64 text; bounded

@@ -90,6 +90,7 @@ class Consumer:
         per_entry_window: int = PER_ENTRY_WINDOW,
         window_bytes: int | None = None,
         ack_delay: float = acks.DELAY_SECONDS,
+        idle_nudge: bool = False,
     ) -> None:
         if receiver_queue_size < 1:
             raise ValueError("receiver_queue_size must be at least 1")
@@ -117,6 +118,7 @@ class Consumer:
         # least, sized by the entries' bytes (flow_window.window_for)
         self.per_entry_window = per_entry_window
         self.window_bytes = window_bytes
+        self.idle_nudge = idle_nudge  # `_wait`'s empty FLOWs on any subscription type
         self._window = receiver_queue_size  # permits asked for at once
         self._loop = asyncio.get_running_loop()
         self._connection: Connection | None = None
@@ -161,8 +163,6 @@ class Consumer:
 
     def __repr__(self) -> str:
         return f"<Consumer {self.subscription} on {self.topic}>"
-
-    # ---- subscribing -----------------------------------------------------------------------
 
     async def start(self) -> None:
         deadline = self._loop.time() + self.client.operation_timeout
@@ -299,8 +299,6 @@ class Consumer:
         self.end_of_topic = True
         log.info("%s reached the end of a terminated topic", self)
 
-    # ---- receiving -------------------------------------------------------------------------
-
     def on_message(self, frame: Frame) -> None:
         command = frame.command
         metadata = frame.metadata
@@ -407,19 +405,19 @@ class Consumer:
                 self._connection.send(c.Flow(self._consumer_id, permits))
 
     async def _wait(self, timeout: float | None) -> bool:
-        """Wait for an entry to be queued; False on timeout. An empty queue gives back
-        the permits it still owes (pulsar-lite may stop dispatching, its own permits left,
-        until a FLOW comes: docs/pulsar-protocol.md, "Flow control")."""
+        """Wait for an entry; False on timeout. Empty, it gives back the permits it owes (in
+        its nudges, with `idle_nudge`) and nudges (docs/pulsar-protocol.md, "Flow control")."""
         deadline = None if timeout is None else self._loop.time() + timeout
         pause = NUDGE_FIRST_SECONDS
         while not self._queue:
             if self.closed:
                 raise ConsumerClosed(f"{self} is closed")
-            self._give_owed()
+            if not self.idle_nudge:  # else owed permits go with the nudges: one FLOW less
+                self._give_owed()
             if self._arrival is None or self._arrival.done():
                 self._arrival = self._loop.create_future()
             wait = None if deadline is None else max(0.0, deadline - self._loop.time())
-            if self._per_entry:
+            if self._per_entry or self.idle_nudge:
                 wait = pause if wait is None else min(wait, pause)
             done, _ = await asyncio.wait([self._arrival], timeout=wait)
             if done:
@@ -431,12 +429,12 @@ class Consumer:
         return True
 
     def _nudge(self) -> None:
-        """A FLOW of no permits: pulsar-lite dispatches on a FLOW and may otherwise hold
-        entries while it has permits left (docs/pulsar-protocol.md, "Flow control")."""
+        """A FLOW of the permits owed, if any: pulsar-lite dispatches on one (`_wait`)."""
         if self.ready and self._connection is not None:
             self.nudges += 1
             with contextlib.suppress(ConnectionClosed):
-                self._connection.send(c.Flow(self._consumer_id, 0))
+                self._connection.send(c.Flow(self._consumer_id, self._owed))
+                self._owed = 0
 
     async def receive(self, timeout: float | None = None) -> ReceivedEntry:
         """The next entry; TimeoutError when none comes within `timeout` seconds."""
@@ -445,15 +443,19 @@ class Consumer:
         return self._take()
 
     async def receive_many(
-        self, max_entries: int = 100, timeout: float | None = None
+        self, max_entries: int = 100, timeout: float | None = None, max_messages: int = 0
     ) -> list[ReceivedEntry]:
         """Up to `max_entries` entries, waiting up to `timeout` for the first (an empty list
-        when none came): the entries a loop wake-up brings, taken together."""
+        when none came): the entries a loop wake-up brings, taken together. `max_messages`
+        (0: no bound): no entry is taken once the ones taken hold that many messages."""
         if not await self._wait(timeout):
             return []
         out: list[ReceivedEntry] = []
-        while self._queue and len(out) < max_entries:
-            out.append(self._take())
+        messages = 0
+        while self._queue and len(out) < max_entries and messages < (max_messages or 1 << 62):
+            entry = self._take()
+            out.append(entry)
+            messages += entry.num_messages
         return out
 
     @property
@@ -467,8 +469,6 @@ class Consumer:
     @property
     def last_passed(self) -> MessageId | None:
         return self._last_passed
-
-    # ---- acknowledging ---------------------------------------------------------------------
 
     def ack(self, items: Iterable[AckItem]) -> None:
         """Acknowledge entries (or ids; a batch index is ignored: the whole entry is
@@ -524,8 +524,6 @@ class Consumer:
         if ids:
             with contextlib.suppress(ConnectionClosed):
                 connection.send(c.RedeliverUnacknowledged(self._consumer_id, ids))
-
-    # ---- requests --------------------------------------------------------------------------
 
     async def _request(self, make: type, **fields: object) -> object:
         connection = self._connection

@@ -27,6 +27,7 @@ from pulsar_gateway.gateway.backend.wire.protobuf import (
     ProtoMessage,
     decode_varint,
     proto,
+    to_signed32,
 )
 
 
@@ -57,7 +58,7 @@ class KeyValue(ProtoMessage):
         shorter than 128 bytes) read directly, any other through the general decoder."""
         if end < 0:
             end = len(data)
-        if end - start >= 4 and data[start] == 0x0A:
+        if end - start >= 4 and data[start] == 0x0A and data[start + 1] < 0x80:
             middle = start + 2 + data[start + 1]
             if middle + 2 <= end and data[middle] == 0x12 and middle + 2 + data[middle + 1] == end:
                 return cls(
@@ -86,8 +87,9 @@ class MessageIdData(ProtoMessage):
     def decode(
         cls, data: bytes | bytearray | memoryview, start: int = 0, end: int = -1
     ) -> MessageIdData:
-        """Every receipt and MESSAGE carries one: a ledger and an entry alone, in order,
-        read directly; any other layout through the general decoder."""
+        """Every receipt and MESSAGE carries one: a ledger and an entry, then perhaps a
+        partition and a batch index (pulsar-lite writes partition -1 in every one), in
+        order, read directly; any other layout through the general decoder."""
         if end < 0:
             end = len(data)
         if end - start >= 4 and data[start] == 0x08:
@@ -96,6 +98,15 @@ class MessageIdData(ProtoMessage):
                 entry, pos = decode_varint(data, pos + 1, end)
                 if pos == end:
                     return cls(ledger, entry)
+                partition = batch_index = -1
+                if data[pos] == 0x18:
+                    raw, pos = decode_varint(data, pos + 1, end)
+                    partition = to_signed32(raw)
+                if pos < end and data[pos] == 0x20:
+                    raw, pos = decode_varint(data, pos + 1, end)
+                    batch_index = to_signed32(raw)
+                if pos == end:
+                    return cls(ledger, entry, partition, batch_index)
         return super(MessageIdData, cls).decode(data, start, end)
 
 
@@ -204,7 +215,24 @@ class MessageMetadata(ProtoMessage):
                 if stop > end:
                     raise DecodeError(f"MessageMetadata: field {key >> 3} runs past its end")
                 if key == 0x22:
-                    properties.append(KeyValue.decode(data, pos, stop))
+                    # KeyValue.decode's usual layout, inline: a message has several
+                    usual = False
+                    if stop - pos >= 4 and data[pos] == 0x0A and data[pos + 1] < 0x80:
+                        middle = pos + 2 + data[pos + 1]
+                        usual = (
+                            middle + 2 <= stop
+                            and data[middle] == 0x12
+                            and middle + 2 + data[middle + 1] == stop
+                        )
+                    if usual:
+                        properties.append(
+                            KeyValue(
+                                str(data[pos + 2 : middle], "utf-8", "surrogateescape"),
+                                str(data[middle + 2 : stop], "utf-8", "surrogateescape"),
+                            )
+                        )
+                    else:
+                        properties.append(KeyValue.decode(data, pos, stop))
                 else:
                     text = str(data[pos:stop], "utf-8", "surrogateescape")
                     if key == 0x0A:

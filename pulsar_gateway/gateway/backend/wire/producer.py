@@ -110,7 +110,8 @@ class _Ticket:
         self.pieces = pieces  # the payload, or its chunks
         self.size = len(entry.payload) + len(entry.metadata_fields) * len(pieces) + 64
         self.future = future
-        self.admitted: asyncio.Future[None] = future.get_loop().create_future()
+        # made when the ticket has to wait: most are admitted at once
+        self.admitted: asyncio.Future[None] | None = None
 
 
 class Producer:
@@ -261,6 +262,21 @@ class Producer:
         """Send `entry` and wait for its receipt: the (ledger, entry) id it was stored at."""
         return await (await self.enqueue(entry))
 
+    def enqueue_now(self, entry: OutgoingEntry) -> asyncio.Future[MessageId] | None:
+        """`enqueue` without a coroutine when there is room now (the future of the receipt),
+        else None and nothing queued: the caller awaits `enqueue` then. One call per
+        message for callers that send many small entries (AMQP queues)."""
+        if self.closed:
+            raise ProducerClosed(f"{self} is closed")
+        if self._waiting:
+            return None
+        future: asyncio.Future[MessageId] = self._loop.create_future()
+        ticket = _Ticket(entry, self._pieces(entry), future)
+        if not self._fits(ticket):
+            return None
+        self._admit(ticket)
+        return future
+
     async def enqueue(self, entry: OutgoingEntry) -> asyncio.Future[MessageId]:
         """Queue `entry` for sending once there is room among the pending sends; returns
         the future of its receipt. Entries are sent in the order of the calls."""
@@ -271,11 +287,12 @@ class Producer:
         if not self._waiting and self._fits(ticket):
             self._admit(ticket)
             return future
+        admitted = ticket.admitted = self._loop.create_future()
         self._waiting.append(ticket)
         try:
-            await asyncio.shield(ticket.admitted)
+            await asyncio.shield(admitted)
         except asyncio.CancelledError:
-            if not ticket.admitted.done():
+            if not admitted.done():
                 self._waiting.remove(ticket)
                 self._admit_waiting()
             raise
@@ -308,7 +325,8 @@ class Producer:
                 ticket.future.set_exception(ProducerClosed(f"{self} is closed"))
             else:
                 self._admit(ticket)
-            ticket.admitted.set_result(None)
+            if ticket.admitted is not None:
+                ticket.admitted.set_result(None)
 
     def _admit(self, ticket: _Ticket) -> None:
         """Number the entry, build its frames and send them (now, or on reconnect)."""
@@ -550,7 +568,8 @@ class Producer:
         waiting, self._waiting = self._waiting, deque()
         for ticket in waiting:
             ticket.future.set_exception(ProducerClosed(f"{self} closed"))
-            ticket.admitted.set_result(None)
+            if ticket.admitted is not None:
+                ticket.admitted.set_result(None)
         connection, self._connection = self._connection, None
         if connection is not None and not connection.closed:
             connection.remove_producer(self._producer_id)

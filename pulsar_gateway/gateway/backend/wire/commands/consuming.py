@@ -21,6 +21,7 @@ from pulsar_gateway.gateway.backend.wire.protobuf import (
     STRING,
     UINT64,
     Field,
+    decode_varint,
     proto,
 )
 
@@ -96,6 +97,25 @@ class Message(Command):
         Field(4, "ack_set", INT64, repeated=True),
         Field(5, "consumer_epoch", UINT64),
     )
+
+    @classmethod
+    def decode(cls, data: bytes | bytearray | memoryview, start: int = 0, end: int = -1) -> Message:
+        """Every entry a consumer receives: the usual layout (consumer id, message id,
+        redelivery count) read directly, any other through the general decoder."""
+        if end < 0:
+            end = len(data)
+        if end - start >= 4 and data[start] == 0x08:
+            consumer_id, pos = decode_varint(data, start + 1, end)
+            if pos + 2 <= end and data[pos] == 0x12 and data[pos + 1] < 0x80:
+                stop = pos + 2 + data[pos + 1]
+                if stop <= end:
+                    message_id = MessageIdData.decode(data, pos + 2, stop)
+                    redelivery_count = 0
+                    if stop < end and data[stop] == 0x18:
+                        redelivery_count, stop = decode_varint(data, stop + 1, end)
+                    if stop == end:
+                        return cls(consumer_id, message_id, redelivery_count)
+        return super(Message, cls).decode(data, start, end)
 
 
 @proto

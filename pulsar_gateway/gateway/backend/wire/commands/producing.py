@@ -16,6 +16,7 @@ from pulsar_gateway.gateway.backend.wire.protobuf import (
     STRING,
     UINT64,
     Field,
+    decode_varint,
     proto,
 )
 
@@ -102,6 +103,30 @@ class SendReceipt(Command):
         Field(3, "message_id", MESSAGE, message=MessageIdData),
         Field(4, "highest_sequence_id", UINT64),
     )
+
+    @classmethod
+    def decode(
+        cls, data: bytes | bytearray | memoryview, start: int = 0, end: int = -1
+    ) -> SendReceipt:
+        """Every entry a producer sends is answered by one: the usual layout (producer
+        id, sequence id, message id, highest sequence id) read directly, any other
+        through the general decoder."""
+        if end < 0:
+            end = len(data)
+        if end - start >= 6 and data[start] == 0x08:
+            producer_id, pos = decode_varint(data, start + 1, end)
+            if pos < end and data[pos] == 0x10:
+                sequence_id, pos = decode_varint(data, pos + 1, end)
+                if pos + 2 <= end and data[pos] == 0x1A and data[pos + 1] < 0x80:
+                    stop = pos + 2 + data[pos + 1]
+                    if stop <= end:
+                        message_id = MessageIdData.decode(data, pos + 2, stop)
+                        highest = 0
+                        if stop < end and data[stop] == 0x20:
+                            highest, stop = decode_varint(data, stop + 1, end)
+                        if stop == end:
+                            return cls(producer_id, sequence_id, message_id, highest)
+        return super(SendReceipt, cls).decode(data, start, end)
 
 
 @proto

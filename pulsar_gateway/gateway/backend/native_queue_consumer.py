@@ -1,0 +1,224 @@
+"""A queue's Shared consumer through the gateway's own wire client (`wire/`), for
+`pulsar.client = "native"`: the contract of `queue_consumers.QueueConsumer` over a
+`wire.Consumer`.
+
+Through pulsar-client every message received costs a `receive` and half a dozen accessor
+calls into the C++ client, and every ack a call and a `MessageId` kept alive (docs/backend.md,
+"What pulsar-client costs per message from Python"). The wire consumer hands out whole
+entries already decoded in the event loop; an AMQP queue's entries hold one message each
+(`PulsarBackend.send_queue_messages`), so a message is one entry and one tuple of ids.
+
+Through the wire client the gateway writes a queue's publishes as batched entries
+(`PulsarBackend.send_queue_messages`); a plain Pulsar producer may too. A batched entry is
+split into its messages, each handed out on its own, and the entry is acknowledged only
+once every message of it is: no batch index ack is ever sent (pulsar-lite loses the rest of
+a batch acknowledged in part: docs/backend.md, "Batch index acks lose messages"). Which
+messages of such an entry were acknowledged is kept (`PartialBatches`, one per
+`QueueConsumers`, so a queue's next consumer has it too), and when the broker sends the
+entry again (a reconnect, a consumer closed with messages unacknowledged) those are
+dropped; so is a message this consumer still holds (received, neither acked nor given
+back), as `QueueConsumer` drops it. A gateway restarted (or a vhost moved to another
+cluster member) knows none of this: the acknowledged messages of an entry acknowledged in
+part come again, marked redelivered (docs/backend.md, "AMQP queue messages in batched
+entries").
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import deque
+from collections.abc import Iterable
+
+from pulsar_gateway.gateway.backend.pulsar_backend import BackendError
+from pulsar_gateway.gateway.backend.queue_message import ReceivedMessage
+from pulsar_gateway.gateway.backend.wire import Consumer as WireConsumer
+from pulsar_gateway.gateway.backend.wire import ConsumerClosed, PulsarError, ReceivedEntry
+from pulsar_gateway.gateway.messages import MessageKey
+
+log = logging.getLogger("gateway.queues")
+
+
+# entries acknowledged in part kept at most (the oldest forgotten first: its acknowledged
+# messages would come again if the broker sent the entry again)
+MAX_PARTIAL_ENTRIES = 100_000
+
+EntryKey = tuple[str, str, int, int]  # topic, subscription, ledger, entry
+
+
+class PartialBatches:
+    """The acknowledged batch indexes of entries acknowledged in part (see the module)."""
+
+    def __init__(self, max_entries: int = MAX_PARTIAL_ENTRIES) -> None:
+        self.max_entries = max_entries
+        self._acked: dict[EntryKey, set[int]] = {}
+
+    def get(self, key: EntryKey) -> set[int] | None:
+        return self._acked.get(key)
+
+    def add(self, key: EntryKey, index: int, size: int) -> bool:
+        """Note `index` of the entry acknowledged; True once all `size` messages are (the
+        entry is forgotten then: the caller acknowledges it whole)."""
+        acked = self._acked.get(key)
+        if acked is None:
+            if size <= 1:
+                return True
+            while len(self._acked) >= self.max_entries:
+                del self._acked[next(iter(self._acked))]
+            acked = self._acked[key] = set()
+        acked.add(index)
+        if len(acked) >= size:
+            del self._acked[key]
+            return True
+        return False
+
+    def forget(self, topic: str, subscription: str) -> None:
+        """The subscription is gone (queue deleted, or created afresh)."""
+        for key in [k for k in self._acked if k[0] == topic and k[1] == subscription]:
+            del self._acked[key]
+
+    def __len__(self) -> int:
+        return len(self._acked)
+
+
+class NativeQueueConsumer:
+    """One Shared wire consumer on a queue's durable subscription (see the module)."""
+
+    def __init__(
+        self,
+        consumer: WireConsumer,
+        topic: str,
+        subscription: str,
+        partial: PartialBatches | None = None,
+    ) -> None:
+        self._consumer = consumer
+        self.topic = topic
+        self.subscription = subscription
+        self._held: dict[MessageKey, ReceivedEntry] = {}
+        self._partial = partial if partial is not None else PartialBatches()
+        self._spill: deque[ReceivedMessage] = deque()  # split off a batch past a fetch's limit
+        self.closed = False
+
+    @property
+    def held(self) -> int:
+        """Messages received and neither acked nor negatively acked yet."""
+        return len(self._held)
+
+    async def fetch(self, limit: int = 500, timeout: float | None = None) -> list[ReceivedMessage]:
+        """Up to `limit` messages, waiting up to
+        `timeout` seconds (None: forever) for one."""
+        out: list[ReceivedMessage] = []
+        if self.closed:
+            return out
+        while self._spill and len(out) < limit:
+            out.append(self._spill.popleft())
+        if out:
+            return out
+        try:
+            # bounded in messages too: what a batch leaves over waits in `_spill`, outside
+            # the consumer's flow control, so at most one entry's worth
+            entries = await self._consumer.receive_many(limit, timeout, max_messages=limit)
+        except ConsumerClosed as exc:
+            if self.closed:
+                return out
+            raise BackendError(f"receive failed: {exc}") from exc
+        held = self._held
+        for entry in entries:
+            metadata = entry.metadata
+            ledger, entry_id = entry.id.ledger_id, entry.id.entry_id
+            publish_time = metadata.publish_time or 0
+            producer = metadata.producer_name or ""
+            redeliveries = entry.redelivery_count
+            if metadata.num_messages_in_batch is None:
+                key = (ledger, entry_id, -1)
+                if key in held:
+                    continue  # a replay of a message this consumer still holds
+                held[key] = entry
+                payload = b"" if metadata.null_value else entry.data()
+                out.append(
+                    ReceivedMessage(
+                        key,
+                        payload,
+                        metadata.properties_dict(),
+                        publish_time,
+                        redeliveries,
+                        producer,
+                    )
+                )
+                continue
+            messages: list[ReceivedMessage] = []
+            acked = self._partial.get((self.topic, self.subscription, ledger, entry_id))
+            for message in entry.messages():
+                key = (ledger, entry_id, message.batch_index)
+                if key in held or (acked is not None and message.batch_index in acked):
+                    continue
+                held[key] = entry
+                messages.append(
+                    ReceivedMessage(
+                        key,
+                        message.payload or b"",
+                        message.properties,
+                        publish_time,
+                        redeliveries,
+                        producer,
+                    )
+                )
+            room = max(0, limit - len(out))
+            out += messages[:room]
+            self._spill.extend(messages[room:])
+        return out
+
+    def _release(self, ids: Iterable[MessageKey], acknowledged: bool) -> list[ReceivedEntry]:
+        """Forget these messages; the entries now to acknowledge (or give back) whole."""
+        done: list[ReceivedEntry] = []
+        for key in ids:
+            entry = self._held.pop(key, None)
+            if entry is None:
+                continue
+            if key[2] < 0 or not acknowledged:
+                done.append(entry)
+            elif self._partial.add(
+                (self.topic, self.subscription, key[0], key[1]), key[2], entry.num_messages
+            ):
+                done.append(entry)
+        return done
+
+    def acknowledge(self, ids: Iterable[MessageKey]) -> None:
+        """Done with these messages: the subscription never delivers them again."""
+        done = self._release(ids, True)
+        if done and not self.closed:
+            try:
+                self._consumer.ack(done)
+            except ConsumerClosed:
+                pass  # unacknowledged: the subscription delivers them again
+
+    def negative_acknowledge(self, ids: Iterable[MessageKey]) -> None:
+        """Give these back now: the broker redelivers them (to any consumer) with their
+        redelivery count raised (a batched entry comes back whole: its messages
+        acknowledged or still held here are dropped then)."""
+        done = {id(entry): entry for entry in self._release(ids, False)}.values()
+        if done and not self.closed:
+            self._consumer.redeliver(list(done))
+
+    def _mark_closed(self) -> bool:
+        if self.closed:
+            return False
+        self.closed = True
+        self._held.clear()
+        self._spill.clear()
+        return True
+
+    async def close(self) -> None:
+        """Close; what was received and not acknowledged is redelivered by Pulsar."""
+        if self._mark_closed():
+            await self._consumer.close()
+
+    async def unsubscribe(self) -> None:
+        """Delete the subscription itself (its cursor and backlog go with it)."""
+        if not self._mark_closed():
+            return
+        try:
+            await self._consumer.unsubscribe()
+        except PulsarError as exc:
+            raise BackendError(f"unsubscribing {self.subscription} failed: {exc}") from exc
+        finally:
+            await self._consumer.close()
