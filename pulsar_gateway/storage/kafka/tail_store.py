@@ -352,24 +352,25 @@ class TailStore:
     def message_at(self, offset: int) -> LogEntry:
         """The cached message holding `offset` (which must be cached), with the offset of
         its first record: one look-up, where `read` would go on to the end of its batch."""
+        first, index = self._holder_of(offset)
+        segment = self._segments[first]
+        return LogEntry(segment.offsets[index], segment.message(index))
+
+    def _holder_of(self, offset: int) -> tuple[int, int]:
+        """(segment position, index in it) of the cached message holding `offset`."""
         segments = self._segments
         first = 0
         while first + 1 < len(segments) and segments[first + 1].offsets[0] <= offset:
             first += 1
-        segment = segments[first]
-        index = bisect.bisect_right(segment.offsets, offset, self._head if first == 0 else 0) - 1
-        return LogEntry(segment.offsets[index], segment.message(index))
+        start = self._head if first == 0 else 0
+        return first, bisect.bisect_right(segments[first].offsets, offset, start) - 1
 
     def read(self, offset: int, max_bytes: int, batches: bool = True) -> list[LogEntry]:
         """Cached messages from the one holding `offset` on (at least one), up to about
         `max_bytes`, each with the offset of its first record; `offset` must be cached.
         With `batches`, a kept batch stands for its messages (from its first on)."""
         segments = self._segments
-        first = 0
-        while first + 1 < len(segments) and segments[first + 1].offsets[0] <= offset:
-            first += 1
-        segment = segments[first]
-        index = bisect.bisect_right(segment.offsets, offset, self._head if first == 0 else 0) - 1
+        first, index = self._holder_of(offset)
         kept = self._kept_from(offset) if batches and self._kept else None
         next_kept = next(kept, None) if kept else None  # (offset, segment, index)
         out: list[LogEntry] = []
