@@ -155,6 +155,20 @@ def test_a_damaged_entry_is_never_read_wrong(messages: list[OutMessage], data: A
         assert _served(made, 0) == expected
 
 
+def test_a_null_value_that_claims_a_payload_is_not_read_whole() -> None:
+    """A null value's payload size damaged to 1, its record last in the entry: the message
+    path says the payload runs past the entry, so the whole-entry reader must not serve it
+    (it once read the null value and ignored the size: found by the property test above)."""
+    [entry] = entries(
+        [OutMessage(b"a", "k", None, 5), OutMessage(None, "0", None, 6)], 0, True, 1 << 20
+    )
+    payload = bytes(entry.payload)
+    assert payload.endswith(b"\x48\x01\x18\x00")
+    damaged = payload[:-1] + b"\x01"
+    assert kafka_batch((1, 1, 0), damaged, 2, PUBLISHED, PRODUCER) is None
+    assert kafka_batch((1, 1, 0), payload, 2, PUBLISHED, PRODUCER) is not None
+
+
 def test_an_entry_of_more_records_than_one_byte_deltas_reach_reads_whole() -> None:
     """A 1 MB Kafka batch of small records holds some 9,000: an entry of them was read
     message by message (several times the time) when offset deltas stopped at 8,192."""

@@ -251,8 +251,8 @@ def _fields_of(data: bytes, p: int, stop: int) -> tuple[int, bytes, bytes, int] 
             return None
     if p != stop or size < 0 or time_at < 0:
         return None
-    if absent:
-        return time_at, key, null, 0
+    if absent:  # a null value carries no payload; one that claims some is not plain
+        return (time_at, key, null, 0) if size == 0 else None
     return time_at, key, table[size << 1] if size < half else zigzag_bytes(size), size
 
 
