@@ -208,19 +208,9 @@ async def _fetch_one(
                 codec,
                 deferred,
             )
-        offset = partition.next_wanted()
-        entries: list[LogEntry] = []
-        committed = groups.read_committed(key[0])
-        limit = log.last_stable_offset if committed else log.next_offset
-        if offset is not None and offset < limit:
-            entries = await log.read(offset, max(max_bytes, 1))
-        aborted = None
-        if committed:  # decided transactions only, and none of an aborted one's records
-            entries = below_stable(entries, limit)
-            if entries:
-                end = entries[-1].offset + records_in(entries[-1].message)
-                aborted = log.aborted_transactions(min(offset or 0, entries[0].offset), end)
-        present, read_end = _present(entries, aborted)
+        entries, present, read_end = await _read_from(
+            groups, key, log, partition.next_wanted(), max_bytes
+        )
         acquired = partition.acquire(present, read_end, member_id, groups.clock(), max_records)
         if acquired or changed or read_end or key in deferred:
             deferred.pop(key, None)
@@ -249,18 +239,8 @@ async def _fetch_handed(
     hold.reconcile(partition, settle=False)
     handed = hold.take(partition, max_records, groups.settings.max_in_flight)
     available = partition.available_in(hold.ranges())
-    committed = groups.read_committed(key[0])
-    limit = log.last_stable_offset if committed else log.next_offset
-    entries: list[LogEntry] = []
-    if available and available[0] < limit:
-        entries = await log.read(max(available[0], log.log_start), max(max_bytes, 1))
-    aborted = None
-    if committed:  # decided transactions only, and none of an aborted one's records
-        entries = below_stable(entries, limit)
-        if entries:
-            end = entries[-1].offset + records_in(entries[-1].message)
-            aborted = log.aborted_transactions(entries[0].offset, end)
-    records, read_end = _present(entries, aborted)
+    start = max(available[0], log.log_start) if available else None
+    entries, records, read_end = await _read_from(groups, key, log, start, max_bytes)
     # a transaction marker, an aborted transaction's record: the broker hands out their
     # entries too; archived as gaps, so that the entry can be settled
     kept = set(records)
@@ -272,6 +252,27 @@ async def _fetch_handed(
         deferred.pop(key, None)
         await groups.save(key)
     return _answer_records(entries, acquired, codec)
+
+
+async def _read_from(
+    groups: ShareGroups, key: Key, log: PartitionLog, start: int | None, max_bytes: int
+) -> tuple[list[LogEntry], list[int], int]:
+    """The stored entries from `start` (none for None) a share consumer may see: up to the
+    last stable offset and without an aborted transaction's records when the group reads
+    committed. Returns (entries, offsets of the records present, where the read ended)."""
+    committed = groups.read_committed(key[0])
+    limit = log.last_stable_offset if committed else log.next_offset
+    entries: list[LogEntry] = []
+    if start is not None and start < limit:
+        entries = await log.read(start, max(max_bytes, 1))
+    aborted = None
+    if committed:  # decided transactions only, and none of an aborted one's records
+        entries = below_stable(entries, limit)
+        if entries:
+            end = entries[-1].offset + records_in(entries[-1].message)
+            aborted = log.aborted_transactions(min(start or 0, entries[0].offset), end)
+    present, read_end = _present(entries, aborted)
+    return entries, present, read_end
 
 
 def _answer_records(
