@@ -200,16 +200,17 @@ def build_entry(buf: bytes, count: int, base_ts: int, codec: int) -> tuple[Prebu
             key = None
             pos += 1
         elif b < 128 and not b & 1:
+            k = b >> 1
             pos += 1
-            key = buf[pos : pos + (b >> 1)]
-            pos += b >> 1
+            key = buf[pos : pos + k]
+            pos += k
         else:
-            n, pos = length_slow(buf, pos)
-            if n < 0:
+            k, pos = length_slow(buf, pos)
+            if k < 0:
                 key = None
             else:
-                key = buf[pos : pos + n]
-                pos += n
+                key = buf[pos : pos + k]
+                pos += k
         # value
         b = buf[pos]
         if b == 1:
@@ -259,8 +260,8 @@ def build_entry(buf: bytes, count: int, base_ts: int, codec: int) -> tuple[Prebu
                     last_n = n
                 if key is None:
                     fields = time_field + size_field
-                elif 0 < len(key) < 0x80 and key.isascii():
-                    k = len(key)  # partition key, time, ordering key, payload size
+                elif 0 < k < 0x80 and key.isascii():  # k: the key's length
+                    # partition key, time, ordering key, payload size
                     fields = join((pk_heads[k], key, time_field, ok_heads[k], key, size_field))
                 else:
                     props, fields = _common_fields(key, value, ts, codec_field)
