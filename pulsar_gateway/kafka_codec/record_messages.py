@@ -67,13 +67,19 @@ def decode_messages(buf: bytes, count: int, base_ts: int) -> list[OutMessage]:
         if size < 6 or end > limit:
             raise RecordBatchError(f"record length {size} out of range")
         pos += 1  # record attributes: unused by every Kafka version so far
-        # timestamp delta
+        # timestamp delta (base_ts is within TS_SAFE here: a two-byte delta cannot wrap)
         b = buf[pos]
         if b < 128:
             ts = base_ts + zz[b]
             pos += 1
         else:
-            ts, pos = timestamp_slow(buf, pos, base_ts)
+            c = buf[pos + 1]
+            if c < 128:  # a batch spanning 64 ms to 8 s
+                u = (b & 127) | (c << 7)
+                ts = base_ts + ((u >> 1) ^ -(u & 1))
+                pos += 2
+            else:
+                ts, pos = timestamp_slow(buf, pos, base_ts)
         # offset delta
         b = buf[pos]
         if b < 128:
