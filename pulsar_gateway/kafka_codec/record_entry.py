@@ -23,7 +23,6 @@ refuses it, with the same errors (tests/unit/test_record_entry.py holds both to 
 from __future__ import annotations
 
 import functools
-import operator
 
 from pulsar_gateway.gateway.messages import OutMessage, PrebuiltEntry, RecordMessages
 from pulsar_gateway.kafka_codec.errors import ErrorCode
@@ -119,20 +118,31 @@ def record_messages(buf: bytes, count: int, base_ts: int, codec: int) -> RecordM
 
 def build_entry(buf: bytes, count: int, base_ts: int, codec: int) -> tuple[PrebuiltEntry, int]:
     """The prebuilt entry of the `count` records of `buf`, and their values' bytes.
-    The parse is `decode_messages`' (kept in step with it: the differential tests)."""
+    The parse is `decode_messages`' (kept in step with it: the differential tests).
+
+    Per record only what differs (the loop is most of the produce path's time,
+    docs/pulsar-protocol.md, "One pass"): the event time and value size fields are looked
+    up once per run of equal ones, a two-byte timestamp delta is read inline, and a
+    record's own properties are noted only where they are not just the codec's. (Looking a
+    key's fields up by the key, per batch, was slower than making them: hashing the key.)"""
+    # The record walk is written out here, in decode_records/decode_messages and in
+    # record_entry.build_entry on purpose: a walk shared as a generator cost 5-15 % more
+    # per record (docs/pulsar-protocol.md, "Why the record walk is written three times").
     zz = ZIGZAG_BYTE
     slow = varint_slow
     join = b"".join
+    codec_field = encode_property(CODEC, str(codec)) if codec else b""
+    # the fields a batch repeats: event time -> its field, value size -> its field, and a
+    # key -> its partition and ordering key fields (empty: not a plain key, the long way)
     pk_heads = _PARTITION_KEY_HEADS
     ok_heads = _ORDERING_KEY_HEADS
-    codec_field = encode_property(CODEC, str(codec)) if codec else b""
-    # the fields a batch repeats: event time -> its field, value size -> its field
     times: dict[int, bytes] = {}
     value_sizes: dict[int, bytes] = {}
-    properties: list[bytes] = []  # a message's properties each (after the stamp)
+    last_ts = last_n = None
+    time_field = size_field = b""
+    own: dict[int, bytes] = {}  # a message's properties, where not just `codec_field`
     metadata: list[bytes] = []  # the rest of its metadata, its payload size field last
     payloads: list[bytes] = []
-    add_properties = properties.append
     add_fields = metadata.append
     add_payload = payloads.append
     limit = len(buf)
@@ -155,14 +165,20 @@ def build_entry(buf: bytes, count: int, base_ts: int, codec: int) -> tuple[Prebu
         end = pos + size
         if size < 6 or end > limit:
             raise RecordBatchError(f"record length {size} out of range")
-        pos += 1  # record attributes: unused by every Kafka version so far
-        # timestamp delta
-        b = buf[pos]
+        # timestamp delta (after the record attributes: unused by every Kafka version so far)
+        # (base_ts is within TS_SAFE, `record_messages`: a two-byte delta cannot wrap)
+        b = buf[pos + 1]
         if b < 128:
             ts = base_ts + zz[b]
-            pos += 1
+            pos += 2
         else:
-            ts, pos = timestamp_slow(buf, pos, base_ts)
+            c = buf[pos + 2]
+            if c < 128:
+                u = (b & 127) | (c << 7)
+                ts = base_ts + ((u >> 1) ^ -(u & 1))
+                pos += 3
+            else:
+                ts, pos = timestamp_slow(buf, pos + 1, base_ts)
         # offset delta
         b = buf[pos]
         if b < 128:
@@ -184,16 +200,17 @@ def build_entry(buf: bytes, count: int, base_ts: int, codec: int) -> tuple[Prebu
             key = None
             pos += 1
         elif b < 128 and not b & 1:
+            k = b >> 1
             pos += 1
-            key = buf[pos : pos + (b >> 1)]
-            pos += b >> 1
+            key = buf[pos : pos + k]
+            pos += k
         else:
-            n, pos = length_slow(buf, pos)
-            if n < 0:
+            k, pos = length_slow(buf, pos)
+            if k < 0:
                 key = None
             else:
-                key = buf[pos : pos + n]
-                pos += n
+                key = buf[pos : pos + k]
+                pos += k
         # value
         b = buf[pos]
         if b == 1:
@@ -202,9 +219,10 @@ def build_entry(buf: bytes, count: int, base_ts: int, codec: int) -> tuple[Prebu
         elif b < 128:
             if b & 1:
                 raise RecordBatchError(f"negative value length {zz[b]}")
+            n = b >> 1
             pos += 1
-            value = buf[pos : pos + (b >> 1)]
-            pos += b >> 1
+            value = buf[pos : pos + n]
+            pos += n
         else:
             c = buf[pos + 1]
             if c < 128 and not b & 1:
@@ -224,32 +242,38 @@ def build_entry(buf: bytes, count: int, base_ts: int, codec: int) -> tuple[Prebu
             pos += 1
             if pos != end:
                 raise RecordBatchError(f"record length {size} does not match its fields")
-            props = codec_field
             if value is None:
                 props, fields = _common_fields(key, value, ts, codec_field)
+                if props is not codec_field:
+                    own[index] = props
                 value = b""
             else:
-                time_field = times.get(ts)
-                if time_field is None:
-                    time_field = times[ts] = _EVENT_TIME + _varint(ts) if ts > 0 else b""
-                size_field = value_sizes.get(n := len(value))
-                if size_field is None:
-                    size_field = value_sizes[n] = _PAYLOAD_SIZE + _varint(n)
+                if ts != last_ts:
+                    time_field = times.get(ts)  # type: ignore[assignment]
+                    if time_field is None:
+                        time_field = times[ts] = _EVENT_TIME + _varint(ts) if ts > 0 else b""
+                    last_ts = ts
+                if n != last_n:
+                    size_field = value_sizes.get(n)  # type: ignore[assignment]
+                    if size_field is None:
+                        size_field = value_sizes[n] = _PAYLOAD_SIZE + _varint(n)
+                    last_n = n
                 if key is None:
                     fields = time_field + size_field
-                elif 0 < len(key) < 0x80 and key.isascii():
-                    k = len(key)  # partition key, time, ordering key, payload size
+                elif 0 < k < 0x80 and key.isascii():  # k: the key's length
+                    # partition key, time, ordering key, payload size
                     fields = join((pk_heads[k], key, time_field, ok_heads[k], key, size_field))
                 else:
                     props, fields = _common_fields(key, value, ts, codec_field)
+                    if props is not codec_field:
+                        own[index] = props
         else:
             headers, pos = decode_headers(buf, pos)
             if pos != end:
                 raise RecordBatchError(f"record length {size} does not match its fields")
-            props, fields = message_metadata(to_message(key, value, ts, headers), codec_field)
+            own[index], fields = message_metadata(to_message(key, value, ts, headers), codec_field)
             if value is None:
                 value = b""
-        add_properties(props)
         add_fields(fields)
         add_payload(value)
     if pos != limit:
@@ -258,11 +282,17 @@ def build_entry(buf: bytes, count: int, base_ts: int, codec: int) -> tuple[Prebu
         raise RecordBatchError(
             f"record {bad_at} has offset delta {bad_delta}", ErrorCode.INVALID_RECORD
         )
-    sizes = list(map(operator.add, map(len, properties), map(len, metadata)))
+    sizes = list(map(len, metadata))
     values = sum(map(len, payloads))
     # each message's size word, stamp and added properties are the writer's
     parts = [b""] * (6 * count)
-    parts[2::6] = properties
+    if codec_field:
+        extra = len(codec_field)
+        sizes = [size + extra for size in sizes]
+        parts[2::6] = [codec_field] * count
+    for index, props in own.items():
+        parts[6 * index + 2] = props
+        sizes[index] += len(props) - len(codec_field)
     parts[4::6] = metadata
     parts[5::6] = payloads
     return PrebuiltEntry(parts, sizes, sum(sizes) + values), values

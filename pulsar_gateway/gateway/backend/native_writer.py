@@ -243,7 +243,9 @@ def prebuilt_entry(
     if prebuilt.size + sum(sizes) - sum(prebuilt.metadata_sizes) + 8 * count > limit:
         return None
     parts[1::6] = stamps
-    parts[0::6] = list(map(_pack_size, sizes))
+    # a batch's messages have few distinct sizes: each size word packed once
+    words = {size: _pack_size(size) for size in set(sizes)}
+    parts[0::6] = list(map(words.__getitem__, sizes))
     written = WrittenEntry(messages, first_sequence, whole, True, produced)
     head = b"\x58" + varint(count)  # num_messages_in_batch (11)
     return OutgoingEntry(head, b"".join(parts), count, True, note=written)
