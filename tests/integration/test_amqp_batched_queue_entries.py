@@ -6,12 +6,16 @@ a closed channel held comes again marked redelivered."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pika
+import pulsar
 import pytest
 
 from harness.gateway_process import GatewayProcess
+
+ACKED = {0, 1, 2, 5, 7}  # of ten messages in one entry
 
 
 @pytest.fixture(scope="module")
@@ -62,3 +66,73 @@ def test_confirmed_messages_come_once_in_order_and_held_ones_come_again(
         assert again.queue_declare(queue, passive=True).method.message_count == 0
     finally:
         connection.close()
+
+
+def _entries(gateway: GatewayProcess, queue: str, count: int) -> list[tuple[int, int]]:
+    """The (ledger, entry) of the first `count` messages stored in the queue's topic (read
+    by count: pulsar-lite's reader inside the last batch says none is left)."""
+    client = pulsar.Client(
+        f"pulsar://127.0.0.1:{gateway.broker_port}", operation_timeout_seconds=10
+    )
+    try:
+        reader = client.create_reader(
+            f"persistent://public/default/{queue}", pulsar.MessageId.earliest
+        )
+        ids = [reader.read_next(10_000).message_id() for _ in range(count)]
+        return [(mid.ledger_id(), mid.entry_id()) for mid in ids]
+    finally:
+        client.close()
+
+
+def test_messages_acknowledged_in_part_of_an_entry_stay_acknowledged_across_a_restart(
+    tmp_path: Path,
+) -> None:
+    """Pulsar keeps acknowledgements per entry and pulsar-lite keeps no batch index
+    acknowledgement (docs/backend.md, "Batch index acks lose messages"), so which messages
+    of an entry a client acknowledged must outlive the gateway: after a restart the broker
+    sends the entry again whole, and only its unacknowledged messages may be delivered,
+    each once, in order."""
+    gateway = GatewayProcess(tmp_path, extra=["--set", "amqp.batched_queue_entries=true"])
+    gateway.start()
+    try:
+        connection = pika.BlockingConnection(pika.URLParameters(gateway.amqp_url))
+        channel = connection.channel()
+        queue = channel.queue_declare("kept-acks", durable=True).method.queue
+        channel.tx_select()
+        channel.basic_publish("", queue, b"opener")  # a batch must not open a ledger
+        channel.tx_commit()
+        for i in range(10):
+            channel.basic_publish("", queue, str(i).encode())
+        channel.tx_commit()  # the ten go to the store together: one entry
+        entries = _entries(gateway, queue, 11)
+        assert len(set(entries[1:])) == 1, entries
+        channel = connection.channel()  # not transactional: its acks count at once
+        channel.basic_qos(prefetch_count=20)
+        got = []
+        for method, _properties, body in channel.consume(queue, inactivity_timeout=20):
+            assert method is not None, f"only {got} came"
+            got.append(body)
+            if body == b"opener" or int(body) in ACKED:
+                channel.basic_ack(method.delivery_tag)
+            if len(got) == 11:
+                break
+        assert got == [b"opener"] + [str(i).encode() for i in range(10)]
+        # a synchronous method after the acks: the gateway has taken them in
+        channel.queue_declare(queue, passive=True)
+        connection.close()
+        assert gateway.stop() == 0, gateway.log_tail()
+        gateway.start()
+        connection = pika.BlockingConnection(pika.URLParameters(gateway.amqp_url))
+        channel = connection.channel()
+        rest = []
+        for method, _properties, body in channel.consume(queue, inactivity_timeout=3):
+            if method is None:
+                break
+            rest.append(body)
+            channel.basic_ack(method.delivery_tag)
+        assert rest == [str(i).encode() for i in range(10) if i not in ACKED]
+        channel.cancel()
+        assert channel.queue_declare(queue, passive=True).method.message_count == 0
+        connection.close()
+    finally:
+        gateway.stop()
