@@ -5,6 +5,7 @@ a closed channel held comes again marked redelivered."""
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -13,7 +14,10 @@ import pika
 import pulsar
 import pytest
 
-from harness.gateway_process import GatewayProcess
+from harness.gateway_process import GatewayProcess, cluster_member
+from harness.shared_broker import SharedBroker
+from harness.waiting import wait_until
+from pulsar_gateway.gateway.cluster.view import score, vhost_key
 
 ACKED = {0, 1, 2, 5, 7}  # of ten messages in one entry
 
@@ -68,12 +72,10 @@ def test_confirmed_messages_come_once_in_order_and_held_ones_come_again(
         connection.close()
 
 
-def _entries(gateway: GatewayProcess, queue: str, count: int) -> list[tuple[int, int]]:
+def _entries(service_url: str, queue: str, count: int) -> list[tuple[int, int]]:
     """The (ledger, entry) of the first `count` messages stored in the queue's topic (read
     by count: pulsar-lite's reader inside the last batch says none is left)."""
-    client = pulsar.Client(
-        f"pulsar://127.0.0.1:{gateway.broker_port}", operation_timeout_seconds=10
-    )
+    client = pulsar.Client(service_url, operation_timeout_seconds=10)
     try:
         reader = client.create_reader(
             f"persistent://public/default/{queue}", pulsar.MessageId.earliest
@@ -82,6 +84,48 @@ def _entries(gateway: GatewayProcess, queue: str, count: int) -> list[tuple[int,
         return [(mid.ledger_id(), mid.entry_id()) for mid in ids]
     finally:
         client.close()
+
+
+def _ack_part_of_one_entry(connection: pika.BlockingConnection, service_url: str) -> str:
+    """A durable queue holding ten messages in one entry (after a lone one: a batch must
+    not open a ledger), all delivered and those in ACKED acknowledged; the name."""
+    channel = connection.channel()
+    queue = channel.queue_declare(f"kept-{uuid.uuid4().hex[:8]}", durable=True).method.queue
+    channel.tx_select()
+    channel.basic_publish("", queue, b"opener")
+    channel.tx_commit()
+    for i in range(10):
+        channel.basic_publish("", queue, str(i).encode())
+    channel.tx_commit()  # the ten go to the store together: one entry
+    entries = _entries(service_url, queue, 11)
+    assert len(set(entries[1:])) == 1, entries
+    channel = connection.channel()  # not transactional: its acks count at once
+    channel.basic_qos(prefetch_count=20)
+    got = []
+    for method, _properties, body in channel.consume(queue, inactivity_timeout=20):
+        assert method is not None, f"only {got} came"
+        got.append(body)
+        if body == b"opener" or int(body) in ACKED:
+            channel.basic_ack(method.delivery_tag)
+        if len(got) == 11:
+            break
+    assert got == [b"opener"] + [str(i).encode() for i in range(10)]
+    channel.queue_declare(queue, passive=True)  # synchronous: the acks before it are in
+    return queue
+
+
+def _the_rest(connection: pika.BlockingConnection, queue: str) -> None:
+    """Only the unacknowledged messages of the entry come, once each, in order."""
+    channel = connection.channel()
+    rest = []
+    for method, _properties, body in channel.consume(queue, inactivity_timeout=3):
+        if method is None:
+            break
+        rest.append(body)
+        channel.basic_ack(method.delivery_tag)
+    assert rest == [str(i).encode() for i in range(10) if i not in ACKED]
+    channel.cancel()
+    assert channel.queue_declare(queue, passive=True).method.message_count == 0
 
 
 def test_messages_acknowledged_in_part_of_an_entry_stay_acknowledged_across_a_restart(
@@ -96,43 +140,59 @@ def test_messages_acknowledged_in_part_of_an_entry_stay_acknowledged_across_a_re
     gateway.start()
     try:
         connection = pika.BlockingConnection(pika.URLParameters(gateway.amqp_url))
-        channel = connection.channel()
-        queue = channel.queue_declare("kept-acks", durable=True).method.queue
-        channel.tx_select()
-        channel.basic_publish("", queue, b"opener")  # a batch must not open a ledger
-        channel.tx_commit()
-        for i in range(10):
-            channel.basic_publish("", queue, str(i).encode())
-        channel.tx_commit()  # the ten go to the store together: one entry
-        entries = _entries(gateway, queue, 11)
-        assert len(set(entries[1:])) == 1, entries
-        channel = connection.channel()  # not transactional: its acks count at once
-        channel.basic_qos(prefetch_count=20)
-        got = []
-        for method, _properties, body in channel.consume(queue, inactivity_timeout=20):
-            assert method is not None, f"only {got} came"
-            got.append(body)
-            if body == b"opener" or int(body) in ACKED:
-                channel.basic_ack(method.delivery_tag)
-            if len(got) == 11:
-                break
-        assert got == [b"opener"] + [str(i).encode() for i in range(10)]
-        # a synchronous method after the acks: the gateway has taken them in
-        channel.queue_declare(queue, passive=True)
+        queue = _ack_part_of_one_entry(connection, f"pulsar://127.0.0.1:{gateway.broker_port}")
         connection.close()
         assert gateway.stop() == 0, gateway.log_tail()
         gateway.start()
         connection = pika.BlockingConnection(pika.URLParameters(gateway.amqp_url))
-        channel = connection.channel()
-        rest = []
-        for method, _properties, body in channel.consume(queue, inactivity_timeout=3):
-            if method is None:
-                break
-            rest.append(body)
-            channel.basic_ack(method.delivery_tag)
-        assert rest == [str(i).encode() for i in range(10) if i not in ACKED]
-        channel.cancel()
-        assert channel.queue_declare(queue, passive=True).method.message_count == 0
+        _the_rest(connection, queue)
         connection.close()
     finally:
         gateway.stop()
+
+
+def _connect(port: int) -> pika.BlockingConnection:
+    params = pika.ConnectionParameters("127.0.0.1", port, connection_attempts=1)
+
+    def attempt() -> pika.BlockingConnection | None:
+        try:
+            return pika.BlockingConnection(params)
+        except pika.exceptions.AMQPError:
+            return None  # the vhost's owner is still being settled
+
+    return wait_until(attempt, timeout=30, message=f"a connection through port {port}")
+
+
+def test_messages_acknowledged_in_part_of_an_entry_stay_acknowledged_across_a_handover(
+    tmp_path: Path,
+) -> None:
+    """The same when the vhost moves to another cluster member (its owner stops): the
+    member taking it over finds what the old owner's clients acknowledged."""
+    broker = SharedBroker(tmp_path / "broker").start()
+    members = [
+        cluster_member(tmp_path / f"g{node}", broker.service_url, f"m{node}", node)
+        for node in (1, 2)
+    ]
+    for member in members:
+        member.extra += ["--set", "amqp.batched_queue_entries=true"]
+    try:
+        for member in members:
+            member.start()
+        wait_until(
+            lambda: all(len(m.cluster().get("members", [])) == 2 for m in members),
+            30,
+            0.1,
+            "both members to see each other",
+        )
+        owner, heir = sorted(members, key=lambda m: -score(vhost_key("/"), m.cluster()["me"]))
+        connection = _connect(owner.amqp_port)
+        queue = _ack_part_of_one_entry(connection, broker.service_url)
+        connection.close()
+        assert owner.stop() == 0, owner.log_tail()
+        connection = _connect(heir.amqp_port)
+        _the_rest(connection, queue)
+        connection.close()
+    finally:
+        for member in members:
+            member.stop()
+        broker.stop()
