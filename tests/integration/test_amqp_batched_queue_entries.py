@@ -18,6 +18,7 @@ from harness.gateway_process import GatewayProcess, cluster_member
 from harness.shared_broker import SharedBroker
 from harness.waiting import wait_until
 from pulsar_gateway.gateway.cluster.view import score, vhost_key
+from pulsar_gateway.gateway.config import DEFAULT_METADATA_NAMESPACE
 
 ACKED = {0, 1, 2, 5, 7}  # of ten messages in one entry
 
@@ -143,6 +144,47 @@ def test_messages_acknowledged_in_part_of_an_entry_stay_acknowledged_across_a_re
         queue = _ack_part_of_one_entry(connection, f"pulsar://127.0.0.1:{gateway.broker_port}")
         connection.close()
         assert gateway.stop() == 0, gateway.log_tail()
+        gateway.start()
+        connection = pika.BlockingConnection(pika.URLParameters(gateway.amqp_url))
+        _the_rest(connection, queue)
+        connection.close()
+    finally:
+        gateway.stop()
+
+
+def _kept_in_metadata(service_url: str, queue: str) -> bool:
+    """Whether the gateway's metadata log holds a record of the queue's messages
+    acknowledged inside entries (written on its own, or among a group's changes)."""
+    client = pulsar.Client(service_url, operation_timeout_seconds=10)
+    try:
+        reader = client.create_reader(
+            f"persistent://{DEFAULT_METADATA_NAMESPACE}/metadata", pulsar.MessageId.earliest
+        )
+        wanted = f"/acked/{queue}"
+        while True:
+            try:
+                message = reader.read_next(500)
+            except pulsar.Timeout:
+                return False
+            if wanted in message.partition_key() or wanted.encode() in message.data():
+                return True
+    finally:
+        client.close()
+
+
+def test_messages_acknowledged_in_part_of_an_entry_stay_acknowledged_across_a_kill(
+    tmp_path: Path,
+) -> None:
+    """The same after kill -9 of the gateway and its broker, once the record is stored
+    (written within 0.1 s of the acknowledgements, as the acks themselves are grouped)."""
+    gateway = GatewayProcess(tmp_path, extra=["--set", "amqp.batched_queue_entries=true"])
+    gateway.start()
+    try:
+        service_url = f"pulsar://127.0.0.1:{gateway.broker_port}"
+        connection = pika.BlockingConnection(pika.URLParameters(gateway.amqp_url))
+        queue = _ack_part_of_one_entry(connection, service_url)
+        wait_until(lambda: _kept_in_metadata(service_url, queue), 20, 0.1, "the kept record")
+        gateway.kill()
         gateway.start()
         connection = pika.BlockingConnection(pika.URLParameters(gateway.amqp_url))
         _the_rest(connection, queue)
