@@ -156,6 +156,12 @@ class NativeQueueConsumer:
             except ConsumerClosed:
                 pass  # unacknowledged: the subscription delivers them again
 
+    def flush_acks(self) -> None:
+        """Send the acknowledgements of entries done now, rather than within the grouping
+        delay: before their record drops them (`partial_acks.QueueAcks.records`)."""
+        if not self.closed:
+            self._consumer.flush_acks()
+
     def negative_acknowledge(self, ids: Iterable[MessageKey]) -> None:
         """Give these back now: the broker redelivers them (to any consumer) with their
         redelivery count raised (a batched entry comes back whole: its messages

@@ -9,10 +9,10 @@ sends such an entry again, its acknowledged messages are dropped.
 
 `QueueAcks` holds one subscription's entries; the AMQP store writes them to the metadata
 store (`storage/amqp/kept_acks.py`) and loads them before it subscribes, so they outlive
-the process. For that, an entry acknowledged whole is kept for a while too
-(`keep_done`): its ACK may not have reached the broker yet when the process dies, and the
-broker then sends it again; kept, every message of it is dropped and the entry
-acknowledged again.
+the process. An entry acknowledged whole may be kept in memory for a while too
+(`keep_done`): should its ACK be lost on the way (a broker restart), the broker sends it
+again, and every message of it is dropped and the entry acknowledged again. Such entries
+are not written (`records`): their ACK is sent before each write.
 """
 
 from __future__ import annotations
@@ -95,9 +95,13 @@ class QueueAcks:
         return bool(self._done)
 
     def records(self) -> list[Record]:
-        """Every entry kept, as JSON-ready records (`Record`)."""
+        """The entries acknowledged in part, as JSON-ready records (`Record`); the entries
+        done are left out (the caller sent their ACK first)."""
         out: list[Record] = []
+        done = self._done
         for (ledger, entry), acked in self._acked.items():
+            if (ledger, entry) in done:
+                continue
             mask = 0
             for index in acked:
                 mask |= 1 << index

@@ -16,9 +16,11 @@ the broker sends their entry again.
 - Written before the queue's consumer closes (a vhost handed over, a restart, an idle
   queue), so the next consumer, here or on another member, finds it; the member taking a
   vhost over reads the metadata to its end before serving it (docs/cluster.md).
-- An entry acknowledged whole stays in the record for KEEP_DONE_SECONDS (its ACK may still
-  be on its way when the process dies; the broker then sends the entry again, and it is
-  acknowledged again unseen), and such an entry read back at load for LOADED_DONE_SECONDS.
+- An entry acknowledged whole leaves the record, its ACK sent just before (the readers'
+  `flush_acks`, on the same connection as the write), so the broker has the ACK before
+  the record forgets the entry. In memory it stays KEEP_DONE_SECONDS, for an ACK lost on
+  the way (a broker restart): the broker sends the entry again and it is acknowledged
+  again unseen.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from pulsar_gateway.gateway.backend.partial_acks import QueueAcks
@@ -34,8 +37,7 @@ from pulsar_gateway.gateway.metadata_store import MetadataStore
 log = logging.getLogger("gateway.amqp.store")
 
 SAVE_SECONDS = 0.1  # as long as a wire queue consumer groups its acks
-KEEP_DONE_SECONDS = 1.0  # far longer than an ACK's way out (grouped for SAVE_SECONDS)
-LOADED_DONE_SECONDS = 60.0  # the broker sends the unacknowledged entries right away
+KEEP_DONE_SECONDS = 1.0  # far longer than an ACK's way to the broker
 CLOSE_SAVES = 3  # saves tried at close while acks keep arriving
 
 
@@ -48,6 +50,8 @@ class KeptAcks:
         self.acks = acks
         self.acks.keep_done = KEEP_DONE_SECONDS
         self.users = 0  # open readers of the queue in this process
+        # each open reader's: sends its acknowledgements of entries done now
+        self.flushers: list[Callable[[], None]] = []
         self._saved = -1
         self._task: asyncio.Task[None] | None = None
         self._sleeping = False  # the saver waits (a write under way is never cancelled)
@@ -57,7 +61,7 @@ class KeptAcks:
         """Take what the store holds (this process has no consumer of the queue open)."""
         record: Any = self.metadata.get(self.key)
         entries = record.get("entries", []) if isinstance(record, dict) else []
-        self.acks.load(entries if isinstance(entries, list) else [], LOADED_DONE_SECONDS)
+        self.acks.load(entries if isinstance(entries, list) else [], KEEP_DONE_SECONDS)
         self._saved = self.acks.changes
         if self.acks.keeps_done:
             self._schedule()
@@ -90,6 +94,8 @@ class KeptAcks:
         changes = self.acks.changes
         if changes == self._saved:
             return
+        for flush in self.flushers:
+            flush()  # the entries done leave the record: the broker gets their ACK first
         records = self.acks.records()
         try:
             if records:

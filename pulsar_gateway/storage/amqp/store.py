@@ -38,6 +38,7 @@ from typing import Any
 
 from pamqp import decode, encode
 
+from pulsar_gateway.gateway.backend.native_queue_consumer import NativeQueueConsumer
 from pulsar_gateway.gateway.backend.pulsar_backend import PulsarBackend
 from pulsar_gateway.gateway.backend.queue_consumers import AnyQueueConsumer, QueueConsumers
 from pulsar_gateway.gateway.backend.reader_stream import EARLIEST, ReaderStream
@@ -110,6 +111,8 @@ class _PulsarQueueReader:
         self.nudger = nudger
         self.kept = kept
         self._released = released
+        if kept is not None and isinstance(consumer, NativeQueueConsumer):
+            kept.flushers.append(consumer.flush_acks)
         self._decoded: dict[str, bytes] = {}  # base64 property text -> octets; bounded
         # pulsar-lite stores a message the client resent after a broker crash twice
         # (docs/backend.md, "Producer resends after a reconnect"): the copy is acked unseen
@@ -148,6 +151,8 @@ class _PulsarQueueReader:
         finally:
             released, self._released = self._released, None
             if released is not None:
+                if self.kept is not None and isinstance(self.consumer, NativeQueueConsumer):
+                    self.kept.flushers.remove(self.consumer.flush_acks)
                 released()
 
 
