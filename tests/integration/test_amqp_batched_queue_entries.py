@@ -1,7 +1,9 @@
-"""`amqp.batched_queue_entries = true` (docs/backend.md, "AMQP queue messages in batched
-entries"): queues written as batched entries through the gateway's own Pulsar client keep
-RabbitMQ's queue semantics for a client: every confirmed message once, in order, and what
-a closed channel held comes again marked redelivered."""
+"""`amqp.batched_queue_entries = true`, the default (docs/backend.md, "AMQP queue messages
+in batched entries"; set here all the same): queues written as batched entries through the
+gateway's own Pulsar client keep RabbitMQ's queue semantics for a client: every confirmed
+message once, in order, what a closed channel held comes again marked redelivered, and
+what a client acknowledged inside an entry never comes again, across a restart, a vhost
+handover and a kill."""
 
 from __future__ import annotations
 

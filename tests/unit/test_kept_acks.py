@@ -12,7 +12,12 @@ from typing import Any
 from harness.waiting import async_wait_until
 from pulsar_gateway.gateway.backend.partial_acks import QueueAcks
 from pulsar_gateway.gateway.metadata_store import GONE, MetadataStore
-from pulsar_gateway.storage.amqp.kept_acks import SAVE_SECONDS, KeptAcks
+from pulsar_gateway.storage.amqp.kept_acks import (
+    MAX_SAVE_SECONDS,
+    SAVE_SECONDS,
+    KeptAcks,
+    save_delay,
+)
 
 KEY = "amqp/%2F/acked/q"
 
@@ -92,3 +97,9 @@ def test_nothing_changed_writes_nothing() -> None:
         kept.close()
 
     asyncio.run(scenario())
+
+
+def test_a_large_record_is_written_less_often_within_a_bound() -> None:
+    assert save_delay(0) == save_delay(100) == SAVE_SECONDS
+    assert SAVE_SECONDS < save_delay(500) < MAX_SAVE_SECONDS
+    assert save_delay(10_000) == MAX_SAVE_SECONDS

@@ -12,7 +12,7 @@ the broker sends their entry again.
   is has the newest state in memory).
 - Written once per SAVE_SECONDS while it changes, as long as the wire consumer groups
   its acknowledgements: a gateway killed loses about as much as the broker does of acks
-  still on their way.
+  still on their way (a record of many entries less often: `save_delay`).
 - Written before the queue's consumer closes (a vhost handed over, a restart, an idle
   queue), so the next consumer, here or on another member, finds it; the member taking a
   vhost over reads the metadata to its end before serving it (docs/cluster.md).
@@ -37,8 +37,18 @@ from pulsar_gateway.gateway.metadata_store import MetadataStore
 log = logging.getLogger("gateway.amqp.store")
 
 SAVE_SECONDS = 0.1  # as long as a wire queue consumer groups its acks
+# ...for a record of up to this many entries; a larger one (a queue acknowledged far out
+# of order, as the delayed exchange's topic is) is written less often, at most every
+# MAX_SAVE_SECONDS, so that writing it stays a small share of the work
+SAVE_ENTRIES = 100
+MAX_SAVE_SECONDS = 1.0
 KEEP_DONE_SECONDS = 1.0  # far longer than an ACK's way to the broker
 CLOSE_SAVES = 3  # saves tried at close while acks keep arriving
+
+
+def save_delay(entries: int) -> float:
+    """How long changes wait to be written, for a record of `entries` entries."""
+    return min(SAVE_SECONDS * max(1.0, entries / SAVE_ENTRIES), MAX_SAVE_SECONDS)
 
 
 class KeptAcks:
@@ -81,7 +91,7 @@ class KeptAcks:
         while not self._closing:
             self._sleeping = True
             try:
-                await asyncio.sleep(SAVE_SECONDS)
+                await asyncio.sleep(save_delay(len(self.acks)))
             finally:
                 self._sleeping = False
             await self.save()
