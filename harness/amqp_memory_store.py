@@ -103,6 +103,10 @@ class MemoryStore:
         self.messages: dict[str, dict[Hashable, AmqpMessage]] = {}
         self.gate = asyncio.Event()
         self.gate.set()
+        # held: a publish is stored (readers see it) but its answer waits, as the gateway's
+        # own Pulsar client may hand a consumer an entry before the producer's receipt
+        self.receipt_gate = asyncio.Event()
+        self.receipt_gate.set()
         self.fail = False
         self.ids = itertools.count()
         self.lose_acks = False
@@ -152,6 +156,7 @@ class MemoryStore:
             key = (next(self.ids),)
             self.messages.setdefault(queue, {})[key] = message
             self._stored_at[key] = asyncio.get_running_loop().time()
+        await self.receipt_gate.wait()
 
     async def open_queue(self, vhost: str, queue: str) -> MemoryReader:
         reader = MemoryReader(self, queue)

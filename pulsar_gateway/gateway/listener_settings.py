@@ -248,10 +248,10 @@ class AmqpSection(_TlsSettings):
     min_frame_bytes_per_second: int = Field(256 * 1024, ge=1)
     reader_idle_seconds: float = Field(30.0, gt=0)
     # queues written as batched entries and read through the gateway's own Pulsar client
-    # (pulsar.client = "native"): faster, but an entry is acknowledged in Pulsar only once
-    # all of its messages are, so a restart or a vhost handover redelivers the acknowledged
-    # messages of an entry acknowledged in part (docs/backend.md)
-    batched_queue_entries: bool = False
+    # (pulsar.client = "native"): an entry is acknowledged in Pulsar once all of its
+    # messages are, and which of them were is kept in the metadata store
+    # (storage/amqp/kept_acks.py; docs/backend.md, "AMQP queue messages in batched entries")
+    batched_queue_entries: bool = True
     heartbeat_seconds: int = Field(60, ge=0, le=65535)
     frame_max: int = Field(131072, ge=4096)
     channel_max: int = Field(2047, ge=1, le=65535)

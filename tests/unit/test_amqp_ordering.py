@@ -1,6 +1,8 @@
 """One channel's order over an in-memory store whose writes can be held back: a
-basic.get waits for the channel's own publishes to the queue, and publishes in flight
-count against a reject-publish queue's x-max-length (issue 14)."""
+basic.get waits for the channel's own publishes to the queue, publishes in flight
+count against a reject-publish queue's x-max-length (issue 14), and a channel consuming
+what it publishes sees basic.deliver before the basic.ack, without waiting out the
+confirm's hold when the copy comes before the store's answer."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ from harness.amqp_memory_store import MemoryStore
 from harness.amqp_peer import Peer, open_peer
 from harness.waiting import async_wait_until
 from pulsar_gateway.handlers.amqp.broker import AmqpBroker
+from pulsar_gateway.handlers.amqp.channel import CONFIRM_HOLD_SECONDS
 from pulsar_gateway.handlers.amqp.connection_broker import ConnectionBroker
 from pulsar_gateway.handlers.amqp.events import ConnectionOpened
 
@@ -114,6 +117,40 @@ def test_publishes_in_flight_count_their_bytes_against_x_max_length_bytes() -> N
         await async_wait_until(confirmed, 5, message="four confirms")
         assert len(store.messages["r"]) == 3
         assert outcomes == [(1, "Ack"), (2, "Ack"), (3, "Nack"), (4, "Ack")]
+        await handler.connection_closed()
+
+    asyncio.run(scenario())
+
+
+def test_a_copy_delivered_before_the_stores_answer_lets_the_confirm_go_at_once() -> None:
+    """The gateway's own Pulsar client hands the queue's consumer an entry before the
+    producer's receipt is read: the confirm must follow that delivery at once, not wait
+    out CONFIRM_HOLD_SECONDS for a copy that already went (every held confirm of a channel
+    consuming its own publishes took 0.5 s)."""
+
+    async def scenario() -> None:
+        store = MemoryStore()
+        peer, handler = await _open(
+            store,
+            commands.Queue.Declare(queue="q"),
+            commands.Confirm.Select(),
+            commands.Basic.Consume(queue="q", consumer_tag="c", no_ack=True),
+        )
+        store.receipt_gate.clear()  # stored and readable, its answer held back
+        await handler.handle(_publish(peer, "q", b"mine"))
+        seen: list[str] = []
+
+        def saw(kind: str) -> bool:
+            seen.extend(type(method).__name__ for _, method in peer.methods())
+            return kind in seen
+
+        await async_wait_until(lambda: saw("Deliver"), 5, message="the delivery")
+        answered = asyncio.get_running_loop().time()
+        store.receipt_gate.set()
+        await async_wait_until(lambda: saw("Ack"), 5, message="the confirm")
+        waited = asyncio.get_running_loop().time() - answered
+        assert seen.index("Deliver") < seen.index("Ack")
+        assert waited < CONFIRM_HOLD_SECONDS / 2, waited
         await handler.connection_closed()
 
     asyncio.run(scenario())

@@ -13,22 +13,24 @@ Through the wire client the gateway writes a queue's publishes as batched entrie
 split into its messages, each handed out on its own, and the entry is acknowledged only
 once every message of it is: no batch index ack is ever sent (pulsar-lite loses the rest of
 a batch acknowledged in part: docs/backend.md, "Batch index acks lose messages"). Which
-messages of such an entry were acknowledged is kept (`PartialBatches`, one per
-`QueueConsumers`, so a queue's next consumer has it too), and when the broker sends the
-entry again (a reconnect, a consumer closed with messages unacknowledged) those are
-dropped; so is a message this consumer still holds (received, neither acked nor given
-back), as `QueueConsumer` drops it. A gateway restarted (or a vhost moved to another
-cluster member) knows none of this: the acknowledged messages of an entry acknowledged in
-part come again, marked redelivered (docs/backend.md, "AMQP queue messages in batched
-entries").
+messages of such an entry were acknowledged is kept (`partial_acks.QueueAcks`, one per
+queue subscription, shared by the queue's consumers of this process and written to the
+metadata store by the AMQP store, so a restarted gateway or the next owner of a vhost has
+it too), and when the broker sends the entry again (a reconnect, a consumer closed with
+messages unacknowledged, a restart) those are dropped, and an entry acknowledged whole
+whose ACK was lost is acknowledged again; so is a message this consumer still holds
+(received, neither acked nor given back) dropped, as `QueueConsumer` drops it
+(docs/backend.md, "AMQP queue messages in batched entries").
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections import deque
 from collections.abc import Iterable
 
+from pulsar_gateway.gateway.backend.partial_acks import PartialBatches, QueueAcks
 from pulsar_gateway.gateway.backend.pulsar_backend import BackendError
 from pulsar_gateway.gateway.backend.queue_message import ReceivedMessage
 from pulsar_gateway.gateway.backend.wire import Consumer as WireConsumer
@@ -36,48 +38,6 @@ from pulsar_gateway.gateway.backend.wire import ConsumerClosed, PulsarError, Rec
 from pulsar_gateway.gateway.messages import MessageKey
 
 log = logging.getLogger("gateway.queues")
-
-
-# entries acknowledged in part kept at most (the oldest forgotten first: its acknowledged
-# messages would come again if the broker sent the entry again)
-MAX_PARTIAL_ENTRIES = 100_000
-
-EntryKey = tuple[str, str, int, int]  # topic, subscription, ledger, entry
-
-
-class PartialBatches:
-    """The acknowledged batch indexes of entries acknowledged in part (see the module)."""
-
-    def __init__(self, max_entries: int = MAX_PARTIAL_ENTRIES) -> None:
-        self.max_entries = max_entries
-        self._acked: dict[EntryKey, set[int]] = {}
-
-    def get(self, key: EntryKey) -> set[int] | None:
-        return self._acked.get(key)
-
-    def add(self, key: EntryKey, index: int, size: int) -> bool:
-        """Note `index` of the entry acknowledged; True once all `size` messages are (the
-        entry is forgotten then: the caller acknowledges it whole)."""
-        acked = self._acked.get(key)
-        if acked is None:
-            if size <= 1:
-                return True
-            while len(self._acked) >= self.max_entries:
-                del self._acked[next(iter(self._acked))]
-            acked = self._acked[key] = set()
-        acked.add(index)
-        if len(acked) >= size:
-            del self._acked[key]
-            return True
-        return False
-
-    def forget(self, topic: str, subscription: str) -> None:
-        """The subscription is gone (queue deleted, or created afresh)."""
-        for key in [k for k in self._acked if k[0] == topic and k[1] == subscription]:
-            del self._acked[key]
-
-    def __len__(self) -> int:
-        return len(self._acked)
 
 
 class NativeQueueConsumer:
@@ -94,7 +54,8 @@ class NativeQueueConsumer:
         self.topic = topic
         self.subscription = subscription
         self._held: dict[MessageKey, ReceivedEntry] = {}
-        self._partial = partial if partial is not None else PartialBatches()
+        partial = partial if partial is not None else PartialBatches()
+        self.acks: QueueAcks = partial.of(topic, subscription)
         self._spill: deque[ReceivedMessage] = deque()  # split off a batch past a fetch's limit
         self.closed = False
 
@@ -146,7 +107,13 @@ class NativeQueueConsumer:
                 )
                 continue
             messages: list[ReceivedMessage] = []
-            acked = self._partial.get((self.topic, self.subscription, ledger, entry_id))
+            acked = self.acks.get(ledger, entry_id)
+            if acked is not None and self.acks.done(ledger, entry_id):
+                # acknowledged whole before, its ACK lost on the way (a restart): again
+                if not self.closed:
+                    with contextlib.suppress(ConsumerClosed):
+                        self._consumer.ack([entry])
+                continue
             for message in entry.messages():
                 key = (ledger, entry_id, message.batch_index)
                 if key in held or (acked is not None and message.batch_index in acked):
@@ -176,9 +143,7 @@ class NativeQueueConsumer:
                 continue
             if key[2] < 0 or not acknowledged:
                 done.append(entry)
-            elif self._partial.add(
-                (self.topic, self.subscription, key[0], key[1]), key[2], entry.num_messages
-            ):
+            elif self.acks.add(key[0], key[1], key[2], entry.num_messages):
                 done.append(entry)
         return done
 
@@ -190,6 +155,12 @@ class NativeQueueConsumer:
                 self._consumer.ack(done)
             except ConsumerClosed:
                 pass  # unacknowledged: the subscription delivers them again
+
+    def flush_acks(self) -> None:
+        """Send the acknowledgements of entries done now, rather than within the grouping
+        delay: before their record drops them (`partial_acks.QueueAcks.records`)."""
+        if not self.closed:
+            self._consumer.flush_acks()
 
     def negative_acknowledge(self, ids: Iterable[MessageKey]) -> None:
         """Give these back now: the broker redelivers them (to any consumer) with their

@@ -29,7 +29,8 @@ import pulsar
 
 from pulsar_gateway.gateway.backend import shielded_subscribe
 from pulsar_gateway.gateway.backend.loop_bridge import message_future, to_loop
-from pulsar_gateway.gateway.backend.native_queue_consumer import NativeQueueConsumer, PartialBatches
+from pulsar_gateway.gateway.backend.native_queue_consumer import NativeQueueConsumer
+from pulsar_gateway.gateway.backend.partial_acks import PartialBatches
 from pulsar_gateway.gateway.backend.pulsar_backend import BackendError, PulsarBackend
 from pulsar_gateway.gateway.backend.queue_message import ReceivedMessage
 from pulsar_gateway.gateway.backend.wire import Consumer as WireConsumer
@@ -211,6 +212,12 @@ class QueueConsumers:
         self.receiver_queue_size = receiver_queue_size
         # the wire consumers' entries acknowledged in part, kept across a queue's consumers
         self.partial = PartialBatches()
+
+    @property
+    def native(self) -> bool:
+        """Consumers are the gateway's own wire consumers (`NativeQueueConsumer`), which
+        split batched entries and keep their acknowledged messages in `partial`."""
+        return self.wire and self.backend.wire_client is not None
 
     async def open(
         self, topic: str, subscription: str, receiver_queue_size: int | None = None

@@ -29,6 +29,9 @@ from pulsar_gateway.handlers.amqp.queue_engine import QueueEngine
 # The longest a stored publish's confirm waits for its delivery to this channel's own
 # consumer (see Channel.hold): the read-back from Pulsar takes milliseconds.
 CONFIRM_HOLD_SECONDS = 0.5
+# deliveries that came before their own publish's store answered, kept for its confirm
+# (see Channel.hold) while the channel has publishes in flight; at most this many
+EARLY_DELIVERIES_KEPT = 1024
 
 
 class ChannelConnection(Protocol):
@@ -174,23 +177,41 @@ class Channel:
         # stored confirm-mode publishes whose copies this channel's consumers are about
         # to receive, by `delivery_key`: one entry per copy (see `hold`)
         self.awaiting_delivery: dict[tuple[str, str, int, bytes], list[PendingConfirm]] = {}
+        # copies delivered here before their publish's store answered, by `delivery_key`
+        self.delivered_early: dict[tuple[str, str, int, bytes], int] = {}
         # the channel's consumer on amq.rabbitmq.reply-to (direct_reply.py), if any
         self.reply_consumer: ReplyConsumer | None = None
 
-    def hold(self, pending: PendingConfirm, message: AmqpMessage, copies: int) -> None:
-        """Keep a stored publish's confirm until `copies` deliveries of it went out here.
+    def hold(self, pending: PendingConfirm, message: AmqpMessage, copies: int) -> bool:
+        """Keep a stored publish's confirm until `copies` deliveries of it went out here;
+        False when they all went out already (confirm it now).
 
         RabbitMQ enqueues a message, hands it to a consumer with credit and only then
         confirms it, so a channel that consumes what it publishes sees basic.deliver
-        before the basic.ack. The gateway's copy comes back from Pulsar after the store
-        answered; the confirm waits for it, matched by what identifies the message
-        (exchange, routing key, acceptance time, body), or CONFIRM_HOLD_SECONDS at the
-        most: a copy may go to another channel's consumer, and a confirm never hangs.
+        before the basic.ack. The gateway's copy comes back from Pulsar, usually after
+        the store answered; the confirm waits for it, matched by what identifies the
+        message (exchange, routing key, acceptance time, body), or CONFIRM_HOLD_SECONDS at
+        the most: a copy may go to another channel's consumer, and a confirm never hangs.
+        A copy may also come first (the gateway's own Pulsar client hands a consumer the
+        entry before the producer's receipt is read): those are counted in
+        `delivered_early` while the channel has publishes in flight.
         """
         key = delivery_key(message)
+        early = self.delivered_early.pop(key, 0)
+        if early > copies:
+            self.delivered_early[key] = early - copies
+        copies -= min(early, copies)
+        if copies <= 0:
+            return False
         self.awaiting_delivery.setdefault(key, []).extend([pending] * copies)
         loop = asyncio.get_running_loop()
         pending.hold = loop.call_later(CONFIRM_HOLD_SECONDS, self._release, key, pending)
+        return True
+
+    def writes_settled(self) -> None:
+        """A publish's store answered: with none in flight, no early copy can matter."""
+        if not self.writing:
+            self.delivered_early.clear()
 
     def _release(self, key: tuple[str, str, int, bytes], pending: PendingConfirm) -> None:
         """The hold's time is up: confirm without the delivery."""
@@ -210,10 +231,16 @@ class Channel:
             self.connection.confirms_ready(self)
 
     def _delivered(self, message: AmqpMessage) -> None:
-        """A delivery went out: the confirm held for its last copy may follow it."""
+        """A delivery went out: the confirm held for its last copy may follow it; with
+        none held for it and publishes in flight, it may be a copy come early."""
         key = delivery_key(message)
         waiting = self.awaiting_delivery.get(key)
         if not waiting:
+            if self.writing and self.confirm:
+                early = self.delivered_early
+                if len(early) >= EARLY_DELIVERIES_KEPT and key not in early:
+                    del early[next(iter(early))]
+                early[key] = early.get(key, 0) + 1
             return
         pending = waiting.pop(0)
         if not waiting:
@@ -229,6 +256,7 @@ class Channel:
                     pending.hold.cancel()
                     pending.hold = None
         self.awaiting_delivery.clear()
+        self.delivered_early.clear()
 
     def writes_to(self, queue: str) -> list[asyncio.Future[None]]:
         """The channel's publishes to `queue` still on their way to the store.
@@ -260,7 +288,7 @@ class Channel:
             message = dataclasses.replace(message, properties_raw=outgoing_properties(delivery))
         metrics.AMQP_MESSAGES_OUT.inc()
         self.connection.send_deliver(self.number, consumer.tag, tag, redelivered, message)
-        if self.awaiting_delivery:
+        if self.awaiting_delivery or (self.writing and self.confirm):
             self._delivered(message)
 
     def deliver_reply(self, consumer_tag: str, message: AmqpMessage) -> None:

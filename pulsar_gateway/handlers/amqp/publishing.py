@@ -269,8 +269,9 @@ class Publishing:
         if pending is not None:
             pending.ok = pending.ok and error is None
             copies = _own_deliveries(channel, queues) if pending.ok else 0
-            if copies:
-                channel.hold(pending, message, copies)
+            held = copies > 0 and channel.hold(pending, message, copies)
+            channel.writes_settled()
+            if held:
                 return
             pending.done = True
             self.flush_confirms(channel)

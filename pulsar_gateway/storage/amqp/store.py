@@ -38,6 +38,7 @@ from typing import Any
 
 from pamqp import decode, encode
 
+from pulsar_gateway.gateway.backend.native_queue_consumer import NativeQueueConsumer
 from pulsar_gateway.gateway.backend.pulsar_backend import PulsarBackend
 from pulsar_gateway.gateway.backend.queue_consumers import AnyQueueConsumer, QueueConsumers
 from pulsar_gateway.gateway.backend.reader_stream import EARLIEST, ReaderStream
@@ -60,6 +61,7 @@ from pulsar_gateway.handlers.amqp.topology import (
     Queue,
     Topology,
 )
+from pulsar_gateway.storage.amqp.kept_acks import KeptAcks
 from pulsar_gateway.storage.amqp.vhost_names import escape, namespace_of
 
 log = logging.getLogger("gateway.amqp.store")
@@ -92,14 +94,25 @@ def _untable(text: str) -> dict[str, Any]:
 
 
 class _PulsarQueueReader:
-    """`QueueReader` over one queue consumer: Pulsar messages -> stored AMQP messages."""
+    """`QueueReader` over one queue consumer: Pulsar messages -> stored AMQP messages.
+    `kept`: where the messages acknowledged inside batched entries are kept (wire
+    consumers), `released` called once it is closed."""
 
     def __init__(
-        self, queue: str, consumer: AnyQueueConsumer, nudger: Callable[[str, str], Awaitable[None]]
+        self,
+        queue: str,
+        consumer: AnyQueueConsumer,
+        nudger: Callable[[str, str], Awaitable[None]],
+        kept: KeptAcks | None = None,
+        released: Callable[[], None] | None = None,
     ) -> None:
         self.queue = queue
         self.consumer = consumer
         self.nudger = nudger
+        self.kept = kept
+        self._released = released
+        if kept is not None and isinstance(consumer, NativeQueueConsumer):
+            kept.flushers.append(consumer.flush_acks)
         self._decoded: dict[str, bytes] = {}  # base64 property text -> octets; bounded
         # pulsar-lite stores a message the client resent after a broker crash twice
         # (docs/backend.md, "Producer resends after a reconnect"): the copy is acked unseen
@@ -118,18 +131,29 @@ class _PulsarQueueReader:
             message = message if P_ROUTING_KEY in item.properties else _keyed(message, self.queue)
             out.append(StoredDelivery(self.queue, item.id, message, item.redelivery_count))
         if copies:
-            self.consumer.acknowledge(copies)
+            self.ack(copies)
             log.info("queue %s: %d resent copies dropped", self.queue, len(copies))
         return out
 
     def ack(self, message_ids: Iterable[Hashable]) -> None:
         self.consumer.acknowledge(_keys(message_ids))
+        if self.kept is not None:
+            self.kept.changed()
 
     async def nudge(self) -> None:
         await self.nudger(self.consumer.topic, self.consumer.subscription)
 
     async def close(self) -> None:
-        await self.consumer.close()
+        try:
+            if self.kept is not None:
+                await self.kept.flush()  # before the broker sends what it held elsewhere
+            await self.consumer.close()
+        finally:
+            released, self._released = self._released, None
+            if released is not None:
+                if self.kept is not None and isinstance(self.consumer, NativeQueueConsumer):
+                    self.kept.flushers.remove(self.consumer.flush_acks)
+                released()
 
 
 class _PulsarStreamCursor:
@@ -279,6 +303,7 @@ class PulsarAmqpStore:
         self._topics: dict[tuple[str, str], str] = {}
         self._streams: set[tuple[str, str]] = set()  # (vhost, queue) of stream queues
         self._encoded: dict[bytes, str] = {}  # property octets -> base64 text; bounded
+        self._kept: dict[str, KeptAcks] = {}  # topic -> its record, while a reader is open
 
     # --- names ------------------------------------------------------------------------
 
@@ -333,8 +358,12 @@ class PulsarAmqpStore:
             new,
             old,
         )
-        counts = self.metadata.children(self._key(vhost, "counts"))
-        await asyncio.gather(*(self.metadata.delete(key) for key, _ in counts))
+        old_keys = [
+            key
+            for kind in ("counts", "acked")
+            for key, _ in self.metadata.children(self._key(vhost, kind))
+        ]
+        await asyncio.gather(*(self.metadata.delete(key) for key in old_keys))
 
     def vhosts(self) -> list[str]:
         return [value["name"] for _, value in self.metadata.children(f"{PREFIX}vhosts/")]
@@ -403,6 +432,7 @@ class PulsarAmqpStore:
                 except Exception as exc:  # AMQP works without it; Kafka clients would not
                     log.warning("stream %s: not made a Kafka topic: %s", topic, exc)
         else:
+            await self._forget_acked(vhost, queue.name)
             await self.consumers.create_fresh(self.topic(vhost, queue.name), SUBSCRIPTION)
         if queue.durable:
             await self.metadata.put(
@@ -424,6 +454,7 @@ class PulsarAmqpStore:
             self._streams.discard((vhost, name))  # its log stays: pulsar-lite deletes nothing
             self._topics.pop((vhost, name), None)
             return
+        await self._forget_acked(vhost, name)
         await self.consumers.delete(self.topic(vhost, name), SUBSCRIPTION)
 
     def _binding_key(self, vhost: str, binding: Binding) -> str:
@@ -484,8 +515,44 @@ class PulsarAmqpStore:
         return text
 
     async def open_queue(self, vhost: str, queue: str) -> QueueReader:
-        consumer = await self.consumers.open(self.topic(vhost, queue), SUBSCRIPTION)
-        return _PulsarQueueReader(queue, consumer, self.consumers.nudge)
+        """A reader of the queue; through wire consumers, with the messages acknowledged
+        inside batched entries loaded first (kept_acks.py)."""
+        topic = self.topic(vhost, queue)
+        if not self.consumers.native:
+            consumer = await self.consumers.open(topic, SUBSCRIPTION)
+            return _PulsarQueueReader(queue, consumer, self.consumers.nudge)
+        kept = self._kept.get(topic)
+        if kept is None:
+            acks = self.consumers.partial.of(topic, SUBSCRIPTION)
+            kept = KeptAcks(self.metadata, self._key(vhost, "acked", queue), acks)
+            kept.load()
+            self._kept[topic] = kept
+        kept.users += 1
+        released = functools.partial(self._release_kept, topic, kept)
+        try:
+            consumer = await self.consumers.open(topic, SUBSCRIPTION)
+        except BaseException:
+            released()
+            raise
+        return _PulsarQueueReader(queue, consumer, self.consumers.nudge, kept, released)
+
+    def _release_kept(self, topic: str, kept: KeptAcks) -> None:
+        """A reader of the queue closed: with none left, its record stays in the store
+        only (the next reader, here or on another member, loads it)."""
+        kept.users -= 1
+        if kept.users > 0:
+            kept.resume()
+            return
+        kept.close()
+        if self._kept.get(topic) is kept:
+            del self._kept[topic]
+            self.consumers.partial.forget(topic, SUBSCRIPTION)
+
+    async def _forget_acked(self, vhost: str, queue: str) -> None:
+        """A queue created afresh or deleted: nothing of an earlier one's record stays."""
+        key = self._key(vhost, "acked", queue)
+        if self.metadata.get(key) is not None:
+            await self.metadata.delete(key)
 
     async def open_stream(self, vhost: str, queue: str, start: Hashable | None) -> StreamCursor:
         position = start if isinstance(start, tuple) else EARLIEST

@@ -479,6 +479,10 @@ class Consumer:
             raise ConsumerClosed(f"{self} is closed")
         self._acks.add(acks.ack_ids(items))
 
+    def flush_acks(self) -> None:
+        """Send the grouped acknowledgements now (held instead while disconnected)."""
+        self._acks.flush()
+
     def ack_cumulative(self, item: AckItem) -> None:
         """Acknowledge everything up to and including this entry (not on Shared)."""
         if self.closed:
