@@ -131,7 +131,7 @@ class FrameReader:
 
 def _large_frame(view: memoryview, start: int, end: int, verify: bool) -> Frame | None:
     """A frame with a payload (MESSAGE) parsed from copies of its head (command, broker
-    entry metadata, checksum, metadata) and of its payload: the payload is copied once,
+    entry metadata, checksum if any, metadata) and of its payload: the payload is copied once,
     where a copy of the whole frame and then of the payload cost two copies of it and,
     past the gateway's mapping threshold (docs/backend.md, "Memory"), two sets of page
     faults. None when the frame is not laid out so (`parse_frame` then reads it, and
@@ -139,9 +139,9 @@ def _large_frame(view: memoryview, start: int, end: int, verify: bool) -> Frame 
     at = start + 4 + _U32.unpack_from(view, start)[0]
     if at + 6 <= end and view[at : at + 2] == MAGIC_BROKER_ENTRY:
         at += 6 + _U32.unpack_from(view, at + 2)[0]
-    if at + 6 > end or view[at : at + 2] != MAGIC_CRC32C:
-        return None
-    summed = at + 6
+    # the checksum, if any (without one the metadata size follows)
+    checked = at + 6 <= end and view[at : at + 2] == MAGIC_CRC32C
+    summed = at + 6 if checked else at
     if summed + 4 > end:
         return None
     metadata_end = summed + 4 + _U32.unpack_from(view, summed)[0]
@@ -150,9 +150,8 @@ def _large_frame(view: memoryview, start: int, end: int, verify: bool) -> Frame 
     head = bytes(view[start:metadata_end])
     command_end = 4 + _U32.unpack_from(head, 0)[0]
     command = decode_command(head, 4, command_end)
-    return _payload(
-        command, head, command_end, len(head), verify, view[summed:end], view[metadata_end:end]
-    )
+    covered = view[summed:end] if checked else None
+    return _payload(command, head, command_end, len(head), verify, covered, view[metadata_end:end])
 
 
 def parse_frame(
