@@ -8,9 +8,12 @@ the gateway is restarted with that setting and a Kafka consumer fetches everythi
 offset 0 (nothing is in the tail cache); then, on the same broker, two pulsar-client peers:
 a reader of the very topics the gateway stored (the same data), and the bare batched
 producer and reader of `kafka_throughput.pulsar_direct` (the peer `make bench` uses). The
-gateway's CPU and its broker's are reported per record. `--profile` records py-spy under
-each fetch and prints the functions holding the most samples (collapsed stacks beside
-`--out`).
+gateway's CPU and its broker's are reported per record, and the Kafka consumer's (this
+process: on a loaded machine the ratio follows the CPU each side spends a record). The
+writer's tail fetch, right after the produce, is measured once. `--format kafka` stores
+the topic in the `kafka` entry format: what serving stored batches costs, for scale.
+`--profile` records py-spy under each fetch and prints the functions holding the most
+samples (collapsed stacks beside `--out`).
 
     python -m bench.cold_fetch [--records 100000] [--rounds 2] [--profile]
 """
@@ -37,6 +40,12 @@ from bench.kafka_throughput import (
 )
 from bench.native_produce import CHOICES, print_numbers, profiled, summarise
 from harness.gateway_process import GatewayProcess
+
+# the topic's configs for each `--format`
+FORMATS: dict[str, dict[str, str]] = {
+    "pulsar": {},
+    "kafka": {"pulsar.entry.format": "kafka"},
+}
 
 
 def partition_ends(bootstrap: str, topic: str, partitions: int) -> list[int]:
@@ -73,6 +82,24 @@ def read_stored(service_url: str, topic: str, ends: list[int]) -> tuple[float, f
     return seconds, cpu
 
 
+def tail_fetch(writer: GatewayProcess, partitions: int, n: int) -> dict[str, float]:
+    """The fetch right after the produce, from the writer's tail cache (as a consumer keeping
+    up reads), for "tail fetch no slower than today"."""
+    assert writer.process is not None
+    cpu: dict[str, float] = {}
+    load = os.getloadavg()[0]
+    with measured([writer.process.pid], cpu, "gateway"):
+        consumer_cpu = time.process_time()
+        seconds = kafka_consume(writer.bootstrap, "bench", partitions, n)
+        consumer_cpu = time.process_time() - consumer_cpu
+    return {
+        "load_average": load,
+        "tail_fetch_rps": n / seconds,
+        "gateway_cpu_us_per_record": cpu["gateway"] * 1e6 / n,
+        "consumer_cpu_us_per_record": consumer_cpu * 1e6 / n,
+    }
+
+
 def one_round(
     choice: str, data: Path, args: argparse.Namespace, ends: list[int], tag: str
 ) -> dict[str, Any]:
@@ -90,24 +117,29 @@ def one_round(
             measured([gw_pid], cpu, "gateway"),
             measured([broker_pid], cpu, "broker"),
         ):
+            consumer_cpu = time.process_time()
             seconds = kafka_consume(gateway.bootstrap, "bench", args.partitions, n)
+            consumer_cpu = time.process_time() - consumer_cpu
         result: dict[str, Any] = {
             "load_average": load,
             "cold_fetch_rps": n / seconds,
             "gateway_cpu_us_per_record": cpu["gateway"] * 1e6 / n,
             "broker_cpu_us_per_record": cpu["broker"] * 1e6 / n,
+            # the Kafka consumer (this process: librdkafka's threads and the Python loop)
+            "consumer_cpu_us_per_record": consumer_cpu * 1e6 / n,
         }
         service_url = f"pulsar://127.0.0.1:{gateway.broker_port}"
-        before = cpu_seconds([broker_pid])
-        stored_s, stored_cpu = read_stored(service_url, "bench", ends)
-        result["stored_reader_rps"] = n / stored_s
-        result["stored_reader_cpu_us_per_record"] = stored_cpu * 1e6 / n
-        result["stored_reader_broker_cpu_us_per_record"] = (
-            (cpu_seconds([broker_pid]) - before) * 1e6 / n
-        )
+        if args.format == "pulsar":  # a `kafka`-format entry is a batch, not a record
+            before = cpu_seconds([broker_pid])
+            stored_s, stored_cpu = read_stored(service_url, "bench", ends)
+            result["stored_reader_rps"] = n / stored_s
+            result["stored_reader_cpu_us_per_record"] = stored_cpu * 1e6 / n
+            result["stored_reader_broker_cpu_us_per_record"] = (
+                (cpu_seconds([broker_pid]) - before) * 1e6 / n
+            )
+            result["vs_stored_reader"] = result["cold_fetch_rps"] / result["stored_reader_rps"]
         _produce, direct_read = pulsar_direct(service_url, n, args.size)
         result["direct_read_rps"] = n / direct_read
-        result["vs_stored_reader"] = result["cold_fetch_rps"] / result["stored_reader_rps"]
         result["vs_direct_reader"] = result["cold_fetch_rps"] / result["direct_read_rps"]
         if collapsed is not None and collapsed.exists():
             result["profile"] = summarise(collapsed, top=20)
@@ -123,6 +155,12 @@ def main() -> None:
     parser.add_argument("--partitions", type=int, default=3)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--only", choices=CHOICES, help="one setting only")
+    parser.add_argument(
+        "--format",
+        choices=tuple(FORMATS),
+        default="pulsar",
+        help="the topic's entry format (`kafka`: what fetching stored batches as they are costs)",
+    )
     parser.add_argument("--profile", action="store_true", help="py-spy under each fetch")
     parser.add_argument("--out", type=Path, default=Path("reports/cold-fetch"))
     args = parser.parse_args()
@@ -133,9 +171,10 @@ def main() -> None:
         data = Path(scratch) / "gw"
         writer = GatewayProcess(data, extra=["--pulsar-client", "native"]).start()
         try:
-            create_topic(writer.bootstrap, args.partitions)
+            create_topic(writer.bootstrap, args.partitions, config=FORMATS[args.format])
             kafka_produce(writer.bootstrap, "bench", args.records, args.size)
             ends = partition_ends(writer.bootstrap, "bench", args.partitions)
+            results["tail"] = tail_fetch(writer, args.partitions, sum(ends))
         finally:
             writer.stop()
         for number in range(args.rounds):
@@ -145,6 +184,7 @@ def main() -> None:
                 round_results[choice] = one_round(choice, data, args, ends, tag)
             results["rounds"].append(round_results)
     args.out.with_suffix(".json").write_text(json.dumps(results, indent=2))
+    print_numbers("tail fetch (the writer, right after the produce):", results["tail"], 40)
     for number, round_results in enumerate(results["rounds"]):
         for choice, numbers in round_results.items():
             print_numbers(f"round {number}, {choice}:", numbers, 40)

@@ -150,3 +150,43 @@ def test_corrupted_and_truncated_frames_raise_decode_error_or_parse(data: st.Dat
         reader.feed(bytes(stream))
     except DecodeError:
         pass
+
+
+def _outcome(reader: FrameReader, stream: bytes) -> object:
+    try:
+        return reader.feed(stream)
+    except DecodeError as exc:
+        return type(exc), str(exc)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.data())
+def test_large_frames_read_as_the_rest_are(data: st.DataObject) -> None:
+    """A frame over `large_frame` is read from copies of its head and payload
+    (frames._large_frame): the same frames, or the same error, as the whole-frame copy."""
+    stream = bytearray(_stream()[0] + _message_frame(bytes(range(256)) * 300))
+    for _ in range(data.draw(st.integers(0, 3))):
+        at = data.draw(st.integers(0, len(stream) - 1))
+        stream[at] = data.draw(st.integers(0, 255))
+    stream = stream[: data.draw(st.integers(0, len(stream)))]
+    verify = data.draw(st.booleans())
+    small, large = FrameReader(max_frame_size=1 << 20), FrameReader(max_frame_size=1 << 20)
+    small.verify_checksums = large.verify_checksums = verify
+    small.large_frame = 1 << 30
+    large.large_frame = data.draw(st.sampled_from([0, 100, 64 * 1024]))
+    assert _outcome(large, bytes(stream)) == _outcome(small, bytes(stream))
+
+
+def test_a_large_frame_split_anywhere_reads_whole_with_its_checksum_checked() -> None:
+    payload = bytes(range(256)) * 300  # 76,800 bytes: over LARGE_FRAME
+    frame = _message_frame(payload, BrokerEntryMetadata(1, 2))
+    reader = FrameReader()
+    [whole] = reader.feed(frame)
+    assert whole.payload == payload and whole.metadata == METADATA
+    assert whole.broker_entry == BrokerEntryMetadata(1, 2)
+    for cut in range(0, len(frame), 997):
+        assert reader.feed(frame[:cut]) + reader.feed(frame[cut:]) == [whole]
+    damaged = bytearray(frame)
+    damaged[-1] ^= 1
+    with pytest.raises(ChecksumMismatch):
+        FrameReader().feed(bytes(damaged))

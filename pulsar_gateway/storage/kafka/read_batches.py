@@ -50,6 +50,7 @@ _VALUE_AT = 2 + len(_STAMP_NAME) + 1  # after the value's one-byte length
 # and a mark: at most 20 bytes) -> that length
 _STAMP_HEADS = {b"\x0a" + bytes([n + 12]) + _STAMP_NAME + bytes([n]): n for n in range(1, 21)}
 _SIZE = struct.Struct(">I")  # a message's metadata size, before it
+_HEAD = 4 + _VALUE_AT  # a message's metadata size and its stamp field up to the value
 _PLUS = MORE.encode()[0]
 # how many different message metadata tails one entry's read keeps what it made of
 MAX_KEPT_RESTS = 256
@@ -80,43 +81,49 @@ def kafka_batch(
         return None
     table = VARINTS
     half = VARINT_TABLE_SIZE >> 1
-    heads = _STAMP_HEADS
-    value_at = _VALUE_AT
+    head_size = _HEAD
     plus = _PLUS
-    size_of = _SIZE.unpack_from
     null = table[1]  # a Kafka length of -1
     # the records' offset deltas, 0..count-1, as varints
     deltas = table[: min(count, half) << 1 : 2] + [zigzag_bytes(i) for i in range(half, count)]
     parts: list[bytes] = []
     clock = _Times()
     times = clock.known
-    # a message's metadata after its stamp -> the record's attributes and timestamp delta,
-    # its key and value lengths and key, the value's size, the record's size but the delta
+    # a message's metadata size and its stamp up to the value -> where the stamp and the
+    # metadata end (from the message's start): one look-up for both, as they seldom change
+    starts: dict[bytes, tuple[int, int]] = {}
+    # a message's metadata after its stamp, from the stamp's mark "more follows" on -> the
+    # record's attributes and timestamp delta, its key and value lengths and key, the
+    # value's size, the record's size but the delta (only stamps with the mark are kept,
+    # so a hit says the mark is there)
     rests: dict[bytes, tuple[bytes, bytes, int, int]] = {}
     # whether to look there: not once it is full, as an entry whose metadata seldom repeats
     # (many keys, times that change every millisecond) paid for a look-up a record in vain
     looking = True
-    marked = 0  # stamps saying "more follows"
-    end = len(data)
-    pos = n = p = 0
+    unmarked = 0  # stamps without the mark
+    last_unmarked = -1  # where the last one ended
+    pos = p = 0
+    start: tuple[int, int] | None = None
     try:
         for delta in deltas:
-            p = pos + 4
-            stop = p + size_of(data, pos)[0]
-            if stop > end:
-                return None
             # the stamp, first and the only property: its field's head names its length
-            n = heads.get(data[p : p + value_at], 0)
-            if not n:
-                return None
-            p += value_at + n
-            marked += data[p - 1] == plus
+            start = starts.get(data[pos : pos + head_size])
+            if start is None:
+                start = _start_of(data, pos, starts)
+                if start is None:
+                    return None
+            stop = pos + start[0]
+            p = pos + start[1]
             if looking:
-                rest = data[p:stop]
+                rest = data[p - 1 : stop]
                 known = rests.get(rest)
             else:
                 known = None
             if known is None:
+                mark = data[p - 1] == plus
+                if not mark:
+                    unmarked += 1
+                    last_unmarked = p
                 # the fields in the gateway's order: partition key (its length one byte),
                 # event time, the ordering key (the partition key again), null value,
                 # payload size; another layout (q != stop) is parsed field by field
@@ -156,13 +163,11 @@ def kafka_batch(
                     moment = times.get(data[q + 1 : q + 7]) or clock.decode(data, q, stop)
                 fields = key + value
                 known = (moment[1], fields, size, len(moment[1]) + len(fields) + size + 1)
-                if looking:
+                if looking and mark:
                     rests[rest] = known
                     looking = len(rests) < MAX_KEPT_RESTS
             stamped, fields, size, body = known
             pos = stop + size
-            if pos > end:
-                return None
             length = body + len(delta)
             parts += (
                 table[length << 1] if length < half else zigzag_bytes(length),
@@ -174,19 +179,34 @@ def kafka_batch(
             )
         # every stamp but the last says "more follows" (else a batch ends inside the
         # entry: not the plain case); the last may say it too
-        if marked - (data[p - 1] == plus) != count - 1:
+        if unmarked > 1 or (unmarked and last_unmarked != p) or start is None:
             return None
-        text = data[p - n : p].decode()
-        n = heads[data[4 : 4 + value_at]]
-        first = stamp_of({SEQ: data[4 + value_at : 4 + value_at + n].decode()})
+        text = data[p - start[1] + head_size : p].decode()
+        n = _STAMP_HEADS[data[4:head_size]]
+        first = stamp_of({SEQ: data[head_size : head_size + n].decode()})
     except (IndexError, KeyError, ValueError, struct.error):  # malformed: the message path says why
         return None
-    # the stamps count up by one (a producer's stamps rise: the first and last tell)
-    if pos != end or first is None or stamp_of({SEQ: text}) != first + count - 1:
+    # the stamps count up by one (a producer's stamps rise: the first and last tell); a
+    # message that ran past the entry's end left `pos` past it
+    if pos != len(data) or first is None or stamp_of({SEQ: text}) != first + count - 1:
         return None
-    batch = bytes(seal_records(b"".join(parts), count, clock.base, clock.latest))
+    batch = seal_records(parts, count, clock.base, clock.latest)
     properties = {BATCH: READ_FROM_ENTRY, RECORDS: str(count), SEQ: text, WHOLE_ENTRY: "1"}
     return StoredMessage((mid[0], mid[1], 0), batch, "", properties, 0, publish_time, producer)
+
+
+def _start_of(
+    data: bytes, pos: int, starts: dict[bytes, tuple[int, int]]
+) -> tuple[int, int] | None:
+    """Where the stamp's value and the metadata of the message at `pos` end (from `pos`),
+    kept in `starts` by the bytes that tell them; None when the message does not start
+    with the stamp or its metadata holds nothing after the stamp."""
+    size = _SIZE.unpack_from(data, pos)[0]
+    n = _STAMP_HEADS.get(data[pos + 4 : pos + _HEAD], 0)
+    if not n or _HEAD + n >= 4 + size:
+        return None
+    start = starts[data[pos : pos + _HEAD]] = (4 + size, _HEAD + n)
+    return start
 
 
 class _Times:

@@ -38,6 +38,8 @@ DEFAULT_MAX_MESSAGE_SIZE = 5 * 1024 * 1024
 FRAME_OVERHEAD = 64 * 1024
 
 _U32 = struct.Struct(">I")
+# frames over this size (an entry of many records) are read by `_large_frame`
+LARGE_FRAME = 64 * 1024
 _U32_PAIR = struct.Struct(">II")
 
 
@@ -79,6 +81,7 @@ class FrameReader:
     def __init__(self, max_frame_size: int = DEFAULT_MAX_MESSAGE_SIZE + FRAME_OVERHEAD) -> None:
         self.max_frame_size = max_frame_size
         self.verify_checksums = True
+        self.large_frame = LARGE_FRAME  # frames over this size: `_large_frame`
         self._buffer = bytearray()
         self._needed = 4  # bytes the buffer must hold before the next frame can be parsed
 
@@ -108,8 +111,14 @@ class FrameReader:
                     break
                 # parsed from a bytes copy of the frame: indexing and slicing bytes is
                 # about twice as fast as through the memoryview, and the copy is one memcpy
-                frame = bytes(view[pos + 4 : pos + 4 + total])
-                frames.append(parse_frame(frame, 0, total, self.verify_checksums))
+                # (a large entry's payload is copied once, not with the frame and again)
+                large = None
+                if total > self.large_frame:
+                    large = _large_frame(view, pos + 4, pos + 4 + total, self.verify_checksums)
+                if large is None:
+                    frame = bytes(view[pos + 4 : pos + 4 + total])
+                    large = parse_frame(frame, 0, total, self.verify_checksums)
+                frames.append(large)
                 pos += 4 + total
             else:
                 self._needed = 4
@@ -118,6 +127,31 @@ class FrameReader:
             if not buffer:
                 self._needed = 4
         return frames
+
+
+def _large_frame(view: memoryview, start: int, end: int, verify: bool) -> Frame | None:
+    """A frame with a payload (MESSAGE) parsed from copies of its head (command, broker
+    entry metadata, checksum if any, metadata) and of its payload: the payload is copied once,
+    where a copy of the whole frame and then of the payload cost two copies of it and,
+    past the gateway's mapping threshold (docs/backend.md, "Memory"), two sets of page
+    faults. None when the frame is not laid out so (`parse_frame` then reads it, and
+    says what is wrong)."""
+    at = start + 4 + _U32.unpack_from(view, start)[0]
+    if at + 6 <= end and view[at : at + 2] == MAGIC_BROKER_ENTRY:
+        at += 6 + _U32.unpack_from(view, at + 2)[0]
+    # the checksum, if any (without one the metadata size follows)
+    checked = at + 6 <= end and view[at : at + 2] == MAGIC_CRC32C
+    summed = at + 6 if checked else at
+    if summed + 4 > end:
+        return None
+    metadata_end = summed + 4 + _U32.unpack_from(view, summed)[0]
+    if metadata_end > end:
+        return None
+    head = bytes(view[start:metadata_end])
+    command_end = 4 + _U32.unpack_from(head, 0)[0]
+    command = decode_command(head, 4, command_end)
+    covered = view[summed:end] if checked else None
+    return _payload(command, head, command_end, len(head), verify, covered, view[metadata_end:end])
 
 
 def parse_frame(
@@ -142,7 +176,11 @@ def _payload(
     pos: int,
     end: int,
     verify: bool,
+    summed: memoryview | None = None,
+    payload: memoryview | None = None,
 ) -> Frame:
+    """What follows the command in `data[pos:end]`; `summed` and `payload`, when given,
+    are what the checksum covers and the payload (`data` then ends with the metadata)."""
     broker_entry = None
     if data[pos : pos + 2] == MAGIC_BROKER_ENTRY:
         if end - pos < 6:
@@ -158,7 +196,11 @@ def _payload(
             raise DecodeError("truncated checksum")
         expected = _U32.unpack_from(data, pos + 2)[0]
         pos += 6
-        if verify and crc32c(data[pos:end]) != expected:
+        # through a view: a slice of the frame's bytes would copy the whole payload (and,
+        # past the gateway's mapping threshold, fault in fresh pages) only to sum it
+        if summed is None:
+            summed = memoryview(data)[pos:end]
+        if verify and crc32c(summed) != expected:
             raise ChecksumMismatch("payload checksum mismatch")
     # (no magic: a payload written without a checksum, as very old producers did)
     if end - pos < 4:
@@ -168,4 +210,5 @@ def _payload(
     if metadata_end > end:
         raise DecodeError(f"metadata of {metadata_size} bytes runs past its frame")
     metadata = MessageMetadata.decode(data, pos + 4, metadata_end)
-    return Frame(command, metadata, bytes(data[metadata_end:end]), broker_entry)
+    rest = data[metadata_end:end] if payload is None else payload
+    return Frame(command, metadata, bytes(rest), broker_entry)
