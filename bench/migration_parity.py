@@ -23,6 +23,7 @@ import argparse
 import json
 import os
 import platform
+import resource
 import subprocess
 import sys
 import tempfile
@@ -36,7 +37,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 from rich.table import Table
 
-from bench.kafka_throughput import create_topic, kafka_produce
+from bench.kafka_throughput import cpu_seconds, create_topic, kafka_produce
 from harness.gateway_process import REPO, GatewayProcess
 from harness.tansu_process import TansuProcess
 from pulsar_gateway.tools import html_report
@@ -129,6 +130,17 @@ def run_command(args: list[str]) -> float:
     return time.perf_counter() - started
 
 
+def children_cpu() -> float:
+    """CPU seconds this process's finished children have used (a command run to its end)."""
+    used = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return used.ru_utime + used.ru_stime
+
+
+def own_cpu() -> float:
+    used = resource.getrusage(resource.RUSAGE_SELF)
+    return used.ru_utime + used.ru_stime
+
+
 def one_size(
     records: int,
     partitions: int,
@@ -146,17 +158,31 @@ def one_size(
         row: dict[str, Any] = {"records": records, "load_before": load_average()}
         fill(tansu.bootstrap, topic, partitions, records, size)
         common = _link(tansu, gateway, topic)
+        # CPU per record beside the rates: on a machine shared with other work the rates
+        # swing with the load; the CPU each side spends a record much less
+        servers = [gateway.process.pid, gateway.broker_pid()]
+        before = cpu_seconds(servers), children_cpu()
         migrate_s = run_command(["migrate", *common])
+        gateway_cpu = cpu_seconds(servers) - before[0]
         migrate_rps = records / migrate_s
         row["load_after_migrate"] = load_average()
         service_url = discover(f"http://127.0.0.1:{gateway.metrics_port}").service_url
+        broker_before, direct_before = cpu_seconds(servers[1:]), own_cpu()
         direct_s = pulsar_direct_produce(service_url, records, size)
+        direct_cpu = own_cpu() - direct_before
+        direct_broker = cpu_seconds(servers[1:]) - broker_before
+        per = 1e6 / records
         row.update(
             {
                 "migrate_seconds": round(migrate_s, 1),
                 "migrate_records_per_s": round(migrate_rps),
                 "pulsar_client_direct_records_per_s": round(records / direct_s),
                 "migrate_vs_pulsar_client_direct": round(migrate_rps * direct_s / records, 2),
+                # the migrate command itself, then the gateway and its broker together
+                "migrate_tool_cpu_us_per_record": round((children_cpu() - before[1]) * per, 1),
+                "migrate_gateway_and_broker_cpu_us_per_record": round(gateway_cpu * per, 1),
+                "pulsar_client_direct_cpu_us_per_record": round(direct_cpu * per, 1),
+                "pulsar_client_direct_broker_cpu_us_per_record": round(direct_broker * per, 1),
             }
         )
         if kafka_format is not None:
@@ -308,26 +334,18 @@ def main() -> None:
             },
             "rec/s",
         ),
-        html_report.grouped_bar_chart(
-            "peak memory of parity's Python workers (MiB)",
-            labels,
-            {
-                c: [r[f"parity_{c.replace('-', '_')}_python_workers_peak_rss_mib"] for r in rows]
-                for c in clients
-            },
-            "MiB",
-        ),
-        html_report.grouped_bar_chart(
-            "peak memory of parity's Spark driver JVM (MiB)",
-            labels,
-            {
-                c: [r[f"parity_{c.replace('-', '_')}_driver_jvm_peak_rss_mib"] for r in rows]
-                for c in clients
-            },
-            "MiB",
-        ),
         html_report.table(rows),
     ]
+    for process, key in (("Python workers", "python_workers"), ("Spark driver JVM", "driver_jvm")):
+        if clients:
+            peaks = {
+                c: [r[f"parity_{c.replace('-', '_')}_{key}_peak_rss_mib"] for r in rows]
+                for c in clients
+            }
+            chart = html_report.grouped_bar_chart(
+                f"peak memory of parity's {process} (MiB)", labels, peaks, "MiB"
+            )
+            sections.insert(-1, chart)
     args.out.with_suffix(".html").write_text(
         html_report.page("Migration and parity at scale", sections, results)
     )
