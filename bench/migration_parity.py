@@ -264,6 +264,11 @@ def main() -> None:
                     not args.no_kafka_format,
                 )
             )
+            # each size as it ends: a long run stopped early still leaves what it measured
+            args.out.parent.mkdir(parents=True, exist_ok=True)
+            partial = args.out.parent / f"{args.out.name}.partial.json"
+            partial.write_text(json.dumps(rows, indent=2))
+            console.print(rows[-1])
     base = rows[0]
     for row in rows:
         scale = row["records"] / base["records"]
