@@ -14,6 +14,7 @@ from pulsar_gateway.gateway.backend.resend_filter import ResendFilter
 from pulsar_gateway.gateway.backend.wire.batch import BatchBuilder, split_batch
 from pulsar_gateway.gateway.messages import RECORDS, SEQ, WHOLE_ENTRY, LogEntry, StoredMessage
 from pulsar_gateway.kafka_codec.entry_format import records_of
+from pulsar_gateway.kafka_codec.record_entry import mark_codec
 from pulsar_gateway.kafka_codec.record_mapping import to_message
 from pulsar_gateway.storage.kafka.entry_records import EntryRecords, entry_records
 
@@ -49,11 +50,19 @@ def _message_path(data: bytes, count: int) -> list[tuple[Any, ...]]:
 
 
 @settings(max_examples=150, deadline=None)
-@given(st.lists(kafka_records, min_size=1, max_size=30), st.integers(0, 2**40), st.booleans())
+@given(
+    st.lists(kafka_records, min_size=1, max_size=30),
+    st.integers(0, 2**40),
+    st.booleans(),
+    st.sampled_from([0, 1, 3]),
+)
 def test_an_entry_read_whole_gives_what_message_by_message_gives(
-    records: list[tuple[Any, ...]], first: int, whole: bool
+    records: list[tuple[Any, ...]], first: int, whole: bool, codec: int
 ) -> None:
+    """Every record shape, as sent or compressed by its producer (the codec marked on
+    each message, as a produced compressed batch is stored)."""
     messages = [to_message(key, value, ts, headers) for key, value, ts, headers in records]
+    mark_codec(messages, codec)
     for entry in entries(messages, first, whole, 1 << 20):
         if not entry.batched:
             continue

@@ -10,10 +10,12 @@ takes an entry it wrote), so the resend filter looks once per entry.
 
 Only the gateway's plain case is taken: every message carries the gateway's `__gw.seq`
 stamp, the stamps count up by one (one Kafka batch, written whole), and no message holds
-more than one record. A message with the mapping's own properties (a binary key, headers
-that are not plain properties or not in name order) is mapped by `records_of` itself, so
-the records are what the message path gives (a property test compares them). Anything
-else gives None and the entry is read message by message as before.
+more than one record (a compressed batch's records, marked with the producer's codec, are
+plain too: a migration copies batches as the source stored them). A message with the
+mapping's own properties (a binary key, headers that are not plain properties or not in
+name order) is mapped by `records_of` itself, so the records are what the message path
+gives (a property test compares them). Anything else gives None and the entry is read
+message by message as before.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from pulsar_gateway.gateway.messages import (
     MessageKey,
     StoredMessage,
 )
-from pulsar_gateway.kafka_codec.entry_format import records_of
+from pulsar_gateway.kafka_codec.entry_format import BATCH, records_of
 from pulsar_gateway.kafka_codec.record_mapping import (
     GATEWAY_RESERVED,
     HEADER_ORDER,
@@ -42,8 +44,11 @@ from pulsar_gateway.kafka_codec.record_mapping import (
 
 # (key, value, headers, timestamp): a record without its offset, which the reader gives
 EntryRecord = tuple[bytes | None, bytes | None, list[tuple[str, bytes | None]], int]
-# the mapping's properties `records_of` reads; any other reserved one is not the plain case
+# the mapping's properties `records_of` reads (a message with one is mapped by it), and
+# those that make a message more than one record (not the plain case); any other reserved
+# property (the producer's codec, a transaction's mark) `records_of` passes over
 _MAPPED = frozenset({KEY_B64, HEADERS, HEADER_ORDER})
+_NOT_PLAIN = frozenset({BATCH, RECORDS})
 _PREFIXES = (RESERVED, GATEWAY_RESERVED)
 
 
@@ -74,16 +79,22 @@ def entry_records(
         expected += 1
         headers: list[tuple[str, bytes | None]] = []
         if len(properties) > 1:
-            plain = True
+            mapped = False
             for name in properties:
-                if name.startswith(_PREFIXES) and name != SEQ:
-                    if name not in _MAPPED:
+                if name.startswith(_PREFIXES):
+                    if name in _NOT_PLAIN:
                         return None
-                    plain = False
-            if not plain:
+                    mapped = mapped or name in _MAPPED
+            if mapped:
                 append(_mapped(message, publish_time))
                 continue
-            headers = [(n, v.encode()) for n, v in sorted(properties.items()) if n != SEQ]
+            # the gateway's other stamps (the producer's codec, its own sequence) are no
+            # headers, as `records_of` skips them
+            headers = [
+                (n, v.encode())
+                for n, v in sorted(properties.items())
+                if not n.startswith(_PREFIXES)
+            ]
         key = message.key
         append(
             (
