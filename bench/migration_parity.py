@@ -2,14 +2,19 @@
 commands, for several record counts in one run.
 
     python -m bench.migration_parity [--records 1000000,10000000] [--partitions 6]
+        [--parity-clients native,pulsar-client] [--no-kafka-format]
 
 For each count: fill tansu, `pulsar-gateway migrate` into a gateway whose topics use the
 default `pulsar` entry format and into a second one with `--entry-format kafka`, then
-`pulsar-gateway parity` on the first; prints records/s for each copy beside the first
-gateway's own Produce rate (confluent-kafka, acks=all, the same record shape, measured in
-the same run), parity runtime and the Spark processes' peak memory, and how both grow
-with the record count (they should grow linearly: the job streams). Writes
-reports/migration-parity.{json,html}.
+`pulsar-gateway parity` on the first, once per Pulsar client parity reads it through
+(`--pulsar-client`: the gateway's own wire client, and pulsar-client); prints records/s
+for each copy beside the first gateway's own Produce rate (confluent-kafka, acks=all, the
+same record shape) and beside pulsar-client writing the same records straight to the same
+broker (issue 32's peer: one batching Python producer, key, property and event time per
+record), all measured in the same run, parity's runtime, records/s and the Spark
+processes' peak memory per client, and how they grow with the record count (time
+linearly, memory not at all: the job streams). The machine's load average is recorded
+beside each size. Writes reports/migration-parity.{json,html}.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ import argparse
 import json
 import os
 import platform
+import resource
 import subprocess
 import sys
 import tempfile
@@ -31,10 +37,11 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 from rich.table import Table
 
-from bench.kafka_throughput import create_topic, kafka_produce
+from bench.kafka_throughput import cpu_seconds, create_topic, kafka_produce
 from harness.gateway_process import REPO, GatewayProcess
 from harness.tansu_process import TansuProcess
 from pulsar_gateway.tools import html_report
+from pulsar_gateway.tools.gateway_link import discover
 
 console = Console()
 KAFKA_FORMAT = ("--entry-format", "kafka")
@@ -77,6 +84,44 @@ def fill(bootstrap: str, topic: str, partitions: int, records: int, size: int) -
     return time.perf_counter() - started
 
 
+def pulsar_direct_produce(service_url: str, records: int, size: int) -> float:
+    """Seconds pulsar-client takes to write `records` records of the migrated shape (key,
+    one property for the header, event time, `size`-byte value) to one topic of the
+    gateway's broker: a batching producer, no callback, flushed at the end."""
+    import pulsar
+
+    client = pulsar.Client(service_url, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error))
+    topic = f"persistent://public/default/bench-direct-{time.time_ns()}"
+    producer = client.create_producer(
+        topic,
+        batching_enabled=True,
+        block_if_queue_full=True,
+        batching_max_publish_delay_ms=5,
+        batching_max_messages=10000,
+        batching_max_allowed_size_in_bytes=1024 * 1024,
+        max_pending_messages=100000,
+    )
+    payload = b"v" * size
+    stamp = int(time.time() * 1000)
+    started = time.perf_counter()
+    for i in range(records):
+        producer.send_async(
+            payload,
+            None,
+            properties={"n": str(i)},
+            partition_key=str(i % 1000),
+            event_timestamp=stamp,
+        )
+    producer.flush()
+    seconds = time.perf_counter() - started
+    client.close()
+    return seconds
+
+
+def load_average() -> str:
+    return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+
+
 def run_command(args: list[str]) -> float:
     started = time.perf_counter()
     done = subprocess.run([sys.executable, "-m", "pulsar_gateway.cli", *args], cwd=REPO)
@@ -85,40 +130,91 @@ def run_command(args: list[str]) -> float:
     return time.perf_counter() - started
 
 
-def one_size(records: int, partitions: int, size: int, scratch: Path) -> dict[str, Any]:
+def children_cpu() -> float:
+    """CPU seconds this process's finished children have used (a command run to its end)."""
+    used = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return used.ru_utime + used.ru_stime
+
+
+def own_cpu() -> float:
+    used = resource.getrusage(resource.RUSAGE_SELF)
+    return used.ru_utime + used.ru_stime
+
+
+def one_size(
+    records: int,
+    partitions: int,
+    size: int,
+    scratch: Path,
+    parity_clients: list[str],
+    kafka_format_too: bool,
+) -> dict[str, Any]:
     tansu = TansuProcess().start()
     gateway = GatewayProcess(scratch / f"gw-{records}").start()
-    kafka_format = GatewayProcess(scratch / f"gw-kafka-{records}").start()
+    kafka_format = GatewayProcess(scratch / f"gw-kafka-{records}") if kafka_format_too else None
     topic = "migrated"
     try:
         console.rule(f"{records:,} records")
+        row: dict[str, Any] = {"records": records, "load_before": load_average()}
         fill(tansu.bootstrap, topic, partitions, records, size)
         common = _link(tansu, gateway, topic)
+        # CPU per record beside the rates: on a machine shared with other work the rates
+        # swing with the load; the CPU each side spends a record much less
+        servers = [gateway.process.pid, gateway.broker_pid()]
+        before = cpu_seconds(servers), children_cpu()
         migrate_s = run_command(["migrate", *common])
-        kafka_s = run_command(["migrate", *_link(tansu, kafka_format, topic), *KAFKA_FORMAT])
-        kafka_format.stop()
+        gateway_cpu = cpu_seconds(servers) - before[0]
+        migrate_rps = records / migrate_s
+        row["load_after_migrate"] = load_average()
+        service_url = discover(f"http://127.0.0.1:{gateway.metrics_port}").service_url
+        broker_before, direct_before = cpu_seconds(servers[1:]), own_cpu()
+        direct_s = pulsar_direct_produce(service_url, records, size)
+        direct_cpu = own_cpu() - direct_before
+        direct_broker = cpu_seconds(servers[1:]) - broker_before
+        per = 1e6 / records
+        row.update(
+            {
+                "migrate_seconds": round(migrate_s, 1),
+                "migrate_records_per_s": round(migrate_rps),
+                "pulsar_client_direct_records_per_s": round(records / direct_s),
+                "migrate_vs_pulsar_client_direct": round(migrate_rps * direct_s / records, 2),
+                # the migrate command itself, then the gateway and its broker together
+                "migrate_tool_cpu_us_per_record": round((children_cpu() - before[1]) * per, 1),
+                "migrate_gateway_and_broker_cpu_us_per_record": round(gateway_cpu * per, 1),
+                "pulsar_client_direct_cpu_us_per_record": round(direct_cpu * per, 1),
+                "pulsar_client_direct_broker_cpu_us_per_record": round(direct_broker * per, 1),
+            }
+        )
+        if kafka_format is not None:
+            kafka_format.start()
+            kafka_s = run_command(["migrate", *_link(tansu, kafka_format, topic), *KAFKA_FORMAT])
+            kafka_format.stop()
+            row["migrate_kafka_format_records_per_s"] = round(records / kafka_s)
         reference = min(records, PRODUCE_REFERENCE)
         create_topic(gateway.bootstrap, partitions, "produce-reference")
         produce_s = kafka_produce(gateway.bootstrap, "produce-reference", reference, size)
-        report = scratch / f"parity-{records}"
-        parity_s = run_command(["parity", *common, "--report", str(report)])
-        verdict = json.loads(report.with_suffix(".json").read_text())
-        migrate_rps = records / migrate_s
-        return {
-            "records": records,
-            "migrate_seconds": round(migrate_s, 1),
-            "migrate_records_per_s": round(migrate_rps),
-            "gateway_produce_records_per_s": round(reference / produce_s),
-            "migrate_vs_produce": round(migrate_rps * produce_s / reference, 2),
-            "migrate_kafka_format_records_per_s": round(records / kafka_s),
-            "parity_seconds": round(parity_s, 1),
-            "parity_verdict": verdict["verdict"],
-            **verdict["spark"],
-            "gateway_rss_mib": round(_rss(gateway.process.pid), 1),
-        }
+        row["gateway_produce_records_per_s"] = round(reference / produce_s)
+        row["migrate_vs_produce"] = round(migrate_rps * produce_s / reference, 2)
+        for client in parity_clients:
+            report = scratch / f"parity-{records}-{client}"
+            parity_s = run_command(
+                ["parity", *common, "--pulsar-client", client, "--report", str(report)]
+            )
+            verdict = json.loads(report.with_suffix(".json").read_text())
+            name = client.replace("-", "_")
+            row[f"parity_{name}_seconds"] = round(parity_s, 1)
+            row[f"parity_{name}_records_per_s"] = round(records / parity_s)
+            row[f"parity_{name}_verdict"] = verdict["verdict"]
+            for key, value in verdict["spark"].items():
+                if key != "master":
+                    row[f"parity_{name}_{key}"] = value
+            row[f"load_after_parity_{name}"] = load_average()
+        row["gateway_rss_mib"] = round(_rss(gateway.process.pid), 1)
+        return row
     finally:
         gateway.stop()
-        kafka_format.stop()
+        if kafka_format is not None:
+            kafka_format.stop()
         tansu.stop()
 
 
@@ -144,24 +240,50 @@ def main() -> None:
     parser.add_argument("--partitions", type=int, default=6)
     parser.add_argument("--size", type=int, default=100)
     parser.add_argument("--out", type=Path, default=Path("reports/migration-parity"))
+    parser.add_argument(
+        "--parity-clients",
+        default="native,pulsar-client",
+        help="the Pulsar clients parity reads the gateway through, one run each",
+    )
+    parser.add_argument(
+        "--no-kafka-format", action="store_true", help="skip the migration into the kafka format"
+    )
     args = parser.parse_args()
     counts = [int(n) for n in args.records.split(",")]
+    clients = [c.strip() for c in args.parity_clients.split(",") if c.strip()]
     rows = []
     with tempfile.TemporaryDirectory() as scratch:
         for count in counts:
-            rows.append(one_size(count, args.partitions, args.size, Path(scratch)))
+            rows.append(
+                one_size(
+                    count,
+                    args.partitions,
+                    args.size,
+                    Path(scratch),
+                    clients,
+                    not args.no_kafka_format,
+                )
+            )
+            # each size as it ends: a long run stopped early still leaves what it measured
+            args.out.parent.mkdir(parents=True, exist_ok=True)
+            partial = args.out.parent / f"{args.out.name}.partial.json"
+            partial.write_text(json.dumps(rows, indent=2))
+            console.print(rows[-1])
     base = rows[0]
     for row in rows:
         scale = row["records"] / base["records"]
         row["migrate_time_growth"] = round(row["migrate_seconds"] / base["migrate_seconds"], 2)
-        row["parity_time_growth"] = round(row["parity_seconds"] / base["parity_seconds"], 2)
+        for client in clients:
+            name = f"parity_{client.replace('-', '_')}"
+            growth = row[f"{name}_seconds"] / base[f"{name}_seconds"]
+            row[f"{name}_time_growth"] = round(growth, 2)
         row["record_growth"] = scale
     table = Table(title="migration and parity (one column per record count)")
     table.add_column("metric")
     for row in rows:
         table.add_column(f"{row['records']:,}", justify="right")
     for metric in rows[0]:
-        values = [row[metric] for row in rows]
+        values = [row.get(metric, "") for row in rows]
         table.add_row(
             metric.replace("_", " "), *(f"{v:,}" if isinstance(v, int) else str(v) for v in values)
         )
@@ -181,7 +303,10 @@ def main() -> None:
             labels,
             {
                 "migrate": [r["migrate_seconds"] for r in rows],
-                "parity": [r["parity_seconds"] for r in rows],
+                **{
+                    f"parity ({c})": [r[f"parity_{c.replace('-', '_')}_seconds"] for r in rows]
+                    for c in clients
+                },
             },
             "s",
         ),
@@ -190,24 +315,42 @@ def main() -> None:
             labels,
             {
                 "migrate (pulsar format)": [r["migrate_records_per_s"] for r in rows],
+                "pulsar-client direct, same broker": [
+                    r["pulsar_client_direct_records_per_s"] for r in rows
+                ],
                 "gateway produce (pulsar format)": [
                     r["gateway_produce_records_per_s"] for r in rows
                 ],
-                "migrate (kafka format)": [r["migrate_kafka_format_records_per_s"] for r in rows],
+                **(
+                    {}
+                    if args.no_kafka_format
+                    else {
+                        "migrate (kafka format)": [
+                            r["migrate_kafka_format_records_per_s"] for r in rows
+                        ]
+                    }
+                ),
+                **{
+                    f"parity ({c})": [
+                        r[f"parity_{c.replace('-', '_')}_records_per_s"] for r in rows
+                    ]
+                    for c in clients
+                },
             },
             "rec/s",
         ),
-        html_report.grouped_bar_chart(
-            "peak memory (MiB)",
-            labels,
-            {
-                "Spark driver JVM": [r["driver_jvm_peak_rss_mib"] for r in rows],
-                "Python workers": [r["python_workers_peak_rss_mib"] for r in rows],
-            },
-            "MiB",
-        ),
         html_report.table(rows),
     ]
+    for process, key in (("Python workers", "python_workers"), ("Spark driver JVM", "driver_jvm")):
+        if clients:
+            peaks = {
+                c: [r[f"parity_{c.replace('-', '_')}_{key}_peak_rss_mib"] for r in rows]
+                for c in clients
+            }
+            chart = html_report.grouped_bar_chart(
+                f"peak memory of parity's {process} (MiB)", labels, peaks, "MiB"
+            )
+            sections.insert(-1, chart)
     args.out.with_suffix(".html").write_text(
         html_report.page("Migration and parity at scale", sections, results)
     )

@@ -155,6 +155,13 @@ def _add_parity(commands: Any) -> None:
         default="pulsar",
         help="read the target from its Pulsar topics (default) or through the gateway",
     )
+    parity.add_argument(
+        "--pulsar-client",
+        choices=["native", "pulsar-client"],
+        default="native",
+        help="with --target-via pulsar: read through the gateway's own Pulsar protocol "
+        "client (native, default: memory flat whatever the topic size) or pulsar-client",
+    )
     parity.add_argument("--topics", default="", help="comma-separated topic names")
     parity.add_argument("--topic-regex", help="also every source topic whose name matches this")
     parity.add_argument("--group-regex", default=".*", help="groups whose offsets to check")

@@ -106,6 +106,7 @@ def _parity(args: argparse.Namespace, console: Console) -> int:
         topic_pattern=args.topic_regex,
         group_pattern=args.group_regex,
         target_via=args.target_via,
+        pulsar_client=args.pulsar_client,
         master=args.master,
         spark_conf=conf,
         report=args.report,

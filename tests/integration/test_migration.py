@@ -154,6 +154,7 @@ def _parity(
     name: str,
     tmp_path: Any,
     groups: str | None = None,
+    pulsar_client: str = "native",
 ) -> Verdict:
     plan = ParityPlan(
         source=tansu.bootstrap,
@@ -164,6 +165,7 @@ def _parity(
         group_pattern=groups,
         master="local[2]",
         report=str(tmp_path / "parity"),
+        pulsar_client=pulsar_client,
     )
     verdict = run_parity(plan, spark=spark)
     assert verdict.json_path and verdict.json_path.exists()
@@ -310,6 +312,82 @@ def test_parity_names_the_damage(gateway, tansu, spark, tmp_path, damage) -> Non
     # only the damaged partition went on to the comparison by content
     assert bad.method == "by content"
     assert {p.method for p in others} == {"in order"}
+
+
+def _shaped(i: int) -> tuple[bytes | None, bytes | None, list[tuple[str, bytes]], int]:
+    """Records of every shape the Pulsar mapping has (docs/pulsar-mapping.md): plain
+    headers in name order and not, none, binary and repeated ones; text, binary, empty and
+    no keys; null values."""
+    key = [f"k{i % 5}".encode(), bytes([i % 256, 255]), b"", None][i % 4 if i % 3 else 0]
+    value = None if i % 11 == 4 else f"value-{i}".encode()
+    headers = [
+        [("a", b"1"), ("n", str(i).encode())],
+        [("z", b"last"), ("a", b"first")],
+        [],
+        [("bin", bytes([i % 256, 0, 255])), ("bin", b"again")],
+    ][i % 4]
+    return key, value, headers, 1_700_000_000_000 + i // 7
+
+
+# partition -> how the copy is damaged, and where the walk must find the logs part
+# (source offset, target offset)
+PLANTED = {
+    0: (lambda records: records[:11] + records[10:], (11, 11)),  # a record duplicated
+    1: (lambda records: records[:17] + records[18:], (17, 17)),  # a record lost
+    2: (lambda records: _swap(records, 2, 15), (2, 2)),  # two records swapped
+}
+
+
+def test_parity_reads_the_gateway_through_its_wire_client(gateway, tansu) -> None:
+    """Parity's Pulsar reader through the gateway's own wire client (the default) gives
+    the records pulsar-client's gives and Kafka consumers of the gateway read, keys,
+    values, headers and timestamps exactly, at the gateway's offsets; and its in-order walk
+    finds a planted duplicate, a lost record and two swapped records where they are."""
+    from pulsar_gateway.gateway.topic_names import partition_topic
+    from pulsar_gateway.tools.parity.in_order import walk_partition
+    from pulsar_gateway.tools.parity.sources import pulsar_records
+
+    topic = f"wire-{uuid.uuid4().hex[:8]}"
+    _create(tansu.bootstrap, topic, 3)
+    source = Producer({"bootstrap.servers": tansu.bootstrap, "linger.ms": 5})
+    for i in range(3 * 400):
+        key, value, headers, ts = _shaped(i)
+        source.produce(topic, value, key, i % 3, headers=headers, timestamp=ts)
+    assert source.flush(60) == 0
+    written = _read_all(tansu.bootstrap, topic, 3)
+    _create(gateway.bootstrap, topic, 3)
+    _write_target(gateway, topic, {p: damage(written[p]) for p, (damage, _) in PLANTED.items()})
+    target = _read_all(gateway.bootstrap, topic, 3)
+    link = discover(f"http://127.0.0.1:{gateway.metrics_port}")
+    for partition, (_, parted) in PLANTED.items():
+        spec = {
+            "topic": topic,
+            "partition": partition,
+            "pulsar_topic": partition_topic(link.pulsar_name(topic), partition),
+            "start": 0,
+            "end": len(target[partition]),
+        }
+        native = list(pulsar_records(link.service_url, spec, "native"))
+        reference = list(pulsar_records(link.service_url, spec, "pulsar-client"))
+        assert [tuple(r) for r in native] == [tuple(r) for r in reference]
+        assert [(r[0], r[1], r[2], list(r[3]), r[4]) for r in native] == [
+            (offset, key, value, headers, ts)
+            for _, offset, key, value, headers, ts in target[partition]
+        ]
+        job = {
+            "topic": topic,
+            "partition": partition,
+            "source": tansu.bootstrap,
+            "source_range": (0, len(written[partition])),
+            "target": gateway.bootstrap,
+            "target_range": (0, len(target[partition])),
+            "pulsar": spec,
+            "pulsar_client": "native",
+            "service_url": link.service_url,
+            "runs": [],
+            "align": (0, 0),
+        }
+        assert walk_partition(job).first_difference == parted
 
 
 def test_killed_migration_resumes_without_duplicates(tmp_path, tansu, spark) -> None:

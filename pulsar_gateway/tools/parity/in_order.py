@@ -122,6 +122,7 @@ def _target_records(job: dict[str, Any]) -> Generator[Record, None, None]:
         return
     start, end = job["target_range"]
     if job["pulsar"] is not None:
-        yield from pulsar_records(job["service_url"], job["pulsar"])
+        client = job.get("pulsar_client", "native")
+        yield from pulsar_records(job["service_url"], job["pulsar"], client)
     else:
         yield from kafka_records(job["target"], job["topic"], int(job["partition"]), start, end)

@@ -59,6 +59,9 @@ class ParityPlan:
     topic_pattern: str | None = None
     group_pattern: str | None = ".*"
     target_via: str = "pulsar"
+    # how the gateway's Pulsar topics are read: "native" (its own wire client, memory flat
+    # whatever the topic's size) or "pulsar-client" (sources.py)
+    pulsar_client: str = "native"
     master: str = "local[*]"
     spark_conf: dict[str, str] = field(default_factory=dict)
     report: str = "reports/parity"
@@ -96,6 +99,7 @@ class Verdict:
             "source": plan.source,
             "target": plan.target,
             "target_read_via": plan.target_via,
+            "pulsar_client": plan.pulsar_client,
             "migration": plan.name,
             "seconds": round(self.seconds, 2),
             "spark": {"master": plan.master, **self.memory},
@@ -135,6 +139,7 @@ def frames(spark: Any, plan: ParityPlan, facts: Facts) -> tuple[Any, Any]:
         target = (
             spark.read.format("parity_pulsar")
             .option("service_url", plan.link.service_url)
+            .option("pulsar_client", plan.pulsar_client)
             .option("ranges", json.dumps(facts.pulsar_specs))
             .load()
         )
@@ -173,6 +178,7 @@ def walk_jobs(plan: ParityPlan, facts: Facts) -> list[dict[str, Any]]:
                 "target_range": facts.target_ranges.get(key),
                 "pulsar": specs.get(key) if plan.target_via == "pulsar" else None,
                 "service_url": plan.link.service_url,
+                "pulsar_client": plan.pulsar_client,
                 "runs": translation.runs if translation is not None else [],
                 "align": aligns.get(key),
             }

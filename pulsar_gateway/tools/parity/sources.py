@@ -2,10 +2,14 @@
 
 - `parity_kafka`: any Kafka-protocol cluster (the source, or the gateway itself), an
   offset range per partition, read with confluent-kafka;
-- `parity_pulsar`: the gateway's Pulsar topics read with pulsar-client, numbered
-  exactly as the gateway numbers them (its resend filter, from its offset-index
-  checkpoints; stored Kafka batches count their records), through the in-order
-  reader with the defences of docs/backend.md ("Readers replay messages").
+- `parity_pulsar`: the gateway's Pulsar topics, numbered exactly as the gateway numbers
+  them (its resend filter, from its offset-index checkpoints; stored Kafka batches count
+  their records), through the in-order reader with the defences of docs/backend.md
+  ("Readers replay messages"). Read through the gateway's own Pulsar wire client by
+  default (`pulsar_client` "native"): its flow control asks for entries by the bytes they
+  hold, so a reader's memory stays flat whatever the topic's size, where pulsar-client's
+  reader, counting a permit per entry on pulsar-lite, ran ahead by whole batched entries
+  (docs/tools.md, "How parity compares"); "pulsar-client" reads through Pulsar's client.
 
 Rows carry digests, never payloads (fingerprint.py), and leave as Arrow batches. The
 readers under them (`kafka_records`, `pulsar_records`) yield the records themselves, in
@@ -44,6 +48,10 @@ ARROW_SCHEMA = pa.schema(
 )
 BATCH_ROWS = 20000
 STALL_SECONDS = 60.0
+# the wire reader asks pulsar-lite for as many entries at once as this many bytes hold
+# (wire.Consumer's `window_bytes`): the Kafka history reader's window, for the same reason
+READ_WINDOW_BYTES = 256 * 1024
+NATIVE = "native"
 
 
 class ReadStalled(Exception):
@@ -203,8 +211,9 @@ def kafka_records(
 
 
 class PulsarPartitionSource(DataSource):
-    """options: service_url; ranges: JSON [{topic, partition, pulsar_topic, start, end,
-    checkpoint_offset, checkpoint_id, resends}] (see job.py for where they come from)."""
+    """options: service_url, pulsar_client ("native" or "pulsar-client"); ranges: JSON
+    [{topic, partition, pulsar_topic, start, end, checkpoint_offset, checkpoint_id,
+    resends}] (see job.py for where they come from)."""
 
     @classmethod
     def name(cls) -> str:
@@ -221,47 +230,79 @@ class PulsarPartitionReader(_RangesReader):
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         spec = self.spec(partition)
         if spec is not None:
-            yield from read_pulsar_range(self.options["service_url"], spec)
+            client = self.options.get("pulsar_client", NATIVE)
+            yield from read_pulsar_range(self.options["service_url"], spec, client)
 
 
-def read_pulsar_range(service_url: str, spec: dict[str, Any]) -> Iterator[pa.RecordBatch]:
-    yield from _batches(spec["topic"], int(spec["partition"]), pulsar_records(service_url, spec))
+def read_pulsar_range(
+    service_url: str, spec: dict[str, Any], client: str = NATIVE
+) -> Iterator[pa.RecordBatch]:
+    records = pulsar_records(service_url, spec, client)
+    yield from _batches(spec["topic"], int(spec["partition"]), records)
 
 
-def pulsar_records(service_url: str, spec: dict[str, Any]) -> Generator[Record, None, None]:
+def pulsar_records(
+    service_url: str, spec: dict[str, Any], client: str = NATIVE
+) -> Generator[Record, None, None]:
     """Number the partition's messages from a checkpoint as the gateway's tailer does
-    and yield the records at offsets [start, end), in offset order."""
+    and yield the records at offsets [start, end), in offset order. `client`: "native"
+    (the wire client, memory bounded by its window) or "pulsar-client"."""
+    from pulsar_gateway.gateway.backend.native_writer import NATIVE as NATIVE_CLIENT
+    from pulsar_gateway.gateway.backend.native_writer import PULSAR_CLIENT
     from pulsar_gateway.gateway.backend.pulsar_backend import PulsarBackend
     from pulsar_gateway.gateway.backend.reader_stream import EARLIEST
     from pulsar_gateway.gateway.backend.resend_filter import ResendFilter
     from pulsar_gateway.gateway.messages import LogEntry, records_in
     from pulsar_gateway.kafka_codec.entry_format import records_of
+    from pulsar_gateway.storage.kafka.entry_records import EntryRecords
 
     start, end = int(spec["start"]), int(spec["end"])
     if start >= end:
         return
     loop = asyncio.new_event_loop()
-    backend = PulsarBackend(service_url)
+    native = client == NATIVE
+    backend = PulsarBackend(service_url, client=NATIVE_CLIENT if native else PULSAR_CLIENT)
     checkpoint = spec.get("checkpoint_id")
     first = tuple(checkpoint) if checkpoint else EARLIEST
     offset = int(spec.get("checkpoint_offset") or 0)
     resends = ResendFilter(spec.get("resends") or {})
+    # the wire reader hands a plain batched entry over as one item and its records made in
+    # one pass (storage/kafka/entry_records.py); pulsar-client's reader, message by message
+    whole = EntryRecords() if native else None
 
     async def open_stream() -> Any:
         await backend.start()
-        return await backend.open_reader(spec["pulsar_topic"], first)  # type: ignore[arg-type]
+        topic = spec["pulsar_topic"]
+        if native:
+            return await backend.open_log_reader(
+                topic,
+                first,  # type: ignore[arg-type]
+                window_bytes=READ_WINDOW_BYTES,
+            )
+        return await backend.open_reader(topic, first)  # type: ignore[arg-type]
 
     try:
         stream = loop.run_until_complete(open_stream())
         while offset < end:
-            batch = loop.run_until_complete(stream.read_batch(5000, timeout=10, expect_more=True))
+            batch = loop.run_until_complete(
+                stream.read_batch(5000, timeout=10, expect_more=True, whole=whole)
+            )
             if not batch:
                 break  # Pulsar holds fewer messages than the gateway numbered: they show as missing
             for message in batch:
+                made = None if whole is None else whole.take(message)
                 if resends.original_offset(message, offset) is not None:
                     continue
                 count = records_in(message)
-                if offset + count > start:
+                if offset + count <= start:
+                    pass
+                elif made is not None:
+                    at = offset
+                    for key, value, headers, ts in made:
+                        if start <= at < end:
+                            yield at, key, value, headers, ts
+                        at += 1
+                else:
                     for record in records_of(LogEntry(offset, message)):
                         if start <= record[0] < end:
                             yield record
