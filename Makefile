@@ -36,10 +36,12 @@ unit: $(VENV)/.installed-test
 
 # not part of `make test`: every property test with 50 times CI's examples (hypothesis'
 # "deep" profile, harness/hypothesis_budget.py), to find the rare decoder bug before a random
-# CI run does; tens of minutes over every core. ARGS=tests/unit/test_x.py for one module.
+# CI run does; tens of minutes over every core. ARGS=tests/unit/test_x.py for one module,
+# FUZZ_SCALE=10 for 10 times CI's examples instead.
 FUZZ_TESTS ?= tests/unit
+FUZZ_SCALE ?= 50
 fuzz: $(VENV)/.installed-test
-	HYPOTHESIS_PROFILE=deep $(BIN)/python -m pytest -q -p no:cacheprovider -n auto -m hypothesis --timeout 3600 \
+	HYPOTHESIS_PROFILE=deep FUZZ_SCALE=$(FUZZ_SCALE) $(BIN)/python -m pytest -q -p no:cacheprovider -n auto -m hypothesis --timeout 3600 \
 		$(or $(ARGS),$(FUZZ_TESTS))
 
 # style, the layers of docs/architecture.md (pyproject's [tool.importlinter]) and types

@@ -7,7 +7,7 @@ budget is a hypothesis profile chosen by the `HYPOTHESIS_PROFILE` environment va
 ("gateway", CI's default, or "deep"). A test that asks for its own number of examples in
 `@settings(max_examples=...)` would override any profile, so it asks through `examples(n)`,
 which scales its number by the loaded profile: n under CI's profile, n times
-`DEEP_SCALE` under the deep one.
+`DEEP_SCALE` (or `FUZZ_SCALE`) under the deep one.
 """
 
 from __future__ import annotations
@@ -19,7 +19,8 @@ from hypothesis import settings
 # hypothesis' own default number of examples: what a test without a number of its own runs
 # under CI's profile, and the unit `examples` scales by
 BASE_EXAMPLES = 100
-# how many times CI's examples `make fuzz` runs (minutes per decoder module, not seconds)
+# how many times CI's examples `make fuzz` runs (minutes per decoder module, not seconds);
+# FUZZ_SCALE=n in the environment for another multiple (a quicker pass on a busy machine)
 DEEP_SCALE = 50
 
 
@@ -31,8 +32,9 @@ def load_profile() -> None:
     tests that were right.
     """
     settings.register_profile("gateway", deadline=None, max_examples=BASE_EXAMPLES)
+    scale = int(os.environ.get("FUZZ_SCALE", DEEP_SCALE))
     settings.register_profile(
-        "deep", parent=settings.get_profile("gateway"), max_examples=BASE_EXAMPLES * DEEP_SCALE
+        "deep", parent=settings.get_profile("gateway"), max_examples=BASE_EXAMPLES * scale
     )
     settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "gateway"))
 
