@@ -8,7 +8,7 @@ ARGS   ?=
 # share a 2-core machine well; each test file runs whole in one of them (its fixtures shared)
 TEST_JOBS ?= 2
 
-.PHONY: run test unit stress lint parity-smoke bench bench-migration bench-cluster soak clean
+.PHONY: run test unit fuzz stress lint parity-smoke bench bench-migration bench-cluster soak clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -33,6 +33,16 @@ test: $(VENV)/.installed-test
 # most of its time is hypothesis generating examples, which one core cannot hurry
 unit: $(VENV)/.installed-test
 	$(BIN)/python -m pytest -q -p no:cacheprovider -n auto tests/unit $(ARGS)
+
+# not part of `make test`: every property test with 50 times CI's examples (hypothesis'
+# "deep" profile, harness/hypothesis_budget.py), to find the rare decoder bug before a random
+# CI run does; tens of minutes over every core. ARGS=tests/unit/test_x.py for one module,
+# FUZZ_SCALE=10 for 10 times CI's examples instead.
+FUZZ_TESTS ?= tests/unit
+FUZZ_SCALE ?= 50
+fuzz: $(VENV)/.installed-test
+	HYPOTHESIS_PROFILE=deep FUZZ_SCALE=$(FUZZ_SCALE) $(BIN)/python -m pytest -q -p no:cacheprovider -n auto -m hypothesis --timeout 3600 \
+		$(or $(ARGS),$(FUZZ_TESTS))
 
 # style, the layers of docs/architecture.md (pyproject's [tool.importlinter]) and types
 lint: $(VENV)/.installed-test

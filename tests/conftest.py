@@ -9,16 +9,15 @@ import uuid
 from collections.abc import Iterator
 
 import pytest
-from hypothesis import settings
 
 from harness.cpu_hogs import burning_cpus
 from harness.gateway_process import GatewayProcess
+from harness.hypothesis_budget import load_profile
 from pulsar_gateway.gateway.backend.embedded import EmbeddedBroker
 
-# Property tests check behaviour, not speed: on a loaded machine (the stress mode, CI beside
-# other jobs) hypothesis' default 200 ms deadline per example failed tests that were right.
-settings.register_profile("gateway", deadline=None)
-settings.load_profile("gateway")
+# CI's budget of examples per property test, or `make fuzz`'s deep one (HYPOTHESIS_PROFILE=deep);
+# loaded before any test module is imported, so `examples(n)` in their @settings sees it
+load_profile()
 
 # what asyncio logs of work a process lost track of: a task destroyed while pending, or one
 # whose failure nobody read

@@ -104,6 +104,14 @@ def _changes_record(members: list[bytes], properties: dict[str, str]) -> OutMess
     return OutMessage(b"{" + b",".join(members) + b"}", key=RESERVED_KEY, properties=properties)
 
 
+def _count(text: str) -> int:
+    """An end record's number of chunks; -1 (the snapshot incomplete) when not a number."""
+    try:
+        return int(text)
+    except ValueError:
+        return -1
+
+
 class _Unreadable:
     """A followed record that is not JSON: skipped."""
 
@@ -130,8 +138,10 @@ def signed(message: OutMessage, writer: str) -> OutMessage:
 class LogReplay:
     """The table a run of changelog records leaves, folded in log order: per-key records,
     `changes` records and the chunks of the snapshot that begins at `newest` (none when
-    ""; the chunks of other snapshots are skipped). A record that is not JSON is passed
-    to `unreadable` and skipped."""
+    ""; the chunks of other snapshots are skipped). A record that is not JSON (a `changes`
+    record or a chunk: not a JSON object) is passed to `unreadable` and skipped, as the
+    follower skips it; a skipped chunk leaves the snapshot incomplete. No record stops a
+    load: the log is read at every start, and one bad record must not keep the gateway down."""
 
     def __init__(self, newest: str, unreadable: Callable[[str], None]) -> None:
         self.newest = newest
@@ -154,9 +164,8 @@ class LogReplay:
             if properties.get(DELETED):
                 self.changes[message.key] = GONE
                 return
-            try:
-                value = json.loads(message.payload or b"null")
-            except ValueError:
+            value = loads(message.payload)
+            if value is UNREADABLE:
                 self.unreadable(message.key)
                 return
             if properties.get(IF_ABSENT):
@@ -165,19 +174,24 @@ class LogReplay:
             else:
                 self.changes[message.key] = value
         elif kind == "changes":
-            try:
-                group = json.loads(message.payload or b"{}")
-            except ValueError:
+            group = loads(message.payload or b"{}")
+            if not isinstance(group, dict):  # as the follower (metadata_store.py) skips it
                 self.unreadable(RESERVED_KEY)
                 return
             for key, value in group.items():
                 self.changes[key] = value[0] if isinstance(value, list) and value else GONE
         elif self.newest and properties.get(PART_OF) == self.newest:
             if kind == "chunk":
-                self.base.update(json.loads(message.payload or b"{}"))
+                chunk = loads(message.payload or b"{}")
+                if not isinstance(chunk, dict):
+                    # not counted: the snapshot is then incomplete and the load reads the
+                    # whole log instead of a table with a hole in it
+                    self.unreadable(RESERVED_KEY)
+                    return
+                self.base.update(chunk)
                 self.chunks.add(properties.get(INDEX, ""))
             elif kind == "end":
-                self.chunk_count = int(properties.get(INDEX, "-1"))
+                self.chunk_count = _count(properties.get(INDEX, "-1"))
 
     def complete(self) -> bool:
         """Whether the snapshot (if any) was read whole: its end record and every chunk."""

@@ -8,7 +8,9 @@ handlers take turns on the loop a few dozen items at a time (handlers/loop_turns
 their big answers are encoded in a worker thread. Here one client pipelines the worst
 request of each kind it can (as many entries as `kafka.max_request_entries` allows) while
 a bystander's ApiVersions round trips, one after the other, record the slowest: it stays
-within 0.5 s of its usual slowest (it was the whole request's time, seconds, before).
+within 0.5 s of its usual slowest (it was the whole request's time, seconds, before), that
+0.5 s stretched by the load per core on an oversubscribed machine, as in
+test_hostile_clients.py.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from collections.abc import Callable
 import pytest
 
 from harness.gateway_process import GatewayProcess
+from harness.machine_load import load_per_core
 from harness.raw_kafka_socket import recv_frame
 from harness.waiting import wait_until
 from pulsar_gateway.kafka_codec import protocol
@@ -29,7 +32,9 @@ ENTRIES = 99_999  # kafka.max_request_entries is 100,000
 # how much slower than its usual slowest (measured just before, on the same machine and
 # load) the bystander's slowest round trip may be: the issue's 250 ms plus room for a
 # loaded 2-core machine (measured 50-530 ms in all; before, the requests' whole time:
-# 0.6-1.9 s here, 5-9 s at 3 copies)
+# 0.6-1.9 s here, 5-9 s at 3 copies); times the load per core when the machine is
+# oversubscribed, the loop thread then getting that much less of a core for the same work
+# (0.61 s beyond at load 10-16 on 2 cores failed a right gateway)
 BEYOND_USUAL = 0.5
 
 
@@ -89,13 +94,16 @@ def test_expensive_requests_leave_others_answered(gateway: GatewayProcess, shape
     bystander.stop.set()
     bystander.join(10)
     assert bystander.error is None, bystander.error
+    load = load_per_core()
+    bound = BEYOND_USUAL * load
     print(
         f"{shape} x{COPIES}: answered in {took:.2f} s; the bystander's slowest round trip "
         f"{bystander.slowest * 1000:.0f} ms over {bystander.answers} answers (usually "
-        f"{usual * 1000:.0f} ms)"
+        f"{usual * 1000:.0f} ms; {bound * 1000:.0f} ms more allowed at load {load:.1f} per core)"
     )
-    assert bystander.slowest < usual + BEYOND_USUAL, (
-        f"a bystander waited {bystander.slowest:.2f} s (usually {usual:.2f} s)"
+    assert bystander.slowest < usual + bound, (
+        f"a bystander waited {bystander.slowest:.2f} s (usually {usual:.2f} s; "
+        f"{bound:.2f} s more allowed at load {load:.1f} per core)"
     )
 
 

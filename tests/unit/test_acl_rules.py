@@ -14,6 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pamqp import commands
 
+from harness.hypothesis_budget import examples
 from pulsar_gateway.handlers.amqp.authorization import authorize_method, authorize_publish, may_open
 from pulsar_gateway.handlers.amqp.errors import AmqpError
 from pulsar_gateway.handlers.authorization import Authorizer
@@ -126,7 +127,7 @@ def spec(rules: list[model.Rule], name: str, operation: str, host: str) -> bool:
     return granted and not denied
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(
     random_rules,
     st.sampled_from(["a", "ab", "abc", "b", "c"]),

@@ -26,6 +26,7 @@ from harness.amqp_peer import (
     open_peer,
     start_ok,
 )
+from harness.hypothesis_budget import examples
 from pulsar_gateway.handlers.amqp.authentication import Authenticator, is_loopback, parse_plain
 from pulsar_gateway.handlers.amqp.broker_model import VhostAccess
 from pulsar_gateway.handlers.amqp.connection_settings import ConnectionSettings
@@ -845,7 +846,7 @@ def assert_sane(peer: Peer) -> None:
 
 
 @given(st.binary(max_size=1024), st.integers(1, 64))
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 def test_fuzz_random_bytes_after_a_valid_header(garbage: bytes, chunk: int) -> None:
     peer = connect()
     data = PROTOCOL_HEADER + garbage
@@ -887,7 +888,7 @@ frame_parts = st.tuples(
 
 
 @given(st.lists(frame_parts, max_size=12))
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 def test_fuzz_frames_after_the_handshake(parts: list[tuple[int, int, bytes]]) -> None:
     peer = open_peer()
     for kind, channel, payload in parts:

@@ -15,6 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pamqp import commands
 
+from harness.hypothesis_budget import examples
 from pulsar_gateway.handlers.amqp import frames
 from pulsar_gateway.handlers.amqp.errors import AmqpError
 from pulsar_gateway.handlers.amqp.frames import (
@@ -67,7 +68,7 @@ def publish_payload(ticket: int, exchange: bytes, key: bytes, bits: int) -> byte
     )
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(
     st.integers(0, 0xFFFF),
     short_octets,
@@ -122,7 +123,7 @@ property_values = st.fixed_dictionaries(
 )
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(property_values, st.integers(0, 2**20), st.integers(0, 12), st.binary(max_size=2))
 def test_header_fast_path_decodes_as_pamqp(
     values: dict, body_size: int, cut: int, tail: bytes
@@ -135,7 +136,7 @@ def test_header_fast_path_decodes_as_pamqp(
             assert outcome(FRAME_HEADER, variant) == slow_decode(FRAME_HEADER, variant, monkeypatch)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(st.binary(min_size=2, max_size=60))
 def test_header_fast_path_on_any_property_octets(raw: bytes) -> None:
     payload = struct.pack(">HHQ", 60, 0, 10) + raw
@@ -154,7 +155,7 @@ def test_header_fast_path_is_taken() -> None:
     assert frame.properties.cluster_id == ""  # pamqp's default, not None
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(
     names,
     st.integers(1, 2**63 - 1),

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from pamqp import body as pamqp_body
 from pamqp import commands, frame, header
 
+from harness.hypothesis_budget import examples
 from pulsar_gateway.handlers.amqp.errors import AmqpError, ReplyCode
 from pulsar_gateway.handlers.amqp.frames import (
     FRAME_MIN_SIZE,
@@ -172,7 +173,7 @@ def test_heartbeat() -> None:
 
 
 @given(st.data())
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=examples(40), deadline=None)
 def test_any_split_of_the_stream_gives_the_same_frames(data: st.DataObject) -> None:
     stream = b"".join(frame.marshal(m, 1) for m in CLIENT_METHODS[5:15]) + HEARTBEAT_FRAME
     cuts = sorted(data.draw(st.lists(st.integers(0, len(stream)), max_size=20)))
@@ -327,7 +328,7 @@ def drain(data: bytes, frame_max: int = FRAME_MIN_SIZE) -> None:
 
 
 @given(st.binary(max_size=2048))
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 def test_fuzz_random_bytes(data: bytes) -> None:
     drain(data)
 
@@ -337,13 +338,13 @@ def test_fuzz_random_bytes(data: bytes) -> None:
         st.tuples(st.sampled_from([1, 2, 3, 8]), st.binary(max_size=64)), min_size=1, max_size=8
     )
 )
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 def test_fuzz_well_framed_garbage(frames: list[tuple[int, bytes]]) -> None:
     drain(b"".join(raw_frame(kind, 1, payload) for kind, payload in frames))
 
 
 @given(st.data())
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(300), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 def test_fuzz_mutated_valid_frames(data: st.DataObject) -> None:
     stream = bytearray(VALID_STREAM)
     for _ in range(data.draw(st.integers(1, 8))):
@@ -354,7 +355,7 @@ def test_fuzz_mutated_valid_frames(data: st.DataObject) -> None:
 
 
 @given(st.integers(min_value=1, max_value=len(VALID_STREAM) - 1))
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 def test_fuzz_truncated_stream_yields_a_prefix(cut: int) -> None:
     reader = FrameReader(131072)
     reader.feed(VALID_STREAM[:cut])
@@ -424,7 +425,7 @@ table_values = st.recursive(
 
 
 @given(st.dictionaries(table_keys, table_values, max_size=6))
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 def test_field_tables_round_trip_through_pamqp(arguments: dict) -> None:
     declare = commands.Queue.Declare(queue="q", arguments=arguments)
     [decoded] = read_all(frame.marshal(declare, 1))

@@ -14,6 +14,7 @@ from pamqp import commands, frame
 
 from harness.amqp_peer import connect, start_ok
 from harness.cluster_view import FixedView, member
+from harness.hypothesis_budget import examples
 from pulsar_gateway.gateway.cluster.view import Member, SingleMemberView, vhost_key
 from pulsar_gateway.handlers.amqp.broker_model import VhostAccess
 from pulsar_gateway.handlers.amqp.connection_state import ConnectionState
@@ -111,7 +112,7 @@ def test_skip_returns_the_answer_to_open_and_leaves_the_rest() -> None:
     assert rest == method_frame(commands.Channel.OpenOk(), 1)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(st.binary(max_size=2048))
 def test_skip_on_arbitrary_owner_bytes_ends_with_an_answer_or_an_error(data: bytes) -> None:
     """Whatever comes back, the filter returns one frame, or raises one of its errors, and

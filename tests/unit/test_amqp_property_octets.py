@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pamqp import commands
 
+from harness.hypothesis_budget import examples
 from pulsar_gateway.handlers.amqp.frames import encode_properties
 from pulsar_gateway.handlers.amqp.property_octets import (
     join_properties,
@@ -43,7 +44,7 @@ def _properties(**fields: object) -> bytes:
     return encode_properties(commands.Basic.Properties(**fields))
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(headers, st.one_of(st.none(), short_texts), st.one_of(st.none(), short_texts))
 def test_split_then_join_gives_the_same_octets(table, reply_to, correlation_id) -> None:
     raw = _properties(headers=table, reply_to=reply_to, correlation_id=correlation_id)
@@ -55,7 +56,7 @@ def test_split_then_join_gives_the_same_octets(table, reply_to, correlation_id) 
         assert join_table(entries) == fields["headers"]
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(headers, short_texts)
 def test_replacing_reply_to_leaves_every_other_octet(table, address) -> None:
     raw = _properties(headers=table, reply_to="amq.rabbitmq.reply-to", message_id="m1")

@@ -12,6 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from harness.hypothesis_budget import examples
 from pulsar_gateway.handlers.amqp.errors import AmqpError, ReplyCode
 from pulsar_gateway.handlers.amqp.exchange_routing import (
     TopicTrie,
@@ -190,7 +191,7 @@ def test_topic_matcher_agrees_with_the_reference_on_every_short_pattern() -> Non
 # longer patterns and keys, and keys holding * and #: at random (the short ones, all of them,
 # above: 500 examples here where 2,000 were drawn before that test existed)
 @given(pattern_words, key_words)
-@settings(max_examples=500, deadline=None)
+@settings(max_examples=examples(500), deadline=None)
 def test_topic_matcher_agrees_with_the_reference(pattern: list[str], words: list[str]) -> None:
     pattern_key, routing_key = ".".join(pattern), ".".join(words)
     expected = reference_match(reference_split(pattern_key), reference_split(routing_key))
@@ -198,7 +199,7 @@ def test_topic_matcher_agrees_with_the_reference(pattern: list[str], words: list
 
 
 @given(st.lists(pattern_words, max_size=12), st.lists(key_words, min_size=1, max_size=3))
-@settings(max_examples=500, deadline=None)
+@settings(max_examples=examples(500), deadline=None)
 def test_topic_trie_routing_agrees_with_the_reference(
     patterns: list[list[str]], keys: list[list[str]]
 ) -> None:

@@ -18,6 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pamqp import commands
 
+from harness.hypothesis_budget import examples
 from pulsar_gateway.gateway import metrics
 from pulsar_gateway.handlers.amqp.authorization import (
     authorize_method,
@@ -196,7 +197,7 @@ grants = st.lists(
 )
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(grants, st.booleans())
 def test_rights_survive_their_record(items: list[Any], superuser: bool) -> None:
     rights = Rights(superuser=superuser)
@@ -215,7 +216,7 @@ json_values = st.recursive(
 )
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(st.dictionaries(st.sampled_from(["grants", "acls", "superuser", "x"]), json_values))
 def test_a_hostile_rights_record_is_refused_or_read_never_crashes(record: Any) -> None:
     """The decoder of stored records: anything else than RightsError is a bug."""

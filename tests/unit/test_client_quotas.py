@@ -9,6 +9,7 @@ import dataclasses
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from harness.hypothesis_budget import examples
 from harness.kafka_memory_store import MemoryClientQuotas
 from pulsar_gateway.handlers.kafka.quotas import (
     CONSUMER_BYTE_RATE,
@@ -84,7 +85,7 @@ def test_clients_sharing_a_quota_share_one_rate() -> None:
     assert quotas.throttle_ms(PRODUCER_BYTE_RATE, "bob", "b", 8000) == 0
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(
     limit=st.integers(1, 10**6),
     sends=st.lists(st.tuples(st.floats(0, 3), st.integers(0, 10**6)), max_size=40),

@@ -7,6 +7,7 @@ from collections import Counter
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from harness.hypothesis_budget import examples
 from pulsar_gateway.gateway.cluster.view import (
     Member,
     SingleMemberView,
@@ -47,7 +48,7 @@ def test_keys_are_spread_evenly() -> None:
     assert all(800 <= count <= 1200 for count in counts.values()), counts
 
 
-@settings(max_examples=50)
+@settings(max_examples=examples(50))
 @given(names, st.text(min_size=1, max_size=20), keys)
 def test_a_join_moves_only_the_keys_the_newcomer_wins(
     ids: list[str], newcomer: str, found: list[str]
@@ -61,7 +62,7 @@ def test_a_join_moves_only_the_keys_the_newcomer_wins(
         assert new == old or new.member_id == newcomer
 
 
-@settings(max_examples=50)
+@settings(max_examples=examples(50))
 @given(names, keys)
 def test_a_leave_moves_only_the_leavers_keys(ids: list[str], found: list[str]) -> None:
     if len(ids) < 2:

@@ -7,6 +7,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from harness.hypothesis_budget import examples
 from pulsar_gateway.handlers.kafka.consumer_groups import (
     Assignment,
     ConsumerGroups,
@@ -141,7 +142,7 @@ def test_new_partitions_and_regex_subscriptions_are_assigned() -> None:
     assert bad.error == ErrorCode.INVALID_REQUEST
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(
     steps=st.lists(
         st.tuples(st.sampled_from(["beat", "join", "leave"]), st.integers(0, 3)), max_size=60

@@ -13,6 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from harness.hypothesis_budget import examples
 from pulsar_gateway.gateway.backend.resend_filter import stamp_text
 from pulsar_gateway.gateway.messages import SEQ, LogEntry, StoredMessage
 from pulsar_gateway.kafka_codec.entry_format import PULSAR, encode_entries
@@ -190,7 +191,7 @@ def test_encode_entries_keeps_whole_records_within_the_limit() -> None:
     assert count == 1 and len(one) > 50
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(
     st.lists(st.integers(1, 8), min_size=1, max_size=10),
     st.integers(1, 3000),

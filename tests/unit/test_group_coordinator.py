@@ -9,6 +9,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from harness.hypothesis_budget import examples
 from pulsar_gateway.handlers.kafka.group_coordinator import GroupCoordinator
 from pulsar_gateway.handlers.kafka.group_model import (
     COMPLETING,
@@ -196,7 +197,7 @@ def _check_invariants(coordinator: GroupCoordinator) -> None:
         assert group.members[member_id].instance_id == instance
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(ACTIONS)
 def test_random_sequences_keep_invariants(actions: list[tuple[str, int]]) -> None:
     async def scenario() -> None:

@@ -23,6 +23,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import pulsar_gateway.kafka_codec.protocol as kp
+from harness.hypothesis_budget import examples
 from harness.raw_kafka_socket import uvarint
 from pulsar_gateway.kafka_codec.protocol import (
     API_NAMES,
@@ -115,7 +116,7 @@ def _top_level_arrays() -> list[tuple[int, int, int]]:
 TOP_LEVEL_ARRAYS = _top_level_arrays()
 
 
-@settings(max_examples=1500, deadline=None)
+@settings(max_examples=examples(1500), deadline=None)
 @given(
     where=st.sampled_from(TOP_LEVEL_ARRAYS),
     count=st.integers(1, 2**31 - 2) | st.sampled_from([2**31 - 2, 2_000_000]),
@@ -151,7 +152,7 @@ def test_a_count_the_bytes_cannot_hold_is_refused_before_allocating(
     assert peak < 64 * 1024, f"{count} claimed entries allocated {peak} bytes"
 
 
-@settings(max_examples=1000, deadline=None)
+@settings(max_examples=examples(1000), deadline=None)
 @given(
     case=st.sampled_from(REQUESTS),
     length=st.integers(0, 3),

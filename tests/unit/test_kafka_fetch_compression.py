@@ -7,6 +7,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from harness.hypothesis_budget import examples
 from pulsar_gateway.kafka_codec import compression
 from pulsar_gateway.kafka_codec.record_batch import ATTR_CODEC_MASK, decode_batches
 from tests.unit.test_kafka_admin_apis import SET, incremental
@@ -55,7 +56,7 @@ def test_a_topic_codec_compresses_every_fetched_batch() -> None:
     run(scenario)
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=examples(25), deadline=None)
 @given(
     values=st.lists(st.binary(max_size=300), min_size=1, max_size=20),
     budget=st.integers(min_value=1, max_value=4000),

@@ -18,6 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import pulsar_gateway.kafka_codec.protocol as kp
+from harness.hypothesis_budget import examples
 from pulsar_gateway.kafka_codec.protocol import (
     API_NAMES,
     SUPPORTED,
@@ -226,7 +227,7 @@ SLOW_OK = [HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.large_b
 # Every (API, version, direction) is round-tripped by test_round_trip_every_version, with and
 # without nulls, and the APIs every client sends get 500 more random values below: 1,000
 # random values here (two or so per case) over the 562 cases, at half the time of 2,000.
-@settings(max_examples=1000, deadline=None, suppress_health_check=SLOW_OK)
+@settings(max_examples=examples(1000), deadline=None, suppress_health_check=SLOW_OK)
 @given(st.data())
 def test_round_trip_property(data: st.DataObject) -> None:
     key, version, response = data.draw(st.sampled_from(CASES))
@@ -237,7 +238,7 @@ def test_round_trip_property(data: st.DataObject) -> None:
     assert encode(key, version, response, decode(key, version, response, message)) == message
 
 
-@settings(max_examples=500, deadline=None, suppress_health_check=SLOW_OK)
+@settings(max_examples=examples(500), deadline=None, suppress_health_check=SLOW_OK)
 @given(st.data())
 def test_round_trip_property_hot_apis(data: st.DataObject) -> None:
     """More examples for what every client sends: Produce, Fetch, Metadata, ApiVersions."""
@@ -434,7 +435,7 @@ def test_unknown_api_and_version_headers_still_parse() -> None:
         decode_request(18, 99, b"")
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(
     key=st.sampled_from(sorted(SUPPORTED)),
     version=st.integers(0, 20),
@@ -534,7 +535,7 @@ def _decode_or_reject(key: int, version: int, response: bool, data: bytes) -> No
         pass
 
 
-@settings(max_examples=2000, deadline=None)
+@settings(max_examples=examples(2000), deadline=None)
 @given(case=st.sampled_from(CASES), data=st.binary(max_size=200))
 def test_random_bytes_raise_only_decode_error(case: tuple[int, int, bool], data: bytes) -> None:
     _decode_or_reject(*case, data)
@@ -542,7 +543,7 @@ def test_random_bytes_raise_only_decode_error(case: tuple[int, int, bool], data:
 
 # Most of the time goes into drawing a valid message: each one drawn is mutated three times
 # over, independently, so 700 draws decode 2,100 mutated messages (2,000 from one each before).
-@settings(max_examples=700, deadline=None, suppress_health_check=SLOW_OK)
+@settings(max_examples=examples(700), deadline=None, suppress_health_check=SLOW_OK)
 @given(st.data())
 def test_mutated_messages_raise_only_decode_error(data: st.DataObject) -> None:
     key, version, response = data.draw(st.sampled_from(CASES))
@@ -559,7 +560,7 @@ def test_mutated_messages_raise_only_decode_error(data: st.DataObject) -> None:
         _decode_or_reject(key, version, response, bytes(body))
 
 
-@settings(max_examples=1000, deadline=None)
+@settings(max_examples=examples(1000), deadline=None)
 @given(st.binary(max_size=64))
 def test_random_headers_raise_only_decode_error(data: bytes) -> None:
     try:

@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from harness.hypothesis_budget import examples
 from pulsar_gateway.kafka_codec.record_batch import (
     Record,
     RecordBatchError,
@@ -143,7 +144,7 @@ def test_a_run_of_offsets_is_recorded_like_its_records_one_by_one():
     assert at_once == one_by_one
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(st.binary(max_size=400), st.integers(0, 400))
 def test_batch_headers_raise_only_record_batch_errors(junk, cut):
     raw = bytearray(batch(0, 3) + junk)

@@ -8,6 +8,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from harness.hypothesis_budget import examples
 from pulsar_gateway.gateway.backend.native_writer import entries, lone_entry
 from pulsar_gateway.gateway.backend.wire.batch import split_batch
 from pulsar_gateway.gateway.backend.wire.messages import MessageMetadata
@@ -64,7 +65,7 @@ def _expected(messages: list[OutMessage], whole: bool = True) -> list[tuple]:
     return out
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(st.lists(records, min_size=1, max_size=30), st.integers(200, 3000), st.booleans())
 def test_entries_carry_every_record_as_pulsar_client_would(messages, limit, whole) -> None:
     assert _unpacked(messages, limit, whole) == _expected(messages, whole)

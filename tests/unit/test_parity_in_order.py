@@ -7,6 +7,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from harness.hypothesis_budget import examples
 from pulsar_gateway.tools.parity.in_order import OffsetMap, walk
 from pulsar_gateway.tools.parity.sources import Record
 
@@ -35,7 +36,7 @@ def test_the_offset_map_follows_runs_then_aligned_starts() -> None:
     assert OffsetMap().target_of(0) is None
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(records, st.integers(0, 50), st.integers(0, 50))
 def test_a_faithful_copy_passes_with_its_count(rows, source_start, target_start) -> None:
     source = numbered(rows, source_start)
@@ -51,7 +52,7 @@ def test_a_faithful_copy_passes_with_its_count(rows, source_start, target_start)
 DAMAGE = st.sampled_from(["drop", "duplicate", "swap", "key", "value", "header", "ts", "shift"])
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(records, DAMAGE, st.data())
 def test_any_damage_is_found_where_it_is(rows, damage, data) -> None:
     source = numbered(rows)

@@ -11,6 +11,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from harness.hypothesis_budget import examples
 from pulsar_gateway.gateway.backend.native_writer import entries
 from pulsar_gateway.gateway.backend.wire.batch import BatchBuilder, split_batch
 from pulsar_gateway.gateway.messages import (
@@ -90,7 +91,7 @@ def _one_by_one(messages: list[StoredMessage], offset: int) -> list[tuple]:
     return _records(encode_entries([LogEntry(offset + i, m) for i, m in enumerate(messages)])[0])
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(
     st.lists(plain_records | repeating_records | any_records, min_size=1, max_size=40),
     st.integers(0, 2**40),
@@ -133,7 +134,7 @@ def test_pulsar_client_layout_reads_whole_too() -> None:
     assert _served(made, 0) == _one_by_one(_split((1, 1, 0), built.payload, 5), 0)
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(st.lists(plain_records, min_size=1, max_size=10), st.data())
 def test_a_damaged_entry_is_never_read_wrong(messages: list[OutMessage], data: Any) -> None:
     """Flipped or cut bytes: None (the message path then says what is wrong) or, where the
@@ -179,7 +180,7 @@ def test_an_entry_of_more_records_than_one_byte_deltas_reach_reads_whole() -> No
     assert _served(made, 0) == _one_by_one(_split((1, 1, 0), entry.payload, 9_000), 0)
 
 
-@settings(max_examples=30, deadline=None)
+@settings(max_examples=examples(30), deadline=None)
 @given(
     st.integers(1, 600),
     st.sampled_from([1, 7, 100, 10**9]),

@@ -28,6 +28,7 @@ from kafka.record.default_records import DefaultRecordBatch as KpBatch
 from kafka.record.default_records import DefaultRecordBatchBuilder as KpBuilder
 from kafka.record.memory_records import MemoryRecords as KpMemoryRecords
 
+from harness.hypothesis_budget import examples
 from pulsar_gateway.kafka_codec import compression
 from pulsar_gateway.kafka_codec.compression import (
     CompressionError,
@@ -145,7 +146,7 @@ def assert_same_records(ours: list[Record], theirs) -> None:
 # Most of these two properties' time is hypothesis drawing record lists (up to 40 records
 # of up to 300-byte keys, values and headers): each list is checked under every codec, so
 # 60 lists give each codec twice the round trips that 150 lists drawn with one codec each did.
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(60), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     records=record_lists(),
     base_offset=st.integers(0, I64_MAX),
@@ -169,7 +170,7 @@ def test_roundtrip_random_records(records, base_offset, pid):
         assert again == raw
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(40), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(records=record_lists())
 def test_headers_only_decode_reads_the_same_header_without_the_records(records):
     """The `kafka` entry format stores a produced batch as sent: its records are not decoded
@@ -385,7 +386,7 @@ def test_aiokafka_reads_our_batches(codec, impl):
     assert n == 100
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(60), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(records=record_lists(max_size=15, ts=st.integers(0, 10**13)), codec=st.sampled_from(CODECS))
 def test_clients_read_random_batches(records, codec):
     raw = bytes(encode_batch(0, records, codec))
@@ -481,7 +482,7 @@ def test_decompression_bombs_stop_at_limit(codec):
         assert e.value.code == ErrorCode.MESSAGE_TOO_LARGE
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(codec=st.sampled_from(CODECS), data=st.binary(max_size=200))
 def test_decompress_garbage_raises_only_compression_error(codec, data):
     for blob in (data, compress(codec, data)[: len(data) // 2] + data):
@@ -519,20 +520,20 @@ def decode_or_reject(data, **kw):
         return None
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=examples(400), deadline=None)
 @given(st.binary(max_size=400))
 def test_random_bytes(data):
     decode_or_reject(data)
     decode_or_reject(data, verify_crc=False)
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=examples(400), deadline=None)
 @given(body=st.binary(max_size=200), count=st.integers(-2, 40), codec=st.sampled_from(CODECS + [5]))
 def test_garbage_behind_a_valid_crc(body, count, codec):
     decode_or_reject(frame(body, count, attrs=codec))
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(records=record_lists(max_size=6), codec=st.sampled_from(CODECS), data=st.data())
 def test_mutated_records_behind_a_valid_crc(records, codec, data):
     """Flip, cut or splice the *records* then fix the CRC, so the record parser sees it."""

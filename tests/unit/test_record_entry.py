@@ -12,6 +12,7 @@ import dataclasses
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from harness.hypothesis_budget import examples
 from pulsar_gateway.gateway.backend.native_writer import entries, prebuilt_entry
 from pulsar_gateway.gateway.messages import ProducedBatch, RecordMessages
 from pulsar_gateway.handlers.kafka.port import ProducerStamp
@@ -69,7 +70,7 @@ idempotent = st.none() | st.builds(
 )
 
 
-@settings(max_examples=500, deadline=None)
+@settings(max_examples=examples(500), deadline=None)
 @given(records, st.sampled_from([0, 1, 3, 4]), sequences, st.booleans(), idempotent)
 def test_the_prebuilt_entry_is_the_one_entries_builds(
     fields, codec, first, whole, producer
@@ -108,7 +109,7 @@ def test_the_prebuilt_entry_is_the_one_entries_builds(
     assert list(lazy) == messages
 
 
-@settings(max_examples=500, deadline=None)
+@settings(max_examples=examples(500), deadline=None)
 @given(
     records,
     st.sampled_from([0, 2]),

@@ -8,6 +8,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from harness.hypothesis_budget import examples
 from pulsar_gateway.kafka_codec.entry_format import PULSAR
 from pulsar_gateway.kafka_codec.record_batch import (
     HEADER_SIZE,
@@ -43,7 +44,7 @@ def _outcome(raw: bytes, as_messages: bool, append_time: int | None) -> object:
         return ("refused", exc.code)
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=examples(400), deadline=None)
 @given(
     records,
     st.sampled_from([0, 1, 3]),

@@ -16,6 +16,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from harness.hypothesis_budget import examples
 from harness.kafka_memory_store import memory_storage
 from pulsar_gateway.gateway.config import KafkaSection
 from pulsar_gateway.handlers.kafka.context import BrokerIdentity, KafkaContext
@@ -106,7 +107,7 @@ requests = st.lists(
 )
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(requests, st.integers(0, 2**32))
 def test_pipelined_requests_take_effect_in_arrival_order(plan: list[Any], seed: int) -> None:
     async def scenario() -> None:

@@ -15,6 +15,7 @@ from typing import Any
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
+from harness.hypothesis_budget import examples
 from harness.share_feed_memory import GATEWAY, MemoryShareFeed, MemorySubscription
 from pulsar_gateway.gateway.messages import RECORDS, LogEntry, StoredMessage
 from pulsar_gateway.handlers.kafka.share_broker import BrokerHold
@@ -183,7 +184,7 @@ def check(model: Model, batches: bool) -> None:
     assert all(count <= LIMIT for count in model.delivered.values()), model.delivered
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(st.lists(st.just(1), min_size=1, max_size=6), st.lists(OPS, max_size=40))
 def test_single_record_entries_are_consumed_once_and_none_is_lost(
     sizes: list[int], ops: list[tuple[Any, ...]]
@@ -191,7 +192,7 @@ def test_single_record_entries_are_consumed_once_and_none_is_lost(
     check(run(sizes, ops), batches=False)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(st.lists(st.integers(1, 3), min_size=1, max_size=5), st.lists(OPS, max_size=40))
 # a batch partly accepted and partly released must not go back to the application
 @example(

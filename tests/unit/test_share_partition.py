@@ -6,6 +6,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from harness.hypothesis_budget import examples
 from pulsar_gateway.handlers.kafka.share_partition import (
     ACCEPT,
     ACKNOWLEDGED,
@@ -145,7 +146,7 @@ OPERATIONS = st.lists(
 )
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(OPERATIONS)
 def test_every_record_is_settled_once_and_never_over_delivered(operations: list) -> None:
     """Whatever members do, a record is accepted at most once, never delivered more than

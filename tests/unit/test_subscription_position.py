@@ -10,6 +10,7 @@ import math
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from harness.hypothesis_budget import examples
 from pulsar_gateway.gateway.messages import StoredMessage
 from pulsar_gateway.storage.kafka.partition_log import LogEntry
 from pulsar_gateway.storage.kafka.subscription_position import entry_start_position
@@ -44,7 +45,7 @@ def _expected(log: _Log, offset: int) -> tuple[int, int, int] | None:
     return log.ids[start - 1] if start > log.log_start else None
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(
     sizes=st.lists(st.integers(1, 60), min_size=1, max_size=8),
     data=st.data(),

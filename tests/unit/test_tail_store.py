@@ -13,6 +13,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from harness.hypothesis_budget import examples
 from harness.tail_sizes import held
 from pulsar_gateway.gateway.messages import StoredMessage
 from pulsar_gateway.kafka_codec.entry_format import encode_entries
@@ -58,7 +59,7 @@ def test_a_full_tail_holds_no_python_object_per_message() -> None:
     asyncio.run(scenario())
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(
     st.lists(
         st.tuples(
@@ -220,7 +221,7 @@ def test_a_tail_of_small_records_is_charged_what_it_holds() -> None:
     asyncio.run(scenario())
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(
     st.lists(
         st.tuples(

@@ -11,6 +11,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from harness.hypothesis_budget import examples
 from pulsar_gateway.gateway.backend.resend_filter import SEQ, stamp_text
 from pulsar_gateway.gateway.messages import StoredMessage
 from pulsar_gateway.storage.kafka.partition_log import PartitionLog
@@ -79,7 +80,7 @@ def test_a_long_stream_is_scanned_once_and_held_little() -> None:
     assert taken == len(messages) and not whole.held
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(
     st.lists(st.integers(1, 6), min_size=1, max_size=12),
     st.lists(st.integers(1, 7), min_size=1, max_size=20),
@@ -117,7 +118,7 @@ def test_a_batch_whose_rest_never_comes_is_released() -> None:
     asyncio.run(scenario())
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(
     st.lists(st.integers(1, 6), min_size=1, max_size=12),
     st.integers(1, 2000),

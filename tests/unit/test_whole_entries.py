@@ -11,6 +11,7 @@ import asyncio
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from harness.hypothesis_budget import examples
 from pulsar_gateway.gateway.backend.native_reader import NativeReaderStream
 from pulsar_gateway.gateway.backend.native_writer import entries
 from pulsar_gateway.gateway.backend.resend_filter import ResendFilter
@@ -59,7 +60,7 @@ streams = st.lists(
 )
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(streams, st.randoms(use_true_random=False))
 def test_the_filter_numbers_a_whole_entry_as_its_messages(stream, random) -> None:
     """Each producer's entries are cut from its own run of sequences, some sent twice (a

@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from harness.hypothesis_budget import examples
 from pulsar_gateway.gateway.backend.wire.batch import (
     IN_ENTRY,
     BatchBuilder,
@@ -61,7 +62,7 @@ def _reference(payload: bytes, count: int) -> list[tuple[SingleMessageMetadata, 
     return out
 
 
-@settings(max_examples=80, deadline=None)
+@settings(max_examples=examples(80), deadline=None)
 @given(records, st.sampled_from(list(CompressionType)))
 def test_batches_round_trip_and_match_the_protobuf_reference(messages, compression) -> None:
     builder = BatchBuilder()
@@ -90,7 +91,7 @@ def test_batches_round_trip_and_match_the_protobuf_reference(messages, compressi
         assert payload == (value or b"")
 
 
-@settings(max_examples=50, deadline=None)
+@settings(max_examples=examples(50), deadline=None)
 @given(records)
 def test_batch_entry_from_encoded_fields_equals_the_builder(messages) -> None:
     builder = BatchBuilder()
@@ -161,7 +162,7 @@ def test_zlib_bombs_stop_at_the_stated_size() -> None:
         decompress(CompressionType.ZLIB, bomb, 1000)
 
 
-@settings(max_examples=500, deadline=None)
+@settings(max_examples=examples(500), deadline=None)
 @given(st.binary(max_size=300), st.integers(0, 20))
 def test_random_batches_raise_decode_error_only(data: bytes, count: int) -> None:
     try:
@@ -170,7 +171,7 @@ def test_random_batches_raise_decode_error_only(data: bytes, count: int) -> None
         pass
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(records, st.data())
 def test_corrupted_batches_raise_decode_error_only(messages, data) -> None:
     builder = BatchBuilder()

@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from harness.hypothesis_budget import examples
 from pulsar_gateway.gateway.backend.wire import commands as c
 from pulsar_gateway.gateway.backend.wire.errors import DecodeError
 from pulsar_gateway.gateway.backend.wire.ids import MessageId, partition_index
@@ -105,7 +106,7 @@ def instances(cls: type, depth: int = 0) -> st.SearchStrategy[Any]:
 
 
 @pytest.mark.parametrize("cls", DATA_MESSAGES, ids=lambda cls: cls.__name__)
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(data=st.data())
 def test_data_messages_round_trip(cls: type[ProtoMessage], data: st.DataObject) -> None:
     message = data.draw(instances(cls))
@@ -113,7 +114,7 @@ def test_data_messages_round_trip(cls: type[ProtoMessage], data: st.DataObject) 
 
 
 @pytest.mark.parametrize("cls", ALL_COMMANDS, ids=lambda cls: cls.__name__)
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=examples(40), deadline=None)
 @given(data=st.data())
 def test_every_command_round_trips(cls: type[c.Command], data: st.DataObject) -> None:
     command = data.draw(instances(cls))
@@ -163,7 +164,7 @@ def test_strings_that_are_not_utf8_survive() -> None:
     assert pair.encode() == raw
 
 
-@settings(max_examples=600, deadline=None)
+@settings(max_examples=examples(600), deadline=None)
 @given(st.binary(max_size=200))
 def test_random_bytes_decode_or_raise_decode_error(data: bytes) -> None:
     for decode in (
@@ -178,7 +179,7 @@ def test_random_bytes_decode_or_raise_decode_error(data: bytes) -> None:
             pass
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(data=st.data())
 def test_corrupted_commands_decode_or_raise_decode_error(data: st.DataObject) -> None:
     cls = data.draw(st.sampled_from(ALL_COMMANDS))
@@ -194,7 +195,7 @@ def test_corrupted_commands_decode_or_raise_decode_error(data: st.DataObject) ->
         pass
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(
     st.integers(0, U64),
     st.integers(0, U64),
@@ -210,7 +211,7 @@ def test_the_direct_send_encoder_writes_what_the_generic_one_does(
     assert c.decode_command(generic) == c.Send(producer, sequence, count, highest, chunk)
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(
     st.integers(0, U64),
     st.sampled_from(list(c.AckType)),

@@ -10,6 +10,7 @@ from crc32c import crc32c
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from harness.hypothesis_budget import examples
 from pulsar_gateway.gateway.backend.wire import commands as c
 from pulsar_gateway.gateway.backend.wire.errors import ChecksumMismatch, DecodeError, FrameTooLarge
 from pulsar_gateway.gateway.backend.wire.frames import (
@@ -125,7 +126,7 @@ def test_unknown_commands_come_through_as_unknown() -> None:
     assert FrameReader().feed(frame)[0].command == c.UnknownCommand(68)
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=examples(400), deadline=None)
 @given(st.binary(max_size=300), st.integers(1, 50))
 def test_random_bytes_never_raise_anything_but_decode_error(data: bytes, step: int) -> None:
     reader = FrameReader(max_frame_size=4096)
@@ -137,7 +138,7 @@ def test_random_bytes_never_raise_anything_but_decode_error(data: bytes, step: i
         pass
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(st.data())
 def test_corrupted_and_truncated_frames_raise_decode_error_or_parse(data: st.DataObject) -> None:
     stream = bytearray(_stream()[0])

@@ -7,6 +7,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from harness.hypothesis_budget import examples
 from pulsar_gateway.gateway.backend.native_writer import entries
 from pulsar_gateway.gateway.backend.wire.batch import split_batch
 from pulsar_gateway.gateway.backend.written_entries import WrittenEntries, WrittenEntry
@@ -38,7 +39,7 @@ def _parsed(payload: bytes, count: int, ledger: int, entry: int) -> list[StoredM
     ]
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(st.lists(records, min_size=1, max_size=30), st.integers(200, 3000), st.booleans())
 def test_a_noted_entry_gives_what_parsing_it_gives(messages, limit, whole) -> None:
     noted = 0
