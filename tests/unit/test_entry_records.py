@@ -9,6 +9,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from harness.hypothesis_budget import examples
 from pulsar_gateway.gateway.backend.native_writer import entries
 from pulsar_gateway.gateway.backend.resend_filter import ResendFilter
 from pulsar_gateway.gateway.backend.wire.batch import BatchBuilder, split_batch
@@ -49,7 +50,7 @@ def _message_path(data: bytes, count: int) -> list[tuple[Any, ...]]:
     return out
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(
     st.lists(kafka_records, min_size=1, max_size=30),
     st.integers(0, 2**40),

@@ -160,7 +160,7 @@ def _outcome(reader: FrameReader, stream: bytes) -> object:
         return type(exc), str(exc)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(st.data())
 def test_large_frames_read_as_the_rest_are(data: st.DataObject) -> None:
     """A frame over `large_frame` is read from copies of its head and payload
