@@ -17,6 +17,7 @@ from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from harness.machine_load import load_per_core
 from harness.waiting import wait_until
 from pulsar_gateway.gateway.backend.embedded import process_alive
 
@@ -90,7 +91,11 @@ class GatewayProcess:
         """Start the gateway and wait until it is healthy. A port picked free may be taken
         by another test's process before the gateway binds it (tests run in parallel): the
         gateway then stops with "address already in use", and it is started again on ports
-        picked afresh (a port the caller chose is kept)."""
+        picked afresh (a port the caller chose is kept).
+
+        The wait stretches with the load per core (up to 4x): start-up is CPU work (imports,
+        the Kafka codecs compiled, the metadata loaded), 40-48 s at load 20 on 2 cores."""
+        timeout *= min(4.0, load_per_core())
         for attempt in range(3):
             written = self.log_path.stat().st_size if self.log_path.exists() else 0
             try:
