@@ -25,6 +25,7 @@ import pika
 import pytest
 
 from harness.gateway_process import REPO, GatewayProcess
+from harness.machine_load import load_per_core
 from harness.waiting import wait_until
 
 PASSWORD = "console pw"
@@ -479,6 +480,7 @@ def test_every_page_in_a_browser(gateway: GatewayProcess, amqp: pika.BlockingCon
     unexpected = [e for e in errors if "404" not in e]
     assert unexpected == []
     assert len([e for e in errors if "404" in e]) <= 1, errors
-    assert max(timings.values()) < 5, timings
+    # a page's load within 5 s, stretched by the load per core (harness/machine_load.py)
+    assert max(timings.values()) < 5 * load_per_core(), timings
     assert call(gateway, f"/console/api/topics/{made}")[1]["partition_count"] == 2
     Path(SCREENSHOTS / "timings.json").write_text(json.dumps(timings, indent=1))
