@@ -67,8 +67,15 @@ class GatewayProcess:
     """One gateway with its embedded broker, in a data directory of its own."""
 
     def __init__(
-        self, data_dir: Path, extra: list[str] | None = None, broker_port: int | None = None
+        self,
+        data_dir: Path,
+        extra: list[str] | None = None,
+        broker_port: int | None = None,
+        port_settings: tuple[str, ...] = (),
     ) -> None:
+        """`port_settings` names further settings that take a port (e.g. "kafka.tls_port"):
+        the process picks each one free, and picks it again if start-up finds it taken, so
+        the caller reads it from `ports` after `start`, never picks it itself."""
         self.data_dir = data_dir
         self.kafka_port = free_port()
         self.metrics_port = free_port()
@@ -76,6 +83,7 @@ class GatewayProcess:
         self.broker_port = broker_port or free_port()
         self._own_broker_port = broker_port is None
         self.extra = extra or []
+        self.ports = {name: free_port() for name in port_settings}
         self.process: subprocess.Popen[bytes] | None = None
         self.log_path = data_dir / "gateway.log"
 
@@ -101,10 +109,11 @@ class GatewayProcess:
             try:
                 return self._start(timeout)
             except RuntimeError:
-                taken = "address already in use" in self._log_since(written)
+                taken = "address already in use" in self._log_since(written).lower()
                 if not taken or attempt == 2:
                     raise
             self.kafka_port, self.metrics_port, self.amqp_port = (free_port() for _ in range(3))
+            self.ports = {name: free_port() for name in self.ports}
             if self._own_broker_port:
                 self.broker_port = free_port()
         raise AssertionError("unreachable")
@@ -134,6 +143,7 @@ class GatewayProcess:
             "--set",
             f"embedded.port={self.broker_port}",
             *self.extra,
+            *set_flags(dict(self.ports)),
         ]
         log = open(self.log_path, "ab")  # noqa: SIM115 - closed with the process
         self.process = subprocess.Popen(

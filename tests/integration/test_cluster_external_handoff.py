@@ -14,7 +14,7 @@ from pathlib import Path
 import pika
 
 from harness.certificates import make_certificates_with_clients
-from harness.gateway_process import REPO, GatewayProcess, free_port, set_flags
+from harness.gateway_process import REPO, GatewayProcess, set_flags
 from harness.shared_broker import SharedBroker
 from harness.waiting import wait_until
 from pulsar_gateway.gateway.cluster.view import Member, owner_of, vhost_key
@@ -33,12 +33,11 @@ def _member(tmp: Path, url: str, node: int, certs: dict[str, Path]) -> GatewayPr
         "amqp.tls_cert_file": certs["cert"],
         "amqp.tls_key_file": certs["key"],
         "amqp.tls_ca_file": certs["ca"],
-        "amqp.tls_port": free_port(),
         "authorization.superusers": "frank",
     }
-    member = GatewayProcess(tmp / f"g{node}", extra=set_flags(settings))
-    member.amqps_port = settings["amqp.tls_port"]  # type: ignore[attr-defined]
-    return member
+    return GatewayProcess(
+        tmp / f"g{node}", extra=set_flags(settings), port_settings=("amqp.tls_port",)
+    )
 
 
 def test_an_external_login_is_handed_to_the_vhost_owner(tmp_path: Path, monkeypatch) -> None:
@@ -70,7 +69,7 @@ def test_an_external_login_is_handed_to_the_vhost_owner(tmp_path: Path, monkeypa
         context.load_cert_chain(str(certs["frank.pem"]), str(certs["frank.key"]))
         params = pika.ConnectionParameters(
             host="127.0.0.1",
-            port=accepting.amqps_port,  # type: ignore[attr-defined]
+            port=accepting.ports["amqp.tls_port"],
             credentials=pika.credentials.ExternalCredentials(),
             ssl_options=pika.SSLOptions(context, server_hostname="localhost"),
             connection_attempts=1,

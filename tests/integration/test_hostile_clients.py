@@ -38,7 +38,7 @@ from typing import Any
 import pytest
 
 from harness.certificates import make_certificates
-from harness.gateway_process import GUEST, REPO, GatewayProcess, free_port, set_flags
+from harness.gateway_process import GUEST, REPO, GatewayProcess, set_flags
 from harness.hostile_attackers import HUGE_TOPICS, log_in, metadata
 from harness.machine_load import load_per_core
 from harness.raw_kafka_socket import recv_frame
@@ -76,10 +76,8 @@ def target(
         "kafka.default_partitions": 1,
         "kafka.tls_cert_file": certs["cert"],
         "kafka.tls_key_file": certs["key"],
-        "kafka.tls_port": free_port(),
         "amqp.tls_cert_file": certs["cert"],
         "amqp.tls_key_file": certs["key"],
-        "amqp.tls_port": free_port(),
         "kafka.frame_timeout_seconds": FRAME_TIMEOUT,
         # a trickled frame is closed after this (and its budget given back)
         "kafka.frame_grace_seconds": FRAME_TIMEOUT / 2,
@@ -98,10 +96,13 @@ def target(
         settings["kafka.sasl_mechanisms"] = "PLAIN"
         settings["kafka.login_timeout_seconds"] = 3.0
         settings["authorization.superusers"] = ALICE[0]
-    process = GatewayProcess(tmp_path_factory.mktemp(request.param), extra=set_flags(settings))
-    process.tls_ports = [settings["kafka.tls_port"], settings["amqp.tls_port"]]  # type: ignore[attr-defined]
+    tls = ("kafka.tls_port", "amqp.tls_port")
+    process = GatewayProcess(
+        tmp_path_factory.mktemp(request.param), extra=set_flags(settings), port_settings=tls
+    )
     process.sasl = sasl  # type: ignore[attr-defined]
     process.start()
+    process.tls_ports = [process.ports[name] for name in tls]  # type: ignore[attr-defined]
     if sasl:
         for user, password in (ALICE, MALLORY):
             command = [sys.executable, "-m", "pulsar_gateway.cli", "users", "add", user]
