@@ -305,6 +305,17 @@ def cluster_member(
     return GatewayProcess(data_dir, extra=set_flags(settings))
 
 
+def wait_until_members_see_each_other(members: list[GatewayProcess], timeout: float = 30) -> None:
+    """Started cluster members have each seen every other one's heartbeat: before that, a
+    member may still take itself for the owner of everything."""
+    wait_until(
+        lambda: all(len(m.cluster().get("members", [])) == len(members) for m in members),
+        timeout,
+        0.1,
+        "the members to see each other",
+    )
+
+
 def _gone(pid: int) -> bool:
     """Exited, or a zombie (its parent, the gateway, is dead, and PID 1 may not reap it)."""
     return not process_alive(pid)

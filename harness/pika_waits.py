@@ -27,3 +27,17 @@ def round_trip(conn: pika.BlockingConnection) -> None:
     has arrived. The marker for "and nothing more was delivered"."""
     conn.channel().close()
     conn.process_data_events(time_limit=0)
+
+
+def connect_when_served(port: int, timeout: float = 30) -> pika.BlockingConnection:
+    """A connection through one cluster member's port, tried until the vhost's owner is
+    settled (before that, the member refuses the login)."""
+    params = pika.ConnectionParameters("127.0.0.1", port, connection_attempts=1)
+
+    def attempt() -> pika.BlockingConnection | None:
+        try:
+            return pika.BlockingConnection(params)
+        except pika.exceptions.AMQPError:
+            return None
+
+    return wait_until(attempt, timeout=timeout, message=f"a connection through port {port}")

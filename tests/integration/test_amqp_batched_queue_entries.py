@@ -16,7 +16,12 @@ import pika
 import pulsar
 import pytest
 
-from harness.gateway_process import GatewayProcess, cluster_member
+from harness.gateway_process import (
+    GatewayProcess,
+    cluster_member,
+    wait_until_members_see_each_other,
+)
+from harness.pika_waits import connect_when_served
 from harness.shared_broker import SharedBroker
 from harness.waiting import wait_until
 from pulsar_gateway.gateway.cluster.view import score, vhost_key
@@ -195,18 +200,6 @@ def test_messages_acknowledged_in_part_of_an_entry_stay_acknowledged_across_a_ki
         gateway.stop()
 
 
-def _connect(port: int) -> pika.BlockingConnection:
-    params = pika.ConnectionParameters("127.0.0.1", port, connection_attempts=1)
-
-    def attempt() -> pika.BlockingConnection | None:
-        try:
-            return pika.BlockingConnection(params)
-        except pika.exceptions.AMQPError:
-            return None  # the vhost's owner is still being settled
-
-    return wait_until(attempt, timeout=30, message=f"a connection through port {port}")
-
-
 def test_messages_acknowledged_in_part_of_an_entry_stay_acknowledged_across_a_handover(
     tmp_path: Path,
 ) -> None:
@@ -222,18 +215,13 @@ def test_messages_acknowledged_in_part_of_an_entry_stay_acknowledged_across_a_ha
     try:
         for member in members:
             member.start()
-        wait_until(
-            lambda: all(len(m.cluster().get("members", [])) == 2 for m in members),
-            30,
-            0.1,
-            "both members to see each other",
-        )
+        wait_until_members_see_each_other(members)
         owner, heir = sorted(members, key=lambda m: -score(vhost_key("/"), m.cluster()["me"]))
-        connection = _connect(owner.amqp_port)
+        connection = connect_when_served(owner.amqp_port)
         queue = _ack_part_of_one_entry(connection, broker.service_url)
         connection.close()
         assert owner.stop() == 0, owner.log_tail()
-        connection = _connect(heir.amqp_port)
+        connection = connect_when_served(heir.amqp_port)
         _the_rest(connection, queue)
         connection.close()
     finally:

@@ -11,24 +11,12 @@ from pathlib import Path
 
 import pika
 
-from harness.gateway_process import cluster_member
-from harness.pika_waits import pump_until
+from harness.gateway_process import cluster_member, wait_until_members_see_each_other
+from harness.pika_waits import connect_when_served, pump_until
 from harness.shared_broker import SharedBroker
 from harness.waiting import wait_until
 
 REPLY_TO = "amq.rabbitmq.reply-to"
-
-
-def _connect(port: int) -> pika.BlockingConnection:
-    params = pika.ConnectionParameters("127.0.0.1", port, connection_attempts=1)
-
-    def attempt() -> pika.BlockingConnection | None:
-        try:
-            return pika.BlockingConnection(params)
-        except pika.exceptions.AMQPError:
-            return None  # the vhost's owner is still being settled
-
-    return wait_until(attempt, timeout=20, message=f"a connection through port {port}")
 
 
 def test_a_reply_reaches_a_requester_connected_to_the_other_member(tmp_path: Path) -> None:
@@ -40,14 +28,9 @@ def test_a_reply_reaches_a_requester_connected_to_the_other_member(tmp_path: Pat
     try:
         for member in members:
             member.start()
-        wait_until(
-            lambda: all(len(m.cluster().get("members", [])) == 2 for m in members),
-            30,
-            0.1,
-            "both members to see each other",
-        )
-        requester = _connect(members[0].amqp_port)
-        responder = _connect(members[1].amqp_port)
+        wait_until_members_see_each_other(members)
+        requester = connect_when_served(members[0].amqp_port)
+        responder = connect_when_served(members[1].amqp_port)
         queue = f"rpc-{uuid.uuid4().hex[:8]}"
         ch = requester.channel()
         ch.queue_declare(queue)

@@ -14,7 +14,12 @@ from pathlib import Path
 import pika
 
 from harness.certificates import make_certificates_with_clients
-from harness.gateway_process import REPO, GatewayProcess, set_flags
+from harness.gateway_process import (
+    REPO,
+    GatewayProcess,
+    set_flags,
+    wait_until_members_see_each_other,
+)
 from harness.shared_broker import SharedBroker
 from harness.waiting import wait_until
 from pulsar_gateway.gateway.cluster.view import Member, owner_of, vhost_key
@@ -49,12 +54,7 @@ def test_an_external_login_is_handed_to_the_vhost_owner(tmp_path: Path, monkeypa
     try:
         for member in members:
             member.start()
-        wait_until(
-            lambda: all(len(m.cluster().get("members", [])) == 2 for m in members),
-            30,
-            0.1,
-            "both members to see each other",
-        )
+        wait_until_members_see_each_other(members)
         command = [sys.executable, "-m", "pulsar_gateway.cli", "users", "add", "frank"]
         command += ["--gateway-health", f"http://127.0.0.1:{members[0].metrics_port}"]
         subprocess.run(command, input="unused pw\n", text=True, check=True, cwd=REPO, timeout=60)

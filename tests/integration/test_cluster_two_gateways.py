@@ -14,7 +14,11 @@ import pytest
 from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from harness.gateway_process import GatewayProcess, cluster_member
+from harness.gateway_process import (
+    GatewayProcess,
+    cluster_member,
+    wait_until_members_see_each_other,
+)
 from harness.partition_records import read_to_end
 from harness.raw_kafka_socket import recv_frame
 from harness.shared_broker import SharedBroker
@@ -38,12 +42,7 @@ def cluster(tmp_path: Path) -> Iterator[tuple[SharedBroker, list[GatewayProcess]
                 tmp_path / f"g{node}", broker.service_url, f"m{node}", node, lease_seconds=LEASE
             )
             members.append(member.start())
-        wait_until(
-            lambda: all(len(m.cluster().get("members", [])) == 2 for m in members),
-            30,
-            0.1,
-            "both members to see each other",
-        )
+        wait_until_members_see_each_other(members)
         yield broker, members
     finally:
         for member in members:

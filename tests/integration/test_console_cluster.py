@@ -16,7 +16,11 @@ from typing import Any
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from harness.gateway_process import GatewayProcess, cluster_member
+from harness.gateway_process import (
+    GatewayProcess,
+    cluster_member,
+    wait_until_members_see_each_other,
+)
 from harness.shared_broker import SharedBroker
 from harness.waiting import wait_until
 
@@ -43,12 +47,7 @@ def test_each_member_shows_what_it_serves(tmp_path: Path) -> None:
         for node in (1, 2):
             member = cluster_member(tmp_path / f"g{node}", broker.service_url, f"m{node}", node)
             members.append(member.start())
-        wait_until(
-            lambda: all(len(m.cluster().get("members", [])) == 2 for m in members),
-            30,
-            0.1,
-            "both members to see each other",
-        )
+        wait_until_members_see_each_other(members)
         servers = ",".join(m.bootstrap for m in members)
         topic = f"spread-{uuid.uuid4().hex[:6]}"
         admin = AdminClient({"bootstrap.servers": servers})

@@ -12,9 +12,13 @@ from pathlib import Path
 from confluent_kafka import Producer, ShareConsumer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from harness.gateway_process import GatewayProcess, cluster_member, set_flags
+from harness.gateway_process import (
+    GatewayProcess,
+    cluster_member,
+    set_flags,
+    wait_until_members_see_each_other,
+)
 from harness.shared_broker import SharedBroker
-from harness.waiting import wait_until
 from pulsar_gateway.gateway.cluster.view import Member, owner_of, partition_key
 
 PARTITIONS = 4
@@ -46,12 +50,7 @@ def test_share_consumers_on_two_members_and_one_killed(tmp_path: Path) -> None:
             member = cluster_member(tmp_path / f"g{node}", broker.service_url, f"m{node}", node)
             member.extra += set_flags(SHARE_SETTINGS)
             members.append(member.start())
-        wait_until(
-            lambda: all(len(m.cluster().get("members", [])) == 2 for m in members),
-            30,
-            0.1,
-            "both members to see each other",
-        )
+        wait_until_members_see_each_other(members)
         servers = ",".join(m.bootstrap for m in members)
         topic = f"share-{uuid.uuid4().hex[:8]}"
         owners = [owner(members, partition_key(topic, i)) for i in range(PARTITIONS)]
