@@ -10,17 +10,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from harness.hypothesis_budget import examples
+from harness.split_entries import PRODUCER, PUBLISHED, split_entry
 from pulsar_gateway.gateway.backend.native_writer import entries
 from pulsar_gateway.gateway.backend.resend_filter import ResendFilter
-from pulsar_gateway.gateway.backend.wire.batch import BatchBuilder, split_batch
-from pulsar_gateway.gateway.messages import RECORDS, SEQ, WHOLE_ENTRY, LogEntry, StoredMessage
+from pulsar_gateway.gateway.backend.wire.batch import BatchBuilder
+from pulsar_gateway.gateway.messages import RECORDS, SEQ, WHOLE_ENTRY, LogEntry
 from pulsar_gateway.kafka_codec.entry_format import records_of
 from pulsar_gateway.kafka_codec.record_entry import mark_codec
 from pulsar_gateway.kafka_codec.record_mapping import to_message
 from pulsar_gateway.storage.kafka.entry_records import EntryRecords, entry_records
-
-PRODUCER = "gw-1.native"
-PUBLISHED = 1_700_000_000_999
 
 names = st.sampled_from(["a", "n", "z", "trace", "__kafka.x", "__gw.y", "é"])
 header_values = st.none() | st.binary(max_size=6) | st.sampled_from([b"1", b"text"])
@@ -36,16 +34,7 @@ def _message_path(data: bytes, count: int) -> list[tuple[Any, ...]]:
     """The records as parity read them message by message (native_reader.stored_messages,
     then records_of)."""
     out = []
-    for m in split_batch(data, count):
-        stored = StoredMessage(
-            (1, 2, m.batch_index),
-            m.payload,
-            m.key or "",
-            m.properties,
-            m.event_time,
-            PUBLISHED,
-            PRODUCER,
-        )
+    for stored in split_entry((1, 2, 0), data, count):
         out += [tuple(r)[1:] for r in records_of(LogEntry(0, stored))]
     return out
 

@@ -12,8 +12,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from harness.hypothesis_budget import examples
+from harness.split_entries import PRODUCER, PUBLISHED, split_entry
 from pulsar_gateway.gateway.backend.native_writer import entries
-from pulsar_gateway.gateway.backend.wire.batch import BatchBuilder, split_batch
+from pulsar_gateway.gateway.backend.wire.batch import BatchBuilder
 from pulsar_gateway.gateway.messages import (
     RECORDS,
     SEQ,
@@ -30,9 +31,6 @@ from pulsar_gateway.kafka_codec.entry_format import encode_entries
 from pulsar_gateway.kafka_codec.record_batch import decode_batches
 from pulsar_gateway.storage.kafka.partition_log import PartitionLog
 from pulsar_gateway.storage.kafka.read_batches import is_read_batch, kafka_batch, messages_of
-
-PRODUCER = "gw-1.native"
-PUBLISHED = 1_700_000_000_999
 
 text = st.text(st.characters(blacklist_categories=("Cs",)), max_size=12)
 plain_records = st.builds(
@@ -57,22 +55,6 @@ any_records = st.builds(
     st.none() | st.dictionaries(text, text, max_size=2),
     st.integers(0, 2**41),
 )
-
-
-def _split(mid: MessageKey, data: bytes, count: int) -> list[StoredMessage]:
-    """The entry as native_reader.stored_messages gives it, message by message."""
-    return [
-        StoredMessage(
-            (mid[0], mid[1], m.batch_index),
-            m.payload,
-            m.key or "",
-            m.properties,
-            m.event_time,
-            PUBLISHED,
-            PRODUCER,
-        )
-        for m in split_batch(data, count)
-    ]
 
 
 def _records(data: bytes | bytearray) -> list[tuple]:
@@ -104,7 +86,7 @@ def test_an_entry_read_whole_serves_what_message_by_message_serves(
         if not entry.batched:
             continue
         count = entry.num_messages
-        one_by_one = _split((3, 4, 0), entry.payload, count)
+        one_by_one = split_entry((3, 4, 0), entry.payload, count)
         made = kafka_batch((3, 4, 0), entry.payload, count, PUBLISHED, PRODUCER)
         plain = (whole or count == 1) and all(
             not m.properties and m.event_time > 0 for m in entry.note.messages
@@ -131,7 +113,7 @@ def test_pulsar_client_layout_reads_whole_too() -> None:
     built = builder.build()
     made = kafka_batch((1, 1, 0), built.payload, 5, PUBLISHED, PRODUCER)
     assert made is not None
-    assert _served(made, 0) == _one_by_one(_split((1, 1, 0), built.payload, 5), 0)
+    assert _served(made, 0) == _one_by_one(split_entry((1, 1, 0), built.payload, 5), 0)
 
 
 @settings(max_examples=examples(100), deadline=None)
@@ -148,7 +130,7 @@ def test_a_damaged_entry_is_never_read_wrong(messages: list[OutMessage], data: A
         del payload[data.draw(st.integers(0, len(payload) - 1)) :]
     made = kafka_batch((1, 1, 0), bytes(payload), entry.num_messages, PUBLISHED, PRODUCER)
     if made is not None:
-        one_by_one = _split((1, 1, 0), bytes(payload), entry.num_messages)
+        one_by_one = split_entry((1, 1, 0), bytes(payload), entry.num_messages)
         try:
             expected = _one_by_one(one_by_one, 0)
         except UnicodeEncodeError:  # a key that is not UTF-8: the message path cannot
@@ -177,7 +159,7 @@ def test_an_entry_of_more_records_than_one_byte_deltas_reach_reads_whole() -> No
     [entry] = entries(messages, 0, True, 1 << 22)
     made = kafka_batch((1, 1, 0), entry.payload, 9_000, PUBLISHED, PRODUCER)
     assert made is not None
-    assert _served(made, 0) == _one_by_one(_split((1, 1, 0), entry.payload, 9_000), 0)
+    assert _served(made, 0) == _one_by_one(split_entry((1, 1, 0), entry.payload, 9_000), 0)
 
 
 @settings(max_examples=examples(30), deadline=None)
@@ -207,7 +189,7 @@ def test_keys_times_and_sizes_as_producers_send_them_read_whole(
     [entry] = entries(messages, 500, True, 1 << 22)
     made = kafka_batch((2, 5, 0), entry.payload, count, PUBLISHED, PRODUCER)
     assert made is not None
-    one_by_one = _split((2, 5, 0), entry.payload, count)
+    one_by_one = split_entry((2, 5, 0), entry.payload, count)
     assert _served(made, 0) == _one_by_one(one_by_one, 0)
     assert messages_of(made) == one_by_one
 
@@ -250,7 +232,7 @@ class _EntryStream:
                 break
             mid, payload, count = self.raw.pop(0)
             made = None if whole is None else whole(mid, payload, count, PUBLISHED, PRODUCER)
-            out += [made] if made is not None else _split(mid, payload, count)
+            out += [made] if made is not None else split_entry(mid, payload, count)
         return out
 
     async def close(self) -> None:
