@@ -41,3 +41,18 @@ def connect_when_served(port: int, timeout: float = 30) -> pika.BlockingConnecti
             return None
 
     return wait_until(attempt, timeout=timeout, message=f"a connection through port {port}")
+
+
+def drain(
+    channel: pika.adapters.blocking_connection.BlockingChannel, queue: str, quiet: float
+) -> list[bytes]:
+    """Every body the queue delivers, each acknowledged, until none comes for `quiet`
+    seconds; then the consumer is cancelled."""
+    bodies = []
+    for method, _properties, body in channel.consume(queue, inactivity_timeout=quiet):
+        if method is None:
+            break
+        bodies.append(body)
+        channel.basic_ack(method.delivery_tag)
+    channel.cancel()
+    return bodies

@@ -21,7 +21,7 @@ from harness.gateway_process import (
     cluster_member,
     wait_until_members_see_each_other,
 )
-from harness.pika_waits import connect_when_served
+from harness.pika_waits import connect_when_served, drain
 from harness.shared_broker import SharedBroker
 from harness.waiting import wait_until
 from pulsar_gateway.gateway.cluster.view import score, vhost_key
@@ -125,32 +125,34 @@ def _ack_part_of_one_entry(connection: pika.BlockingConnection, service_url: str
 def _the_rest(connection: pika.BlockingConnection, queue: str) -> None:
     """Only the unacknowledged messages of the entry come, once each, in order."""
     channel = connection.channel()
-    rest = []
-    for method, _properties, body in channel.consume(queue, inactivity_timeout=3):
-        if method is None:
-            break
-        rest.append(body)
-        channel.basic_ack(method.delivery_tag)
+    rest = drain(channel, queue, quiet=3)
     assert rest == [str(i).encode() for i in range(10) if i not in ACKED]
-    channel.cancel()
     assert channel.queue_declare(queue, passive=True).method.message_count == 0
 
 
+@pytest.mark.parametrize("ending", ["stop", "kill -9"])
 def test_messages_acknowledged_in_part_of_an_entry_stay_acknowledged_across_a_restart(
-    tmp_path: Path,
+    tmp_path: Path, ending: str
 ) -> None:
     """Pulsar keeps acknowledgements per entry and pulsar-lite keeps no batch index
     acknowledgement (docs/backend.md, "Batch index acks lose messages"), so which messages
     of an entry a client acknowledged must outlive the gateway: after a restart the broker
     sends the entry again whole, and only its unacknowledged messages may be delivered,
-    each once, in order."""
+    each once, in order. After kill -9 of the gateway and its broker too, once the record
+    is stored (written within 0.1 s of the acknowledgements, as the acks themselves are
+    grouped)."""
     gateway = GatewayProcess(tmp_path, extra=["--set", "amqp.batched_queue_entries=true"])
     gateway.start()
     try:
+        service_url = f"pulsar://127.0.0.1:{gateway.broker_port}"
         connection = pika.BlockingConnection(pika.URLParameters(gateway.amqp_url))
-        queue = _ack_part_of_one_entry(connection, f"pulsar://127.0.0.1:{gateway.broker_port}")
-        connection.close()
-        assert gateway.stop() == 0, gateway.log_tail()
+        queue = _ack_part_of_one_entry(connection, service_url)
+        if ending == "stop":
+            connection.close()
+            assert gateway.stop() == 0, gateway.log_tail()
+        else:
+            wait_until(lambda: _kept_in_metadata(service_url, queue), 20, 0.1, "the kept record")
+            gateway.kill()
         gateway.start()
         connection = pika.BlockingConnection(pika.URLParameters(gateway.amqp_url))
         _the_rest(connection, queue)
@@ -177,27 +179,6 @@ def _kept_in_metadata(service_url: str, queue: str) -> bool:
                 return True
     finally:
         client.close()
-
-
-def test_messages_acknowledged_in_part_of_an_entry_stay_acknowledged_across_a_kill(
-    tmp_path: Path,
-) -> None:
-    """The same after kill -9 of the gateway and its broker, once the record is stored
-    (written within 0.1 s of the acknowledgements, as the acks themselves are grouped)."""
-    gateway = GatewayProcess(tmp_path, extra=["--set", "amqp.batched_queue_entries=true"])
-    gateway.start()
-    try:
-        service_url = f"pulsar://127.0.0.1:{gateway.broker_port}"
-        connection = pika.BlockingConnection(pika.URLParameters(gateway.amqp_url))
-        queue = _ack_part_of_one_entry(connection, service_url)
-        wait_until(lambda: _kept_in_metadata(service_url, queue), 20, 0.1, "the kept record")
-        gateway.kill()
-        gateway.start()
-        connection = pika.BlockingConnection(pika.URLParameters(gateway.amqp_url))
-        _the_rest(connection, queue)
-        connection.close()
-    finally:
-        gateway.stop()
 
 
 def test_messages_acknowledged_in_part_of_an_entry_stay_acknowledged_across_a_handover(

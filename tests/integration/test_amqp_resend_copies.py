@@ -12,6 +12,7 @@ import pika
 import pulsar
 
 from harness.gateway_process import GatewayProcess
+from harness.pika_waits import drain
 from pulsar_gateway.gateway.backend.resend_filter import SEQ
 
 
@@ -32,13 +33,6 @@ def test_a_resent_copy_is_delivered_once(gateway: GatewayProcess) -> None:
         producer.close()
     finally:
         client.close()
-    got = []
-    for method, _, body in channel.consume(queue, inactivity_timeout=5):
-        if method is None:
-            break
-        got.append(body)
-        channel.basic_ack(method.delivery_tag)
-    channel.cancel()
-    assert got == [b"a", b"b", b"c"]
+    assert drain(channel, queue, quiet=5) == [b"a", b"b", b"c"]
     assert channel.queue_declare(queue, passive=True).method.message_count == 0
     connection.close()
