@@ -53,7 +53,7 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--pulsar-client",
         dest="pulsar.client",
-        help="how Kafka produce reaches Pulsar: pulsar-client (default) or native",
+        help="how the gateway reaches Pulsar: native (its own client, default) or pulsar-client",
     )
     run.add_argument(
         "--data-dir", dest="gateway.data_dir", help="where the embedded broker keeps data"
