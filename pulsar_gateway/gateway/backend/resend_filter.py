@@ -265,12 +265,20 @@ class _FirstIds:
             index = bisect.bisect_left(sequences, sequence)
             if sequences[index] == sequence:
                 return (self.ledgers[index], self.entries[index], self.slots[index])
-        columns = (sequences, self.ledgers, self.entries, self.slots)
-        for column, value in zip(columns, (sequence, *message_id), strict=True):
-            column.insert(index, value)
+        ledger, entry, slot = message_id
+        if index == len(sequences):  # the usual case, the next stamp: appended
+            sequences.append(sequence)
+            self.ledgers.append(ledger)
+            self.entries.append(entry)
+            self.slots.append(slot)
+        else:
+            sequences.insert(index, sequence)
+            self.ledgers.insert(index, ledger)
+            self.entries.insert(index, entry)
+            self.slots.insert(index, slot)
         if len(sequences) > self.keep + self.keep // 4:  # forget in one slice (amortised)
             drop = len(sequences) - self.keep
-            for column in columns:
+            for column in (sequences, self.ledgers, self.entries, self.slots):
                 del column[:drop]
         return None
 
