@@ -21,6 +21,7 @@ from pulsar_gateway.handlers.amqp.errors import AmqpError
 from pulsar_gateway.handlers.amqp.frames import (
     FRAME_HEADER,
     FRAME_METHOD,
+    DeliverHeads,
     HeaderFrame,
     MethodFrame,
     decode_frame,
@@ -191,6 +192,14 @@ def test_encode_deliver_gives_encode_content_octets(
         channel, tag, delivery_tag, redelivered, exchange, key, body, properties_raw, frame_max
     )
     assert got == expected
+    # with the frame heads a connection keeps: made once, then reused
+    heads: DeliverHeads = {}
+    for _ in range(2):
+        got = encode_deliver(
+            channel, tag, delivery_tag, redelivered, exchange, key, body, properties_raw,
+            frame_max, heads,
+        )  # fmt: skip
+        assert got == expected and len(heads) == 1
 
 
 def test_encode_content_splits_only_bodies_over_the_frame_size() -> None:

@@ -294,11 +294,23 @@ class ResendCopies:
     def __init__(self, recent: int = RECENT) -> None:
         self.recent = recent
         self._producers: OrderedDict[str, _FirstIds] = OrderedDict()  # least recent first
+        # the producer asked about last (the most recent in `_producers`) and its ids:
+        # message after message of one producer, no look-up and no reordering
+        self._newest = ""
+        self._newest_ids: _FirstIds | None = None
 
     def is_copy(self, producer: str, properties: dict[str, str], message_id: MessageKey) -> bool:
         sequence = stamp_of(properties)
         if sequence is None or not producer:
             return False
+        seen = self._newest_ids
+        if seen is None or producer != self._newest:
+            seen = self._producer_ids(producer)
+        first = seen.first_id(sequence, message_id)
+        return first is not None and first != message_id
+
+    def _producer_ids(self, producer: str) -> _FirstIds:
+        """The producer's ids, made the most recent."""
         seen = self._producers.get(producer)
         if seen is None:
             # the dictionary keeps this first name object: pulsar-client builds a new equal
@@ -306,7 +318,7 @@ class ResendCopies:
             seen = self._producers[producer] = _FirstIds(self.recent)
             if len(self._producers) > MAX_QUEUE_PRODUCERS:
                 self._producers.popitem(last=False)
-        elif next(reversed(self._producers)) != producer:
+        else:
             self._producers.move_to_end(producer)
-        first = seen.first_id(sequence, message_id)
-        return first is not None and first != message_id
+        self._newest, self._newest_ids = producer, seen
+        return seen

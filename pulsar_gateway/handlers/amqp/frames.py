@@ -256,7 +256,6 @@ _PROPERTIES = commands.Basic.Properties
 _PUBLISH_ID = _U32.pack(_PUBLISH.index)
 _DELIVER_ID = _U32.pack(_DELIVER.index)
 _TICKET = _U16  # pamqp decodes "short" unsigned
-_DELIVERY_TAG = struct.Struct(">q")  # and its "longlong" too
 # Properties the fast path reads: (flag bit, name, is a short string (else an octet)),
 # in wire order. headers (a table) and timestamp (a datetime) go through pamqp.
 _SIMPLE_PROPERTIES = tuple(
@@ -332,6 +331,16 @@ def _fast_properties(raw: bytes) -> commands.Basic.Properties | None:
     return properties
 
 
+# per (channel, consumer tag, exchange, routing key): the octets of a basic.deliver method
+# frame before its delivery tag, and its exchange and routing key after the redelivered bit
+DeliverHeads = dict[tuple[int, str, str, str], tuple[bytes, bytes]]
+MAX_DELIVER_HEADS = 1024  # kept by a connection; cleared when full
+_TAG_AND_BIT = struct.Struct(">q?")
+# the method frame's end octet, then the content header frame up to its properties
+_HEADER_START = struct.Struct(">BBHIHHQ")
+_BODY_START = struct.Struct(">BBHI")  # the header frame's end octet, then the body frame's head
+
+
 def encode_deliver(
     channel: int,
     consumer_tag: str,
@@ -342,27 +351,62 @@ def encode_deliver(
     body: bytes,
     properties_raw: bytes,
     frame_max: int,
+    heads: DeliverHeads | None = None,
 ) -> bytes:
     """basic.deliver with its content: the octets `encode_content` gives for the same
-    method, without building the pamqp object and walking its fields."""
-    tag = consumer_tag.encode()
-    exchange_octets = exchange.encode()
-    key = routing_key.encode()
-    fields = b"".join(
-        (
-            _DELIVER_ID,
-            bytes((len(tag),)),
-            tag,
-            _DELIVERY_TAG.pack(delivery_tag),
-            b"\x01" if redelivered else b"\x00",
-            bytes((len(exchange_octets),)),
-            exchange_octets,
-            bytes((len(key),)),
-            key,
+    method, without building the pamqp object and walking its fields. Only the delivery
+    tag, the redelivered bit and the sizes change from one delivery to the next of a
+    consumer: the rest of the method frame is encoded once and kept in `heads` (the
+    connection's), and a body that fits one frame goes out in one join."""
+    key = (channel, consumer_tag, exchange, routing_key)
+    known = heads.get(key) if heads is not None else None
+    if known is None:
+        tag = consumer_tag.encode()
+        exchange_octets = exchange.encode()
+        routing = routing_key.encode()
+        size = 4 + 1 + len(tag) + 9 + 1 + len(exchange_octets) + 1 + len(routing)
+        known = (
+            b"".join(
+                (
+                    _FRAME_HEADER.pack(FRAME_METHOD, channel, size),
+                    _DELIVER_ID,
+                    bytes((len(tag),)),
+                    tag,
+                )
+            ),
+            b"".join(
+                (bytes((len(exchange_octets),)), exchange_octets, bytes((len(routing),)), routing)
+            ),
         )
-    )
-    return _content_frames(
-        channel, _frame_bytes(FRAME_METHOD, channel, fields), body, properties_raw, frame_max
+        if heads is not None:
+            if len(heads) >= MAX_DELIVER_HEADS:
+                heads.clear()
+            heads[key] = known
+    before, after = known
+    length = len(body)
+    if not length or (frame_max and length > frame_max - EMPTY_FRAME_SIZE):
+        # no body frame, or several: the general path
+        method = b"".join((before, _TAG_AND_BIT.pack(delivery_tag, redelivered), after, b"\xce"))
+        return _content_frames(channel, method, body, properties_raw, frame_max)
+    return b"".join(
+        (
+            before,
+            _TAG_AND_BIT.pack(delivery_tag, redelivered),
+            after,
+            _HEADER_START.pack(
+                FRAME_END,
+                FRAME_HEADER,
+                channel,
+                _CONTENT_HEADER.size + len(properties_raw),
+                BASIC_CLASS_ID,
+                0,
+                length,
+            ),
+            properties_raw,
+            _BODY_START.pack(FRAME_END, FRAME_BODY, channel, length),
+            body,
+            b"\xce",
+        )
     )
 
 
