@@ -36,6 +36,10 @@ HEARTBEAT_FRAME = struct.pack(">BHIB", FRAME_HEARTBEAT, 0, 0, FRAME_END)
 BASIC_CLASS_ID = commands.Basic.frame_id
 MethodT = TypeVar("MethodT", bound=base.Frame)
 
+# basic properties of the fast path (`_fast_properties`) by their octets; a reader keeps
+# at most MAX_KNOWN_PROPERTIES
+KnownProperties = dict[bytes, commands.Basic.Properties]
+MAX_KNOWN_PROPERTIES = 256
 _FRAME_HEADER = struct.Struct(">BHI")
 _METHOD_ID = struct.Struct(">HH")
 _CONTENT_HEADER = struct.Struct(">HHQ")
@@ -115,6 +119,8 @@ class FrameReader:
     def __init__(self, frame_max: int = FRAME_MIN_SIZE) -> None:
         self.frame_max = frame_max
         self.broken = False
+        # a publisher mostly repeats its content header: decoded once (`decode_frame`)
+        self._known_properties: KnownProperties = {}
         self._buf = bytearray()
         self._pos = 0
 
@@ -159,7 +165,7 @@ class FrameReader:
                 f"type {frame_type}, {_octets(payload)}: {{invalid_frame_end_marker,{end}}}",
             )
         self._pos = pos + total
-        return decode_frame(frame_type, channel, payload)
+        return decode_frame(frame_type, channel, payload, self._known_properties)
 
     def _break(self) -> None:
         self.broken = True
@@ -172,12 +178,15 @@ class FrameReader:
             self._pos = 0
 
 
-def decode_frame(frame_type: int, channel: int, payload: bytes) -> Frame:
-    """Decode one frame payload; raises only `AmqpError` whatever the bytes."""
+def decode_frame(
+    frame_type: int, channel: int, payload: bytes, known: KnownProperties | None = None
+) -> Frame:
+    """Decode one frame payload; raises only `AmqpError` whatever the bytes. `known`: basic
+    properties decoded before (a reader's), looked up by their octets."""
     if frame_type == FRAME_METHOD:
         return _decode_method(channel, payload)
     if frame_type == FRAME_HEADER:
-        return _decode_header(channel, payload)
+        return _decode_header(channel, payload, known)
     if frame_type == FRAME_BODY:
         return BodyFrame(channel, payload)
     if frame_type == FRAME_HEARTBEAT and not payload:
@@ -222,7 +231,7 @@ def _decode_method(channel: int, payload: bytes) -> MethodFrame:
     return MethodFrame(channel, method)
 
 
-def _decode_header(channel: int, payload: bytes) -> HeaderFrame:
+def _decode_header(channel: int, payload: bytes, known: KnownProperties | None) -> HeaderFrame:
     if len(payload) < _CONTENT_HEADER.size + 2:
         raise AmqpError(
             ReplyCode.FRAME_ERROR, f"type {FRAME_HEADER}, {_octets(payload)}: unknown_frame"
@@ -232,7 +241,13 @@ def _decode_header(channel: int, payload: bytes) -> HeaderFrame:
     if class_id != BASIC_CLASS_ID:
         # Only basic has content; the assembler reports the mismatch as 505.
         return HeaderFrame(channel, class_id, weight, body_size, None, raw)
-    properties = _fast_properties(raw)
+    properties = known.get(raw) if known is not None else None
+    if properties is None:
+        properties = _fast_properties(raw)
+        if properties is not None and known is not None:
+            if len(known) >= MAX_KNOWN_PROPERTIES:
+                known.clear()
+            known[raw] = properties  # shared by the frames: read, never changed
     if properties is not None:
         return HeaderFrame(channel, class_id, weight, body_size, properties, raw)
     try:
