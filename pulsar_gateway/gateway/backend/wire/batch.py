@@ -343,13 +343,13 @@ def split_batch(data: bytes, count: int, pairs: PropertyPairs | None = None) -> 
                     # a batch's messages mostly repeat their properties (an AMQP queue's
                     # exchange, routing key, content header): each distinct KeyValue's
                     # octets are decoded once, while that finds more than it misses
-                    raw = None
+                    octets = None
                     if budget > 0:
-                        raw = data[p:kv_stop]
-                        known = pairs.get(raw)
-                        if known is not None:
+                        octets = data[p:kv_stop]
+                        pair = pairs.get(octets)
+                        if pair is not None:
                             budget += 1
-                            properties[known[0]] = known[1]
+                            properties[pair[0]] = pair[1]
                             p = kv_stop
                             continue
                         budget -= 1
@@ -371,8 +371,8 @@ def split_batch(data: bytes, count: int, pairs: PropertyPairs | None = None) -> 
                     if p != kv_stop:
                         raise DecodeError("property overruns its size")
                     properties[name] = value
-                    if raw is not None:
-                        pairs[raw] = (name, value)  # a batch's size at most, per call
+                    if octets is not None:
+                        pairs[octets] = (name, value)  # a batch's size at most, per call
                 elif t == 0x12 or t == 0x3A:  # partition_key, ordering_key
                     n = data[p + 1]
                     if n < 0x80:
