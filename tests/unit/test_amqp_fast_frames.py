@@ -21,6 +21,7 @@ from pulsar_gateway.handlers.amqp.errors import AmqpError
 from pulsar_gateway.handlers.amqp.frames import (
     FRAME_HEADER,
     FRAME_METHOD,
+    DeliverHeads,
     HeaderFrame,
     MethodFrame,
     decode_frame,
@@ -155,6 +156,27 @@ def test_header_fast_path_is_taken() -> None:
     assert frame.properties.cluster_id == ""  # pamqp's default, not None
 
 
+def test_header_properties_known_by_their_octets_decode_alike() -> None:
+    """A reader's kept properties (KnownProperties): the same octets give the same values
+    without decoding again, other octets their own, and the keeping is bounded."""
+    known: dict[bytes, commands.Basic.Properties] = {}
+    first = commands.Basic.Properties(delivery_mode=2, content_type="text/plain").marshal()
+    other = commands.Basic.Properties(delivery_mode=1, message_id="m").marshal()
+    one = decode_frame(FRAME_HEADER, 1, struct.pack(">HHQ", 60, 0, 5) + first, known)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(frames, "_fast_properties", _refuse)
+        again = decode_frame(FRAME_HEADER, 2, struct.pack(">HHQ", 60, 0, 9) + first, known)
+    assert isinstance(one, HeaderFrame) and isinstance(again, HeaderFrame)
+    assert again.properties is one.properties and (again.channel, again.body_size) == (2, 9)
+    two = decode_frame(FRAME_HEADER, 1, struct.pack(">HHQ", 60, 0, 5) + other, known)
+    assert isinstance(two, HeaderFrame) and two.properties is not None
+    assert (two.properties.delivery_mode, two.properties.message_id) == (1, "m")
+    for n in range(frames.MAX_KNOWN_PROPERTIES + 10):
+        raw = commands.Basic.Properties(message_id=str(n)).marshal()
+        decode_frame(FRAME_HEADER, 1, struct.pack(">HHQ", 60, 0, 1) + raw, known)
+    assert len(known) <= frames.MAX_KNOWN_PROPERTIES
+
+
 @settings(max_examples=examples(200), deadline=None)
 @given(
     names,
@@ -191,6 +213,14 @@ def test_encode_deliver_gives_encode_content_octets(
         channel, tag, delivery_tag, redelivered, exchange, key, body, properties_raw, frame_max
     )
     assert got == expected
+    # with the frame heads a connection keeps: made once, then reused
+    heads: DeliverHeads = {}
+    for _ in range(2):
+        got = encode_deliver(
+            channel, tag, delivery_tag, redelivered, exchange, key, body, properties_raw,
+            frame_max, heads,
+        )  # fmt: skip
+        assert got == expected and len(heads) == 1
 
 
 def test_encode_content_splits_only_bodies_over_the_frame_size() -> None:

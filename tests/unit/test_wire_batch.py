@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from harness.hypothesis_budget import examples
 from pulsar_gateway.gateway.backend.wire.batch import (
     IN_ENTRY,
+    MAX_PAIRS_KEPT,
     BatchBuilder,
     batch_entry,
     encode_properties,
@@ -89,6 +90,32 @@ def test_batches_round_trip_and_match_the_protobuf_reference(messages, compressi
         assert message.sequence_id == sequence_id == smm.sequence_id
         assert smm.null_value == (value is None)
         assert payload == (value or b"")
+
+
+@settings(max_examples=examples(50), deadline=None)
+@given(
+    st.lists(st.sampled_from(["a", "b", "\u00e9"]), min_size=1, max_size=3),
+    st.integers(0, 4),
+    st.integers(1, 300),
+)
+def test_repeated_properties_decode_as_each_message_has_them(names, shared, count) -> None:
+    """split_batch decodes repeated property octets once while that pays (and stops looking
+    past PAIR_MISSES_ALLOWED misses): each message still gets exactly its own properties,
+    whether they repeat, change now and then, or never repeat (the last name's value)."""
+    builder = BatchBuilder()
+    sent = []
+    for index in range(count):
+        properties = {name: str(index // (shared + 1)) for name in names[:-1]}
+        properties["fixed"] = "same for all"
+        properties[names[-1]] = f"unique {index}"
+        builder.add_message(b"x", None, properties)
+        sent.append(properties)
+    entry = builder.build()
+    assert [m.properties for m in split_batch(entry.payload, count)] == sent
+    kept: dict[bytes, tuple[str, str]] = {}  # a reader's, across its entries
+    for _ in range(2):
+        assert [m.properties for m in split_batch(entry.payload, count, kept)] == sent
+    assert len(kept) <= MAX_PAIRS_KEPT
 
 
 @settings(max_examples=examples(50), deadline=None)

@@ -35,6 +35,7 @@ from pulsar_gateway.gateway.backend.pulsar_backend import BackendError
 from pulsar_gateway.gateway.backend.queue_message import ReceivedMessage
 from pulsar_gateway.gateway.backend.wire import Consumer as WireConsumer
 from pulsar_gateway.gateway.backend.wire import ConsumerClosed, PulsarError, ReceivedEntry
+from pulsar_gateway.gateway.backend.wire.batch import PropertyPairs
 from pulsar_gateway.gateway.messages import MessageKey
 
 log = logging.getLogger("gateway.queues")
@@ -57,6 +58,8 @@ class NativeQueueConsumer:
         partial = partial if partial is not None else PartialBatches()
         self.acks: QueueAcks = partial.of(topic, subscription)
         self._spill: deque[ReceivedMessage] = deque()  # split off a batch past a fetch's limit
+        # a queue's entries repeat their messages' properties: decoded once (batch.split_batch)
+        self._pairs: PropertyPairs = {}
         self.closed = False
 
     @property
@@ -114,7 +117,7 @@ class NativeQueueConsumer:
                     with contextlib.suppress(ConsumerClosed):
                         self._consumer.ack([entry])
                 continue
-            for message in entry.messages():
+            for message in entry.messages(pairs=self._pairs):
                 key = (ledger, entry_id, message.batch_index)
                 if key in held or (acked is not None and message.batch_index in acked):
                     continue

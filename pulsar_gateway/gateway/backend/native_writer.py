@@ -133,6 +133,8 @@ def entries(
     last = len(messages) - 1
     keys: dict[str, tuple[bytes, bytes]] = {}  # key -> its partition and ordering key fields
     times: dict[int, bytes] = {}  # event time -> its field
+    last_properties: dict[str, str] | None = None  # the last message's, and their fields
+    last_encoded = b""
     table = VARINTS
     sizes = PAYLOAD_SIZES
 
@@ -151,8 +153,11 @@ def entries(
         text = (b"%d+" if more else b"%d") % (first_sequence + index)
         n = len(text)  # a decimal int64 and a mark: always under 0x80 bytes
         fields = [b"\x0a", table[n + 12], _SEQ_NAME, table[n], text]
-        if message.properties:
-            fields.append(encode_properties(message.properties))
+        properties = message.properties
+        if properties:
+            if properties != last_properties:  # an AMQP group's mostly repeat: encoded once
+                last_properties, last_encoded = properties, encode_properties(properties)
+            fields.append(last_encoded)
         key = message.key
         key_fields = None
         if key:

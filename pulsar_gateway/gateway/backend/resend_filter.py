@@ -265,12 +265,20 @@ class _FirstIds:
             index = bisect.bisect_left(sequences, sequence)
             if sequences[index] == sequence:
                 return (self.ledgers[index], self.entries[index], self.slots[index])
-        columns = (sequences, self.ledgers, self.entries, self.slots)
-        for column, value in zip(columns, (sequence, *message_id), strict=True):
-            column.insert(index, value)
+        ledger, entry, slot = message_id
+        if index == len(sequences):  # the usual case, the next stamp: appended
+            sequences.append(sequence)
+            self.ledgers.append(ledger)
+            self.entries.append(entry)
+            self.slots.append(slot)
+        else:
+            sequences.insert(index, sequence)
+            self.ledgers.insert(index, ledger)
+            self.entries.insert(index, entry)
+            self.slots.insert(index, slot)
         if len(sequences) > self.keep + self.keep // 4:  # forget in one slice (amortised)
             drop = len(sequences) - self.keep
-            for column in columns:
+            for column in (sequences, self.ledgers, self.entries, self.slots):
                 del column[:drop]
         return None
 
@@ -286,11 +294,23 @@ class ResendCopies:
     def __init__(self, recent: int = RECENT) -> None:
         self.recent = recent
         self._producers: OrderedDict[str, _FirstIds] = OrderedDict()  # least recent first
+        # the producer asked about last (the most recent in `_producers`) and its ids:
+        # message after message of one producer, no look-up and no reordering
+        self._newest = ""
+        self._newest_ids: _FirstIds | None = None
 
     def is_copy(self, producer: str, properties: dict[str, str], message_id: MessageKey) -> bool:
         sequence = stamp_of(properties)
         if sequence is None or not producer:
             return False
+        seen = self._newest_ids
+        if seen is None or producer != self._newest:
+            seen = self._producer_ids(producer)
+        first = seen.first_id(sequence, message_id)
+        return first is not None and first != message_id
+
+    def _producer_ids(self, producer: str) -> _FirstIds:
+        """The producer's ids, made the most recent."""
         seen = self._producers.get(producer)
         if seen is None:
             # the dictionary keeps this first name object: pulsar-client builds a new equal
@@ -298,7 +318,7 @@ class ResendCopies:
             seen = self._producers[producer] = _FirstIds(self.recent)
             if len(self._producers) > MAX_QUEUE_PRODUCERS:
                 self._producers.popitem(last=False)
-        elif next(reversed(self._producers)) != producer:
+        else:
             self._producers.move_to_end(producer)
-        first = seen.first_id(sequence, message_id)
-        return first is not None and first != message_id
+        self._newest, self._newest_ids = producer, seen
+        return seen

@@ -306,7 +306,7 @@ class Channel:
             if tag == 0:
                 taken = list(self.unacked.values())
             else:
-                taken = [u for t, u in self.unacked.items() if t <= tag]
+                taken = self._take_up_to(tag)
         else:
             item = self.unacked.get(tag)
             taken = [item] if item is not None else []
@@ -314,6 +314,17 @@ class Channel:
             del self.unacked[item.tag]
             if item.consumer is not None:
                 item.consumer.unacked -= 1
+        return taken
+
+    def _take_up_to(self, tag: int) -> list[Unacked]:
+        """The unacked deliveries with tags up to `tag`. Tags go into `unacked` in
+        ascending order, so they are its first items: the walk stops at the first tag
+        past `tag` (an ack of 100 among 500 unacked costs 100 steps, not 500)."""
+        taken = []
+        for item in self.unacked.values():
+            if item.tag > tag:
+                break
+            taken.append(item)
         return taken
 
     def next_consumer_tag(self) -> str:

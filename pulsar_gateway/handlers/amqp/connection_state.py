@@ -44,6 +44,7 @@ from pulsar_gateway.handlers.amqp.frames import (
     HEARTBEAT_FRAME,
     PROTOCOL_HEADER,
     BodyFrame,
+    DeliverHeads,
     Frame,
     FrameReader,
     HeaderCheck,
@@ -103,6 +104,7 @@ class AmqpConnection:
         self._reader = FrameReader(FRAME_MIN_SIZE)
         self._header = b""
         self._out = bytearray()
+        self._deliver_heads: DeliverHeads = {}  # frames.encode_deliver's, this connection's
         self._channels = ChannelTable(self.settings, self._out)
         self._clock = HeartbeatClock(now, self.settings.handshake_timeout)
         self._now = now
@@ -326,6 +328,7 @@ class AmqpConnection:
             body,
             properties_raw,
             self.frame_max,
+            self._deliver_heads,
         )
         return True
 

@@ -36,6 +36,10 @@ HEARTBEAT_FRAME = struct.pack(">BHIB", FRAME_HEARTBEAT, 0, 0, FRAME_END)
 BASIC_CLASS_ID = commands.Basic.frame_id
 MethodT = TypeVar("MethodT", bound=base.Frame)
 
+# basic properties of the fast path (`_fast_properties`) by their octets; a reader keeps
+# at most MAX_KNOWN_PROPERTIES
+KnownProperties = dict[bytes, commands.Basic.Properties]
+MAX_KNOWN_PROPERTIES = 256
 _FRAME_HEADER = struct.Struct(">BHI")
 _METHOD_ID = struct.Struct(">HH")
 _CONTENT_HEADER = struct.Struct(">HHQ")
@@ -115,6 +119,8 @@ class FrameReader:
     def __init__(self, frame_max: int = FRAME_MIN_SIZE) -> None:
         self.frame_max = frame_max
         self.broken = False
+        # a publisher mostly repeats its content header: decoded once (`decode_frame`)
+        self._known_properties: KnownProperties = {}
         self._buf = bytearray()
         self._pos = 0
 
@@ -159,7 +165,7 @@ class FrameReader:
                 f"type {frame_type}, {_octets(payload)}: {{invalid_frame_end_marker,{end}}}",
             )
         self._pos = pos + total
-        return decode_frame(frame_type, channel, payload)
+        return decode_frame(frame_type, channel, payload, self._known_properties)
 
     def _break(self) -> None:
         self.broken = True
@@ -172,12 +178,15 @@ class FrameReader:
             self._pos = 0
 
 
-def decode_frame(frame_type: int, channel: int, payload: bytes) -> Frame:
-    """Decode one frame payload; raises only `AmqpError` whatever the bytes."""
+def decode_frame(
+    frame_type: int, channel: int, payload: bytes, known: KnownProperties | None = None
+) -> Frame:
+    """Decode one frame payload; raises only `AmqpError` whatever the bytes. `known`: basic
+    properties decoded before (a reader's), looked up by their octets."""
     if frame_type == FRAME_METHOD:
         return _decode_method(channel, payload)
     if frame_type == FRAME_HEADER:
-        return _decode_header(channel, payload)
+        return _decode_header(channel, payload, known)
     if frame_type == FRAME_BODY:
         return BodyFrame(channel, payload)
     if frame_type == FRAME_HEARTBEAT and not payload:
@@ -222,7 +231,7 @@ def _decode_method(channel: int, payload: bytes) -> MethodFrame:
     return MethodFrame(channel, method)
 
 
-def _decode_header(channel: int, payload: bytes) -> HeaderFrame:
+def _decode_header(channel: int, payload: bytes, known: KnownProperties | None) -> HeaderFrame:
     if len(payload) < _CONTENT_HEADER.size + 2:
         raise AmqpError(
             ReplyCode.FRAME_ERROR, f"type {FRAME_HEADER}, {_octets(payload)}: unknown_frame"
@@ -232,7 +241,13 @@ def _decode_header(channel: int, payload: bytes) -> HeaderFrame:
     if class_id != BASIC_CLASS_ID:
         # Only basic has content; the assembler reports the mismatch as 505.
         return HeaderFrame(channel, class_id, weight, body_size, None, raw)
-    properties = _fast_properties(raw)
+    properties = known.get(raw) if known is not None else None
+    if properties is None:
+        properties = _fast_properties(raw)
+        if properties is not None and known is not None:
+            if len(known) >= MAX_KNOWN_PROPERTIES:
+                known.clear()
+            known[raw] = properties  # shared by the frames: read, never changed
     if properties is not None:
         return HeaderFrame(channel, class_id, weight, body_size, properties, raw)
     try:
@@ -256,7 +271,6 @@ _PROPERTIES = commands.Basic.Properties
 _PUBLISH_ID = _U32.pack(_PUBLISH.index)
 _DELIVER_ID = _U32.pack(_DELIVER.index)
 _TICKET = _U16  # pamqp decodes "short" unsigned
-_DELIVERY_TAG = struct.Struct(">q")  # and its "longlong" too
 # Properties the fast path reads: (flag bit, name, is a short string (else an octet)),
 # in wire order. headers (a table) and timestamp (a datetime) go through pamqp.
 _SIMPLE_PROPERTIES = tuple(
@@ -332,6 +346,16 @@ def _fast_properties(raw: bytes) -> commands.Basic.Properties | None:
     return properties
 
 
+# per (channel, consumer tag, exchange, routing key): the octets of a basic.deliver method
+# frame before its delivery tag, and its exchange and routing key after the redelivered bit
+DeliverHeads = dict[tuple[int, str, str, str], tuple[bytes, bytes]]
+MAX_DELIVER_HEADS = 1024  # kept by a connection; cleared when full
+_TAG_AND_BIT = struct.Struct(">q?")
+# the method frame's end octet, then the content header frame up to its properties
+_HEADER_START = struct.Struct(">BBHIHHQ")
+_BODY_START = struct.Struct(">BBHI")  # the header frame's end octet, then the body frame's head
+
+
 def encode_deliver(
     channel: int,
     consumer_tag: str,
@@ -342,27 +366,62 @@ def encode_deliver(
     body: bytes,
     properties_raw: bytes,
     frame_max: int,
+    heads: DeliverHeads | None = None,
 ) -> bytes:
     """basic.deliver with its content: the octets `encode_content` gives for the same
-    method, without building the pamqp object and walking its fields."""
-    tag = consumer_tag.encode()
-    exchange_octets = exchange.encode()
-    key = routing_key.encode()
-    fields = b"".join(
-        (
-            _DELIVER_ID,
-            bytes((len(tag),)),
-            tag,
-            _DELIVERY_TAG.pack(delivery_tag),
-            b"\x01" if redelivered else b"\x00",
-            bytes((len(exchange_octets),)),
-            exchange_octets,
-            bytes((len(key),)),
-            key,
+    method, without building the pamqp object and walking its fields. Only the delivery
+    tag, the redelivered bit and the sizes change from one delivery to the next of a
+    consumer: the rest of the method frame is encoded once and kept in `heads` (the
+    connection's), and a body that fits one frame goes out in one join."""
+    key = (channel, consumer_tag, exchange, routing_key)
+    known = heads.get(key) if heads is not None else None
+    if known is None:
+        tag = consumer_tag.encode()
+        exchange_octets = exchange.encode()
+        routing = routing_key.encode()
+        size = 4 + 1 + len(tag) + 9 + 1 + len(exchange_octets) + 1 + len(routing)
+        known = (
+            b"".join(
+                (
+                    _FRAME_HEADER.pack(FRAME_METHOD, channel, size),
+                    _DELIVER_ID,
+                    bytes((len(tag),)),
+                    tag,
+                )
+            ),
+            b"".join(
+                (bytes((len(exchange_octets),)), exchange_octets, bytes((len(routing),)), routing)
+            ),
         )
-    )
-    return _content_frames(
-        channel, _frame_bytes(FRAME_METHOD, channel, fields), body, properties_raw, frame_max
+        if heads is not None:
+            if len(heads) >= MAX_DELIVER_HEADS:
+                heads.clear()
+            heads[key] = known
+    before, after = known
+    length = len(body)
+    if not length or (frame_max and length > frame_max - EMPTY_FRAME_SIZE):
+        # no body frame, or several: the general path
+        method = b"".join((before, _TAG_AND_BIT.pack(delivery_tag, redelivered), after, b"\xce"))
+        return _content_frames(channel, method, body, properties_raw, frame_max)
+    return b"".join(
+        (
+            before,
+            _TAG_AND_BIT.pack(delivery_tag, redelivered),
+            after,
+            _HEADER_START.pack(
+                FRAME_END,
+                FRAME_HEADER,
+                channel,
+                _CONTENT_HEADER.size + len(properties_raw),
+                BASIC_CLASS_ID,
+                0,
+                length,
+            ),
+            properties_raw,
+            _BODY_START.pack(FRAME_END, FRAME_BODY, channel, length),
+            body,
+            b"\xce",
+        )
     )
 
 

@@ -40,6 +40,12 @@ _unpack_size = _SIZE.unpack_from
 
 # Varints below 2**14 (one or two bytes), prebuilt: lengths and sizes of most messages.
 _TABLE_LIMIT = 1 << 14
+# `split_batch` decodes each distinct property once per batch while that pays: this many
+# misses more than hits, and it stops looking (a batch of unique headers)
+PAIR_MISSES_ALLOWED = 32
+MAX_PAIRS_KEPT = 4096  # property octets a kept `pairs` holds before it starts afresh
+# a property's octets -> its name and value, decoded (`split_batch`)
+PropertyPairs = dict[bytes, tuple[str, str]]
 VARINTS = tuple(encode_varint(i) for i in range(_TABLE_LIMIT))
 # `payload_size` (SingleMessageMetadata field 3) with its key, prebuilt likewise.
 _PAYLOAD_SIZE = PAYLOAD_SIZES = tuple(b"\x18" + v for v in VARINTS)
@@ -263,9 +269,13 @@ def entry_payload(
 
 
 def entry_messages(
-    metadata: MessageMetadata, payload: bytes, limit: int = DEFAULT_UNCOMPRESSED_LIMIT
+    metadata: MessageMetadata,
+    payload: bytes,
+    limit: int = DEFAULT_UNCOMPRESSED_LIMIT,
+    pairs: PropertyPairs | None = None,
 ) -> list[SingleMessage]:
-    """The messages of a received entry (already reassembled if it was chunked)."""
+    """The messages of a received entry (already reassembled if it was chunked);
+    `pairs` as `split_batch` takes it."""
     data = entry_payload(metadata, payload, limit)
     if metadata.num_messages_in_batch is None:
         return [
@@ -281,12 +291,16 @@ def entry_messages(
                 metadata.partition_key_b64_encoded,
             )
         ]
-    return split_batch(data, metadata.num_messages_in_batch)
+    return split_batch(data, metadata.num_messages_in_batch, pairs)
 
 
-def split_batch(data: bytes, count: int) -> list[SingleMessage]:
+def split_batch(data: bytes, count: int, pairs: PropertyPairs | None = None) -> list[SingleMessage]:
     """The `count` messages of a batched payload, parsed in one pass. The payload must
     hold exactly those messages; anything malformed raises DecodeError.
+
+    Property octets decoded before are looked up in `pairs` (a fresh one per call when
+    None): a reader of small entries that repeat their properties from entry to entry (an
+    AMQP queue's) keeps one across calls and clears it when it holds MAX_PAIRS_KEPT.
 
     Written for speed: the common fields are matched by their one-byte keys with one- and
     two-byte varints read inline; anything else goes through the general protobuf path."""
@@ -297,6 +311,11 @@ def split_batch(data: bytes, count: int) -> list[SingleMessage]:
     make = tuple.__new__
     cls = SingleMessage
     times: dict[bytes, tuple[int, int]] = {}  # event time varints seen: value, bytes
+    if pairs is None:
+        pairs = {}  # property octets seen: name, value
+    elif len(pairs) >= MAX_PAIRS_KEPT:
+        pairs.clear()
+    budget = PAIR_MISSES_ALLOWED
     end = len(data)
     pos = 0
     try:
@@ -321,6 +340,19 @@ def split_batch(data: bytes, count: int) -> list[SingleMessage]:
                     kv_stop = p + n
                     if kv_stop > stop:
                         raise DecodeError("property runs past its metadata")
+                    # a batch's messages mostly repeat their properties (an AMQP queue's
+                    # exchange, routing key, content header): each distinct KeyValue's
+                    # octets are decoded once, while that finds more than it misses
+                    octets = None
+                    if budget > 0:
+                        octets = data[p:kv_stop]
+                        pair = pairs.get(octets)
+                        if pair is not None:
+                            budget += 1
+                            properties[pair[0]] = pair[1]
+                            p = kv_stop
+                            continue
+                        budget -= 1
                     # the usual layout, short name and value: key 1, then value 2
                     n = data[p + 1]
                     q = p + 2 + n
@@ -339,6 +371,8 @@ def split_batch(data: bytes, count: int) -> list[SingleMessage]:
                     if p != kv_stop:
                         raise DecodeError("property overruns its size")
                     properties[name] = value
+                    if octets is not None:
+                        pairs[octets] = (name, value)  # a batch's size at most, per call
                 elif t == 0x12 or t == 0x3A:  # partition_key, ordering_key
                     n = data[p + 1]
                     if n < 0x80:

@@ -18,7 +18,12 @@ import logging
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
-from pulsar_gateway.gateway.backend.wire.batch import SingleMessage, entry_messages, entry_payload
+from pulsar_gateway.gateway.backend.wire.batch import (
+    PropertyPairs,
+    SingleMessage,
+    entry_messages,
+    entry_payload,
+)
 from pulsar_gateway.gateway.backend.wire.compression import DEFAULT_UNCOMPRESSED_LIMIT
 from pulsar_gateway.gateway.backend.wire.ids import MessageId
 from pulsar_gateway.gateway.backend.wire.messages import BrokerEntryMetadata, MessageMetadata
@@ -59,9 +64,12 @@ class ReceivedEntry:
         """The payload before compression (a batched entry's messages, still framed)."""
         return entry_payload(self.metadata, self.payload, limit)
 
-    def messages(self, limit: int = DEFAULT_UNCOMPRESSED_LIMIT) -> list[SingleMessage]:
-        """The entry's messages: one (index -1) for an unbatched entry."""
-        return entry_messages(self.metadata, self.payload, limit)
+    def messages(
+        self, limit: int = DEFAULT_UNCOMPRESSED_LIMIT, pairs: PropertyPairs | None = None
+    ) -> list[SingleMessage]:
+        """The entry's messages: one (index -1) for an unbatched entry; `pairs` as
+        `batch.split_batch` takes it."""
+        return entry_messages(self.metadata, self.payload, limit, pairs)
 
 
 class _Assembly:
