@@ -53,7 +53,9 @@ _SIZE = struct.Struct(">I")  # a message's metadata size, before it
 _HEAD = 4 + _VALUE_AT  # a message's metadata size and its stamp field up to the value
 _PLUS = MORE.encode()[0]
 # how many different message metadata tails one entry's read keeps what it made of
-MAX_KEPT_RESTS = 256
+MAX_KEPT_RESTS = 8192
+# the read stops keeping them once this many were new and most records' were
+MIN_MISSES = 256
 # the most messages an entry may hold to be read whole (a Kafka batch of 1 MB holds some
 # 9,000 records of 100 bytes: more than one-table-look-up offset deltas reach, 8,192)
 MAX_RECORDS = 1 << 20
@@ -68,131 +70,173 @@ def kafka_batch(
     (`messages.WHOLE_ENTRY`, as the tailer makes of an entry this gateway wrote and still
     knows): named by its first message, carrying the last one's stamp.
 
-    Written for speed, one loop from message to record, each record written in one place:
-    this loop is most of a fetch after a restart (py-spy), so every Python operation a
-    record costs counts. The stamp is matched as the bytes the gateway writes; the other
-    fields are read in the order the gateway writes them (partition key, event time,
-    ordering key, null value, payload size), with no look-up by the whole metadata (a
-    producer's records carry the time they were made: key and time together seldom
-    repeat), and a batch's few event times decoded once each. Metadata laid out otherwise
-    (pulsar-client writes the payload size before the time) is parsed field by field
-    (`_fields_of`)."""
+    Written for speed (`_write_records`): this is most of a fetch after a restart (py-spy),
+    so every Python operation a record costs counts."""
     if not 0 < count <= MAX_RECORDS:
         return None
     table = VARINTS
     half = VARINT_TABLE_SIZE >> 1
-    head_size = _HEAD
-    plus = _PLUS
-    null = table[1]  # a Kafka length of -1
-    # the records' offset deltas, 0..count-1, as varints
-    deltas = table[: min(count, half) << 1 : 2] + [zigzag_bytes(i) for i in range(half, count)]
     parts: list[bytes] = []
     clock = _Times()
-    times = clock.known
     # a message's metadata size and its stamp up to the value -> where the stamp and the
     # metadata end (from the message's start): one look-up for both, as they seldom change
     starts: dict[bytes, tuple[int, int]] = {}
-    # a message's metadata after its stamp, from the stamp's mark "more follows" on -> the
-    # record's attributes and timestamp delta, its key and value lengths and key, the
-    # value's size, the record's size but the delta (only stamps with the mark are kept,
-    # so a hit says the mark is there)
-    rests: dict[bytes, tuple[bytes, bytes, int, int]] = {}
-    # whether to look there: not once it is full, as an entry whose metadata seldom repeats
-    # (many keys, times that change every millisecond) paid for a look-up a record in vain
-    looking = True
-    unmarked = 0  # stamps without the mark
-    last_unmarked = -1  # where the last one ended
-    pos = p = 0
-    start: tuple[int, int] | None = None
+    state: _Walk = (0, 0, 0, -1, None)
     try:
-        for delta in deltas:
-            # the stamp, first and the only property: its field's head names its length
-            start = starts.get(data[pos : pos + head_size])
-            if start is None:
-                start = _start_of(data, pos, starts)
-                if start is None:
-                    return None
-            stop = pos + start[0]
-            p = pos + start[1]
-            if looking:
-                rest = data[p - 1 : stop]
-                known = rests.get(rest)
-            else:
-                known = None
-            if known is None:
-                mark = data[p - 1] == plus
-                if not mark:
-                    unmarked += 1
-                    last_unmarked = p
-                # the fields in the gateway's order: partition key (its length one byte),
-                # event time, the ordering key (the partition key again), null value,
-                # payload size; another layout (q != stop) is parsed field by field
-                q = p
-                key = null
-                k = 0
-                if data[q] == 0x12:
-                    k = data[q + 1]
-                    q = q + 2 + k if k < 0x80 else -1
-                    if k:
-                        key = table[k << 1] + data[q - k : q]
-                if q >= 0 and data[q] == 0x28:
-                    moment = times.get(data[q + 1 : q + 7]) or clock.decode(data, q, stop)
-                    q += moment[0]
-                    if k:
-                        q = q + 2 + k if data[q] == 0x3A and data[q + 1] == k else -1
-                    if data[q] == 0x48 and data[q + 1] == 1:
-                        q = q + 4 if data[q + 2] == 0x18 and data[q + 3] == 0 else -1
-                        size = 0
-                        value = null
-                    elif data[q] == 0x18:
-                        size = data[q + 1]
-                        if size < 0x80:
-                            q += 2
-                        else:
-                            size, q = decode_varint(data, q + 1, stop)
-                        value = table[size << 1] if size < half else zigzag_bytes(size)
-                    else:
-                        q = -1
-                else:
-                    q = -1
-                if q != stop:
-                    found = _fields_of(data, p, stop)
-                    if found is None:
-                        return None
-                    q, key, value, size = found
-                    moment = times.get(data[q + 1 : q + 7]) or clock.decode(data, q, stop)
-                fields = key + value
-                known = (moment[1], fields, size, len(moment[1]) + len(fields) + size + 1)
-                if looking and mark:
-                    rests[rest] = known
-                    looking = len(rests) < MAX_KEPT_RESTS
-            stamped, fields, size, body = known
-            pos = stop + size
-            length = body + len(delta)
-            parts += (
-                table[length << 1] if length < half else zigzag_bytes(length),
-                stamped,
-                delta,
-                fields,
-                data[stop:pos],
-                b"\x00",  # no headers
+        # the records' offset deltas, by their length in bytes (one, two, three)
+        for low, high, width in ((0, 64, 1), (64, half, 2), (half, count, 3)):
+            if low >= count:
+                break
+            deltas = (
+                table[low << 1 : min(count, high) << 1 : 2]
+                if width < 3
+                else [zigzag_bytes(i) for i in range(low, count)]
             )
+            walked = _write_records(data, deltas, width, parts, starts, clock, state)
+            if walked is None:
+                return None
+            state = walked
+        pos, p, unmarked, last_unmarked, start = state
         # every stamp but the last says "more follows" (else a batch ends inside the
         # entry: not the plain case); the last may say it too
         if unmarked > 1 or (unmarked and last_unmarked != p) or start is None:
             return None
-        text = data[p - start[1] + head_size : p].decode()
-        n = _STAMP_HEADS[data[4:head_size]]
-        first = stamp_of({SEQ: data[head_size : head_size + n].decode()})
+        text = data[p - start[1] + _HEAD : p].decode()
+        n = _STAMP_HEADS[data[4:_HEAD]]
+        first = stamp_of({SEQ: data[_HEAD : _HEAD + n].decode()})
     except (IndexError, KeyError, ValueError, struct.error):  # malformed: the message path says why
         return None
     # the stamps count up by one (a producer's stamps rise: the first and last tell); a
     # message that ran past the entry's end left `pos` past it
     if pos != len(data) or first is None or stamp_of({SEQ: text}) != first + count - 1:
         return None
+    parts[0] = parts[0][1:]  # the first record follows no record's "no headers"
+    parts.append(b"\x00")  # the last record's: no headers
     batch = seal_records(parts, count, clock.base, clock.latest)
     properties = {BATCH: READ_FROM_ENTRY, RECORDS: str(count), SEQ: text, WHOLE_ENTRY: "1"}
     return StoredMessage((mid[0], mid[1], 0), batch, "", properties, 0, publish_time, producer)
+
+
+# where a walk through an entry's messages stands: the next message's position, where the
+# last stamp's value ended, how many stamps lacked the mark and where the last such ended,
+# and the last message's stamp and metadata ends (`starts`)
+_Walk = tuple[int, int, int, int, "tuple[int, int] | None"]
+
+
+def _write_records(
+    data: bytes,
+    deltas: list[bytes],
+    width: int,
+    parts: list[bytes],
+    starts: dict[bytes, tuple[int, int]],
+    clock: _Times,
+    state: _Walk,
+) -> _Walk | None:
+    """The records of the next `len(deltas)` messages, from where `state` stands, added to
+    `parts` (4 a record, `deltas` all `width` bytes long): the previous record's "no
+    headers" byte with this one's length, attributes and timestamp delta; the offset delta;
+    key and value lengths and key; the value. None when a message is not the plain case.
+
+    One loop from message to record: the stamp is matched as the bytes the gateway writes;
+    a message's metadata after it is looked up whole (`rests`: key, time and size together
+    repeat within a producer's batch), and only a metadata not seen yet is read, its fields
+    in the order the gateway writes them (partition key, event time, ordering key, null
+    value, payload size) and a batch's few event times decoded once each. Metadata laid out
+    otherwise (pulsar-client writes the payload size before the time) is parsed field by
+    field (`_fields_of`)."""
+    table = VARINTS
+    half = VARINT_TABLE_SIZE >> 1
+    head_size = _HEAD
+    plus = _PLUS
+    null = table[1]  # a Kafka length of -1
+    times = clock.known
+    # a message's metadata after its stamp, from the stamp's mark "more follows" on -> the
+    # record's first part (see above), its key and value lengths and key, the value's size
+    # (only stamps with the mark are kept, so a hit says the mark is there)
+    rests: dict[bytes, tuple[bytes, bytes, int]] = {}
+    # whether to look there: not once most metadata is new (many keys, times that change
+    # every millisecond), as such an entry paid for a look-up a record in vain
+    looking = True
+    misses = 0
+    first_part = len(parts)
+    pos, p, unmarked, last_unmarked, start = state
+    rest = b""
+    for delta in deltas:
+        # the stamp, first and the only property: its field's head names its length
+        start = starts.get(data[pos : pos + head_size])
+        if start is None:
+            start = _start_of(data, pos, starts)
+            if start is None:
+                return None
+        stop = pos + start[0]
+        p = pos + start[1]
+        if looking:
+            rest = data[p - 1 : stop]
+            known = rests.get(rest)
+        else:
+            known = None
+        if known is None:
+            mark = data[p - 1] == plus
+            if not mark:
+                unmarked += 1
+                last_unmarked = p
+            # the fields in the gateway's order: partition key (its length one byte),
+            # event time, the ordering key (the partition key again), null value,
+            # payload size; another layout (q != stop) is parsed field by field
+            q = p
+            key = null
+            k = 0
+            if data[q] == 0x12:
+                k = data[q + 1]
+                q = q + 2 + k if k < 0x80 else -1
+                if k:
+                    key = table[k << 1] + data[q - k : q]
+            if q >= 0 and data[q] == 0x28:
+                moment = times.get(data[q + 1 : q + 7]) or clock.decode(data, q, stop)
+                q += moment[0]
+                if k:
+                    q = q + 2 + k if data[q] == 0x3A and data[q + 1] == k else -1
+                if data[q] == 0x48 and data[q + 1] == 1:
+                    q = q + 4 if data[q + 2] == 0x18 and data[q + 3] == 0 else -1
+                    size = 0
+                    value = null
+                elif data[q] == 0x18:
+                    size = data[q + 1]
+                    if size < 0x80:
+                        q += 2
+                    else:
+                        size, q = decode_varint(data, q + 1, stop)
+                    value = table[size << 1] if size < half else zigzag_bytes(size)
+                else:
+                    q = -1
+            else:
+                q = -1
+            if q != stop:
+                found = _fields_of(data, p, stop)
+                if found is None:
+                    return None
+                q, key, value, size = found
+                moment = times.get(data[q + 1 : q + 7]) or clock.decode(data, q, stop)
+            stamped = moment[1]
+            fields = key + value
+            length = len(stamped) + width + len(fields) + size + 1
+            known = (
+                b"\x00" + (table[length << 1] if length < half else zigzag_bytes(length)) + stamped,
+                fields,
+                size,
+            )
+            if looking:
+                misses += 1
+                if mark:
+                    rests[rest] = known
+                # most records so far new (4 parts a record): stop looking
+                looking = misses < MIN_MISSES or misses * 8 < len(parts) - first_part
+                looking = looking and len(rests) < MAX_KEPT_RESTS
+        pre, fields, size = known
+        stop_value = stop + size
+        parts += (pre, delta, fields, data[stop:stop_value])
+        pos = stop_value
+    return pos, p, unmarked, last_unmarked, start
 
 
 def _start_of(
