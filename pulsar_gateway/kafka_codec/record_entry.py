@@ -35,7 +35,6 @@ from pulsar_gateway.kafka_codec.record_codec import (
     timestamp_slow,
     varint_slow,
 )
-from pulsar_gateway.kafka_codec.record_columns import Columns, read_columns
 from pulsar_gateway.kafka_codec.record_mapping import CODEC, to_message
 from pulsar_gateway.kafka_codec.record_messages import decode_messages
 
@@ -121,20 +120,7 @@ def record_messages(buf: bytes, count: int, base_ts: int, codec: int) -> RecordM
 
 
 def build_entry(buf: bytes, count: int, base_ts: int, codec: int) -> tuple[PrebuiltEntry, int]:
-    """The prebuilt entry of the `count` records of `buf`, and their values' bytes: from
-    the batch's columns where aiokafka's compiled parser reads them exactly as the walk
-    would (record_columns.py: keyed records without headers), else by the walk."""
-    codec_field = encode_property(CODEC, str(codec)) if codec else b""
-    columns = read_columns(buf, count, base_ts)
-    if columns is not None:
-        built = _columns_entry(columns, codec_field)
-        if built is not None:
-            return built
-    return walk_entry(buf, count, base_ts, codec)
-
-
-def walk_entry(buf: bytes, count: int, base_ts: int, codec: int) -> tuple[PrebuiltEntry, int]:
-    """`build_entry` by walking the records in Python bytecode.
+    """The prebuilt entry of the `count` records of `buf`, and their values' bytes.
     The parse is `decode_messages`' (kept in step with it: the differential tests).
 
     Per record only what differs (the loop is most of the produce path's time,
@@ -145,10 +131,10 @@ def walk_entry(buf: bytes, count: int, base_ts: int, codec: int) -> tuple[Prebui
     # The record walk is written out here, in decode_records/decode_messages and in
     # record_entry.build_entry on purpose: a walk shared as a generator cost 5-15 % more
     # per record (docs/pulsar-protocol.md, "Why the record walk is written three times").
-    codec_field = encode_property(CODEC, str(codec)) if codec else b""
     zz = ZIGZAG_BYTE
     slow = varint_slow
     join = b"".join
+    codec_field = encode_property(CODEC, str(codec)) if codec else b""
     # the fields a batch repeats: event time -> its field, value size -> its field, and a
     # key -> its partition and ordering key fields (empty: not a plain key, the long way)
     pk_heads = _PARTITION_KEY_HEADS
@@ -356,41 +342,3 @@ def _common_fields(
         parts.append(_NULL_VALUE)
     parts += (_PAYLOAD_SIZE, _varint(0 if value is None else len(value)))
     return codec_field, b"".join(parts)
-
-
-def _columns_entry(columns: Columns, codec_field: bytes) -> tuple[PrebuiltEntry, int] | None:
-    """`build_entry`'s answer from the batch's columns (record_columns.py), made with
-    C-level passes over whole columns; None where a key is not a short ASCII one (the
-    mapping marks it: the walk then). The fields are the walk's, in its order."""
-    keys, values, times = columns
-    count = len(keys)
-    key_lengths = list(map(len, keys))
-    if max(key_lengths) >= 0x80 or not all(map(bytes.isascii, keys)):
-        return None
-    time_fields = {ts: _EVENT_TIME + _varint(ts) if ts > 0 else b"" for ts in set(times)}
-    value_lengths = list(map(len, values))
-    size_fields = {n: _PAYLOAD_SIZE + _varint(n) for n in set(value_lengths)}
-    # partition key, event time, ordering key, payload size
-    fields = list(
-        map(
-            b"".join,
-            zip(
-                map(_PARTITION_KEY_HEADS.__getitem__, key_lengths),
-                keys,
-                map(time_fields.__getitem__, times),
-                map(_ORDERING_KEY_HEADS.__getitem__, key_lengths),
-                keys,
-                map(size_fields.__getitem__, value_lengths),
-                strict=True,
-            ),
-        )
-    )
-    sizes = list(map(len, fields))
-    parts = [b""] * (6 * count)
-    if codec_field:
-        parts[2::6] = [codec_field] * count
-        sizes = list(map(len(codec_field).__add__, sizes))
-    parts[4::6] = fields
-    parts[5::6] = values
-    value_bytes = sum(value_lengths)
-    return PrebuiltEntry(parts, sizes, sum(sizes) + value_bytes), value_bytes
