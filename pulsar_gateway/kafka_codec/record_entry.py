@@ -15,6 +15,8 @@ record's own properties) are left open, for the writer to fill in (`PrebuiltEntr
 The common records (no headers; no key, or a short ASCII one; a value) are written inline,
 with the event time and value size fields a batch repeats made once; any other record is
 mapped by `to_message` and written from that message, so the mapping has one definition.
+A record's headers are mapped that way once a batch: the properties of each distinct run of
+header bytes are kept and reused (docs/pulsar-protocol.md, "Headers, once a batch").
 A batch whose base timestamp is near the int64 limits is not prebuilt (its timestamps wrap
 as Java's do: `decode_messages`' long way). Input is refused exactly as `decode_messages`
 refuses it, with the same errors (tests/unit/test_record_entry.py holds both to that).
