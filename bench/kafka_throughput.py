@@ -116,8 +116,18 @@ def rss_mib(pid: int) -> float:
     return 0.0
 
 
+# two headers a record, as tracing and routing add them (`headers=True`): each Kafka header
+# becomes a Pulsar property of the record's message (docs/pulsar-mapping.md)
+HEADERS = [("trace-id", b"4bf92f3577b34da6"), ("source", b"bench")]
+
+
 def kafka_produce(
-    bootstrap: str, topic: str, records: int, size: int, codec: str = "none"
+    bootstrap: str,
+    topic: str,
+    records: int,
+    size: int,
+    codec: str = "none",
+    headers: bool = False,
 ) -> float:
     producer = Producer(
         {
@@ -132,11 +142,12 @@ def kafka_produce(
     payload = b"x" * size
     if codec != "none":  # compressible but not trivially: a codec costs what it would
         payload = (bytes(range(32, 127)) * (size // 95 + 1))[:size]
+    extra = HEADERS if headers else None
     start = time.perf_counter()
     for i in range(records):
         while True:
             try:
-                producer.produce(topic, payload, str(i % 100).encode())
+                producer.produce(topic, payload, str(i % 100).encode(), headers=extra)
                 break
             except BufferError:
                 producer.poll(0.01)

@@ -11,7 +11,8 @@ alone) per record; then pulsar-client direct on that gateway's broker. `--profil
 py-spy under each gateway's produce and prints the functions that hold the most samples
 (self and inclusive), with collapsed stacks and a flame graph beside `--out`.
 
-    python -m bench.native_produce [--records 100000] [--size 100] [--profile] [--flame-graphs]
+    python -m bench.native_produce [--records 100000] [--size 100] [--headers] [--profile]
+                                   [--flame-graphs]
 
 `--flame-graphs` writes a py-spy SVG of each gateway's produce (`{out}-{setting}.svg`), and
 the results name them with the committed "before" capture (`BEFORE`: the native produce
@@ -137,7 +138,7 @@ def run_one(choice: str, args: argparse.Namespace, scratch: Path) -> dict[str, A
             measured([gw_pid], alone, "produce"),
             measured([gateway.broker_pid()], alone, "broker"),
         ):
-            produce = kafka_produce(gateway.bootstrap, "bench", n, size)
+            produce = kafka_produce(gateway.bootstrap, "bench", n, size, headers=args.headers)
         with measured(servers, cpu, "fetch"):
             tail = kafka_consume(gateway.bootstrap, "bench", parts, n + args.warm)
         result = {
@@ -178,6 +179,9 @@ def main() -> None:
         default=0,
         help="records produced first, unmeasured (the partitions' start not in the numbers)",
     )
+    parser.add_argument(
+        "--headers", action="store_true", help="two headers a record (kafka_throughput.HEADERS)"
+    )
     parser.add_argument("--profile", action="store_true", help="py-spy under each produce")
     parser.add_argument(
         "--flame-graphs", action="store_true", help="a py-spy SVG of each gateway's produce"
@@ -191,6 +195,7 @@ def main() -> None:
         "warm": args.warm,
         "size": args.size,
         "partitions": args.partitions,
+        "headers": args.headers,
     }
     with tempfile.TemporaryDirectory() as scratch:
         for choice in [args.only] if args.only else CHOICES:
@@ -236,7 +241,8 @@ def sections(results: dict[str, Any]) -> list[str]:
             row.update({k: round(numbers[k], 2) for k in SHOWN if k in numbers})
             rows.append(row)
     out = [
-        f"<p>{results.get('records', 0):,} records of {results.get('size', 0)} B, "
+        f"<p>{results.get('records', 0):,} records of {results.get('size', 0)} B"
+        f"{', two headers each' if results.get('headers') else ''}, "
         f"{results.get('partitions', 0)} partitions, confluent-kafka acks=all, measured after "
         f"{results.get('warm', 0):,} records produced to open the partitions; per setting a "
         "gateway of its own, then pulsar-client's bare batched producer and reader straight "

@@ -15,6 +15,8 @@ record's own properties) are left open, for the writer to fill in (`PrebuiltEntr
 The common records (no headers; no key, or a short ASCII one; a value) are written inline,
 with the event time and value size fields a batch repeats made once; any other record is
 mapped by `to_message` and written from that message, so the mapping has one definition.
+A record's headers are mapped that way once a batch: the properties of each distinct run of
+header bytes are kept and reused (docs/pulsar-protocol.md, "Headers, once a batch").
 A batch whose base timestamp is near the int64 limits is not prebuilt (its timestamps wrap
 as Java's do: `decode_messages`' long way). Input is refused exactly as `decode_messages`
 refuses it, with the same errors (tests/unit/test_record_entry.py holds both to that).
@@ -49,6 +51,9 @@ _NULL_VALUE = b"\x48\x01"
 # a short key's field heads, by its length: partition key, ordering key
 _PARTITION_KEY_HEADS = tuple(_PARTITION_KEY + bytes((n,)) for n in range(0x80))
 _ORDERING_KEY_HEADS = tuple(_ORDERING_KEY + bytes((n,)) for n in range(0x80))
+# the most kinds of headers a batch's properties are kept for (records whose headers all
+# differ, a trace id each, pay one dictionary look-up a record for nothing)
+_HEADER_KINDS = 64
 
 
 def _varint(value: int) -> bytes:
@@ -141,6 +146,7 @@ def build_entry(buf: bytes, count: int, base_ts: int, codec: int) -> tuple[Prebu
     last_ts = last_n = None
     time_field = size_field = b""
     own: dict[int, bytes] = {}  # a message's properties, where not just `codec_field`
+    header_properties: dict[bytes, bytes] = {}  # a record's headers' bytes -> its properties
     metadata: list[bytes] = []  # the rest of its metadata, its payload size field last
     payloads: list[bytes] = []
     add_fields = metadata.append
@@ -238,42 +244,58 @@ def build_entry(buf: bytes, count: int, base_ts: int, codec: int) -> tuple[Prebu
                     value = buf[pos : pos + n]
                     pos += n
         # headers, then the message's metadata
-        if buf[pos] == 0:
+        props = None
+        if buf[pos] != 0:
+            # A batch's records mostly repeat their headers: their bytes (the rest of the
+            # record) name their properties, mapped once (to_message). A key the mapping
+            # marks (empty, not UTF-8, long) adds a property: those go the long way.
+            plain_key = key is None or (0 < k < 0x80 and key.isascii())
+            if plain_key:
+                raw = buf[pos:end]
+                props = header_properties.get(raw)
+            if props is None:
+                headers, pos = decode_headers(buf, pos)
+                if pos != end:
+                    raise RecordBatchError(f"record length {size} does not match its fields")
+                own[index], fields = message_metadata(
+                    to_message(key, value, ts, headers), codec_field
+                )
+                if plain_key and len(header_properties) < _HEADER_KINDS:
+                    header_properties[raw] = own[index]
+                add_fields(fields)
+                add_payload(b"" if value is None else value)
+                continue
+            own[index] = props
+            pos = end
+        else:
             pos += 1
             if pos != end:
                 raise RecordBatchError(f"record length {size} does not match its fields")
-            if value is None:
-                props, fields = _common_fields(key, value, ts, codec_field)
-                if props is not codec_field:
-                    own[index] = props
-                value = b""
-            else:
-                if ts != last_ts:
-                    time_field = times.get(ts)  # type: ignore[assignment]
-                    if time_field is None:
-                        time_field = times[ts] = _EVENT_TIME + _varint(ts) if ts > 0 else b""
-                    last_ts = ts
-                if n != last_n:
-                    size_field = value_sizes.get(n)  # type: ignore[assignment]
-                    if size_field is None:
-                        size_field = value_sizes[n] = _PAYLOAD_SIZE + _varint(n)
-                    last_n = n
-                if key is None:
-                    fields = time_field + size_field
-                elif 0 < k < 0x80 and key.isascii():  # k: the key's length
-                    # partition key, time, ordering key, payload size
-                    fields = join((pk_heads[k], key, time_field, ok_heads[k], key, size_field))
-                else:
-                    props, fields = _common_fields(key, value, ts, codec_field)
-                    if props is not codec_field:
-                        own[index] = props
+        if value is None:
+            common, fields = _common_fields(key, value, ts, codec_field)
+            if props is None and common is not codec_field:
+                own[index] = common
+            value = b""
         else:
-            headers, pos = decode_headers(buf, pos)
-            if pos != end:
-                raise RecordBatchError(f"record length {size} does not match its fields")
-            own[index], fields = message_metadata(to_message(key, value, ts, headers), codec_field)
-            if value is None:
-                value = b""
+            if ts != last_ts:
+                time_field = times.get(ts)  # type: ignore[assignment]
+                if time_field is None:
+                    time_field = times[ts] = _EVENT_TIME + _varint(ts) if ts > 0 else b""
+                last_ts = ts
+            if n != last_n:
+                size_field = value_sizes.get(n)  # type: ignore[assignment]
+                if size_field is None:
+                    size_field = value_sizes[n] = _PAYLOAD_SIZE + _varint(n)
+                last_n = n
+            if key is None:
+                fields = time_field + size_field
+            elif 0 < k < 0x80 and key.isascii():  # k: the key's length
+                # partition key, time, ordering key, payload size
+                fields = join((pk_heads[k], key, time_field, ok_heads[k], key, size_field))
+            else:
+                common, fields = _common_fields(key, value, ts, codec_field)
+                if props is None and common is not codec_field:
+                    own[index] = common
         add_fields(fields)
         add_payload(value)
     if pos != limit:
