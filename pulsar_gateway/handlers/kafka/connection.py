@@ -201,6 +201,9 @@ class KafkaConnection:
         held = size
         try:
             frame = memoryview(await self._read_body(size, start))
+            # a frame of megabytes (joined from its chunks, then decoded: copied again) is
+            # decoded in a turn of its own (loop_turns.py, `after_bytes`)
+            await self.context.turns.after_bytes(size)
             try:
                 header = protocol.parse_request_header(frame)
             except protocol.KafkaDecodeError as exc:
