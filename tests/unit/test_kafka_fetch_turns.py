@@ -114,3 +114,28 @@ def test_ten_big_fetches_share_the_loop_a_slice_at_a_time() -> None:
         f"one turn of the loop took {busiest * 1000:.1f} ms of the {total * 1000:.0f} ms of "
         f"CPU that answering {FETCHERS} Fetches of 4 MB took"
     )
+
+
+def test_a_big_fetch_read_in_slices_still_fills_its_budget() -> None:
+    """Slicing the read must not shorten the answer: records of 100 KB do not add up to a
+    slice exactly, and a slice that stopped short of `bytes_per_turn` only because the
+    next record would not fit is not the end of the partition."""
+    small, count = 100_000, 30
+
+    async def scenario() -> int:
+        server = KafkaServer(KafkaSection(port=0), memory_storage())
+        await server.start()
+        try:
+            reader, writer = await connect(server.address)
+            for number in range(count):
+                writer.write(produce(number, "sink", bytes([number]) * small))
+                await read_frame(reader)
+            writer.write(big_fetch(99))  # a budget of 4 MB + 1 KiB: all 30 records fit
+            size = await drain_answer(reader)
+            writer.close()
+            return size
+        finally:
+            await server.stop()
+
+    size = asyncio.run(scenario())
+    assert size > count * small, f"the answer holds all {count} records ({size} B)"

@@ -215,20 +215,30 @@ async def _read(turns: LoopTurns, log: PartitionLog, offset: int, budget: int) -
     between reads, and before the first while other paced handlers wait for theirs
     (loop_turns.py): a read copies each message twice, and the 4 MiB reads of ten
     never-reading connections all ran in one turn. A read ends at a batch's end; the next
-    starts after it. A read that found less than a step's worth is the last."""
+    starts after it. A read is the last when its next message would still have fitted in
+    the step (the log had no more): one that stopped short of the step only because its
+    next message did not fit is not the partition's end."""
     step = turns.bytes_per_turn
     await turns.turn_if_busy()
     entries = await log.read(offset, min(budget, step))
     size = got = sum(entry.message.size for entry in entries)
-    while entries and got >= step and size < budget:
+    while entries and _cut_by_step(entries, got, step) and size < budget:
         await turns.turn()
         last = entries[-1]
         more = await log.read(last.offset + records_in(last.message), min(budget - size, step))
         more = [entry for entry in more if entry.offset > last.offset]
+        if not more:
+            break
         got = sum(entry.message.size for entry in more)
         entries += more
         size += got
     return entries
+
+
+def _cut_by_step(read: list[LogEntry], got: int, step: int) -> bool:
+    """Whether a read of `got` bytes may have stopped at the step with more to come: a
+    message as big as its biggest would not have fitted beside them."""
+    return got + max(entry.message.size for entry in read) > step
 
 
 def _partition(index: int, code: int, high: int, start: int, records: Any) -> dict[str, Any]:
