@@ -72,6 +72,24 @@ def cpu_seconds(pids: list[int]) -> float:
     return total / CLOCK_TICKS
 
 
+def minor_faults(pids: list[int]) -> int:
+    """Minor page faults the processes have taken so far: memory newly touched (a fresh
+    mapping's pages), which a loaded machine does not distort as it does CPU time."""
+    total = 0
+    for pid in pids:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        total += int(fields[7])  # minflt (field 10)
+    return total
+
+
+@contextlib.contextmanager
+def faulted(pids: list[int], into: dict[str, float], name: str) -> Iterator[None]:
+    """Minor page faults the processes take inside the block, as into[name]."""
+    before = minor_faults(pids)
+    yield
+    into[name] = minor_faults(pids) - before
+
+
 @contextlib.contextmanager
 def measured(pids: list[int], into: dict[str, float], name: str) -> Iterator[None]:
     """CPU seconds the processes spend inside the block, as into[name]."""

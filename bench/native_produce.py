@@ -40,6 +40,7 @@ from typing import Any
 from bench.flame import Flame, flame_graph
 from bench.kafka_throughput import (
     create_topic,
+    faulted,
     kafka_consume,
     kafka_produce,
     measured,
@@ -128,6 +129,7 @@ def run_one(choice: str, args: argparse.Namespace, scratch: Path) -> dict[str, A
             kafka_produce(gateway.bootstrap, "bench", args.warm, size)
         cpu: dict[str, float] = {}
         alone: dict[str, float] = {}
+        faults: dict[str, float] = {}
         collapsed = args.out.with_name(f"{args.out.name}-{choice}.txt") if args.profile else None
         svg = args.out.with_name(f"{args.out.name}-{choice}.svg") if args.flame_graphs else None
         flaming = flame_graph(gw_pid, svg) if svg else contextlib.nullcontext(Flame())
@@ -137,9 +139,14 @@ def run_one(choice: str, args: argparse.Namespace, scratch: Path) -> dict[str, A
             measured(servers, cpu, "produce"),
             measured([gw_pid], alone, "produce"),
             measured([gateway.broker_pid()], alone, "broker"),
+            faulted([gw_pid], faults, "produce"),
         ):
             produce = kafka_produce(gateway.bootstrap, "bench", n, size, headers=args.headers)
-        with measured(servers, cpu, "fetch"):
+        with (
+            measured(servers, cpu, "fetch"),
+            measured([gw_pid], alone, "fetch"),
+            faulted([gw_pid], faults, "fetch"),
+        ):
             tail = kafka_consume(gateway.bootstrap, "bench", parts, n + args.warm)
         result = {
             "produce_rps": n / produce,
@@ -147,6 +154,9 @@ def run_one(choice: str, args: argparse.Namespace, scratch: Path) -> dict[str, A
             "server_cpu_us_per_record": cpu["produce"] * 1e6 / n,
             "gateway_cpu_us_per_record": alone["produce"] * 1e6 / n,
             "broker_cpu_us_per_record": alone["broker"] * 1e6 / n,
+            "gateway_minor_faults_per_record": faults["produce"] / n,
+            "tail_fetch_gateway_cpu_us_per_record": alone["fetch"] * 1e6 / (n + args.warm),
+            "tail_fetch_gateway_minor_faults_per_record": faults["fetch"] / (n + args.warm),
         }
         if collapsed is not None and collapsed.exists():
             result["profile"] = summarise(collapsed)

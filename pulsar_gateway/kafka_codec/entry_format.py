@@ -33,8 +33,10 @@ from pulsar_gateway.gateway.messages import (
 )
 from pulsar_gateway.kafka_codec import compression as codecs
 from pulsar_gateway.kafka_codec.control_batch import TXN, parse_txn_value
+from pulsar_gateway.kafka_codec.protocol.wire_types import BlobParts
 from pulsar_gateway.kafka_codec.record_batch import (
     ATTR_CODEC_MASK,
+    HEADER_SIZE,
     DecodedBatch,
     decode_batches,
     encode_batch,
@@ -214,6 +216,23 @@ def encode_entries(
     log_append_time: bool = False,
     codec: int | None = codecs.NONE,
 ) -> tuple[bytearray, int]:
+    """`encode_entry_parts`, joined into one buffer."""
+    records, count = encode_entry_parts(entries, max_bytes, min_one, log_append_time, codec)
+    if isinstance(records, bytearray):
+        return records, count
+    out = bytearray()
+    for part in records.parts:
+        out += part
+    return out, count
+
+
+def encode_entry_parts(
+    entries: Sequence[LogEntry],
+    max_bytes: int = UNLIMITED,
+    min_one: bool = True,
+    log_append_time: bool = False,
+    codec: int | None = codecs.NONE,
+) -> tuple[bytearray | BlobParts, int]:
     """Fetch's records bytes for these entries, and how many records they hold.
 
     Runs of one-record messages become one batch each (a transactional producer's records a
@@ -227,8 +246,14 @@ def encode_entries(
     ``log_append_time`` (a LogAppendTime topic) marks the batches so, one per append time.
     ``codec`` compresses the batches built from one-record messages (None: each record's
     producer codec, one batch per run of equal codecs); stored batches keep their own.
+
+    A stored batch is not copied: it goes in as it is held, behind a re-based copy of its
+    first 16 bytes (`BlobParts`, which the response encoder writes piece by piece); the
+    batches built from runs are bytearrays between. With no stored batch, one bytearray.
     """
-    out = bytearray()
+    parts: list[bytes | bytearray | memoryview] = []
+    done = 0  # the bytes in `parts`
+    out = bytearray()  # the batches built since the last stored batch
     count = 0
     run: list[LogEntry] = []
     for entry in entries:
@@ -240,10 +265,12 @@ def encode_entries(
             or (codec is None and _codec_of(run[0]) != _codec_of(entry))
             or run[0].message.properties.get(TXN) != message.properties.get(TXN)
         ):
-            kept, whole = _encode_run(run, out, max_bytes, min_one, log_append_time, codec)
+            kept, whole = _encode_run(
+                run, out, max_bytes - done, min_one and not done, log_append_time, codec
+            )
             count += kept
             if not whole:
-                return out, count
+                return _joined(parts, done, out), count
             run = []
         if not stored_batch:
             run.append(entry)
@@ -253,13 +280,33 @@ def encode_entries(
             log_append_time or codec not in (None, codecs.NONE)
         ):
             payload = _rebuilt(payload, entry.offset, log_append_time, codec or codecs.NONE)
-        if len(out) + len(payload) > max_bytes and (out or not min_one):
-            return out, count
-        rewrite_base_offset(payload, entry.offset, out=out)
+        if done + len(out) + len(payload) > max_bytes and (done or out or not min_one):
+            return _joined(parts, done, out), count
+        if out:
+            parts.append(out)
+            done += len(out)
+            out = bytearray()
+        view = memoryview(payload)
+        parts.append(rewrite_base_offset(view[:HEADER_SIZE], entry.offset))
+        parts.append(view[HEADER_SIZE:])
+        done += len(view)
         count += int(message.properties[RECORDS])
     if run:
-        count += _encode_run(run, out, max_bytes, min_one, log_append_time, codec)[0]
-    return out, count
+        count += _encode_run(
+            run, out, max_bytes - done, min_one and not done, log_append_time, codec
+        )[0]
+    return _joined(parts, done, out), count
+
+
+def _joined(
+    parts: list[bytes | bytearray | memoryview], done: int, out: bytearray
+) -> bytearray | BlobParts:
+    """`encode_entry_parts`'s answer: `out` alone when nothing went before it."""
+    if not parts:
+        return out
+    if out:
+        parts.append(out)
+    return BlobParts(parts, done + len(out))
 
 
 def _rebuilt(batch: bytes, base: int, log_append_time: bool, codec: int) -> bytes:

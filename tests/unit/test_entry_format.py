@@ -7,13 +7,16 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from pulsar_gateway.gateway.messages import LogEntry, StoredMessage, records_in
+from pulsar_gateway.kafka_codec import protocol
 from pulsar_gateway.kafka_codec.entry_format import (
     KAFKA,
     PULSAR,
     encode_entries,
+    encode_entry_parts,
     format_of,
     records_of,
 )
+from pulsar_gateway.kafka_codec.protocol.wire_types import BlobParts
 from pulsar_gateway.kafka_codec.record_batch import Record, decode_batches, encode_batch
 from pulsar_gateway.kafka_codec.record_mapping import to_message
 
@@ -95,3 +98,63 @@ def test_pulsar_format_maps_each_record_as_to_message(records, codec) -> None:
         for message in want:
             message.properties = {**(message.properties or {}), "__kafka.codec": str(codec)}
     assert got == want
+
+
+@given(
+    st.lists(
+        st.one_of(
+            st.lists(st.binary(max_size=50), min_size=1, max_size=5),  # a stored batch
+            st.binary(max_size=50),  # a one-record message
+        ),
+        min_size=1,
+        max_size=8,
+    ),
+    st.integers(0, 1200),
+    st.booleans(),
+)
+def test_a_fetch_answer_in_parts_is_the_joined_one_without_copying_stored_batches(
+    items, budget, min_one
+) -> None:
+    """`encode_entry_parts` hands stored batches over as they are held (a re-based copy of
+    their header only), and the response encoder writes the parts as the joined bytes."""
+    entries, offset = [], 100
+    for item in items:
+        message = (
+            _batch(item, 0) if isinstance(item, list) else _stored(to_message(b"k", item, 5, []), 0)
+        )
+        entries.append(LogEntry(offset, message))
+        offset += records_in(message)
+    joined, count = encode_entries(entries, budget, min_one)
+    records, parts_count = encode_entry_parts(entries, budget, min_one)
+    assert (bytes(records), parts_count) == (bytes(joined), count)
+    if isinstance(records, BlobParts):
+        held = {id(e.message.payload) for e in entries if KAFKA.wrote(e.message)}
+        views = [p for p in records.parts if isinstance(p, memoryview)]
+        assert views and all(id(view.obj) in held for view in views)
+    body = {
+        "throttle_time_ms": 0,
+        "error_code": 0,
+        "session_id": 0,
+        "responses": [
+            {
+                "topic": "t",
+                "partitions": [
+                    {
+                        "partition_index": 0,
+                        "error_code": 0,
+                        "high_watermark": offset,
+                        "last_stable_offset": offset,
+                        "log_start_offset": 0,
+                        "aborted_transactions": None,
+                        "preferred_read_replica": -1,
+                        "records": records,
+                    }
+                ],
+            }
+        ],
+    }
+    for version in (4, 12):
+        in_parts = protocol.encode_response(1, version, 7, body)
+        body["responses"][0]["partitions"][0]["records"] = bytes(joined)
+        assert in_parts == protocol.encode_response(1, version, 7, body)
+        body["responses"][0]["partitions"][0]["records"] = records

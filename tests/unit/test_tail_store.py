@@ -19,7 +19,7 @@ from pulsar_gateway.gateway.messages import StoredMessage
 from pulsar_gateway.kafka_codec.entry_format import encode_entries
 from pulsar_gateway.kafka_codec.record_batch import Record, decode_batches, encode_batch
 from pulsar_gateway.storage.kafka.partition_log import PartitionLog
-from pulsar_gateway.storage.kafka.tail_store import TailStore
+from pulsar_gateway.storage.kafka.tail_store import HELD_PAYLOAD_BYTES, TailStore
 
 
 class _Metadata:
@@ -274,3 +274,34 @@ def test_the_message_at_an_offset_is_one_look_up_even_inside_an_open_batch() -> 
         read = store.read(offset, 1, batches=False)
         assert len(read) == 1000 - (offset - 10) % 1000  # a read goes on to its batch's end
         assert store.message_at(offset) == read[0]
+
+
+def test_a_big_payload_is_held_as_it_came_and_charged_in_full() -> None:
+    """A whole batch's payload (HELD_PAYLOAD_BYTES or more, exact `bytes`) is not copied
+    into a segment: a fetch gets the very object back. The tail's size still counts it, and
+    dropping its message lets it go. A view is packed as before: held, it would pin the
+    larger buffer it slices."""
+    big = bytes(range(256)) * (HELD_PAYLOAD_BYTES // 256 + 1)
+    frame = b"f" * (4 * len(big))
+    view = memoryview(frame)[: len(big)]
+    messages = [
+        StoredMessage((1, 0, 0), big, "", {"__gw.records": "3"}, 0, 5, "p"),
+        StoredMessage((1, 1, 0), b"small", "k", {}, 1, 6, "p"),
+        StoredMessage((1, 2, 0), view, "", {}, 2, 7, "p"),  # type: ignore[arg-type]
+    ]
+    tail = TailStore()
+    tail.extend(messages, [0, 3, 4])
+    read = tail.read(0, 1 << 40)
+    assert read[0].message.payload is big
+    assert [entry.message for entry in read] == messages
+    assert read[2].message.payload == bytes(view) and type(read[2].message.payload) is bytes
+    assert tail.message_at(1).message.payload is big
+    packed_only = sum(held(m._replace(payload=b"")) for m in messages)
+    assert tail.size >= packed_only + len(big) + len(view)
+    refs = sys.getrefcount(big)
+    tail.drop_oldest()
+    assert sys.getrefcount(big) == refs - 1
+    assert tail.size == held(messages[1]) + held(messages[2])
+    tail.drop_oldest()
+    tail.drop_oldest()
+    assert tail.size == 0 and tail.count == 0

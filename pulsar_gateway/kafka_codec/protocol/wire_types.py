@@ -213,10 +213,35 @@ def _write_str(w: BytesIO, value: str | None, compact: bool, nullable: bool) -> 
     w.write(data)
 
 
+class BlobParts:
+    """A bytes field's value in pieces, written one after another: a Fetch answer's
+    records, each stored batch as the tail cache holds it behind a re-based copy of its
+    first 16 bytes (entry_format.encode_entry_parts). Joined into one buffer first, every
+    batch was copied once more on its way to the socket (a fresh mapping each time for an
+    answer of 512 KiB or more, at the gateway's malloc threshold)."""
+
+    __slots__ = ("parts", "size")
+
+    def __init__(self, parts: list[bytes | bytearray | memoryview], size: int) -> None:
+        self.parts = parts
+        self.size = size  # the parts' bytes together
+
+    def __len__(self) -> int:
+        return self.size
+
+    def __bytes__(self) -> bytes:
+        return b"".join(self.parts)
+
+
 def _write_blob(w: BytesIO, value: Any, compact: bool, nullable: bool) -> None:
-    """Bytes and records: accepts bytes, bytearray or memoryview."""
+    """Bytes and records: accepts bytes, bytearray, memoryview or `BlobParts`."""
     if value is None:
         _write_null(w, nullable, compact, True)
+        return
+    if isinstance(value, BlobParts):
+        _write_length(w, value.size, compact, True)
+        for part in value.parts:
+            w.write(part)
         return
     if isinstance(value, memoryview):
         n = value.nbytes

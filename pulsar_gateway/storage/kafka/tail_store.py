@@ -23,6 +23,16 @@ requests may finish out of order), and goes with its first message. Kept batches
 mmapped segments of their own: as `bytes` in a dictionary, a soak's busy partitions held
 31,500 of them with their index on the heap, and the index's small objects pinned the
 allocator's arenas after the partitions closed (docs/architecture.md, "Memory").
+
+A big payload (`HELD_PAYLOAD_BYTES` or more: a whole Kafka batch the wire client's tailer
+numbers as one item, messages.WHOLE_ENTRY) is the exception: its `bytes` object is kept as
+it came, beside the packed rest of its message, and a fetch gets that same object back.
+Packed, each batch was copied three times on the way in (marshal, the join, the write into
+the segment; each a fresh mapping at the gateway's 512 KiB threshold, so page faults) and
+twice on the way out (the slice, marshal again). Few and big, such objects are not the
+scattered small ones that pinned the allocator's pages; blocks of 512 KiB or more are
+mappings of their own, unmapped when dropped. Only exact `bytes` are held: a view would
+pin the larger buffer it slices.
 """
 
 from __future__ import annotations
@@ -52,19 +62,10 @@ MAX_KEPT_BATCH_BYTES = 1024 * 1024
 # (an 8-byte end and offset each; a message's id and fetch size, a batch's record count).
 INDEX_BYTES_PER_MESSAGE = 44
 INDEX_BYTES_PER_BATCH = 20
-
-
-def _pack(message: StoredMessage) -> bytes:
-    return marshal.dumps(
-        (
-            message.payload,
-            message.key,
-            message.properties,
-            message.event_time,
-            message.publish_time,
-            message.producer,
-        )
-    )
+# A payload this big or more is held as its own `bytes` object, not packed (module doc);
+# what holding one costs beyond its bytes (the object's header, its dictionary entry).
+HELD_PAYLOAD_BYTES = 32 * 1024
+INDEX_BYTES_PER_HELD = 140
 
 
 class _Mapped:
@@ -113,7 +114,7 @@ def _grown(mappings: Sequence[_Mapped], size: int) -> int:
 class _Segment(_Mapped):
     """Packed messages in one mapping, with their offsets, ids and sizes beside."""
 
-    __slots__ = ("entries", "ledgers", "sizes", "slots")
+    __slots__ = ("entries", "held", "ledgers", "sizes", "slots")
 
     def __init__(self, capacity: int) -> None:
         super().__init__(capacity)
@@ -121,13 +122,7 @@ class _Segment(_Mapped):
         self.entries = array("q")
         self.slots = array("i")  # batch index
         self.sizes = array("Q")  # each message's size as the fetch budget counts it
-
-    def add(self, packed: bytes, offset: int, mid: MessageKey, size: int) -> None:
-        self.write(packed, offset)
-        self.ledgers.append(mid[0])
-        self.entries.append(mid[1])
-        self.slots.append(mid[2])
-        self.sizes.append(size)
+        self.held: dict[int, bytes] = {}  # index -> a big payload, held as it came
 
     def add_many(
         self,
@@ -136,9 +131,11 @@ class _Segment(_Mapped):
         offsets: list[int],
         messages: list[StoredMessage],
         first: int,
+        held: dict[int, bytes],
     ) -> int:
         """`add` for the messages from index `first` on, as many as fit; how many did.
-        `ends` are the packed records' running byte totals."""
+        `ends` are the packed records' running byte totals; `held`, by index in
+        `messages`, the payloads packed without (`HELD_PAYLOAD_BYTES`)."""
         base = ends[first - 1] if first else 0
         room = len(self.data) - self.used + base
         stop = bisect.bisect_right(ends, room, first)
@@ -148,6 +145,11 @@ class _Segment(_Mapped):
         end = used + ends[stop - 1] - base
         self.data[used:end] = b"".join(packed[first:stop])
         self.used = end
+        if held:
+            shift_index = len(self.offsets) - first
+            for index, payload in held.items():
+                if first <= index < stop:
+                    self.held[index + shift_index] = payload
         shift = used - base
         self.ends.extend([e + shift for e in ends[first:stop]])
         self.offsets.extend(offsets[first:stop])
@@ -161,10 +163,19 @@ class _Segment(_Mapped):
     def id(self, index: int) -> MessageKey:
         return (self.ledgers[index], self.entries[index], self.slots[index])
 
+    def cost(self, index: int) -> int:
+        """What the message at `index` holds: packed, and its held payload if any."""
+        payload = self.held.get(index) if self.held else None
+        if payload is None:
+            return self.length(index) + INDEX_BYTES_PER_MESSAGE
+        return self.length(index) + INDEX_BYTES_PER_MESSAGE + len(payload) + INDEX_BYTES_PER_HELD
+
     def message(self, index: int) -> StoredMessage:
         payload, key, properties, event_time, publish_time, producer = marshal.loads(
             self.bytes_of(index)
         )
+        if self.held and index in self.held:
+            payload = self.held[index]
         return StoredMessage(
             self.id(index), payload, key, properties, event_time, publish_time, producer
         )
@@ -204,33 +215,31 @@ class TailStore:
         self._end = 0  # the offset after the last message's records
 
     def append(self, message: StoredMessage, offset: int) -> None:
-        packed = _pack(message)
-        segments = self._segments
-        if not segments or not segments[-1].room(len(packed)):
-            segments.append(_Segment(_grown(segments, len(packed))))
-        segments[-1].add(packed, offset, message.id, message.size)
-        self.size += len(packed) + INDEX_BYTES_PER_MESSAGE
-        self.count += 1
-        self._end = offset + records_in(message)
+        self.extend([message], [offset])
 
     def extend(self, messages: list[StoredMessage], offsets: list[int]) -> None:
         """`append` for each message with its offset, in order, in one pass."""
         if not messages:
             return
-        packed = [
-            marshal.dumps((m[1], m[2], m[3], m[4], m[5], m[6]))  # _pack, without the calls
-            for m in messages
-        ]
+        held: dict[int, bytes] = {}
+        packed = []
+        for index, m in enumerate(messages):
+            payload = m[1]
+            if type(payload) is bytes and len(payload) >= HELD_PAYLOAD_BYTES:
+                held[index] = payload
+                payload = None
+            packed.append(marshal.dumps((payload, m[2], m[3], m[4], m[5], m[6])))  # _pack
         ends = list(itertools.accumulate(map(len, packed)))
         segments = self._segments
         done = 0
         while done < len(packed):
             if segments:
-                done += segments[-1].add_many(packed, ends, offsets, messages, done)
+                done += segments[-1].add_many(packed, ends, offsets, messages, done, held)
                 if done == len(packed):
                     break
             segments.append(_Segment(_grown(segments, len(packed[done]))))
         self.size += ends[-1] + INDEX_BYTES_PER_MESSAGE * len(packed)
+        self.size += sum(len(p) + INDEX_BYTES_PER_HELD for p in held.values())
         self.count += len(packed)
         self._end = offsets[-1] + records_in(messages[-1])
 
@@ -261,7 +270,9 @@ class TailStore:
             if self._kept_head == len(kept[0]):
                 kept.pop(0).release()
                 self._kept_head = 0
-        self.size -= first.length(self._head) + INDEX_BYTES_PER_MESSAGE
+        self.size -= first.cost(self._head)
+        if first.held:
+            first.held.pop(self._head, None)
         self.count -= 1
         self._head += 1
         if self._head == len(first):

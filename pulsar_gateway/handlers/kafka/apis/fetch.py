@@ -35,7 +35,7 @@ from pulsar_gateway.handlers.kafka.port import OffsetOutOfRange, PartitionLog, S
 from pulsar_gateway.handlers.kafka.read_committed import READ_COMMITTED, aborted_in, below_stable
 from pulsar_gateway.handlers.kafka.topic_lookup import find_topic, topic_with_id
 from pulsar_gateway.handlers.loop_turns import LoopTurns
-from pulsar_gateway.kafka_codec.entry_format import FETCH_CODECS, encode_entries
+from pulsar_gateway.kafka_codec.entry_format import FETCH_CODECS, encode_entry_parts
 from pulsar_gateway.kafka_codec.errors import ErrorCode
 from pulsar_gateway.security.rights import READ
 
@@ -189,7 +189,7 @@ async def _collect(
                     messages = below_stable(messages, stable)
                     aborted = aborted_in(log, offset, messages)
                 if messages:
-                    records, count = encode_entries(
+                    records, count = encode_entry_parts(
                         messages,
                         budget,
                         first,

@@ -30,7 +30,7 @@ from pulsar_gateway.handlers.kafka.share_groups import ShareGroups, ShareSession
 from pulsar_gateway.handlers.kafka.share_partition import Acquired, SharePartition
 from pulsar_gateway.handlers.kafka.topic_lookup import find_topic, open_partition, topic_with_id
 from pulsar_gateway.kafka_codec.control_batch import MARKER, TXN, parse_txn_value
-from pulsar_gateway.kafka_codec.entry_format import BATCH, FETCH_CODECS, encode_entries
+from pulsar_gateway.kafka_codec.entry_format import BATCH, FETCH_CODECS, encode_entry_parts
 from pulsar_gateway.kafka_codec.errors import ErrorCode
 from pulsar_gateway.security.rights import READ
 
@@ -290,7 +290,7 @@ def _answer_records(
             for first, last in wanted
         )
     ]
-    records, _count = encode_entries(chosen, codec=codec)
+    records, _count = encode_entry_parts(chosen, codec=codec)
     return records, [
         {"first_offset": a.first, "last_offset": a.last, "delivery_count": a.delivery_count}
         for a in acquired
