@@ -13,6 +13,7 @@ import time
 import uuid
 from collections import defaultdict
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -150,7 +151,7 @@ def _parity(
     gateway: GatewayProcess,
     tansu: TansuProcess,
     spark: Any,
-    topic: str,
+    topic: str | list[str],
     name: str,
     tmp_path: Any,
     groups: str | None = None,
@@ -161,7 +162,7 @@ def _parity(
         target=gateway.bootstrap,
         link=discover(f"http://127.0.0.1:{gateway.metrics_port}"),
         name=name,
-        topics=[topic],
+        topics=[topic] if isinstance(topic, str) else topic,
         group_pattern=groups,
         master="local[2]",
         report=str(tmp_path / "parity"),
@@ -279,20 +280,57 @@ DAMAGE = {
 }
 
 
-@pytest.mark.parametrize("damage", list(DAMAGE))
-def test_parity_names_the_damage(gateway, tansu, spark, tmp_path, damage) -> None:
-    topic = f"damaged-{uuid.uuid4().hex[:8]}"
-    _fill_source(tansu, topic, 2, 80)
-    source = _read_all(tansu.bootstrap, topic, 2)
-    assert source[0][3][2] == source[0][16][2]  # the swap case relies on this
-    damaged, partition, kind, (source_offset, target_offset) = DAMAGE[damage]
-    rows = damaged(source)
-    _create(gateway.bootstrap, topic, len(rows))
-    _write_target(gateway, topic, rows)
+@dataclass
+class DamagedCopy:
+    """Each kind of damage in a topic of its own, every one compared by one parity run."""
 
-    verdict = _parity(gateway, tansu, spark, topic, "no-such-migration", tmp_path)
+    topics: dict[str, str]  # damage -> its topic
+    source: dict[str, dict[int, list[Row]]]  # damage -> the source's records by partition
+    target: dict[str, dict[int, list[Row]]]  # damage -> what the gateway was given
+    verdict: Verdict
+
+
+@pytest.fixture(scope="module")
+def damaged_copy(gateway, tansu, spark, tmp_path_factory) -> DamagedCopy:
+    """One parity run (one Spark job, one report) over a copy damaged once in each topic:
+    cheaper than a run per damage, and it checks that each damage is named where it is
+    and nowhere else."""
+    run = uuid.uuid4().hex[:8]
+    topics = {damage: f"damaged-{run}-{i}" for i, damage in enumerate(DAMAGE)}
+    source, target = {}, {}
+    for damage, topic in topics.items():
+        _fill_source(tansu, topic, 2, 80)
+        source[damage] = _read_all(tansu.bootstrap, topic, 2)
+        assert source[damage][0][3][2] == source[damage][0][16][2]  # the swap relies on it
+        target[damage] = DAMAGE[damage][0](source[damage])
+        _create(gateway.bootstrap, topic, len(target[damage]))
+        _write_target(gateway, topic, target[damage])
+    verdict = _parity(
+        gateway,
+        tansu,
+        spark,
+        list(topics.values()),
+        "no-such-migration",
+        tmp_path_factory.mktemp("d"),
+    )
+    return DamagedCopy(topics, source, target, verdict)
+
+
+def test_parity_fails_a_damaged_copy_and_names_only_the_damaged_partitions(damaged_copy) -> None:
+    verdict = damaged_copy.verdict
     assert not verdict.passed
-    reports = {p.partition: p for p in verdict.partitions}
+    assert len(verdict.partitions) == 2 * len(DAMAGE)  # every partition of every topic
+    planted = {(damaged_copy.topics[d], DAMAGE[d][1]) for d in DAMAGE}
+    failing = {(p.topic, p.partition) for p in verdict.partitions if not p.ok}
+    assert failing == planted, [p.to_json() for p in verdict.partitions if not p.ok]
+
+
+@pytest.mark.parametrize("damage", list(DAMAGE))
+def test_parity_names_the_damage(damaged_copy, damage) -> None:
+    verdict, topic = damaged_copy.verdict, damaged_copy.topics[damage]
+    source, rows = damaged_copy.source[damage], damaged_copy.target[damage]
+    _, partition, kind, (source_offset, target_offset) = DAMAGE[damage]
+    reports = {p.partition: p for p in verdict.partitions if p.topic == topic}
     bad = reports[partition]
     assert not bad.ok and bad.counts[kind] >= 1, bad.to_json()
     assert bad.examples[kind][0] == (source_offset, target_offset), bad.to_json()
@@ -304,11 +342,13 @@ def test_parity_names_the_damage(gateway, tansu, spark, tmp_path, damage) -> Non
         shown = verdict.sample(bad, "target", target_offset)
         assert shown is not None and shown.value == preview(rows[partition][target_offset][3])
     written = json.loads(verdict.json_path.read_text())  # type: ignore[union-attr]
-    [entry] = [e for e in written["partitions"] if e["partition"] == partition]
+    [entry] = [
+        e for e in written["partitions"] if e["topic"] == topic and e["partition"] == partition
+    ]
     first = entry["examples"][kind][0]
     assert (first["source_record"] is None) == (source_offset is None), first
-    others = [p for p in verdict.partitions if p.partition != partition]
-    assert all(p.ok for p in others), [p.to_json() for p in others]
+    others = [p for p in reports.values() if p.partition != partition]
+    assert others and all(p.ok for p in others), [p.to_json() for p in others]
     # only the damaged partition went on to the comparison by content
     assert bad.method == "by content"
     assert {p.method for p in others} == {"in order"}
