@@ -27,6 +27,19 @@ def _stored(out, mid: int) -> StoredMessage:
     )
 
 
+def _stored_values(size: int) -> st.SearchStrategy[list[list[bytes] | bytes]]:
+    """Up to 8 entries, each a stored batch (a list of record values) or a one-record
+    message (one value), values of up to `size` bytes."""
+    return st.lists(
+        st.one_of(
+            st.lists(st.binary(max_size=size), min_size=1, max_size=5),  # a stored batch
+            st.binary(max_size=size),  # a one-record message
+        ),
+        min_size=1,
+        max_size=8,
+    )
+
+
 def _batch(values: list[bytes], codec: int) -> StoredMessage:
     records = [Record(i, 1000 + i, b"k", v, [("h", b"x")]) for i, v in enumerate(values)]
     [decoded] = decode_batches(encode_batch(0, records, codec))
@@ -35,14 +48,7 @@ def _batch(values: list[bytes], codec: int) -> StoredMessage:
 
 
 @given(
-    st.lists(
-        st.one_of(
-            st.lists(st.binary(max_size=8), min_size=1, max_size=5),  # a stored batch
-            st.binary(max_size=8),  # a one-record message
-        ),
-        min_size=1,
-        max_size=8,
-    ),
+    _stored_values(8),
     st.sampled_from([0, 1, 3, 4]),
 )
 def test_mixed_entries_fetch_in_order(items, codec) -> None:
@@ -101,14 +107,7 @@ def test_pulsar_format_maps_each_record_as_to_message(records, codec) -> None:
 
 
 @given(
-    st.lists(
-        st.one_of(
-            st.lists(st.binary(max_size=50), min_size=1, max_size=5),  # a stored batch
-            st.binary(max_size=50),  # a one-record message
-        ),
-        min_size=1,
-        max_size=8,
-    ),
+    _stored_values(50),
     st.integers(0, 1200),
     st.booleans(),
 )

@@ -17,8 +17,10 @@ about one slice of one answer.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import struct
 import time
+from collections.abc import AsyncIterator
 
 from harness.kafka_memory_store import memory_storage
 from pulsar_gateway.gateway.config import KafkaSection
@@ -60,6 +62,23 @@ async def drain_answer(reader: asyncio.StreamReader) -> int:
     return size
 
 
+@contextlib.asynccontextmanager
+async def serving(records: int, size: int) -> AsyncIterator[tuple[str, int]]:
+    """A listener on the in-memory store whose topic "sink" holds `records` records of
+    `size` bytes, one batch each; its address."""
+    server = KafkaServer(KafkaSection(port=0), memory_storage())
+    await server.start()
+    try:
+        reader, writer = await connect(server.address)
+        for number in range(records):
+            writer.write(produce(number, "sink", bytes([number]) * size))
+            await read_frame(reader)
+        writer.close()
+        yield server.address
+    finally:
+        await server.stop()
+
+
 async def busiest_turn(fetchers: int, address: tuple[str, int]) -> tuple[float, float, int]:
     """The most CPU one turn of the loop took while `fetchers` connections had their 4 MB
     Fetch answered, the CPU all the turns took, and the smallest answer's size."""
@@ -94,18 +113,9 @@ async def busiest_turn(fetchers: int, address: tuple[str, int]) -> tuple[float, 
 
 def test_ten_big_fetches_share_the_loop_a_slice_at_a_time() -> None:
     async def scenario() -> tuple[float, float, int]:
-        server = KafkaServer(KafkaSection(port=0), memory_storage())
-        await server.start()
-        try:
-            reader, writer = await connect(server.address)
-            for number in range(RECORDS):
-                writer.write(produce(number, "sink", bytes([number]) * VALUE))
-                await read_frame(reader)
-            writer.close()
-            await busiest_turn(1, server.address)  # warm: first allocations, code paths
-            return await busiest_turn(FETCHERS, server.address)
-        finally:
-            await server.stop()
+        async with serving(RECORDS, VALUE) as address:
+            await busiest_turn(1, address)  # warm: first allocations, code paths
+            return await busiest_turn(FETCHERS, address)
 
     busiest, total, size = asyncio.run(scenario())
     print(f"busiest turn: {busiest * 1000:.1f} ms of the {total * 1000:.0f} ms of CPU")
@@ -123,19 +133,12 @@ def test_a_big_fetch_read_in_slices_still_fills_its_budget() -> None:
     small, count = 100_000, 30
 
     async def scenario() -> int:
-        server = KafkaServer(KafkaSection(port=0), memory_storage())
-        await server.start()
-        try:
-            reader, writer = await connect(server.address)
-            for number in range(count):
-                writer.write(produce(number, "sink", bytes([number]) * small))
-                await read_frame(reader)
+        async with serving(count, small) as address:
+            reader, writer = await connect(address)
             writer.write(big_fetch(99))  # a budget of 4 MB + 1 KiB: all 30 records fit
             size = await drain_answer(reader)
             writer.close()
             return size
-        finally:
-            await server.stop()
 
     size = asyncio.run(scenario())
     assert size > count * small, f"the answer holds all {count} records ({size} B)"
