@@ -220,25 +220,21 @@ async def _read(turns: LoopTurns, log: PartitionLog, offset: int, budget: int) -
     next message did not fit is not the partition's end."""
     step = turns.bytes_per_turn
     await turns.turn_if_busy()
-    entries = await log.read(offset, min(budget, step))
-    size = got = sum(entry.message.size for entry in entries)
-    while entries and _cut_by_step(entries, got, step) and size < budget:
+    entries = slice_ = await log.read(offset, min(budget, step))
+    size = 0
+    while slice_:
+        sizes = [entry.message.size for entry in slice_]
+        got = sum(sizes)
+        size += got
+        # the last slice if its biggest message would still have fitted beside the others
+        if got + max(sizes) <= step or size >= budget:
+            break
         await turns.turn()
         last = entries[-1]
         more = await log.read(last.offset + records_in(last.message), min(budget - size, step))
-        more = [entry for entry in more if entry.offset > last.offset]
-        if not more:
-            break
-        got = sum(entry.message.size for entry in more)
-        entries += more
-        size += got
+        slice_ = [entry for entry in more if entry.offset > last.offset]
+        entries += slice_
     return entries
-
-
-def _cut_by_step(read: list[LogEntry], got: int, step: int) -> bool:
-    """Whether a read of `got` bytes may have stopped at the step with more to come: a
-    message as big as its biggest would not have fitted beside them."""
-    return got + max(entry.message.size for entry in read) > step
 
 
 def _partition(index: int, code: int, high: int, start: int, records: Any) -> dict[str, Any]:
