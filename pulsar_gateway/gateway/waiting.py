@@ -20,8 +20,18 @@ CANCEL_RETRY_SECONDS = 0.5
 async def result_within(future: asyncio.Future[Any], timeout: float | None) -> Any:
     """The future's result, or TimeoutError once `timeout` seconds pass (None: no limit).
     The future is not cancelled by the timeout (the caller may wait for it again), and a
-    cancellation of the caller always reaches the caller."""
-    done, _ = await asyncio.wait([future], timeout=timeout)
+    cancellation of the caller always reaches the caller.
+
+    A future that failed in the same loop turn as the caller's cancel has its error read
+    before the cancel goes on: nobody else waits for a request's answer once its caller is
+    gone, and asyncio logs an error never read at ERROR (a broker's error answer to a
+    cancelled GET_LAST_MESSAGE_ID did, and failed a test run's check of the gateway log)."""
+    try:
+        done, _ = await asyncio.wait([future], timeout=timeout)
+    except asyncio.CancelledError:
+        if future.done() and not future.cancelled():
+            future.exception()
+        raise
     if not done:
         raise TimeoutError
     return future.result()
