@@ -363,3 +363,49 @@ def test_a_huge_request_is_not_kept_once_answered() -> None:
         asyncio.run(scenario())
     finally:
         gc.enable()
+
+
+def test_an_answer_dropped_with_its_connection_leaves_no_unread_error(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A client that reads none of its answers is stopped after frame_timeout_seconds, and
+    the answers still queued are dropped. One of them, a Produce still waiting on storage,
+    failed after that: its error was never read, and asyncio logged it at ERROR (a hostile
+    test's gateway log showed it). Its error is read when it ends, and nothing is logged."""
+    gate = asyncio.Event()
+    reported: list[dict] = []
+
+    async def failing_append(self, *args, **kwargs):  # the port's signature, whatever it is
+        await gate.wait()
+        raise RuntimeError("storage failed after the client was gone")
+
+    async def scenario() -> None:
+        asyncio.get_running_loop().set_exception_handler(lambda _loop, ctx: reported.append(ctx))
+        settings = KafkaSection(port=0, frame_timeout_seconds=FRAME_TIMEOUT)
+        server = KafkaServer(settings, memory_storage())
+        await server.start()
+        try:
+            reader, writer = await connect(server.address)
+            writer.write(produce(1, "big", b"v" * VALUE))
+            await read_frame(reader)
+            writer.close()
+            monkeypatch.setattr(kafka_memory_store.MemoryPartitionLog, "append", failing_append)
+            # answers of ~1 MB the client never reads, then a Produce that will fail
+            reader, writer = await connect(server.address, receive_buffer=4 * KIB)
+            for correlation in range(8):
+                writer.write(fetch(correlation, "big"))
+            writer.write(produce(99, "doomed", b"x"))
+            await async_wait_until(
+                lambda: server.limits.open == 0, 10 + 4 * FRAME_TIMEOUT, message="stopped"
+            )
+            gate.set()
+            for _ in range(10):  # the failed Produce's task ends, and is collected
+                await asyncio.sleep(0)
+            gc.collect()
+            abort(writer)
+        finally:
+            await server.stop()
+
+    asyncio.run(scenario())
+    lost = [ctx for ctx in reported if "never retrieved" in ctx.get("message", "")]
+    assert not lost, lost

@@ -155,6 +155,7 @@ class KafkaConnection:
             except (TimeoutError, asyncio.CancelledError, Exception):
                 writer_task.cancel()
             self.writer.close()
+            self._discard_answers()  # a writer stopped by the timeout above left some
             self.queued.release_all()
             # the reader's task holds the exception that ended it, whose traceback holds
             # the reader's frames, which hold this connection: a cycle that only a full
@@ -550,10 +551,24 @@ class KafkaConnection:
             self.writer.transport.abort()
         else:
             self.writer.close()
-        while not self.responses.empty():
-            self.responses.get_nowait()
+        self._discard_answers()
         if self._reading is not None:
             self._reading.cancel()
+
+    def _discard_answers(self) -> None:
+        """Forget the answers nobody will write. Their requests run on (a produce's append
+        is not cut in half), and an error one ends with is read when it ends: asyncio logs
+        a task's unread error at ERROR, and a hostile client's Fetch that failed after its
+        connection was reset was logged so."""
+        while not self.responses.empty():
+            item = self.responses.get_nowait()
+            if item is not None:
+                item[0].add_done_callback(_read_outcome)
+
+
+def _read_outcome(task: asyncio.Task[bytes | None]) -> None:
+    if not task.cancelled():
+        task.exception()
 
 
 async def _ready(response: bytes) -> bytes:
