@@ -6,6 +6,7 @@ send errors, bounded pending sends, flow control."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import struct
 from collections.abc import Awaitable, Callable
@@ -269,6 +270,27 @@ def test_send_errors_resend_or_fail() -> None:
                 await future
 
     run(scenario)
+
+
+def test_a_failed_receipt_nobody_awaits_is_not_logged_as_lost() -> None:
+    """A send whose sender went away (its request timed out, its client left) fails: the
+    writer deals with the failure, and asyncio must not log the receipt's error as never
+    retrieved (a test run's gateway-log check fails on such a line)."""
+    reported: list[dict] = []
+
+    async def scenario(make, broker: ScriptedBroker) -> None:
+        asyncio.get_running_loop().set_exception_handler(lambda _loop, ctx: reported.append(ctx))
+        held = _hold_receipts(broker)
+        producer = await make().create_producer(TOPIC)
+        await producer.enqueue(single_entry(b"a"))  # the receipt's future, dropped
+        await async_wait_until(lambda: held, 5, message="a send")
+        side, send = held[0]
+        side.send(c.SendError(send.producer_id, send.sequence_id, 15, "terminated"))
+        await async_wait_until(lambda: producer.pending == 0, 5, message="the failure")
+        gc.collect()
+
+    run(scenario)
+    assert not [ctx for ctx in reported if "never retrieved" in ctx.get("message", "")]
 
 
 def test_pending_sends_are_bounded_by_count_and_bytes_and_time_out() -> None:
