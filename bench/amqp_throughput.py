@@ -38,7 +38,7 @@ from rich.progress import Progress
 from rich.table import Table
 
 from bench.flame import Flame, flame_graph
-from bench.proc import cpu_seconds, rss_kib
+from bench.proc import cpu_seconds, cpu_wait_seconds, rss_kib
 from bench.report import bar_chart, write_report
 from harness.gateway_process import GatewayProcess
 from harness.rabbitmq_process import RabbitMQProcess
@@ -341,6 +341,7 @@ def measure_server(
     }
     for phase, commands in phases.items():
         cpu_before = [cpu_seconds([pid]) for pid in pids]
+        wait_before = [cpu_wait_seconds([pid]) for pid in pids]
         client_before = resource.getrusage(resource.RUSAGE_CHILDREN)
         profile = (
             flame_graph(pids[0], flames.with_name(f"{flames.name}-{phase}.svg"))
@@ -360,6 +361,9 @@ def measure_server(
         messages = sum(int(r["messages"]) for r in results)
         seconds = max(float(r["seconds"]) for r in results)
         cpu_by_process = [cpu_seconds([pid]) - b for pid, b in zip(pids, cpu_before, strict=True)]
+        wait_by_process = [
+            cpu_wait_seconds([pid]) - b for pid, b in zip(pids, wait_before, strict=True)
+        ]
         server_cpu = sum(cpu_by_process)
         client_after = resource.getrusage(resource.RUSAGE_CHILDREN)
         client_cpu = (client_after.ru_utime + client_after.ru_stime) - (
@@ -375,6 +379,8 @@ def measure_server(
             "nacks": sum(int(r.get("nacks", 0)) for r in results),
             "server_cpu_s": server_cpu,
             "server_cpu_s_by_process": [round(c, 2) for c in cpu_by_process],
+            # ready to run but without a core (other processes on the machine had them)
+            "server_cpu_wait_s_by_process": [round(w, 2) for w in wait_by_process],
             "server_cpu_us_per_msg": server_cpu / messages * 1e6,
             "client_cpu_s": client_cpu,
         }

@@ -116,6 +116,8 @@ class QueueEngine:
 
     def _over_limit(self) -> bool:
         """More ready than x-max-length or x-max-length-bytes allows."""
+        if not self.queue.arguments:
+            return False  # no limits (reading them parses the arguments: per publish)
         limit, byte_limit = self.queue.max_length, self.queue.max_length_bytes
         if limit is not None and self._ready_uncapped > limit:
             return True
