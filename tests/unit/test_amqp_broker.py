@@ -114,3 +114,21 @@ def test_publishes_stored_in_one_turn_are_confirmed_with_one_multiple_ack() -> N
         await broker.close()
 
     asyncio.run(scenario())
+
+
+def test_messages_in_are_counted_by_the_next_write() -> None:
+    """gateway_amqp_messages_total{direction="in"} is added to once a write (a prometheus
+    increment per message took a lock each), and counts every publish."""
+    from pulsar_gateway.gateway import metrics
+
+    async def scenario() -> None:
+        store = MemoryStore()
+        peer, handler, broker = await _setup(store)
+        before = metrics.AMQP_MESSAGES_IN._value.get()
+        for _ in range(3):
+            await handler.handle(_publish(peer))
+        peer.frames()  # the socket side takes the output
+        assert metrics.AMQP_MESSAGES_IN._value.get() - before == 3
+        await broker.close()
+
+    asyncio.run(scenario())
