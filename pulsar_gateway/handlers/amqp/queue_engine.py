@@ -116,8 +116,6 @@ class QueueEngine:
 
     def _over_limit(self) -> bool:
         """More ready than x-max-length or x-max-length-bytes allows."""
-        if not self.queue.arguments:
-            return False  # no limits (reading them parses the arguments: per publish)
         limit, byte_limit = self.queue.max_length, self.queue.max_length_bytes
         if limit is not None and self._ready_uncapped > limit:
             return True
@@ -155,7 +153,7 @@ class QueueEngine:
         self.owed += copies
         self._count_changed()
         self.last_used = time.monotonic()
-        if self._over_limit():
+        if self.queue.arguments and self._over_limit():  # none: no limits, nothing to parse
             self._ensure_pump()
             self._trim()
         if expiring:
