@@ -9,7 +9,10 @@ durable queues) with publisher confirms, at most --window unconfirmed each. Cons
 processes then drain one queue each (manual ack, prefetch --prefetch, ack multiple every
 --ack-every). Each phase's processes connect first and start together; a phase's rate is all
 its messages over the slowest process's time. Memory: server RSS before and after opening
---connections idle connections (gateway: its own process; RabbitMQ: beam.smp).
+--connections idle connections (gateway: its own process; RabbitMQ: beam.smp). Per phase,
+the servers' CPU per message, the cores they had on average ("busy") and how many more they
+were ready to use but waited for ("waiting", the run-queue delay of their threads): on a
+shared machine a server busy plus waiting the whole phase was CPU-bound.
 
 The Go tool is built at start with Debian's toolchain (golang-go and
 golang-github-rabbitmq-amqp091-go-dev, installed with apt-get when missing).
@@ -38,7 +41,7 @@ from rich.progress import Progress
 from rich.table import Table
 
 from bench.flame import Flame, flame_graph
-from bench.proc import cpu_seconds, rss_kib
+from bench.proc import cpu_seconds, cpu_wait_seconds, rss_kib
 from bench.report import bar_chart, write_report
 from harness.gateway_process import GatewayProcess
 from harness.rabbitmq_process import RabbitMQProcess
@@ -341,6 +344,7 @@ def measure_server(
     }
     for phase, commands in phases.items():
         cpu_before = [cpu_seconds([pid]) for pid in pids]
+        wait_before = [cpu_wait_seconds([pid]) for pid in pids]
         client_before = resource.getrusage(resource.RUSAGE_CHILDREN)
         profile = (
             flame_graph(pids[0], flames.with_name(f"{flames.name}-{phase}.svg"))
@@ -360,6 +364,9 @@ def measure_server(
         messages = sum(int(r["messages"]) for r in results)
         seconds = max(float(r["seconds"]) for r in results)
         cpu_by_process = [cpu_seconds([pid]) - b for pid, b in zip(pids, cpu_before, strict=True)]
+        wait_by_process = [
+            cpu_wait_seconds([pid]) - b for pid, b in zip(pids, wait_before, strict=True)
+        ]
         server_cpu = sum(cpu_by_process)
         client_after = resource.getrusage(resource.RUSAGE_CHILDREN)
         client_cpu = (client_after.ru_utime + client_after.ru_stime) - (
@@ -375,6 +382,13 @@ def measure_server(
             "nacks": sum(int(r.get("nacks", 0)) for r in results),
             "server_cpu_s": server_cpu,
             "server_cpu_s_by_process": [round(c, 2) for c in cpu_by_process],
+            # ready to run but without a core (other processes on the machine had them)
+            "server_cpu_wait_s_by_process": [round(w, 2) for w in wait_by_process],
+            # cores the server had on average, and how many more it was ready to use: a
+            # server on a core or waiting for one the whole phase was CPU-bound, however
+            # long its clients waited for it
+            "server_cores_busy": server_cpu / seconds,
+            "server_cores_waiting": sum(wait_by_process) / seconds,
             "server_cpu_us_per_msg": server_cpu / messages * 1e6,
             "client_cpu_s": client_cpu,
         }
@@ -504,6 +518,10 @@ def report(results: dict[str, Any], settings: Settings, out: Path) -> None:
         "publish confirm p99 ms": ("publish", "confirm_ms", "p99"),
         "server CPU us/msg publish": ("publish", "server_cpu_us_per_msg"),
         "server CPU us/msg consume": ("consume", "server_cpu_us_per_msg"),
+        "server cores busy publish": ("publish", "server_cores_busy"),
+        "server cores waiting publish": ("publish", "server_cores_waiting"),
+        "server cores busy consume": ("consume", "server_cores_busy"),
+        "server cores waiting consume": ("consume", "server_cores_waiting"),
         "KiB per idle connection": ("memory", "kib_per_connection"),
     }
     s = settings
@@ -522,7 +540,8 @@ def report(results: dict[str, Any], settings: Settings, out: Path) -> None:
         row: dict[str, Any] = {"metric": metric}
         for name in names:
             number = value(servers[name], *path)
-            row[name] = "failed" if number is None else f"{number:,.1f}"
+            digits = 2 if number is not None and abs(number) < 10 else 1  # cores: 0.45
+            row[name] = "failed" if number is None else f"{number:,.{digits}f}"
         if both:
             gw, rmq = value(servers["gateway"], *path), value(servers["rabbitmq"], *path)
             if gw is not None and rmq:

@@ -29,3 +29,18 @@ def cpu_seconds(pids: list[int]) -> float:
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
         total += int(fields[11]) + int(fields[12])
     return total / os.sysconf("SC_CLK_TCK")
+
+
+def cpu_wait_seconds(pids: list[int]) -> float:
+    """How long these processes' threads have been ready to run but waiting for a core
+    (the scheduler's run-queue delay, /proc/<pid>/task/<tid>/schedstat's second field).
+    Beside CPU time it tells a server that was idle (waiting for its peers) from one that
+    had work but no core: on a shared machine the second is the other processes' doing."""
+    total = 0
+    for pid in pids:
+        for task in Path(f"/proc/{pid}/task").glob("*"):
+            try:
+                total += int((task / "schedstat").read_text().split()[1])
+            except (OSError, IndexError, ValueError):
+                continue  # the thread ended
+    return total / 1e9

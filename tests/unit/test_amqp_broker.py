@@ -91,3 +91,44 @@ def test_a_failed_store_write_is_nacked() -> None:
         await broker.close()
 
     asyncio.run(scenario())
+
+
+def test_publishes_stored_in_one_turn_are_confirmed_with_one_multiple_ack() -> None:
+    """The store answers a group of publishes at once: their confirms go out as one
+    basic.ack multiple=true at the next write, not one ack each (a frame and an encode
+    per message for the gateway, a frame per message for the client)."""
+
+    async def scenario() -> None:
+        store = MemoryStore()
+        peer, handler, broker = await _setup(store)
+        store.gate.clear()
+        for _ in range(50):
+            await handler.handle(_publish(peer))
+        await asyncio.sleep(0)
+        assert not [m for _, m in peer.methods() if isinstance(m, commands.Basic.Ack)]
+        store.gate.set()
+        for _ in range(20):
+            await asyncio.sleep(0)
+        acks = [m for _, m in peer.methods() if isinstance(m, commands.Basic.Ack)]
+        assert [(a.delivery_tag, a.multiple) for a in acks] == [(50, True)]
+        await broker.close()
+
+    asyncio.run(scenario())
+
+
+def test_messages_in_are_counted_by_the_next_write() -> None:
+    """gateway_amqp_messages_total{direction="in"} is added to once a write (a prometheus
+    increment per message took a lock each), and counts every publish."""
+    from pulsar_gateway.gateway import metrics
+
+    async def scenario() -> None:
+        store = MemoryStore()
+        peer, handler, broker = await _setup(store)
+        before = metrics.AMQP_MESSAGES_IN._value.get()
+        for _ in range(3):
+            await handler.handle(_publish(peer))
+        peer.frames()  # the socket side takes the output
+        assert metrics.AMQP_MESSAGES_IN._value.get() - before == 3
+        await broker.close()
+
+    asyncio.run(scenario())

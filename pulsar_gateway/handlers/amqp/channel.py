@@ -19,7 +19,6 @@ from typing import Any, Protocol
 
 from pamqp import base, commands
 
-from pulsar_gateway.gateway import metrics
 from pulsar_gateway.handlers.amqp.broker_model import AmqpMessage, StoredDelivery
 from pulsar_gateway.handlers.amqp.delivery_limits import outgoing_properties
 from pulsar_gateway.handlers.amqp.direct_reply import ReplyConsumer
@@ -53,8 +52,11 @@ class ChannelConnection(Protocol):
         delivery_tag: int,
         redelivered: bool,
         message: AmqpMessage,
+        counted: bool = True,
     ) -> None:
-        """basic.deliver of a stored message with its content (the hot path's encoder)."""
+        """basic.deliver of a stored message with its content (the hot path's encoder);
+        `counted` in gateway_amqp_messages_total (out), as every delivery but a direct
+        reply-to reply is."""
         ...
 
     def has_write_room(self) -> bool:
@@ -286,7 +288,6 @@ class Channel:
         message = delivery.message
         if delivery.delivery_count is not None or delivery.stream_offset is not None:
             message = dataclasses.replace(message, properties_raw=outgoing_properties(delivery))
-        metrics.AMQP_MESSAGES_OUT.inc()
         self.connection.send_deliver(self.number, consumer.tag, tag, redelivered, message)
         if self.awaiting_delivery or (self.writing and self.confirm):
             self._delivered(message)
@@ -298,7 +299,7 @@ class Channel:
             return
         tag = self.next_tag
         self.next_tag += 1
-        self.connection.send_deliver(self.number, consumer_tag, tag, False, message)
+        self.connection.send_deliver(self.number, consumer_tag, tag, False, message, False)
 
     def take(self, tag: int, multiple: bool) -> list[Unacked]:
         """The unacked deliveries an ack/nack/reject names; [] when the tag is unknown."""

@@ -26,6 +26,7 @@ from typing import Any
 
 from pamqp import base
 
+from pulsar_gateway.gateway import metrics
 from pulsar_gateway.handlers.amqp.authorization import authorize_method
 from pulsar_gateway.handlers.amqp.broker import AmqpBroker
 from pulsar_gateway.handlers.amqp.broker_methods import BROKER_METHODS, Role
@@ -97,6 +98,8 @@ class ConnectionBroker:
         self.topology = TopologyMethods(self)
         self.deliveries = Deliveries(self, self.tx_ledger)
         self.publishing = Publishing(self, self.limits, self.tx_ledger, connection.set_blocked)
+        connection.before_output = self._before_output
+        self._delivered = 0  # basic.deliver sent since the last _before_output
         self.transactions = Transactions(self, self.tx_ledger, self.deliveries, self.publishing)
         roles: dict[Role, object] = {
             Role.TOPOLOGY: self.topology,
@@ -143,7 +146,10 @@ class ConnectionBroker:
         delivery_tag: int,
         redelivered: bool,
         message: AmqpMessage,
+        counted: bool = True,
     ) -> None:
+        if counted:
+            self._delivered += 1
         if self.connection.send_deliver(
             channel,
             consumer_tag,
@@ -175,6 +181,18 @@ class ConnectionBroker:
         self._holding_deliveries = False
         for channel in list(self.channels.values()):
             self.deliveries.kick(channel)
+
+    def _before_output(self) -> None:
+        """The socket side takes the core's output: add the confirms of the loop turn,
+        and count its messages in and out (a prometheus increment takes a lock, ~1.5 us:
+        once a write, not once a message)."""
+        self.publishing.flush_due_confirms()
+        if self.publishing.received:
+            metrics.AMQP_MESSAGES_IN.inc(self.publishing.received)
+            self.publishing.received = 0
+        if self._delivered:
+            metrics.AMQP_MESSAGES_OUT.inc(self._delivered)
+            self._delivered = 0
 
     def confirms_ready(self, channel: Channel) -> None:
         """A held confirm was released (Channel.hold): send what is now in order."""

@@ -104,6 +104,9 @@ class AmqpConnection:
         self._reader = FrameReader(FRAME_MIN_SIZE)
         self._header = b""
         self._out = bytearray()
+        # called before the output is taken: the broker adds what it gathered over the
+        # loop turn (publisher confirms, one multiple=true ack per channel)
+        self.before_output: Callable[[], None] | None = None
         self._deliver_heads: DeliverHeads = {}  # frames.encode_deliver's, this connection's
         self._channels = ChannelTable(self.settings, self._out)
         self._clock = HeartbeatClock(now, self.settings.handshake_timeout)
@@ -261,6 +264,8 @@ class AmqpConnection:
 
     def data_to_send(self, now: float) -> bytes:
         """Everything queued for the socket since the last call."""
+        if self.before_output is not None:
+            self.before_output()
         if not self._out:
             return b""
         data = bytes(self._out)

@@ -153,7 +153,7 @@ class QueueEngine:
         self.owed += copies
         self._count_changed()
         self.last_used = time.monotonic()
-        if self._over_limit():
+        if self.queue.arguments and self._over_limit():  # none: no limits, nothing to parse
             self._ensure_pump()
             self._trim()
         if expiring:

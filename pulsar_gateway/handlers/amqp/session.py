@@ -174,6 +174,7 @@ class Session:
         self._drain_task: asyncio.Task[None] | None = None
         self._loop = asyncio.get_running_loop()
         self._wake_timer = asyncio.Event()
+        self._timer_deadline: float | None = None  # what the timer sleeps until (None: ever)
 
     def _vhost_policy(self, username: str, vhost: str) -> VhostAccess:
         """The store's answer, narrowed by the user's rights on the vhost's namespace; the
@@ -326,6 +327,17 @@ class Session:
             # No drain here: a client blocked writing to us must still be read, or both
             # sides wait for each other. Deliveries stop by themselves while the buffer is
             # full; only past OUTPUT_HIGH_WATER (above) does reading wait for the client.
+            self._wake_timer_if_sooner()
+
+    def _wake_timer_if_sooner(self) -> None:
+        """Wake the timer when what was read brought its next deadline forward (a new
+        handshake phase, our connection.close's wait for close-ok) or closed the
+        connection. Input mostly moves deadlines later (the peer is alive): then the timer
+        wakes when its old deadline comes and sleeps again, instead of taking a task
+        wake-up and a new wait per read."""
+        deadline = self.conn.next_deadline()
+        target = self._timer_deadline
+        if self.conn.closed or (deadline is not None and (target is None or deadline < target)):
             self._wake_timer.set()
 
     async def _read(self) -> bytes:
@@ -405,7 +417,7 @@ class Session:
 
     async def _timer(self) -> None:
         while not self.conn.closed:
-            deadline = self.conn.next_deadline()
+            deadline = self._timer_deadline = self.conn.next_deadline()
             timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
             self._wake_timer.clear()
             with contextlib.suppress(TimeoutError):

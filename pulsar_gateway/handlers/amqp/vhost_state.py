@@ -256,7 +256,8 @@ class VhostState:
     def _writing(self, queues: Iterable[str], size: int) -> None:
         for name in queues:
             queue = self.topology.queues.get(name)
-            if queue is not None and not queue.is_stream:
+            # a queue without arguments is no stream (the check parses them: per publish)
+            if queue is not None and (not queue.arguments or not queue.is_stream):
                 self.engine(name).publishing(1, size)
 
     def _written(self, queues: Iterable[str], size: int, ok: bool, expiring: bool) -> None:
@@ -285,8 +286,8 @@ class VhostState:
         rejected: list[Queue] = []
         for name in queues:
             queue = self.topology.queues.get(name)
-            if queue is None or queue.overflow == "drop-head":
-                continue
+            if queue is None or not queue.arguments or queue.overflow == "drop-head":
+                continue  # no arguments: no limits (the check parses them: per publish)
             limit, byte_limit = queue.max_length, queue.max_length_bytes
             if limit is None and byte_limit is None:
                 continue
