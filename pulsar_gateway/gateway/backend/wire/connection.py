@@ -321,9 +321,10 @@ class Connection(asyncio.Protocol):
         """A command already encoded as a BaseCommand (`commands.encode_ack`...)."""
         self._queue_out(_U32_PAIR.pack(len(command) + 4, len(command)), command)
 
-    def write(self, head: bytes, section: bytes) -> None:
-        """A payload frame already encoded (a SEND): its head and its payload section."""
-        self._queue_out(head, section)
+    def write(self, head: bytes, *section: bytes) -> None:
+        """A payload frame already encoded (a SEND): its head and its payload section (in
+        pieces, `frames.section_parts`)."""
+        self._queue_out(head, *section)
 
     def _queue_out(self, *chunks: bytes) -> None:
         """Frames written in one loop turn go to the socket together, at the end of the
