@@ -63,7 +63,7 @@ def payload_section(metadata: bytes, payload: bytes) -> bytes:
     return b"".join(section_parts(metadata, payload))
 
 
-def section_parts(metadata: bytes, payload: bytes) -> tuple[bytes, bytes]:
+def section_parts(metadata: bytes, payload: bytes | memoryview) -> tuple[bytes, bytes | memoryview]:
     """`payload_section` as two pieces, everything before the payload and the payload,
     written one after the other: joining them copied the whole payload (an entry of a
     big Kafka batch: a megabyte, and as many fresh pages faulted in) for nothing.

@@ -84,7 +84,7 @@ class _Send:
         sequence_id: int,
         highest: int,
         count: int,
-        section: tuple[bytes, bytes],
+        section: tuple[bytes, bytes | memoryview],
         chunk: bool,
         last: bool,
         future: asyncio.Future[MessageId],
@@ -105,7 +105,9 @@ class _Ticket:
 
     __slots__ = ("entry", "pieces", "size", "future", "admitted")
 
-    def __init__(self, entry: OutgoingEntry, pieces: list[bytes], future: asyncio.Future[Any]):
+    def __init__(
+        self, entry: OutgoingEntry, pieces: list[bytes | memoryview], future: asyncio.Future[Any]
+    ):
         self.entry = entry
         self.pieces = pieces  # the payload, or its chunks
         self.size = len(entry.payload) + len(entry.metadata_fields) * len(pieces) + 64
@@ -298,7 +300,7 @@ class Producer:
             raise
         return future
 
-    def _pieces(self, entry: OutgoingEntry) -> list[bytes]:
+    def _pieces(self, entry: OutgoingEntry) -> list[bytes | memoryview]:
         limit = self._max_message_size - len(entry.metadata_fields) - CHUNK_HEADROOM
         payload = entry.payload
         if len(payload) <= limit:
@@ -384,7 +386,7 @@ class Producer:
     def _chunks(
         self,
         entry: OutgoingEntry,
-        pieces: list[bytes],
+        pieces: list[bytes | memoryview],
         sequence_id: int,
         stamp: bytes,
         future: asyncio.Future[MessageId],
