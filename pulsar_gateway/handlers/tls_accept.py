@@ -47,6 +47,7 @@ class TlsListener:
         serve: Serve,
         release: Release,
         limit: int,
+        make_reader: Callable[[int], asyncio.StreamReader] | None = None,
     ) -> None:
         self.protocol = protocol
         self.tls = tls
@@ -55,6 +56,8 @@ class TlsListener:
         self.serve = serve
         self.release = release  # what `admit` counted, for a handshake that failed
         self.limit = limit
+        # the connection's StreamReader, given its limit (None: asyncio's own)
+        self.make_reader = make_reader
         self.sockets: list[socket.socket] = []
         self.log = logging.getLogger(f"gateway.{protocol}")
         # accept loops and handshakes under way (a served connection is its server's own)
@@ -119,7 +122,10 @@ class TlsListener:
     async def _handshake(self, conn: socket.socket, peer: Any, admitted: Any) -> None:
         """The TLS handshake, then `serve`, in this task (no longer counted as ours)."""
         loop = asyncio.get_running_loop()
-        reader = asyncio.StreamReader(limit=self.limit)
+        if self.make_reader is None:
+            reader = asyncio.StreamReader(limit=self.limit)
+        else:
+            reader = self.make_reader(self.limit)
         stream = asyncio.StreamReaderProtocol(reader)
         try:
             transport, _ = await loop.connect_accepted_socket(

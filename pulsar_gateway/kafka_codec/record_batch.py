@@ -233,7 +233,14 @@ def decode_batches(
             batches.append(DecodedBatch(*header, *producer, [], view[pos:end]))
             pos = end
             continue
-        if codec == 0:
+        start = 0  # where the records start in `buf`
+        if codec == 0 and messages:
+            # one copy of the whole batch: the records are read from it after the header,
+            # and it is the batch a tail fetch serves (`raw` a view of it, kept as that
+            # object: written_entries.WrittenEntry.as_one), not a second copy of it
+            whole = view[pos:end].tobytes()
+            buf, start = whole, HEADER_SIZE
+        elif codec == 0:
             buf = body.tobytes()
         else:
             limit = max_uncompressed if budget is None else min(max_uncompressed, budget.remaining)
@@ -250,12 +257,13 @@ def decode_batches(
                 pos = end
                 continue
         # Every record takes at least 7 bytes; refuse absurd counts before looping on them.
-        if count * 7 > len(buf):
-            raise RecordBatchError(f"record count {count} does not fit in {len(buf)} bytes")
+        if count * 7 > len(buf) - start:
+            raise RecordBatchError(f"record count {count} does not fit in {len(buf) - start} bytes")
         try:
             if messages:
-                batch = DecodedBatch(*header, *producer, [], view[pos:end])
-                batch.messages = record_messages(buf, count, base_ts, codec)
+                raw = memoryview(buf) if start else view[pos:end]
+                batch = DecodedBatch(*header, *producer, [], raw)
+                batch.messages = record_messages(buf, count, base_ts, codec, start)
                 batches.append(batch)
                 pos = end
                 continue

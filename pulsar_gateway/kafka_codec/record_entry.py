@@ -105,24 +105,30 @@ def mark_codec(messages: list[OutMessage], codec: int) -> list[OutMessage]:
     return messages
 
 
-def _made(buf: bytes, count: int, base_ts: int, codec: int) -> list[OutMessage]:
-    return mark_codec(decode_messages(buf, count, base_ts), codec)
+def _made(buf: bytes, count: int, base_ts: int, codec: int, start: int = 0) -> list[OutMessage]:
+    return mark_codec(decode_messages(buf[start:] if start else buf, count, base_ts), codec)
 
 
-def record_messages(buf: bytes, count: int, base_ts: int, codec: int) -> RecordMessages:
+def record_messages(
+    buf: bytes, count: int, base_ts: int, codec: int, start: int = 0
+) -> RecordMessages:
     """The `count` records of a batch body (uncompressed, or inflated: `codec` is the
     batch's) as `pulsar`-format messages, prebuilt as an entry; checked as
-    `decode_messages` checks them. IndexError means truncated input."""
+    `decode_messages` checks them. IndexError means truncated input. The body is
+    `buf[start:]` (an uncompressed batch's bytes after its header: the one copy of the
+    batch, which the tail cache then keeps as it is, record_batch.decode_batches)."""
     if not -TS_SAFE < base_ts < TS_SAFE:
-        return RecordMessages.of(_made(buf, count, base_ts, codec))
-    prebuilt, values = build_entry(buf, count, base_ts, codec)
+        return RecordMessages.of(_made(buf, count, base_ts, codec, start))
+    prebuilt, values = build_entry(buf, count, base_ts, codec, start)
     return RecordMessages(
-        count, functools.partial(_made, buf, count, base_ts, codec), prebuilt, values
+        count, functools.partial(_made, buf, count, base_ts, codec, start), prebuilt, values
     )
 
 
-def build_entry(buf: bytes, count: int, base_ts: int, codec: int) -> tuple[PrebuiltEntry, int]:
-    """The prebuilt entry of the `count` records of `buf`, and their values' bytes.
+def build_entry(
+    buf: bytes, count: int, base_ts: int, codec: int, start: int = 0
+) -> tuple[PrebuiltEntry, int]:
+    """The prebuilt entry of the `count` records of `buf[start:]`, and their values' bytes.
     The parse is `decode_messages`' (kept in step with it: the differential tests).
 
     Per record only what differs (the loop is most of the produce path's time,
@@ -152,7 +158,7 @@ def build_entry(buf: bytes, count: int, base_ts: int, codec: int) -> tuple[Prebu
     add_fields = metadata.append
     add_payload = payloads.append
     limit = len(buf)
-    pos = 0
+    pos = start
     bad_at = bad_delta = -1  # the first record whose offset delta is not its index, and it
     for index in range(count):
         # record length

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from harness.hypothesis_budget import examples
-from pulsar_gateway.gateway.backend.native_writer import entries, lone_entry
+from pulsar_gateway.gateway.backend.native_writer import EntryBuffers, entries, lone_entry
 from pulsar_gateway.gateway.backend.wire.batch import split_batch
 from pulsar_gateway.gateway.backend.wire.messages import MessageMetadata
 from pulsar_gateway.gateway.messages import OutMessage
@@ -87,3 +87,42 @@ def test_a_lone_entry_is_unbatched_with_its_stamp() -> None:
     meta = MessageMetadata.decode(b"\x0a\x00\x10\x00\x18\x00" + entry.metadata_fields)
     assert meta.null_value and meta.partition_key == "k" and meta.ordering_key == b"k"
     assert meta.properties_dict() == {"__gw.seq": "3+", "h": "v"}
+
+
+@settings(max_examples=examples(200), deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.lists(st.binary(max_size=40), max_size=8), st.booleans()),
+        min_size=1,
+        max_size=12,
+    )
+)
+def test_entry_buffers_never_overwrite_a_payload_still_held(joins) -> None:
+    """Each join gives its parts' bytes, and keeps giving them while held, whatever is
+    joined after it: a buffer still exported is passed over; one let go is used again;
+    with every buffer held, or outside the sizes, the parts are joined into new bytes."""
+    buffers = EntryBuffers(count=2, smallest=1, largest=200)
+    held: list[tuple[bytes | memoryview, bytes]] = []
+    for parts, keep in joins:
+        payload = buffers.join(parts)
+        expected = b"".join(parts)
+        assert payload == expected
+        assert isinstance(payload, memoryview) or not 1 <= len(expected) <= 200 or len(held) >= 2
+        if keep:
+            held.append((payload, expected))
+        del payload
+        for kept, its_bytes in held:
+            assert kept == its_bytes
+    assert len(buffers._buffers) <= 2
+
+
+def test_a_buffer_let_go_is_joined_into_again() -> None:
+    buffers = EntryBuffers(count=1, smallest=1, largest=100)
+    first = buffers.join([b"abc", b"def"])
+    assert isinstance(first, memoryview)
+    second = buffers.join([b"xyz"])  # the only buffer is held: new bytes
+    assert isinstance(second, bytes) and second == b"xyz" and first == b"abcdef"
+    first.release()
+    third = buffers.join([b"uv", b"w"])
+    assert isinstance(third, memoryview) and third == b"uvw"
+    assert len(buffers._buffers) == 1  # the same buffer, written again

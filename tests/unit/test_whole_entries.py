@@ -28,7 +28,7 @@ from pulsar_gateway.gateway.messages import (
     last_id,
     records_in,
 )
-from pulsar_gateway.kafka_codec.record_batch import decode_batches
+from pulsar_gateway.kafka_codec.record_batch import Record, decode_batches, encode_batch
 from pulsar_gateway.storage.kafka.append_offsets import IdWaiters, NumberedWhileAppending
 from pulsar_gateway.storage.kafka.read_batches import kafka_batch
 from pulsar_gateway.storage.kafka.tail_store import TailStore
@@ -154,6 +154,24 @@ def test_only_an_entry_holding_the_whole_produced_batch_is_one_item() -> None:
     assert len(split) > 1
     assert all(isinstance(e.note, WrittenEntry) for e in split)
     assert all(e.note.as_one(3, 8, 1234, "p") is None for e in split)  # type: ignore[union-attr]
+
+
+def test_the_produced_batch_is_held_as_the_one_copy_its_decode_made() -> None:
+    """The produce decode copies an uncompressed batch once (its records are read from that
+    copy) and the item standing for the entry is that very object: a second copy of every
+    kept batch was a fresh mapping of a megabyte a big batch, its pages faulted in. A view
+    into anything bigger (a whole request) is still copied, never held."""
+    batch = bytes(encode_batch(0, [Record(i, 1000 + i, b"k", b"v" * 50, []) for i in range(4)]))
+    request = memoryview(b"head" + batch + b"tail")[4:-4]
+    (decoded,) = decode_batches(request, messages=True)
+    raw = decoded.raw
+    assert raw.obj is not request.obj and bytes(raw) == batch
+    for produced, held in ((raw, raw.obj), (request, None)):
+        (entry,) = entries(list(decoded.messages), 0, True, 10_000, ProducedBatch(produced, {}))
+        assert isinstance(entry.note, WrittenEntry)
+        item = entry.note.as_one(3, 8, 1234, "gw-a.native")
+        assert item is not None and item.payload == batch and isinstance(item.payload, bytes)
+        assert (item.payload is held) if held is not None else (item.payload is not request.obj)
 
 
 class _Consumer:

@@ -23,10 +23,11 @@ number a batch whole across entries (docs/offsets.md).
 from __future__ import annotations
 
 import asyncio
+import io
 import logging
 import operator
 import struct
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Literal
 
 from pulsar_gateway.gateway.backend.connection_security import PulsarSecurity
@@ -221,6 +222,46 @@ def _stamps(first_sequence: int, count: int, whole: bool) -> list[bytes]:
     return out
 
 
+class EntryBuffers:
+    """A few buffers the payloads of big prebuilt entries are joined into, again and again.
+
+    Joined into a new `bytes`, an entry of a big Kafka batch (a megabyte) was a fresh
+    mapping at the gateway's 512 KiB malloc threshold, every page of it faulted in: the
+    join cost about four times what it does into a buffer used before (docs/pulsar-
+    protocol.md, "Page faults"). A buffer is handed out as a view of what was joined into
+    it and is free again once that view is gone (the send acknowledged and dropped): until
+    then Python refuses to write into it (BufferError), so a buffer still being sent or
+    kept for a resend is never overwritten, only passed over. Entries outside
+    [`smallest`, `largest`] bytes, or when every buffer is held, are joined as before.
+    What stays allocated is at most `count` x `largest` bytes."""
+
+    def __init__(
+        self, count: int = 4, smallest: int = 256 * 1024, largest: int = 2 * 1024 * 1024
+    ) -> None:
+        self.count = count
+        self.smallest = smallest
+        self.largest = largest
+        self._buffers: list[io.BytesIO] = []
+
+    def join(self, parts: list[bytes]) -> bytes | memoryview:
+        size = sum(map(len, parts))
+        if not self.smallest <= size <= self.largest:
+            return b"".join(parts)
+        for buffer in self._buffers:
+            buffer.seek(0)
+            try:
+                buffer.writelines(parts)
+            except BufferError:  # still exported: its entry is not done with
+                continue
+            return buffer.getbuffer()[:size]
+        if len(self._buffers) == self.count:
+            return b"".join(parts)
+        buffer = io.BytesIO()
+        self._buffers.append(buffer)
+        buffer.writelines(parts)
+        return buffer.getbuffer()[:size]
+
+
 def prebuilt_entry(
     prebuilt: PrebuiltEntry,
     messages: RecordMessages,
@@ -228,12 +269,14 @@ def prebuilt_entry(
     whole: bool,
     limit: int,
     produced: ProducedBatch | None,
+    join: Callable[[list[bytes]], bytes | memoryview] = b"".join,
 ) -> OutgoingEntry | None:
     """The entry `entries` would build from `messages` (all in one entry), from the entry
     the Kafka batch's bytes were prebuilt into: only the stamps and the size words before
     them are written here. None when `entries` might not make it one entry (`limit`, with
     each message's payload size field counted too: a few bytes a message of headroom):
-    then the messages are made and go the long way, which decides."""
+    then the messages are made and go the long way, which decides. `join` makes the
+    payload of its parts (`EntryBuffers.join`)."""
     count = len(prebuilt.metadata_sizes)
     stamps = _stamps(first_sequence, count, whole)
     sizes = list(map(operator.add, prebuilt.metadata_sizes, map(len, stamps)))
@@ -253,7 +296,7 @@ def prebuilt_entry(
     parts[0::6] = list(map(words.__getitem__, sizes))
     written = WrittenEntry(messages, first_sequence, whole, True, produced)
     head = b"\x58" + varint(count)  # num_messages_in_batch (11)
-    return OutgoingEntry(head, b"".join(parts), count, True, note=written)
+    return OutgoingEntry(head, join(parts), count, True, note=written)
 
 
 def _keys(mid: MessageId, entry: OutgoingEntry) -> tuple[MessageKey, MessageKey]:
@@ -282,6 +325,7 @@ class NativeSender:
         self._client: Client | None = None
         # the batched entries sent, until the gateway's reader meets them
         self.written = WrittenEntries()
+        self.buffers = EntryBuffers()  # what big prebuilt entries are joined into
 
     async def start(self) -> None:
         self._client = Client.from_security(
@@ -358,7 +402,15 @@ class NativeSender:
             one = (
                 None
                 if prebuilt is None
-                else prebuilt_entry(prebuilt, messages, writer.sequence + 1, whole, limit, produced)
+                else prebuilt_entry(
+                    prebuilt,
+                    messages,
+                    writer.sequence + 1,
+                    whole,
+                    limit,
+                    produced,
+                    self.buffers.join,
+                )
             )
             if one is not None:
                 writer.sequence += len(messages)

@@ -70,9 +70,14 @@ class WrittenEntry(NamedTuple):
         properties[SEQ] = f"{last}{MORE}" if self.whole and not self.ends_batch else str(last)
         properties[WHOLE_ENTRY] = "1"
         raw = produced.raw
+        if not isinstance(raw, bytes):
+            # a view of a whole `bytes` (the copy the produce decode made of the batch,
+            # record_batch.decode_batches) is kept as that object: no second copy
+            whole = raw.obj
+            raw = whole if type(whole) is bytes and len(whole) == raw.nbytes else bytes(raw)
         return StoredMessage(
             (ledger, entry, 0),
-            raw if isinstance(raw, bytes) else bytes(raw),
+            raw,
             "",
             properties,
             0,

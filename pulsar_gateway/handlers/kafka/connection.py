@@ -30,6 +30,7 @@ from typing import Any
 
 from pulsar_gateway.gateway import metrics
 from pulsar_gateway.handlers.authorization import peer_text
+from pulsar_gateway.handlers.kafka.body_reader import BodyReader
 from pulsar_gateway.handlers.kafka.context import KafkaContext
 from pulsar_gateway.handlers.kafka.requests import (
     ENTRY_BYTES,
@@ -51,6 +52,8 @@ log = logging.getLogger("gateway.kafka")
 _SIZE = struct.Struct(">i")
 _RESET = struct.pack("ii", 1, 0)  # SO_LINGER on, 0 s: close() resets the connection
 _API_KEY = struct.Struct(">h")  # a request header's first field
+# a Produce frame at least this big is read into one buffer of its size (`_read_body`)
+BIG_BODY = 64 * 1024
 MAX_PIPELINED = 64
 WRITE_BUFFER_HIGH = 1 << 20
 # The watchdog fired this much later than asked: the loop did not run meanwhile (a loaded
@@ -201,7 +204,7 @@ class KafkaConnection:
         await self.queued.acquire(size)
         held = size
         try:
-            frame = memoryview(await self._read_body(size, start))
+            frame = memoryview(await self._read_body(size, start, api_key == ApiKey.PRODUCE))
             # a frame of megabytes (joined from its chunks, then decoded: copied again) is
             # decoded in a turn of its own (loop_turns.py, `after_bytes`)
             await self.context.turns.after_bytes(size)
@@ -353,9 +356,11 @@ class KafkaConnection:
         """SASL is on and this connection has not authenticated yet."""
         return self.sasl.required and not self.sasl.authenticated
 
-    async def _read_body(self, size: int, start: bytes) -> bytes:
+    async def _read_body(self, size: int, start: bytes, produce: bool) -> bytes | bytearray:
         """The frame (``start``: its first bytes, already read), which must also keep
-        arriving at kafka.min_frame_bytes_per_second (`_too_slow`)."""
+        arriving at kafka.min_frame_bytes_per_second (`_too_slow`). A big Produce is read
+        into one buffer of its size (body_reader.py: its bytes copied once, not four times);
+        only a Produce, whose decode never holds its blobs as keys, gets a mutable frame."""
         now = self.loop.time()
         self.last_progress = now
         self.mid_frame = True
@@ -368,10 +373,21 @@ class KafkaConnection:
             self._watch_due = now + grace
             self._watchdog = self.loop.call_later(grace, self._watch)
         try:
+            if produce and size >= BIG_BODY and isinstance(self.reader, BodyReader):
+                frame = bytearray(size)
+                frame[: len(start)] = start
+                await self.reader.read_into(frame, len(start), self._progress)
+                return frame
             return await self._read_exactly(size - len(start), start)
         finally:
             self.mid_frame = False
             self.frame_started = float("inf")
+
+    def _progress(self, received: int) -> None:
+        """A frame's bytes so far (`BodyReader.read_into`), for the watchdog."""
+        self.frame_received = received
+        self.last_progress = self.loop.time()
+        self.mid_frame = True
 
     def _too_slow(self, now: float) -> bool:
         """After frame_grace_seconds, a frame's bytes so far must average

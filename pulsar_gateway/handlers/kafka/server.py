@@ -41,6 +41,7 @@ from pulsar_gateway.gateway.config import KafkaSection, is_loopback_host
 from pulsar_gateway.gateway.topic_names import split_partition_topic
 from pulsar_gateway.gateway.waiting import cancel_and_wait
 from pulsar_gateway.handlers.authorization import AUDIT_LOGGERS, Authorizer
+from pulsar_gateway.handlers.kafka import body_reader
 from pulsar_gateway.handlers.kafka.connection import KafkaConnection
 from pulsar_gateway.handlers.kafka.consumer_groups import ConsumerGroups
 from pulsar_gateway.handlers.kafka.context import BrokerIdentity, KafkaContext
@@ -169,7 +170,7 @@ class KafkaServer:
         # then upgrades (listener_limits.start_tls), so a flood of sockets that never send
         # a ClientHello is refused beyond the limits instead of held for its handshake
         if beside or self.tls is None:
-            self._server = await asyncio.start_server(
+            self._server = await body_reader.start_server(
                 self._accept, self.settings.host, self.settings.port, limit=1 << 20, backlog=1024
             )
         else:
@@ -295,6 +296,7 @@ class KafkaServer:
             serve,
             release,
             limit=1 << 20,
+            make_reader=body_reader.BodyReader,
         )
         await listener.open(self.settings.host, port)
         return listener

@@ -144,7 +144,8 @@ class OutgoingEntry:
     stamps), the payload as stored, and how many messages (sequence ids) it holds."""
 
     metadata_fields: bytes
-    payload: bytes
+    # (a view when joined into a reused buffer: native_writer.EntryBuffers)
+    payload: bytes | memoryview
     num_messages: int = 1
     batched: bool = False
     uncompressed_size: int = -1  # the payload's size before compression (-1: not compressed)

@@ -59,12 +59,18 @@ def simple_frame(command: Command) -> bytes:
 
 
 def payload_section(metadata: bytes, payload: bytes) -> bytes:
-    """What follows the command of a SEND: magic, crc32c, metadata size, metadata, payload.
+    """What follows the command of a SEND: magic, crc32c, metadata size, metadata, payload."""
+    return b"".join(section_parts(metadata, payload))
 
+
+def section_parts(metadata: bytes, payload: bytes | memoryview) -> tuple[bytes, bytes | memoryview]:
+    """`payload_section` as two pieces, everything before the payload and the payload,
+    written one after the other: joining them copied the whole payload (an entry of a
+    big Kafka batch: a megabyte, and as many fresh pages faulted in) for nothing.
     Kept by a producer as is, so a resend after a reconnect only needs a new command."""
     sized = _U32.pack(len(metadata)) + metadata
     checksum = crc32c(payload, crc32c(sized))
-    return b"".join((MAGIC_CRC32C, _U32.pack(checksum), sized, payload))
+    return MAGIC_CRC32C + _U32.pack(checksum) + sized, payload
 
 
 def payload_frame_head(command: Command | bytes, section_size: int) -> bytes:

@@ -43,7 +43,7 @@ from pulsar_gateway.gateway.backend.wire.errors import (
 from pulsar_gateway.gateway.backend.wire.frames import (
     DEFAULT_MAX_MESSAGE_SIZE,
     payload_frame_head,
-    payload_section,
+    section_parts,
 )
 from pulsar_gateway.gateway.backend.wire.ids import MessageId
 from pulsar_gateway.gateway.backend.wire.messages import KeyValue
@@ -84,7 +84,7 @@ class _Send:
         sequence_id: int,
         highest: int,
         count: int,
-        section: bytes,
+        section: tuple[bytes, bytes | memoryview],
         chunk: bool,
         last: bool,
         future: asyncio.Future[MessageId],
@@ -96,7 +96,7 @@ class _Send:
         self.chunk = chunk
         self.last = last
         self.future = future
-        self.size = len(section)
+        self.size = len(section[0]) + len(section[1])
         self.since = 0.0  # when it was queued: the send timeout counts from here
 
 
@@ -105,7 +105,9 @@ class _Ticket:
 
     __slots__ = ("entry", "pieces", "size", "future", "admitted")
 
-    def __init__(self, entry: OutgoingEntry, pieces: list[bytes], future: asyncio.Future[Any]):
+    def __init__(
+        self, entry: OutgoingEntry, pieces: list[bytes | memoryview], future: asyncio.Future[Any]
+    ):
         self.entry = entry
         self.pieces = pieces  # the payload, or its chunks
         self.size = len(entry.payload) + len(entry.metadata_fields) * len(pieces) + 64
@@ -298,7 +300,7 @@ class Producer:
             raise
         return future
 
-    def _pieces(self, entry: OutgoingEntry) -> list[bytes]:
+    def _pieces(self, entry: OutgoingEntry) -> list[bytes | memoryview]:
         limit = self._max_message_size - len(entry.metadata_fields) - CHUNK_HEADROOM
         payload = entry.payload
         if len(payload) <= limit:
@@ -345,7 +347,7 @@ class Producer:
                     first,
                     highest,
                     entry.num_messages,
-                    payload_section(stamp + entry.metadata_fields, entry.payload),
+                    section_parts(stamp + entry.metadata_fields, entry.payload),
                     False,
                     True,
                     future,
@@ -384,7 +386,7 @@ class Producer:
     def _chunks(
         self,
         entry: OutgoingEntry,
-        pieces: list[bytes],
+        pieces: list[bytes | memoryview],
         sequence_id: int,
         stamp: bytes,
         future: asyncio.Future[MessageId],
@@ -411,7 +413,7 @@ class Producer:
                 sequence_id,
                 sequence_id,
                 1,
-                payload_section(common + b"\xe8\x01" + varint(index), piece),
+                section_parts(common + b"\xe8\x01" + varint(index), piece),
                 True,
                 index == last,
                 future,
@@ -431,7 +433,7 @@ class Producer:
             send.chunk,
         )
         try:
-            connection.write(payload_frame_head(command, send.size), send.section)
+            connection.write(payload_frame_head(command, send.size), *send.section)
         except ConnectionClosed:
             pass  # the connection's end reaches on_disconnect, which reconnects
 
