@@ -17,7 +17,7 @@ from harness.kafka_memory_store import memory_storage
 from harness.waiting import async_wait_until
 from pulsar_gateway.gateway import metrics
 from pulsar_gateway.gateway.config import KafkaSection
-from pulsar_gateway.handlers.kafka.connection import droppable
+from pulsar_gateway.handlers.kafka.requests import droppable
 from pulsar_gateway.handlers.kafka.server import KafkaServer
 from pulsar_gateway.kafka_codec.protocol.messages import ApiKey
 from tests.unit.test_kafka_budgets_come_back import abort, request

@@ -39,6 +39,7 @@ from pulsar_gateway.handlers.kafka.requests import (
     admit,
     charge_produce,
     decode_off_loop,
+    droppable,
     respond,
 )
 from pulsar_gateway.handlers.kafka.sasl import SaslSession
@@ -589,18 +590,3 @@ def _read_outcome(task: asyncio.Task[bytes | None]) -> None:
 
 async def _ready(response: bytes) -> bytes:
     return response
-
-
-# Requests that change nothing, dropped unanswered when their client has gone: those whose
-# work grows with what they name (the paced handlers of loop_turns.py) and Fetch
-_READS = frozenset(
-    {ApiKey.METADATA, ApiKey.LIST_OFFSETS, ApiKey.OFFSET_FETCH, ApiKey.DESCRIBE_CONFIGS}
-)
-
-
-def droppable(api_key: int, body: dict[str, Any] | None) -> bool:
-    """Whether a request may be dropped unanswered once its client is gone: a read (a
-    Metadata only when it may not create topics)."""
-    if api_key not in _READS:
-        return False
-    return api_key != ApiKey.METADATA or not (body or {}).get("allow_auto_topic_creation", True)

@@ -278,3 +278,18 @@ def _count_rejected_batches(body: dict[str, Any]) -> None:
                 except ValueError:
                     label = "UNKNOWN"
                 metrics.PRODUCE_REJECTED.labels(label).inc()
+
+
+# Requests that change nothing, dropped unanswered when their client has gone: those whose
+# work grows with what they name (the paced handlers of loop_turns.py) and Fetch
+_READS = frozenset(
+    {ApiKey.METADATA, ApiKey.LIST_OFFSETS, ApiKey.OFFSET_FETCH, ApiKey.DESCRIBE_CONFIGS}
+)
+
+
+def droppable(api_key: int, body: dict[str, Any] | None) -> bool:
+    """Whether a request may be dropped unanswered once its client is gone: a read (a
+    Metadata only when it may not create topics)."""
+    if api_key not in _READS:
+        return False
+    return api_key != ApiKey.METADATA or not (body or {}).get("allow_auto_topic_creation", True)
