@@ -14,7 +14,10 @@ broker (issue 32's peer: one batching Python producer, key, property and event t
 record), all measured in the same run, parity's runtime, records/s and the Spark
 processes' peak memory per client, and how they grow with the record count (time
 linearly, memory not at all: the job streams). The machine's load average is recorded
-beside each size. Writes reports/migration-parity.{json,html}.
+beside each size. Memory over time too: each command's process tree (Spark's driver and
+workers for parity) and the gateway sampled once a second while it runs, with the last
+third's peak over the middle third's (about 1: flat while the records go through).
+Writes reports/migration-parity.{json,html}.
 """
 
 from __future__ import annotations
@@ -47,6 +50,7 @@ console = Console()
 KAFKA_FORMAT = ("--entry-format", "kafka")
 # records the gateway's own Produce rate is measured with (its ratio's denominator)
 PRODUCE_REFERENCE = 300_000
+RSS_EVERY = 1.0  # seconds between two samples of a command's memory
 
 
 def fill(bootstrap: str, topic: str, partitions: int, records: int, size: int) -> float:
@@ -122,12 +126,50 @@ def load_average() -> str:
     return " ".join(Path("/proc/loadavg").read_text().split()[:3])
 
 
-def run_command(args: list[str]) -> float:
+def run_command(
+    args: list[str], timeline: list[tuple[float, float, float]] | None = None, gateway: int = 0
+) -> float:
+    """Seconds the command ran. With `timeline`, every RSS_EVERY seconds one more (seconds
+    since start, MiB of the command and every process below it, MiB of `gateway`): whether
+    memory stays flat while the records go through, not only its peak."""
     started = time.perf_counter()
-    done = subprocess.run([sys.executable, "-m", "pulsar_gateway.cli", *args], cwd=REPO)
-    if done.returncode != 0:
-        raise RuntimeError(f"{args[0]} exited {done.returncode}")
+    process = subprocess.Popen([sys.executable, "-m", "pulsar_gateway.cli", *args], cwd=REPO)
+    while True:
+        try:
+            returncode = process.wait(RSS_EVERY)
+            break
+        except subprocess.TimeoutExpired:
+            if timeline is not None:
+                tree = sum(_rss(pid) for pid in [process.pid, *_descendants(process.pid)])
+                at = round(time.perf_counter() - started, 1)
+                timeline.append((at, round(tree, 1), round(_rss(gateway), 1) if gateway else 0))
+    if returncode != 0:
+        raise RuntimeError(f"{args[0]} exited {returncode}")
     return time.perf_counter() - started
+
+
+def _descendants(pid: int) -> list[int]:
+    found, todo = [], [pid]
+    while todo:
+        for children in Path(f"/proc/{todo.pop()}/task").glob("*/children"):
+            try:
+                pids = [int(child) for child in children.read_text().split()]
+            except OSError:
+                continue
+            found += pids
+            todo += pids
+    return found
+
+
+def flatness(timeline: list[tuple[float, float, float]], column: int) -> float | None:
+    """The last third's highest RSS over the middle third's: about 1 when memory is flat
+    while the records go through (the first third holds start-up)."""
+    values = [sample[column] for sample in timeline]
+    if len(values) < 6:
+        return None
+    third = len(values) // 3
+    middle = max(values[third : 2 * third])
+    return round(max(values[2 * third :]) / middle, 2) if middle else None
 
 
 def children_cpu() -> float:
@@ -162,7 +204,8 @@ def one_size(
         # swing with the load; the CPU each side spends a record much less
         servers = [gateway.process.pid, gateway.broker_pid()]
         before = cpu_seconds(servers), children_cpu()
-        migrate_s = run_command(["migrate", *common])
+        migrate_rss: list[tuple[float, float, float]] = []
+        migrate_s = run_command(["migrate", *common], migrate_rss, gateway.process.pid)
         gateway_cpu = cpu_seconds(servers) - before[0]
         migrate_rps = records / migrate_s
         row["load_after_migrate"] = load_average()
@@ -174,6 +217,9 @@ def one_size(
         per = 1e6 / records
         row.update(
             {
+                "migrate_rss_timeline": migrate_rss,  # (s, migrate MiB, gateway MiB)
+                "migrate_tool_rss_late_over_middle": flatness(migrate_rss, 1),
+                "migrate_gateway_rss_late_over_middle": flatness(migrate_rss, 2),
                 "migrate_seconds": round(migrate_s, 1),
                 "migrate_records_per_s": round(migrate_rps),
                 "pulsar_client_direct_records_per_s": round(records / direct_s),
@@ -197,8 +243,10 @@ def one_size(
         row["migrate_vs_produce"] = round(migrate_rps * produce_s / reference, 2)
         for client in parity_clients:
             report = scratch / f"parity-{records}-{client}"
+            parity_rss: list[tuple[float, float, float]] = []
             parity_s = run_command(
-                ["parity", *common, "--pulsar-client", client, "--report", str(report)]
+                ["parity", *common, "--pulsar-client", client, "--report", str(report)],
+                parity_rss,
             )
             verdict = json.loads(report.with_suffix(".json").read_text())
             name = client.replace("-", "_")
@@ -209,6 +257,8 @@ def one_size(
                 if key != "master":
                     row[f"parity_{name}_{key}"] = value
             row[f"load_after_parity_{name}"] = load_average()
+            row[f"parity_{name}_rss_late_over_middle"] = flatness(parity_rss, 1)
+            row[f"parity_{name}_rss_timeline"] = parity_rss
         row["gateway_rss_mib"] = round(_rss(gateway.process.pid), 1)
         return row
     finally:
@@ -283,6 +333,8 @@ def main() -> None:
     for row in rows:
         table.add_column(f"{row['records']:,}", justify="right")
     for metric in rows[0]:
+        if metric.endswith("_timeline"):
+            continue  # in the JSON and the chart
         values = [row.get(metric, "") for row in rows]
         table.add_row(
             metric.replace("_", " "), *(f"{v:,}" if isinstance(v, int) else str(v) for v in values)
@@ -339,7 +391,9 @@ def main() -> None:
             },
             "rec/s",
         ),
-        html_report.table(rows),
+        html_report.table(
+            [{k: v for k, v in row.items() if not k.endswith("_timeline")} for row in rows]
+        ),
     ]
     for process, key in (("Python workers", "python_workers"), ("Spark driver JVM", "driver_jvm")):
         if clients:

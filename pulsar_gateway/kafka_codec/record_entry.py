@@ -37,7 +37,12 @@ from pulsar_gateway.kafka_codec.record_codec import (
     timestamp_slow,
     varint_slow,
 )
-from pulsar_gateway.kafka_codec.record_mapping import CODEC, to_message
+from pulsar_gateway.kafka_codec.record_mapping import (
+    CODEC,
+    GATEWAY_RESERVED,
+    RESERVED,
+    to_message,
+)
 from pulsar_gateway.kafka_codec.record_messages import decode_messages
 
 # SingleMessageMetadata (PulsarApi.proto) field keys: properties 1, partition_key 2,
@@ -51,6 +56,12 @@ _NULL_VALUE = b"\x48\x01"
 # a short key's field heads, by its length: partition key, ordering key
 _PARTITION_KEY_HEADS = tuple(_PARTITION_KEY + bytes((n,)) for n in range(0x80))
 _ORDERING_KEY_HEADS = tuple(_ORDERING_KEY + bytes((n,)) for n in range(0x80))
+# a property's field head (KeyValue, by its size), its name's and its value's, by length
+_FIELD_HEADS = tuple(_PROPERTIES + bytes((n,)) for n in range(0x80))
+_NAME_HEADS = tuple(b"\x0a" + bytes((n,)) for n in range(0x40))
+_VALUE_HEADS = tuple(b"\x12" + bytes((n,)) for n in range(0x80))
+# header names the mapping keeps for itself (record_mapping._reserved), as bytes
+_RESERVED = (RESERVED.encode(), GATEWAY_RESERVED.encode())
 # the most kinds of headers a batch's properties are kept for (records whose headers all
 # differ, a trace id each, pay one dictionary look-up a record for nothing)
 _HEADER_KINDS = 64
@@ -95,6 +106,68 @@ def message_metadata(message: OutMessage, extra_properties: bytes = b"") -> tupl
         parts.append(_NULL_VALUE)
     parts += (_PAYLOAD_SIZE, _varint(len(message.payload or b"")))
     return b"".join(properties), b"".join(parts)
+
+
+def plain_properties(buf: bytes, pos: int, end: int) -> bytes | None:
+    """A record's headers (`buf[pos:end]`, their count first) as the properties
+    `to_message` maps them to, written straight from their bytes, where that mapping is
+    one property per header in the headers' order: names in increasing order (none
+    repeated), UTF-8, not reserved, at most 63 bytes; values UTF-8, not null, under 8 KiB.
+    None for anything else, malformed bytes included: the long way maps those, or refuses
+    them with its own error. (Records whose headers all differ, a sequence number or a
+    trace id each, took the long way one by one: most of a migration's produce time.)"""
+    count = buf[pos]
+    if count >= 128 or count & 1:
+        return None
+    pos += 1
+    out: list[bytes] = []
+    last = b""
+    for index in range(count >> 1):
+        if pos >= end:
+            return None
+        b = buf[pos]
+        if b >= 128 or b & 1:
+            return None
+        name = buf[pos + 1 : pos + 1 + (b >> 1)]
+        pos += 1 + (b >> 1)
+        if pos >= end or (index and name <= last) or name.startswith(_RESERVED):
+            return None
+        b = buf[pos]
+        if b < 128:
+            if b & 1:
+                return None
+            n = b >> 1
+            pos += 1
+        else:
+            c = buf[pos + 1] if pos + 1 < end else 128
+            if c >= 128 or b & 1:
+                return None
+            n = ((b & 127) | (c << 7)) >> 1
+            pos += 2
+        value = buf[pos : pos + n]
+        pos += n
+        if pos > end or not _utf8(name) or not _utf8(value):
+            return None
+        pair = len(name) + n + 4 + (n >= 0x80)
+        out += (
+            _FIELD_HEADS[pair] if pair < 0x80 else _PROPERTIES + _varint(pair),
+            _NAME_HEADS[len(name)],
+            name,
+            _VALUE_HEADS[n] if n < 0x80 else b"\x12" + _varint(n),
+            value,
+        )
+        last = name
+    return b"".join(out) if pos == end else None
+
+
+def _utf8(raw: bytes) -> bool:
+    if raw.isascii():
+        return True
+    try:
+        raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
 
 
 def mark_codec(messages: list[OutMessage], codec: int) -> list[OutMessage]:
@@ -259,6 +332,12 @@ def build_entry(
             if plain_key:
                 raw = buf[pos:end]
                 props = header_properties.get(raw)
+                if props is None:
+                    props = plain_properties(buf, pos, end)
+                    if props is not None:
+                        props += codec_field
+                        if len(header_properties) < _HEADER_KINDS:
+                            header_properties[raw] = props
             if props is None:
                 headers, pos = decode_headers(buf, pos)
                 if pos != end:

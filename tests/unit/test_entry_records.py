@@ -19,6 +19,7 @@ from pulsar_gateway.kafka_codec.entry_format import records_of
 from pulsar_gateway.kafka_codec.record_entry import mark_codec
 from pulsar_gateway.kafka_codec.record_mapping import to_message
 from pulsar_gateway.storage.kafka.entry_records import EntryRecords, entry_records
+from pulsar_gateway.storage.kafka.entry_records_fast import plain_entry_records
 
 names = st.sampled_from(["a", "n", "z", "trace", "__kafka.x", "__gw.y", "é"])
 header_values = st.none() | st.binary(max_size=6) | st.sampled_from([b"1", b"text"])
@@ -101,3 +102,40 @@ def test_the_item_stands_for_the_entry_in_the_resend_filter() -> None:
     assert records[0][2] == [("h", b"x")]
     assert whole.take(item) is None and whole.take(again) is not None
     assert not whole.waiting
+
+
+def test_the_writers_common_entry_is_read_straight_from_its_bytes() -> None:
+    """A migrated batch's shape (a key, one header that differs per record, the producer's
+    codec marked): read by the one loop (entry_records_fast.py), as the message path reads it."""
+    messages = [
+        to_message(b"k%d" % i, b"v" * i, 1_700_000_000_000 + i, [("n", b"%d" % i)])
+        for i in range(50)
+    ]
+    mark_codec(messages, 3)
+    (entry,) = entries(messages, 7, True, 1 << 20)
+    fast = plain_entry_records(entry.payload, 50, PUBLISHED)
+    assert fast is not None
+    assert fast == entry_records(entry.payload, 50, PUBLISHED, PRODUCER)
+    assert fast[:2] == (7, 56)
+    assert [(k, v, list(h), t) for k, v, h, t in fast[2]] == _message_path(entry.payload, 50)
+
+
+def test_entries_of_other_writers_read_as_the_message_path_reads_them() -> None:
+    """Stamped entries the gateway's writer would not make (an empty partition key, headers
+    out of name order or repeated, the stamp not first): the same records either way."""
+    layouts: list[tuple[str | None, dict[str, str]]] = [
+        ("", {SEQ: "{}", "h": "x"}),
+        ("k", {SEQ: "{}", "b": "1", "a": "2"}),
+        ("k", {"a": "2", SEQ: "{}"}),
+        (None, {SEQ: "{}", "a": "1", "é": "2", "z": "3"}),
+    ]
+    for key, properties in layouts:
+        builder = BatchBuilder()
+        for index in range(3):
+            stamp = f"{4 + index}{'+' if index < 2 else ''}"
+            filled = {n: v.format(stamp) for n, v in properties.items()}
+            builder.add_message(b"v%d" % index, key, filled, 1_700_000_000_000 + index)
+        payload = builder.build().payload
+        made = entry_records(payload, 3, PUBLISHED, PRODUCER)
+        assert made is not None, (key, properties)
+        assert [(k, v, list(h), t) for k, v, h, t in made[2]] == _message_path(payload, 3)

@@ -156,3 +156,54 @@ def test_batch_headers_raise_only_record_batch_errors(junk, cut):
     except RecordBatchError:
         return
     assert all(h.magic == 2 for h in found)
+
+
+small_records = st.lists(
+    st.tuples(
+        st.none() | st.binary(max_size=5),
+        st.none() | st.binary(max_size=150),
+        st.integers(-(2**40), 2**41),
+        st.lists(
+            st.tuples(st.sampled_from(["a", "n", "é"]), st.none() | st.binary(max_size=4)),
+            max_size=2,
+        ),
+    ),
+    min_size=1,
+    max_size=8,
+)
+
+
+@settings(max_examples=examples(80), deadline=None)
+@given(
+    st.lists(
+        st.tuples(small_records, st.sampled_from([0, 1, 2, 3, 4]), st.booleans()),
+        min_size=1,
+        max_size=4,
+    ),
+    st.integers(0, 12),
+    st.integers(0, 40),
+)
+def test_gathered_records_are_the_batch_a_decode_and_encode_makes(sources, start, length):
+    """Gathered small batches (their records' heads written again, the rest copied) are
+    byte for byte the batch that decoding the records and encoding them again makes: the
+    same records, offsets, timestamps (log-append time included), codec and header."""
+    raws, expected, wanted, base, codec = [], [], [], 0, 0
+    end = start + length
+    for fields, batch_codec, append_time in sources:
+        records = [Record(i, ts, k, v, h) for i, (k, v, ts, h) in enumerate(fields)]
+        stamp = {"timestamp_type": 1, "max_timestamp": 77} if append_time else {}
+        raws.append(bytes(encode_batch(base, records, batch_codec, **stamp)))  # type: ignore[arg-type]
+        for record in records:
+            if start <= base + record.offset_delta < end:
+                ts = 77 if append_time else record.timestamp
+                expected.append((len(expected), ts, record.key, record.value, record.headers))
+                wanted.append(base + record.offset_delta)
+                codec = codec or batch_codec
+        base += len(records)
+    chunks, _ = chunks_of(headers(*raws), start, end, [], set())
+    if not expected:
+        assert chunks == []
+        return
+    [chunk] = chunks
+    assert list(chunk.offsets) == wanted
+    assert chunk.batch == bytes(encode_batch(0, expected, codec))

@@ -41,6 +41,7 @@ from pulsar_gateway.kafka_codec.record_mapping import (
     KEY_B64,
     RESERVED,
 )
+from pulsar_gateway.storage.kafka.entry_records_fast import plain_entry_records
 
 # (key, value, headers, timestamp): a record without its offset, which the reader gives
 EntryRecord = tuple[bytes | None, bytes | None, list[tuple[str, bytes | None]], int]
@@ -57,6 +58,9 @@ def entry_records(
 ) -> tuple[int, int, list[EntryRecord]] | None:
     """The records of a batched entry's `count` messages (payload `data`, uncompressed),
     with the first and last messages' stamps; None when it is not the plain case."""
+    fast = plain_entry_records(data, count, publish_time)
+    if fast is not None:
+        return fast  # the writer's common case, read without splitting the entry first
     try:
         messages = split_batch(data, count)
     except DecodeError:
