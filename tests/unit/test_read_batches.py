@@ -138,6 +138,30 @@ def test_a_damaged_entry_is_never_read_wrong(messages: list[OutMessage], data: A
         assert _served(made, 0) == expected
 
 
+def test_a_tail_seen_before_does_not_stand_for_another_partition_key() -> None:
+    """A message whose metadata after its event time (ordering key, payload size) is an
+    earlier message's, but whose partition key differs from that ordering key: its record's
+    key is its partition key, as the message path reads it. (A whole-entry read that kept
+    what it made of a metadata's tail, to spare parsing a key met again at a new time,
+    must check the key before the time too.)"""
+    moment = 1_700_000_000_000
+    [entry] = entries(
+        [OutMessage(b"v", "ab", None, moment), OutMessage(b"v", "xb", None, moment)],
+        0,
+        True,
+        1 << 20,
+    )
+    payload = entry.payload
+    ordering_key = b"\x3a\x02xb"
+    assert payload.count(ordering_key) == 1
+    damaged = payload.replace(ordering_key, b"\x3a\x02ab")
+    made = kafka_batch((1, 1, 0), damaged, 2, PUBLISHED, PRODUCER)
+    assert made is not None
+    one_by_one = split_entry((1, 1, 0), damaged, 2)
+    assert [m.key for m in one_by_one] == ["ab", "xb"]
+    assert _served(made, 0) == _one_by_one(one_by_one, 0)
+
+
 def test_a_null_value_that_claims_a_payload_is_not_read_whole() -> None:
     """A null value's payload size damaged to 1, its record last in the entry: the message
     path says the payload runs past the entry, so the whole-entry reader must not serve it

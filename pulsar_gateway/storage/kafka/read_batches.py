@@ -78,9 +78,10 @@ def kafka_batch(
     half = VARINT_TABLE_SIZE >> 1
     parts: list[bytes] = []
     clock = _Times()
-    # a message's metadata size and its stamp up to the value -> where the stamp and the
-    # metadata end (from the message's start): one look-up for both, as they seldom change
-    starts: dict[bytes, tuple[int, int]] = {}
+    # a message's metadata size and its stamp up to the value -> where the metadata ends,
+    # where its stamp's mark is and where the stamp ends (from the message's start): one
+    # look-up for all, as they seldom change
+    starts: dict[bytes, _Start] = {}
     state: _Walk = (0, 0, 0, -1, None)
     try:
         # the records' offset deltas, by their length in bytes (one, two, three)
@@ -101,7 +102,7 @@ def kafka_batch(
         # entry: not the plain case); the last may say it too
         if unmarked > 1 or (unmarked and last_unmarked != p) or start is None:
             return None
-        text = data[p - start[1] + _HEAD : p].decode()
+        text = data[p - start[2] + _HEAD : p].decode()
         n = _STAMP_HEADS[data[4:_HEAD]]
         first = stamp_of({SEQ: data[_HEAD : _HEAD + n].decode()})
     except (IndexError, KeyError, ValueError, struct.error):  # malformed: the message path says why
@@ -117,10 +118,13 @@ def kafka_batch(
     return StoredMessage((mid[0], mid[1], 0), batch, "", properties, 0, publish_time, producer)
 
 
+# where a message's metadata ends, where its stamp's last byte (the mark "more follows") is
+# and where the stamp ends, from the message's start (`_start_of`)
+_Start = tuple[int, int, int]
 # where a walk through an entry's messages stands: the next message's position, where the
 # last stamp's value ended, how many stamps lacked the mark and where the last such ended,
-# and the last message's stamp and metadata ends (`starts`)
-_Walk = tuple[int, int, int, int, "tuple[int, int] | None"]
+# and the last message's `_Start`
+_Walk = tuple[int, int, int, int, "_Start | None"]
 
 
 def _write_records(
@@ -128,7 +132,7 @@ def _write_records(
     deltas: list[bytes],
     width: int,
     parts: list[bytes],
-    starts: dict[bytes, tuple[int, int]],
+    starts: dict[bytes, _Start],
     clock: _Times,
     state: _Walk,
 ) -> _Walk | None:
@@ -169,13 +173,13 @@ def _write_records(
             if start is None:
                 return None
         stop = pos + start[0]
-        p = pos + start[1]
         if looking:
-            rest = data[p - 1 : stop]
+            rest = data[pos + start[1] : stop]
             known = rests.get(rest)
         else:
             known = None
         if known is None:
+            p = pos + start[2]
             mark = data[p - 1] == plus
             if not mark:
                 unmarked += 1
@@ -232,24 +236,24 @@ def _write_records(
                 # most records so far new (4 parts a record): stop looking
                 looking = misses < MIN_MISSES or misses * 8 < len(parts) - first_part
                 looking = looking and len(rests) < MAX_KEPT_RESTS
-        pre, fields, size = known
-        stop_value = stop + size
-        parts += (pre, delta, fields, data[stop:stop_value])
-        pos = stop_value
+        # the hot path (most records' metadata was seen): no more than this
+        pos = stop + known[2]
+        parts += (known[0], delta, known[1], data[stop:pos])
+    if deltas:  # where the last message's stamp ended
+        assert start is not None, "every message walked has a start"
+        p = stop - start[0] + start[2]
     return pos, p, unmarked, last_unmarked, start
 
 
-def _start_of(
-    data: bytes, pos: int, starts: dict[bytes, tuple[int, int]]
-) -> tuple[int, int] | None:
-    """Where the stamp's value and the metadata of the message at `pos` end (from `pos`),
-    kept in `starts` by the bytes that tell them; None when the message does not start
-    with the stamp or its metadata holds nothing after the stamp."""
+def _start_of(data: bytes, pos: int, starts: dict[bytes, _Start]) -> _Start | None:
+    """Where the metadata of the message at `pos` ends, where its stamp's mark is and
+    where the stamp ends (from `pos`), kept in `starts` by the bytes that tell them; None
+    when the message does not start with the stamp or its metadata holds nothing after it."""
     size = _SIZE.unpack_from(data, pos)[0]
     n = _STAMP_HEADS.get(data[pos + 4 : pos + _HEAD], 0)
     if not n or _HEAD + n >= 4 + size:
         return None
-    start = starts[data[pos : pos + _HEAD]] = (4 + size, _HEAD + n)
+    start = starts[data[pos : pos + _HEAD]] = (4 + size, _HEAD + n - 1, _HEAD + n)
     return start
 
 
