@@ -321,11 +321,19 @@ async def _read_to_end(
     for _ in range(3):  # ownership moving meanwhile voids a read: `check` then refuses
         if producer_id < 0 or not sequences.must_reach_end(producer_id, partition):
             return None
+        numbered = partition.next_offset
         try:
             await sequences.reach_end(partition)
         except StorageError as exc:
             log.warning("produce to %s: %s", partition.topic, exc)
             return PartitionResult(ErrorCode.KAFKA_STORAGE_ERROR, message=str(exc))
+        if partition.next_offset > numbered:  # what a restore would have missed: worth a line
+            log.info(
+                "%s: its log was %d records short of its end when producer %d came",
+                partition.topic,
+                partition.next_offset - numbered,
+                producer_id,
+            )
     return None
 
 
