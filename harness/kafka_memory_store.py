@@ -58,6 +58,12 @@ class MemoryPartitionLog(_Breakable):
         self.stall: asyncio.Event | None = None
         self._last_append: asyncio.Future[int] | None = None  # the latest queued behind a stall
         self.transactions = TransactionIndex()
+        # a view that lags the log, as a tailer behind (or another member's appends) makes
+        # it: with `view_lags` set, a stored batch reaches `producer_state` only at the next
+        # `reach_end`
+        self.view_lags = False
+        self._unseen: list[tuple[ProducerStamp, int]] = []
+        self.ends_reached = 0  # how often `reach_end` was called
 
     @property
     def topic(self) -> str:
@@ -68,6 +74,16 @@ class MemoryPartitionLog(_Breakable):
 
     def producer_state(self, producer_id: int) -> ProducerSnapshot | None:
         return self.producers.get(producer_id)
+
+    async def reach_end(self) -> None:
+        """With `stall` set, the broker's answer waits until it is."""
+        self._check()
+        self.ends_reached += 1
+        if self.stall is not None:
+            await self.stall.wait()
+        unseen, self._unseen = self._unseen, []
+        for producer, base in unseen:
+            self._remember(producer, base)
 
     def append(
         self,
@@ -114,7 +130,9 @@ class MemoryPartitionLog(_Breakable):
             self.entries.append(LogEntry(self.next_offset, stored))
             self.transactions.observe(stored, self.next_offset)
             self.next_offset += records_in(stored)
-        if producer is not None:
+        if producer is not None and self.view_lags:
+            self._unseen.append((producer, base))
+        elif producer is not None:
             self._remember(producer, base)
         waiters, self._waiters = self._waiters, []
         for future in waiters:

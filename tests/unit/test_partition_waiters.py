@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
+from pulsar_gateway.gateway.backend.pulsar_backend import BackendError
 from pulsar_gateway.storage.kafka.partition_log import PartitionLog
 
 
@@ -31,9 +34,23 @@ def test_catch_up_leaves_no_waiter_behind() -> None:
     async def scenario() -> None:
         log = PartitionLog(None, _Metadata(), "t")  # type: ignore[arg-type]
         log._stream = _SlowStartStream()  # type: ignore[assignment]
-        await log._catch_up()
-        assert log._ready.is_set()
+        log._task = asyncio.ensure_future(asyncio.Event().wait())  # a tailer at work
+        await log.reach_end()
         assert not log.busy, "catch-up left a pending data waiter: the partition never idles"
+        log._task.cancel()
+
+    asyncio.run(asyncio.wait_for(scenario(), 10))
+
+
+def test_reaching_the_end_of_a_closed_log_fails_instead_of_waiting_for_good() -> None:
+    """A log closed (its tailer gone) while a produce waits for it to reach the end: the
+    tailer would never number what the broker says is there, so the wait must end."""
+
+    async def scenario() -> None:
+        log = PartitionLog(None, _Metadata(), "t")  # type: ignore[arg-type]
+        log._stream = _SlowStartStream()  # type: ignore[assignment]
+        with pytest.raises(BackendError, match="closed"):
+            await log.reach_end()
 
     asyncio.run(asyncio.wait_for(scenario(), 10))
 

@@ -51,6 +51,68 @@ def test_a_retry_reaching_a_restarted_gateway_is_stored_once() -> None:
     run(scenario)
 
 
+def test_a_new_owner_restores_a_producer_from_the_log_s_true_end() -> None:
+    """Issue 31: a worker killed with -9, the partition's new owner restored an idempotent
+    producer from a view of the log that lacked its last acknowledged batch (sequence 40):
+    it answered the next batch OUT_OF_ORDER_SEQUENCE_NUMBER ("expected sequence 40") and
+    would have stored a retry of batch 40 as new, so librdkafka's resend put a record in
+    the log twice. The view here lags the log as that one did; the new owner must read the
+    log to its end before it restores the producer, and only once."""
+
+    async def scenario() -> None:
+        broker = Broker()
+        batch = {"producer_id": 1025, "producer_epoch": 0}
+        for sequence in range(40):  # acknowledged by the old owner
+            answer = await broker.produce(
+                "orders", [b"%d" % sequence], **batch, base_sequence=sequence
+            )
+            assert answer["error_code"] == ErrorCode.NONE
+        log = broker.storage.topics.logs[PARTITION]  # type: ignore[attr-defined]
+        log.view_lags = True  # what is stored from now on the new owner's view lacks
+        fortieth = await broker.produce("orders", [b"40"], **batch, base_sequence=40)
+        assert fortieth["error_code"] == ErrorCode.NONE and fortieth["base_offset"] == 40
+        assert log.producer_state(1025).batches[-1].last_sequence == 39  # the lag
+        broker.context.sequences = ProducerSequences()  # the new owner: nothing live
+        ends = log.ends_reached
+        # librdkafka retries batch 40 (its answer was lost with the old owner) and goes on
+        retried = await broker.produce("orders", [b"40"], **batch, base_sequence=40)
+        assert retried["error_code"] == ErrorCode.NONE and retried["base_offset"] == 40
+        after = await broker.produce("orders", [b"41"], **batch, base_sequence=41)
+        assert after["error_code"] == ErrorCode.NONE and after["base_offset"] == 41
+        values = [entry.message.payload for entry in log.entries]
+        assert values == [b"%d" % n for n in range(42)], "a record stored twice"
+        # one read to the end for the partition, none per produce once it is caught up
+        more = await broker.produce("orders", [b"42"], **batch, base_sequence=42)
+        assert more["error_code"] == ErrorCode.NONE
+        other = await broker.produce("orders", [b"x"], producer_id=2049, producer_epoch=0)
+        assert other["error_code"] == ErrorCode.NONE
+        assert log.ends_reached == ends + 1
+
+    run(scenario)
+
+
+def test_a_next_batch_after_a_takeover_is_in_order() -> None:
+    """The other half of issue 31: the first batch the new owner sees is the next one (41),
+    and the lagging view said 40 was expected: OUT_OF_ORDER_SEQUENCE_NUMBER, fatal to an
+    idempotent producer's in-order promise."""
+
+    async def scenario() -> None:
+        broker = Broker()
+        batch = {"producer_id": 1025, "producer_epoch": 0}
+        log = None
+        for sequence in range(41):
+            if sequence == 40:
+                log = broker.storage.topics.logs[PARTITION]  # type: ignore[attr-defined]
+                log.view_lags = True
+            await broker.produce("orders", [b"%d" % sequence], **batch, base_sequence=sequence)
+        broker.context.sequences = ProducerSequences()
+        after = await broker.produce("orders", [b"41"], **batch, base_sequence=41)
+        assert after["error_code"] == ErrorCode.NONE and after["base_offset"] == 41
+        assert log is not None and len(log.entries) == 42
+
+    run(scenario)
+
+
 def test_memory_store_keeps_the_last_five_batches_per_epoch() -> None:
     async def scenario() -> None:
         log = MemoryPartitionLog("p0")

@@ -10,6 +10,15 @@ from what the partition's log holds of it (`ProducerStateStore.producer_state`: 
 last five batches, stored with the batches themselves), so a batch retried across a gateway
 restart is still recognised; a producer the log does not know either may start at any
 sequence, as Kafka allows an unknown producer.
+
+That restore is only as good as the log's view. An open log's view may lag what is stored
+(its tailer is behind, or another cluster member appended before this one took the
+partition over), and a state restored from it lacks acknowledged batches: the next batch is
+refused as out of order, a retry of a missing one is stored twice. So a partition's view is
+read to the log's true end (`reach_end`) once after this member starts serving it, before
+any producer is restored from it; from then on every append goes through this member, and
+the producers it has seen are live (docs/cluster.md, "Idempotent producers after a
+takeover").
 """
 
 from __future__ import annotations
@@ -62,6 +71,26 @@ class SequenceCheck:
 class ProducerSequences:
     def __init__(self) -> None:
         self._states: dict[tuple[int, str], _ProducerState] = {}
+        # partitions (Pulsar partition topics) whose log was read to its end since this
+        # member last began serving them: their views hold every batch stored before
+        self._at_end: set[str] = set()
+        self._changes = 0  # ownership changes seen (`forget_unserved`)
+
+    def must_reach_end(self, producer_id: int, partition: ProducerStateStore) -> bool:
+        """Whether `check` would restore this producer from a view of the log that is not
+        known to hold everything stored: `reach_end` first. False on the hot path (a
+        producer already live here, or a partition read to its end since it is served)."""
+        topic = partition.topic
+        return topic not in self._at_end and (producer_id, topic) not in self._states
+
+    async def reach_end(self, partition: ProducerStateStore) -> None:
+        """Read the partition's log to its true end; it counts only if ownership did not
+        change meanwhile (the partition may have been another member's for a moment, and
+        the broker answered before that member's last appends). StorageError."""
+        changes = self._changes
+        await partition.reach_end()
+        if changes == self._changes:
+            self._at_end.add(partition.topic)
 
     def check(
         self, producer_id: int, epoch: int, partition: ProducerStateStore, first: int, count: int
@@ -70,6 +99,12 @@ class ProducerSequences:
         state = self._states.get(key)
         origin = "live"
         if state is None:
+            if partition.topic not in self._at_end:
+                # the caller's `reach_end` was voided by an ownership change: try again
+                return SequenceCheck(
+                    ErrorCode.NOT_LEADER_OR_FOLLOWER,
+                    detail="(the partition's log is not read to its end since it is served)",
+                )
             state = self._restore(key, partition.producer_state(producer_id))
             origin = "restored from the log"
         if state is None or epoch > state.epoch:
@@ -95,7 +130,9 @@ class ProducerSequences:
         """Drop the live state of partitions (Pulsar partition topics) `served` refuses:
         another cluster member appends to them now (docs/cluster.md), so this state is
         stale; should they come back, it is restored from the log, which has the other
-        member's batches too."""
+        member's batches too, once the log is read to its end again (`reach_end`)."""
+        self._changes += 1
+        self._at_end = {topic for topic in self._at_end if served(topic)}
         for key in [key for key in self._states if not served(key[1])]:
             del self._states[key]
 

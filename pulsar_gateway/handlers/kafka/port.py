@@ -149,6 +149,13 @@ class ProducerStateStore(Protocol):
         producer that never wrote here (or was forgotten as the least recently seen)."""
         ...
 
+    async def reach_end(self) -> None:
+        """Return once `producer_state` covers everything stored in the partition before
+        the call, whoever stored it: the backend is asked where the log ends and the log is
+        read up to there (an open log's view may lag it). StorageError when the backend
+        does not say, or the log is closed."""
+        ...
+
 
 class PartitionLog(ProducerStateStore, Protocol):
     """One Kafka partition: an append-only log of entries numbered by dense offsets."""

@@ -112,7 +112,6 @@ class PartitionLog:
         self._stream: LogReader | None = None
         self._task: asyncio.Task[None] | None = None
         self._history = HistoryReader(backend, topic, self._checkpoints)
-        self._ready = asyncio.Event()
         # messages passed on by the reader and not numbered yet: a Kafka batch whose last
         # message has not come (`_index_whole`), since when
         self._whole = WholeBatches(HELD_MAX_MESSAGES)
@@ -139,34 +138,36 @@ class PartitionLog:
         self._task = asyncio.create_task(self._tail_loop(), name=f"tail {self.topic}")
         # The partition is ready once it has caught up with what is already stored.
         try:
-            await self._catch_up()
+            await self.reach_end()
         except BaseException:
             await self.close()  # not served: nothing of it may outlive the failed open
             raise
 
-    async def _catch_up(self) -> None:
-        """Wait until the tailer has indexed everything stored before now: the broker has
-        nothing the reader has not passed on, and the tailer has numbered all it passed on
-        (the last ones may sit in a read still gathering more)."""
+    async def reach_end(self) -> None:
+        """Return once all stored before the call is numbered (so in `producer_state`): an
+        open log's view may lag the log (docs/cluster.md, "Idempotent producers after a
+        takeover"). BackendError: the broker does not say where it ends, or the log closed."""
         stream = self._stream
         assert stream is not None
         pause = CATCH_UP_FIRST_PAUSE
         while True:
-            # Taken before the question: the tailer reads on while the broker answers (the
-            # first answer of a new reader takes some 10 ms, time enough to number a
-            # checkpoint interval), and what it numbers meanwhile must end the wait below
-            # at once. Waiting for the offset as it stands after the answer waited out the
-            # whole pause for data that never came: 0.5 s per partition opened.
+            if self._task is None or self._task.done():
+                raise BackendError(f"{self.topic}: the partition log is closed")
+            # Taken before the question: what the tailer numbers while the broker answers
+            # (a new reader's first answer takes some 10 ms) must end the wait below at once;
+            # else a whole pause is waited out for nothing (0.5 s per partition opened).
             numbered = self.next_offset
-            if not await stream.has_more() and stream.last_passed == self._last_id:
+            try:
+                more = await stream.has_more()
+            except (TimeoutError, ConnectionError) as exc:
+                raise BackendError(f"{self.topic}: where the log ends: {exc}") from exc
+            if not more and stream.last_passed == self._last_id:  # all passed on is numbered
                 break
-            # wait_for_data takes its waiter along however the wait ends: one left pending
-            # would keep the partition busy for good
+            # takes its waiter along however it ends (one left would keep the log busy)
             await self.wait_for_data(numbered, pause)
             # messages that number nothing (resends) end no wait: ask again, less often
             pause = CATCH_UP_FIRST_PAUSE if self.next_offset > numbered else pause * 2
             pause = min(pause, CATCH_UP_MAX_PAUSE)
-        self._ready.set()
 
     async def close(self) -> None:
         await cancel_and_wait(self._task)

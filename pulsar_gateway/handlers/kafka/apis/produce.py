@@ -266,10 +266,13 @@ async def _checked_append(
         return PartitionResult(ErrorCode.KAFKA_STORAGE_ERROR, message=str(exc))
     if place is not None:
         await place.wait()  # the connection's earlier batches to this partition go first
+    batch = batches[0]
+    unread = await _read_to_end(context, partition, batch.producer_id)
+    if unread is not None:
+        return unread
     # from here to the hand-over nothing awaits: what is checked still holds when it is queued
     if not context.serves_partition(record.name, index):  # still, after the waits
         return PartitionResult(ErrorCode.NOT_LEADER_OR_FOLLOWER)
-    batch = batches[0]
     # the batch as produced, for fetches at the tail, when the format wrote its records as
     # they are (one message each, their own timestamps: none unset, which reads back as the
     # publish time), and in the codec Fetch serves (the topic's compression.type)
@@ -304,6 +307,34 @@ async def _checked_append(
         partition.log_start,
         append_time=-1 if append_time is None else append_time,
     )
+
+
+async def _read_to_end(
+    context: KafkaContext, partition: PartitionLog, producer_id: int
+) -> PartitionResult | None:
+    """An idempotent producer first seen in this partition is restored from its log, which
+    must then hold every batch stored so far (another member's too): the log is read to its
+    true end first, once per partition after this member starts serving it, never again for
+    a producer already live (docs/cluster.md, "Idempotent producers after a takeover").
+    Runs in the connection's turn for the partition, so its batches keep their order."""
+    sequences = context.sequences
+    for _ in range(3):  # ownership moving meanwhile voids a read: `check` then refuses
+        if producer_id < 0 or not sequences.must_reach_end(producer_id, partition):
+            return None
+        numbered = partition.next_offset
+        try:
+            await sequences.reach_end(partition)
+        except StorageError as exc:
+            log.warning("produce to %s: %s", partition.topic, exc)
+            return PartitionResult(ErrorCode.KAFKA_STORAGE_ERROR, message=str(exc))
+        if partition.next_offset > numbered:  # what a restore would have missed: worth a line
+            log.info(
+                "%s: its log was %d records short of its end when producer %d came",
+                partition.topic,
+                partition.next_offset - numbered,
+                producer_id,
+            )
+    return None
 
 
 def _check_transaction(
