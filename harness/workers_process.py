@@ -98,7 +98,13 @@ class WorkersProcess:
             command, stdout=log, stderr=log, cwd=REPO, env={**os.environ, "PYTHONUNBUFFERED": "1"}
         )
         log.close()
-        self.wait_all_serving(timeout)
+        try:
+            self.wait_all_serving(timeout)
+        except BaseException:
+            # a start that timed out is the caller's to report, not to clean up: the
+            # supervisor and its broker would outlive the test otherwise
+            self.stop()
+            raise
         return self
 
     def health(self, index: int) -> dict | None:
