@@ -92,6 +92,14 @@ def abort(writer: asyncio.StreamWriter) -> None:
     writer.transport.abort()
 
 
+async def store_a_big_record(address: tuple[str, int]) -> None:
+    """Topic `big` gets one record of VALUE bytes: every Fetch of it answers ~1 MB."""
+    reader, writer = await connect(address)
+    writer.write(produce(1, "big", b"v" * VALUE))
+    await read_frame(reader)
+    writer.close()
+
+
 async def answered(address: tuple[str, int]) -> None:
     """A fresh client gets ApiVersions and Metadata answered."""
     reader, writer = await connect(address)
@@ -136,11 +144,7 @@ def test_budgets_come_back_however_a_connection_ends(monkeypatch: pytest.MonkeyP
         await server.start()
         address = server.address
         try:
-            # a topic whose one record makes every Fetch answer ~1 MB
-            reader, writer = await connect(address)
-            writer.write(produce(1, "big", b"v" * VALUE))
-            await read_frame(reader)
-            writer.close()
+            await store_a_big_record(address)
 
             # mid-frame: a size prefix and half a body, then gone
             _, writer = await connect(address)
@@ -294,10 +298,7 @@ def test_a_connection_builds_one_fetch_answer_at_a_time(monkeypatch: pytest.Monk
         server = KafkaServer(settings, memory_storage())
         await server.start()
         try:
-            reader, writer = await connect(server.address)
-            writer.write(produce(1, "big", b"v" * VALUE))
-            await read_frame(reader)
-            writer.close()
+            await store_a_big_record(server.address)
             nonlocal reads
             reads = 0
             _, writer = await connect(server.address, receive_buffer=4 * KIB)
@@ -385,10 +386,7 @@ def test_an_answer_dropped_with_its_connection_leaves_no_unread_error(
         server = KafkaServer(settings, memory_storage())
         await server.start()
         try:
-            reader, writer = await connect(server.address)
-            writer.write(produce(1, "big", b"v" * VALUE))
-            await read_frame(reader)
-            writer.close()
+            await store_a_big_record(server.address)
             monkeypatch.setattr(kafka_memory_store.MemoryPartitionLog, "append", failing_append)
             # answers of ~1 MB the client never reads, then a Produce that will fail
             reader, writer = await connect(server.address, receive_buffer=4 * KIB)
