@@ -210,6 +210,8 @@ class PartitionLog:
                 if batch:
                     self._index_whole(batch)
                     failures = 0
+                    if self._id_waiters.pending:  # its hurry went on the part that came
+                        stream.hurry()
                 elif self._whole.held and self._held_too_long():
                     log.info(
                         "%s: numbering %d messages of a Kafka batch whose rest did not come",
@@ -230,9 +232,7 @@ class PartitionLog:
                     )
                     reopen = True
                 elif (self._id_waiters.heap or self._data_waiters) and await self._stalled(stream):
-                    # connected, data waiting, nothing dispatched: pulsar-lite stops
-                    # dispatching to readers now and then (docs/backend.md, "Readers skip
-                    # or stall")
+                    # waited for, nothing dispatched (docs/backend.md, "Readers skip or stall")
                     log.warning("tailer of %s stalled; reopening it", self.topic)
                     reopen = True
             except asyncio.CancelledError:
