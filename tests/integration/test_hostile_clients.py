@@ -19,14 +19,14 @@ oversubscribed; each run prints the distributions, the load and the bound);
 every attack really ran (the gateway closed, refused or read what it sent); afterwards the
 Kafka listener's queued-request bytes and both listeners' connections are back to zero
 and, once the gateway has trimmed its heap for being idle (the well-behaved clients have
-left too), its resident memory is within 20% of where it was before the attack, measured
-after a first 99,999-topic Metadata has set its high-water mark (`_largest_request_once`).
+left too), its resident memory is within 20% of where it was before the attack, read the
+same way (idle, after a trim) once a short first attack has set the allocator's high-water
+mark (`_warm_up`).
 """
 
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import sys
 import time
@@ -39,9 +39,7 @@ import pytest
 
 from harness.certificates import make_certificates
 from harness.gateway_process import GUEST, REPO, GatewayProcess, set_flags
-from harness.hostile_attackers import HUGE_TOPICS, log_in, metadata
 from harness.machine_load import load_per_core
-from harness.raw_kafka_socket import recv_frame
 from harness.waiting import wait_until
 from harness.well_behaved import WellBehaved, describe
 
@@ -49,6 +47,7 @@ MIB = 1024 * 1024
 FRAME_TIMEOUT = 2.0  # kafka.frame_timeout_seconds: also the TLS handshake deadline
 PER_IP = 20
 ATTACK_SECONDS = 5.0
+WARM_UP_SECONDS = 2.0
 # How much slower than its slowest round trip before the attack a well-behaved client's
 # slowest during it may be: the issue's 250 ms, exactly, whenever the machine has a core for
 # each runnable process (load average <= cores); on an oversubscribed machine stretched by
@@ -122,13 +121,13 @@ def test_attackers_starve_nobody_and_leave_nothing_behind(target: GatewayProcess
             "sasl.username": ALICE[0],
             "sasl.password": ALICE[1],
         }
+    _warm_up(target, sasl, kafka)
+    before_rss = _idle_resident_bytes(target)
     clients = WellBehaved(kafka, target.amqp_port, "well-behaved", "well-behaved")
     clients.start()
     try:
         warm = time.monotonic()
         _wait_for_samples(clients, warm, 5, "the clients' first round trips")
-        _largest_request_once(target, sasl)
-        before_rss = _resident_bytes(target)
         quiet = time.monotonic()
         _wait_for_samples(clients, quiet, 30, "round trips before the attack")
         load_before = load_per_core()
@@ -168,17 +167,19 @@ def test_attackers_starve_nobody_and_leave_nothing_behind(target: GatewayProcess
     _everything_came_back(target, before_rss)
 
 
-def _attack(target: GatewayProcess, sasl: bool) -> tuple[float, dict[str, Any]]:
+def _attack(
+    target: GatewayProcess, sasl: bool, seconds: float = ATTACK_SECONDS, linger: bool = True
+) -> tuple[float, dict[str, Any]]:
     """Runs the attackers' process; when it started attacking, and what it saw."""
     plan = {
         "kafka_port": target.kafka_port,
         "tls_ports": target.tls_ports,  # type: ignore[attr-defined]
         "topic": "well-behaved",
-        "seconds": ATTACK_SECONDS,
+        "seconds": seconds,
         "never_read_connections": 10,
         # they wait for the gateway to stop them (without SASL: their Fetches' answers
         # fill their sockets; with SASL their user may read nothing and the answers are small)
-        "never_read_linger_seconds": 0 if sasl else 4 * FRAME_TIMEOUT,
+        "never_read_linger_seconds": 0 if sasl or not linger else 4 * FRAME_TIMEOUT,
         "slow_frame_connections": 3,
         "huge_metadata_connections": 1,
         # before login the cap refuses a 100 MiB claim; without SASL the largest frame allowed
@@ -194,22 +195,29 @@ def _attack(target: GatewayProcess, sasl: bool) -> tuple[float, dict[str, Any]]:
     assert attackers.stdout is not None
     assert attackers.stdout.readline().strip() == "ready"
     started = time.monotonic()
-    output, _ = attackers.communicate(timeout=ATTACK_SECONDS + 60)
+    output, _ = attackers.communicate(timeout=seconds + 60)
     assert attackers.returncode == 0, output
     return started, json.loads(output.strip().splitlines()[-1])
 
 
-def _largest_request_once(target: GatewayProcess, sasl: bool) -> None:
-    """One 99,999-topic Metadata before the baseline is read: the first one takes the
-    gateway's memory to a high-water mark (~35 MiB more, measured) that its allocators
-    keep for the next, so the check after the attack is that nothing piled up on top."""
-    address = ("127.0.0.1", target.kafka_port)
-    # from an address of its own: it takes more than an address's share of the budget
-    with socket.create_connection(address, timeout=60, source_address=("127.0.0.5", 0)) as sock:
-        if sasl:
-            log_in(sock, *MALLORY)
-        sock.sendall(metadata(HUGE_TOPICS, "t"))
-        recv_frame(sock)
+def _warm_up(target: GatewayProcess, sasl: bool, kafka: dict[str, Any]) -> None:
+    """A short attack, beside well-behaved clients of their own topic and queue, before the
+    baseline is read. Python's small-object allocator takes 1 MiB arenas and gives one
+    back only when every object in it is gone: an attack (a 99,999-topic Metadata alone
+    holds ~25 MB of small objects while it is answered) takes the heap to a high-water
+    mark, and the objects others allocate meanwhile (the clients' records, caches) keep
+    most of those arenas for good. Read against a baseline without a first attack, RSS
+    ended +20-26% (and -13% with PYTHONMALLOC=malloc, whose freed memory the trim does
+    reach): fragmentation, not a leak. So the check is that an attack leaves nothing on
+    top of the mark a first one set (docs/security.md, issue 33's "done when")."""
+    clients = WellBehaved(kafka, target.amqp_port, "warm-up", "warm-up")
+    clients.start()
+    try:
+        _wait_for_samples(clients, time.monotonic(), 5, "the warm-up clients' round trips")
+        _attack(target, sasl, seconds=WARM_UP_SECONDS, linger=False)
+    finally:
+        clients.close()
+    assert not clients.errors(), clients.errors()
 
 
 def _wait_for_samples(clients: WellBehaved, since: float, n: int, what: str) -> None:
@@ -244,12 +252,23 @@ def _every_attack_ran(target: GatewayProcess, result: dict[str, Any], sasl: bool
 
 
 def _everything_came_back(target: GatewayProcess, before_rss: int) -> None:
-    """Waits for the budgets and connections to come back to zero, then for the gateway's
-    first heap trim once idle (the well-behaved clients have left too: a full collection,
-    then `malloc_trim`, gateway/memory.py; read before it, RSS was still 13-20% up, the
-    freed heap not yet given back) and for
-    the resident memory to be within `RSS_SLACK` of where it was before the attack; a
-    failure if any does not."""
+    """The budgets and connections back to zero and, after the gateway's next heap trim
+    once idle, the resident memory within `RSS_SLACK` of `before_rss`; a failure if not."""
+    bound = before_rss * (1 + RSS_SLACK)
+    after = _idle_resident_bytes(target)
+    print(f"  after: RSS {after / before_rss - 1:+.1%} from {before_rss} before the attack")
+    assert after <= bound, (
+        f"RSS {after / before_rss - 1:+.1%} after the attack: more than {RSS_SLACK:.0%} "
+        f"above {before_rss} before it"
+    )
+
+
+def _idle_resident_bytes(target: GatewayProcess) -> int:
+    """The gateway's resident memory once no client is left: waits for the budgets and
+    connections to come back to zero, then for the gateway's next heap trim once idle (a
+    full collection, then `malloc_trim`, gateway/memory.py: read before it, RSS was still
+    13-20% up, the freed heap not yet given back). Read so before and after the attack,
+    the two readings are alike."""
     idle_trims = target.metric("gateway_heap_trims_total", when="idle")
 
     def state() -> dict[str, float]:
@@ -258,7 +277,6 @@ def _everything_came_back(target: GatewayProcess, before_rss: int) -> None:
             "kafka_connections": target.metric("gateway_open_connections", protocol="kafka"),
             "amqp_connections": target.metric("gateway_open_connections", protocol="amqp"),
             "idle_trims": target.metric("gateway_heap_trims_total", when="idle") - idle_trims,
-            "resident_bytes": _resident_bytes(target),
         }
 
     def back() -> bool:
@@ -274,23 +292,7 @@ def _everything_came_back(target: GatewayProcess, before_rss: int) -> None:
     wait_until(back, 60, 0.2, lambda: f"budgets and connections back: {state()}")
     # the trimmer looks every 2 s and trims once the gateway has been idle for 5 s
     wait_until(lambda: state()["idle_trims"] >= 1, 30, 0.2, "the first trim once idle")
-    bound = before_rss * (1 + RSS_SLACK)
-
-    def grown() -> str:
-        return f"{_resident_bytes(target) / before_rss - 1:+.1%}"
-
-    try:
-        wait_until(
-            lambda: _resident_bytes(target) <= bound,
-            10,
-            0.2,
-            lambda: (
-                f"RSS within {RSS_SLACK:.0%} of {before_rss} (before the attack): "
-                f"{grown()} ({state()})"
-            ),
-        )
-    finally:
-        print(f"  after: {state()}; RSS {grown()} from {before_rss} before the attack")
+    return _resident_bytes(target)
 
 
 def _resident_bytes(target: GatewayProcess) -> int:

@@ -4,12 +4,15 @@ the one dispatcher (requests.answer), real response bytes out, no broker, no soc
 from __future__ import annotations
 
 import asyncio
+import uuid
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
 from harness.kafka_memory_store import memory_storage
 from pulsar_gateway.gateway.config import KafkaSection
+from pulsar_gateway.handlers.kafka.apis import metadata
 from pulsar_gateway.handlers.kafka.apis.table import (
     API_TABLE,
     api_versions,
@@ -350,6 +353,33 @@ def test_metadata_lists_topics_led_by_this_broker() -> None:
         assert response["brokers"][0]["host"] == "broker.test"
         everything = await broker.call(ApiKey.METADATA, 12, {"topics": None})
         assert [t["name"] for t in everything["topics"]] == ["orders"]
+
+    run(scenario)
+
+
+def test_metadata_answers_absent_topics_each_without_a_row_held_per_topic() -> None:
+    """Each absent topic gets its own row, in the order asked, beside a present one; until
+    the answer is encoded an absent topic is held as its name and error, not a row (a
+    99,999-topic Metadata held 27 MB of rows while it was encoded, docs/security.md)."""
+
+    async def scenario() -> None:
+        broker = Broker(default_partitions=2)
+        await broker.call(
+            ApiKey.METADATA, 12, {"topics": [{"name": "orders"}], "allow_auto_topic_creation": True}
+        )
+        names = ["gone-1", "orders", "gone-2", "gone-3"]
+        request = {"topics": [{"name": n} for n in names], "allow_auto_topic_creation": False}
+        body = await metadata.handle(broker.context, SimpleNamespace(api_version=12), request)
+        held = list.__iter__(body["topics"])
+        assert [type(item) for item in held] == [tuple, dict, tuple, tuple]
+        response = await broker.call(ApiKey.METADATA, 12, request)
+        assert [t["name"] for t in response["topics"]] == names
+        for topic in response["topics"]:
+            if topic["name"] == "orders":
+                assert topic["error_code"] == ErrorCode.NONE and len(topic["partitions"]) == 2
+            else:
+                assert topic["error_code"] == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                assert topic["partitions"] == [] and topic["topic_id"] == uuid.UUID(int=0)
 
     run(scenario)
 

@@ -33,6 +33,7 @@ from pulsar_gateway.kafka_codec.protocol import (
     parse_request_header,
     vocabulary,
 )
+from pulsar_gateway.kafka_codec.protocol.wire_types import ZERO_UUID
 
 CASES = sorted(
     [(key, version, False) for key, version in messages.REQUESTS]
@@ -278,6 +279,19 @@ def test_missing_fields_take_spec_defaults() -> None:
     # fields of other versions are ignored; None in a non-nullable field means the default
     decoded = decode(3, 0, False, encode(3, 0, False, {"topics": None, "topic_id": 5}))
     assert decoded == {"topics": []}
+
+
+def test_zero_topic_ids_decode_to_one_shared_object() -> None:
+    """A client that knows topics by name sends the zero id with each (Metadata v10+): one
+    shared UUID, not one object per topic of a 99,999-topic request (api key 3); other ids
+    decode."""
+    some = uuid.uuid4()
+    topics = [{"name": "a", "topic_id": uuid.UUID(int=0)}, {"name": "b", "topic_id": some}]
+    frame = memoryview(kp.encode_request(3, 12, 1, "c", {"topics": topics}))[4:]
+    body = decode_request(3, 12, frame[parse_request_header(frame).body_offset :])
+    first, second = body["topics"]
+    assert first["topic_id"] is ZERO_UUID
+    assert second["topic_id"] == some
 
 
 def test_trailing_bytes_are_ignored() -> None:

@@ -39,6 +39,7 @@ _I64 = struct.Struct(">q")
 _F64 = struct.Struct(">d")
 _ONE_BYTE = [bytes((i,)) for i in range(128)]
 ZERO_UUID = uuid.UUID(int=0)
+_ZERO_BYTES = bytes(16)
 _UNLIMITED = 1 << 62  # an entry budget no message can spend: the bytes bound it first
 
 
@@ -152,7 +153,10 @@ def _read_uuid(r: _Reader) -> uuid.UUID:
     if pos + 16 > len(r.buf):
         raise KafkaDecodeError("uuid truncated")
     r.pos = pos + 16
-    return uuid.UUID(bytes=bytes(r.buf[pos : pos + 16]))
+    data = bytes(r.buf[pos : pos + 16])
+    # the zero id (a topic named, not identified: every v10+ Metadata topic from a client
+    # that knows only names) is one shared object, not a UUID of its own per topic
+    return ZERO_UUID if data == _ZERO_BYTES else uuid.UUID(bytes=data)
 
 
 def _read_ints(r: _Reader, n: int, code: str) -> list[int]:

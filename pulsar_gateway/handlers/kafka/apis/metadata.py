@@ -13,7 +13,7 @@ and auto-creation needs CREATE."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from pulsar_gateway.handlers.kafka.authorization import (
@@ -23,7 +23,12 @@ from pulsar_gateway.handlers.kafka.authorization import (
 )
 from pulsar_gateway.handlers.kafka.context import KafkaContext
 from pulsar_gateway.handlers.kafka.port import TopicRecord
-from pulsar_gateway.handlers.kafka.topic_lookup import find_topic, topic_uuid, topic_with_id
+from pulsar_gateway.handlers.kafka.topic_lookup import (
+    NO_TOPIC_ID,
+    find_topic,
+    topic_uuid,
+    topic_with_id,
+)
 from pulsar_gateway.kafka_codec.errors import ErrorCode
 from pulsar_gateway.security.rights import CLUSTER, CLUSTER_NAME, DESCRIBE
 
@@ -34,7 +39,8 @@ async def handle(context: KafkaContext, header: Any, request: dict[str, Any]) ->
     # v0: an empty list means all topics; v1+: null means all, empty means none
     all_topics = requested is None or (header.api_version == 0 and not requested)
     allow_create = request.get("allow_auto_topic_creation", True)
-    topics = []
+    operations = bool(request.get("include_topic_authorized_operations"))  # v8+, KIP-430
+    topics = _Topics()
     name: str | None  # listed (a name) or asked for (maybe by id only)
     record: TopicRecord | None
     code: int
@@ -42,7 +48,7 @@ async def handle(context: KafkaContext, header: Any, request: dict[str, Any]) ->
         async for record in context.turns.paced(context.topics.list()):
             name = context.kafka_name(record.name)
             if topic_allowed(context, name, DESCRIBE, audit=False):
-                topics.append(_describe(context, name, record, ErrorCode.NONE))
+                topics.append(_describe(context, name, record, ErrorCode.NONE, operations))
     else:
         # per topic: a lookup, a check of rights and a description, ~20-60 us: paced, so
         # that 99,999 names do not hold the loop (loop_turns.py)
@@ -66,12 +72,7 @@ async def handle(context: KafkaContext, header: Any, request: dict[str, Any]) ->
                     )
                     continue
             record, code = await find_topic(context, name, allow_create)
-            topics.append(_describe(context, name, record, code))
-    if request.get("include_topic_authorized_operations"):  # v8+, KIP-430
-        for topic in topics:
-            if topic["error_code"] == ErrorCode.NONE:
-                operations = topic_operations(context, topic["name"], True)
-                topic["topic_authorized_operations"] = operations
+            topics.append(_describe(context, name, record, code, operations))
     asked = bool(request.get("include_cluster_authorized_operations"))  # v8-10
     return {
         "throttle_time_ms": 0,
@@ -88,21 +89,51 @@ async def handle(context: KafkaContext, header: Any, request: dict[str, Any]) ->
     }
 
 
-def _describe(context: KafkaContext, name: str, record: Any, code: int) -> dict[str, Any]:
-    # a topic that is not there (or not the user's) shares its empty rows and id with all
-    # the others: a Metadata naming 99,999 of them builds one object each, not four (what
-    # the garbage collector walks while other clients wait)
-    partitions = (
-        () if record is None else _partitions(context, record.name, range(record.partitions))
-    )
+def _describe(
+    context: KafkaContext, name: str, record: Any, code: int, operations: bool = False
+) -> dict[str, Any] | tuple[str, int]:
+    """A topic's row; for a topic that is not there (or not the user's), only its name and
+    error, which `_Topics` turns into the row when the answer is encoded."""
+    if record is None:
+        return (name, code)
+    row = _row(name, code, topic_uuid(record))
+    row["partitions"] = _partitions(context, record.name, range(record.partitions))
+    if operations and code == ErrorCode.NONE:
+        row["topic_authorized_operations"] = topic_operations(context, name, True)
+    return row
+
+
+def _row(name: str, code: int, topic_id: Any = NO_TOPIC_ID) -> dict[str, Any]:
+    # a topic that is not there shares its empty partitions and id with all the others
     return {
         "error_code": code,
         "name": name,
-        "topic_id": topic_uuid(record),
+        "topic_id": topic_id,
         "is_internal": False,
-        "partitions": partitions,
+        "partitions": (),
         "topic_authorized_operations": -2147483648,
     }
+
+
+class _Topics(list):  # type: ignore[type-arg]
+    """A Metadata answer's topics: the rows of topics that exist, and a (name, error) pair
+    for each that does not, made a row only as the encoder reaches it (iteration and
+    indexing give rows). A Metadata naming 99,999 absent topics held 99,999 rows of 136
+    bytes while it was encoded (27 MB of small objects besides the request's own), and
+    the allocator keeps that high-water mark: the hostile-clients test's resident memory
+    ended 20-26% above where it started. A list, so that the listener sees how many
+    entries the answer has (requests.py encodes a big one off the event loop); building
+    a row takes nothing from the gateway's state, so that encoding may run on a thread."""
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:  # type: ignore[override]
+        for item in list.__iter__(self):
+            yield _row(*item) if isinstance(item, tuple) else item
+
+    def __getitem__(self, index: Any) -> Any:
+        item = list.__getitem__(self, index)
+        if isinstance(index, slice):
+            return [_row(*one) if isinstance(one, tuple) else one for one in item]
+        return _row(*item) if isinstance(item, tuple) else item
 
 
 def _partitions(context: KafkaContext, topic: str, indexes: Iterable[int]) -> list[dict[str, Any]]:
@@ -188,8 +219,7 @@ async def describe_topic_partitions(
 def _paged(
     context: KafkaContext, name: str, record: TopicRecord | None, code: int, indexes: list[int]
 ) -> dict[str, Any]:
-    topic = _describe(context, name, None, code)
-    topic["topic_id"] = topic_uuid(record)
+    topic = _row(name, code, topic_uuid(record))
     topic["partitions"] = [
         {**row, "eligible_leader_replicas": None, "last_known_elr": None}
         for row in _partitions(context, record.name if record else "", indexes)
