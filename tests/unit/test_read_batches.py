@@ -8,11 +8,13 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from harness.hypothesis_budget import examples
-from harness.split_entries import PRODUCER, PUBLISHED, split_entry
+from harness.split_entries import PRODUCER as PRODUCER_NAME
+from harness.split_entries import PUBLISHED, split_entry
 from pulsar_gateway.gateway.backend.native_writer import entries
 from pulsar_gateway.gateway.backend.wire.batch import BatchBuilder
 from pulsar_gateway.gateway.messages import (
@@ -38,6 +40,7 @@ from pulsar_gateway.kafka_codec.record_mapping import (
     to_message,
 )
 from pulsar_gateway.storage.kafka.partition_log import PartitionLog
+from pulsar_gateway.storage.kafka.producer_state import PRODUCER
 from pulsar_gateway.storage.kafka.read_batches import is_read_batch, kafka_batch, messages_of
 
 text = st.text(st.characters(blacklist_categories=("Cs",)), max_size=12)
@@ -120,7 +123,7 @@ def test_an_entry_read_whole_serves_what_message_by_message_serves(
             continue
         count = entry.num_messages
         one_by_one = split_entry((3, 4, 0), entry.payload, count)
-        made = kafka_batch((3, 4, 0), entry.payload, count, PUBLISHED, PRODUCER)
+        made = kafka_batch((3, 4, 0), entry.payload, count, PUBLISHED, PRODUCER_NAME)
         plain = (whole or count == 1) and all(
             _as_mapped(m.properties) and m.event_time > 0 for m in entry.note.messages
         )
@@ -129,7 +132,7 @@ def test_an_entry_read_whole_serves_what_message_by_message_serves(
             continue
         # an item for the whole entry, as the tailer makes of one it wrote
         assert made.id == (3, 4, 0) and last_id(made) == (3, 4, count - 1)
-        assert WHOLE_ENTRY in made.properties and made.producer == PRODUCER
+        assert WHOLE_ENTRY in made.properties and made.producer == PRODUCER_NAME
         assert made.properties[RECORDS] == str(count) and is_read_batch(made)
         assert made.properties[SEQ] == one_by_one[-1].properties[SEQ]
         assert _served(made, 50) == _one_by_one(one_by_one, 50)
@@ -144,7 +147,7 @@ def test_pulsar_client_layout_reads_whole_too() -> None:
         stamp = f"{40 + index}{'+' if index < 4 else ''}"
         builder.add_message(b"v%d" % index, "key", {SEQ: stamp}, 1_700_000_000_000 + index)
     built = builder.build()
-    made = kafka_batch((1, 1, 0), built.payload, 5, PUBLISHED, PRODUCER)
+    made = kafka_batch((1, 1, 0), built.payload, 5, PUBLISHED, PRODUCER_NAME)
     assert made is not None
     assert _served(made, 0) == _one_by_one(split_entry((1, 1, 0), built.payload, 5), 0)
 
@@ -161,7 +164,7 @@ def test_a_damaged_entry_is_never_read_wrong(messages: list[OutMessage], data: A
         payload[at] = data.draw(st.integers(0, 255))
     else:
         del payload[data.draw(st.integers(0, len(payload) - 1)) :]
-    made = kafka_batch((1, 1, 0), bytes(payload), entry.num_messages, PUBLISHED, PRODUCER)
+    made = kafka_batch((1, 1, 0), bytes(payload), entry.num_messages, PUBLISHED, PRODUCER_NAME)
     if made is not None:
         one_by_one = split_entry((1, 1, 0), bytes(payload), entry.num_messages)
         try:
@@ -188,7 +191,7 @@ def test_a_tail_seen_before_does_not_stand_for_another_partition_key() -> None:
     ordering_key = b"\x3a\x02xb"
     assert payload.count(ordering_key) == 1
     damaged = payload.replace(ordering_key, b"\x3a\x02ab")
-    made = kafka_batch((1, 1, 0), damaged, 2, PUBLISHED, PRODUCER)
+    made = kafka_batch((1, 1, 0), damaged, 2, PUBLISHED, PRODUCER_NAME)
     assert made is not None
     one_by_one = split_entry((1, 1, 0), damaged, 2)
     assert [m.key for m in one_by_one] == ["ab", "xb"]
@@ -205,8 +208,8 @@ def test_a_null_value_that_claims_a_payload_is_not_read_whole() -> None:
     payload = bytes(entry.payload)
     assert payload.endswith(b"\x48\x01\x18\x00")
     damaged = payload[:-1] + b"\x01"
-    assert kafka_batch((1, 1, 0), damaged, 2, PUBLISHED, PRODUCER) is None
-    assert kafka_batch((1, 1, 0), payload, 2, PUBLISHED, PRODUCER) is not None
+    assert kafka_batch((1, 1, 0), damaged, 2, PUBLISHED, PRODUCER_NAME) is None
+    assert kafka_batch((1, 1, 0), payload, 2, PUBLISHED, PRODUCER_NAME) is not None
 
 
 def test_an_entry_of_more_records_than_one_byte_deltas_reach_reads_whole() -> None:
@@ -214,7 +217,7 @@ def test_an_entry_of_more_records_than_one_byte_deltas_reach_reads_whole() -> No
     message by message (several times the time) when offset deltas stopped at 8,192."""
     messages = [OutMessage(b"%d" % i, "k", None, 1_000) for i in range(9_000)]
     [entry] = entries(messages, 0, True, 1 << 22)
-    made = kafka_batch((1, 1, 0), entry.payload, 9_000, PUBLISHED, PRODUCER)
+    made = kafka_batch((1, 1, 0), entry.payload, 9_000, PUBLISHED, PRODUCER_NAME)
     assert made is not None
     assert _served(made, 0) == _one_by_one(split_entry((1, 1, 0), entry.payload, 9_000), 0)
 
@@ -244,7 +247,7 @@ def test_keys_times_and_sizes_as_producers_send_them_read_whole(
         for i in range(count)
     ]
     [entry] = entries(messages, 500, True, 1 << 22)
-    made = kafka_batch((2, 5, 0), entry.payload, count, PUBLISHED, PRODUCER)
+    made = kafka_batch((2, 5, 0), entry.payload, count, PUBLISHED, PRODUCER_NAME)
     assert made is not None
     one_by_one = split_entry((2, 5, 0), entry.payload, count)
     assert _served(made, 0) == _one_by_one(one_by_one, 0)
@@ -255,7 +258,7 @@ def test_the_topic_codec_and_log_append_time_still_hold() -> None:
     entry = entries(
         [OutMessage(b"v" * 50, "k", None, 1_000 + i) for i in range(4)], 0, True, 1 << 20
     )[0]
-    made = kafka_batch((1, 1, 0), entry.payload, 4, PUBLISHED, PRODUCER)
+    made = kafka_batch((1, 1, 0), entry.payload, 4, PUBLISHED, PRODUCER_NAME)
     assert made is not None
     data, count = encode_entries([LogEntry(8, made)], codec=codecs.GZIP, log_append_time=True)
     [batch] = decode_batches(data)
@@ -288,7 +291,7 @@ class _EntryStream:
             if not self.raw or len(out) >= limit:
                 break
             mid, payload, count = self.raw.pop(0)
-            made = None if whole is None else whole(mid, payload, count, PUBLISHED, PRODUCER)
+            made = None if whole is None else whole(mid, payload, count, PUBLISHED, PRODUCER_NAME)
             out += [made] if made is not None else split_entry(mid, payload, count)
         return out
 
@@ -466,7 +469,7 @@ def test_an_entry_of_records_with_headers_is_read_whole() -> None:
     the message path serves and stands for the very messages that were stored."""
     for count in (1, 2, 60, 300):
         [entry] = entries(_headered(count), 0, True, 1 << 22)
-        made = kafka_batch((2, 3, 0), entry.payload, count, PUBLISHED, PRODUCER)
+        made = kafka_batch((2, 3, 0), entry.payload, count, PUBLISHED, PRODUCER_NAME)
         assert made is not None
         one_by_one = split_entry((2, 3, 0), entry.payload, count)
         assert _served(made, 10) == _one_by_one(one_by_one, 10)
@@ -487,7 +490,7 @@ def test_properties_the_mapping_does_not_write_are_read_message_by_message() -> 
     ]
     for message in odd:
         [entry] = entries([message, to_message(b"k", b"v", 5, TRACED)], 0, True, 1 << 20)
-        assert kafka_batch((1, 1, 0), entry.payload, 2, PUBLISHED, PRODUCER) is None
+        assert kafka_batch((1, 1, 0), entry.payload, 2, PUBLISHED, PRODUCER_NAME) is None
 
 
 def test_pulsar_client_layout_with_headers_reads_whole_too() -> None:
@@ -499,7 +502,7 @@ def test_pulsar_client_layout_with_headers_reads_whole_too() -> None:
         properties = to_message(None, None, 0, TRACED).properties or {}
         builder.add_message(b"v", "key", dict(sorted({SEQ: stamp, **properties}.items())), 9)
     built = builder.build()
-    made = kafka_batch((1, 1, 0), built.payload, 5, PUBLISHED, PRODUCER)
+    made = kafka_batch((1, 1, 0), built.payload, 5, PUBLISHED, PRODUCER_NAME)
     assert made is not None
     one_by_one = split_entry((1, 1, 0), built.payload, 5)
     assert _served(made, 0) == _one_by_one(one_by_one, 0)
@@ -507,17 +510,25 @@ def test_pulsar_client_layout_with_headers_reads_whole_too() -> None:
     assert messages_of(made) == one_by_one
 
 
-def test_a_fetch_of_headered_entries_reads_each_entry_once() -> None:
+@pytest.mark.parametrize("idempotent", [False, True])
+def test_a_fetch_of_headered_entries_reads_each_entry_once(idempotent: bool) -> None:
     """A fetch after a restart, as the Fetch handler does it (a history read of about the
     budget, then that many bytes of batches): every entry read is served in that answer,
     and one reader goes through the partition. Read message by message, the batch of
     headered records outgrew the bytes the read counted, the fetch cut it and the next
-    read reopened a reader at a checkpoint to read the cut records again."""
+    read reopened a reader at a checkpoint to read the cut records again. (An idempotent
+    producer's stamp on every message: still read message by message.)"""
 
     async def scenario() -> None:
         raw = []
         for number in range(40):
-            [entry] = entries(_headered(100, number * 100), number * 100, True, 1 << 22)
+            messages = _headered(100, number * 100)
+            if idempotent:
+                for message in messages:
+                    message.properties = {**(message.properties or {}), PRODUCER: "9:0:0:99"}
+            [entry] = entries(messages, number * 100, True, 1 << 22)
+            made = kafka_batch((7, number, 0), entry.payload, 100, PUBLISHED, PRODUCER_NAME)
+            assert (made is None) == idempotent
             raw.append(((7, number, 0), entry.payload, 100))
         backend = _Backend(raw, per_read=8)
         log = PartitionLog(backend, None, "t")  # type: ignore[arg-type]

@@ -138,7 +138,8 @@ class HistoryReader:
                 position = 0
                 while position < len(batch) and cursor.next_offset < limit:
                     message = batch[position]
-                    if out and size + message.size > max_bytes and edges.may_stop(size, max_bytes):
+                    cost = _served_size(message)
+                    if out and size + cost > max_bytes and edges.may_stop(size, max_bytes):
                         # full: the rest waits in the cursor, uncounted, for the next read
                         cursor.pending = batch[position:]
                         break
@@ -157,7 +158,7 @@ class HistoryReader:
                         count = records_in(message)
                     if cursor.next_offset + count > offset:
                         out.append(LogEntry(cursor.next_offset, message))
-                        size += message.size
+                        size += cost
                         edges.saw(message)
                     cursor.next_offset += count
                 if cursor.pending or (
@@ -217,6 +218,20 @@ class HistoryReader:
         for cursor in self._cursors.values():
             await cursor.close()
         self._cursors.clear()
+
+
+def _served_size(message: StoredMessage) -> int:
+    """About the bytes a fetch serves of `message`, at least: its size, and for one with
+    properties beside its stamp (a record's headers), theirs. Counted by size alone, a read
+    of headered records ended past the bytes the fetch then served; the fetch cut the batch
+    and the next read, asking for the first record cut, found no cursor there and counted
+    again from a checkpoint (issue 32)."""
+    properties = message.properties
+    size = message.size
+    if len(properties) > 1:
+        for name, value in properties.items():
+            size += len(name) + len(value) + 4  # a header's lengths take at most 4 bytes
+    return size
 
 
 def _place_whole(cursor: Cursor, batch: StoredMessage, offset: int, batches: bool) -> int | None:
