@@ -27,7 +27,10 @@ from pulsar_gateway.gateway.messages import (
     StoredMessage,
     WholeEntry,
     last_id,
+    records_in,
 )
+from pulsar_gateway.handlers.kafka.apis.fetch import _read as fetch_read
+from pulsar_gateway.handlers.loop_turns import LoopTurns
 from pulsar_gateway.kafka_codec import compression as codecs
 from pulsar_gateway.kafka_codec.entry_format import encode_entries, encode_entry_parts
 from pulsar_gateway.kafka_codec.record_batch import decode_batches
@@ -543,6 +546,38 @@ def test_a_fetch_of_headered_entries_reads_each_entry_once(idempotent: bool) -> 
             assert served[0][0] == offset and served[-1][4] == TRACED
             offset = served[-1][0] + 1
         assert len(backend.streams) == 1
+        await log.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_fetch_reads_below_the_tail_no_entry_it_cannot_serve() -> None:
+    """Fetches after a restart through the Fetch handler's read (`fetch._read`: steps of
+    `bytes_per_turn` up to the partition's budget), then its encoding: every entry read
+    below the tail is served, so one reader goes through the partition. A step after the
+    first took an entry over what the response had left, which the encoding dropped and the
+    next fetch asked for again: a new reader at a checkpoint for every fetch (issue 32)."""
+
+    async def scenario() -> None:
+        raw = []
+        for number in range(30):
+            messages = [OutMessage(b"v" * 100, f"k{i % 3}", None, 1_000 + i) for i in range(100)]
+            [entry] = entries(messages, number * 100, True, 1 << 22)
+            raw.append(((7, number, 0), entry.payload, 100))
+        backend = _Backend(raw, per_read=4)
+        log = PartitionLog(backend, None, "t")  # type: ignore[arg-type]
+        log.next_offset = 3_000
+        # entries of about 11 KB: three fit a budget of 40 KB, read 16 KB a step
+        turns = LoopTurns(bytes_per_turn=16 * 1024)
+        budget = 40 * 1024
+        offset = fetches = 0
+        while offset < 3_000:
+            read = await fetch_read(turns, log, offset, budget)
+            _, count = encode_entry_parts(read, budget, True)
+            assert count == sum(records_in(e.message) for e in read)
+            offset += count
+            fetches += 1
+        assert fetches == 10 and len(backend.streams) == 1
         await log.close()
 
     asyncio.run(scenario())

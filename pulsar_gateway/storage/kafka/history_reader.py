@@ -103,10 +103,19 @@ class HistoryReader:
         self._cursors: dict[int, Cursor] = {}  # by the offset each would read next
 
     async def read(
-        self, offset: int, max_bytes: int, limit: int, batches: bool = True
+        self,
+        offset: int,
+        max_bytes: int,
+        limit: int,
+        batches: bool = True,
+        room: int | None = None,
     ) -> HistoryRead:
         """Messages from the one holding `offset` up to `limit` (where the tail began),
-        at least one and up to about `max_bytes`, each with the offset of its first record.
+        at least one (unless it alone is over `room` bytes) and up to about `max_bytes`,
+        each with the offset of its first record. What a read leaves waits in its cursor
+        for the next read, which finds it only if it asks for the offset this one ended at:
+        a fetch that read more than it served (a message over what its response had left:
+        `room`) made the next read count again from a checkpoint (issue 32).
         With `batches`, a batched entry the gateway wrote, read from its first record on,
         comes as one Kafka batch standing for its messages (read_batches.py)."""
         cursor = self._cursors.pop(offset, None)
@@ -139,7 +148,9 @@ class HistoryReader:
                 while position < len(batch) and cursor.next_offset < limit:
                     message = batch[position]
                     cost = _served_size(message)
-                    if out and size + cost > max_bytes and edges.may_stop(size, max_bytes):
+                    if (out and size + cost > max_bytes and edges.may_stop(size, max_bytes)) or (
+                        not out and room is not None and cost > room
+                    ):
                         # full: the rest waits in the cursor, uncounted, for the next read
                         cursor.pending = batch[position:]
                         break
