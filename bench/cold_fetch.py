@@ -12,10 +12,12 @@ gateway's CPU and its broker's are reported per record, and the Kafka consumer's
 process: on a loaded machine the ratio follows the CPU each side spends a record). The
 writer's tail fetch, right after the produce, is measured once. `--format kafka` stores
 the topic in the `kafka` entry format: what serving stored batches costs, for scale.
+`--headers` gives every record two headers (as `make bench`'s headered produce does): a
+headered record is stored with its headers as a JSON property, which fetch parses back.
 `--profile` records py-spy under each fetch and prints the functions holding the most
 samples (collapsed stacks beside `--out`).
 
-    python -m bench.cold_fetch [--records 100000] [--rounds 2] [--profile]
+    python -m bench.cold_fetch [--records 100000] [--rounds 2] [--headers] [--profile]
 """
 
 from __future__ import annotations
@@ -161,18 +163,24 @@ def main() -> None:
         default="pulsar",
         help="the topic's entry format (`kafka`: what fetching stored batches as they are costs)",
     )
+    parser.add_argument("--headers", action="store_true", help="two headers on every record")
     parser.add_argument("--profile", action="store_true", help="py-spy under each fetch")
     parser.add_argument("--out", type=Path, default=Path("reports/cold-fetch"))
     args = parser.parse_args()
     args.out.parent.mkdir(parents=True, exist_ok=True)
     choices = [args.only] if args.only else list(CHOICES)
-    results: dict[str, Any] = {"records": args.records, "size": args.size, "rounds": []}
+    results: dict[str, Any] = {
+        "records": args.records,
+        "size": args.size,
+        "headers": args.headers,
+        "rounds": [],
+    }
     with tempfile.TemporaryDirectory() as scratch:
         data = Path(scratch) / "gw"
         writer = GatewayProcess(data, extra=["--pulsar-client", "native"]).start()
         try:
             create_topic(writer.bootstrap, args.partitions, config=FORMATS[args.format])
-            kafka_produce(writer.bootstrap, "bench", args.records, args.size)
+            kafka_produce(writer.bootstrap, "bench", args.records, args.size, headers=args.headers)
             ends = partition_ends(writer.bootstrap, "bench", args.partitions)
             results["tail"] = tail_fetch(writer, args.partitions, sum(ends))
         finally:

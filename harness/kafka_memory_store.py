@@ -150,7 +150,7 @@ class MemoryPartitionLog(_Breakable):
             producer.epoch, (*kept, batch)[-KEEP_BATCHES:]
         )
 
-    async def read(self, offset: int, max_bytes: int) -> list[LogEntry]:
+    async def read(self, offset: int, max_bytes: int, room: int | None = None) -> list[LogEntry]:
         self._check()
         if offset < self.log_start or offset > self.next_offset:
             raise OffsetOutOfRange(offset)
@@ -162,7 +162,7 @@ class MemoryPartitionLog(_Breakable):
         size = 0
         for entry in self.entries[index:]:
             size += entry.message.size
-            if out and size > max_bytes:
+            if (out and size > max_bytes) or (not out and room is not None and size > room):
                 break
             out.append(entry)
         return out

@@ -344,9 +344,10 @@ def _encode_run(
     if codec != codecs.NONE:
         return _encode_compressed_run(run, out, max_bytes, min_one, log_append_time, codec)
     start = len(out)
+    records = _run_records(run)  # once: a cut batch is encoded again from the same records
     encode_batch(
         run[0].offset,
-        _run_records(run),
+        records,
         out=out,
         timestamp_type=1 if log_append_time else 0,
         **_producer_of(run),
@@ -360,7 +361,7 @@ def _encode_run(
     if whole != fits and whole:
         encode_batch(
             run[0].offset,
-            _run_records(run[:whole]),
+            records[:whole],
             out=out,
             timestamp_type=1 if log_append_time else 0,
             **_producer_of(run),

@@ -387,3 +387,4 @@ timestamp_slow = _timestamp_slow
 VARINTS = _VARINT
 VARINT_TABLE_SIZE = _VARINT_TABLE_SIZE
 zigzag_bytes = _zigzag_bytes
+encode_headers = _encode_headers  # and storage/kafka/read_headers.py, a record's headers

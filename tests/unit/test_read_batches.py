@@ -8,11 +8,13 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from harness.hypothesis_budget import examples
-from harness.split_entries import PRODUCER, PUBLISHED, split_entry
+from harness.split_entries import PRODUCER as PRODUCER_NAME
+from harness.split_entries import PUBLISHED, split_entry
 from pulsar_gateway.gateway.backend.native_writer import entries
 from pulsar_gateway.gateway.backend.wire.batch import BatchBuilder
 from pulsar_gateway.gateway.messages import (
@@ -25,11 +27,23 @@ from pulsar_gateway.gateway.messages import (
     StoredMessage,
     WholeEntry,
     last_id,
+    records_in,
 )
+from pulsar_gateway.handlers.kafka.apis.fetch import _read as fetch_read
+from pulsar_gateway.handlers.loop_turns import LoopTurns
 from pulsar_gateway.kafka_codec import compression as codecs
-from pulsar_gateway.kafka_codec.entry_format import encode_entries
+from pulsar_gateway.kafka_codec.entry_format import encode_entries, encode_entry_parts
 from pulsar_gateway.kafka_codec.record_batch import decode_batches
+from pulsar_gateway.kafka_codec.record_mapping import (
+    GATEWAY_RESERVED,
+    HEADER_ORDER,
+    HEADERS,
+    RESERVED,
+    headers_of,
+    to_message,
+)
 from pulsar_gateway.storage.kafka.partition_log import PartitionLog
+from pulsar_gateway.storage.kafka.producer_state import PRODUCER
 from pulsar_gateway.storage.kafka.read_batches import is_read_batch, kafka_batch, messages_of
 
 text = st.text(st.characters(blacklist_categories=("Cs",)), max_size=12)
@@ -48,6 +62,15 @@ repeating_records = st.builds(
     st.none(),
     st.sampled_from([1, 1_700_000_000_000]),
 )
+# records with headers, as the gateway's produce maps them (to_message): plain properties,
+# their order when the names are not in order, or JSON for what cannot be plain
+headered_records = st.builds(
+    to_message,
+    st.none() | st.binary(min_size=1, max_size=8).filter(lambda k: k.isascii()),
+    st.none() | st.binary(max_size=40),
+    st.sampled_from([1, 1_700_000_000_000]),
+    st.lists(st.tuples(text, st.none() | st.binary(max_size=20)), min_size=1, max_size=3),
+)
 any_records = st.builds(
     OutMessage,
     st.none() | st.binary(max_size=300),
@@ -55,6 +78,20 @@ any_records = st.builds(
     st.none() | st.dictionaries(text, text, max_size=2),
     st.integers(0, 2**41),
 )
+
+
+def _as_mapped(properties: dict[str, str] | None) -> bool:
+    """Whether a message's properties are exactly what the mapping writes for headers."""
+    if not properties:
+        return True
+    reserved = (RESERVED, GATEWAY_RESERVED)
+    if any(n.startswith(reserved) and n not in (HEADER_ORDER, HEADERS) for n in properties):
+        return False
+    try:
+        headers = headers_of(StoredMessage((0, 0, 0), None, "", properties, 0, 0))
+    except ValueError:
+        return False
+    return (to_message(None, None, 0, headers).properties or {}) == properties
 
 
 def _records(data: bytes | bytearray) -> list[tuple]:
@@ -75,7 +112,9 @@ def _one_by_one(messages: list[StoredMessage], offset: int) -> list[tuple]:
 
 @settings(max_examples=examples(100), deadline=None)
 @given(
-    st.lists(plain_records | repeating_records | any_records, min_size=1, max_size=40),
+    st.lists(
+        plain_records | repeating_records | headered_records | any_records, min_size=1, max_size=40
+    ),
     st.integers(0, 2**40),
     st.booleans(),
 )
@@ -87,16 +126,16 @@ def test_an_entry_read_whole_serves_what_message_by_message_serves(
             continue
         count = entry.num_messages
         one_by_one = split_entry((3, 4, 0), entry.payload, count)
-        made = kafka_batch((3, 4, 0), entry.payload, count, PUBLISHED, PRODUCER)
+        made = kafka_batch((3, 4, 0), entry.payload, count, PUBLISHED, PRODUCER_NAME)
         plain = (whole or count == 1) and all(
-            not m.properties and m.event_time > 0 for m in entry.note.messages
+            _as_mapped(m.properties) and m.event_time > 0 for m in entry.note.messages
         )
         assert (made is not None) == plain
         if made is None:
             continue
         # an item for the whole entry, as the tailer makes of one it wrote
         assert made.id == (3, 4, 0) and last_id(made) == (3, 4, count - 1)
-        assert WHOLE_ENTRY in made.properties and made.producer == PRODUCER
+        assert WHOLE_ENTRY in made.properties and made.producer == PRODUCER_NAME
         assert made.properties[RECORDS] == str(count) and is_read_batch(made)
         assert made.properties[SEQ] == one_by_one[-1].properties[SEQ]
         assert _served(made, 50) == _one_by_one(one_by_one, 50)
@@ -111,7 +150,7 @@ def test_pulsar_client_layout_reads_whole_too() -> None:
         stamp = f"{40 + index}{'+' if index < 4 else ''}"
         builder.add_message(b"v%d" % index, "key", {SEQ: stamp}, 1_700_000_000_000 + index)
     built = builder.build()
-    made = kafka_batch((1, 1, 0), built.payload, 5, PUBLISHED, PRODUCER)
+    made = kafka_batch((1, 1, 0), built.payload, 5, PUBLISHED, PRODUCER_NAME)
     assert made is not None
     assert _served(made, 0) == _one_by_one(split_entry((1, 1, 0), built.payload, 5), 0)
 
@@ -128,7 +167,7 @@ def test_a_damaged_entry_is_never_read_wrong(messages: list[OutMessage], data: A
         payload[at] = data.draw(st.integers(0, 255))
     else:
         del payload[data.draw(st.integers(0, len(payload) - 1)) :]
-    made = kafka_batch((1, 1, 0), bytes(payload), entry.num_messages, PUBLISHED, PRODUCER)
+    made = kafka_batch((1, 1, 0), bytes(payload), entry.num_messages, PUBLISHED, PRODUCER_NAME)
     if made is not None:
         one_by_one = split_entry((1, 1, 0), bytes(payload), entry.num_messages)
         try:
@@ -155,7 +194,7 @@ def test_a_tail_seen_before_does_not_stand_for_another_partition_key() -> None:
     ordering_key = b"\x3a\x02xb"
     assert payload.count(ordering_key) == 1
     damaged = payload.replace(ordering_key, b"\x3a\x02ab")
-    made = kafka_batch((1, 1, 0), damaged, 2, PUBLISHED, PRODUCER)
+    made = kafka_batch((1, 1, 0), damaged, 2, PUBLISHED, PRODUCER_NAME)
     assert made is not None
     one_by_one = split_entry((1, 1, 0), damaged, 2)
     assert [m.key for m in one_by_one] == ["ab", "xb"]
@@ -172,8 +211,8 @@ def test_a_null_value_that_claims_a_payload_is_not_read_whole() -> None:
     payload = bytes(entry.payload)
     assert payload.endswith(b"\x48\x01\x18\x00")
     damaged = payload[:-1] + b"\x01"
-    assert kafka_batch((1, 1, 0), damaged, 2, PUBLISHED, PRODUCER) is None
-    assert kafka_batch((1, 1, 0), payload, 2, PUBLISHED, PRODUCER) is not None
+    assert kafka_batch((1, 1, 0), damaged, 2, PUBLISHED, PRODUCER_NAME) is None
+    assert kafka_batch((1, 1, 0), payload, 2, PUBLISHED, PRODUCER_NAME) is not None
 
 
 def test_an_entry_of_more_records_than_one_byte_deltas_reach_reads_whole() -> None:
@@ -181,7 +220,7 @@ def test_an_entry_of_more_records_than_one_byte_deltas_reach_reads_whole() -> No
     message by message (several times the time) when offset deltas stopped at 8,192."""
     messages = [OutMessage(b"%d" % i, "k", None, 1_000) for i in range(9_000)]
     [entry] = entries(messages, 0, True, 1 << 22)
-    made = kafka_batch((1, 1, 0), entry.payload, 9_000, PUBLISHED, PRODUCER)
+    made = kafka_batch((1, 1, 0), entry.payload, 9_000, PUBLISHED, PRODUCER_NAME)
     assert made is not None
     assert _served(made, 0) == _one_by_one(split_entry((1, 1, 0), entry.payload, 9_000), 0)
 
@@ -211,7 +250,7 @@ def test_keys_times_and_sizes_as_producers_send_them_read_whole(
         for i in range(count)
     ]
     [entry] = entries(messages, 500, True, 1 << 22)
-    made = kafka_batch((2, 5, 0), entry.payload, count, PUBLISHED, PRODUCER)
+    made = kafka_batch((2, 5, 0), entry.payload, count, PUBLISHED, PRODUCER_NAME)
     assert made is not None
     one_by_one = split_entry((2, 5, 0), entry.payload, count)
     assert _served(made, 0) == _one_by_one(one_by_one, 0)
@@ -222,7 +261,7 @@ def test_the_topic_codec_and_log_append_time_still_hold() -> None:
     entry = entries(
         [OutMessage(b"v" * 50, "k", None, 1_000 + i) for i in range(4)], 0, True, 1 << 20
     )[0]
-    made = kafka_batch((1, 1, 0), entry.payload, 4, PUBLISHED, PRODUCER)
+    made = kafka_batch((1, 1, 0), entry.payload, 4, PUBLISHED, PRODUCER_NAME)
     assert made is not None
     data, count = encode_entries([LogEntry(8, made)], codec=codecs.GZIP, log_append_time=True)
     [batch] = decode_batches(data)
@@ -255,7 +294,7 @@ class _EntryStream:
             if not self.raw or len(out) >= limit:
                 break
             mid, payload, count = self.raw.pop(0)
-            made = None if whole is None else whole(mid, payload, count, PUBLISHED, PRODUCER)
+            made = None if whole is None else whole(mid, payload, count, PUBLISHED, PRODUCER_NAME)
             out += [made] if made is not None else split_entry(mid, payload, count)
         return out
 
@@ -400,5 +439,145 @@ def test_after_a_restart_the_tailer_numbers_whole_entries_as_message_by_message(
             assert [e.offset for e in items if is_read_batch(e.message)] == [0, 10, 25]
         finally:
             task.cancel()
+
+    asyncio.run(scenario())
+
+
+# ---- records with headers (issue 32: a headered fetch after a restart) ----------------------
+
+# two headers a record, as the bench's produce sends them: names out of order, so the
+# mapping stores their order too (a JSON property, record_mapping.HEADER_ORDER)
+TRACED = [("trace-id", b"4bf92f3577b34da6"), ("source", b"bench")]
+
+
+def _headered(count: int, first: int = 0) -> list[OutMessage]:
+    """Records with the bench's headers, some with other headers (in order: plain
+    properties only; a null value: JSON) and some with none, between them."""
+    out = []
+    for i in range(first, first + count):
+        headers = TRACED
+        if i % 50 == 7:
+            headers = [("a", b"1"), ("b", b"2")]
+        elif i % 50 == 13:
+            headers = [("n", None)]
+        elif i % 50 == 21:
+            headers = []
+        out.append(to_message(b"k%d" % (i % 3), b"v" * 100, 1_700_000_000_000 + i // 7, headers))
+    return out
+
+
+def test_an_entry_of_records_with_headers_is_read_whole() -> None:
+    """Each record of a headered entry was a message of its own, its headers parsed from
+    JSON, its batch encoded per fetch: read whole as the plain case is, it serves what
+    the message path serves and stands for the very messages that were stored."""
+    for count in (1, 2, 60, 300):
+        [entry] = entries(_headered(count), 0, True, 1 << 22)
+        made = kafka_batch((2, 3, 0), entry.payload, count, PUBLISHED, PRODUCER_NAME)
+        assert made is not None
+        one_by_one = split_entry((2, 3, 0), entry.payload, count)
+        assert _served(made, 10) == _one_by_one(one_by_one, 10)
+        assert [r[4] for r in _served(made, 10)][:2] == [TRACED] * min(count, 2)
+        assert messages_of(made) == one_by_one
+
+
+def test_properties_the_mapping_does_not_write_are_read_message_by_message() -> None:
+    """A binary key's mark, a producer codec, a header order that is not the headers',
+    another stamp of the gateway's: the entry is not read whole."""
+    stamped = to_message(b"k", b"v", 5, TRACED)
+    assert stamped.properties is not None
+    odd = [
+        to_message(b"\xff", b"v", 5, TRACED),  # base64 key
+        OutMessage(b"v", "k", {**stamped.properties, "__kafka.codec": "1"}, 5),
+        OutMessage(b"v", "k", {**stamped.properties, HEADER_ORDER: '["source"]'}, 5),
+        OutMessage(b"v", "k", {"__gw.other": "1"}, 5),
+    ]
+    for message in odd:
+        [entry] = entries([message, to_message(b"k", b"v", 5, TRACED)], 0, True, 1 << 20)
+        assert kafka_batch((1, 1, 0), entry.payload, 2, PUBLISHED, PRODUCER_NAME) is None
+
+
+def test_pulsar_client_layout_with_headers_reads_whole_too() -> None:
+    """pulsar-client writes properties sorted by name (the stamp first, then the header
+    order, then the headers) and the payload size before the event time."""
+    builder = BatchBuilder()
+    for index in range(5):
+        stamp = f"{40 + index}{'+' if index < 4 else ''}"
+        properties = to_message(None, None, 0, TRACED).properties or {}
+        builder.add_message(b"v", "key", dict(sorted({SEQ: stamp, **properties}.items())), 9)
+    built = builder.build()
+    made = kafka_batch((1, 1, 0), built.payload, 5, PUBLISHED, PRODUCER_NAME)
+    assert made is not None
+    one_by_one = split_entry((1, 1, 0), built.payload, 5)
+    assert _served(made, 0) == _one_by_one(one_by_one, 0)
+    assert [r[4] for r in _served(made, 0)] == [TRACED] * 5
+    assert messages_of(made) == one_by_one
+
+
+@pytest.mark.parametrize("idempotent", [False, True])
+def test_a_fetch_of_headered_entries_reads_each_entry_once(idempotent: bool) -> None:
+    """A fetch after a restart, as the Fetch handler does it (a history read of about the
+    budget, then that many bytes of batches): every entry read is served in that answer,
+    and one reader goes through the partition. Read message by message, the batch of
+    headered records outgrew the bytes the read counted, the fetch cut it and the next
+    read reopened a reader at a checkpoint to read the cut records again. (An idempotent
+    producer's stamp on every message: still read message by message.)"""
+
+    async def scenario() -> None:
+        raw = []
+        for number in range(40):
+            messages = _headered(100, number * 100)
+            if idempotent:
+                for message in messages:
+                    message.properties = {**(message.properties or {}), PRODUCER: "9:0:0:99"}
+            [entry] = entries(messages, number * 100, True, 1 << 22)
+            made = kafka_batch((7, number, 0), entry.payload, 100, PUBLISHED, PRODUCER_NAME)
+            assert (made is None) == idempotent
+            raw.append(((7, number, 0), entry.payload, 100))
+        backend = _Backend(raw, per_read=8)
+        log = PartitionLog(backend, None, "t")  # type: ignore[arg-type]
+        log.next_offset = 4_000
+        offset = 0
+        budget = 64 * 1024
+        while offset < 4_000:
+            read = await log.read(offset, budget)
+            records, count = encode_entry_parts(read, budget, True)
+            assert count == sum(int(e.message.properties.get(RECORDS, 1)) for e in read)
+            served = [r for r in _records(bytes(records)) if r[0] >= offset]
+            assert served[0][0] == offset and served[-1][4] == TRACED
+            offset = served[-1][0] + 1
+        assert len(backend.streams) == 1
+        await log.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_fetch_reads_below_the_tail_no_entry_it_cannot_serve() -> None:
+    """Fetches after a restart through the Fetch handler's read (`fetch._read`: steps of
+    `bytes_per_turn` up to the partition's budget), then its encoding: every entry read
+    below the tail is served, so one reader goes through the partition. A step after the
+    first took an entry over what the response had left, which the encoding dropped and the
+    next fetch asked for again: a new reader at a checkpoint for every fetch (issue 32)."""
+
+    async def scenario() -> None:
+        raw = []
+        for number in range(30):
+            messages = [OutMessage(b"v" * 100, f"k{i % 3}", None, 1_000 + i) for i in range(100)]
+            [entry] = entries(messages, number * 100, True, 1 << 22)
+            raw.append(((7, number, 0), entry.payload, 100))
+        backend = _Backend(raw, per_read=4)
+        log = PartitionLog(backend, None, "t")  # type: ignore[arg-type]
+        log.next_offset = 3_000
+        # entries of about 11 KB: three fit a budget of 40 KB, read 16 KB a step
+        turns = LoopTurns(bytes_per_turn=16 * 1024)
+        budget = 40 * 1024
+        offset = fetches = 0
+        while offset < 3_000:
+            read = await fetch_read(turns, log, offset, budget)
+            _, count = encode_entry_parts(read, budget, True)
+            assert count == sum(records_in(e.message) for e in read)
+            offset += count
+            fetches += 1
+        assert fetches == 10 and len(backend.streams) == 1
+        await log.close()
 
     asyncio.run(scenario())

@@ -226,7 +226,10 @@ def test_after_a_restart_the_tailer_reads_an_entry_it_no_longer_knows_as_one_ite
 
     async def scenario() -> None:
         delivered = []
-        for entry_id, sequence, props in ((1, 10, None), (2, 13, None), (3, 16, {"h": "v"})):
+        # the last entry's records were produced compressed (their codec a property):
+        # not the plain case
+        codec = {"__kafka.codec": "1"}
+        for entry_id, sequence, props in ((1, 10, None), (2, 13, None), (3, 16, codec)):
             messages = [OutMessage(b"v%d" % i, "k", props, 1000 + i) for i in range(3)]
             (built,) = entries(messages, sequence, True, 10_000)
             metadata = MessageMetadata(

@@ -178,9 +178,10 @@ class PartitionLog(ProducerStateStore, Protocol):
         the records of, one each, which the log may serve to fetches in their place."""
         ...
 
-    async def read(self, offset: int, max_bytes: int) -> list[LogEntry]:
-        """Entries from the one holding `offset` on (at least one when any), about
-        `max_bytes` in all, each with the offset of its first record."""
+    async def read(self, offset: int, max_bytes: int, room: int | None = None) -> list[LogEntry]:
+        """Entries from the one holding `offset` on (at least one when any, unless it alone
+        is over `room` bytes), about `max_bytes` in all, each with the offset of its first
+        record."""
         ...
 
     def data_future(self) -> asyncio.Future[None]:

@@ -103,10 +103,19 @@ class HistoryReader:
         self._cursors: dict[int, Cursor] = {}  # by the offset each would read next
 
     async def read(
-        self, offset: int, max_bytes: int, limit: int, batches: bool = True
+        self,
+        offset: int,
+        max_bytes: int,
+        limit: int,
+        batches: bool = True,
+        room: int | None = None,
     ) -> HistoryRead:
         """Messages from the one holding `offset` up to `limit` (where the tail began),
-        at least one and up to about `max_bytes`, each with the offset of its first record.
+        at least one (unless it alone is over `room` bytes) and up to about `max_bytes`,
+        each with the offset of its first record. What a read leaves waits in its cursor
+        for the next read, which finds it only if it asks for the offset this one ended at:
+        a fetch that read more than it served (a message over what its response had left:
+        `room`) made the next read count again from a checkpoint (issue 32).
         With `batches`, a batched entry the gateway wrote, read from its first record on,
         comes as one Kafka batch standing for its messages (read_batches.py)."""
         cursor = self._cursors.pop(offset, None)
@@ -138,7 +147,10 @@ class HistoryReader:
                 position = 0
                 while position < len(batch) and cursor.next_offset < limit:
                     message = batch[position]
-                    if out and size + message.size > max_bytes and edges.may_stop(size, max_bytes):
+                    cost = _served_size(message)
+                    if (out and size + cost > max_bytes and edges.may_stop(size, max_bytes)) or (
+                        not out and room is not None and cost > room
+                    ):
                         # full: the rest waits in the cursor, uncounted, for the next read
                         cursor.pending = batch[position:]
                         break
@@ -157,7 +169,7 @@ class HistoryReader:
                         count = records_in(message)
                     if cursor.next_offset + count > offset:
                         out.append(LogEntry(cursor.next_offset, message))
-                        size += message.size
+                        size += cost
                         edges.saw(message)
                     cursor.next_offset += count
                 if cursor.pending or (
@@ -217,6 +229,20 @@ class HistoryReader:
         for cursor in self._cursors.values():
             await cursor.close()
         self._cursors.clear()
+
+
+def _served_size(message: StoredMessage) -> int:
+    """About the bytes a fetch serves of `message`, at least: its size, and for one with
+    properties beside its stamp (a record's headers), theirs. Counted by size alone, a read
+    of headered records ended past the bytes the fetch then served; the fetch cut the batch
+    and the next read, asking for the first record cut, found no cursor there and counted
+    again from a checkpoint (issue 32)."""
+    properties = message.properties
+    size = message.size
+    if len(properties) > 1:
+        for name, value in properties.items():
+            size += len(name) + len(value) + 4  # a header's lengths take at most 4 bytes
+    return size
 
 
 def _place_whole(cursor: Cursor, batch: StoredMessage, offset: int, batches: bool) -> int | None:

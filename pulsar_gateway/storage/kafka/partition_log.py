@@ -549,24 +549,24 @@ class PartitionLog:
         self._data_waiters.append(future)
         return future
 
-    async def read(self, offset: int, max_bytes: int) -> list[LogEntry]:
-        """Messages from the one holding `offset` on (at least one if any), up to about
-        `max_bytes`, each with the offset of its first record."""
+    async def read(self, offset: int, max_bytes: int, room: int | None = None) -> list[LogEntry]:
+        """Messages from the one holding `offset` on (at least one if any, unless over `room`
+        bytes), up to about `max_bytes`, each with the offset of its first record."""
         self.last_used = time.monotonic()
         if offset < self.log_start or offset > self.next_offset:
             raise OffsetOutOfRange(offset)
         if offset == self.next_offset:
             return []
-        if offset >= self.tail_start:
-            return self._read_tail(offset, max_bytes)
-        return await self._read_history(offset, max_bytes)
+        if offset < self.tail_start:
+            return await self._read_history(offset, max_bytes, True, room)
+        entries = self._tail.read(offset, max_bytes)
+        return [] if entries and room is not None and entries[0].message.size > room else entries
 
-    def _read_tail(self, offset: int, max_bytes: int) -> list[LogEntry]:
-        return self._tail.read(offset, max_bytes)
-
-    async def _read_history(self, offset: int, size: int, batches: bool = True) -> list[LogEntry]:
+    async def _read_history(
+        self, offset: int, size: int, batches: bool, room: int | None = None
+    ) -> list[LogEntry]:
         limit = self.tail_start
-        out, rest_in_tail = await self._history.read(offset, size, limit, batches)
+        out, rest_in_tail = await self._history.read(offset, size, limit, batches, room)
         if rest_in_tail and limit >= self.tail_start:
             out += self._tail.read(limit, 1)  # the batch's rest, which the tail begins with
         return out
@@ -579,7 +579,7 @@ class PartitionLog:
         if offset >= self.tail_start:
             # message by message: a kept batch stands for several messages, not one
             return self._tail.message_at(offset)
-        entries = await self._read_history(offset, 1, batches=False)
+        entries = await self._read_history(offset, 1, False)
         if not entries:
             raise OffsetOutOfRange(offset)
         return entries[0]

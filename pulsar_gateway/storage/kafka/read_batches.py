@@ -10,11 +10,12 @@ once for what a Kafka record needs (key, value, event time) and the record writt
 entry then takes one place in the read, like a stored `kafka`-format batch (re-based at its
 first offset when served).
 
-Only the plain case is taken: every message carries the gateway's `__gw.seq` stamp and no
-other property (no headers, no binary key, no transaction, no producer codec), the stamps
-count up by one and all but the last say "more follows", and every message has its event
-time. Anything else gives None and the entry is read message by message as before, so
-what reaches a Kafka client is what the message path gives (a property test compares them).
+Only the plain case is taken: every message carries the gateway's `__gw.seq` stamp first
+and no other property but its record's headers as the gateway maps them (read_headers.py;
+no binary key, no transaction, no producer codec), the stamps count up by one and all but
+the last say "more follows", and every message has its event time. Anything else gives
+None and the entry is read message by message as before, so what reaches a Kafka client is
+what the message path gives (a property test compares them).
 
 The batch is an item for the whole entry (`messages.WHOLE_ENTRY`): the history reads and,
 after a restart, the partition's tailer take it as the tailer takes an entry it wrote. It
@@ -41,6 +42,7 @@ from pulsar_gateway.gateway.messages import (
 from pulsar_gateway.kafka_codec.entry_format import BATCH, READ_FROM_ENTRY
 from pulsar_gateway.kafka_codec.record_batch import decode_batches, seal_records
 from pulsar_gateway.kafka_codec.record_codec import VARINT_TABLE_SIZE, VARINTS, zigzag_bytes
+from pulsar_gateway.storage.kafka.read_headers import header_bytes, properties_of
 
 # the stamp property as the gateway writes it: field 1 (KeyValue), its size, then the
 # KeyValue's name field (0x0a, 8 bytes) and the value's key (0x12)
@@ -82,7 +84,8 @@ def kafka_batch(
     # where its stamp's mark is and where the stamp ends (from the message's start): one
     # look-up for all, as they seldom change
     starts: dict[bytes, _Start] = {}
-    state: _Walk = (0, 0, 0, -1, None)
+    heads: dict[bytes, bytes] = {}  # properties' bytes -> headers (read_headers.py)
+    state: _Walk = (0, 0, 0, -1, None, None)
     try:
         # the records' offset deltas, by their length in bytes (one, two, three)
         for low, high, width in ((0, 64, 1), (64, half, 2), (half, count, 3)):
@@ -93,11 +96,11 @@ def kafka_batch(
                 if width < 3
                 else [zigzag_bytes(i) for i in range(low, count)]
             )
-            walked = _write_records(data, deltas, width, parts, starts, clock, state)
+            walked = _write_records(data, deltas, width, parts, starts, heads, clock, state)
             if walked is None:
                 return None
             state = walked
-        pos, p, unmarked, last_unmarked, start = state
+        pos, p, unmarked, last_unmarked, start, headers = state
         # every stamp but the last says "more follows" (else a batch ends inside the
         # entry: not the plain case); the last may say it too
         if unmarked > 1 or (unmarked and last_unmarked != p) or start is None:
@@ -112,7 +115,7 @@ def kafka_batch(
     if pos != len(data) or first is None or stamp_of({SEQ: text}) != first + count - 1:
         return None
     parts[0] = parts[0][1:]  # the first record follows no record's "no headers"
-    parts.append(b"\x00")  # the last record's: no headers
+    parts.append(b"\x00" if headers is None else headers)  # the last record's headers
     batch = seal_records(parts, count, clock.base, clock.latest)
     properties = {BATCH: READ_FROM_ENTRY, RECORDS: str(count), SEQ: text, WHOLE_ENTRY: "1"}
     return StoredMessage((mid[0], mid[1], 0), batch, "", properties, 0, publish_time, producer)
@@ -123,8 +126,13 @@ def kafka_batch(
 _Start = tuple[int, int, int]
 # where a walk through an entry's messages stands: the next message's position, where the
 # last stamp's value ended, how many stamps lacked the mark and where the last such ended,
-# and the last message's `_Start`
-_Walk = tuple[int, int, int, int, "_Start | None"]
+# the last message's `_Start` and its record's headers section (None: no headers)
+_Walk = tuple[int, int, int, int, "_Start | None", "bytes | None"]
+# what a message's metadata after its stamp makes of its record (`_write_records`): the
+# first part ("no headers" for the record before, then length, attributes and timestamp
+# delta), key and value lengths and key, the value's size, the record's headers section
+# (None: none) and the first part without its first byte (for a record after headers)
+_Known = tuple[bytes, bytes, int, "bytes | None", bytes]
 
 
 def _write_records(
@@ -133,19 +141,22 @@ def _write_records(
     width: int,
     parts: list[bytes],
     starts: dict[bytes, _Start],
+    heads: dict[bytes, bytes],
     clock: _Times,
     state: _Walk,
 ) -> _Walk | None:
     """The records of the next `len(deltas)` messages, from where `state` stands, added to
-    `parts` (4 a record, `deltas` all `width` bytes long): the previous record's "no
-    headers" byte with this one's length, attributes and timestamp delta; the offset delta;
-    key and value lengths and key; the value. None when a message is not the plain case.
+    `parts` (4 a record, `deltas` all `width` bytes long): the previous record's headers
+    (mostly the "no headers" byte) with this one's length, attributes and timestamp delta;
+    the offset delta; key and value lengths and key; the value. None when a message is not
+    the plain case.
 
     One loop from message to record: the stamp is matched as the bytes the gateway writes;
     a message's metadata after it is looked up whole (`rests`: key, time and size together
     repeat within a producer's batch), and only a metadata not seen yet is read, its fields
-    in the order the gateway writes them (partition key, event time, ordering key, null
-    value, payload size) and a batch's few event times decoded once each. Metadata laid out
+    in the order the gateway writes them (its headers' properties, partition key, event
+    time, ordering key, null value, payload size) and a batch's few event times decoded
+    once each. Metadata laid out
     otherwise (pulsar-client writes the payload size before the time) is parsed field by
     field (`_fields_of`)."""
     table = VARINTS
@@ -157,13 +168,13 @@ def _write_records(
     # a message's metadata after its stamp, from the stamp's mark "more follows" on -> the
     # record's first part (see above), its key and value lengths and key, the value's size
     # (only stamps with the mark are kept, so a hit says the mark is there)
-    rests: dict[bytes, tuple[bytes, bytes, int]] = {}
+    rests: dict[bytes, _Known] = {}
     # whether to look there: not once most metadata is new (many keys, times that change
     # every millisecond), as such an entry paid for a look-up a record in vain
     looking = True
     misses = 0
     first_part = len(parts)
-    pos, p, unmarked, last_unmarked, start = state
+    pos, p, unmarked, last_unmarked, start, headers = state
     rest = b""
     for delta in deltas:
         # the stamp, first and the only property: its field's head names its length
@@ -184,9 +195,16 @@ def _write_records(
             if not mark:
                 unmarked += 1
                 last_unmarked = p
-            # the fields in the gateway's order: partition key (its length one byte),
-            # event time, the ordering key (the partition key again), null value,
-            # payload size; another layout (q != stop) is parsed field by field
+            # the fields in the gateway's order: the record's headers as properties
+            # (read_headers.py), partition key (its length one byte), event time, the
+            # ordering key (the partition key again), null value, payload size; another
+            # layout (q != stop) is parsed field by field
+            own = None
+            if data[p] == 0x0A:
+                found_headers = header_bytes(data, p, stop, heads)
+                if found_headers is None:
+                    return None
+                p, own = found_headers
             q = p
             key = null
             k = 0
@@ -223,12 +241,9 @@ def _write_records(
                 moment = times.get(data[q + 1 : q + 7]) or clock.decode(data, q, stop)
             stamped = moment[1]
             fields = key + value
-            length = len(stamped) + width + len(fields) + size + 1
-            known = (
-                b"\x00" + (table[length << 1] if length < half else zigzag_bytes(length)) + stamped,
-                fields,
-                size,
-            )
+            length = len(stamped) + width + len(fields) + size + (1 if own is None else len(own))
+            head = (table[length << 1] if length < half else zigzag_bytes(length)) + stamped
+            known = (b"\x00" + head, fields, size, own, head)
             if looking:
                 misses += 1
                 if mark:
@@ -238,11 +253,15 @@ def _write_records(
                 looking = looking and len(rests) < MAX_KEPT_RESTS
         # the hot path (most records' metadata was seen): no more than this
         pos = stop + known[2]
-        parts += (known[0], delta, known[1], data[stop:pos])
+        if headers is None:
+            parts += (known[0], delta, known[1], data[stop:pos])
+        else:  # the record before had headers: they end it, not "no headers"
+            parts += (headers + known[4], delta, known[1], data[stop:pos])
+        headers = known[3]
     if deltas:  # where the last message's stamp ended
         assert start is not None, "every message walked has a start"
         p = stop - start[0] + start[2]
-    return pos, p, unmarked, last_unmarked, start
+    return pos, p, unmarked, last_unmarked, start, headers
 
 
 def _start_of(data: bytes, pos: int, starts: dict[bytes, _Start]) -> _Start | None:
@@ -369,7 +388,7 @@ def messages_of(message: StoredMessage) -> list[StoredMessage]:
                     (ledger, entry, index),
                     record.value,
                     record.key.decode("utf-8", "surrogateescape") if record.key else "",
-                    {SEQ: stamp},
+                    {SEQ: stamp, **properties_of(record.headers)},
                     record.timestamp,
                     publish_time,
                     producer,

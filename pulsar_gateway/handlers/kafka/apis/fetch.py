@@ -178,7 +178,7 @@ async def _collect(
             aborted = None
             if budget > 0 or first:
                 try:
-                    messages = await _read(turns, log, offset, max(budget, 1))
+                    messages = await _read(turns, log, offset, max(budget, 1), first)
                 except OffsetOutOfRange:
                     code = ErrorCode.OFFSET_OUT_OF_RANGE
                     messages = []
@@ -210,17 +210,25 @@ async def _collect(
     return body, total
 
 
-async def _read(turns: LoopTurns, log: PartitionLog, offset: int, budget: int) -> list[LogEntry]:
+async def _read(
+    turns: LoopTurns, log: PartitionLog, offset: int, budget: int, min_one: bool = True
+) -> list[LogEntry]:
     """`log.read(offset, budget)`, `turns.bytes_per_turn` at a time with a turn of the loop
     between reads, and before the first while other paced handlers wait for theirs
     (loop_turns.py): a read copies each message twice, and the 4 MiB reads of ten
     never-reading connections all ran in one turn. A read ends at a batch's end; the next
     starts after it. A read is the last when its next message would still have fitted in
     the step (the log had no more): one that stopped short of the step only because its
-    next message did not fit is not the partition's end."""
+    next message did not fit is not the partition's end.
+
+    Only the first read may return a message over what is left of `budget` (`min_one`:
+    KIP-74's first batch of a response): the encoding drops any other such message, and a
+    read below the tail that read one left its cursor past what the fetch served, so the
+    next fetch counted again from a checkpoint (issue 32: every fetch after a restart of
+    entries over half a step)."""
     step = turns.bytes_per_turn
     await turns.turn_if_busy()
-    entries = slice_ = await log.read(offset, min(budget, step))
+    entries = slice_ = await log.read(offset, min(budget, step), None if min_one else budget)
     size = 0
     while slice_:
         sizes = [entry.message.size for entry in slice_]
@@ -231,7 +239,8 @@ async def _read(turns: LoopTurns, log: PartitionLog, offset: int, budget: int) -
             break
         await turns.turn()
         last = entries[-1]
-        more = await log.read(last.offset + records_in(last.message), min(budget - size, step))
+        after = last.offset + records_in(last.message)
+        more = await log.read(after, min(budget - size, step), budget - size)
         slice_ = [entry for entry in more if entry.offset > last.offset]
         entries += slice_
     return entries

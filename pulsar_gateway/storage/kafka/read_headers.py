@@ -1,0 +1,147 @@
+"""A message's headers, read from its properties' bytes, for `read_batches.kafka_batch`: a
+batched entry of records WITH headers is read as one Kafka batch too (issue 32: fetch after a
+restart; docs/offsets.md, "Reads from storage, an entry at a time").
+
+Read message by message, a headered record cost a `StoredMessage`, `headers_of`'s JSON parse
+of its header order and the fetch's encoding of a batch of one-record messages; worse, the
+encoded records outgrew the byte count the history read had stopped at (its sizes count no
+headers), so the fetch cut the batch, encoded what it kept again, and the next fetch
+reopened a reader at a checkpoint to read the rest once more (py-spy: `headers_of`,
+`encode_entry_parts` and the history reads, each 2-3 times a record).
+
+A message's properties after its stamp are read once per distinct metadata (a producer's
+batch repeats its headers; `kafka_batch` keeps what it made of each), and taken only when
+they are exactly what the gateway's mapping writes for some headers (`to_message`, the
+one definition: docs/pulsar-mapping.md): plain headers as properties, their order or the
+JSON of headers that cannot be plain. Then the messages a `kafka_batch` batch stands for
+(`messages_of`) carry the very properties they were stored with (as a dictionary: their
+order is the mapping's). Anything else (a binary
+key's mark, a producer codec, a transaction, another stamp of the gateway's, a property
+written otherwise) gives None and the entry is read message by message.
+"""
+
+from __future__ import annotations
+
+import binascii
+import json
+
+from pulsar_gateway.gateway.backend.wire.protobuf import decode_varint
+from pulsar_gateway.gateway.messages import StoredMessage
+from pulsar_gateway.kafka_codec.record_codec import RecordBatchError, encode_headers
+from pulsar_gateway.kafka_codec.record_mapping import (
+    GATEWAY_RESERVED,
+    HEADER_ORDER,
+    HEADERS,
+    RESERVED,
+    Header,
+    headers_of,
+    to_message,
+)
+
+_PROPERTY = 0x0A  # SingleMessageMetadata.properties (a KeyValue), field 1
+_NAME = 0x0A  # KeyValue.key, field 1
+_VALUE = 0x12  # KeyValue.value, field 2
+_PREFIXES = (RESERVED, GATEWAY_RESERVED)
+# the mapping's own properties a headered record may carry (record_mapping.to_message)
+_MAPPING = frozenset({HEADER_ORDER, HEADERS})
+# the most distinct properties one entry's read keeps what it made of (records whose headers
+# all differ, a trace id each, pay for a look-up in vain)
+MAX_KNOWN = 64
+
+
+def header_bytes(
+    data: bytes, p: int, stop: int, known: dict[bytes, bytes]
+) -> tuple[int, bytes] | None:
+    """The properties at `data[p:stop]` (the ones after a message's stamp, up to the first
+    field that is not one) as a Kafka record's headers section (their count first): where
+    the properties end and the bytes; None when they are not what the gateway writes for a
+    record's headers, or are malformed (the message path says why). `known`: what the
+    properties' bytes made before (one entry's; a batch mostly repeats its headers, while
+    its keys and times make most messages' metadata new; b"": not the case), at most
+    `MAX_KNOWN` kept."""
+    q = p
+    while q < stop and data[q] == _PROPERTY:
+        size = data[q + 1]
+        if size < 0x80:
+            q += 2 + size
+        else:
+            size, q = decode_varint(data, q + 1, stop)
+            q += size
+    if q > stop:
+        return None
+    raw = data[p:q]
+    found = known.get(raw)
+    if found is None:
+        found = _section(data, p, q) or b""
+        if len(known) < MAX_KNOWN:
+            known[raw] = found
+    return (q, found) if found else None
+
+
+def _section(data: bytes, p: int, stop: int) -> bytes | None:
+    """`header_bytes`' answer for properties not met before."""
+    properties: dict[str, str] = {}
+    while p < stop:
+        size, p = decode_varint(data, p + 1, stop)
+        end = p + size
+        if end > stop:
+            return None
+        name, value = _pair(data, p, end)
+        if name in properties:
+            return None  # a name twice: not what the mapping writes
+        properties[name] = value
+        p = end
+    headers = _headers(properties)
+    if headers is None:
+        return None
+    try:
+        return bytes(encode_headers(headers))
+    except RecordBatchError:
+        return None
+
+
+def _pair(data: bytes, p: int, end: int) -> tuple[str, str]:
+    """A KeyValue's name and value (ValueError for another field or a missing part),
+    decoded as `wire.batch.split_batch` decodes them."""
+    name = value = None
+    while p < end:
+        tag = data[p]
+        if tag != _NAME and tag != _VALUE:
+            raise ValueError("a KeyValue field the gateway does not write")
+        size, p = decode_varint(data, p + 1, end)
+        if p + size > end:
+            raise ValueError("a KeyValue field past its end")
+        text = data[p : p + size].decode("utf-8", "surrogateescape")
+        if tag == _NAME:
+            name = text
+        else:
+            value = text
+        p += size
+    if name is None or value is None:
+        raise ValueError("a KeyValue without its name or value")
+    return name, value
+
+
+def _headers(properties: dict[str, str]) -> list[Header] | None:
+    """The headers these properties map back to (`headers_of`), when the mapping writes
+    exactly these properties for them (in any order: pulsar-client writes them sorted by
+    name, and `headers_of` reads no order from the properties' own); else None."""
+    if not properties:
+        return None
+    for name in properties:
+        if name.startswith(_PREFIXES) and name not in _MAPPING:
+            return None
+    try:
+        headers = headers_of(StoredMessage((0, 0, 0), None, "", properties, 0, 0))
+    except (ValueError, TypeError, UnicodeError, binascii.Error, json.JSONDecodeError):
+        return None
+    if to_message(None, None, 0, headers).properties != properties:
+        return None
+    return headers
+
+
+def properties_of(headers: list[Header]) -> dict[str, str]:
+    """The properties a record's headers were stored as (none: {}), for `messages_of`."""
+    if not headers:
+        return {}
+    return to_message(None, None, 0, headers).properties or {}
