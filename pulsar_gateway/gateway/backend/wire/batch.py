@@ -46,11 +46,11 @@ PAIR_MISSES_ALLOWED = 32
 MAX_PAIRS_KEPT = 4096  # property octets a kept `pairs` holds before it starts afresh
 # a property's octets -> its name and value, decoded (`split_batch`)
 PropertyPairs = dict[bytes, tuple[str, str]]
-# `split_batch` looks up a message's fields after its first in `tails` while that pays:
+# `split_batch` looks up a message's fields after its first two in `tails` while that pays:
 # this many misses more than hits, and it stops looking (a batch of unique sizes or headers)
 TAIL_MISSES_ALLOWED = 8
 MAX_TAILS_KEPT = 64  # tails a kept `tails` holds before it starts afresh (they are long)
-# the octets of a message's fields after its first -> their properties and payload size
+# the octets of a message's fields after its first two -> their properties and payload size
 MessageTails = dict[bytes, tuple[dict[str, str], int]]
 VARINTS = tuple(encode_varint(i) for i in range(_TABLE_LIMIT))
 # `payload_size` (SingleMessageMetadata field 3) with its key, prebuilt likewise.
@@ -315,13 +315,14 @@ def split_batch(
     None): a reader of small entries that repeat their properties from entry to entry (an
     AMQP queue's) keeps one across calls and clears it when it holds MAX_PAIRS_KEPT.
 
-    The gateway writes each message's own sequence stamp first (native_writer.py), and the
-    fields after it mostly repeat from message to message (an AMQP queue's exchange,
-    routing key, content header, acceptance time and body size): when a message's first
-    field is a property, the octets of all its later fields are looked up in `tails` (kept
-    like `pairs`, MAX_TAILS_KEPT), and a hit stands for their whole decode. Only a tail of
-    properties and the payload size is kept (any other field, or a name the first field
-    also has, and the message is decoded field by field as before).
+    The gateway writes each message's own sequence stamp first (native_writer.py), an AMQP
+    queue's message its acceptance time next (the millisecond: shared by a few), and the
+    fields after those two repeat from message to message (exchange, routing key, content
+    header, body size): when a message's head is two properties, the octets of all its
+    later fields (its tail) are looked up in `tails` (kept like `pairs`, MAX_TAILS_KEPT),
+    and a hit stands for their whole decode. Only a tail of properties and the payload size
+    is kept (any other field, or a name the head also has, and the message is decoded field
+    by field as before).
 
     Written for speed: the common fields are matched by their one-byte keys with one- and
     two-byte varints read inline; anything else goes through the general protobuf path."""
@@ -355,18 +356,20 @@ def split_batch(
             payload_size = -1
             event_time = 0
             null_value = compacted = b64 = False
-            limit = stop  # where the field-by-field decode ends: the first field's end on a hit
+            limit = stop  # where the field-by-field decode ends: the head's end on a hit
             tail = rest = None
             if tail_budget > 0 and data[p] == 0x0A and data[p + 1] < 0x80:
-                first_end = p + 2 + data[p + 1]
-                if first_end < stop:
-                    rest = data[first_end:stop]
-                    tail = tails.get(rest)
-                    if tail is not None:
-                        tail_budget += 1
-                        limit = first_end
-                    else:
-                        tail_budget -= 1
+                head_end = p + 2 + data[p + 1]
+                if head_end < stop and data[head_end] == 0x0A and data[head_end + 1] < 0x80:
+                    head_end += 2 + data[head_end + 1]
+                    if head_end < stop:
+                        rest = data[head_end:stop]
+                        tail = tails.get(rest)
+                        if tail is not None:
+                            tail_budget += 1
+                            limit = head_end
+                        else:
+                            tail_budget -= 1
             nprops = 0  # property fields decoded
             others = False  # a field other than a property or the payload size
             while p < limit:
@@ -470,13 +473,12 @@ def split_batch(
             if tail is not None:
                 properties.update(tail[0])
                 payload_size = tail[1]
-            elif rest is not None and not others and nprops == len(properties) > 0:
+            elif rest is not None and not others and nprops == len(properties):
                 # properties and the payload size only, each name once: the fields after
-                # the first stand for the properties after its (dicts keep their order)
+                # the head stand for the properties after its two (dicts keep their order)
                 if len(tails) >= MAX_TAILS_KEPT:
                     tails.clear()
-                after_first = dict(list(properties.items())[1:])
-                tails[rest] = (after_first, payload_size)
+                tails[rest] = (dict(list(properties.items())[2:]), payload_size)
             if payload_size < 0:
                 raise DecodeError(f"message {index} has no payload size")
             pos = stop + payload_size
