@@ -359,7 +359,8 @@ def split_batch(
             limit = stop  # where the field-by-field decode ends: the head's end on a hit
             tail = rest = None
             if tail_budget > 0 and data[p] == 0x0A and data[p + 1] < 0x80:
-                head_end = p + 2 + data[p + 1]
+                first_end = p + 2 + data[p + 1]
+                head_end = first_end
                 if head_end < stop and data[head_end] == 0x0A and data[head_end + 1] < 0x80:
                     head_end += 2 + data[head_end + 1]
                     if head_end < stop:
@@ -368,6 +369,17 @@ def split_batch(
                         if tail is not None:
                             tail_budget += 1
                             limit = head_end
+                            # the first field, the gateway's stamp, is new in every message:
+                            # decoded here in the usual layout, not added to `pairs` (which
+                            # it would only fill up and clear)
+                            q = p + 2
+                            n = q + 2 + data[q + 1]
+                            if data[q] == 0x0A and n < first_end and data[n] == 0x12:
+                                if n + 2 + data[n + 1] == first_end and data[q + 1] < 0x80:
+                                    name = data[q + 2 : n].decode("utf-8", "surrogateescape")
+                                    value = data[n + 2 : first_end]
+                                    properties[name] = value.decode("utf-8", "surrogateescape")
+                                    p = first_end
                         else:
                             tail_budget -= 1
             nprops = 0  # property fields decoded
