@@ -120,16 +120,20 @@ class _PulsarQueueReader:
 
     async def fetch(self, limit: int, timeout: float | None) -> list[StoredDelivery]:
         received = await self.consumer.fetch(limit, timeout)
-        out = []
+        out: list[StoredDelivery] = []
+        append = out.append
         decoded = self._decoded
+        is_copy = self._copies.is_copy
+        queue = self.queue
         copies = []
         for item in received:
-            if self._copies.is_copy(item.producer, item.properties, item.id):
+            properties = item.properties
+            if is_copy(item.producer, properties, item.id):
                 copies.append(item.id)
                 continue
-            message = _amqp_message(item.properties, item.payload, item.publish_time, decoded)
-            message = message if P_ROUTING_KEY in item.properties else _keyed(message, self.queue)
-            out.append(StoredDelivery(self.queue, item.id, message, item.redelivery_count))
+            message = _amqp_message(properties, item.payload, item.publish_time, decoded)
+            message = message if P_ROUTING_KEY in properties else _keyed(message, queue)
+            append(StoredDelivery(queue, item.id, message, item.redelivery_count))
         if copies:
             self.ack(copies)
             log.info("queue %s: %d resent copies dropped", self.queue, len(copies))
@@ -198,16 +202,19 @@ def _amqp_message(
                 if len(decoded) >= PROPERTIES_CACHE_SIZE:
                     decoded.clear()
                 decoded[text] = raw
-    expiration = props.get(P_EXPIRATION)
+    get = props.get
+    expiration = get(P_EXPIRATION)
+    timestamp = get(P_TIMESTAMP)
+    priority = get(P_PRIORITY)
     return AmqpMessage(
-        props.get(P_EXCHANGE, ""),
-        props.get(P_ROUTING_KEY, ""),
+        get(P_EXCHANGE, ""),
+        get(P_ROUTING_KEY, ""),
         raw,
         payload,
-        props.get(P_PERSISTENT) == "1",
+        get(P_PERSISTENT) == "1",
         int(expiration) if expiration else None,
-        int(props.get(P_TIMESTAMP) or publish_time),
-        int(props.get(P_PRIORITY) or 0),
+        int(timestamp) if timestamp else publish_time,
+        int(priority) if priority else 0,
     )
 
 
