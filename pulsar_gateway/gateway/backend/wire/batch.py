@@ -377,8 +377,8 @@ def split_batch(
                             if data[q] == 0x0A and n < first_end and data[n] == 0x12:
                                 if n + 2 + data[n + 1] == first_end and data[q + 1] < 0x80:
                                     name = data[q + 2 : n].decode("utf-8", "surrogateescape")
-                                    value = data[n + 2 : first_end]
-                                    properties[name] = value.decode("utf-8", "surrogateescape")
+                                    stamp = data[n + 2 : first_end]
+                                    properties[name] = stamp.decode("utf-8", "surrogateescape")
                                     p = first_end
                         else:
                             tail_budget -= 1
