@@ -245,9 +245,14 @@ class GroupedSends:
         self.batched = batched  # a group as batched entries (the wire client), or one each
         self._pending: dict[str, list[tuple[OutMessage, asyncio.Future[None]]]] = {}
         self._scheduled = False
+        # the loop of the last submit: asyncio.get_running_loop() makes a getpid() system
+        # call each time (CPython checks the loop belongs to this process), one a message
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     def submit(self, topic: str, message: OutMessage) -> asyncio.Future[None]:
-        loop = asyncio.get_running_loop()
+        loop = self._loop
+        if loop is None or not loop.is_running():
+            loop = self._loop = asyncio.get_running_loop()
         future: asyncio.Future[None] = loop.create_future()
         self._pending.setdefault(topic, []).append((message, future))
         if not self._scheduled:
