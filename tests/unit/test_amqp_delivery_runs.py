@@ -140,3 +140,20 @@ def test_several_consumers_take_turns_one_message_each() -> None:
         await engine.close()
 
     asyncio.run(scenario())
+
+
+def test_a_run_keeps_to_the_channels_global_prefetch() -> None:
+    async def scenario() -> None:
+        engine = await _engine_with(MemoryStore(), 10)
+        connection = _Connection()
+        channel = Channel(connection, 1)  # type: ignore[arg-type]
+        channel.global_prefetch = 4  # basic.qos global=true: the channel's unacked in all
+        engine.add_consumer(_consumer(channel, engine, "c", prefetch=0))
+        await async_wait_until(lambda: _delivered(connection) > 0, timeout=5)
+        assert [len(call) for call in connection.calls] == [4]
+        engine.settle([u.delivery for u in channel.take(1, False)], was_outstanding=True)
+        engine.kick()
+        assert [len(call) for call in connection.calls] == [4, 1]
+        await engine.close()
+
+    asyncio.run(scenario())
