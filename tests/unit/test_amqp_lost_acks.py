@@ -44,6 +44,9 @@ class _Consumer:
         self.got.append((delivery, redelivered))
         self.unacked.append(delivery)
 
+    def deliver_ready(self, engine: QueueEngine, most: int) -> None:
+        self.deliver(engine, *engine.take_ready())
+
     def cancelled_by_server(self) -> None: ...
 
     def ack_all(self, engine: QueueEngine) -> None:

@@ -15,6 +15,7 @@ from harness.hypothesis_budget import examples
 from pulsar_gateway.gateway.backend.wire.batch import (
     IN_ENTRY,
     MAX_PAIRS_KEPT,
+    MAX_TAILS_KEPT,
     BatchBuilder,
     batch_entry,
     encode_properties,
@@ -116,6 +117,45 @@ def test_repeated_properties_decode_as_each_message_has_them(names, shared, coun
     for _ in range(2):
         assert [m.properties for m in split_batch(entry.payload, count, kept)] == sent
     assert len(kept) <= MAX_PAIRS_KEPT
+
+
+@settings(max_examples=examples(50), deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["seq", "a"]),  # the first property's name (its value: unique)
+            st.sampled_from(["time", "b"]),  # the second's (its value: shared by a few)
+            st.dictionaries(st.sampled_from(["a", "b", "c"]), st.sampled_from(["1", "2"])),
+            st.sampled_from([b"", b"x", b"yy"]),  # payload (its size is a tail field)
+            st.one_of(st.none(), st.just("k")),  # a partition key: not a tail of properties
+        ),
+        min_size=1,
+        max_size=60,
+    )
+)
+def test_repeated_tails_decode_as_each_message_has_them(messages) -> None:
+    """The gateway writes each message's own stamp first, an AMQP message's time next, and
+    repeats the rest: a message's fields after its first two are decoded once and kept in
+    `tails`, and each message still gets exactly its own properties, key and payload,
+    whether a name of its head comes again after it, its tail holds other fields, or its
+    payload size changes."""
+    builder = BatchBuilder()
+    expected = []
+    for index, (first, second, rest, payload, key) in enumerate(messages):
+        head = [{first: str(index)}, {second: str(index // 3)}]
+        fields = b"".join(encode_properties(part) for part in [*head, rest])
+        builder.add(message_fields(key, None, encoded_properties=fields), payload)
+        expected.append({**head[0], **head[1], **rest})
+    entry = builder.build()
+    plain = split_batch(entry.payload, len(messages))
+    assert [m.properties for m in plain] == expected
+    kept: dict[bytes, tuple[dict[str, str], int]] = {}  # a reader's, across its entries
+    for _ in range(2):
+        assert split_batch(entry.payload, len(messages), {}, kept) == plain
+    assert len(kept) <= MAX_TAILS_KEPT
+    first, second, rest, _, key = messages[0]
+    if key is None and first != second and not {first, second} & set(rest):
+        assert kept  # a tail of properties after a head of two: kept for the next entries
 
 
 @settings(max_examples=examples(50), deadline=None)

@@ -35,7 +35,7 @@ from pulsar_gateway.gateway.backend.pulsar_backend import BackendError
 from pulsar_gateway.gateway.backend.queue_message import ReceivedMessage
 from pulsar_gateway.gateway.backend.wire import Consumer as WireConsumer
 from pulsar_gateway.gateway.backend.wire import ConsumerClosed, PulsarError, ReceivedEntry
-from pulsar_gateway.gateway.backend.wire.batch import PropertyPairs
+from pulsar_gateway.gateway.backend.wire.batch import MessageTails, PropertyPairs
 from pulsar_gateway.gateway.messages import MessageKey
 
 log = logging.getLogger("gateway.queues")
@@ -60,6 +60,7 @@ class NativeQueueConsumer:
         self._spill: deque[ReceivedMessage] = deque()  # split off a batch past a fetch's limit
         # a queue's entries repeat their messages' properties: decoded once (batch.split_batch)
         self._pairs: PropertyPairs = {}
+        self._tails: MessageTails = {}
         self.closed = False
 
     @property
@@ -117,7 +118,7 @@ class NativeQueueConsumer:
                     with contextlib.suppress(ConsumerClosed):
                         self._consumer.ack([entry])
                 continue
-            for message in entry.messages(pairs=self._pairs):
+            for message in entry.messages(pairs=self._pairs, tails=self._tails):
                 key = (ledger, entry_id, message.batch_index)
                 if key in held or (acked is not None and message.batch_index in acked):
                     continue

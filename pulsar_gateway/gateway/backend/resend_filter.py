@@ -246,10 +246,11 @@ class _FirstIds:
     pinned long after the filter was gone (docs/architecture.md, "Memory"); here a stamp
     costs 28 bytes in four buffers that go back to the system as a whole."""
 
-    __slots__ = ("entries", "keep", "ledgers", "sequences", "slots")
+    __slots__ = ("_most", "entries", "keep", "ledgers", "sequences", "slots")
 
     def __init__(self, keep: int) -> None:
         self.keep = keep
+        self._most = keep + keep // 4  # kept before the oldest are forgotten
         self.sequences = array("q")
         self.ledgers = array("q")
         self.entries = array("q")
@@ -276,7 +277,7 @@ class _FirstIds:
             self.ledgers.insert(index, ledger)
             self.entries.insert(index, entry)
             self.slots.insert(index, slot)
-        if len(sequences) > self.keep + self.keep // 4:  # forget in one slice (amortised)
+        if len(sequences) > self._most:  # forget in one slice (amortised)
             drop = len(sequences) - self.keep
             for column in (sequences, self.ledgers, self.entries, self.slots):
                 del column[:drop]

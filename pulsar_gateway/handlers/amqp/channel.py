@@ -28,6 +28,9 @@ from pulsar_gateway.handlers.amqp.queue_engine import QueueEngine
 # The longest a stored publish's confirm waits for its delivery to this channel's own
 # consumer (see Channel.hold): the read-back from Pulsar takes milliseconds.
 CONFIRM_HOLD_SECONDS = 0.5
+# a delivery's octets besides its body (method, content header, frame ends), about: what
+# Consumer.deliver_ready counts against the write buffer's room for each
+DELIVER_FRAMING = 100
 # deliveries that came before their own publish's store answered, kept for its confirm
 # (see Channel.hold) while the channel has publishes in flight; at most this many
 EARLY_DELIVERIES_KEPT = 1024
@@ -57,6 +60,21 @@ class ChannelConnection(Protocol):
         """basic.deliver of a stored message with its content (the hot path's encoder);
         `counted` in gateway_amqp_messages_total (out), as every delivery but a direct
         reply-to reply is."""
+        ...
+
+    def send_delivers(
+        self,
+        channel: int,
+        consumer_tag: str,
+        first_tag: int,
+        messages: list[AmqpMessage],
+        redelivered: list[bool],
+    ) -> None:
+        """`send_deliver` for a run of one consumer's messages, tags from `first_tag`."""
+        ...
+
+    def write_room(self) -> int:
+        """Bytes deliveries may still add before `has_write_room` refuses them."""
         ...
 
     def has_write_room(self) -> bool:
@@ -113,6 +131,31 @@ class Consumer:
 
     def deliver(self, engine: QueueEngine, delivery: StoredDelivery, redelivered: bool) -> None:
         self.channel.deliver(self, engine, delivery, redelivered)
+
+    def deliver_ready(self, engine: QueueEngine, most: int) -> None:
+        """Deliver the engine's next ready messages: up to `most`, and as many as credit
+        and the write buffer allow now (at least one: the engine found credit). A run is
+        encoded in one go and asks for one flush (docs/backend.md, "What an AMQP delivery
+        costs"); the checks `has_credit` makes per message are made here for the run."""
+        channel = self.channel
+        if not self.no_ack:
+            if self.prefetch:
+                most = min(most, self.prefetch - self.unacked)
+            if channel.global_prefetch:
+                most = min(most, channel.global_prefetch - len(channel.unacked))
+        room = channel.connection.write_room()
+        deliveries: list[StoredDelivery] = []
+        flags: list[bool] = []
+        while True:
+            delivery, redelivered = engine.take_ready()
+            deliveries.append(delivery)
+            flags.append(redelivered)
+            room -= len(delivery.message.body) + DELIVER_FRAMING
+            if len(deliveries) >= most or room <= 0:
+                break
+        if self.no_ack:
+            engine.settle(deliveries, was_outstanding=True)
+        channel.deliver_run(self, engine, deliveries, flags)
 
     def cancelled_by_server(self) -> None:
         """The queue went away: tell the client (consumer_cancel_notify) and forget us."""
@@ -291,6 +334,36 @@ class Channel:
         self.connection.send_deliver(self.number, consumer.tag, tag, redelivered, message)
         if self.awaiting_delivery or (self.writing and self.confirm):
             self._delivered(message)
+
+    def deliver_run(
+        self,
+        consumer: Consumer,
+        engine: QueueEngine,
+        deliveries: list[StoredDelivery],
+        redelivered: list[bool],
+    ) -> None:
+        """`deliver` for a run of one consumer's deliveries (Consumer.deliver_ready), sent
+        with one call; one at a time where a delivery has more to do than go out (a
+        confirm held for it, an x-delivery-count: an engine counts all or none)."""
+        if (
+            self.awaiting_delivery
+            or (self.writing and self.confirm)
+            or deliveries[0].delivery_count is not None
+            or deliveries[0].stream_offset is not None
+        ):
+            for delivery, again in zip(deliveries, redelivered, strict=True):
+                self.deliver(consumer, engine, delivery, again)
+            return
+        first = tag = self.next_tag
+        self.next_tag += len(deliveries)
+        if not consumer.no_ack:
+            unacked = self.unacked
+            for delivery in deliveries:
+                unacked[tag] = Unacked(tag, engine, delivery, consumer)
+                tag += 1
+            consumer.unacked += len(deliveries)
+        messages = [delivery.message for delivery in deliveries]
+        self.connection.send_delivers(self.number, consumer.tag, first, messages, redelivered)
 
     def deliver_reply(self, consumer_tag: str, message: AmqpMessage) -> None:
         """A direct reply-to reply: delivered as published, nothing to settle (the

@@ -151,16 +151,25 @@ class ConnectionBroker:
         if counted:
             self._delivered += 1
         if self.connection.send_deliver(
-            channel,
-            consumer_tag,
-            delivery_tag,
-            redelivered,
-            message.exchange,
-            message.routing_key,
-            message.body,
-            message.properties_raw,
+            channel, consumer_tag, delivery_tag, (message,), (redelivered,)
         ):
             self.request_flush()
+
+    def send_delivers(
+        self,
+        channel: int,
+        consumer_tag: str,
+        first_tag: int,
+        messages: list[AmqpMessage],
+        redelivered: list[bool],
+    ) -> None:
+        self._delivered += len(messages)
+        if self.connection.send_deliver(channel, consumer_tag, first_tag, messages, redelivered):
+            self.request_flush()
+
+    def write_room(self) -> int:
+        """Bytes deliveries may still add before `has_write_room` refuses them."""
+        return WRITE_BUFFER_LIMIT - self.write_buffer_size()
 
     def reply(self, channel: Channel, method: base.Frame, nowait: bool = False) -> None:
         if not nowait:

@@ -16,13 +16,13 @@ send connection.close and soft ones channel.close.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
 from pamqp import base, commands
 
 from pulsar_gateway.handlers.amqp.authentication import Authenticator
-from pulsar_gateway.handlers.amqp.broker_model import VhostAccess
+from pulsar_gateway.handlers.amqp.broker_model import AmqpMessage, VhostAccess
 from pulsar_gateway.handlers.amqp.channel_table import ChannelTable
 from pulsar_gateway.handlers.amqp.connection_settings import (
     ConnectionSettings,
@@ -53,7 +53,7 @@ from pulsar_gateway.handlers.amqp.frames import (
     MethodFrame,
     check_protocol_header,
     encode_content,
-    encode_deliver,
+    encode_delivers,
     encode_method,
     encode_properties,
     make_method,
@@ -312,28 +312,18 @@ class AmqpConnection:
         self,
         channel: int,
         consumer_tag: str,
-        delivery_tag: int,
-        redelivered: bool,
-        exchange: str,
-        routing_key: str,
-        body: bytes,
-        properties_raw: bytes,
+        first_tag: int,
+        messages: Sequence[AmqpMessage],
+        redelivered: Sequence[bool],
     ) -> bool:
-        """Queue basic.deliver with its content: `send_content`'s octets, on the fast path
-        (frames.encode_deliver) that every consumed message takes."""
+        """Queue basic.deliver with its content for each of a run of one consumer's
+        messages, tags from `first_tag`: `send_content`'s octets, on the fast path
+        (frames.encode_delivers) that every consumed message takes."""
         if not self._usable(channel):
             return False
-        self._out += encode_deliver(
-            channel,
-            consumer_tag,
-            delivery_tag,
-            redelivered,
-            exchange,
-            routing_key,
-            body,
-            properties_raw,
-            self.frame_max,
-            self._deliver_heads,
+        heads = self._deliver_heads
+        self._out += encode_delivers(
+            channel, consumer_tag, first_tag, messages, redelivered, self.frame_max, heads
         )
         return True
 

@@ -12,6 +12,7 @@ pamqp, and anything pamqp still throws becomes a 501 FRAME_ERROR.
 from __future__ import annotations
 
 import struct
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import Enum
 from typing import TypeVar
@@ -20,6 +21,7 @@ from pamqp import base, commands, encode
 from pamqp import frame as pamqp_frame
 from pamqp.header import ContentHeader
 
+from pulsar_gateway.handlers.amqp.broker_model import AmqpMessage
 from pulsar_gateway.handlers.amqp.errors import AmqpError, ReplyCode
 from pulsar_gateway.handlers.amqp.wire_layout import check_layout, check_properties, method_layout
 
@@ -423,6 +425,38 @@ def encode_deliver(
             b"\xce",
         )
     )
+
+
+def encode_delivers(
+    channel: int,
+    consumer_tag: str,
+    first_tag: int,
+    messages: Sequence[AmqpMessage],
+    redelivered: Sequence[bool],
+    frame_max: int,
+    heads: DeliverHeads | None = None,
+) -> bytes:
+    """A run of one consumer's deliveries, delivery tags counting up from `first_tag`:
+    `encode_deliver`'s octets for each, joined once."""
+    parts = []
+    tag = first_tag
+    for message, again in zip(messages, redelivered, strict=True):
+        parts.append(
+            encode_deliver(
+                channel,
+                consumer_tag,
+                tag,
+                again,
+                message.exchange,
+                message.routing_key,
+                message.body,
+                message.properties_raw,
+                frame_max,
+                heads,
+            )
+        )
+        tag += 1
+    return b"".join(parts)
 
 
 # --- encoding ------------------------------------------------------------------------

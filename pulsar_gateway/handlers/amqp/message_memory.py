@@ -64,21 +64,32 @@ class AckedIds:
         return False
 
     def add(self, ids: Iterable[Hashable]) -> None:
+        """Remember `ids` (an ack's, 100 at a time from a client acking multiple: the
+        generation is chosen once for the lot, not once an id)."""
         now = time.monotonic()
         generations = self._generations
+        current = generations[-1] if generations else None
+        if current is None or now - current.started >= self.max_age / 4:
+            current = _Generation(now)
+            generations.append(current)
+        known = current.ids
+        room = self._per_generation - len(known)
+        added = 0
         for message_id in ids:
-            current = generations[-1] if generations else None
-            if (
-                current is None
-                or len(current.ids) >= self._per_generation
-                or now - current.started >= self.max_age / 4
-            ):
+            if message_id in known:
+                continue
+            if room <= 0:
+                current.last = now
                 current = _Generation(now)
                 generations.append(current)
-            if message_id not in current.ids:
-                current.ids[message_id] = None
-                current.last = now
-                self._count += 1
+                known = current.ids
+                room = self._per_generation
+            known[message_id] = None
+            room -= 1
+            added += 1
+        if added:
+            current.last = now
+            self._count += added
         self.forget_old(now)
 
     def forget_old(self, now: float | None = None) -> None:
@@ -105,10 +116,15 @@ class DeliveredIds:
 
     def mark(self, delivery: StoredDelivery) -> bool:
         """A delivery goes to a client: whether it was delivered before."""
-        redelivered = self._was_delivered(delivery)
-        self._delivered[delivery.message_id] = None
-        if len(self._delivered) > self.max_ids:
-            self._delivered.popitem(last=False)
+        delivered = self._delivered
+        message_id = delivery.message_id
+        if message_id in delivered or message_id in self._requeued:
+            redelivered = True
+        else:
+            redelivered = self._was_delivered(delivery)
+        delivered[message_id] = None
+        if len(delivered) > self.max_ids:
+            delivered.popitem(last=False)
         return redelivered
 
     def _was_delivered(self, delivery: StoredDelivery) -> bool:

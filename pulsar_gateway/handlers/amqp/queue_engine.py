@@ -434,7 +434,7 @@ class QueueEngine:
         self.dispatch()
 
     def dispatch(self) -> None:
-        """Hand ready messages to consumers with credit, round robin."""
+        """Hand ready messages to consumers with credit, round robin (a lone one: runs)."""
         if self.closed:
             return
         if self.ready:
@@ -453,12 +453,7 @@ class QueueEngine:
                     break
             if consumer is None:
                 break
-            delivery = self._stamped(self.ready.popleft())
-            redelivered = self._deliveries.mark(delivery)
-            self._delivering(delivery)
-            if consumer.no_ack:
-                self.settle([delivery], was_outstanding=True)
-            consumer.deliver(self, delivery, redelivered)
+            consumer.deliver_ready(self, len(self.ready) if len(active) == 1 else 1)
             active = self._active_consumers()
         if self._need_more():
             self._ensure_pump()
@@ -474,6 +469,13 @@ class QueueEngine:
             and self._ready_uncapped > len(self.ready)
             and not self.pending_stores
         )
+
+    def take_ready(self) -> tuple[StoredDelivery, bool]:
+        """The head ready message, delivered now, and whether it was delivered before."""
+        delivery = self._stamped(self.ready.popleft())
+        redelivered = self._deliveries.mark(delivery)
+        self._delivering(delivery)
+        return delivery, redelivered
 
     def _stamped(self, delivery: StoredDelivery) -> StoredDelivery:
         """A delivery going out, with its count when the queue counts them."""
@@ -549,9 +551,7 @@ class QueueEngine:
             self._expire()
         if not self.ready:
             return None
-        delivery = self._stamped(self.ready.popleft())
-        self._delivering(delivery)
-        return delivery, self._deliveries.mark(delivery)
+        return self.take_ready()
 
     async def purge(self) -> int:
         """Drop every ready message (acked in Pulsar); unacked deliveries stay."""

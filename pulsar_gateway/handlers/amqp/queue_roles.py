@@ -27,6 +27,11 @@ class QueueConsumer(Protocol):
 
     def deliver(self, engine: QueueEngine, delivery: StoredDelivery, redelivered: bool) -> None: ...
 
+    def deliver_ready(self, engine: QueueEngine, most: int) -> None:
+        """Deliver up to `most` of the engine's ready messages (`QueueEngine.take_ready`),
+        at least one."""
+        ...
+
     def cancelled_by_server(self) -> None: ...
 
 

@@ -120,16 +120,20 @@ class _PulsarQueueReader:
 
     async def fetch(self, limit: int, timeout: float | None) -> list[StoredDelivery]:
         received = await self.consumer.fetch(limit, timeout)
-        out = []
+        out: list[StoredDelivery] = []
+        append = out.append
         decoded = self._decoded
+        is_copy = self._copies.is_copy
+        queue = self.queue
         copies = []
         for item in received:
-            if self._copies.is_copy(item.producer, item.properties, item.id):
+            properties = item.properties
+            if is_copy(item.producer, properties, item.id):
                 copies.append(item.id)
                 continue
-            message = _amqp_message(item.properties, item.payload, item.publish_time, decoded)
-            message = message if P_ROUTING_KEY in item.properties else _keyed(message, self.queue)
-            out.append(StoredDelivery(self.queue, item.id, message, item.redelivery_count))
+            message = _amqp_message(properties, item.payload, item.publish_time, decoded)
+            message = message if P_ROUTING_KEY in properties else _keyed(message, queue)
+            append(StoredDelivery(queue, item.id, message, item.redelivery_count))
         if copies:
             self.ack(copies)
             log.info("queue %s: %d resent copies dropped", self.queue, len(copies))
@@ -198,16 +202,19 @@ def _amqp_message(
                 if len(decoded) >= PROPERTIES_CACHE_SIZE:
                     decoded.clear()
                 decoded[text] = raw
-    expiration = props.get(P_EXPIRATION)
+    get = props.get
+    expiration = get(P_EXPIRATION)
+    timestamp = get(P_TIMESTAMP)
+    priority = get(P_PRIORITY)
     return AmqpMessage(
-        props.get(P_EXCHANGE, ""),
-        props.get(P_ROUTING_KEY, ""),
+        get(P_EXCHANGE, ""),
+        get(P_ROUTING_KEY, ""),
         raw,
         payload,
-        props.get(P_PERSISTENT) == "1",
+        get(P_PERSISTENT) == "1",
         int(expiration) if expiration else None,
-        int(props.get(P_TIMESTAMP) or publish_time),
-        int(props.get(P_PRIORITY) or 0),
+        int(timestamp) if timestamp else publish_time,
+        int(priority) if priority else 0,
     )
 
 
@@ -238,9 +245,14 @@ class GroupedSends:
         self.batched = batched  # a group as batched entries (the wire client), or one each
         self._pending: dict[str, list[tuple[OutMessage, asyncio.Future[None]]]] = {}
         self._scheduled = False
+        # the loop of the last submit: asyncio.get_running_loop() makes a getpid() system
+        # call each time (CPython checks the loop belongs to this process), one a message
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     def submit(self, topic: str, message: OutMessage) -> asyncio.Future[None]:
-        loop = asyncio.get_running_loop()
+        loop = self._loop
+        if loop is None or not loop.is_running():
+            loop = self._loop = asyncio.get_running_loop()
         future: asyncio.Future[None] = loop.create_future()
         self._pending.setdefault(topic, []).append((message, future))
         if not self._scheduled:
@@ -484,11 +496,14 @@ class PulsarAmqpStore:
         self, vhost: str, queues: Collection[str], message: AmqpMessage
     ) -> asyncio.Future[Any]:
         """A future, not a coroutine: the vhost waits on it without a task per publish."""
+        # the acceptance time first: after the gateway's own stamp, the only field that
+        # changes from message to message, so what follows is decoded once for many
+        # (wire/batch.split_batch's tails)
         properties = {
+            P_TIMESTAMP: str(message.timestamp_ms or int(time.time() * 1000)),
             P_EXCHANGE: message.exchange,
             P_ROUTING_KEY: message.routing_key,
             P_PROPERTIES: self._encoded_properties(message.properties_raw),
-            P_TIMESTAMP: str(message.timestamp_ms or int(time.time() * 1000)),
         }
         if message.persistent:
             properties[P_PERSISTENT] = "1"

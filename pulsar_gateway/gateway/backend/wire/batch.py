@@ -46,6 +46,12 @@ PAIR_MISSES_ALLOWED = 32
 MAX_PAIRS_KEPT = 4096  # property octets a kept `pairs` holds before it starts afresh
 # a property's octets -> its name and value, decoded (`split_batch`)
 PropertyPairs = dict[bytes, tuple[str, str]]
+# `split_batch` looks up a message's fields after its first two in `tails` while that pays:
+# this many misses more than hits, and it stops looking (a batch of unique sizes or headers)
+TAIL_MISSES_ALLOWED = 8
+MAX_TAILS_KEPT = 64  # tails a kept `tails` holds before it starts afresh (they are long)
+# the octets of a message's fields after its first two -> their properties and payload size
+MessageTails = dict[bytes, tuple[dict[str, str], int]]
 VARINTS = tuple(encode_varint(i) for i in range(_TABLE_LIMIT))
 # `payload_size` (SingleMessageMetadata field 3) with its key, prebuilt likewise.
 _PAYLOAD_SIZE = PAYLOAD_SIZES = tuple(b"\x18" + v for v in VARINTS)
@@ -274,9 +280,10 @@ def entry_messages(
     payload: bytes,
     limit: int = DEFAULT_UNCOMPRESSED_LIMIT,
     pairs: PropertyPairs | None = None,
+    tails: MessageTails | None = None,
 ) -> list[SingleMessage]:
     """The messages of a received entry (already reassembled if it was chunked);
-    `pairs` as `split_batch` takes it."""
+    `pairs` and `tails` as `split_batch` takes them."""
     data = entry_payload(metadata, payload, limit)
     if metadata.num_messages_in_batch is None:
         return [
@@ -292,16 +299,30 @@ def entry_messages(
                 metadata.partition_key_b64_encoded,
             )
         ]
-    return split_batch(data, metadata.num_messages_in_batch, pairs)
+    return split_batch(data, metadata.num_messages_in_batch, pairs, tails)
 
 
-def split_batch(data: bytes, count: int, pairs: PropertyPairs | None = None) -> list[SingleMessage]:
+def split_batch(
+    data: bytes,
+    count: int,
+    pairs: PropertyPairs | None = None,
+    tails: MessageTails | None = None,
+) -> list[SingleMessage]:
     """The `count` messages of a batched payload, parsed in one pass. The payload must
     hold exactly those messages; anything malformed raises DecodeError.
 
     Property octets decoded before are looked up in `pairs` (a fresh one per call when
     None): a reader of small entries that repeat their properties from entry to entry (an
     AMQP queue's) keeps one across calls and clears it when it holds MAX_PAIRS_KEPT.
+
+    The gateway writes each message's own sequence stamp first (native_writer.py), an AMQP
+    queue's message its acceptance time next (the millisecond: shared by a few), and the
+    fields after those two repeat from message to message (exchange, routing key, content
+    header, body size): when a message's head is two properties, the octets of all its
+    later fields (its tail) are looked up in `tails` (kept like `pairs`, MAX_TAILS_KEPT),
+    and a hit stands for their whole decode. Only a tail of properties and the payload size
+    is kept (any other field, or a name the head also has, and the message is decoded field
+    by field as before).
 
     Written for speed: the common fields are matched by their one-byte keys with one- and
     two-byte varints read inline; anything else goes through the general protobuf path."""
@@ -316,7 +337,12 @@ def split_batch(data: bytes, count: int, pairs: PropertyPairs | None = None) -> 
         pairs = {}  # property octets seen: name, value
     elif len(pairs) >= MAX_PAIRS_KEPT:
         pairs.clear()
+    if tails is None:
+        tails = {}
+    elif len(tails) >= MAX_TAILS_KEPT:
+        tails.clear()
     budget = PAIR_MISSES_ALLOWED
+    tail_budget = TAIL_MISSES_ALLOWED
     end = len(data)
     pos = 0
     try:
@@ -330,7 +356,35 @@ def split_batch(data: bytes, count: int, pairs: PropertyPairs | None = None) -> 
             payload_size = -1
             event_time = 0
             null_value = compacted = b64 = False
-            while p < stop:
+            limit = stop  # where the field-by-field decode ends: the head's end on a hit
+            tail = rest = None
+            if tail_budget > 0 and data[p] == 0x0A and data[p + 1] < 0x80:
+                first_end = p + 2 + data[p + 1]
+                head_end = first_end
+                if head_end < stop and data[head_end] == 0x0A and data[head_end + 1] < 0x80:
+                    head_end += 2 + data[head_end + 1]
+                    if head_end < stop:
+                        rest = data[head_end:stop]
+                        tail = tails.get(rest)
+                        if tail is not None:
+                            tail_budget += 1
+                            limit = head_end
+                            # the first field, the gateway's stamp, is new in every message:
+                            # decoded here in the usual layout, not added to `pairs` (which
+                            # it would only fill up and clear)
+                            q = p + 2
+                            n = q + 2 + data[q + 1]
+                            if data[q] == 0x0A and n < first_end and data[n] == 0x12:
+                                if n + 2 + data[n + 1] == first_end and data[q + 1] < 0x80:
+                                    name = data[q + 2 : n].decode("utf-8", "surrogateescape")
+                                    stamp = data[n + 2 : first_end]
+                                    properties[name] = stamp.decode("utf-8", "surrogateescape")
+                                    p = first_end
+                        else:
+                            tail_budget -= 1
+            nprops = 0  # property fields decoded
+            others = False  # a field other than a property or the payload size
+            while p < limit:
                 t = data[p]
                 if t == 0x0A:  # properties: one KeyValue (name 1, value 2)
                     n = data[p + 1]
@@ -339,6 +393,7 @@ def split_batch(data: bytes, count: int, pairs: PropertyPairs | None = None) -> 
                     else:
                         n, p = decode_varint(data, p + 1, stop)
                     kv_stop = p + n
+                    nprops += 1
                     if kv_stop > stop:
                         raise DecodeError("property runs past its metadata")
                     # a batch's messages mostly repeat their properties (an AMQP queue's
@@ -375,6 +430,7 @@ def split_batch(data: bytes, count: int, pairs: PropertyPairs | None = None) -> 
                     if octets is not None:
                         pairs[octets] = (name, value)  # a batch's size at most, per call
                 elif t == 0x12 or t == 0x3A:  # partition_key, ordering_key
+                    others = True
                     n = data[p + 1]
                     if n < 0x80:
                         p += 2
@@ -399,6 +455,7 @@ def split_batch(data: bytes, count: int, pairs: PropertyPairs | None = None) -> 
                         payload_size, p = decode_varint(data, p + 1, stop)
                 elif t == 0x28:  # event_time: a millisecond time takes 6 bytes to decode
                     # in Python; the messages of a batch mostly share their few times
+                    others = True
                     raw = data[p + 1 : p + 7]
                     known = times.get(raw)
                     if known is None:
@@ -409,6 +466,7 @@ def split_batch(data: bytes, count: int, pairs: PropertyPairs | None = None) -> 
                         event_time = known[0]
                         p += known[1]
                 elif t == 0x48 or t == 0x20 or t == 0x30 or t == 0x40:
+                    others = True
                     flag, p = decode_varint(data, p + 1, stop)
                     if t == 0x48:
                         null_value = flag != 0
@@ -419,10 +477,20 @@ def split_batch(data: bytes, count: int, pairs: PropertyPairs | None = None) -> 
                     else:
                         sequence_id = flag
                 else:  # another field (null_partition_key, or one added later): skip it
+                    others = True
                     field_key, p = decode_varint(data, p, stop)
                     p = skip_field(data, field_key & 7, p, stop)
-            if p != stop:
+            if p != limit:
                 raise DecodeError(f"message {index} metadata overruns its size")
+            if tail is not None:
+                properties.update(tail[0])
+                payload_size = tail[1]
+            elif rest is not None and not others and nprops == len(properties):
+                # properties and the payload size only, each name once: the fields after
+                # the head stand for the properties after its two (dicts keep their order)
+                if len(tails) >= MAX_TAILS_KEPT:
+                    tails.clear()
+                tails[rest] = (dict(list(properties.items())[2:]), payload_size)
             if payload_size < 0:
                 raise DecodeError(f"message {index} has no payload size")
             pos = stop + payload_size

@@ -19,6 +19,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 
 from pulsar_gateway.gateway.backend.wire.batch import (
+    MessageTails,
     PropertyPairs,
     SingleMessage,
     entry_messages,
@@ -65,11 +66,14 @@ class ReceivedEntry:
         return entry_payload(self.metadata, self.payload, limit)
 
     def messages(
-        self, limit: int = DEFAULT_UNCOMPRESSED_LIMIT, pairs: PropertyPairs | None = None
+        self,
+        limit: int = DEFAULT_UNCOMPRESSED_LIMIT,
+        pairs: PropertyPairs | None = None,
+        tails: MessageTails | None = None,
     ) -> list[SingleMessage]:
-        """The entry's messages: one (index -1) for an unbatched entry; `pairs` as
-        `batch.split_batch` takes it."""
-        return entry_messages(self.metadata, self.payload, limit, pairs)
+        """The entry's messages: one (index -1) for an unbatched entry; `pairs` and `tails`
+        as `batch.split_batch` takes them."""
+        return entry_messages(self.metadata, self.payload, limit, pairs, tails)
 
 
 class _Assembly:
