@@ -11,18 +11,11 @@ from typing import Any
 
 from harness.amqp_memory_store import MemoryStore
 from harness.waiting import async_wait_until
-from pulsar_gateway.handlers.amqp.broker_model import AmqpMessage, StoredDelivery
+from pulsar_gateway.handlers.amqp.broker_model import AmqpMessage
 from pulsar_gateway.handlers.amqp.channel import Channel, Consumer
 from pulsar_gateway.handlers.amqp.queue_engine import QueueEngine
 from pulsar_gateway.handlers.amqp.topology import Queue
-
-
-@dataclass
-class _Vhost:
-    name: str = "/"
-
-    def dead_letter(self, engine: QueueEngine, deliveries: list[StoredDelivery], reason: str):
-        engine.settle(deliveries, was_outstanding=False)
+from tests.unit.test_amqp_lost_acks import _Vhost
 
 
 @dataclass
