@@ -85,6 +85,11 @@ idempotent = st.none() | st.builds(
 @example([(None, b"x", 5, [("a", b"1"), ("a", b"2")])], 0, 1, False, None)
 @example([(b"k", b"x", 5, [("b", b"1"), ("a", b"2")])], 0, 1, False, None)
 @example([(b"k", b"x", 5, [("a", b"1"), ("b", "ж".encode() * 100)])], 3, 1, True, None)
+# "%" in a key, a header (own properties) and an idempotent producer's stamp: the writer
+# makes each message's head from a %-format (native_writer._heads); a size word of 0x25
+@example([(b"%", b"x", 5, [("a", b"%d%")])] * 4, 0, 1, True, None)
+@example([(b"%s", b"%", 37, [("%", b"%%")])] * 3, 1, 98, True, ProducerStamp(37, 37, 37, 0))
+@example([(None, b"x" * n, 5, []) for n in range(20, 40)], 0, 1, True, None)
 def test_the_prebuilt_entry_is_the_one_entries_builds(
     fields, codec, first, whole, producer
 ) -> None:
