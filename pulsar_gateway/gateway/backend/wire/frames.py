@@ -97,7 +97,8 @@ class FrameReader:
         # between frames. Shrunk to the bytes left after each parse (`del`), it gave its
         # megabyte back after every big entry and grew page by page for the next, fresh
         # pages faulted in each time (the tailer reads back every entry the gateway
-        # writes: docs/pulsar-protocol.md, "Page faults").
+        # writes: docs/pulsar-protocol.md, "Page faults"). Frames are parsed from copies:
+        # no view of the buffer may outlive `feed`, as its bytes are written over.
         self._buffer = bytearray()
         self._filled = 0
         self._needed = 4  # bytes the buffer must hold before the next frame can be parsed
