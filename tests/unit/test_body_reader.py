@@ -125,3 +125,15 @@ def test_a_dropped_body_buffer_is_handed_out_again() -> None:
     again = buffers.take(1500)  # the first one's buffer, grown
     assert isinstance(again, memoryview) and len(again) == 1500
     assert isinstance(buffers.take(500), bytearray)  # `held` still holds the other
+
+
+def test_cleared_body_buffers_are_not_handed_out_again() -> None:
+    """Once the listener's last connection has gone (`clear`), nothing stays allocated: a
+    buffer still viewed is no longer the pool's, the next body gets a new one."""
+    buffers = BodyBuffers(count=1, smallest=100, largest=2000)
+    kept = buffers.take(1000)
+    buffers.clear()
+    fresh = buffers.take(1000)
+    assert isinstance(fresh, memoryview)
+    fresh[:] = b"x" * 1000
+    assert bytes(kept) != bytes(fresh)  # not the same memory

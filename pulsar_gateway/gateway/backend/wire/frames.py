@@ -80,9 +80,9 @@ def payload_frame_head(command: Command | bytes, section_size: int) -> bytes:
     return _U32_PAIR.pack(4 + len(body) + section_size, len(body)) + body
 
 
-# the most a FrameReader's buffer keeps between frames: a whole entry of the broker's
-# default 5 MiB message size and its frame
-_KEPT_BUFFER = 6 << 20
+# the most a FrameReader's buffer keeps between frames: the entry of a Kafka batch of
+# librdkafka's default 1 MB and more (a bigger frame's buffer shrinks back to it after)
+_KEPT_BUFFER = 2 << 20
 
 
 class FrameReader:
