@@ -106,7 +106,7 @@ class PrebuiltEntry(NamedTuple):
     properties. A message each: `owns`, its own properties (the messages that have the
     same share one object: the writer makes a format per distinct one); `rests`, the rest
     of its single-message metadata (its payload size field last); `payloads`, its payload.
-    `size`: the bytes of `rests` and `payloads`."""
+    `size`: the bytes of `payloads`."""
 
     owns: list[bytes]
     rests: list[bytes]

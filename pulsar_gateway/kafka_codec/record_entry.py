@@ -393,7 +393,7 @@ def build_entry(
     for index, props in own.items():
         owns[index] = props
     values = sum(map(len, payloads))
-    return PrebuiltEntry(owns, metadata, payloads, sum(map(len, metadata)) + values), values
+    return PrebuiltEntry(owns, metadata, payloads, values), values
 
 
 def _common_fields(
