@@ -180,3 +180,12 @@ def test_a_base_time_near_the_int64_limits_is_not_prebuilt() -> None:
     lazy = record_messages(body, 1, base_ts, 0)
     assert lazy.take_prebuilt() is None
     assert lazy.made() == decode_messages(body, 1, base_ts)
+
+
+def test_a_batch_of_no_records_prebuilds_an_empty_entry() -> None:
+    """(As before the writer made each message's head by a format: no message, no head.)"""
+    lazy = record_messages(b"", 0, 1000, 0)
+    prebuilt = lazy.take_prebuilt()
+    assert prebuilt is not None
+    built = prebuilt_entry(prebuilt, lazy, 5, True, UNLIMITED, None)
+    assert built is not None and built.payload == b"" and built.num_messages == 0

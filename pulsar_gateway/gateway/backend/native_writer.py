@@ -228,6 +228,8 @@ def _heads(
     properties), which a batch has few of; the `%`s run in C (`map`), no Python line a
     message (docs/pulsar-protocol.md, "One pass")."""
     owns = prebuilt.owns
+    if not owns:  # (no records: nothing to stamp, as `entries` would have it)
+        return []
     sizes = list(map(operator.add, map(len, owns), rest_sizes))
     count = len(sizes)
     out: list[bytes] = []
