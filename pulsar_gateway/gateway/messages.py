@@ -100,16 +100,17 @@ class LogEntry(NamedTuple):
 class PrebuiltEntry(NamedTuple):
     """A produced Kafka batch's records as the payload of ONE Pulsar batched entry, built in
     one pass from the batch's bytes (kafka_codec/record_entry.py), but for what only the
-    writer knows: each message's size word and first field, its `__gw.seq` stamp
-    (native_writer.prebuilt_entry fills them in), and the properties an idempotent
-    producer's stamps add (`RecordMessages.with_added`). `parts` holds six items a message:
-    the size word's place, the stamp's place, its own properties, the added properties'
-    place (b"" each place), the rest of its single-message metadata (its payload size
-    field last), its payload. `metadata_sizes`: the own properties' and the rest's length,
-    a message. `size`: the bytes of `parts` (the places empty)."""
+    writer knows: each message's size word and first field, its `__gw.seq` stamp, and the
+    properties an idempotent producer's stamps add (`RecordMessages.with_added`), which
+    native_writer.prebuilt_entry writes before each message's `rests` item, after its own
+    properties. A message each: `owns`, its own properties (the messages that have the
+    same share one object: the writer makes a format per distinct one); `rests`, the rest
+    of its single-message metadata (its payload size field last); `payloads`, its payload.
+    `size`: the bytes of `payloads`."""
 
-    parts: list[bytes]
-    metadata_sizes: list[int]
+    owns: list[bytes]
+    rests: list[bytes]
+    payloads: list[bytes]
     size: int
 
 

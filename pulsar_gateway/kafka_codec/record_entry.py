@@ -389,20 +389,11 @@ def build_entry(
         raise RecordBatchError(
             f"record {bad_at} has offset delta {bad_delta}", ErrorCode.INVALID_RECORD
         )
-    sizes = list(map(len, metadata))
-    values = sum(map(len, payloads))
-    # each message's size word, stamp and added properties are the writer's
-    parts = [b""] * (6 * count)
-    if codec_field:
-        extra = len(codec_field)
-        sizes = [size + extra for size in sizes]
-        parts[2::6] = [codec_field] * count
+    owns = [codec_field] * count
     for index, props in own.items():
-        parts[6 * index + 2] = props
-        sizes[index] += len(props) - len(codec_field)
-    parts[4::6] = metadata
-    parts[5::6] = payloads
-    return PrebuiltEntry(parts, sizes, sum(sizes) + values), values
+        owns[index] = props
+    values = sum(map(len, payloads))
+    return PrebuiltEntry(owns, metadata, payloads, values), values
 
 
 def _common_fields(

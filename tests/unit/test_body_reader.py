@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from harness.hypothesis_budget import examples
-from pulsar_gateway.handlers.kafka.body_reader import BodyReader
+from pulsar_gateway.handlers.kafka.body_reader import BodyBuffers, BodyReader
 
 
 async def _fed(reader: BodyReader, stream: bytes, cuts: list[int], early: int) -> None:
@@ -90,3 +90,50 @@ def test_a_connection_error_mid_body_ends_the_read_with_it() -> None:
         assert reader._into is None
 
     asyncio.run(asyncio.wait_for(scenario(), 5))
+
+
+@settings(max_examples=examples(200), deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 3000), st.booleans()), min_size=1, max_size=12))
+def test_a_body_buffer_is_handed_out_again_only_once_nothing_views_it(bodies) -> None:
+    """`BodyBuffers`: bodies of random sizes, some kept (a view of a slice of them, as a
+    compressed batch's bytes are kept for tail fetches), the others dropped: a kept body's
+    bytes never change however many bodies come after it, and a buffer dropped is reused
+    (no new allocation while one is free)."""
+    buffers = BodyBuffers(count=2, smallest=100, largest=2000)
+    kept: list[tuple[memoryview | bytearray, bytes]] = []
+    for index, (size, keep) in enumerate(bodies):
+        body = buffers.take(size)
+        assert len(body) == size and not memoryview(body).readonly
+        content = bytes([index % 256]) * size
+        body[:] = content
+        if keep:
+            kept.append((body[size // 3 :], content[size // 3 :]))
+        del body
+        for view, expected in kept:
+            assert bytes(view) == expected
+
+
+def test_a_dropped_body_buffer_is_handed_out_again() -> None:
+    buffers = BodyBuffers(count=2, smallest=100, largest=2000)
+    first = buffers.take(1000)
+    held = buffers.take(500)
+    assert isinstance(first, memoryview) and isinstance(held, memoryview)
+    assert isinstance(buffers.take(500), bytearray)  # both held: one of its own
+    assert isinstance(buffers.take(50), bytearray)  # under `smallest`
+    assert isinstance(buffers.take(2001), bytearray)  # over `largest`
+    del first
+    again = buffers.take(1500)  # the first one's buffer, grown
+    assert isinstance(again, memoryview) and len(again) == 1500
+    assert isinstance(buffers.take(500), bytearray)  # `held` still holds the other
+
+
+def test_cleared_body_buffers_are_not_handed_out_again() -> None:
+    """Once the listener's last connection has gone (`clear`), nothing stays allocated: a
+    buffer still viewed is no longer the pool's, the next body gets a new one."""
+    buffers = BodyBuffers(count=1, smallest=100, largest=2000)
+    kept = buffers.take(1000)
+    buffers.clear()
+    fresh = buffers.take(1000)
+    assert isinstance(fresh, memoryview)
+    fresh[:] = b"x" * 1000
+    assert bytes(kept) != bytes(fresh)  # not the same memory

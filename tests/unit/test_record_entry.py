@@ -85,6 +85,11 @@ idempotent = st.none() | st.builds(
 @example([(None, b"x", 5, [("a", b"1"), ("a", b"2")])], 0, 1, False, None)
 @example([(b"k", b"x", 5, [("b", b"1"), ("a", b"2")])], 0, 1, False, None)
 @example([(b"k", b"x", 5, [("a", b"1"), ("b", "ж".encode() * 100)])], 3, 1, True, None)
+# "%" in a key, a header (own properties) and an idempotent producer's stamp: the writer
+# makes each message's head from a %-format (native_writer._heads); a size word of 0x25
+@example([(b"%", b"x", 5, [("a", b"%d%")])] * 4, 0, 1, True, None)
+@example([(b"%s", b"%", 37, [("%", b"%%")])] * 3, 1, 98, True, ProducerStamp(37, 37, 37, 0))
+@example([(None, b"x" * n, 5, []) for n in range(20, 40)], 0, 1, True, None)
 def test_the_prebuilt_entry_is_the_one_entries_builds(
     fields, codec, first, whole, producer
 ) -> None:
@@ -175,3 +180,12 @@ def test_a_base_time_near_the_int64_limits_is_not_prebuilt() -> None:
     lazy = record_messages(body, 1, base_ts, 0)
     assert lazy.take_prebuilt() is None
     assert lazy.made() == decode_messages(body, 1, base_ts)
+
+
+def test_a_batch_of_no_records_prebuilds_an_empty_entry() -> None:
+    """(As before the writer made each message's head by a format: no message, no head.)"""
+    lazy = record_messages(b"", 0, 1000, 0)
+    prebuilt = lazy.take_prebuilt()
+    assert prebuilt is not None
+    built = prebuilt_entry(prebuilt, lazy, 5, True, UNLIMITED, None)
+    assert built is not None and built.payload == b"" and built.num_messages == 0

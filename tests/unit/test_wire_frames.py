@@ -4,6 +4,7 @@ and hostile bytes that never raise anything but DecodeError nor grow the buffer.
 from __future__ import annotations
 
 import struct
+import tracemalloc
 
 import pytest
 from crc32c import crc32c
@@ -191,3 +192,41 @@ def test_a_large_frame_split_anywhere_reads_whole_with_its_checksum_checked() ->
     damaged[-1] ^= 1
     with pytest.raises(ChecksumMismatch):
         FrameReader().feed(bytes(damaged))
+
+
+@settings(max_examples=examples(200), deadline=None)
+@given(st.lists(st.integers(0, 200_000), max_size=30), st.integers(1, 4))
+def test_one_reader_cut_anywhere_reads_a_long_stream_whole(cuts: list[int], rounds: int) -> None:
+    """One reader kept across big and small frames in pieces of any size (its buffer keeps
+    its size between frames, the bytes left over moved to its front): the frames the whole
+    stream gives, nothing left over."""
+    small, _ = _stream()
+    big = _message_frame(bytes(range(256)) * 400)
+    stream = (small + big + small[:40] + small[40:] + big) * rounds
+    whole = FrameReader().feed(stream)
+    edges = [0, *sorted(cut % (len(stream) + 1) for cut in cuts), len(stream)]
+    reader = FrameReader()
+    got = [
+        frame for a, b in zip(edges, edges[1:], strict=False) for frame in reader.feed(stream[a:b])
+    ]
+    assert got == whole
+    assert reader.buffered == 0
+
+
+def test_a_big_frame_after_another_is_read_into_the_same_buffer() -> None:
+    """The tailer reads back every entry the gateway writes: after the first big frame
+    the reader's buffer is not allocated again (each new block of a megabyte was fresh pages
+    faulted in), only the frame's payload is (tracemalloc's peak: about one payload)."""
+    payload = bytes(range(256)) * 4096  # 1 MiB
+    frame = _message_frame(payload)
+    reader = FrameReader()
+    for at in range(0, len(frame), 65536):
+        reader.feed(frame[at : at + 65536])
+    tracemalloc.start()
+    try:
+        got = [f for at in range(0, len(frame), 65536) for f in reader.feed(frame[at : at + 65536])]
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert [f.payload for f in got] == [payload]
+    assert peak < 1.5 * len(payload), peak

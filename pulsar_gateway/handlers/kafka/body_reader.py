@@ -16,6 +16,7 @@ as asyncio's (`feed_data` passes through).
 from __future__ import annotations
 
 import asyncio
+import io
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -50,7 +51,9 @@ class BodyReader(asyncio.StreamReader):
             self._filled += room
             super().feed_data(view[room:])  # (wakes the waiter)
 
-    async def read_into(self, target: bytearray, at: int, progress: Callable[[int], None]) -> None:
+    async def read_into(
+        self, target: bytearray | memoryview, at: int, progress: Callable[[int], None]
+    ) -> None:
         """Fill `target[at:]` with the stream's next bytes; `progress(bytes so far)` after each
         chunk. IncompleteReadError at the end of the stream, as `readexactly` raises."""
         inner: Any = self  # asyncio's private parts, which typeshed does not list
@@ -78,6 +81,59 @@ class BodyReader(asyncio.StreamReader):
                     progress(self._filled)
             finally:
                 self._into = None
+
+
+class BodyBuffers:
+    """A few buffers big Produce bodies are read into, again and again (one set a Kafka
+    listener, shared by its connections: `KafkaContext.bodies`).
+
+    `bytearray(size)` for each big body was a fresh mapping at the gateway's 512 KiB malloc
+    threshold, its pages faulted in as it was zeroed: a megabyte body (librdkafka's batches
+    of thousands of records) cost about a millisecond before a byte of it was read
+    (docs/pulsar-protocol.md, "Page faults"). A buffer here is handed out as a view and is
+    free again once that view and every view of it are gone (the request decoded and
+    answered, and nothing kept of it: a compressed batch's bytes kept for tail fetches are
+    a view of the body, which then keeps its buffer): until then Python refuses to write
+    into it (BufferError), so a body still in use is never overwritten, only passed over,
+    as `native_writer.EntryBuffers` does for entries. Bodies outside [`smallest`,
+    `largest`] bytes, or when every buffer is held, get a `bytearray` of their own as
+    before. What stays allocated is at most `count` x `largest` bytes, and nothing once the
+    listener's last connection has gone (`clear`): an idle gateway's resident memory is
+    what the hostile-clients test holds to where it was before the attack."""
+
+    def __init__(self, count: int = 2, smallest: int = 512 * 1024, largest: int = 4 << 20) -> None:
+        self.count = count
+        self.smallest = smallest
+        self.largest = largest
+        self._buffers: list[io.BytesIO] = []
+
+    def take(self, size: int) -> bytearray | memoryview:
+        """A writable buffer of `size` bytes (its old contents: the caller fills it all)."""
+        if not self.smallest <= size <= self.largest:
+            return bytearray(size)
+        for buffer in self._buffers:
+            try:
+                buffer.write(b"")  # BufferError while a view of it is left
+            except BufferError:
+                continue
+            return _sized(buffer, size)
+        if len(self._buffers) == self.count:
+            return bytearray(size)
+        buffer = io.BytesIO()
+        self._buffers.append(buffer)
+        return _sized(buffer, size)
+
+    def clear(self) -> None:
+        """Let go of every buffer (one still viewed lives on until its views are gone)."""
+        self._buffers.clear()
+
+
+def _sized(buffer: io.BytesIO, size: int) -> memoryview:
+    """A view of `buffer`'s first `size` bytes, grown to that first if it is smaller."""
+    if buffer.seek(0, io.SEEK_END) < size:
+        buffer.seek(size - 1)
+        buffer.write(b"\0")
+    return buffer.getbuffer()[:size]
 
 
 async def start_server(

@@ -357,7 +357,9 @@ class KafkaConnection:
         """SASL is on and this connection has not authenticated yet."""
         return self.sasl.required and not self.sasl.authenticated
 
-    async def _read_body(self, size: int, start: bytes, produce: bool) -> bytes | bytearray:
+    async def _read_body(
+        self, size: int, start: bytes, produce: bool
+    ) -> bytes | bytearray | memoryview:
         """The frame (``start``: its first bytes, already read), which must also keep
         arriving at kafka.min_frame_bytes_per_second (`_too_slow`). A big Produce is read
         into one buffer of its size (body_reader.py: its bytes copied once, not four times);
@@ -375,7 +377,7 @@ class KafkaConnection:
             self._watchdog = self.loop.call_later(grace, self._watch)
         try:
             if produce and size >= BIG_BODY and isinstance(self.reader, BodyReader):
-                frame = bytearray(size)
+                frame = self.context.bodies.take(size)  # (a reused buffer: BodyBuffers)
                 frame[: len(start)] = start
                 await self.reader.read_into(frame, len(start), self._progress)
                 return frame

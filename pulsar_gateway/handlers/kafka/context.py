@@ -14,6 +14,7 @@ from pulsar_gateway.gateway.cluster.view import Member, group_key, partition_key
 from pulsar_gateway.gateway.config import KafkaSection
 from pulsar_gateway.gateway.topic_names import kafka_topic_name, logical_topic, pulsar_topic
 from pulsar_gateway.handlers.authorization import Access, Authorizer, everyone_allowed
+from pulsar_gateway.handlers.kafka.body_reader import BodyBuffers
 from pulsar_gateway.handlers.kafka.consumer_groups import ConsumerGroups
 from pulsar_gateway.handlers.kafka.group_coordinator import GroupCoordinator
 from pulsar_gateway.handlers.kafka.idempotence import ProducerSequences
@@ -68,6 +69,9 @@ class KafkaContext:
     # the listener's turns on the loop for handlers whose work grows with the request
     # (loop_turns.py): shared by every connection's copy of the context
     turns: LoopTurns = field(default_factory=LoopTurns)
+    # the listener's buffers big Produce bodies are read into (body_reader.BodyBuffers):
+    # shared by every connection's copy of the context
+    bodies: BodyBuffers = field(default_factory=BodyBuffers)
 
     @property
     def topics(self) -> TopicStore:

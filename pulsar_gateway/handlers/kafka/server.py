@@ -369,6 +369,8 @@ class KafkaServer:
         finally:
             metrics.CONNECTIONS.labels("kafka").dec()
             self._connections.discard(task)
+            if not self._connections:  # (its reused Produce body buffers: none kept idle)
+                context.bodies.clear()
             self.queued_per_ip.give_back(ip)
             self._release(ip, stranger)
 

@@ -80,6 +80,11 @@ def payload_frame_head(command: Command | bytes, section_size: int) -> bytes:
     return _U32_PAIR.pack(4 + len(body) + section_size, len(body)) + body
 
 
+# the most a FrameReader's buffer keeps between frames: the entry of a Kafka batch of
+# librdkafka's default 1 MB and more (a bigger frame's buffer shrinks back to it after)
+_KEPT_BUFFER = 2 << 20
+
+
 class FrameReader:
     """Splits a byte stream into frames; `max_frame_size` bounds one frame (its total size
     field), and may be changed once the broker says its message size limit."""
@@ -88,21 +93,34 @@ class FrameReader:
         self.max_frame_size = max_frame_size
         self.verify_checksums = True
         self.large_frame = LARGE_FRAME  # frames over this size: `_large_frame`
+        # The stream's unparsed bytes are `_buffer[:_filled]`; the buffer keeps its size
+        # between frames. Shrunk to the bytes left after each parse (`del`), it gave its
+        # megabyte back after every big entry and grew page by page for the next, fresh
+        # pages faulted in each time (the tailer reads back every entry the gateway
+        # writes: docs/pulsar-protocol.md, "Page faults"). Frames are parsed from copies:
+        # no view of the buffer may outlive `feed`, as its bytes are written over.
         self._buffer = bytearray()
+        self._filled = 0
         self._needed = 4  # bytes the buffer must hold before the next frame can be parsed
 
     @property
     def buffered(self) -> int:
-        return len(self._buffer)
+        return self._filled
 
     def feed(self, data: bytes | bytearray | memoryview) -> list[Frame]:
         buffer = self._buffer
-        buffer += data
-        if len(buffer) < self._needed:
+        filled = self._filled
+        size = len(data)
+        if filled + size <= len(buffer):
+            buffer[filled : filled + size] = data
+        else:
+            del buffer[filled:]
+            buffer += data
+        end = self._filled = filled + size
+        if end < self._needed:
             return []
         frames: list[Frame] = []
         pos = 0
-        end = len(buffer)
         with memoryview(buffer) as view:
             while end - pos >= 4:
                 total = _U32.unpack_from(view, pos)[0]
@@ -129,9 +147,14 @@ class FrameReader:
             else:
                 self._needed = 4
         if pos:
-            del buffer[:pos]
-            if not buffer:
+            left = end - pos
+            if left:
+                buffer[:left] = buffer[pos:end]
+            else:
                 self._needed = 4
+            self._filled = left
+            if len(buffer) > _KEPT_BUFFER and left <= _KEPT_BUFFER:
+                del buffer[_KEPT_BUFFER:]  # (a frame over it was rare: not kept for)
         return frames
 
 
