@@ -390,11 +390,12 @@ def seal_records(
     max_ts: int,
     codec: int = 0,
     producer: tuple[int, int, int] = (-1, -1, -1),
+    transactional: bool = False,
 ) -> bytes:
     """A plain v2 batch at base offset 0 around `count` records already encoded (the bytes
     of `parts`, in order), with offset deltas 0..count-1 and timestamps relative to
     `base_ts` (CreateTime; `producer`: its id, epoch and base sequence, an idempotent
-    producer's or none): what a reader that writes records itself
+    producer's or none; `transactional`: marked so): what a reader that writes records itself
     (storage/kafka/read_batches.py) puts around them.
 
     The batch is the one large buffer made: the records are joined and checksummed in
@@ -410,7 +411,8 @@ def seal_records(
     ]
     if codec:
         pieces = [compression.compress(codec, b"".join(pieces))]
-    tail = _AFTER_CRC.pack(codec, count - 1, base_ts, max_ts, *producer, count)
+    attributes = codec | ATTR_TRANSACTIONAL if transactional else codec
+    tail = _AFTER_CRC.pack(attributes, count - 1, base_ts, max_ts, *producer, count)
     crc = crc32c.crc32c(tail)
     size = len(tail)
     for piece in pieces:

@@ -8,7 +8,9 @@ pulsar-client reader of the same data).
 Read whole, the records are the message path's, the batch carries the producer id, epoch
 and base sequence they were produced with (as the tail serves the produced batch before the
 restart), the messages it stands for are those stored, and the producer state the tailer
-rebuilds from it is the one the messages give: a retry after a restart is still known."""
+rebuilds from it is the one the messages give: a retry after a restart is still known. A
+transactional producer's entries too: a transactional batch, its transaction (and its abort)
+known as the messages make it known."""
 
 from __future__ import annotations
 
@@ -33,7 +35,7 @@ from pulsar_gateway.gateway.messages import (
 )
 from pulsar_gateway.handlers.kafka.port import ProducerBatch, ProducerSnapshot, ProducerStamp
 from pulsar_gateway.kafka_codec import compression as codecs
-from pulsar_gateway.kafka_codec.control_batch import TXN
+from pulsar_gateway.kafka_codec.control_batch import TXN, mark_transactional, marker_message
 from pulsar_gateway.kafka_codec.entry_format import encode_entries
 from pulsar_gateway.kafka_codec.record_batch import HEADER_SIZE, decode_batches, encode_batch
 from pulsar_gateway.kafka_codec.record_entry import record_messages
@@ -47,6 +49,7 @@ from pulsar_gateway.storage.kafka.producer_state import (
     stamp,
 )
 from pulsar_gateway.storage.kafka.read_batches import is_read_batch, kafka_batch, messages_of
+from pulsar_gateway.storage.kafka.transaction_index import TransactionIndex
 from tests.unit.test_read_batches import (
     _Backend,
     _Metadata,
@@ -67,13 +70,16 @@ producers = st.builds(
 )
 
 
-def _producer_state(messages: list[StoredMessage], offset: int) -> dict:
-    """What the tailer's producer state makes of `messages` numbered from `offset`."""
-    index = ProducerStateIndex()
+def _producer_state(messages: list[StoredMessage], offset: int) -> tuple[dict, dict]:
+    """What the tailer's producer state and transaction index make of `messages` numbered
+    from `offset`."""
+    producers = ProducerStateIndex()
+    transactions = TransactionIndex()
     for message in messages:
-        index.observe(message, offset)
+        producers.observe(message, offset)
+        transactions.observe(message, offset)
         offset += int(message.properties.get(RECORDS, 1))
-    return index.snapshot()
+    return producers.snapshot(), transactions.snapshot()
 
 
 @settings(max_examples=examples(100), deadline=None)
@@ -83,15 +89,24 @@ def _producer_state(messages: list[StoredMessage], offset: int) -> dict:
     st.none() | st.integers(0, 4),
     st.booleans(),
     st.sampled_from([1 << 22, 400, 1_500]),
+    st.booleans(),
 )
 def test_an_idempotent_entry_read_whole_serves_what_message_by_message_serves(
-    records: list[OutMessage], producer: ProducerStamp, since: int | None, whole: bool, limit: int
+    records: list[OutMessage],
+    producer: ProducerStamp,
+    since: int | None,
+    whole: bool,
+    limit: int,
+    transactional: bool,
 ) -> None:
-    """A send's records as the Produce path stamps them (`stamp`; `since`: records of the
-    batch before them, a retry resuming a batch cut short; None: no `FROM`, as on the rest
-    of a send), in one entry or cut by the entry size (`limit`), the send a Kafka batch
-    (`whole`) or not."""
+    """A send's records as the Produce path stamps them (`stamp`, after `mark_transactional`
+    for a `transactional` producer; `since`: records of the batch before them, a retry
+    resuming a batch cut short; None: no `FROM`, as on the rest of a send), in one entry or
+    cut by the entry size (`limit`), the send a Kafka batch (`whole`) or not."""
     count = len(records)
+    if transactional:
+        records = [dataclasses.replace(r) for r in records]
+        mark_transactional(records, producer.producer_id, producer.epoch)
     skip = since or 0
     last = (producer.first_sequence + skip + count - 1) % SEQUENCE_WRAP
     producer = dataclasses.replace(producer, last_sequence=last)
@@ -125,15 +140,15 @@ def test_an_idempotent_entry_read_whole_serves_what_message_by_message_serves(
             producer.epoch,
             base,
         )
-        assert not batch.is_transactional
+        assert batch.is_transactional == transactional
         assert _producer_state([made], 50) == _producer_state(one_by_one, 50)
 
 
 def test_stamps_of_no_one_send_are_read_message_by_message() -> None:
     """Stamps that do not say one send's sequences: two producers' (or batches') stamps,
     `FROM` on a later message, on none (the rest of a send) or without a stamp, a stamp
-    that does not parse or that the count contradicts, a transaction's stamp. The message
-    path reads what they are."""
+    that does not parse or that the count contradicts, a transaction's stamp that is not
+    its producer's. The message path reads what they are."""
 
     def entry(*properties: dict[str, str]) -> tuple[bytes, int]:
         messages = [OutMessage(b"v%d" % i, "k", p, 5 + i) for i, p in enumerate(properties)]
@@ -151,7 +166,9 @@ def test_stamps_of_no_one_send_are_read_message_by_message() -> None:
         entry({PRODUCER: "9:0:x:2", FROM: "0"}, *[{PRODUCER: "9:0:x:2"}] * 2),
         entry({PRODUCER: "9:0:0:9", FROM: "0"}, *[{PRODUCER: "9:0:0:9"}] * 2),  # 3, not 10
         entry({PRODUCER: "9:99999:0:2", FROM: "0"}, *[{PRODUCER: "9:99999:0:2"}] * 2),
-        entry(*[{TXN: "9:0", **a, **({FROM: "0"} if i == 0 else {})} for i in range(3)]),
+        # a transaction's stamp not its producer's, or without one
+        entry(*[{TXN: "8:0", **a, **({FROM: "0"} if i == 0 else {})} for i in range(3)]),
+        entry(*[{TXN: "9:0"}] * 3),
     ]
     for payload, count in odd:
         assert kafka_batch((1, 1, 0), payload, count, PUBLISHED, PRODUCER_NAME) is None
@@ -263,5 +280,51 @@ def test_a_history_read_serves_an_idempotent_batch_whole_with_its_producer() -> 
         ]
         assert count == 10 * BATCHES and served == EXPECTED_BATCHES
         await log.close()
+
+    asyncio.run(scenario())
+
+
+def test_after_a_restart_a_transaction_s_batches_are_served_whole_and_its_abort_known() -> None:
+    """A transactional producer's entries (`TXN` on every record too), then its abort
+    marker: after a restart each entry is one transactional batch with its producer, and
+    the transaction index gives the aborted transaction the messages give (a read_committed
+    consumer leaves out the same records)."""
+
+    async def scenario() -> None:
+        raw = []
+        for n in range(2):
+            records = [OutMessage(b"v%d" % i, "k", None, 1_000 + i) for i in range(10)]
+            mark_transactional(records, 42, 3)
+            stamped = stamp(records, ProducerStamp(42, 3, 10 * n, 10 * n + 9))
+            [entry] = entries(stamped, 10 * n, True, 1 << 20)
+            raw.append(((7, n, 0), bytes(entry.payload), 10))
+        [marker] = entries([marker_message(42, 3, False, 2_000)], 20, True, 1 << 20)
+        raw.append(((7, 2, 0), bytes(marker.payload), 1))
+        log = PartitionLog(_Backend([]), _Metadata(), "t")  # type: ignore[arg-type]
+        log._stream = _TailedStream(raw)  # type: ignore[assignment]
+        task = asyncio.create_task(log._tail_loop())
+        try:
+            for _ in range(200):
+                if log.next_offset == 21:
+                    break
+                await asyncio.sleep(0.01)
+            assert log.next_offset == 21 and log.last_stable_offset == 21
+            assert log.aborted_transactions(0, 21) == [(42, 0)]
+            read = await log.read(0, 1 << 20)
+            assert [is_read_batch(e.message) for e in read] == [True, True, False]
+            data, count = encode_entries(read[:2])
+            served = [
+                (
+                    b.base_offset,
+                    b.is_transactional,
+                    b.producer_id,
+                    b.producer_epoch,
+                    b.base_sequence,
+                )
+                for b in decode_batches(data)
+            ]
+            assert count == 20 and served == [(0, True, 42, 3, 0), (10, True, 42, 3, 10)]
+        finally:
+            task.cancel()
 
     asyncio.run(scenario())

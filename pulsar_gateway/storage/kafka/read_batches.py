@@ -12,7 +12,7 @@ first offset when served).
 
 Only the plain case is taken: every message carries the gateway's `__gw.seq` stamp first
 and no other property but its record's headers as the gateway maps them (read_headers.py;
-no binary key, no transaction, no producer codec) and an idempotent producer's stamps, the
+no binary key, no producer codec) and an idempotent producer's stamps, the
 stamps count up by one and all but the last say "more follows", and every message has its
 event time. Anything else gives None and the entry is read message by message as before,
 so the records that reach a Kafka client are those the message path gives (a property
@@ -29,7 +29,11 @@ cut by the entry size, or the rest after a ledger's lone first message) has no `
 tell its records' sequences by and is read message by message, as the tail reads it. The
 item carries the stamps as the tail's item for a produced batch does
 (`producer_state.produced`), so the producer state the tailer rebuilds after a restart
-(`ProducerStateIndex.observe`) is the one the messages give.
+(`ProducerStateIndex.observe`) is the one the messages give. A transactional producer's
+entry (`control_batch.TXN` on every message too, its producer's id and epoch) is a
+transactional batch, as the message path serves its records; the item's `TXN` opens the
+transaction in the tailer's `TransactionIndex` at the entry's first offset, as its first
+message does.
 
 The batch is an item for the whole entry (`messages.WHOLE_ENTRY`): the history reads and,
 after a restart, the partition's tailer take it as the tailer takes an entry it wrote. It
@@ -53,6 +57,7 @@ from pulsar_gateway.gateway.messages import (
     MessageKey,
     StoredMessage,
 )
+from pulsar_gateway.kafka_codec.control_batch import TXN
 from pulsar_gateway.kafka_codec.entry_format import BATCH, READ_FROM_ENTRY
 from pulsar_gateway.kafka_codec.record_batch import decode_batches, seal_records
 from pulsar_gateway.kafka_codec.record_codec import VARINT_TABLE_SIZE, VARINTS, zigzag_bytes
@@ -120,12 +125,13 @@ def kafka_batch(
             if walked is None:
                 return None
             state = walked
-        pos, p, unmarked, last_unmarked, start, headers, stamp, since = state
+        pos, p, unmarked, last_unmarked, start, headers, stamps, since = state
         # every stamp but the last says "more follows" (else a batch ends inside the
         # entry: not the plain case); the last may say it too
         if unmarked > 1 or (unmarked and last_unmarked != p) or start is None:
             return None
-        producer = _producer(stamp or "", since, count, unmarked == 1)
+        stamps = stamps or ()  # None only where no message was walked
+        producer = _producer(stamps, since, count, unmarked == 1)
         if producer is None:
             return None
         text = data[p - start[2] + _HEAD : p].decode()
@@ -139,27 +145,40 @@ def kafka_batch(
         return None
     parts[0] = parts[0][1:]  # the first record follows no record's "no headers"
     parts.append(b"\x00" if headers is None else headers)  # the last record's headers
-    batch = seal_records(parts, count, clock.base, clock.latest, producer=producer)
+    batch = seal_records(
+        parts, count, clock.base, clock.latest, producer=producer, transactional=len(stamps) > 1
+    )
     properties = {BATCH: READ_FROM_ENTRY, RECORDS: str(count), SEQ: text, WHOLE_ENTRY: "1"}
-    if stamp:  # as on the messages: the tailer's producer state reads them (module doc)
-        properties[PRODUCER] = stamp
-        if since is not None:
-            properties[FROM] = since
+    if stamps:  # as on the messages: the tailer's producer state reads them (module doc)
+        properties.update(_stamped(stamps, since))
     return StoredMessage((mid[0], mid[1], 0), batch, "", properties, 0, publish_time, producer_name)
 
 
 _NO_PRODUCER = (-1, -1, -1)
 
 
-def _producer(stamp: str, since: str | None, count: int, ends: bool) -> tuple[int, int, int] | None:
+def _stamped(stamps: tuple[str, ...], since: str | None) -> dict[str, str]:
+    """The producer's stamps as properties: `PRODUCER` (and `TXN`), `FROM` when `since`."""
+    out = {PRODUCER: stamps[0]}
+    if len(stamps) > 1:
+        out[TXN] = stamps[1]
+    if since is not None:
+        out[FROM] = since
+    return out
+
+
+def _producer(
+    stamps: tuple[str, ...], since: str | None, count: int, ends: bool
+) -> tuple[int, int, int] | None:
     """The producer id, epoch and base sequence of an entry of `count` records whose
-    messages all carry the idempotent producer's `stamp` ("": none) and whose first
-    carries `since` (`FROM`, or None); `ends`: whether its last message ends its Kafka
-    batch. None when the stamps do not say the records' sequences (no `FROM`: the rest of
-    a send) or the count contradicts them (a batch's end that is not its last sequence)."""
-    if not stamp:
+    messages all carry the idempotent producer's `stamps` (read_headers.Properties) and
+    whose first carries `since` (`FROM`, or None); `ends`: whether its last message ends
+    its Kafka batch. None when the stamps do not say the records' sequences (no `FROM`: the
+    rest of a send) or the count contradicts them (a batch's end that is not its last
+    sequence)."""
+    if not stamps:
         return _NO_PRODUCER
-    fields = None if since is None else producer_fields(stamp, since)
+    fields = None if since is None else producer_fields(stamps[0], since)
     if fields is None:
         return None
     producer_id, epoch, base, last = fields
@@ -174,9 +193,11 @@ _Start = tuple[int, int, int]
 # where a walk through an entry's messages stands: the next message's position, where the
 # last stamp's value ended, how many stamps lacked the mark and where the last such ended,
 # the last message's `_Start` and its record's headers section (None: no headers), the
-# idempotent producer's stamp every message carries ("": none; None: no message walked)
-# and the first message's `FROM` (read_headers.Properties)
-_Walk = tuple[int, int, int, int, "_Start | None", "bytes | None", "str | None", "str | None"]
+# producer's stamps every message carries (None: no message walked) and the first
+# message's `FROM` (read_headers.Properties)
+_Walk = tuple[
+    int, int, int, int, "_Start | None", "bytes | None", "tuple[str, ...] | None", "str | None"
+]
 # what a message's metadata after its stamp makes of its record (`_write_records`): the
 # first part ("no headers" for the record before, then length, attributes and timestamp
 # delta), key and value lengths and key, the value's size, the record's headers section
@@ -223,7 +244,7 @@ def _write_records(
     looking = True
     misses = 0
     first_part = len(parts)
-    pos, p, unmarked, last_unmarked, start, headers, stamp, since = state
+    pos, p, unmarked, last_unmarked, start, headers, stamps, since = state
     rest = b""
     for delta in deltas:
         # the stamp, first and the only property: its field's head names its length
@@ -249,19 +270,19 @@ def _write_records(
             # ordering key (the partition key again), null value, payload size; another
             # layout (q != stop) is parsed field by field
             own = None
-            own_stamp = ""
+            own_stamps: tuple[str, ...] = ()
             own_since = None
             if data[p] == 0x0A:
                 found_headers = header_bytes(data, p, stop, heads)
                 if found_headers is None:
                     return None
-                p, (own, own_stamp, own_since) = found_headers
-            # one send's records: one producer's stamp on all, `FROM` on the first only
+                p, (own, own_stamps, own_since) = found_headers
+            # one send's records: one producer's stamps on all, `FROM` on the first only
             # (a message met again, in `rests`, carries the stamps of the one met first)
-            if own_stamp != stamp:
-                if stamp is not None:
+            if own_stamps != stamps:
+                if stamps is not None:
                     return None
-                stamp = own_stamp
+                stamps = own_stamps
             if own_since is not None:
                 if parts:
                     return None
@@ -322,7 +343,7 @@ def _write_records(
     if deltas:  # where the last message's stamp ended
         assert start is not None, "every message walked has a start"
         p = stop - start[0] + start[2]
-    return pos, p, unmarked, last_unmarked, start, headers, stamp, since
+    return pos, p, unmarked, last_unmarked, start, headers, stamps, since
 
 
 def _start_of(data: bytes, pos: int, starts: dict[bytes, _Start]) -> _Start | None:
@@ -439,8 +460,9 @@ def messages_of(message: StoredMessage) -> list[StoredMessage]:
     first = first_sequence(message)
     last_stamp = properties[SEQ]
     publish_time, producer = message.publish_time, message.producer
-    # an idempotent producer's stamps: on every message, `FROM` on the first only
-    added = {PRODUCER: properties[PRODUCER]} if PRODUCER in properties else {}
+    # an idempotent producer's stamps (and a transaction's): on every message, `FROM` on
+    # the first only
+    added = {name: properties[name] for name in (PRODUCER, TXN) if name in properties}
     since = properties.get(FROM)
     out: list[StoredMessage] = []
     for batch in decode_batches(message.payload or b"", verify_crc=False):

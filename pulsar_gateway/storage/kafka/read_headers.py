@@ -14,13 +14,14 @@ batch repeats its headers; `kafka_batch` keeps what it made of each), and taken 
 they are exactly what the gateway's mapping writes for some headers (`to_message`, the
 one definition: docs/pulsar-mapping.md): plain headers as properties, their order or the
 JSON of headers that cannot be plain. An idempotent producer's stamps after them
-(`producer_state.PRODUCER` on every message, `FROM` on a send's first) are told apart from
-the headers (`Properties`): Java clients 3.0+ are idempotent by default, so most Kafka
-producers' records carry them. Then the messages a `kafka_batch` batch stands for
-(`messages_of`) carry the very properties they were stored with (as a dictionary: their
-order is the mapping's). Anything else (a binary key's mark, a producer codec, a
-transaction, another stamp of the gateway's, a producer stamp that does not parse, a
-property written otherwise) gives None and the entry is read message by message.
+(`producer_state.PRODUCER` on every message, `FROM` on a send's first, and a transactional
+producer's `control_batch.TXN`) are told apart from the headers (`Properties`): Java
+clients 3.0+ are idempotent by default, so most Kafka producers' records carry them. Then
+the messages a `kafka_batch` batch stands for (`messages_of`) carry the very properties
+they were stored with (as a dictionary: their order is the mapping's). Anything else (a
+binary key's mark, a producer codec, another stamp of the gateway's, a producer stamp that
+does not parse, a transaction's stamp that is not its producer's, a property written
+otherwise) gives None and the entry is read message by message.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ import json
 
 from pulsar_gateway.gateway.backend.wire.protobuf import decode_varint
 from pulsar_gateway.gateway.messages import StoredMessage
+from pulsar_gateway.kafka_codec.control_batch import TXN, txn_value
 from pulsar_gateway.kafka_codec.record_codec import RecordBatchError, encode_headers
 from pulsar_gateway.kafka_codec.record_mapping import (
     GATEWAY_RESERVED,
@@ -52,11 +54,11 @@ _MAPPING = frozenset({HEADER_ORDER, HEADERS})
 # all differ, a trace id each, pay for a look-up in vain)
 MAX_KNOWN = 64
 # What a message's properties after its stamp say: its record's headers section (their
-# count first; None: no headers), its idempotent producer's stamp (`PRODUCER`'s value, ""
-# for none) and, on a send's first message, how many of the batch's records came before it
-# (`FROM`'s value, else None)
-Properties = tuple["bytes | None", str, "str | None"]
-_NOT_THE_CASE: Properties = (b"", "", None)  # kept for properties that are not the case
+# count first; None: no headers), its producer's stamps (`PRODUCER`'s value and, in a
+# transaction, `TXN`'s; none: ()) and, on a send's first message, how many of the batch's
+# records came before it (`FROM`'s value, else None)
+Properties = tuple["bytes | None", tuple[str, ...], "str | None"]
+_NOT_THE_CASE: Properties = (b"", (), None)  # kept for properties that are not the case
 
 
 def header_bytes(
@@ -102,15 +104,24 @@ def _section(data: bytes, p: int, stop: int) -> Properties | None:
         p = end
     stamp = properties.pop(PRODUCER, "")
     since = properties.pop(FROM, None)
-    if (stamp or since is not None) and not producer_fields(stamp, since):
-        return None
+    txn = properties.pop(TXN, None)
+    stamps: tuple[str, ...] = ()
+    if stamp or since is not None or txn is not None:
+        fields = producer_fields(stamp, since)
+        if fields is None:
+            return None
+        stamps = (stamp,)
+        if txn is not None:  # a transactional producer's records: its id and epoch
+            if txn != txn_value(fields[0], fields[1]):
+                return None
+            stamps = (stamp, txn)
     if not properties:
-        return None if not stamp else (None, stamp, since)
+        return None if not stamps else (None, stamps, since)
     headers = _headers(properties)
     if headers is None:
         return None
     try:
-        return bytes(encode_headers(headers)), stamp, since
+        return bytes(encode_headers(headers)), stamps, since
     except RecordBatchError:
         return None
 
