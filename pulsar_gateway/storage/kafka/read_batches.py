@@ -246,6 +246,11 @@ def _write_records(
     first_part = len(parts)
     pos, p, unmarked, last_unmarked, start, headers, stamps, since = state
     rest = b""
+    # the last properties read and what they said: an idempotent producer's stamp makes
+    # every message's properties the same bytes (without headers, or with the same ones),
+    # while new keys or times make its metadata new
+    last_properties = b"\x00"
+    last_said: Properties = (None, (), None)
     for delta in deltas:
         # the stamp, first and the only property: its field's head names its length
         start = starts.get(data[pos : pos + head_size])
@@ -273,10 +278,19 @@ def _write_records(
             own_stamps: tuple[str, ...] = ()
             own_since = None
             if data[p] == 0x0A:
-                found_headers = header_bytes(data, p, stop, heads)
-                if found_headers is None:
-                    return None
-                p, (own, own_stamps, own_since) = found_headers
+                # the same properties as the last message's: they end where another field
+                # starts (before the metadata's end)
+                after = p + len(last_properties)
+                if after < stop and data[after] != 0x0A and data.startswith(last_properties, p):
+                    p = after
+                    own, own_stamps, own_since = last_said
+                else:
+                    found_headers = header_bytes(data, p, stop, heads)
+                    if found_headers is None:
+                        return None
+                    last_properties = data[p : found_headers[0]]
+                    p, last_said = found_headers
+                    own, own_stamps, own_since = last_said
             # one send's records: one producer's stamps on all, `FROM` on the first only
             # (a message met again, in `rests`, carries the stamps of the one met first)
             if own_stamps != stamps:
