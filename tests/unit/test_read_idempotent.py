@@ -25,8 +25,10 @@ from harness.hypothesis_budget import examples
 from harness.split_entries import PRODUCER as PRODUCER_NAME
 from harness.split_entries import PUBLISHED, split_entry
 from pulsar_gateway.gateway.backend.native_writer import entries, prebuilt_entry
+from pulsar_gateway.gateway.backend.wire.batch import BatchBuilder
 from pulsar_gateway.gateway.messages import (
     RECORDS,
+    SEQ,
     LogEntry,
     MessageKey,
     OutMessage,
@@ -87,7 +89,6 @@ def _producer_state(messages: list[StoredMessage], offset: int) -> tuple[dict, d
     st.lists(plain_records | repeating_records | headered_records, min_size=1, max_size=30),
     producers,
     st.none() | st.integers(0, 4),
-    st.booleans(),
     st.sampled_from([1 << 22, 400, 1_500]),
     st.booleans(),
 )
@@ -95,14 +96,14 @@ def test_an_idempotent_entry_read_whole_serves_what_message_by_message_serves(
     records: list[OutMessage],
     producer: ProducerStamp,
     since: int | None,
-    whole: bool,
     limit: int,
     transactional: bool,
 ) -> None:
     """A send's records as the Produce path stamps them (`stamp`, after `mark_transactional`
     for a `transactional` producer; `since`: records of the batch before them, a retry
     resuming a batch cut short; None: no `FROM`, as on the rest of a send), in one entry or
-    cut by the entry size (`limit`), the send a Kafka batch (`whole`) or not."""
+    cut by the entry size (`limit`), written `whole` as the partition log writes a Kafka
+    batch: the parts that hold its start (`FROM`) or its end read whole."""
     count = len(records)
     if transactional:
         records = [dataclasses.replace(r) for r in records]
@@ -117,24 +118,21 @@ def test_an_idempotent_entry_read_whole_serves_what_message_by_message_serves(
         del first_properties[FROM]
         stamped[0] = dataclasses.replace(stamped[0], properties=first_properties)
     at = 0
-    for entry in entries(stamped, 500, whole, limit):
+    for entry in entries(stamped, 500, True, limit):
         first_index, n = at, entry.num_messages
         at += n
         if not entry.batched:
             continue
         made = kafka_batch((3, 4, 0), entry.payload, n, PUBLISHED, PRODUCER_NAME)
         one_by_one = split_entry((3, 4, 0), entry.payload, n)
-        # as before: one Kafka batch, or its part; now from a send's first record (`FROM`)
-        # on, and ending where the stamp says the batch ends when its last ends it
-        ends = not whole or at == count
-        plain = (whole or n == 1) and first_index == 0 and since is not None
-        assert (made is not None) == (plain and (not ends or at == count))
+        # the sequences told by `FROM` on the entry's first message, or by the batch's end
+        assert (made is not None) == ((first_index == 0 and since is not None) or at == count)
         if made is None:
             continue
         assert _served(made, 50) == _one_by_one(one_by_one, 50)
         assert messages_of(made) == one_by_one
         [batch] = decode_batches(made.payload or b"")
-        base = (producer.first_sequence + skip) % SEQUENCE_WRAP
+        base = (producer.first_sequence + skip + first_index) % SEQUENCE_WRAP
         assert (batch.producer_id, batch.producer_epoch, batch.base_sequence) == (
             producer.producer_id,
             producer.epoch,
@@ -146,7 +144,7 @@ def test_an_idempotent_entry_read_whole_serves_what_message_by_message_serves(
 
 def test_stamps_of_no_one_send_are_read_message_by_message() -> None:
     """Stamps that do not say one send's sequences: two producers' (or batches') stamps,
-    `FROM` on a later message, on none (the rest of a send) or without a stamp, a stamp
+    `FROM` on a later message or without a stamp, neither `FROM` nor the batch's end, a stamp
     that does not parse or that the count contradicts, a transaction's stamp that is not
     its producer's. The message path reads what they are."""
 
@@ -155,13 +153,17 @@ def test_stamps_of_no_one_send_are_read_message_by_message() -> None:
         [built] = entries(messages, 0, True, 1 << 20)
         return built.payload, len(messages)
 
+    builder = BatchBuilder()  # the batch's stamps all say "more follows"
+    for index in range(3):
+        builder.add_message(b"v", "k", {SEQ: f"{3 + index}+", PRODUCER: "9:0:0:8"}, 5)
+    middle = (builder.build().payload, 3)
     a = {PRODUCER: "9:0:0:2"}
     odd = [
         entry({**a, FROM: "0"}, a, {PRODUCER: "9:0:3:5"}),  # two batches' stamps
         entry({**a, FROM: "0"}, a, {PRODUCER: "8:0:0:2"}),  # two producers'
         entry({**a, FROM: "0"}, {}, a),  # a message without it
         entry({**a, FROM: "0"}, {**a, FROM: "0"}, a),  # `FROM` on a later message
-        entry(a, a, a),  # no `FROM`: the rest of a send
+        middle,  # no `FROM` and more to follow: the middle of a batch cut in three
         entry({FROM: "0"}, {}, {}),  # `FROM` without a stamp
         entry({PRODUCER: "9:0:x:2", FROM: "0"}, *[{PRODUCER: "9:0:x:2"}] * 2),
         entry({PRODUCER: "9:0:0:9", FROM: "0"}, *[{PRODUCER: "9:0:0:9"}] * 2),  # 3, not 10

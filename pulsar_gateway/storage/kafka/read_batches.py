@@ -20,20 +20,22 @@ test compares them).
 
 An idempotent producer's entry (Java clients 3.0+ and `enable.idempotence`: every message
 stamped `producer_state.PRODUCER`, a send's first also `FROM`) is the plain case when all
-its messages carry the same stamp and the first, and only the first, carries `FROM`: one
-send's records, from its first. Its batch carries the producer id, epoch and base sequence
-of the records as they were produced, as a Kafka broker serves them and as the tail serves
-the produced batch before a restart (the message path, which joins one-record messages of
-any producer into one batch, carries none). An entry holding the rest of a send (a batch
-cut by the entry size, or the rest after a ledger's lone first message) has no `FROM` to
-tell its records' sequences by and is read message by message, as the tail reads it. The
-item carries the stamps as the tail's item for a produced batch does
-(`producer_state.produced`), so the producer state the tailer rebuilds after a restart
-(`ProducerStateIndex.observe`) is the one the messages give. A transactional producer's
-entry (`control_batch.TXN` on every message too, its producer's id and epoch) is a
-transactional batch, as the message path serves its records; the item's `TXN` opens the
-transaction in the tailer's `TransactionIndex` at the entry's first offset, as its first
-message does.
+its messages carry the same stamp and only the first may carry `FROM`: one send's records.
+Its batch carries the producer id, epoch and base sequence of the records as they were
+produced, as a Kafka broker serves them and as the tail serves the produced batch before
+a restart (the message path, which joins one-record messages of any producer into one
+batch, carries none). The sequences are told by `FROM` (the send's first record's is the
+stamp's first plus it) or, in an entry holding the rest of a send (the rest after a
+ledger's lone first message, the end of a batch cut by the entry size), by the batch's
+end: its last record is the stamp's last (the partition log writes every Kafka batch
+`whole`, so an unmarked `__gw.seq` ends one). An entry with neither (the middle of a batch
+cut in three) is read message by message. The item carries the stamps as the tail's
+item for a produced batch does (`producer_state.produced`), so the producer state the
+tailer rebuilds after a restart (`ProducerStateIndex.observe`) is the one the messages
+give. A transactional producer's entry (`control_batch.TXN` on every message too, its
+producer's id and epoch) is a transactional batch, as the message path serves its
+records; the item's `TXN` opens the transaction in the tailer's `TransactionIndex` at the
+entry's first offset, as its first message does.
 
 The batch is an item for the whole entry (`messages.WHOLE_ENTRY`): the history reads and,
 after a restart, the partition's tailer take it as the tailer takes an entry it wrote. It
@@ -173,16 +175,20 @@ def _producer(
     """The producer id, epoch and base sequence of an entry of `count` records whose
     messages all carry the idempotent producer's `stamps` (read_headers.Properties) and
     whose first carries `since` (`FROM`, or None); `ends`: whether its last message ends
-    its Kafka batch. None when the stamps do not say the records' sequences (no `FROM`: the
-    rest of a send) or the count contradicts them (a batch's end that is not its last
-    sequence)."""
+    its Kafka batch. None when the stamps do not say the records' sequences (neither `FROM`
+    nor the batch's end: its middle) or the count contradicts them (a batch's end that is
+    not its last sequence)."""
     if not stamps:
         return _NO_PRODUCER
-    fields = None if since is None else producer_fields(stamps[0], since)
+    fields = producer_fields(stamps[0], since)
     if fields is None:
         return None
     producer_id, epoch, base, last = fields
-    if ends and (base + count - 1) % SEQUENCE_WRAP != last:
+    if since is None:  # the rest of a send: its records run up to the batch's last
+        if not ends:
+            return None
+        base = (last - count + 1) % SEQUENCE_WRAP
+    elif ends and (base + count - 1) % SEQUENCE_WRAP != last:
         return None
     return producer_id, epoch, base
 
