@@ -14,10 +14,13 @@ writer's tail fetch, right after the produce, is measured once. `--format kafka`
 the topic in the `kafka` entry format: what serving stored batches costs, for scale.
 `--headers` gives every record two headers (as `make bench`'s headered produce does): a
 headered record is stored with its headers as a JSON property, which fetch parses back.
+`--idempotent` produces with `enable.idempotence=true` (Java clients' default since 3.0):
+every stored record then carries the producer's stamp (storage/kafka/producer_state.py).
 `--profile` records py-spy under each fetch and prints the functions holding the most
 samples (collapsed stacks beside `--out`).
 
-    python -m bench.cold_fetch [--records 100000] [--rounds 2] [--headers] [--profile]
+    python -m bench.cold_fetch [--records 100000] [--rounds 2] [--headers] [--idempotent]
+        [--profile]
 """
 
 from __future__ import annotations
@@ -164,6 +167,9 @@ def main() -> None:
         help="the topic's entry format (`kafka`: what fetching stored batches as they are costs)",
     )
     parser.add_argument("--headers", action="store_true", help="two headers on every record")
+    parser.add_argument(
+        "--idempotent", action="store_true", help="produce with enable.idempotence=true"
+    )
     parser.add_argument("--profile", action="store_true", help="py-spy under each fetch")
     parser.add_argument("--out", type=Path, default=Path("reports/cold-fetch"))
     args = parser.parse_args()
@@ -173,6 +179,7 @@ def main() -> None:
         "records": args.records,
         "size": args.size,
         "headers": args.headers,
+        "idempotent": args.idempotent,
         "rounds": [],
     }
     with tempfile.TemporaryDirectory() as scratch:
@@ -180,7 +187,14 @@ def main() -> None:
         writer = GatewayProcess(data, extra=["--pulsar-client", "native"]).start()
         try:
             create_topic(writer.bootstrap, args.partitions, config=FORMATS[args.format])
-            kafka_produce(writer.bootstrap, "bench", args.records, args.size, headers=args.headers)
+            kafka_produce(
+                writer.bootstrap,
+                "bench",
+                args.records,
+                args.size,
+                headers=args.headers,
+                idempotent=args.idempotent,
+            )
             ends = partition_ends(writer.bootstrap, "bench", args.partitions)
             results["tail"] = tail_fetch(writer, args.partitions, sum(ends))
         finally:

@@ -146,6 +146,7 @@ def kafka_produce(
     size: int,
     codec: str = "none",
     headers: bool = False,
+    idempotent: bool = False,
 ) -> float:
     producer = Producer(
         {
@@ -155,6 +156,9 @@ def kafka_produce(
             "batch.num.messages": 10000,
             "queue.buffering.max.messages": 500000,
             "compression.type": codec,
+            # Java clients 3.0+ are idempotent by default: every record then carries a
+            # producer stamp in the `pulsar` entry format (storage/kafka/producer_state.py)
+            "enable.idempotence": idempotent,
         }
     )
     payload = b"x" * size

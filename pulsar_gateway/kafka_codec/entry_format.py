@@ -311,13 +311,26 @@ def _joined(
 
 def _rebuilt(batch: bytes, base: int, log_append_time: bool, codec: int) -> bytes:
     """A batch read from a Pulsar entry (uncompressed, CreateTime) as the topic serves its
-    `pulsar`-format records: in `codec`, marked LogAppendTime when the topic is."""
+    `pulsar`-format records: in `codec`, marked LogAppendTime when the topic is, with its
+    idempotent producer's id, epoch and base sequence (read_batches.py) and its
+    transaction's mark kept."""
+    [decoded] = decode_batches(batch, verify_crc=False)
     records = [
         (record.offset_delta, record.timestamp, record.key, record.value, record.headers)
-        for decoded in decode_batches(batch, verify_crc=False)
         for record in decoded.records
     ]
-    return bytes(encode_batch(base, records, codec, timestamp_type=1 if log_append_time else 0))
+    return bytes(
+        encode_batch(
+            base,
+            records,
+            codec,
+            timestamp_type=1 if log_append_time else 0,
+            producer_id=decoded.producer_id,
+            producer_epoch=decoded.producer_epoch,
+            base_sequence=decoded.base_sequence,
+            is_transactional=decoded.is_transactional,
+        )
+    )
 
 
 _STORED_CODECS = {str(c): c for c in (codecs.GZIP, codecs.SNAPPY, codecs.LZ4, codecs.ZSTD)}

@@ -384,11 +384,18 @@ def encode_batch(
 
 
 def seal_records(
-    parts: list[bytes], count: int, base_ts: int, max_ts: int, codec: int = 0
+    parts: list[bytes],
+    count: int,
+    base_ts: int,
+    max_ts: int,
+    codec: int = 0,
+    producer: tuple[int, int, int] = (-1, -1, -1),
+    transactional: bool = False,
 ) -> bytes:
     """A plain v2 batch at base offset 0 around `count` records already encoded (the bytes
     of `parts`, in order), with offset deltas 0..count-1 and timestamps relative to
-    `base_ts` (CreateTime, no producer): what a reader that writes records itself
+    `base_ts` (CreateTime; `producer`: its id, epoch and base sequence, an idempotent
+    producer's or none; `transactional`: marked so): what a reader that writes records itself
     (storage/kafka/read_batches.py) puts around them.
 
     The batch is the one large buffer made: the records are joined and checksummed in
@@ -404,7 +411,8 @@ def seal_records(
     ]
     if codec:
         pieces = [compression.compress(codec, b"".join(pieces))]
-    tail = _AFTER_CRC.pack(codec, count - 1, base_ts, max_ts, -1, -1, -1, count)
+    attributes = codec | ATTR_TRANSACTIONAL if transactional else codec
+    tail = _AFTER_CRC.pack(attributes, count - 1, base_ts, max_ts, *producer, count)
     crc = crc32c.crc32c(tail)
     size = len(tail)
     for piece in pieces:

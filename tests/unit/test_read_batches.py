@@ -43,7 +43,7 @@ from pulsar_gateway.kafka_codec.record_mapping import (
     to_message,
 )
 from pulsar_gateway.storage.kafka.partition_log import PartitionLog
-from pulsar_gateway.storage.kafka.producer_state import PRODUCER
+from pulsar_gateway.storage.kafka.producer_state import FROM, PRODUCER
 from pulsar_gateway.storage.kafka.read_batches import is_read_batch, kafka_batch, messages_of
 
 text = st.text(st.characters(blacklist_categories=("Cs",)), max_size=12)
@@ -520,7 +520,8 @@ def test_a_fetch_of_headered_entries_reads_each_entry_once(idempotent: bool) -> 
     and one reader goes through the partition. Read message by message, the batch of
     headered records outgrew the bytes the read counted, the fetch cut it and the next
     read reopened a reader at a checkpoint to read the cut records again. (An idempotent
-    producer's stamp on every message: still read message by message.)"""
+    producer's stamps that the record count contradicts: still read message by message,
+    test_read_idempotent.py.)"""
 
     async def scenario() -> None:
         raw = []
@@ -528,7 +529,8 @@ def test_a_fetch_of_headered_entries_reads_each_entry_once(idempotent: bool) -> 
             messages = _headered(100, number * 100)
             if idempotent:
                 for message in messages:
-                    message.properties = {**(message.properties or {}), PRODUCER: "9:0:0:99"}
+                    message.properties = {**(message.properties or {}), PRODUCER: "9:0:0:5"}
+                messages[0].properties = {**(messages[0].properties or {}), FROM: "0"}
             [entry] = entries(messages, number * 100, True, 1 << 22)
             made = kafka_batch((7, number, 0), entry.payload, 100, PUBLISHED, PRODUCER_NAME)
             assert (made is None) == idempotent

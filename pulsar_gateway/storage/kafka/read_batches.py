@@ -12,10 +12,30 @@ first offset when served).
 
 Only the plain case is taken: every message carries the gateway's `__gw.seq` stamp first
 and no other property but its record's headers as the gateway maps them (read_headers.py;
-no binary key, no transaction, no producer codec), the stamps count up by one and all but
-the last say "more follows", and every message has its event time. Anything else gives
-None and the entry is read message by message as before, so what reaches a Kafka client is
-what the message path gives (a property test compares them).
+no binary key, no producer codec) and an idempotent producer's stamps, the
+stamps count up by one and all but the last say "more follows", and every message has its
+event time. Anything else gives None and the entry is read message by message as before,
+so the records that reach a Kafka client are those the message path gives (a property
+test compares them).
+
+An idempotent producer's entry (Java clients 3.0+ and `enable.idempotence`: every message
+stamped `producer_state.PRODUCER`, a send's first also `FROM`) is the plain case when all
+its messages carry the same stamp and only the first may carry `FROM`: one send's records.
+Its batch carries the producer id, epoch and base sequence of the records as they were
+produced, as a Kafka broker serves them and as the tail serves the produced batch before
+a restart (the message path, which joins one-record messages of any producer into one
+batch, carries none). The sequences are told by `FROM` (the send's first record's is the
+stamp's first plus it) or, in an entry holding the rest of a send (the rest after a
+ledger's lone first message, the end of a batch cut by the entry size), by the batch's
+end: its last record is the stamp's last (the partition log writes every Kafka batch
+`whole`, so an unmarked `__gw.seq` ends one). An entry with neither (the middle of a batch
+cut in three) is read message by message. The item carries the stamps as the tail's
+item for a produced batch does (`producer_state.produced`), so the producer state the
+tailer rebuilds after a restart (`ProducerStateIndex.observe`) is the one the messages
+give. A transactional producer's entry (`control_batch.TXN` on every message too, its
+producer's id and epoch) is a transactional batch, as the message path serves its
+records; the item's `TXN` opens the transaction in the tailer's `TransactionIndex` at the
+entry's first offset, as its first message does.
 
 The batch is an item for the whole entry (`messages.WHOLE_ENTRY`): the history reads and,
 after a restart, the partition's tailer take it as the tailer takes an entry it wrote. It
@@ -39,10 +59,17 @@ from pulsar_gateway.gateway.messages import (
     MessageKey,
     StoredMessage,
 )
+from pulsar_gateway.kafka_codec.control_batch import TXN
 from pulsar_gateway.kafka_codec.entry_format import BATCH, READ_FROM_ENTRY
 from pulsar_gateway.kafka_codec.record_batch import decode_batches, seal_records
 from pulsar_gateway.kafka_codec.record_codec import VARINT_TABLE_SIZE, VARINTS, zigzag_bytes
-from pulsar_gateway.storage.kafka.read_headers import header_bytes, properties_of
+from pulsar_gateway.storage.kafka.producer_state import FROM, PRODUCER, SEQUENCE_WRAP
+from pulsar_gateway.storage.kafka.read_headers import (
+    Properties,
+    header_bytes,
+    producer_fields,
+    properties_of,
+)
 
 # the stamp property as the gateway writes it: field 1 (KeyValue), its size, then the
 # KeyValue's name field (0x0a, 8 bytes) and the value's key (0x12)
@@ -64,7 +91,7 @@ MAX_RECORDS = 1 << 20
 
 
 def kafka_batch(
-    mid: MessageKey, data: bytes, count: int, publish_time: int, producer: str
+    mid: MessageKey, data: bytes, count: int, publish_time: int, producer_name: str
 ) -> StoredMessage | None:
     """The `count` messages of a batched entry's payload `data` (uncompressed) as one
     Kafka batch based at offset 0, or None when the entry is not the plain case. `mid`: the
@@ -84,8 +111,8 @@ def kafka_batch(
     # where its stamp's mark is and where the stamp ends (from the message's start): one
     # look-up for all, as they seldom change
     starts: dict[bytes, _Start] = {}
-    heads: dict[bytes, bytes] = {}  # properties' bytes -> headers (read_headers.py)
-    state: _Walk = (0, 0, 0, -1, None, None)
+    heads: dict[bytes, Properties] = {}  # properties' bytes -> what (read_headers.py)
+    state: _Walk = (0, 0, 0, -1, None, None, None, None)
     try:
         # the records' offset deltas, by their length in bytes (one, two, three)
         for low, high, width in ((0, 64, 1), (64, half, 2), (half, count, 3)):
@@ -100,10 +127,14 @@ def kafka_batch(
             if walked is None:
                 return None
             state = walked
-        pos, p, unmarked, last_unmarked, start, headers = state
+        pos, p, unmarked, last_unmarked, start, headers, stamps, since = state
         # every stamp but the last says "more follows" (else a batch ends inside the
         # entry: not the plain case); the last may say it too
         if unmarked > 1 or (unmarked and last_unmarked != p) or start is None:
+            return None
+        stamps = stamps or ()  # None only where no message was walked
+        producer = _producer(stamps, since, count, unmarked == 1)
+        if producer is None:
             return None
         text = data[p - start[2] + _HEAD : p].decode()
         n = _STAMP_HEADS[data[4:_HEAD]]
@@ -116,9 +147,50 @@ def kafka_batch(
         return None
     parts[0] = parts[0][1:]  # the first record follows no record's "no headers"
     parts.append(b"\x00" if headers is None else headers)  # the last record's headers
-    batch = seal_records(parts, count, clock.base, clock.latest)
+    batch = seal_records(
+        parts, count, clock.base, clock.latest, producer=producer, transactional=len(stamps) > 1
+    )
     properties = {BATCH: READ_FROM_ENTRY, RECORDS: str(count), SEQ: text, WHOLE_ENTRY: "1"}
-    return StoredMessage((mid[0], mid[1], 0), batch, "", properties, 0, publish_time, producer)
+    if stamps:  # as on the messages: the tailer's producer state reads them (module doc)
+        properties.update(_stamped(stamps, since))
+    return StoredMessage((mid[0], mid[1], 0), batch, "", properties, 0, publish_time, producer_name)
+
+
+_NO_PRODUCER = (-1, -1, -1)
+
+
+def _stamped(stamps: tuple[str, ...], since: str | None) -> dict[str, str]:
+    """The producer's stamps as properties: `PRODUCER` (and `TXN`), `FROM` when `since`."""
+    out = {PRODUCER: stamps[0]}
+    if len(stamps) > 1:
+        out[TXN] = stamps[1]
+    if since is not None:
+        out[FROM] = since
+    return out
+
+
+def _producer(
+    stamps: tuple[str, ...], since: str | None, count: int, ends: bool
+) -> tuple[int, int, int] | None:
+    """The producer id, epoch and base sequence of an entry of `count` records whose
+    messages all carry the idempotent producer's `stamps` (read_headers.Properties) and
+    whose first carries `since` (`FROM`, or None); `ends`: whether its last message ends
+    its Kafka batch. None when the stamps do not say the records' sequences (neither `FROM`
+    nor the batch's end: its middle) or the count contradicts them (a batch's end that is
+    not its last sequence)."""
+    if not stamps:
+        return _NO_PRODUCER
+    fields = producer_fields(stamps[0], since)
+    if fields is None:
+        return None
+    producer_id, epoch, base, last = fields
+    if since is None:  # the rest of a send: its records run up to the batch's last
+        if not ends:
+            return None
+        base = (last - count + 1) % SEQUENCE_WRAP
+    elif ends and (base + count - 1) % SEQUENCE_WRAP != last:
+        return None
+    return producer_id, epoch, base
 
 
 # where a message's metadata ends, where its stamp's last byte (the mark "more follows") is
@@ -126,8 +198,12 @@ def kafka_batch(
 _Start = tuple[int, int, int]
 # where a walk through an entry's messages stands: the next message's position, where the
 # last stamp's value ended, how many stamps lacked the mark and where the last such ended,
-# the last message's `_Start` and its record's headers section (None: no headers)
-_Walk = tuple[int, int, int, int, "_Start | None", "bytes | None"]
+# the last message's `_Start` and its record's headers section (None: no headers), the
+# producer's stamps every message carries (None: no message walked) and the first
+# message's `FROM` (read_headers.Properties)
+_Walk = tuple[
+    int, int, int, int, "_Start | None", "bytes | None", "tuple[str, ...] | None", "str | None"
+]
 # what a message's metadata after its stamp makes of its record (`_write_records`): the
 # first part ("no headers" for the record before, then length, attributes and timestamp
 # delta), key and value lengths and key, the value's size, the record's headers section
@@ -141,7 +217,7 @@ def _write_records(
     width: int,
     parts: list[bytes],
     starts: dict[bytes, _Start],
-    heads: dict[bytes, bytes],
+    heads: dict[bytes, Properties],
     clock: _Times,
     state: _Walk,
 ) -> _Walk | None:
@@ -174,8 +250,13 @@ def _write_records(
     looking = True
     misses = 0
     first_part = len(parts)
-    pos, p, unmarked, last_unmarked, start, headers = state
+    pos, p, unmarked, last_unmarked, start, headers, stamps, since = state
     rest = b""
+    # the last properties read and what they said: an idempotent producer's stamp makes
+    # every message's properties the same bytes (without headers, or with the same ones),
+    # while new keys or times make its metadata new
+    last_properties = b"\x00"
+    last_said: Properties = (None, (), None)
     for delta in deltas:
         # the stamp, first and the only property: its field's head names its length
         start = starts.get(data[pos : pos + head_size])
@@ -200,11 +281,32 @@ def _write_records(
             # ordering key (the partition key again), null value, payload size; another
             # layout (q != stop) is parsed field by field
             own = None
+            own_stamps: tuple[str, ...] = ()
+            own_since = None
             if data[p] == 0x0A:
-                found_headers = header_bytes(data, p, stop, heads)
-                if found_headers is None:
+                # the same properties as the last message's: they end where another field
+                # starts (before the metadata's end)
+                after = p + len(last_properties)
+                if after < stop and data[after] != 0x0A and data.startswith(last_properties, p):
+                    p = after
+                    own, own_stamps, own_since = last_said
+                else:
+                    found_headers = header_bytes(data, p, stop, heads)
+                    if found_headers is None:
+                        return None
+                    last_properties = data[p : found_headers[0]]
+                    p, last_said = found_headers
+                    own, own_stamps, own_since = last_said
+            # one send's records: one producer's stamps on all, `FROM` on the first only
+            # (a message met again, in `rests`, carries the stamps of the one met first)
+            if own_stamps != stamps:
+                if stamps is not None:
                     return None
-                p, own = found_headers
+                stamps = own_stamps
+            if own_since is not None:
+                if parts:
+                    return None
+                since = own_since
             q = p
             key = null
             k = 0
@@ -246,7 +348,7 @@ def _write_records(
             known = (b"\x00" + head, fields, size, own, head)
             if looking:
                 misses += 1
-                if mark:
+                if mark and own_since is None:
                     rests[rest] = known
                 # most records so far new (4 parts a record): stop looking
                 looking = misses < MIN_MISSES or misses * 8 < len(parts) - first_part
@@ -261,7 +363,7 @@ def _write_records(
     if deltas:  # where the last message's stamp ended
         assert start is not None, "every message walked has a start"
         p = stop - start[0] + start[2]
-    return pos, p, unmarked, last_unmarked, start, headers
+    return pos, p, unmarked, last_unmarked, start, headers, stamps, since
 
 
 def _start_of(data: bytes, pos: int, starts: dict[bytes, _Start]) -> _Start | None:
@@ -378,17 +480,24 @@ def messages_of(message: StoredMessage) -> list[StoredMessage]:
     first = first_sequence(message)
     last_stamp = properties[SEQ]
     publish_time, producer = message.publish_time, message.producer
+    # an idempotent producer's stamps (and a transaction's): on every message, `FROM` on
+    # the first only
+    added = {name: properties[name] for name in (PRODUCER, TXN) if name in properties}
+    since = properties.get(FROM)
     out: list[StoredMessage] = []
     for batch in decode_batches(message.payload or b"", verify_crc=False):
         for record in batch.records:
             index = record.offset_delta
             stamp = last_stamp if index == last else f"{first + index}{MORE}"
+            own = {SEQ: stamp, **properties_of(record.headers), **added}
+            if index == 0 and since is not None:
+                own[FROM] = since
             out.append(
                 StoredMessage(
                     (ledger, entry, index),
                     record.value,
                     record.key.decode("utf-8", "surrogateescape") if record.key else "",
-                    {SEQ: stamp, **properties_of(record.headers)},
+                    own,
                     record.timestamp,
                     publish_time,
                     producer,
