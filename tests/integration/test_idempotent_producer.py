@@ -65,6 +65,9 @@ def test_idempotent_producer_survives_cut_connections(tmp_path, topic_name) -> N
     proxy = CuttingProxy(gw.kafka_port)
     gw.extra = ["--set", f"kafka.advertised_port={proxy.port}"]
     gw.start()
+    # start() picks the gateway's ports afresh when one was taken meanwhile ("address
+    # already in use"): the proxy then forwarded to a port nobody listened on
+    proxy.target_port = gw.kafka_port
     try:
         producer = Producer(
             {
