@@ -123,6 +123,8 @@ class FrameReader:
         self.broken = False
         # a publisher mostly repeats its content header: decoded once (`decode_frame`)
         self._known_properties: KnownProperties = {}
+        # and its basic.publish methods by their octets (publish_run.py): read, never changed
+        self.known_publishes: dict[bytes, commands.Basic.Publish] = {}
         self._buf = bytearray()
         self._pos = 0
 

@@ -73,9 +73,18 @@ def next_publish(reader: FrameReader) -> PublishRun | None:
         or buf[start : start + 4] != _PUBLISH_ID
     ):
         return None
-    method = fast_publish(bytes(buf[start:end]))
+    payload = bytes(buf[start:end])
+    publishes = reader.known_publishes
+    method = publishes.get(payload)
     if method is None:
-        return None
+        # a publisher mostly repeats its exchange and routing key: decoded once, shared
+        # by its messages as the properties are
+        method = fast_publish(payload)
+        if method is None:
+            return None
+        if len(publishes) >= MAX_KNOWN_PROPERTIES:
+            publishes.clear()
+        publishes[payload] = method
     # the content header frame
     pos = end + 1
     if limit - pos < FRAME_HEADER_SIZE:
