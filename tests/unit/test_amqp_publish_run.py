@@ -181,6 +181,8 @@ def test_a_buffered_publish_is_read_whole_without_frame_objects(
         (1, "q", properties.marshal(), b"hello")
     ] * 3
     assert contents[0].properties.delivery_mode == 2
+    # a repeated basic.publish is decoded once (read, never changed downstream)
+    assert contents[0].method is contents[2].method
 
 
 @pytest.mark.parametrize(
