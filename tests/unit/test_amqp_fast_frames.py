@@ -38,8 +38,8 @@ short_octets = st.binary(max_size=30)
 def slow_decode(frame_type: int, payload: bytes, monkeypatch: pytest.MonkeyPatch) -> object:
     """The checked path alone: the fast decoders always decline."""
     with monkeypatch.context() as patch:
-        patch.setattr(frames, "_fast_publish", lambda payload: None)
-        patch.setattr(frames, "_fast_properties", lambda raw: None)
+        patch.setattr(frames, "fast_publish", lambda payload: None)
+        patch.setattr(frames, "fast_properties", lambda raw: None)
         return outcome(frame_type, payload)
 
 
@@ -164,7 +164,7 @@ def test_header_properties_known_by_their_octets_decode_alike() -> None:
     other = commands.Basic.Properties(delivery_mode=1, message_id="m").marshal()
     one = decode_frame(FRAME_HEADER, 1, struct.pack(">HHQ", 60, 0, 5) + first, known)
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(frames, "_fast_properties", _refuse)
+        patch.setattr(frames, "fast_properties", _refuse)
         again = decode_frame(FRAME_HEADER, 2, struct.pack(">HHQ", 60, 0, 9) + first, known)
     assert isinstance(one, HeaderFrame) and isinstance(again, HeaderFrame)
     assert again.properties is one.properties and (again.channel, again.body_size) == (2, 9)

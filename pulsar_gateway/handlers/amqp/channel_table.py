@@ -24,10 +24,12 @@ from pulsar_gateway.handlers.amqp.events import (
     ChannelClosed,
     ChannelFlowChanged,
     ChannelOpened,
+    ContentReceived,
     Event,
     MethodReceived,
 )
 from pulsar_gateway.handlers.amqp.frames import Frame, MethodFrame, encode_method, make_method
+from pulsar_gateway.handlers.amqp.publish_run import PublishRun
 
 _Channel = commands.Channel
 _Basic = commands.Basic
@@ -108,6 +110,23 @@ class ChannelTable:
             self._method(chan, frame.method, events)
         else:
             raise unexpected("expected method frame, got non method frame instead")
+
+    def take_publish(self, run: PublishRun, events: list[Event]) -> bool:
+        """A publish read whole (publish_run.py) as its message, when its channel would
+        take the three frames one by one without a word: open, not closing, no content
+        under way, and the body within the message size and the connection's budget (its
+        reservation would end with the body frame). False leaves it to `frame`."""
+        chan = self._channels.get(run.channel)
+        if chan is None or chan.closing or not chan.content.idle:
+            return False
+        size = len(run.body)
+        bodies = self.bodies
+        if size > self._max_message_size or bodies.used + size > bodies.limit:
+            return False
+        events.append(
+            ContentReceived(run.channel, run.method, run.properties, run.properties_raw, run.body)
+        )
+        return True
 
     def _open(self, number: int, events: list[Event]) -> None:
         if self.channel_max and len(self._channels) >= self.channel_max:

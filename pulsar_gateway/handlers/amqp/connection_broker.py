@@ -220,7 +220,24 @@ class ConnectionBroker:
 
     async def handle(self, events: list[Event]) -> None:
         for event in events:
-            await self._handle(event)
+            if type(event) is ContentReceived:
+                # most events of a publisher's read: handled in place, no coroutine each
+                refused = self._publish(event)
+                if refused is not None:
+                    await self._fail(event.channel, refused)
+            else:
+                await self._handle(event)
+
+    def _publish(self, event: ContentReceived) -> AmqpError | None:
+        """A message to publish; the error its channel or connection must close with."""
+        channel = self.channels.get(event.channel)
+        if channel is None or channel.closed:
+            return None
+        try:
+            self.publishing.publish(channel, event)
+        except AmqpError as error:
+            return error.blame(*method_ids(event.method))
+        return None
 
     async def _handle(self, event: Event) -> None:
         if isinstance(event, MethodReceived):
@@ -240,13 +257,9 @@ class ConnectionBroker:
                 )
                 await self._fail(event.channel, AmqpError(ReplyCode.INTERNAL_ERROR, str(exc)))
         elif isinstance(event, ContentReceived):
-            channel = self.channels.get(event.channel)
-            if channel is None or channel.closed:
-                return
-            try:
-                self.publishing.publish(channel, event)
-            except AmqpError as error:
-                await self._fail(event.channel, error.blame(*method_ids(event.method)))
+            refused = self._publish(event)
+            if refused is not None:
+                await self._fail(event.channel, refused)
         elif isinstance(event, ChannelOpened):
             self.channels[event.channel] = Channel(self, event.channel)
         elif isinstance(event, ChannelClosed):

@@ -68,6 +68,7 @@ from pulsar_gateway.handlers.amqp.handshake import (
     server_start,
 )
 from pulsar_gateway.handlers.amqp.heartbeat_clock import HeartbeatClock
+from pulsar_gateway.handlers.amqp.publish_run import next_publish
 
 _Connection = commands.Connection
 _Channel = commands.Channel
@@ -209,9 +210,16 @@ class AmqpConnection:
 
     def _read_frames(self, events: list[Event]) -> None:
         """Dispatch the frames read so far, unless a login check is pending."""
+        reader = self._reader
         while self._state not in INERT_STATES and self._login is None:
+            if self._state is ConnectionState.OPEN:
+                # a whole publish at once when it is the common case (publish_run.py)
+                run = next_publish(reader)
+                if run is not None and self._channels.take_publish(run, events):
+                    reader.skip(run.end)
+                    continue
             try:
-                frame = self._reader.next_frame()
+                frame = reader.next_frame()
             except AmqpError as error:
                 self._fail(0, error, events)
                 if self._reader.broken:

@@ -38,7 +38,7 @@ HEARTBEAT_FRAME = struct.pack(">BHIB", FRAME_HEARTBEAT, 0, 0, FRAME_END)
 BASIC_CLASS_ID = commands.Basic.frame_id
 MethodT = TypeVar("MethodT", bound=base.Frame)
 
-# basic properties of the fast path (`_fast_properties`) by their octets; a reader keeps
+# basic properties of the fast path (`fast_properties`) by their octets; a reader keeps
 # at most MAX_KNOWN_PROPERTIES
 KnownProperties = dict[bytes, commands.Basic.Properties]
 MAX_KNOWN_PROPERTIES = 256
@@ -123,6 +123,8 @@ class FrameReader:
         self.broken = False
         # a publisher mostly repeats its content header: decoded once (`decode_frame`)
         self._known_properties: KnownProperties = {}
+        # and its basic.publish methods by their octets (publish_run.py): read, never changed
+        self.known_publishes: dict[bytes, commands.Basic.Publish] = {}
         self._buf = bytearray()
         self._pos = 0
 
@@ -134,6 +136,15 @@ class FrameReader:
     def feed(self, data: bytes) -> None:
         if not self.broken:
             self._buf += data
+
+    def unread(self) -> tuple[bytearray, int, KnownProperties]:
+        """The buffer, where its unread bytes start, and the known properties: for
+        publish_run.py, which reads a publish's three frames at once."""
+        return self._buf, self._pos, self._known_properties
+
+    def skip(self, end: int) -> None:
+        """Consume the unread bytes up to `end` (a publish_run.py run taken whole)."""
+        self._pos = end
 
     def next_frame(self) -> Frame | None:
         """The next complete frame, or None until more bytes arrive."""
@@ -203,7 +214,7 @@ def method_class(class_id: int, method_id: int) -> type[base.Frame] | None:
 
 def _decode_method(channel: int, payload: bytes) -> MethodFrame:
     if payload[:4] == _PUBLISH_ID:
-        publish = _fast_publish(payload)
+        publish = fast_publish(payload)
         if publish is not None:
             return MethodFrame(channel, publish)
     if len(payload) < 4:
@@ -245,7 +256,7 @@ def _decode_header(channel: int, payload: bytes, known: KnownProperties | None) 
         return HeaderFrame(channel, class_id, weight, body_size, None, raw)
     properties = known.get(raw) if known is not None else None
     if properties is None:
-        properties = _fast_properties(raw)
+        properties = fast_properties(raw)
         if properties is not None and known is not None:
             if len(known) >= MAX_KNOWN_PROPERTIES:
                 known.clear()
@@ -284,7 +295,7 @@ _SIMPLE_FLAGS = sum(bit for bit, _, _ in _SIMPLE_PROPERTIES)
 _NO_PROPERTIES = dict(_PROPERTIES())  # pamqp's defaults (cluster_id is "", not None)
 
 
-def _fast_publish(payload: bytes) -> commands.Basic.Publish | None:
+def fast_publish(payload: bytes) -> commands.Basic.Publish | None:
     """basic.publish as pamqp decodes it, or None to take the checked path (a layout
     that does not fit exactly, or names that are not UTF-8: the slow path words it)."""
     end = len(payload)
@@ -313,7 +324,7 @@ def _fast_publish(payload: bytes) -> commands.Basic.Publish | None:
     return method
 
 
-def _fast_properties(raw: bytes) -> commands.Basic.Properties | None:
+def fast_properties(raw: bytes) -> commands.Basic.Properties | None:
     """Basic properties made of short strings and octets only (what most publishers
     send: delivery mode, content type, ids), as pamqp decodes them; None otherwise."""
     if len(raw) < 2:

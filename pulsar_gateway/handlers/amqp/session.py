@@ -29,7 +29,7 @@ from pulsar_gateway.handlers.amqp.connection_broker import WRITE_BUFFER_LIMIT, C
 from pulsar_gateway.handlers.amqp.connection_settings import ConnectionSettings, VhostPolicy
 from pulsar_gateway.handlers.amqp.connection_state import AmqpConnection, ConnectionState
 from pulsar_gateway.handlers.amqp.errors import AmqpError, ReplyCode
-from pulsar_gateway.handlers.amqp.events import ConnectionClosed, Event
+from pulsar_gateway.handlers.amqp.events import ConnectionClosed, ContentReceived, Event
 from pulsar_gateway.handlers.amqp.frame_pace import FramePace
 from pulsar_gateway.handlers.amqp.handoff import (
     HandOffError,
@@ -319,7 +319,11 @@ class Session:
             if _client_closed(events):
                 await self._close_after_stores(events)
             else:
-                self._flush()  # the core's own replies go first
+                if not _only_publishes(events):
+                    # the core's own replies go first (the broker's methods may await);
+                    # publishes are handled without waiting, and one write then carries
+                    # the confirms due with what they add (docs/backend.md)
+                    self._flush()
                 await self.broker.handle(events)
             self._flush()
             if self.conn.handed_off:
@@ -463,6 +467,10 @@ _PROTOCOL_VIOLATIONS = frozenset(
         ReplyCode.ACCESS_REFUSED,  # a failed login: repeated, it is password guessing
     }
 )
+
+
+def _only_publishes(events: list[Event]) -> bool:
+    return all(type(e) is ContentReceived for e in events)
 
 
 def _client_closed(events: list[Event]) -> bool:
