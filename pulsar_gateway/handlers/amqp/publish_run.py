@@ -18,7 +18,8 @@ gives the protocol's errors: both paths give the same events and output
 from __future__ import annotations
 
 import struct
-from typing import NamedTuple
+from collections.abc import Callable
+from typing import NamedTuple, TypeVar
 
 from pamqp import commands
 
@@ -39,6 +40,8 @@ _FRAME_HEADER = struct.Struct(">BHI")
 _PUBLISH_ID = struct.pack(">HH", BASIC_CLASS_ID, commands.Basic.Publish.index & 0xFFFF)
 _CONTENT_HEADER = struct.Struct(">HHQ")  # class id, weight, body size
 _MIN_HEADER = _CONTENT_HEADER.size + 2  # and the property flags
+
+_T = TypeVar("_T")
 
 
 class PublishRun(NamedTuple):
@@ -74,17 +77,12 @@ def next_publish(reader: FrameReader) -> PublishRun | None:
     ):
         return None
     payload = bytes(buf[start:end])
+    # a publisher mostly repeats its exchange and routing key: decoded once, shared by its
+    # messages as the properties are
     publishes = reader.known_publishes
-    method = publishes.get(payload)
+    method = publishes.get(payload) or _remembered(publishes, payload, fast_publish)
     if method is None:
-        # a publisher mostly repeats its exchange and routing key: decoded once, shared
-        # by its messages as the properties are
-        method = fast_publish(payload)
-        if method is None:
-            return None
-        if len(publishes) >= MAX_KNOWN_PROPERTIES:
-            publishes.clear()
-        publishes[payload] = method
+        return None
     # the content header frame
     pos = end + 1
     if limit - pos < FRAME_HEADER_SIZE:
@@ -105,14 +103,10 @@ def next_publish(reader: FrameReader) -> PublishRun | None:
     if class_id != BASIC_CLASS_ID or weight != 0 or body_size == 0:
         return None
     raw = bytes(buf[start + _CONTENT_HEADER.size : end])
-    properties = known.get(raw)
+    # as frames._decode_header keeps them
+    properties = known.get(raw) or _remembered(known, raw, fast_properties)
     if properties is None:
-        properties = fast_properties(raw)
-        if properties is None:
-            return None
-        if len(known) >= MAX_KNOWN_PROPERTIES:
-            known.clear()
-        known[raw] = properties  # as frames._decode_header keeps them
+        return None
     # the body frame: the whole body
     pos = end + 1
     if limit - pos < FRAME_HEADER_SIZE:
@@ -130,3 +124,16 @@ def next_publish(reader: FrameReader) -> PublishRun | None:
     ):
         return None
     return PublishRun(channel, method, properties, raw, bytes(buf[start:end]), end + 1)
+
+
+def _remembered(
+    known: dict[bytes, _T], raw: bytes, decode: Callable[[bytes], _T | None]
+) -> _T | None:
+    """`decode(raw)`, kept in `known` (emptied when full) unless it is None: called only on
+    a miss, so that a hit costs the caller one dict look-up."""
+    value = decode(raw)
+    if value is not None:
+        if len(known) >= MAX_KNOWN_PROPERTIES:
+            known.clear()
+        known[raw] = value
+    return value
