@@ -2,7 +2,7 @@
 commands, for several record counts in one run.
 
     python -m bench.migration_parity [--records 1000000,10000000] [--partitions 6]
-        [--parity-clients native,pulsar-client] [--no-kafka-format]
+        [--parity-clients native,pulsar-client] [--no-kafka-format] [--no-parity]
 
 For each count: fill tansu, `pulsar-gateway migrate` into a gateway whose topics use the
 default `pulsar` entry format and into a second one with `--entry-format kafka`, then
@@ -17,7 +17,8 @@ linearly, memory not at all: the job streams). The machine's load average is rec
 beside each size. Memory over time too: each command's process tree (Spark's driver and
 workers for parity) and the gateway sampled once a second while it runs, with the last
 third's peak over the middle third's (about 1: flat while the records go through).
-Writes reports/migration-parity.{json,html}.
+`--no-parity` measures the copies only (parity's runtime is another measurement, and at
+scale it takes longer than the copy). Writes reports/migration-parity.{json,html}.
 """
 
 from __future__ import annotations
@@ -172,6 +173,13 @@ def flatness(timeline: list[tuple[float, float, float]], column: int) -> float |
     return round(max(values[2 * third :]) / middle, 2) if middle else None
 
 
+def main_thread(pid: int) -> tuple[float, float]:
+    """Seconds the process's main thread (the gateway's event loop) has run so far, and
+    has been ready to run but waited for a core (/proc/<pid>/task/<pid>/schedstat)."""
+    ran, waited, _slices = Path(f"/proc/{pid}/task/{pid}/schedstat").read_text().split()
+    return int(ran) / 1e9, int(waited) / 1e9
+
+
 def children_cpu() -> float:
     """CPU seconds this process's finished children have used (a command run to its end)."""
     used = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -203,10 +211,14 @@ def one_size(
         # CPU per record beside the rates: on a machine shared with other work the rates
         # swing with the load; the CPU each side spends a record much less
         servers = [gateway.process.pid, gateway.broker_pid()]
-        before = cpu_seconds(servers), children_cpu()
+        before = cpu_seconds(servers[:1]), cpu_seconds(servers[1:]), children_cpu()
+        main_before = main_thread(gateway.process.pid)
         migrate_rss: list[tuple[float, float, float]] = []
         migrate_s = run_command(["migrate", *common], migrate_rss, gateway.process.pid)
-        gateway_cpu = cpu_seconds(servers) - before[0]
+        main_after = main_thread(gateway.process.pid)
+        ran, waited = main_after[0] - main_before[0], main_after[1] - main_before[1]
+        gateway_cpu = cpu_seconds(servers[:1]) - before[0]
+        broker_cpu = cpu_seconds(servers[1:]) - before[1]
         migrate_rps = records / migrate_s
         row["load_after_migrate"] = load_average()
         service_url = discover(f"http://127.0.0.1:{gateway.metrics_port}").service_url
@@ -224,9 +236,14 @@ def one_size(
                 "migrate_records_per_s": round(migrate_rps),
                 "pulsar_client_direct_records_per_s": round(records / direct_s),
                 "migrate_vs_pulsar_client_direct": round(migrate_rps * direct_s / records, 2),
-                # the migrate command itself, then the gateway and its broker together
-                "migrate_tool_cpu_us_per_record": round((children_cpu() - before[1]) * per, 1),
-                "migrate_gateway_and_broker_cpu_us_per_record": round(gateway_cpu * per, 1),
+                # the migrate command itself, the gateway, its broker
+                "migrate_tool_cpu_us_per_record": round((children_cpu() - before[2]) * per, 1),
+                "migrate_gateway_cpu_us_per_record": round(gateway_cpu * per, 1),
+                "migrate_broker_cpu_us_per_record": round(broker_cpu * per, 1),
+                # the share of the migrate command's run the gateway's event loop ran, and
+                # was ready to run but waited for a core (the rest it had nothing to do)
+                "migrate_gateway_loop_running": round(ran / migrate_s, 2),
+                "migrate_gateway_loop_waiting_for_a_core": round(waited / migrate_s, 2),
                 "pulsar_client_direct_cpu_us_per_record": round(direct_cpu * per, 1),
                 "pulsar_client_direct_broker_cpu_us_per_record": round(direct_broker * per, 1),
             }
@@ -298,9 +315,12 @@ def main() -> None:
     parser.add_argument(
         "--no-kafka-format", action="store_true", help="skip the migration into the kafka format"
     )
+    parser.add_argument("--no-parity", action="store_true", help="measure the copies only")
     args = parser.parse_args()
     counts = [int(n) for n in args.records.split(",")]
     clients = [c.strip() for c in args.parity_clients.split(",") if c.strip()]
+    if args.no_parity:
+        clients = []
     rows = []
     with tempfile.TemporaryDirectory() as scratch:
         for count in counts:

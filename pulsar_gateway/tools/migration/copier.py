@@ -1,7 +1,8 @@
 """Copy one source partition into the gateway, exactly once across restarts.
 
 The records travel as record batches over the project's own Kafka codec (source_batches.py:
-passed on as they are where they can be), one Produce of one batch at a time per partition.
+passed on as they are where they can be), one Produce of one batch at a time per partition,
+while the next Fetch is already on its way (read_ahead.py).
 
 Before anything is written, the partition's translation record says where copying
 starts (source offset) and where it lands (the target's end). Every write is checked
@@ -20,6 +21,7 @@ from dataclasses import dataclass
 
 from pulsar_gateway.gateway.metadata_store import MetadataStore
 from pulsar_gateway.tools.migration.errors import MigrationError
+from pulsar_gateway.tools.migration.read_ahead import ReadAhead
 from pulsar_gateway.tools.migration.source_batches import Chunk, read_chunks, rest_of
 from pulsar_gateway.tools.migration.translation import PartitionTranslation, partition_key
 from pulsar_gateway.tools.migration.wire import KafkaWire
@@ -84,31 +86,15 @@ class PartitionCopier:
         saved_at = time.monotonic()
         reader = await KafkaWire.connect(*self.source_leaders[(topic, partition)])
         writer = await KafkaWire.connect(*self.target_leaders[(topic, partition)])
+        fetched = ReadAhead(read_chunks(reader, topic, partition, start, end))
         try:
-            async for chunks in read_chunks(reader, topic, partition, start, end):
-                for chunk in chunks:
-                    if behind:
-                        taken = min(behind, len(chunk.offsets))
-                        state.add_range(list(chunk.offsets[:taken]), state.next_target)
-                        behind -= taken
-                        result.recovered += taken
-                        self.progress(topic, partition, taken)
-                        if taken == len(chunk.offsets):
-                            continue
-                        chunk = rest_of(chunk, taken)
-                    base = await _append(writer, topic, partition, chunk)
-                    if base != state.next_target:
+            async with fetched:
+                async for chunks in fetched:
+                    for chunk in chunks:
+                        behind = await self._write(writer, chunk, state, result, behind)
+                    if time.monotonic() - saved_at >= SAVE_SECONDS:
                         await self._save(topic, partition, state)
-                        raise MigrationError(
-                            f"{topic}-{partition}: wrote at offset {base}, expected "
-                            f"{state.next_target}: something else writes to this partition"
-                        )
-                    state.add_run(chunk.offsets, base)
-                    result.copied += len(chunk.offsets)
-                    self.progress(topic, partition, len(chunk.offsets))
-                if time.monotonic() - saved_at >= SAVE_SECONDS:
-                    await self._save(topic, partition, state)
-                    saved_at = time.monotonic()
+                        saved_at = time.monotonic()
         finally:
             await reader.close()
             await writer.close()
@@ -119,6 +105,38 @@ class PartitionCopier:
             )
         await self._save(topic, partition, state)
         return result
+
+    async def _write(
+        self,
+        writer: KafkaWire,
+        chunk: Chunk,
+        state: PartitionTranslation,
+        result: PartitionResult,
+        behind: int,
+    ) -> int:
+        """One chunk appended and recorded; its first `behind` records (found written by an
+        interrupted run) only recorded. Returns how many are still found written."""
+        topic, partition = result.topic, result.partition
+        if behind:
+            taken = min(behind, len(chunk.offsets))
+            state.add_range(list(chunk.offsets[:taken]), state.next_target)
+            result.recovered += taken
+            self.progress(topic, partition, taken)
+            if taken == len(chunk.offsets):
+                return behind - taken
+            chunk = rest_of(chunk, taken)
+            behind -= taken
+        base = await _append(writer, topic, partition, chunk)
+        if base != state.next_target:
+            await self._save(topic, partition, state)
+            raise MigrationError(
+                f"{topic}-{partition}: wrote at offset {base}, expected "
+                f"{state.next_target}: something else writes to this partition"
+            )
+        state.add_run(chunk.offsets, base)
+        result.copied += len(chunk.offsets)
+        self.progress(topic, partition, len(chunk.offsets))
+        return behind
 
 
 async def _append(target: KafkaWire, topic: str, partition: int, chunk: Chunk) -> int:
