@@ -8,8 +8,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from harness.hypothesis_budget import examples
+from pulsar_gateway.gateway.backend.native_reader import claim_written, stored_messages
 from pulsar_gateway.gateway.backend.native_writer import entries
+from pulsar_gateway.gateway.backend.wire import MessageId, ReceivedEntry
 from pulsar_gateway.gateway.backend.wire.batch import split_batch
+from pulsar_gateway.gateway.backend.wire.messages import MessageMetadata
 from pulsar_gateway.gateway.backend.written_entries import WrittenEntries, WrittenEntry
 from pulsar_gateway.gateway.messages import OutMessage, StoredMessage
 
@@ -92,3 +95,33 @@ def test_notes_are_bounded_in_bytes_too() -> None:
     assert written.bytes <= 1000 and len(written) == 3
     assert written.take("p", 6, 1) is None
     assert written.take("p", 9, 1) is not None
+
+
+def test_a_claimed_entry_without_its_payload_reads_as_the_whole_entry() -> None:
+    """The tailer's reader takes an entry's note as its frame arrives
+    (native_reader.claim_written), and the frame then carries no payload: the entry gives
+    exactly what the entry with its payload and the note still kept gives. Unbatched and
+    chunked entries, another producer's and an entry of another size claim nothing."""
+    messages = [OutMessage(b"v%d" % i, f"k{i}", {"h": str(i)}, 1000 + i) for i in range(5)]
+    [entry] = entries(messages, 7, True, 1 << 20)
+    note, payload = entry.note, bytes(entry.payload)
+    assert isinstance(note, WrittenEntry)
+    metadata = MessageMetadata("gw-x.native", 7, 1234, num_messages_in_batch=5)
+    kept, claiming = WrittenEntries(), WrittenEntries()
+    for written in (kept, claiming):
+        written.add("gw-x.native", 7, note, len(payload))
+    whole = ReceivedEntry(MessageId(3, 4), metadata, payload)
+    claimed = claim_written(claiming, metadata)
+    assert isinstance(claimed, WrittenEntry) and len(claiming) == 0
+    bare = ReceivedEntry(MessageId(3, 4), metadata, b"", claimed=claimed)
+    assert stored_messages(bare, claiming) == stored_messages(whole, kept)
+    assert stored_messages(bare, claiming) == _parsed(payload, 5, 3, 4)
+    for other in (
+        MessageMetadata("gw-x.native", 7, 1234),  # unbatched
+        MessageMetadata("gw-y.native", 7, 1234, num_messages_in_batch=5),
+        MessageMetadata("gw-x.native", 7, 1234, num_messages_in_batch=4),
+        MessageMetadata("gw-x.native", 7, 1234, num_messages_in_batch=5, num_chunks_from_msg=2),
+    ):
+        again = WrittenEntries()
+        again.add("gw-x.native", 7, note, len(payload))
+        assert claim_written(again, other) is None

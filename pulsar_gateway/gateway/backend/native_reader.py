@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 from collections import deque
 
@@ -34,7 +35,8 @@ from pulsar_gateway.gateway.backend.wire import (
     ReceivedEntry,
     ServerError,
 )
-from pulsar_gateway.gateway.backend.written_entries import WrittenEntries
+from pulsar_gateway.gateway.backend.wire.messages import MessageMetadata
+from pulsar_gateway.gateway.backend.written_entries import WrittenEntries, WrittenEntry
 from pulsar_gateway.gateway.messages import MessageKey, StoredMessage, WholeEntry, last_id
 
 log = logging.getLogger("gateway.reader")
@@ -63,7 +65,13 @@ def stored_messages(
     producer = metadata.producer_name or ""
     count = metadata.num_messages_in_batch
     if count is not None and not entry.chunk_ids:
-        mine = None if written is None else written.take(producer, metadata.sequence_id or 0, count)
+        mine = entry.claimed  # (taken from `written` as it arrived: `claim_written`)
+        if not isinstance(mine, WrittenEntry):
+            mine = (
+                None
+                if written is None
+                else written.take(producer, metadata.sequence_id or 0, count)
+            )
         if mine is not None:
             one = mine.as_one(ledger, entry_id, publish_time, producer) if as_one else None
             if one is not None:
@@ -86,6 +94,17 @@ def stored_messages(
         )
         for m in entry.messages()
     ]
+
+
+def claim_written(written: WrittenEntries, metadata: MessageMetadata) -> WrittenEntry | None:
+    """The note of a batched entry this gateway wrote, taken as the entry arrives: a
+    partition's tailer makes the entry from it (`stored_messages`), so its payload is not
+    copied out of the frame (`wire.Consumer.claim`), only checked. Taken, not looked at:
+    a note dropped between the arrival and the read would leave an entry with nothing."""
+    count = metadata.num_messages_in_batch
+    if count is None or metadata.num_chunks_from_msg is not None:
+        return None
+    return written.take(metadata.producer_name or "", metadata.sequence_id or 0, count)
 
 
 class NativeReaderStream:
@@ -135,6 +154,9 @@ class NativeReaderStream:
             )
         except PulsarError as exc:
             raise ConnectionError(f"cannot open a reader on {self._topic}: {exc}") from exc
+        if self._as_one and self._written is not None:
+            # the tailer meets this gateway's own entries first: their notes stand for them
+            self._consumer.claim = functools.partial(claim_written, self._written)
 
     async def read_batch(
         self,

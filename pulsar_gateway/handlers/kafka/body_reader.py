@@ -20,6 +20,15 @@ import io
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+# A Kafka connection's StreamReader limit: asyncio stops reading the socket once the reader
+# holds twice this, until it is read down to it. At 1 MiB a pipelining producer's next big
+# Produce piled up there whole while the one before was handled, in a buffer grown past the
+# gateway's 512 KiB mapping threshold (fresh pages faulted in for every request, given back
+# as the body was read out: a third of the gateway's page faults producing, perf, Nov 30).
+# Now the rest waits in the kernel's socket buffer and goes straight into the body's reused
+# buffer (`read_into`): docs/pulsar-protocol.md, "Page faults".
+READ_LIMIT = 64 * 1024
+
 
 class BodyReader(asyncio.StreamReader):
     """A StreamReader with `read_into` (see the module's docstring). It works on the

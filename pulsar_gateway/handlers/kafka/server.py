@@ -171,7 +171,11 @@ class KafkaServer:
         # a ClientHello is refused beyond the limits instead of held for its handshake
         if beside or self.tls is None:
             self._server = await body_reader.start_server(
-                self._accept, self.settings.host, self.settings.port, limit=1 << 20, backlog=1024
+                self._accept,
+                self.settings.host,
+                self.settings.port,
+                limit=body_reader.READ_LIMIT,
+                backlog=1024,
             )
         else:
             self._server = await self._tls_listener(self.settings.port, lambda: self.context)
@@ -295,7 +299,7 @@ class KafkaServer:
             lambda sock, peer: self._admit(sock, peer, sock.close),
             serve,
             release,
-            limit=1 << 20,
+            limit=body_reader.READ_LIMIT,
             make_reader=body_reader.BodyReader,
         )
         await listener.open(self.settings.host, port)

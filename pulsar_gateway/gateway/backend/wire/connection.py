@@ -35,10 +35,12 @@ from pulsar_gateway.gateway.backend.wire.errors import (
 from pulsar_gateway.gateway.backend.wire.frames import (
     DEFAULT_MAX_MESSAGE_SIZE,
     FRAME_OVERHEAD,
+    EntryClaim,
     Frame,
     FrameReader,
     simple_frame,
 )
+from pulsar_gateway.gateway.backend.wire.messages import MessageMetadata
 from pulsar_gateway.gateway.backend.wire.urls import BrokerUrl
 from pulsar_gateway.gateway.waiting import result_within
 
@@ -77,6 +79,9 @@ class ProducerListener(Protocol):
 
 
 class ConsumerListener(Protocol):
+    # what stands for an entry's payload, if anything (then not copied: `FrameReader.claim`)
+    claim: EntryClaim | None
+
     def on_message(self, frame: Frame) -> None: ...
 
     def on_end_of_topic(self) -> None: ...
@@ -99,6 +104,7 @@ class Connection(asyncio.Protocol):
         self._transport: asyncio.Transport | None = None
         self._reader = FrameReader()
         self._reader.verify_checksums = settings.verify_checksums
+        self._reader.claim = self._claim
         self._requests: dict[int, asyncio.Future[Any]] = {}
         self._next_request = 0
         self._producers: dict[int, ProducerListener] = {}
@@ -211,6 +217,14 @@ class Connection(asyncio.Protocol):
             self._writable = None
 
     # ---- commands in -----------------------------------------------------------------------
+
+    def _claim(self, command: c.Command | c.UnknownCommand, metadata: MessageMetadata) -> object:
+        """What the consumer of a MESSAGE has standing for its payload (`Consumer.claim`)."""
+        if type(command) is not c.Message:
+            return None
+        consumer = self._consumers.get(command.consumer_id)
+        claim = None if consumer is None else consumer.claim
+        return None if claim is None else claim(metadata)
 
     def _dispatch(self, frame: Frame) -> None:
         command = frame.command

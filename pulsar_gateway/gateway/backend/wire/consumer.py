@@ -2,7 +2,8 @@
 
 Durable subscriptions (Exclusive, Shared, Failover, Key_Shared) and readers (a
 non-durable Exclusive subscription from a message id) are the same class. Entries arrive
-whole (`entries.ReceivedEntry`); the caller splits batches when it wants messages.
+whole (`entries.ReceivedEntry`); the caller splits batches when it wants messages, and
+may have something stand for an entry's payload, which is then not copied (`claim`).
 
 Memory is bounded by flow control: the broker may send as many messages as it was given
 permits; the consumer gives `receiver_queue_size` at first and gives more only as the
@@ -11,15 +12,14 @@ than `max_queue_bytes`. pulsar-lite counts permits per entry, not per message, a
 given at most 20 at once, except on a Shared subscription, where it counts messages as
 Apache Pulsar does (docs/pulsar-protocol.md, "Flow control").
 
-Acknowledgements are grouped: those made within `ack_delay` go in one ACK.
-
-After a lost connection or a broker's CLOSE_CONSUMER the consumer subscribes again
-(looking the topic up anew). What it held and had not handed out is dropped: a durable
-subscription gets every unacknowledged entry again from the broker; a reader resumes
-right after the last entry it handed out. Readers drop every entry whose id is not above
-the last one they handed out or queued: pulsar-lite replays delivered entries under load
-(docs/backend.md, "Readers replay messages"), and a reader resumed after a reconnect may
-be sent its last entry again (docs/pulsar-protocol.md, "Reconnection").
+Acknowledgements are grouped: those made within `ack_delay` go in one ACK. After a lost
+connection or a broker's CLOSE_CONSUMER the consumer subscribes again (looking the topic
+up anew). What it held and had not handed out is dropped: a durable subscription gets
+every unacknowledged entry again from the broker; a reader resumes right after the last
+entry it handed out. Readers drop every entry whose id is not above the last one they
+handed out or queued: pulsar-lite replays delivered entries under load (docs/backend.md,
+"Readers replay messages"), and a reader resumed after a reconnect may be sent its last
+entry again (docs/pulsar-protocol.md, "Reconnection").
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ from pulsar_gateway.gateway.backend.wire.flow_window import (
     PER_ENTRY_WINDOW,
     window_for,
 )
-from pulsar_gateway.gateway.backend.wire.frames import Frame
+from pulsar_gateway.gateway.backend.wire.frames import EntryClaim, Frame
 from pulsar_gateway.gateway.backend.wire.ids import EARLIEST, LATEST, MessageId, partition_index
 from pulsar_gateway.gateway.backend.wire.messages import MessageIdData
 
@@ -138,6 +138,7 @@ class Consumer:
         self.replays_dropped = 0
         self.nudges = 0
         self.received = 0  # entries queued, in all
+        self.claim: EntryClaim | None = None  # (frames.FrameReader.claim)
 
     @classmethod
     def reader(
@@ -315,9 +316,8 @@ class Consumer:
                 return
             self._owe(len(entry.chunk_ids))
         else:
-            entry = ReceivedEntry(
-                mid, metadata, frame.payload, command.redelivery_count, frame.broker_entry
-            )
+            entry = ReceivedEntry(mid, metadata, frame.payload, command.redelivery_count)
+            entry.broker_entry, entry.claimed = frame.broker_entry, frame.claimed
         if self.drop_replays:
             last = self._last_seen
             if last is None:

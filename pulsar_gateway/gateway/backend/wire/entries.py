@@ -35,7 +35,8 @@ log = logging.getLogger("gateway.pulsar.wire")
 @dataclass(slots=True)
 class ReceivedEntry:
     """One entry as delivered: `id` has batch index -1 (a chunked message: its last
-    chunk's id, the others in `chunk_ids`); `payload` is as stored, compressed or not."""
+    chunk's id, the others in `chunk_ids`); `payload` is as stored, compressed or not, or
+    b"" when `claimed` stands for it (`Consumer.claim`)."""
 
     id: MessageId
     metadata: MessageMetadata
@@ -43,6 +44,7 @@ class ReceivedEntry:
     redelivery_count: int = 0
     broker_entry: BrokerEntryMetadata | None = None
     chunk_ids: tuple[MessageId, ...] = ()
+    claimed: object = field(default=None, repr=False)
 
     @property
     def num_messages(self) -> int:

@@ -16,6 +16,7 @@ nothing else escapes. The connection closes on any of them.
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from crc32c import crc32c
@@ -42,15 +43,23 @@ _U32 = struct.Struct(">I")
 LARGE_FRAME = 64 * 1024
 _U32_PAIR = struct.Struct(">II")
 
+# What may stand for a MESSAGE's payload, given its command and metadata (None: nothing,
+# the payload is copied out as usual): `FrameReader.claim`.
+Claim = Callable[[Command | UnknownCommand, MessageMetadata], object]
+# the same for one consumer's entries (`Consumer.claim`, asked by its connection)
+EntryClaim = Callable[[MessageMetadata], object]
+
 
 @dataclass(slots=True)
 class Frame:
-    """One frame read: its command and, for MESSAGE, what follows the command."""
+    """One frame read: its command and, for MESSAGE, what follows the command. `claimed`:
+    what `FrameReader.claim` gave for it, the payload then left out (b"")."""
 
     command: Command | UnknownCommand
     metadata: MessageMetadata | None = None
     payload: bytes = b""
     broker_entry: BrokerEntryMetadata | None = None
+    claimed: object = None
 
 
 def simple_frame(command: Command) -> bytes:
@@ -93,6 +102,12 @@ class FrameReader:
         self.max_frame_size = max_frame_size
         self.verify_checksums = True
         self.large_frame = LARGE_FRAME  # frames over this size: `_large_frame`
+        # Asked for each frame with a payload, once its metadata is read: what it gives
+        # (not None) stands for the payload, which is then not copied out (only checked).
+        # The gateway's own entries, read back by a partition's tailer, are made from the
+        # writer's note (gateway/backend/written_entries.py): their payload, a megabyte for
+        # a big Kafka batch, was copied for nothing (docs/pulsar-protocol.md, "Page faults").
+        self.claim: Claim | None = None
         # The stream's unparsed bytes are `_buffer[:_filled]`; the buffer keeps its size
         # between frames. Shrunk to the bytes left after each parse (`del`), it gave its
         # megabyte back after every big entry and grew page by page for the next, fresh
@@ -112,7 +127,10 @@ class FrameReader:
         filled = self._filled
         size = len(data)
         if filled + size <= len(buffer):
-            buffer[filled : filled + size] = data
+            # through a view: a bytearray's slice assigned from bytes copies them into a
+            # new bytearray first (a second copy of every chunk the socket gave)
+            with memoryview(buffer) as into:
+                into[filled : filled + size] = data
         else:
             del buffer[filled:]
             buffer += data
@@ -137,11 +155,12 @@ class FrameReader:
                 # about twice as fast as through the memoryview, and the copy is one memcpy
                 # (a large entry's payload is copied once, not with the frame and again)
                 large = None
+                verify, claim = self.verify_checksums, self.claim
                 if total > self.large_frame:
-                    large = _large_frame(view, pos + 4, pos + 4 + total, self.verify_checksums)
+                    large = _large_frame(view, pos + 4, pos + 4 + total, verify, claim)
                 if large is None:
                     frame = bytes(view[pos + 4 : pos + 4 + total])
-                    large = parse_frame(frame, 0, total, self.verify_checksums)
+                    large = parse_frame(frame, 0, total, verify, claim)
                 frames.append(large)
                 pos += 4 + total
             else:
@@ -158,7 +177,9 @@ class FrameReader:
         return frames
 
 
-def _large_frame(view: memoryview, start: int, end: int, verify: bool) -> Frame | None:
+def _large_frame(
+    view: memoryview, start: int, end: int, verify: bool, claim: Claim | None = None
+) -> Frame | None:
     """A frame with a payload (MESSAGE) parsed from copies of its head (command, broker
     entry metadata, checksum if any, metadata) and of its payload: the payload is copied once,
     where a copy of the whole frame and then of the payload cost two copies of it and,
@@ -180,11 +201,16 @@ def _large_frame(view: memoryview, start: int, end: int, verify: bool) -> Frame 
     command_end = 4 + _U32.unpack_from(head, 0)[0]
     command = decode_command(head, 4, command_end)
     covered = view[summed:end] if checked else None
-    return _payload(command, head, command_end, len(head), verify, covered, view[metadata_end:end])
+    payload = view[metadata_end:end]
+    return _payload(command, head, command_end, len(head), verify, covered, payload, claim)
 
 
 def parse_frame(
-    data: bytes | bytearray | memoryview, start: int, end: int, verify: bool = True
+    data: bytes | bytearray | memoryview,
+    start: int,
+    end: int,
+    verify: bool = True,
+    claim: Claim | None = None,
 ) -> Frame:
     """The frame in `data[start:end]` (after its total size field)."""
     if end - start < 4:
@@ -196,7 +222,7 @@ def parse_frame(
     command = decode_command(data, start + 4, command_end)
     if command_end == end:
         return Frame(command)
-    return _payload(command, data, command_end, end, verify)
+    return _payload(command, data, command_end, end, verify, claim=claim)
 
 
 def _payload(
@@ -207,9 +233,11 @@ def _payload(
     verify: bool,
     summed: memoryview | None = None,
     payload: memoryview | None = None,
+    claim: Claim | None = None,
 ) -> Frame:
     """What follows the command in `data[pos:end]`; `summed` and `payload`, when given,
-    are what the checksum covers and the payload (`data` then ends with the metadata)."""
+    are what the checksum covers and the payload (`data` then ends with the metadata).
+    `claim`: `FrameReader.claim`."""
     broker_entry = None
     if data[pos : pos + 2] == MAGIC_BROKER_ENTRY:
         if end - pos < 6:
@@ -239,5 +267,8 @@ def _payload(
     if metadata_end > end:
         raise DecodeError(f"metadata of {metadata_size} bytes runs past its frame")
     metadata = MessageMetadata.decode(data, pos + 4, metadata_end)
+    claimed = None if claim is None else claim(command, metadata)
+    if claimed is not None:
+        return Frame(command, metadata, b"", broker_entry, claimed)
     rest = data[metadata_end:end] if payload is None else payload
     return Frame(command, metadata, bytes(rest), broker_entry)
