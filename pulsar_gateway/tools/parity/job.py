@@ -77,6 +77,9 @@ class Verdict:
     json_path: Path | None = None
     html_path: Path | None = None
     samples: Samples = field(default_factory=dict)
+    # seconds per phase (facts, Spark's start, the in-order walk and its tasks' CPU, the
+    # comparison by content): where a run's time goes without a profiler
+    phases: dict[str, float] = field(default_factory=dict)
 
     def sample(self, report: PartitionReport, side: str, offset: int | None) -> RecordSample | None:
         if offset is None:
@@ -102,6 +105,7 @@ class Verdict:
             "pulsar_client": plan.pulsar_client,
             "migration": plan.name,
             "seconds": round(self.seconds, 2),
+            "phases_seconds": {name: round(value, 2) for name, value in self.phases.items()},
             "spark": {"master": plan.master, **self.memory},
             "totals": {
                 "source_records": sum(p.source_records for p in self.partitions),
@@ -268,6 +272,7 @@ def run_parity(
 
     console = console or Console(stderr=True)
     started = time.monotonic()
+    phases: dict[str, float] = {}
     with console.status("reading offsets, checkpoints and translations"):
         facts = asyncio.run(
             gather(
@@ -280,18 +285,24 @@ def run_parity(
                 plan.group_pattern,
             )
         )
+    phases["facts"] = time.monotonic() - started
     total = sum(e - s for s, e in facts.source_ranges.values())
     console.print(
         f"comparing {len(facts.source_ranges)} partitions of {len(facts.topics)} topics "
         f"(~{total:,} source records) on Spark {plan.master}"
     )
     own = spark is None
+    mark = time.monotonic()
     if spark is None:
         spark = spark_session(plan.master, plan.spark_conf)
+    phases["spark_start"] = time.monotonic() - mark
     try:
         with MemoryWatch(spark) as watch:
+            mark = time.monotonic()
             with console.status("walking both sides of every partition in order"):
                 walks = in_order_pass(spark, plan, facts)
+            phases["in_order"] = time.monotonic() - mark
+            phases["in_order_tasks_cpu"] = sum(w.cpu_seconds for w in walks)
             reports = [
                 PartitionReport(w.topic, w.partition, w.records, w.records, method="in order")
                 for w in walks
@@ -302,9 +313,11 @@ def run_parity(
                 console.print(
                     f"{len(differing)} partition(s) differ: comparing their records by content"
                 )
+                mark = time.monotonic()
                 narrowed = facts.only(differing)
                 source, target = frames(spark, plan, narrowed)
                 reports += compare(spark, source, target, narrowed.runs(), narrowed.aligns())
+                phases["by_content"] = time.monotonic() - mark
             reports.sort(key=lambda r: (r.topic, r.partition))
         memory = watch.result()
     finally:
@@ -312,9 +325,12 @@ def run_parity(
             spark.stop()
     passed = all(r.ok for r in reports) and all(g.drift == 0 for g in facts.groups)
     verdict = Verdict(passed, reports, facts.groups, time.monotonic() - started, memory)
+    verdict.phases = phases
     if not all(r.ok for r in reports):
+        mark = time.monotonic()
         with console.status("reading the offending records"):
             verdict.samples = offending_records(plan, reports)
+        phases["samples"] = time.monotonic() - mark
     write_report(plan, verdict)
     print_verdict(verdict, console)
     return verdict
