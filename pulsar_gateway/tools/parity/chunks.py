@@ -100,7 +100,9 @@ def kafka_chunks(
         position = start
         idle_since = time.monotonic()
         while position < end:
-            messages = consumer.consume(CONSUME_BATCH, timeout=1.0)
+            # no more than are left: asked for more, the last call waited out its timeout
+            # for messages past the end (a second per partition read)
+            messages = consumer.consume(min(CONSUME_BATCH, end - position), timeout=1.0)
             if not messages:
                 # control records (transaction markers) have no message: ask where we are
                 at = consumer.position([TopicPartition(topic, partition)])[0].offset
