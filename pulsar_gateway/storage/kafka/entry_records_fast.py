@@ -61,6 +61,8 @@ def _walk(data: bytes, count: int, publish_time: int) -> tuple[int, int, list[Re
     prefixes = _PREFIXES
     names: dict[bytes, str] = {}  # header names seen, decoded
     times: dict[bytes, int] = {}  # event time varints seen (6 bytes: a millisecond time)
+    # reserved properties passed over, whole (the producer's codec: the same on every message)
+    passed: set[bytes] = set()
     out: list[Record] = []
     append = out.append
     end = len(data)
@@ -94,10 +96,13 @@ def _walk(data: bytes, count: int, publish_time: int) -> tuple[int, int, list[Re
             t = data[p]
             if t == 0x0A:  # a property: KeyValue, short name (1) and value (2)
                 size = data[p + 1]
+                kv_end = p + 2 + size
+                if kv_end <= stop and data[p:kv_end] in passed:
+                    p = kv_end  # the same reserved property as before: passed over again
+                    continue
                 name_size = data[p + 3]
                 q = p + 4 + name_size
                 value_size_ = data[q + 1]
-                kv_end = p + 2 + size
                 if (
                     size >= 0x80
                     or data[p + 2] != 0x0A
@@ -109,11 +114,13 @@ def _walk(data: bytes, count: int, publish_time: int) -> tuple[int, int, list[Re
                 ):
                     return None
                 raw_name = data[p + 4 : q]
-                p = kv_end
                 if raw_name.startswith(prefixes):
                     if raw_name in _NOT_HERE or raw_name == _SEQ:
                         return None
+                    passed.add(data[p:kv_end])
+                    p = kv_end
                     continue  # the producer's codec, the gateway's other stamps
+                p = kv_end
                 if headers and raw_name <= last_name:
                     return None  # out of order or repeated: not what the writer makes
                 name = names.get(raw_name)
