@@ -128,19 +128,30 @@ def spark_session(master: str, conf: dict[str, str]) -> Any:
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
-    from pulsar_gateway.tools.parity.sources import KafkaRangeSource, PulsarPartitionSource
-
     builder = SparkSession.builder.master(master).appName("pulsar-gateway parity")
     for key, value in {**SPARK_DEFAULTS, **conf}.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
-    spark.dataSource.register(KafkaRangeSource)
-    spark.dataSource.register(PulsarPartitionSource)
     return spark
 
 
+def register_sources(spark: Any) -> None:
+    """The Python data sources, registered when the comparison by content first needs them:
+    registering sets up the session's SQL state in the JVM, 2.7-3.1 s of Spark's 6-8 s
+    start at load 9-10, which a run whose every partition passes the walk never uses
+    (docs/tools.md, "How parity compares")."""
+    if getattr(spark, "_parity_sources", False):
+        return
+    from pulsar_gateway.tools.parity.sources import KafkaRangeSource, PulsarPartitionSource
+
+    spark.dataSource.register(KafkaRangeSource)
+    spark.dataSource.register(PulsarPartitionSource)
+    spark._parity_sources = True
+
+
 def frames(spark: Any, plan: ParityPlan, facts: Facts) -> tuple[Any, Any]:
+    register_sources(spark)
     source = _kafka_frame(spark, plan.source, facts.source_ranges)
     if plan.target_via == "kafka":
         target = _kafka_frame(spark, plan.target, facts.target_ranges)
