@@ -16,6 +16,8 @@ what that would return (tests/unit/test_entry_records.py holds them together).
 
 from __future__ import annotations
 
+import struct
+
 from pulsar_gateway.gateway.backend.resend_filter import stamp_of
 from pulsar_gateway.gateway.messages import MORE, RECORDS, SEQ
 from pulsar_gateway.kafka_codec.entry_format import BATCH
@@ -35,12 +37,14 @@ Record = tuple[bytes | None, bytes | None, list[tuple[str, bytes | None]], int]
 _STAMP_NAME = b"\x0a\x08" + SEQ.encode() + b"\x12"
 _STAMP_HEADS = {b"\x0a" + bytes([n + 12]) + _STAMP_NAME + bytes([n]): n for n in range(1, 21)}
 _STAMP_HEAD = 2 + len(_STAMP_NAME) + 1
-_PLUS = MORE.encode()
 _PREFIXES = (RESERVED.encode(), GATEWAY_RESERVED.encode())
 # reserved properties a plain record does not have: `entry_records` maps those messages
 # with `records_of`, or reads the entry message by message
 _NOT_HERE = frozenset(name.encode() for name in (KEY_B64, HEADERS, HEADER_ORDER, BATCH, RECORDS))
 _SEQ = SEQ.encode()
+# a stamp of a record with more of its batch after it ("N+"), as a format
+_WITH_MORE = b"%d" + MORE.encode()
+_SIZE = struct.Struct(">I").unpack_from  # a message's 4-byte metadata size
 
 
 def plain_entry_records(
@@ -50,14 +54,15 @@ def plain_entry_records(
     its first and last stamps, or None when it is not the case this reads."""
     try:
         return _walk(data, count, publish_time)
-    except (IndexError, KeyError, ValueError):
+    except (IndexError, KeyError, ValueError, struct.error):
         return None
 
 
 def _walk(data: bytes, count: int, publish_time: int) -> tuple[int, int, list[Record]] | None:
     heads = _STAMP_HEADS
+    size_at = _SIZE
+    with_more = _WITH_MORE
     head_size = _STAMP_HEAD
-    plus = _PLUS
     prefixes = _PREFIXES
     names: dict[bytes, str] = {}  # header names seen, decoded
     times: dict[bytes, int] = {}  # event time varints seen (6 bytes: a millisecond time)
@@ -70,7 +75,7 @@ def _walk(data: bytes, count: int, publish_time: int) -> tuple[int, int, list[Re
     first = expected = -1
     for _ in range(count):
         p = pos + 4
-        stop = p + int.from_bytes(data[pos:p], "big")
+        stop = p + size_at(data, pos)[0]
         if stop > end:
             return None
         # the stamp: the first property, in the writer's layout (KeyError: another)
@@ -83,8 +88,8 @@ def _walk(data: bytes, count: int, publish_time: int) -> tuple[int, int, list[Re
             if found is None:
                 return None
             first = expected = found
-        elif (stamp[:-1] if stamp.endswith(plus) else stamp) != b"%d" % expected:
-            return None
+        elif stamp != with_more % expected and stamp != b"%d" % expected:
+            return None  # (a number never ends in MORE: the two cases are apart)
         expected += 1
         headers: list[tuple[str, bytes | None]] = []
         last_name = b""
