@@ -13,8 +13,10 @@ tested and timed without Spark.
 
 from __future__ import annotations
 
+import gc
 import time
 from collections.abc import Generator, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from operator import itemgetter
 from typing import TYPE_CHECKING, Any, cast
 
@@ -139,3 +141,18 @@ def _rows(messages: list[Message]) -> list[Row]:
     stamps = map(_second, map(KafkaMessage.timestamp, messages))
     keys = map(KafkaMessage.key, messages)
     return list(zip(keys, map(KafkaMessage.value, messages), headers, stamps, strict=True))
+
+
+@contextmanager
+def no_collector() -> Iterator[None]:
+    """The cyclic garbage collector off while parity reads: the readers' chunks hold tens
+    of thousands of young tuples and lists, which made it run over and over and take a
+    third of a reader's CPU (py-spy, docs/tools.md "How parity compares"). Nothing they
+    make per record is part of a cycle, so reference counting frees it all the same."""
+    was_on = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_on:
+            gc.enable()

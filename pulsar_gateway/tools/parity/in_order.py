@@ -15,14 +15,13 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
-import gc
 import time
 from collections.abc import Generator, Iterable, Iterator
-from contextlib import closing, contextmanager
+from contextlib import closing
 from dataclasses import dataclass
 from typing import Any
 
-from pulsar_gateway.tools.parity.chunks import Chunk, Row, kafka_chunks
+from pulsar_gateway.tools.parity.chunks import Chunk, Row, kafka_chunks, no_collector
 from pulsar_gateway.tools.parity.fingerprint import headers_bytes
 from pulsar_gateway.tools.parity.records import plain_headers
 from pulsar_gateway.tools.parity.sources import pulsar_chunks
@@ -164,24 +163,9 @@ def walk_partition(job: dict[str, Any]) -> Walk:
     source_start, source_end = job["source_range"]
     source = kafka_chunks(job["source"], topic, partition, source_start, source_end)
     target = _target_chunks(job)
-    with closing(source), closing(target), _no_collector():
+    with closing(source), closing(target), no_collector():
         result = walk(topic, partition, offsets, source, target)
     return dataclasses.replace(result, cpu_seconds=time.process_time() - cpu)
-
-
-@contextmanager
-def _no_collector() -> Iterator[None]:
-    """The cyclic garbage collector off while the walk runs: the readers' chunks hold tens
-    of thousands of young tuples and lists, which made it run over and over and take a
-    third of a reader's CPU (py-spy, docs/tools.md "How parity compares"). Nothing a walk
-    makes per record is part of a cycle, so reference counting frees it all the same."""
-    was_on = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_on:
-            gc.enable()
 
 
 def _target_chunks(job: dict[str, Any]) -> Generator[Chunk, None, None]:

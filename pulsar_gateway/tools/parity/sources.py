@@ -26,7 +26,14 @@ from typing import Any, cast
 import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
-from pulsar_gateway.tools.parity.chunks import Chunk, Row, kafka_chunks, offsets_of, one_by_one
+from pulsar_gateway.tools.parity.chunks import (
+    Chunk,
+    Row,
+    kafka_chunks,
+    no_collector,
+    offsets_of,
+    one_by_one,
+)
 from pulsar_gateway.tools.parity.fingerprint import fingerprint
 from pulsar_gateway.tools.parity.records import Record
 
@@ -281,11 +288,13 @@ def pulsar_chunks(
 
 
 def _batches(topic: str, partition: int, records: Iterator[Record]) -> Iterator[pa.RecordBatch]:
-    """Records as digest rows, BATCH_ROWS to an Arrow batch."""
+    """Records as digest rows, BATCH_ROWS to an Arrow batch (the collector off meanwhile,
+    as for the walk: chunks.no_collector)."""
     rows = _Rows(topic, partition)
-    for offset, key, value, headers, ts in records:
-        rows.add(offset, key, value, headers, ts)
-        if len(rows) >= BATCH_ROWS:
+    with no_collector():
+        for offset, key, value, headers, ts in records:
+            rows.add(offset, key, value, headers, ts)
+            if len(rows) >= BATCH_ROWS:
+                yield rows.take()
+        if len(rows):
             yield rows.take()
-    if len(rows):
-        yield rows.take()
