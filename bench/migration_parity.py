@@ -52,6 +52,7 @@ KAFKA_FORMAT = ("--entry-format", "kafka")
 # records the gateway's own Produce rate is measured with (its ratio's denominator)
 PRODUCE_REFERENCE = 300_000
 RSS_EVERY = 1.0  # seconds between two samples of a command's memory
+CPU_EVERY = 0.25  # ... and of its processes' CPU (a process's last moments are not seen)
 
 
 def fill(bootstrap: str, topic: str, partitions: int, records: int, size: int) -> float:
@@ -128,22 +129,38 @@ def load_average() -> str:
 
 
 def run_command(
-    args: list[str], timeline: list[tuple[float, float, float]] | None = None, gateway: int = 0
+    args: list[str],
+    timeline: list[tuple[float, float, float]] | None = None,
+    gateway: int = 0,
+    cpu: dict[int, float] | None = None,
 ) -> float:
     """Seconds the command ran. With `timeline`, every RSS_EVERY seconds one more (seconds
     since start, MiB of the command and every process below it, MiB of `gateway`): whether
-    memory stays flat while the records go through, not only its peak."""
+    memory stays flat while the records go through, not only its peak. With `cpu`, each
+    process of the tree's CPU seconds as last seen, every CPU_EVERY seconds (Spark's JVM
+    is not waited for by its driver, so RUSAGE_CHILDREN misses it and its workers)."""
     started = time.perf_counter()
     process = subprocess.Popen([sys.executable, "-m", "pulsar_gateway.cli", *args], cwd=REPO)
+    last = 0.0
     while True:
         try:
-            returncode = process.wait(RSS_EVERY)
+            returncode = process.wait(CPU_EVERY if cpu is not None else RSS_EVERY)
             break
         except subprocess.TimeoutExpired:
-            if timeline is not None:
-                tree = sum(_rss(pid) for pid in [process.pid, *_descendants(process.pid)])
-                at = round(time.perf_counter() - started, 1)
-                timeline.append((at, round(tree, 1), round(_rss(gateway), 1) if gateway else 0))
+            tree = [process.pid, *_descendants(process.pid)]
+            if cpu is not None:
+                for pid in tree:
+                    try:
+                        cpu[pid] = cpu_seconds([pid])
+                    except (OSError, IndexError):
+                        pass  # gone since it was listed
+            at = time.perf_counter() - started
+            if timeline is not None and at - last >= RSS_EVERY - CPU_EVERY / 2:
+                last = at
+                tree_rss = sum(_rss(pid) for pid in tree)
+                timeline.append(
+                    (round(at, 1), round(tree_rss, 1), round(_rss(gateway), 1) if gateway else 0)
+                )
     if returncode != 0:
         raise RuntimeError(f"{args[0]} exited {returncode}")
     return time.perf_counter() - started
@@ -261,12 +278,21 @@ def one_size(
         for client in parity_clients:
             report = scratch / f"parity-{records}-{client}"
             parity_rss: list[tuple[float, float, float]] = []
+            parity_cpu: dict[int, float] = {}
+            servers_before = cpu_seconds(servers)
             parity_s = run_command(
                 ["parity", *common, "--pulsar-client", client, "--report", str(report)],
                 parity_rss,
+                cpu=parity_cpu,
             )
             verdict = json.loads(report.with_suffix(".json").read_text())
             name = client.replace("-", "_")
+            # parity's processes (driver, Spark's JVM, its Python workers), then the
+            # gateway and pulsar-lite it reads; the verdict's own seconds per phase
+            row[f"parity_{name}_cpu_us_per_record"] = round(sum(parity_cpu.values()) * per, 1)
+            servers_cpu = cpu_seconds(servers) - servers_before
+            row[f"parity_{name}_gateway_and_broker_cpu_us_per_record"] = round(servers_cpu * per, 2)
+            row[f"parity_{name}_phases_seconds"] = verdict.get("phases_seconds")
             row[f"parity_{name}_seconds"] = round(parity_s, 1)
             row[f"parity_{name}_records_per_s"] = round(records / parity_s)
             row[f"parity_{name}_verdict"] = verdict["verdict"]

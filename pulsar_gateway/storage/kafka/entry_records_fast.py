@@ -16,6 +16,8 @@ what that would return (tests/unit/test_entry_records.py holds them together).
 
 from __future__ import annotations
 
+import struct
+
 from pulsar_gateway.gateway.backend.resend_filter import stamp_of
 from pulsar_gateway.gateway.messages import MORE, RECORDS, SEQ
 from pulsar_gateway.kafka_codec.entry_format import BATCH
@@ -35,12 +37,14 @@ Record = tuple[bytes | None, bytes | None, list[tuple[str, bytes | None]], int]
 _STAMP_NAME = b"\x0a\x08" + SEQ.encode() + b"\x12"
 _STAMP_HEADS = {b"\x0a" + bytes([n + 12]) + _STAMP_NAME + bytes([n]): n for n in range(1, 21)}
 _STAMP_HEAD = 2 + len(_STAMP_NAME) + 1
-_PLUS = MORE.encode()
 _PREFIXES = (RESERVED.encode(), GATEWAY_RESERVED.encode())
 # reserved properties a plain record does not have: `entry_records` maps those messages
 # with `records_of`, or reads the entry message by message
 _NOT_HERE = frozenset(name.encode() for name in (KEY_B64, HEADERS, HEADER_ORDER, BATCH, RECORDS))
 _SEQ = SEQ.encode()
+# a stamp of a record with more of its batch after it ("N+"), as a format
+_WITH_MORE = b"%d" + MORE.encode()
+_SIZE = struct.Struct(">I").unpack_from  # a message's 4-byte metadata size
 
 
 def plain_entry_records(
@@ -50,17 +54,20 @@ def plain_entry_records(
     its first and last stamps, or None when it is not the case this reads."""
     try:
         return _walk(data, count, publish_time)
-    except (IndexError, KeyError, ValueError):
+    except (IndexError, KeyError, ValueError, struct.error):
         return None
 
 
 def _walk(data: bytes, count: int, publish_time: int) -> tuple[int, int, list[Record]] | None:
     heads = _STAMP_HEADS
+    size_at = _SIZE
+    with_more = _WITH_MORE
     head_size = _STAMP_HEAD
-    plus = _PLUS
     prefixes = _PREFIXES
     names: dict[bytes, str] = {}  # header names seen, decoded
     times: dict[bytes, int] = {}  # event time varints seen (6 bytes: a millisecond time)
+    # reserved properties passed over, whole (the producer's codec: the same on every message)
+    passed: set[bytes] = set()
     out: list[Record] = []
     append = out.append
     end = len(data)
@@ -68,7 +75,7 @@ def _walk(data: bytes, count: int, publish_time: int) -> tuple[int, int, list[Re
     first = expected = -1
     for _ in range(count):
         p = pos + 4
-        stop = p + int.from_bytes(data[pos:p], "big")
+        stop = p + size_at(data, pos)[0]
         if stop > end:
             return None
         # the stamp: the first property, in the writer's layout (KeyError: another)
@@ -81,8 +88,8 @@ def _walk(data: bytes, count: int, publish_time: int) -> tuple[int, int, list[Re
             if found is None:
                 return None
             first = expected = found
-        elif (stamp[:-1] if stamp.endswith(plus) else stamp) != b"%d" % expected:
-            return None
+        elif stamp != with_more % expected and stamp != b"%d" % expected:
+            return None  # (a number never ends in MORE: the two cases are apart)
         expected += 1
         headers: list[tuple[str, bytes | None]] = []
         last_name = b""
@@ -94,10 +101,13 @@ def _walk(data: bytes, count: int, publish_time: int) -> tuple[int, int, list[Re
             t = data[p]
             if t == 0x0A:  # a property: KeyValue, short name (1) and value (2)
                 size = data[p + 1]
+                kv_end = p + 2 + size
+                if kv_end <= stop and data[p:kv_end] in passed:
+                    p = kv_end  # the same reserved property as before: passed over again
+                    continue
                 name_size = data[p + 3]
                 q = p + 4 + name_size
                 value_size_ = data[q + 1]
-                kv_end = p + 2 + size
                 if (
                     size >= 0x80
                     or data[p + 2] != 0x0A
@@ -109,11 +119,13 @@ def _walk(data: bytes, count: int, publish_time: int) -> tuple[int, int, list[Re
                 ):
                     return None
                 raw_name = data[p + 4 : q]
-                p = kv_end
                 if raw_name.startswith(prefixes):
                     if raw_name in _NOT_HERE or raw_name == _SEQ:
                         return None
+                    passed.add(data[p:kv_end])
+                    p = kv_end
                     continue  # the producer's codec, the gateway's other stamps
+                p = kv_end
                 if headers and raw_name <= last_name:
                     return None  # out of order or repeated: not what the writer makes
                 name = names.get(raw_name)

@@ -46,6 +46,11 @@ SPARK_DEFAULTS = {
     "spark.driver.host": "127.0.0.1",
     "spark.driver.bindAddress": "127.0.0.1",
     "spark.python.worker.reuse": "true",
+    # the JIT's first tier only and one GC thread: the JVM spent 8.9 CPU seconds of a 1M-
+    # record parity run starting Spark, 3.9 with these; its CPU in the comparison by
+    # content of 1M records was no higher (41 s against 40; docs/tools.md, "How parity
+    # compares"). A --conf spark.driver.extraJavaOptions replaces them.
+    "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
 }
 
 
@@ -77,6 +82,9 @@ class Verdict:
     json_path: Path | None = None
     html_path: Path | None = None
     samples: Samples = field(default_factory=dict)
+    # seconds per phase (facts, Spark's start, the in-order walk and its tasks' CPU, the
+    # comparison by content): where a run's time goes without a profiler
+    phases: dict[str, float] = field(default_factory=dict)
 
     def sample(self, report: PartitionReport, side: str, offset: int | None) -> RecordSample | None:
         if offset is None:
@@ -102,6 +110,7 @@ class Verdict:
             "pulsar_client": plan.pulsar_client,
             "migration": plan.name,
             "seconds": round(self.seconds, 2),
+            "phases_seconds": {name: round(value, 2) for name, value in self.phases.items()},
             "spark": {"master": plan.master, **self.memory},
             "totals": {
                 "source_records": sum(p.source_records for p in self.partitions),
@@ -119,19 +128,30 @@ def spark_session(master: str, conf: dict[str, str]) -> Any:
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
-    from pulsar_gateway.tools.parity.sources import KafkaRangeSource, PulsarPartitionSource
-
     builder = SparkSession.builder.master(master).appName("pulsar-gateway parity")
     for key, value in {**SPARK_DEFAULTS, **conf}.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
-    spark.dataSource.register(KafkaRangeSource)
-    spark.dataSource.register(PulsarPartitionSource)
     return spark
 
 
+def register_sources(spark: Any) -> None:
+    """The Python data sources, registered when the comparison by content first needs them:
+    registering sets up the session's SQL state in the JVM, 2.7-3.1 s of Spark's 6-8 s
+    start at load 9-10, which a run whose every partition passes the walk never uses
+    (docs/tools.md, "How parity compares")."""
+    if getattr(spark, "_parity_sources", False):
+        return
+    from pulsar_gateway.tools.parity.sources import KafkaRangeSource, PulsarPartitionSource
+
+    spark.dataSource.register(KafkaRangeSource)
+    spark.dataSource.register(PulsarPartitionSource)
+    spark._parity_sources = True
+
+
 def frames(spark: Any, plan: ParityPlan, facts: Facts) -> tuple[Any, Any]:
+    register_sources(spark)
     source = _kafka_frame(spark, plan.source, facts.source_ranges)
     if plan.target_via == "kafka":
         target = _kafka_frame(spark, plan.target, facts.target_ranges)
@@ -268,6 +288,7 @@ def run_parity(
 
     console = console or Console(stderr=True)
     started = time.monotonic()
+    phases: dict[str, float] = {}
     with console.status("reading offsets, checkpoints and translations"):
         facts = asyncio.run(
             gather(
@@ -280,18 +301,24 @@ def run_parity(
                 plan.group_pattern,
             )
         )
+    phases["facts"] = time.monotonic() - started
     total = sum(e - s for s, e in facts.source_ranges.values())
     console.print(
         f"comparing {len(facts.source_ranges)} partitions of {len(facts.topics)} topics "
         f"(~{total:,} source records) on Spark {plan.master}"
     )
     own = spark is None
+    mark = time.monotonic()
     if spark is None:
         spark = spark_session(plan.master, plan.spark_conf)
+    phases["spark_start"] = time.monotonic() - mark
     try:
         with MemoryWatch(spark) as watch:
+            mark = time.monotonic()
             with console.status("walking both sides of every partition in order"):
                 walks = in_order_pass(spark, plan, facts)
+            phases["in_order"] = time.monotonic() - mark
+            phases["in_order_tasks_cpu"] = sum(w.cpu_seconds for w in walks)
             reports = [
                 PartitionReport(w.topic, w.partition, w.records, w.records, method="in order")
                 for w in walks
@@ -302,9 +329,11 @@ def run_parity(
                 console.print(
                     f"{len(differing)} partition(s) differ: comparing their records by content"
                 )
+                mark = time.monotonic()
                 narrowed = facts.only(differing)
                 source, target = frames(spark, plan, narrowed)
                 reports += compare(spark, source, target, narrowed.runs(), narrowed.aligns())
+                phases["by_content"] = time.monotonic() - mark
             reports.sort(key=lambda r: (r.topic, r.partition))
         memory = watch.result()
     finally:
@@ -312,9 +341,12 @@ def run_parity(
             spark.stop()
     passed = all(r.ok for r in reports) and all(g.drift == 0 for g in facts.groups)
     verdict = Verdict(passed, reports, facts.groups, time.monotonic() - started, memory)
+    verdict.phases = phases
     if not all(r.ok for r in reports):
+        mark = time.monotonic()
         with console.status("reading the offending records"):
             verdict.samples = offending_records(plan, reports)
+        phases["samples"] = time.monotonic() - mark
     write_report(plan, verdict)
     print_verdict(verdict, console)
     return verdict

@@ -7,7 +7,7 @@ Kept apart from `sources.py` (which needs pyspark) so that the samples of a repo
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from confluent_kafka import Message
@@ -22,15 +22,20 @@ def kafka_record(message: Message) -> Record:
     offset = message.offset()
     if offset is None:
         raise ValueError("a consumed message has no offset")
-    headers = message.headers() or []
-    pairs = headers.items() if isinstance(headers, dict) else headers
     return (
         offset,
         message.key(),
         message.value(),
-        [(name, _as_bytes(data)) for name, data in pairs],
+        plain_headers(message.headers()),
         message.timestamp()[1],
     )
+
+
+def plain_headers(headers: Any) -> list[tuple[str, bytes | None]]:
+    """Headers as (name, bytes or None) pairs, whichever container they came in (None for
+    none, a dict, str values taken as UTF-8)."""
+    pairs = (headers or {}).items() if isinstance(headers, dict | None) else headers
+    return [(name, _as_bytes(data)) for name, data in pairs]
 
 
 def _as_bytes(data: str | bytes | None) -> bytes | None:

@@ -20,15 +20,22 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 from collections.abc import Generator, Iterator, Mapping
-from typing import Any
+from typing import Any, cast
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
+from pulsar_gateway.tools.parity.chunks import (
+    Chunk,
+    Row,
+    kafka_chunks,
+    no_collector,
+    offsets_of,
+    one_by_one,
+)
 from pulsar_gateway.tools.parity.fingerprint import fingerprint
-from pulsar_gateway.tools.parity.records import Record, kafka_record
+from pulsar_gateway.tools.parity.records import Record
 
 SCHEMA = (
     "topic string, partition int, offset long, key_hash long, value_hash long, "
@@ -47,15 +54,10 @@ ARROW_SCHEMA = pa.schema(
     ]
 )
 BATCH_ROWS = 20000
-STALL_SECONDS = 60.0
 # the wire reader asks pulsar-lite for as many entries at once as this many bytes hold
 # (wire.Consumer's `window_bytes`): the Kafka history reader's window, for the same reason
 READ_WINDOW_BYTES = 256 * 1024
 NATIVE = "native"
-
-
-class ReadStalled(Exception):
-    pass
 
 
 class _Rows:
@@ -159,52 +161,10 @@ def read_kafka_range(
 
 def kafka_records(
     bootstrap: str, topic: str, partition: int, start: int, end: int
-) -> Generator[Record, None, None]:
+) -> Iterator[Record]:
     """The records at offsets [start, end) of a Kafka-protocol cluster's partition, in
     offset order, as (offset, key, value, headers, timestamp)."""
-    from confluent_kafka import Consumer, KafkaException, TopicPartition
-
-    if start >= end:
-        return
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": "pulsar-gateway-parity",
-            "enable.auto.commit": False,
-            "isolation.level": "read_committed",
-            "fetch.max.bytes": 16 * 1024 * 1024,
-            "max.partition.fetch.bytes": 8 * 1024 * 1024,
-            # librdkafka fetches ahead until this much waits; a reader slower than the
-            # cluster (every Python one) would hold it all, per partition read at once
-            "queued.max.messages.kbytes": 32 * 1024,
-        }
-    )
-    try:
-        tp = TopicPartition(topic, partition, start)
-        consumer.assign([tp])
-        position = start
-        idle_since = time.monotonic()
-        while position < end:
-            messages = consumer.consume(10000, timeout=1.0)
-            if not messages:
-                # control records (transaction markers) have no message: ask where we are
-                at = consumer.position([TopicPartition(topic, partition)])[0].offset
-                position = max(position, at)
-                if time.monotonic() - idle_since > STALL_SECONDS and position < end:
-                    raise ReadStalled(f"{topic}-{partition}: nothing past {position} < {end}")
-                continue
-            idle_since = time.monotonic()
-            for message in messages:
-                if message.error():
-                    raise KafkaException(message.error())
-                record = kafka_record(message)
-                if record[0] >= end:
-                    position = end
-                    break
-                yield record
-                position = record[0] + 1
-    finally:
-        consumer.close()
+    return one_by_one(kafka_chunks(bootstrap, topic, partition, start, end))
 
 
 # ---- Pulsar ---------------------------------------------------------------------------
@@ -243,10 +203,18 @@ def read_pulsar_range(
 
 def pulsar_records(
     service_url: str, spec: dict[str, Any], client: str = NATIVE
-) -> Generator[Record, None, None]:
+) -> Iterator[Record]:
+    """`pulsar_chunks`' records one by one."""
+    return one_by_one(pulsar_chunks(service_url, spec, client))
+
+
+def pulsar_chunks(
+    service_url: str, spec: dict[str, Any], client: str = NATIVE
+) -> Generator[Chunk, None, None]:
     """Number the partition's messages from a checkpoint as the gateway's tailer does
-    and yield the records at offsets [start, end), in offset order. `client`: "native"
-    (the wire client, memory bounded by its window) or "pulsar-client"."""
+    and yield the records at offsets [start, end), in offset order, a batched entry's
+    records as one chunk (chunks.py). `client`: "native" (the wire client, memory bounded
+    by its window) or "pulsar-client"."""
     from pulsar_gateway.gateway.backend.native_writer import NATIVE as NATIVE_CLIENT
     from pulsar_gateway.gateway.backend.native_writer import PULSAR_CLIENT
     from pulsar_gateway.gateway.backend.pulsar_backend import PulsarBackend
@@ -297,15 +265,19 @@ def pulsar_records(
                 if offset + count <= start:
                     pass
                 elif made is not None:
-                    at = offset
-                    for key, value, headers, ts in made:
-                        if start <= at < end:
-                            yield at, key, value, headers, ts
-                        at += 1
+                    # the entry's records are at offset, offset + 1, ...: keep [start, end)
+                    low, high = max(start, offset), min(end, offset + len(made))
+                    if low < high:
+                        yield range(low, high), cast(list[Row], made[low - offset : high - offset])
                 else:
+                    offsets: list[int] = []
+                    rows: list[Row] = []
                     for record in records_of(LogEntry(offset, message)):
                         if start <= record[0] < end:
-                            yield record
+                            offsets.append(record[0])
+                            rows.append((record[1], record[2], list(record[3]), record[4]))
+                    if rows:
+                        yield offsets_of(offsets), rows
                 offset += count
                 if offset >= end:
                     break
@@ -316,11 +288,13 @@ def pulsar_records(
 
 
 def _batches(topic: str, partition: int, records: Iterator[Record]) -> Iterator[pa.RecordBatch]:
-    """Records as digest rows, BATCH_ROWS to an Arrow batch."""
+    """Records as digest rows, BATCH_ROWS to an Arrow batch (the collector off meanwhile,
+    as for the walk: chunks.no_collector)."""
     rows = _Rows(topic, partition)
-    for offset, key, value, headers, ts in records:
-        rows.add(offset, key, value, headers, ts)
-        if len(rows) >= BATCH_ROWS:
+    with no_collector():
+        for offset, key, value, headers, ts in records:
+            rows.add(offset, key, value, headers, ts)
+            if len(rows) >= BATCH_ROWS:
+                yield rows.take()
+        if len(rows):
             yield rows.take()
-    if len(rows):
-        yield rows.take()
