@@ -128,12 +128,30 @@ def _add_migrate(commands: Any) -> None:
     )
     migrate.add_argument("--parallel", type=int, default=4, help="partitions copied at once (4)")
     migrate.add_argument(
+        "--max-records-per-second",
+        type=_records_per_second,
+        default=0.0,
+        help="copy at most this many records a second over all partitions, to spare a "
+        "cluster still in use (0, the default: as fast as both sides go)",
+    )
+    migrate.add_argument(
         "--entry-format",
         choices=["pulsar", "kafka"],
         help="entry format of the topics migrate creates (default: the gateway's); kafka "
         "is a Pulsar message per record batch: fastest, for topics only Kafka clients read",
     )
     _add_gateway_link(migrate)
+
+
+def _records_per_second(text: str) -> float:
+    """--max-records-per-second: a number, 0 or more (argparse names the flag on error)."""
+    try:
+        rate = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not rate >= 0:  # (also NaN)
+        raise argparse.ArgumentTypeError(f"must be 0 or more, not {text}")
+    return rate
 
 
 def _add_parity(commands: Any) -> None:

@@ -77,6 +77,7 @@ def _migrate(args: argparse.Namespace, console: Console) -> int:
         group_pattern=None if args.no_groups else args.group_regex,
         parallel=max(1, args.parallel),
         entry_format=args.entry_format,
+        max_records_per_second=args.max_records_per_second,
     )
     try:
         summary = asyncio.run(migrate(plan, console))

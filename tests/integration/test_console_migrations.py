@@ -110,6 +110,9 @@ def test_migrations_and_parity_in_the_console(
     command = [sys.executable, "-m", "pulsar_gateway.cli", "migrate", "--source"]
     command += [tansu.bootstrap, "--target", gateway.bootstrap, "--topics", TOPIC]
     command += ["--name", NAME, "--gateway-health", f"http://127.0.0.1:{gateway.metrics_port}"]
+    # paced to about 10 s, so the page can be read while the copy runs (unpaced, 20k
+    # records were sometimes copied between two looks and "copying" never seen)
+    command += ["--max-records-per-second", str(RECORDS // 10)]
     migrate = subprocess.Popen(
         command, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
     )

@@ -436,8 +436,10 @@ def test_killed_migration_resumes_without_duplicates(tmp_path, tansu, spark) -> 
     try:
         topic = f"big-{uuid.uuid4().hex[:8]}"
         _fill_source(tansu, topic, 2, 120_000)
+        # paced to about 6 s: unpaced, the copy can end between two looks at the target
+        paced = ["--max-records-per-second", "20000"]
         process = subprocess.Popen(
-            _migrate_command(gateway, tansu, topic, topic),
+            _migrate_command(gateway, tansu, topic, topic) + paced,
             cwd=REPO,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,

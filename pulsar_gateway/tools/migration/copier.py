@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 from pulsar_gateway.gateway.metadata_store import MetadataStore
 from pulsar_gateway.tools.migration.errors import MigrationError
+from pulsar_gateway.tools.migration.pace import Pace
 from pulsar_gateway.tools.migration.read_ahead import ReadAhead
 from pulsar_gateway.tools.migration.source_batches import Chunk, read_chunks, rest_of
 from pulsar_gateway.tools.migration.translation import PartitionTranslation, partition_key
@@ -50,12 +51,14 @@ class PartitionCopier:
         source_leaders: dict[tuple[str, int], Address],
         target_leaders: dict[tuple[str, int], Address],
         progress: Callable[[str, int, int], None],  # (topic, partition, records)
+        pace: Pace | None = None,  # the whole copy's bound on records a second
     ) -> None:
         self.name = name
         self.metadata = metadata
         self.source_leaders = source_leaders
         self.target_leaders = target_leaders
         self.progress = progress
+        self.pace = pace or Pace(0)
 
     def state_of(self, topic: str, partition: int) -> PartitionTranslation | None:
         saved = self.metadata.get(partition_key(self.name, topic, partition))
@@ -126,6 +129,7 @@ class PartitionCopier:
                 return behind - taken
             chunk = rest_of(chunk, taken)
             behind -= taken
+        await self.pace.take(len(chunk.offsets))
         base = await _append(writer, topic, partition, chunk)
         if base != state.next_target:
             await self._save(topic, partition, state)

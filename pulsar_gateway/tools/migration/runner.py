@@ -33,6 +33,7 @@ from pulsar_gateway.tools.gateway_link import GatewayLink
 from pulsar_gateway.tools.migration.copier import PartitionCopier, PartitionResult
 from pulsar_gateway.tools.migration.errors import MigrationError
 from pulsar_gateway.tools.migration.kafka_side import KafkaCluster
+from pulsar_gateway.tools.migration.pace import Pace
 from pulsar_gateway.tools.migration.progress import MigrationProgress
 from pulsar_gateway.tools.migration.translation import group_key
 
@@ -50,6 +51,7 @@ class MigrationPlan:
     group_pattern: str | None = ".*"
     parallel: int = 4
     entry_format: str | None = None  # for topics migrate creates; None: the gateway's default
+    max_records_per_second: float = 0.0  # the whole copy's bound (pace.py); 0: none
 
 
 @dataclass
@@ -113,6 +115,7 @@ async def migrate(plan: MigrationPlan, console: Console | None = None) -> Migrat
                 await source.leaders(topics),
                 await target.leaders(topics),
                 lambda topic, partition, n: None,
+                Pace(plan.max_records_per_second),
             )
             lefts = {(tp.topic, tp.partition): _left(copier, tp, ranges[tp]) for tp in tps}
             task = progress.add_task("copying", total=sum(lefts.values()))
