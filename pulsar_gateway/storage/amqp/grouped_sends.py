@@ -9,11 +9,10 @@ from typing import Any
 
 from pulsar_gateway.gateway.backend.pulsar_backend import PulsarBackend
 from pulsar_gateway.gateway.messages import OutMessage
-from pulsar_gateway.handlers.amqp.broker_model import AmqpMessage
-from pulsar_gateway.storage.amqp.published import PublishedEntries
+from pulsar_gateway.storage.amqp.published import PublishedEntries, StoredFields
 
 # a publish waiting for its group: the message, its outcome, and the message as stored
-_Pending = tuple[OutMessage, asyncio.Future[None], AmqpMessage | None]
+_Pending = tuple[OutMessage, asyncio.Future[None], StoredFields | None]
 
 
 class GroupedSends:
@@ -46,7 +45,7 @@ class GroupedSends:
         self._loop: asyncio.AbstractEventLoop | None = None
 
     def submit(
-        self, topic: str, message: OutMessage, stored: AmqpMessage | None = None
+        self, topic: str, message: OutMessage, stored: StoredFields | None = None
     ) -> asyncio.Future[None]:
         """`stored`: the message as the queue reader would decode it (for `published`)."""
         loop = self._loop

@@ -64,7 +64,7 @@ from pulsar_gateway.handlers.amqp.topology import (
 )
 from pulsar_gateway.storage.amqp.grouped_sends import GroupedSends
 from pulsar_gateway.storage.amqp.kept_acks import KeptAcks
-from pulsar_gateway.storage.amqp.published import PublishedEntries, stored_message
+from pulsar_gateway.storage.amqp.published import PublishedEntries, stored_fields
 from pulsar_gateway.storage.amqp.vhost_names import escape, namespace_of
 
 log = logging.getLogger("gateway.amqp.store")
@@ -499,7 +499,7 @@ class PulsarAmqpStore:
         if message.priority:
             properties[P_PRIORITY] = str(message.priority)
         out = OutMessage(message.body, properties=properties)
-        stored = None if self.published is None else stored_message(message, timestamp)
+        stored = None if self.published is None else stored_fields(message, timestamp)
         submit = self.sends.submit
         if len(queues) == 1:
             for queue in queues:
