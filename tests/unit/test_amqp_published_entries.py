@@ -23,6 +23,7 @@ from pulsar_gateway.gateway.backend.wire.messages import MessageMetadata
 from pulsar_gateway.gateway.messages import MessageKey, OutMessage
 from pulsar_gateway.handlers.amqp.broker_model import AmqpMessage, StoredDelivery
 from pulsar_gateway.storage.amqp.published import (
+    MAX_MISSED,
     MESSAGE_OVERHEAD,
     PublishedEntries,
     StoredFields,
@@ -232,10 +233,23 @@ def test_an_entry_is_handed_out_once_and_never_with_another_count() -> None:
     assert len(kept) == 1  # the unbatched entry is never split: not kept
     assert kept.take("a", 1, 0, 3) is None  # the entry holds 2: forgotten
     assert kept.take("a", 1, 0, 2) is None
-    kept.add("a", messages, [_entry(0, 2, 5), StoredEntry(1, 1, 1, 7, False)])
-    found = kept.take("a", 1, 0, 2)
+    kept.add("a", messages, [_entry(2, 2, 5), StoredEntry(1, 3, 1, 7, False)])
+    found = kept.take("a", 1, 2, 2)
     assert found is not None and found[0] == 5
     assert found[1] == [AmqpMessage(*fields) for fields in messages[:2]]
-    assert kept.take("a", 1, 0, 2) is None
-    kept.add("a", messages, [_entry(2, 2)])  # entries that do not add up: nothing kept
+    assert kept.take("a", 1, 2, 2) is None
+    kept.add("a", messages, [_entry(4, 2)])  # entries that do not add up: nothing kept
     assert len(kept) == 0 and kept.bytes == 0
+
+
+def test_an_entry_received_before_its_receipt_is_not_kept() -> None:
+    """The queue consumer asked for it first (delivered before the send's receipt was
+    read): kept then, it would never be taken. Only the last MAX_MISSED are remembered."""
+    kept = PublishedEntries()
+    assert kept.take("a", 1, 0, 2) is None
+    kept.add("a", _messages(2, 10), [_entry(0, 2)])
+    assert len(kept) == 0 and kept.bytes == 0
+    for entry_id in range(1, MAX_MISSED + 2):
+        assert kept.take("a", 1, entry_id, 1) is None
+    kept.add("a", _messages(2, 10), [_entry(1, 1), _entry(MAX_MISSED + 1, 1)])
+    assert len(kept) == 1 and kept.take("a", 1, 1, 1) is not None  # forgotten: kept

@@ -12,7 +12,12 @@ Kept by stored entry id (ledger, entry: the send's receipt), once every entry of
 is stored; bounded in bytes per queue and in all (a message is counted as its body plus
 `MESSAGE_OVERHEAD`), the oldest dropped first. An entry is handed out once and forgotten
 then; it is not used (only forgotten) when its message count is not the one stored, and
-the queue consumer decodes redelivered entries as usual (native_queue_consumer.py). What
+the queue consumer decodes redelivered entries as usual (native_queue_consumer.py). A
+consumer attached while messages are published may receive an entry before the send's
+receipt is read (docs/backend.md, "Copies before receipts"; about a fifth of the entries
+of a consumer keeping up with its publisher): such an entry, asked for and missed, is
+remembered a while (`MAX_MISSED` entries) and not kept when its receipt comes, or it would
+sit here unused until pushed out. What
 is handed out is what decoding gives: `stored_fields` takes, at publish, the very fields
 `store._amqp_message` reads back (tests/unit/test_amqp_published_entries.py checks them
 equal). The resend filter still sees every message's stamp.
@@ -43,6 +48,9 @@ StoredFields = tuple[str, str, bytes, bytes, bool, int | None, int, int]
 MESSAGE_OVERHEAD = 256
 MAX_BYTES = 64 * 1024 * 1024  # kept in all
 MAX_QUEUE_BYTES = 16 * 1024 * 1024  # kept for one queue (its topic)
+# entries asked for before they were kept (received before their send's receipt was read),
+# remembered so that they are not kept then: this many at most, the oldest forgotten first
+MAX_MISSED = 4096
 
 
 def stored_fields(message: AmqpMessage, timestamp_ms: int) -> StoredFields:
@@ -80,6 +88,7 @@ class PublishedEntries:
         self._topics: dict[str, OrderedDict[tuple[int, int], _Kept]] = {}
         self._topic_bytes: dict[str, int] = {}
         self._order: OrderedDict[tuple[str, int, int], None] = OrderedDict()  # oldest first
+        self._missed: dict[tuple[str, int, int], None] = {}  # oldest first
         self.bytes = 0
         self.hits = 0  # entries handed out
         self.dropped = 0  # entries forgotten unused (bounds, count mismatch, redelivery)
@@ -98,18 +107,20 @@ class PublishedEntries:
         if kept is None:
             kept = self._topics[topic] = OrderedDict()
             self._topic_bytes[topic] = 0
+        missed = self._missed
         start = 0
         added = 0
         for entry in entries:
             end = start + entry.num_messages
-            if entry.batched:
+            key = (entry.ledger_id, entry.entry_id)
+            if missed and (topic, *key) in missed:
+                del missed[(topic, *key)]  # received already, before the receipt was read
+            elif entry.batched and key not in kept:
                 part = tuple(messages[start:end])
                 size = sum(len(m[3]) for m in part) + MESSAGE_OVERHEAD * len(part)
-                key = (entry.ledger_id, entry.entry_id)
-                if key not in kept:
-                    kept[key] = _Kept(entry.first_stamp, part, size)
-                    self._order[(topic, *key)] = None
-                    added += size
+                kept[key] = _Kept(entry.first_stamp, part, size)
+                self._order[(topic, *key)] = None
+                added += size
             start = end
         if not kept:  # nothing batched: no entry to hand out
             del self._topics[topic], self._topic_bytes[topic]
@@ -128,10 +139,12 @@ class PublishedEntries:
         """The entry's first stamp and messages (made anew), forgotten here; None when it
         is not kept, or not with `count` messages."""
         kept = self._topics.get(topic)
-        if kept is None:
-            return None
-        found = kept.pop((ledger, entry_id), None)
+        found = None if kept is None else kept.pop((ledger, entry_id), None)
         if found is None:
+            missed = self._missed
+            missed[(topic, ledger, entry_id)] = None
+            if len(missed) > MAX_MISSED:
+                del missed[next(iter(missed))]
             return None
         del self._order[(topic, ledger, entry_id)]
         self._forget(topic, found.size)
