@@ -14,8 +14,8 @@ is stored; bounded in bytes per queue and in all (a message is counted as its bo
 then; it is not used (only forgotten) when its message count is not the one stored, and
 the queue consumer decodes redelivered entries as usual (native_queue_consumer.py). A
 consumer attached while messages are published may receive an entry before the send's
-receipt is read (docs/backend.md, "Copies before receipts"; about a fifth of the entries
-of a consumer keeping up with its publisher): such an entry, asked for and missed, is
+receipt is read (docs/backend.md, "Copies before receipts"; a fifth to a third of the
+entries of a consumer keeping up with its publisher): such an entry, asked for and missed, is
 remembered a while (`MAX_MISSED` entries) and not kept when its receipt comes, or it would
 sit here unused until pushed out. What
 is handed out is what decoding gives: `stored_fields` takes, at publish, the very fields
