@@ -41,8 +41,8 @@ from pulsar_gateway.gateway.messages import MessageKey
 log = logging.getLogger("gateway.queues")
 
 # (ledger id, entry id, messages in the entry) -> the entry's first stamp and its messages
-# as their publisher built them, or None, forgotten either way (`NativeQueueConsumer.known`;
-# a count of -1 only forgets them)
+# as the publishing side kept them, or None, forgotten either way
+# (`NativeQueueConsumer.known`; a count of -1 only forgets them)
 KnownEntries = Callable[[int, int, int], tuple[int, Sequence[object]] | None]
 
 
@@ -66,8 +66,8 @@ class NativeQueueConsumer:
         # a queue's entries repeat their messages' properties: decoded once (batch.split_batch)
         self._pairs: PropertyPairs = {}
         self._tails: MessageTails = {}
-        # the messages of an entry as their publisher built them, taken (and forgotten) by
-        # entry id and message count: None when unknown, then the entry is split as usual
+        # the messages of an entry as the publishing side kept them, taken (and forgotten)
+        # by entry id and message count: None when unknown, then the entry is split as usual
         self.known: KnownEntries | None = None
         self.closed = False
 
@@ -164,14 +164,14 @@ class NativeQueueConsumer:
         limit: int,
     ) -> None:
         """`fetch`'s work for an entry whose messages `known` had: the same messages,
-        each with its publisher's object instead of its payload and properties."""
+        each with the object `known` gave instead of its payload and properties."""
         held = self._held
         metadata = entry.metadata
         ledger, entry_id = entry.id.ledger_id, entry.id.entry_id
         publish_time = metadata.publish_time or 0
         producer = metadata.producer_name or ""
         stamp, objects = built
-        none: dict[str, str] = {}  # no properties: the built message has them
+        none: dict[str, str] = {}  # no properties: the given object has them
         for index, message in enumerate(objects):
             key = (ledger, entry_id, index)
             if key in held or (acked is not None and index in acked):

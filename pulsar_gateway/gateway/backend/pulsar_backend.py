@@ -391,7 +391,10 @@ class PulsarBackend:
             keys = await native.receipts(futures, sent)
             writer.ledger_opened = True
             if stored is not None:
-                stored(stored_entries(futures, sent, first_stamp))
+                try:
+                    stored(stored_entries(futures, sent, first_stamp))
+                except Exception:  # the messages are stored: a send never fails for this
+                    log.exception("send to %s: noting its stored entries failed", writer.topic)
             return keys
         except Exception as exc:
             writer.ledger_opened = False  # a failed send may mean a restarted broker

@@ -132,7 +132,7 @@ class _PulsarQueueReader:
         copies = []
         for item in received:
             built = item.built
-            if isinstance(built, AmqpMessage):  # as published here (published.py)
+            if isinstance(built, AmqpMessage):  # kept when published here (published.py)
                 if is_stamped_copy(item.producer, item.stamp, item.id):
                     copies.append(item.id)
                 else:
