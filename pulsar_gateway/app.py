@@ -304,13 +304,8 @@ class Gateway:
             from pulsar_gateway.handlers.amqp.vhost_owners import VhostOwners
             from pulsar_gateway.storage.amqp.store import PulsarAmqpStore
 
-            store = PulsarAmqpStore(
-                self.backend,
-                self.metadata,
-                settings.amqp.tenant,
-                reserved=reserved,
-                register_stream=self._stream_topic,
-                batched_entries=settings.amqp.batched_queue_entries,
+            store = PulsarAmqpStore.configured(
+                self.backend, self.metadata, settings.amqp, reserved, self._stream_topic
             )
             self._amqp_store = store
             amqp_server = AmqpServer(

@@ -252,6 +252,10 @@ class AmqpSection(_TlsSettings):
     # messages are, and which of them were is kept in the metadata store
     # (storage/amqp/kept_acks.py; docs/backend.md, "AMQP queue messages in batched entries")
     batched_queue_entries: bool = True
+    # bytes of the messages published to queues (batched entries) kept for their readers,
+    # a quarter of it at most for one queue, the oldest dropped first; 0: none kept
+    # (storage/amqp/published.py; docs/backend.md, "Published entries kept for the queue reader")
+    published_cache_bytes: int = Field(64 * 1024 * 1024, ge=0)
     heartbeat_seconds: int = Field(60, ge=0, le=65535)
     frame_max: int = Field(131072, ge=4096)
     channel_max: int = Field(2047, ge=1, le=65535)

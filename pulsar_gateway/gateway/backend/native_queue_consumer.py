@@ -28,7 +28,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 
 from pulsar_gateway.gateway.backend.partial_acks import PartialBatches, QueueAcks
 from pulsar_gateway.gateway.backend.pulsar_backend import BackendError
@@ -39,6 +39,11 @@ from pulsar_gateway.gateway.backend.wire.batch import MessageTails, PropertyPair
 from pulsar_gateway.gateway.messages import MessageKey
 
 log = logging.getLogger("gateway.queues")
+
+# (ledger id, entry id, messages in the entry) -> the entry's first stamp and its messages
+# as the publishing side kept them, or None, forgotten either way
+# (`NativeQueueConsumer.known`; a count of -1 only forgets them)
+KnownEntries = Callable[[int, int, int], tuple[int, Sequence[object]] | None]
 
 
 class NativeQueueConsumer:
@@ -61,6 +66,9 @@ class NativeQueueConsumer:
         # a queue's entries repeat their messages' properties: decoded once (batch.split_batch)
         self._pairs: PropertyPairs = {}
         self._tails: MessageTails = {}
+        # the messages of an entry as the publishing side kept them, taken (and forgotten)
+        # by entry id and message count: None when unknown, then the entry is split as usual
+        self.known: KnownEntries | None = None
         self.closed = False
 
     @property
@@ -118,6 +126,14 @@ class NativeQueueConsumer:
                     with contextlib.suppress(ConsumerClosed):
                         self._consumer.ack([entry])
                 continue
+            known = self.known
+            if known is not None:
+                # a redelivered entry is decoded (a doubt, however unlikely): only forgotten
+                count = -1 if redeliveries else metadata.num_messages_in_batch
+                built = known(ledger, entry_id, count)
+                if built is not None:
+                    self._add_built(out, messages, entry, built, acked, limit)
+                    continue
             for message in entry.messages(pairs=self._pairs, tails=self._tails):
                 key = (ledger, entry_id, message.batch_index)
                 if key in held or (acked is not None and message.batch_index in acked):
@@ -137,6 +153,36 @@ class NativeQueueConsumer:
             out += messages[:room]
             self._spill.extend(messages[room:])
         return out
+
+    def _add_built(
+        self,
+        out: list[ReceivedMessage],
+        messages: list[ReceivedMessage],
+        entry: ReceivedEntry,
+        built: tuple[int, Sequence[object]],
+        acked: set[int] | None,
+        limit: int,
+    ) -> None:
+        """`fetch`'s work for an entry whose messages `known` had: the same messages,
+        each with the object `known` gave instead of its payload and properties."""
+        held = self._held
+        metadata = entry.metadata
+        ledger, entry_id = entry.id.ledger_id, entry.id.entry_id
+        publish_time = metadata.publish_time or 0
+        producer = metadata.producer_name or ""
+        stamp, objects = built
+        none: dict[str, str] = {}  # no properties: the given object has them
+        for index, message in enumerate(objects):
+            key = (ledger, entry_id, index)
+            if key in held or (acked is not None and index in acked):
+                continue
+            held[key] = entry
+            messages.append(
+                ReceivedMessage(key, b"", none, publish_time, 0, producer, message, stamp + index)
+            )
+        room = max(0, limit - len(out))
+        out += messages[:room]
+        self._spill.extend(messages[room:])
 
     def _release(self, ids: Iterable[MessageKey], acknowledged: bool) -> list[ReceivedEntry]:
         """Forget these messages; the entries now to acknowledge (or give back) whole."""

@@ -28,7 +28,7 @@ import logging
 import operator
 import struct
 from collections.abc import Callable, Iterator, Sequence
-from typing import Literal
+from typing import Literal, NamedTuple
 
 from pulsar_gateway.gateway.backend.connection_security import PulsarSecurity
 from pulsar_gateway.gateway.backend.resend_filter import stamp_text
@@ -359,6 +359,32 @@ def _keys(mid: MessageId, entry: OutgoingEntry) -> tuple[MessageKey, MessageKey]
     if not entry.batched:
         return (mid.ledger_id, mid.entry_id, -1), (mid.ledger_id, mid.entry_id, -1)
     return (mid.ledger_id, mid.entry_id, 0), (mid.ledger_id, mid.entry_id, entry.num_messages - 1)
+
+
+class StoredEntry(NamedTuple):
+    """An entry stored by a send: its id, how many messages it holds, the first one's stamp
+    (the rest follow on: `entries`) and whether it is batched."""
+
+    ledger_id: int
+    entry_id: int
+    num_messages: int
+    first_stamp: int
+    batched: bool
+
+
+def stored_entries(
+    futures: list[asyncio.Future[MessageId]], sent: list[OutgoingEntry], first_stamp: int
+) -> list[StoredEntry]:
+    """The entries of a send whose receipts are all in (`NativeSender.receipts`), in
+    order, its first message stamped `first_stamp`."""
+    out: list[StoredEntry] = []
+    stamp = first_stamp
+    for future, entry in zip(futures, sent, strict=True):
+        mid = future.result()
+        count = entry.num_messages
+        out.append(StoredEntry(mid.ledger_id, mid.entry_id, count, stamp, entry.batched))
+        stamp += count
+    return out
 
 
 class NativeSender:

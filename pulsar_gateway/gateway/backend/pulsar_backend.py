@@ -14,7 +14,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +33,8 @@ from pulsar_gateway.gateway.backend.native_writer import (
     PULSAR_CLIENT,
     ClientChoice,
     NativeSender,
+    StoredEntry,
+    stored_entries,
 )
 from pulsar_gateway.gateway.backend.reader_factory import create_reader
 from pulsar_gateway.gateway.backend.reader_stream import EARLIEST, ReaderStream
@@ -240,7 +242,10 @@ class PulsarBackend:
         )
 
     def send_queue_messages(
-        self, topic: str, messages: list[OutMessage]
+        self,
+        topic: str,
+        messages: list[OutMessage],
+        stored: Callable[[list[StoredEntry]], None] | None = None,
     ) -> asyncio.Future[tuple[MessageKey, MessageKey]]:
         """AMQP queue messages. Through pulsar-client (`pulsar.client = "pulsar-client"`),
         one entry per message (`send` with `batching=False`): its consumers acknowledge
@@ -249,14 +254,18 @@ class PulsarBackend:
         messages of a call as batched entries, built in one pass: the gateway's wire
         queue consumer acknowledges an entry only once every message of it is
         (native_queue_consumer.py), so no batch index ack is ever sent; an entry, not a
-        message, then costs the SEND, the receipt, the MESSAGE and the broker's work."""
+        message, then costs the SEND, the receipt, the MESSAGE and the broker's work.
+        `stored`: told, once every entry is stored, where each batched entry went and which
+        messages it holds (`StoredEntry`; the wire client only)."""
         if self._native is None:
             return self.send(topic, messages, batching=False)
         if not messages:
             raise ValueError("nothing to send")
         writer, previous, queued = self._writer_turn(topic)
         return asyncio.ensure_future(
-            self._send_native(writer, previous, queued, messages, False, None, noted=False)
+            self._send_native(
+                writer, previous, queued, messages, False, None, noted=False, stored=stored
+            )
         )
 
     def _writer_turn(
@@ -360,9 +369,10 @@ class PulsarBackend:
         whole: bool,
         produced: ProducedBatch | None = None,
         noted: bool = True,
+        stored: Callable[[list[StoredEntry]], None] | None = None,
     ) -> tuple[MessageKey, MessageKey]:
         """`_send` through the wire client: the messages as whole batched entries (`noted`:
-        see `NativeSender.send`)."""
+        see `NativeSender.send`; `stored`: see `send_queue_messages`)."""
         native = self._native
         assert native is not None
         acquired = False
@@ -372,6 +382,7 @@ class PulsarBackend:
                     await asyncio.wait((previous,))
                 await self._acquire(len(messages))
                 acquired = True
+                first_stamp = writer.sequence + 1  # the stamps run on from here
                 futures, sent = await native.send(writer, messages, whole, produced, noted)
                 writer.last_group = futures[-1]
             finally:
@@ -379,6 +390,11 @@ class PulsarBackend:
                     queued.set_result(None)
             keys = await native.receipts(futures, sent)
             writer.ledger_opened = True
+            if stored is not None:
+                try:
+                    stored(stored_entries(futures, sent, first_stamp))
+                except Exception:  # the messages are stored: a send never fails for this
+                    log.exception("send to %s: noting its stored entries failed", writer.topic)
             return keys
         except Exception as exc:
             writer.ledger_opened = False  # a failed send may mean a restarted broker

@@ -18,3 +18,8 @@ class ReceivedMessage:
     publish_time: int
     redelivery_count: int
     producer: str = ""  # the Pulsar producer's name: with its sequence stamp, what a resend repeats
+    # the message as the publishing side kept it, when the queue consumer had it (its
+    # `known`): then `payload` and `properties` are left empty and `stamp` is its sequence
+    # stamp
+    built: object = None
+    stamp: int = -1

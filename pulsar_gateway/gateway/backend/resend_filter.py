@@ -304,6 +304,12 @@ class ResendCopies:
         sequence = stamp_of(properties)
         if sequence is None or not producer:
             return False
+        return self.is_copy_stamped(producer, sequence, message_id)
+
+    def is_copy_stamped(self, producer: str, sequence: int, message_id: MessageKey) -> bool:
+        """`is_copy` for a message whose stamp is known already (`sequence`, not negative)."""
+        if not producer:
+            return False
         seen = self._newest_ids
         if seen is None or producer != self._newest:
             seen = self._producer_ids(producer)

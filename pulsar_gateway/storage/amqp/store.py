@@ -43,6 +43,7 @@ from pulsar_gateway.gateway.backend.pulsar_backend import PulsarBackend
 from pulsar_gateway.gateway.backend.queue_consumers import AnyQueueConsumer, QueueConsumers
 from pulsar_gateway.gateway.backend.reader_stream import EARLIEST, ReaderStream
 from pulsar_gateway.gateway.backend.resend_filter import ResendCopies
+from pulsar_gateway.gateway.listener_settings import AmqpSection
 from pulsar_gateway.gateway.messages import MessageKey, OutMessage
 from pulsar_gateway.gateway.metadata_store import MetadataStore
 from pulsar_gateway.gateway.reserved_names import ReservedNamespaces
@@ -61,7 +62,9 @@ from pulsar_gateway.handlers.amqp.topology import (
     Queue,
     Topology,
 )
+from pulsar_gateway.storage.amqp.grouped_sends import GroupedSends
 from pulsar_gateway.storage.amqp.kept_acks import KeptAcks
+from pulsar_gateway.storage.amqp.published import PublishedEntries, stored_fields
 from pulsar_gateway.storage.amqp.vhost_names import escape, namespace_of
 
 log = logging.getLogger("gateway.amqp.store")
@@ -124,9 +127,17 @@ class _PulsarQueueReader:
         append = out.append
         decoded = self._decoded
         is_copy = self._copies.is_copy
+        is_stamped_copy = self._copies.is_copy_stamped
         queue = self.queue
         copies = []
         for item in received:
+            built = item.built
+            if isinstance(built, AmqpMessage):  # kept when published here (published.py)
+                if is_stamped_copy(item.producer, item.stamp, item.id):
+                    copies.append(item.id)
+                else:
+                    append(StoredDelivery(queue, item.id, built, item.redelivery_count))
+                continue
             properties = item.properties
             if is_copy(item.producer, properties, item.id):
                 copies.append(item.id)
@@ -228,64 +239,6 @@ def _keys(ids: Iterable[Hashable]) -> list[MessageKey]:
     return [key for key in ids if isinstance(key, tuple)]
 
 
-class GroupedSends:
-    """Publishes to one queue topic within one loop iteration go out as one group.
-
-    A send of one message costs a Python callback and a loop wake-up from the
-    client's thread; a group costs one for all (docs/backend.md, "Group completions per loop
-    wake-up": the last message's
-    outcome stands for its group). Through the wire client a group is also written as
-    batched entries, one SEND and one receipt for many messages (docs/backend.md, "AMQP
-    queue messages in batched entries"). A socket read carries many publish frames, so
-    groups form without waiting; each publisher still hears of its own message.
-    """
-
-    def __init__(self, backend: PulsarBackend, batched: bool = False) -> None:
-        self.backend = backend
-        self.batched = batched  # a group as batched entries (the wire client), or one each
-        self._pending: dict[str, list[tuple[OutMessage, asyncio.Future[None]]]] = {}
-        self._scheduled = False
-        # the loop of the last submit: asyncio.get_running_loop() makes a getpid() system
-        # call each time (CPython checks the loop belongs to this process), one a message
-        self._loop: asyncio.AbstractEventLoop | None = None
-
-    def submit(self, topic: str, message: OutMessage) -> asyncio.Future[None]:
-        loop = self._loop
-        if loop is None or not loop.is_running():
-            loop = self._loop = asyncio.get_running_loop()
-        future: asyncio.Future[None] = loop.create_future()
-        self._pending.setdefault(topic, []).append((message, future))
-        if not self._scheduled:
-            self._scheduled = True
-            loop.call_soon(self._flush)
-        return future
-
-    def _flush(self) -> None:
-        self._scheduled = False
-        pending, self._pending = self._pending, {}
-        for topic, items in pending.items():
-            messages = [message for message, _ in items]
-            if self.batched:
-                task = self.backend.send_queue_messages(topic, messages)
-            else:  # one entry each, through pulsar-client
-                task = self.backend.send(topic, messages, batching=False)
-            task.add_done_callback(functools.partial(_settle_group, items))
-
-
-def _settle_group(
-    items: list[tuple[OutMessage, asyncio.Future[None]]], done: asyncio.Future[Any]
-) -> None:
-    """Every publish of a group sent as one: the group's outcome is each one's."""
-    error = done.exception() if not done.cancelled() else asyncio.CancelledError()
-    for _, future in items:
-        if future.done():
-            continue
-        if error is None:
-            future.set_result(None)
-        else:
-            future.set_exception(error)
-
-
 class PulsarAmqpStore:
     """Implements `handlers.amqp.broker_model.BrokerStore` on Pulsar."""
 
@@ -298,24 +251,53 @@ class PulsarAmqpStore:
         reserved: ReservedNamespaces | None = None,
         register_stream: Callable[[str], Awaitable[None]] | None = None,
         batched_entries: bool = False,
+        published_bytes: int = 0,
     ) -> None:
         """`register_stream(topic)` makes a stream's topic (without its partition suffix)
         a Kafka topic of one partition, so Kafka clients find it (the composition root
         hands in the Kafka topic service's create). `batched_entries`
         (`amqp.batched_queue_entries`): queues written as batched entries and read through
         the gateway's own Pulsar client, when it has one (docs/backend.md, "AMQP queue
-        messages in batched entries")."""
+        messages in batched entries"). `published_bytes` (`amqp.published_cache_bytes`):
+        what the published messages kept for the queue readers may take (published.py)."""
         self.backend = backend
         self.register_stream = register_stream
         self.metadata = metadata
         self.tenant = tenant
         self.reserved = reserved or ReservedNamespaces()
         self.consumers = QueueConsumers(backend, receiver_queue_size, wire=batched_entries)
-        self.sends = GroupedSends(backend, batched_entries)
+        # kept for the queue reader, which takes them through wire consumers of batched
+        # entries only (the backend has its wire client once started)
+        self.published = (
+            PublishedEntries(published_bytes, published_bytes // 4)
+            if batched_entries and published_bytes > 0
+            else None
+        )
+        self.sends = GroupedSends(backend, batched_entries, self.published)
         self._topics: dict[tuple[str, str], str] = {}
         self._streams: set[tuple[str, str]] = set()  # (vhost, queue) of stream queues
         self._encoded: dict[bytes, str] = {}  # property octets -> base64 text; bounded
         self._kept: dict[str, KeptAcks] = {}  # topic -> its record, while a reader is open
+
+    @classmethod
+    def configured(
+        cls,
+        backend: PulsarBackend,
+        metadata: MetadataStore,
+        settings: AmqpSection,
+        reserved: ReservedNamespaces,
+        register_stream: Callable[[str], Awaitable[None]],
+    ) -> PulsarAmqpStore:
+        """The store as the `amqp` settings have it."""
+        return cls(
+            backend,
+            metadata,
+            settings.tenant,
+            reserved=reserved,
+            register_stream=register_stream,
+            batched_entries=settings.batched_queue_entries,
+            published_bytes=settings.published_cache_bytes,
+        )
 
     # --- names ------------------------------------------------------------------------
 
@@ -446,6 +428,8 @@ class PulsarAmqpStore:
         else:
             await self._forget_acked(vhost, queue.name)
             await self.consumers.create_fresh(self.topic(vhost, queue.name), SUBSCRIPTION)
+            if self.published is not None:
+                self.published.forget(self.topic(vhost, queue.name))
         if queue.durable:
             await self.metadata.put(
                 self._key(vhost, "queues", queue.name),
@@ -468,6 +452,8 @@ class PulsarAmqpStore:
             return
         await self._forget_acked(vhost, name)
         await self.consumers.delete(self.topic(vhost, name), SUBSCRIPTION)
+        if self.published is not None:
+            self.published.forget(self.topic(vhost, name))
 
     def _binding_key(self, vhost: str, binding: Binding) -> str:
         digest = hashlib.sha256(repr(binding.key).encode()).hexdigest()[:32]
@@ -499,8 +485,9 @@ class PulsarAmqpStore:
         # the acceptance time first: after the gateway's own stamp, the only field that
         # changes from message to message, so what follows is decoded once for many
         # (wire/batch.split_batch's tails)
+        timestamp = message.timestamp_ms or int(time.time() * 1000)
         properties = {
-            P_TIMESTAMP: str(message.timestamp_ms or int(time.time() * 1000)),
+            P_TIMESTAMP: str(timestamp),
             P_EXCHANGE: message.exchange,
             P_ROUTING_KEY: message.routing_key,
             P_PROPERTIES: self._encoded_properties(message.properties_raw),
@@ -512,10 +499,12 @@ class PulsarAmqpStore:
         if message.priority:
             properties[P_PRIORITY] = str(message.priority)
         out = OutMessage(message.body, properties=properties)
+        stored = None if self.published is None else stored_fields(message, timestamp)
+        submit = self.sends.submit
         if len(queues) == 1:
             for queue in queues:
-                return self.sends.submit(self.topic(vhost, queue), out)
-        return asyncio.gather(*(self.sends.submit(self.topic(vhost, q), out) for q in queues))
+                return submit(self.topic(vhost, queue), out, stored)
+        return asyncio.gather(*(submit(self.topic(vhost, q), out, stored) for q in queues))
 
     def _encoded_properties(self, raw: bytes) -> str:
         """The property octets as base64 text; publishers mostly repeat theirs (a bounded
@@ -549,6 +538,8 @@ class PulsarAmqpStore:
         except BaseException:
             released()
             raise
+        if self.published is not None and isinstance(consumer, NativeQueueConsumer):
+            consumer.known = functools.partial(self.published.take, topic)
         return _PulsarQueueReader(queue, consumer, self.consumers.nudge, kept, released)
 
     def _release_kept(self, topic: str, kept: KeptAcks) -> None:
