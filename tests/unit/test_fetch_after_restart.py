@@ -136,3 +136,27 @@ def test_a_prepared_read_opens_its_reader_before_it_is_asked_and_the_read_uses_i
         assert backend.opened == 1
 
     asyncio.run(scenario())
+
+
+def test_a_log_closed_while_a_read_is_prepared_leaves_no_reader_open() -> None:
+    async def scenario() -> None:
+        opening = asyncio.Event()
+        closed: list[bool] = []
+
+        class Stream(_Stream):
+            async def close(self) -> None:
+                closed.append(True)
+
+        class Backend:
+            async def open_log_reader(self, *_: Any, **__: Any) -> Stream:
+                opening.set()
+                return Stream([], asyncio.Event())  # opened; never sends
+
+        log = PartitionLog(Backend(), None, "t")  # type: ignore[arg-type]
+        log.next_offset = 50
+        log.prepare_read(0, 100_000)
+        await asyncio.wait_for(opening.wait(), 5)
+        await log.close()
+        assert closed == [True]
+
+    asyncio.run(scenario())
