@@ -167,6 +167,9 @@ class MemoryPartitionLog(_Breakable):
             out.append(entry)
         return out
 
+    def prepare_read(self, offset: int, max_bytes: int) -> None:
+        """Nothing to prepare: every record is in memory."""
+
     def data_future(self) -> asyncio.Future[None]:
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._waiters.append(future)
@@ -263,6 +266,10 @@ class MemoryTopicStore(_Breakable):
 
     def total_partitions(self) -> int:
         return sum(record.partitions for record in self.records.values())
+
+    def opened(self, record: TopicRecord, index: int) -> MemoryPartitionLog | None:
+        """None: every Fetch goes through `partition_of`, which a test may break or delay."""
+        return None
 
     async def partition_of(self, record: TopicRecord, index: int) -> MemoryPartitionLog:
         self._check()

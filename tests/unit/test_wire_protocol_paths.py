@@ -486,6 +486,60 @@ def test_a_window_sized_by_bytes_asks_for_many_small_entries_and_few_large_ones(
     run(scenario)
 
 
+def test_a_reader_owing_permits_back_still_asks_pulsar_lite_every_half_window() -> None:
+    """pulsar-lite dispatches at most 20 entries per FLOW it gets, and stops early when it
+    must read from disk: it goes on only at the next FLOW, whatever permits it holds.
+    After a window sized by bytes shrinks (a small entry, then large ones) the reader owes
+    the broker the permits granted for the wider window; it still sends a FLOW (of no
+    permits) every half window it takes, and a nudge never carries a negative count (a
+    uint64 on the wire: 2**64 less the debt). Issue 32: a cold history read waited out
+    the 50 ms nudge every 20-30 entries."""
+
+    async def scenario(make, broker: ScriptedBroker) -> None:
+        def connected(side: BrokerSide, frame: Frame) -> bool:
+            if isinstance(frame.command, c.Connect):
+                side.send(c.Connected("Pulsar-Lite-0.1.0", 19))
+                return True
+            return False
+
+        broker.handlers.append(connected)
+        reader = await make().create_reader(
+            TOPIC, MessageId(-1, -1), per_entry_window=4, window_bytes=10_000
+        )
+        [subscribe] = broker.of_type(c.Subscribe)
+        side = broker.connections[-1]
+        metadata = MessageMetadata("p", 1, 1).encode()
+
+        def send(entry: int, size: int) -> None:
+            section = payload_section(metadata, b"x" * size)
+            command = c.Message(subscribe.consumer_id, MessageIdData(1, entry))
+            side.send_raw(payload_frame_head(command, len(section)) + section)
+
+        def flows() -> list[int]:
+            return [flow.message_permits for flow in broker.of_type(c.Flow)]
+
+        await async_wait_until(lambda: sum(flows()) == 4, 5, message="the first FLOW")
+        send(0, 200)  # a small entry first: a window of 50, 46 more permits
+        await async_wait_until(lambda: sum(flows()) == 50, 5, message="a wider window")
+        before = len(flows())
+        for entry in range(1, 11):
+            send(entry, 5_000)  # then large ones: a window of 4, 46 permits owed back
+        await async_wait_until(lambda: reader.queued == 11, 5, message="eleven entries")
+        for _ in range(11):
+            await reader.receive(2)
+        # every other entry taken (half the window of 4) asked the broker again
+        await async_wait_until(lambda: len(flows()) >= before + 5, 5, message="FLOWs")
+        assert sum(flows()) == 50  # none of them granted more
+        # nothing queued, nothing sent: the nudges go, none with a negative count
+        with pytest.raises(TimeoutError):
+            await reader.receive(0.3)
+        assert reader.nudges >= 1
+        assert all(0 <= permits < 2**32 for permits in flows())
+        assert sum(flows()) == 50
+
+    run(scenario)
+
+
 def test_a_broker_sending_past_its_permits_loses_the_connection() -> None:
     async def scenario(make, broker: ScriptedBroker) -> None:
         client = make()

@@ -188,6 +188,11 @@ class PartitionLog(ProducerStateStore, Protocol):
         """Resolves when the log next grows (a long-polling Fetch waits on it)."""
         ...
 
+    def prepare_read(self, offset: int, max_bytes: int) -> None:
+        """A read at `offset` of about `max_bytes` follows soon: whatever it will wait for
+        (a reader below the in-memory tail) may start now."""
+        ...
+
     @property
     def last_stable_offset(self) -> int:
         """The first offset of the oldest open transaction (next_offset when none is open):
@@ -236,6 +241,10 @@ class TopicStore(Protocol):
     def total_partitions(self) -> int:
         """Partitions of every existing topic together, cheaply (the gateway's partition
         limit is checked against it on every CreateTopics and CreatePartitions)."""
+        ...
+
+    def opened(self, record: TopicRecord, index: int) -> PartitionLog | None:
+        """The partition's log if it is open now, else None (then `partition_of`)."""
         ...
 
     async def partition_of(self, record: TopicRecord, index: int) -> PartitionLog: ...

@@ -123,3 +123,10 @@ class IdWaiters:
             if not future.done():
                 future.set_exception(error)
         self.heap.clear()
+
+
+def at_once(value: int) -> asyncio.Future[int]:
+    """An append's offset known at once (a producer's batch already stored whole)."""
+    future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+    future.set_result(value)
+    return future

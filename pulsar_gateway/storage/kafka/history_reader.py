@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
 from typing import NamedTuple
 
@@ -24,6 +25,7 @@ from pulsar_gateway.gateway.messages import (
     WholeEntry,
     records_in,
 )
+from pulsar_gateway.gateway.waiting import cancel_and_wait
 from pulsar_gateway.storage.kafka.offset_checkpoints import OffsetCheckpoints
 from pulsar_gateway.storage.kafka.read_batches import (
     first_sequence,
@@ -32,6 +34,8 @@ from pulsar_gateway.storage.kafka.read_batches import (
     messages_of,
 )
 from pulsar_gateway.storage.kafka.whole_batches import BatchEdges
+
+log = logging.getLogger("gateway.partition")
 
 MAX_CURSORS = 16
 # A history reader asks pulsar-lite for as many entries at once as this holds of entries
@@ -101,6 +105,41 @@ class HistoryReader:
         self.topic = topic
         self.checkpoints = checkpoints
         self._cursors: dict[int, Cursor] = {}  # by the offset each would read next
+        # cursors being opened ahead of a read (`prepare`), by the offset it will ask for
+        self._preparing: dict[int, asyncio.Task[None]] = {}
+
+    def prepare(self, offset: int, max_bytes: int) -> None:
+        """Open the cursor a read at `offset` will need, and read ahead on it, now: a Fetch
+        naming several partitions reads them one after another, and each first read after
+        a restart waited for its own reader to be opened and sent its first entries
+        (issue 32). Prepared together, every partition's reader gets its entries while the
+        first is being read. Nothing happens when a cursor is kept (or being prepared) for
+        `offset`, or when MAX_CURSORS are."""
+        if offset in self._cursors or offset in self._preparing:
+            return
+        if len(self._cursors) + len(self._preparing) >= MAX_CURSORS:
+            return
+        self._preparing[offset] = asyncio.create_task(self._prepare(offset, max_bytes))
+
+    async def _prepare(self, offset: int, max_bytes: int) -> None:
+        cursor: Cursor | None = None
+        try:
+            cursor = await self._cursor_at(self.checkpoints.before_offset(offset))
+            await cursor.read_ahead(kafka_batch, max_bytes)
+        except BaseException as exc:
+            if cursor is not None:
+                await cursor.close()
+            if not isinstance(exc, Exception):
+                raise
+            # the read opens a cursor of its own, and meets the failure if it lasts
+            log.debug("%s: a cursor prepared at %d failed: %r", self.topic, offset, exc)
+            return
+        finally:
+            self._preparing.pop(offset, None)
+        if offset in self._cursors or len(self._cursors) >= MAX_CURSORS:
+            await cursor.close()
+        else:
+            self._cursors[offset] = cursor
 
     async def read(
         self,
@@ -118,6 +157,9 @@ class HistoryReader:
         `room`) made the next read count again from a checkpoint (issue 32).
         With `batches`, a batched entry the gateway wrote, read from its first record on,
         comes as one Kafka batch standing for its messages (read_batches.py)."""
+        preparing = self._preparing.get(offset)
+        if preparing is not None:
+            await asyncio.wait([preparing])  # however it ends; not cancelled with this read
         cursor = self._cursors.pop(offset, None)
         if cursor is None:
             cursor = await self._cursor_at(self.checkpoints.before_offset(offset))
@@ -226,6 +268,8 @@ class HistoryReader:
                 await cursor.close()
 
     async def close(self) -> None:
+        for task in list(self._preparing.values()):
+            await cancel_and_wait(task)
         for cursor in self._cursors.values():
             await cursor.close()
         self._cursors.clear()

@@ -34,7 +34,7 @@ from pulsar_gateway.gateway.messages import (
 from pulsar_gateway.gateway.metadata_store import MetadataStore
 from pulsar_gateway.gateway.waiting import cancel_and_wait
 from pulsar_gateway.handlers.kafka.port import OffsetOutOfRange, ProducerSnapshot, ProducerStamp
-from pulsar_gateway.storage.kafka.append_offsets import IdWaiters, NumberedWhileAppending
+from pulsar_gateway.storage.kafka.append_offsets import IdWaiters, NumberedWhileAppending, at_once
 from pulsar_gateway.storage.kafka.history_reader import HistoryReader
 from pulsar_gateway.storage.kafka.offset_checkpoints import OffsetCheckpoints
 from pulsar_gateway.storage.kafka.producer_state import ProducerStateIndex, produced, stamp
@@ -444,7 +444,7 @@ class PartitionLog:
         if producer is not None:
             whole = self._producers.stored(producer)
             if whole is not None:
-                return _ready(whole)
+                return at_once(whole)
             resumed = self._producers.resume_from(producer)
             skip = 0
             if resumed is not None:
@@ -452,7 +452,7 @@ class PartitionLog:
                 log.info("%s: completing a batch cut short at %d records", self.topic, skip)
             messages = stamp(messages, producer, skip)
             if not messages:
-                return _ready(base if base is not None else self.next_offset)
+                return at_once(base if base is not None else self.next_offset)
         # `pulsar` format: batched, many records per entry, which Pulsar consumers read
         # natively; the backend keeps a batch from opening a ledger (docs/backend.md, "A
         # batch must not open a ledger"). `kafka` format: each message is already a whole
@@ -562,6 +562,10 @@ class PartitionLog:
         entries = self._tail.read(offset, max_bytes)
         return [] if entries and room is not None and entries[0].message.size > room else entries
 
+    def prepare_read(self, offset: int, max_bytes: int) -> None:  # (port.PartitionLog)
+        if self.log_start <= offset < self.tail_start:
+            self._history.prepare(offset, max_bytes)
+
     async def _read_history(
         self, offset: int, size: int, batches: bool, room: int | None = None
     ) -> list[LogEntry]:
@@ -592,9 +596,3 @@ class PartitionLog:
         """Offset of the first record still in memory (next_offset when none is)."""
         first = self._tail.first_offset
         return self.next_offset if first is None else first
-
-
-def _ready(value: int) -> asyncio.Future[int]:
-    future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
-    future.set_result(value)
-    return future

@@ -282,14 +282,20 @@ class TopicService:
 
     # ---- partitions ------------------------------------------------------------------------
 
+    def opened(self, record: TopicRecord, index: int) -> PartitionLog | None:
+        """The partition's log if it is open now (as `partition_of` would return it)."""
+        opened = self._logs.get(partition_topic(record.stored_name, index))
+        if opened is not None:
+            opened.last_used = time.monotonic()
+        return opened
+
     async def partition_of(self, record: TopicRecord, index: int) -> PartitionLog:
         """The open log of one partition of the record's incarnation, opening it (and
         catching up) on first use."""
-        pulsar_name = partition_topic(record.stored_name, index)
-        opened = self._logs.get(pulsar_name)
+        opened = self.opened(record, index)
         if opened is not None:
-            opened.last_used = time.monotonic()
             return opened
+        pulsar_name = partition_topic(record.stored_name, index)
         pending = self._opening.get(pulsar_name)
         if pending is not None:
             return await asyncio.shield(pending)

@@ -1,16 +1,15 @@
 """A consumer: a subscription's entries in, acknowledgements out.
 
-Durable subscriptions (Exclusive, Shared, Failover, Key_Shared) and readers (a
-non-durable Exclusive subscription from a message id) are the same class. Entries arrive
-whole (`entries.ReceivedEntry`); the caller splits batches when it wants messages, and
-may have something stand for an entry's payload, which is then not copied (`claim`).
+Durable subscriptions (Exclusive, Shared, Failover, Key_Shared) and readers (a non-durable
+Exclusive subscription from a message id) are the same class. Entries arrive whole
+(`entries.ReceivedEntry`); the caller splits batches when it wants messages, and may have
+something stand for an entry's payload, which is then not copied (`claim`).
 
 Memory is bounded by flow control: the broker may send as many messages as it was given
-permits; the consumer gives `receiver_queue_size` at first and gives more only as the
-application takes entries (half a queue at a time), and not while the queue holds more
-than `max_queue_bytes`. pulsar-lite counts permits per entry, not per message, and is
-given at most 20 at once, except on a Shared subscription, where it counts messages as
-Apache Pulsar does (docs/pulsar-protocol.md, "Flow control").
+permits; the consumer gives `receiver_queue_size` at first and more only as the application
+takes entries (half a queue at a time), not while the queue holds `max_queue_bytes`.
+pulsar-lite counts permits per entry (except on Shared, where it counts messages as Apache
+Pulsar does) and is given at most 20 at once (docs/pulsar-protocol.md, "Flow control").
 
 Acknowledgements are grouped: those made within `ack_delay` go in one ACK. After a lost
 connection or a broker's CLOSE_CONSUMER the consumer subscribes again (looking the topic
@@ -109,13 +108,11 @@ class Consumer:
         self.name = name or f"gw-{uuid.uuid4().hex[:12]}"
         self.drop_replays = (not durable) if drop_replays is None else drop_replays
         self.chunks = chunks or ChunkAssembler()
-        # Pulsar counts a permit per message, a batched entry takes as many as it holds;
-        # pulsar-lite counts one per entry, so granting per message lets it run ahead without
-        # bound (docs/pulsar-protocol.md, "Flow control"). None: decided by the broker's name.
+        # Pulsar counts a permit per message, pulsar-lite one per entry: granting it messages
+        # lets it run ahead (docs/pulsar-protocol.md, "Flow control"). None: by broker name.
         self.permits_per_entry = permits_per_entry
         self._per_entry = bool(permits_per_entry)
-        # entries asked for at once when permits count entries: with `window_bytes` the
-        # least, sized by the entries' bytes (flow_window.window_for)
+        # entries asked for at once per entry (with `window_bytes` the least: window_for)
         self.per_entry_window = per_entry_window
         self.window_bytes = window_bytes
         self.idle_nudge = idle_nudge  # `_wait`'s empty FLOWs on any subscription type
@@ -125,7 +122,8 @@ class Consumer:
         self._consumer_id = 0
         self._queue: deque[ReceivedEntry] = deque()
         self._queued_bytes = 0
-        self._owed = 0  # messages taken or dropped since the last FLOW
+        self._owed = 0  # messages taken or dropped since the last FLOW (below 0: owed back)
+        self._taken = 0  # of those, entries taken or dropped (per entry)
         self._arrival: asyncio.Future[None] | None = None
         self._last_passed: MessageId | None = None  # the last entry handed out
         self._last_seen: MessageId | None = None  # the last entry queued (readers' filter)
@@ -239,7 +237,7 @@ class Consumer:
             else self.receiver_queue_size
         )
         self.ready = True
-        self._owed = 0
+        self._owed = self._taken = 0
         held = self._acks.take_held()
         if held:  # before the permits: the broker must not send these again
             connection.send_encoded(c.encode_ack(consumer_id, c.AckType.INDIVIDUAL, held))
@@ -368,27 +366,39 @@ class Consumer:
         assert self.window_bytes is not None
         window = window_for(entry_bytes, self.window_bytes, self.per_entry_window)
         if window != self._window:
-            change = window - self._window
-            self._window = window
-            self._owe(change)
+            change, self._window = window - self._window, window
+            self._owe(change, taken=False)
 
     def _replay(self, entry: ReceivedEntry) -> None:
         self.replays_dropped += 1
         self._owe(self._permits_of(entry))
 
-    def _owe(self, messages: int) -> None:
-        """Messages taken (or dropped) count toward the next FLOW: half a queue at a time,
-        and none while the queue holds more than its byte bound."""
+    def _owe(self, messages: int, taken: bool = True) -> None:
+        """Messages taken (or dropped) count toward the next FLOW, half a queue at a time, none
+        while the queue is over its byte bound; per entry a FLOW also goes while permits are
+        owed back: pulsar-lite sends <= 20 entries a FLOW, fewer from disk (issue 32)."""
         self._owed += messages
+        self._taken += messages if taken else 0
+        half = (self._window + 1) // 2
         if (
-            self._owed >= (self._window + 1) // 2
+            (self._owed >= half or (self._per_entry and self._taken >= half))
             and self._queued_bytes < self.max_queue_bytes
             and self.ready
             and self._connection is not None
         ):
-            permits, self._owed = self._owed, 0
-            with contextlib.suppress(ConnectionClosed):
-                self._connection.send(c.Flow(self._consumer_id, permits))
+            self._flow(max(self._owed, 0))
+
+    def _flow(self, permits: int) -> None:  # of owed ones (a debt stays, never sent)
+        assert self._connection is not None
+        self._owed -= permits
+        self._taken = 0
+        with contextlib.suppress(ConnectionClosed):
+            self._connection.send(c.Flow(self._consumer_id, permits))
+
+    def _give_owed(self) -> None:
+        """Every permit owed goes back now: the queue is empty, nothing is held."""
+        if self._owed > 0 and self.ready and self._connection is not None:
+            self._flow(self._owed)
 
     def _take(self) -> ReceivedEntry:
         entry = self._queue.popleft()
@@ -396,13 +406,6 @@ class Consumer:
         self._last_passed = entry.id
         self._owe(self._permits_of(entry))
         return entry
-
-    def _give_owed(self) -> None:
-        """Every permit owed goes back now: the queue is empty, nothing is held."""
-        if self._owed > 0 and self.ready and self._connection is not None:
-            permits, self._owed = self._owed, 0
-            with contextlib.suppress(ConnectionClosed):
-                self._connection.send(c.Flow(self._consumer_id, permits))
 
     async def _wait(self, timeout: float | None) -> bool:
         """Wait for an entry; False on timeout. Empty, it gives back the permits it owes (in
@@ -432,9 +435,7 @@ class Consumer:
         """A FLOW of the permits owed, if any: pulsar-lite dispatches on one (`_wait`)."""
         if self.ready and self._connection is not None:
             self.nudges += 1
-            with contextlib.suppress(ConnectionClosed):
-                self._connection.send(c.Flow(self._consumer_id, self._owed))
-                self._owed = 0
+            self._flow(max(self._owed, 0))
 
     async def receive(self, timeout: float | None = None) -> ReceivedEntry:
         """The next entry; TimeoutError when none comes within `timeout` seconds."""
@@ -472,9 +473,8 @@ class Consumer:
 
     def ack(self, items: Iterable[AckItem]) -> None:
         """Acknowledge entries (or ids; a batch index is ignored: the whole entry is
-        acknowledged, and a chunked message with all its chunks). Grouped (`acks.py`):
-        sent within `ack_delay` seconds, one ACK for all; held while disconnected and sent
-        after the next subscribe."""
+        acknowledged, a chunked message with all its chunks). Grouped (`acks.py`): sent
+        within `ack_delay` seconds, one ACK for all; held while disconnected, then sent."""
         if self.closed:
             raise ConsumerClosed(f"{self} is closed")
         self._acks.add(acks.ack_ids(items))

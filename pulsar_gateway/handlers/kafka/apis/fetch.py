@@ -31,7 +31,12 @@ from pulsar_gateway.handlers.kafka.apis.configs import (
     TIMESTAMP_TYPE,
 )
 from pulsar_gateway.handlers.kafka.context import KafkaContext
-from pulsar_gateway.handlers.kafka.port import OffsetOutOfRange, PartitionLog, StorageError
+from pulsar_gateway.handlers.kafka.port import (
+    OffsetOutOfRange,
+    PartitionLog,
+    StorageError,
+    TopicRecord,
+)
 from pulsar_gateway.handlers.kafka.read_committed import READ_COMMITTED, aborted_in, below_stable
 from pulsar_gateway.handlers.kafka.topic_lookup import find_topic, topic_with_id
 from pulsar_gateway.handlers.loop_turns import LoopTurns
@@ -40,6 +45,8 @@ from pulsar_gateway.kafka_codec.errors import ErrorCode
 from pulsar_gateway.security.rights import READ
 
 Wanted = list[tuple[str, list[dict[str, Any]]]]
+# partition logs a Fetch opens at once (`_open_logs`)
+OPENS_AT_ONCE = 16
 UNKNOWN_ID = "\x00unknown topic id "  # no Kafka topic name holds a NUL
 
 
@@ -53,6 +60,7 @@ async def handle(context: KafkaContext, header: Any, request: dict[str, Any]) ->
     logs: dict[tuple[str, int], PartitionLog | int] = {}
     append_time: set[str] = set()  # topics whose batches are marked LogAppendTime
     codecs: dict[str, int | None] = {}  # each topic's compression.type (entry_format.py)
+    to_open: list[tuple[str, TopicRecord, int]] = []
     for name, partitions in wanted:
         if name.startswith(UNKNOWN_ID):
             code: int  # find_topic's codes are ints
@@ -72,10 +80,14 @@ async def handle(context: KafkaContext, header: Any, request: dict[str, Any]) ->
             elif not context.serves_partition(record.name, index):
                 logs[(name, index)] = ErrorCode.NOT_LEADER_OR_FOLLOWER
             else:
-                try:
-                    logs[(name, index)] = await context.topics.partition_of(record, index)
-                except StorageError:
-                    logs[(name, index)] = ErrorCode.KAFKA_STORAGE_ERROR
+                log = context.topics.opened(record, index)
+                if log is None:
+                    to_open.append((name, record, index))
+                else:
+                    logs[(name, index)] = log
+    if to_open:
+        logs.update(await _open_logs(context, to_open))
+    _prepare_reads(context.turns, wanted, logs, max_bytes)
     committed = request.get("isolation_level", 0) == READ_COMMITTED
     while True:
         body, total = await _collect(
@@ -95,6 +107,58 @@ async def handle(context: KafkaContext, header: Any, request: dict[str, Any]) ->
             # with one (PartitionLog.busy), so its memory would be held for good
             for future in waits:
                 future.cancel()
+
+
+async def _open_logs(
+    context: KafkaContext, to_open: list[tuple[str, TopicRecord, int]]
+) -> dict[tuple[str, int], PartitionLog | int]:
+    """The partitions' logs, opened together (OPENS_AT_ONCE at most at a time): a log not
+    open yet (the first Fetch after a restart) catches up with its partition first, a few
+    round trips to the broker, and a Fetch of many partitions waited for one after another
+    (issue 32). KAFKA_STORAGE_ERROR for one that cannot be opened."""
+    gate = asyncio.Semaphore(OPENS_AT_ONCE)
+
+    async def one(record: TopicRecord, index: int) -> PartitionLog | int:
+        async with gate:
+            try:
+                return await context.topics.partition_of(record, index)
+            except StorageError:
+                return ErrorCode.KAFKA_STORAGE_ERROR
+
+    if len(to_open) == 1:
+        name, record, index = to_open[0]
+        return {(name, index): await one(record, index)}
+    opened = await asyncio.gather(
+        *(one(record, index) for _name, record, index in to_open), return_exceptions=True
+    )
+    logs: dict[tuple[str, int], PartitionLog | int] = {}
+    for (name, _record, index), log in zip(to_open, opened, strict=True):
+        if isinstance(log, BaseException):
+            raise log
+        logs[(name, index)] = log
+    return logs
+
+
+def _prepare_reads(
+    turns: LoopTurns,
+    wanted: Wanted,
+    logs: dict[tuple[str, int], PartitionLog | int],
+    max_bytes: int,
+) -> None:
+    """The partitions' reads may start what they will wait for (`PartitionLog.prepare_read`)
+    before the first is read: the reads go one after another (the response's byte budget is
+    shared in order), and after a restart each waited for its own reader from Pulsar (issue
+    32). Only as many partitions as the response's budget may reach, in order."""
+    left = max_bytes
+    for name, partitions in wanted:
+        for partition in partitions:
+            if left <= 0:
+                return
+            log = logs[(name, partition["partition"])]
+            if not isinstance(log, int):
+                size = min(partition["partition_max_bytes"], turns.bytes_per_turn, left)
+                log.prepare_read(partition["fetch_offset"], max(size, 1))
+                left -= max(partition["partition_max_bytes"], 1)
 
 
 def _wanted(
