@@ -20,6 +20,7 @@ from pulsar_gateway.gateway.backend.wire import commands as c
 from pulsar_gateway.gateway.backend.wire.auth import TokenAuthentication
 from pulsar_gateway.gateway.backend.wire.batch import single_entry
 from pulsar_gateway.gateway.backend.wire.client import Client
+from pulsar_gateway.gateway.backend.wire.consumer import Consumer
 from pulsar_gateway.gateway.backend.wire.errors import (
     ConnectionClosed,
     OperationTimeout,
@@ -427,6 +428,27 @@ def test_permits_count_messages_or_entries_as_the_broker_does(server, granted) -
     run(scenario)
 
 
+async def _pulsar_lite_window_reader(
+    make: Callable[..., Client], broker: ScriptedBroker
+) -> tuple[Consumer, c.Subscribe, BrokerSide]:
+    """A reader with a window sized by bytes (10,000, at least 4 entries), connected to a
+    scripted broker that names itself pulsar-lite (permits per entry): the reader, its
+    SUBSCRIBE and the broker's side of the connection."""
+
+    def connected(side: BrokerSide, frame: Frame) -> bool:
+        if isinstance(frame.command, c.Connect):
+            side.send(c.Connected("Pulsar-Lite-0.1.0", 19))
+            return True
+        return False
+
+    broker.handlers.append(connected)
+    reader = await make().create_reader(
+        TOPIC, MessageId(-1, -1), per_entry_window=4, window_bytes=10_000
+    )
+    [subscribe] = broker.of_type(c.Subscribe)
+    return reader, subscribe, broker.connections[-1]
+
+
 def test_a_window_sized_by_bytes_asks_for_many_small_entries_and_few_large_ones() -> None:
     """`window_bytes` (history reads): against pulsar-lite (a permit per entry) the
     window is as many entries as the bytes hold of the size last seen, at least
@@ -434,18 +456,7 @@ def test_a_window_sized_by_bytes_asks_for_many_small_entries_and_few_large_ones(
     as well as up: none is given while more are in flight than the window allows."""
 
     async def scenario(make, broker: ScriptedBroker) -> None:
-        def connected(side: BrokerSide, frame: Frame) -> bool:
-            if isinstance(frame.command, c.Connect):
-                side.send(c.Connected("Pulsar-Lite-0.1.0", 19))
-                return True
-            return False
-
-        broker.handlers.append(connected)
-        reader = await make().create_reader(
-            TOPIC, MessageId(-1, -1), per_entry_window=4, window_bytes=10_000
-        )
-        [subscribe] = broker.of_type(c.Subscribe)
-        side = broker.connections[-1]
+        reader, subscribe, side = await _pulsar_lite_window_reader(make, broker)
         metadata = MessageMetadata("p", 1, 1).encode()
 
         def granted() -> int:
@@ -496,18 +507,7 @@ def test_a_reader_owing_permits_back_still_asks_pulsar_lite_every_half_window() 
     the 50 ms nudge every 20-30 entries."""
 
     async def scenario(make, broker: ScriptedBroker) -> None:
-        def connected(side: BrokerSide, frame: Frame) -> bool:
-            if isinstance(frame.command, c.Connect):
-                side.send(c.Connected("Pulsar-Lite-0.1.0", 19))
-                return True
-            return False
-
-        broker.handlers.append(connected)
-        reader = await make().create_reader(
-            TOPIC, MessageId(-1, -1), per_entry_window=4, window_bytes=10_000
-        )
-        [subscribe] = broker.of_type(c.Subscribe)
-        side = broker.connections[-1]
+        reader, subscribe, side = await _pulsar_lite_window_reader(make, broker)
         metadata = MessageMetadata("p", 1, 1).encode()
 
         def send(entry: int, size: int) -> None:
