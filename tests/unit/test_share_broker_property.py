@@ -120,7 +120,7 @@ class Model:
         """The gateway dies: its consumer's entries go back; a new one reads the store."""
         self.restarted = True
         self.sub.close_consumer(GATEWAY)
-        self.partition = SharePartition.restore(self.stored, LOCK, LIMIT, WINDOW)
+        self.partition = SharePartition.restore(self.stored, LOCK, LIMIT, WINDOW, disowned=True)
         self.partition.disown()
         self.hold = BrokerHold(MemoryShareFeed(self.sub))
 
@@ -203,6 +203,29 @@ def test_single_record_entries_are_consumed_once_and_none_is_lost(
         ("ack", "a", RELEASE),
         ("out_take",),
         ("out_settle", True),
+    ],
+)
+# records held at a restart with their deliveries used up come back from the broker with a
+# lower redelivery count: they stay returning (archived when handed), not passed and taken
+# again as another's (a busy-loop run of the suite found it: delivered 5 times, limit 4)
+@example(
+    [1, 1, 1, 2],
+    [
+        ("out_take",),
+        ("fetch", "a", 3),
+        ("restart",),
+        ("out_take",),
+        ("fetch", "a", 1),
+        ("fetch", "a", 1),
+        ("fetch", "b", 1),
+        ("ack", "b", ACCEPT),
+        ("restart",),
+        ("fetch", "a", 1),
+        ("fetch", "a", 1),
+        ("tick", LOCK),
+        ("fetch", "a", 1),
+        ("fetch", "a", 1),
+        ("restart",),
     ],
 )
 def test_batches_are_consumed_once_without_restarts_and_none_is_lost(

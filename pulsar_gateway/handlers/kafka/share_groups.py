@@ -382,7 +382,7 @@ class ShareGroups:
             if self.store is not None:
                 stored = self.store.load(key[0], _partition_topic(key))
             if stored is not None:
-                found = SharePartition.restore(stored, *limits)
+                found = SharePartition.restore(stored, *limits, disowned=self.feeds is not None)
             else:
                 earliest = self._auto_offset_reset(key[0]) == "earliest"
                 first = log_start if earliest else log_end

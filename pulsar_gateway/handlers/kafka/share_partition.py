@@ -74,15 +74,27 @@ class SharePartition:
 
     @classmethod
     def restore(
-        cls, state: ShareState, lock_seconds: float, delivery_limit: int, max_in_flight: int
+        cls,
+        state: ShareState,
+        lock_seconds: float,
+        delivery_limit: int,
+        max_in_flight: int,
+        disowned: bool = False,
     ) -> SharePartition:
         """From stored state: an acquired record's lock did not survive, so it is
-        available again (archived if its deliveries are used up)."""
+        available again (archived if its deliveries are used up). `disowned` (the broker
+        dispatches): every record held is returning instead, its deliveries used up or not,
+        since its entry, not acknowledged on the subscription, comes back from the broker;
+        archived here, the start passed it, and the entry handed again was taken as
+        another's with the broker's lower redelivery count: delivered past the limit
+        (docs/share-groups.md, "What the share partition keeps")."""
         partition = cls(state.start, state.end, lock_seconds, delivery_limit, max_in_flight)
         partition.floor = state.floor
         for run in state.runs:
             status = run.state
-            if status in (ACQUIRED, RETURNING):  # (the broker's dispatch disowns them again)
+            if status in (ACQUIRED, RETURNING) and disowned:
+                status = RETURNING
+            elif status in (ACQUIRED, RETURNING):
                 status = ARCHIVED if run.delivery_count >= delivery_limit else AVAILABLE
             for offset in range(max(run.first, state.start), min(run.last + 1, state.end)):
                 partition.records[offset] = InFlight(status, run.delivery_count)
