@@ -11,7 +11,7 @@ from typing import Any
 
 from pulsar_gateway.gateway.metadata_store import GONE, MetadataStore
 from pulsar_gateway.handlers.kafka.port import ShareRun, ShareState
-from pulsar_gateway.storage.kafka.share_states import ShareStateStore, state_from
+from pulsar_gateway.storage.kafka.share_states import ShareStateStore, state_from, state_record
 
 
 class TableOnly(MetadataStore):
@@ -51,3 +51,16 @@ def test_unreadable_state_starts_afresh() -> None:
     assert state_from({"start": 1}) is None
     assert state_from({"start": 1, "end": 2, "runs": [["x"]]}) is None
     assert state_from("junk") is None
+
+
+def test_a_run_keeps_the_gateways_own_returns_and_four_numbers_stay_readable() -> None:
+    """A returning record's count of the broker's redeliveries that were the gateway's own
+    (broker dispatch) survives a restart; a run without any is written, and read, as four
+    numbers, as before."""
+    state = ShareState(0, 4, (ShareRun(0, 1, 6, 3, 2), ShareRun(2, 3, 1, 1)))
+    record = state_record(state)
+    assert record["runs"] == [[0, 1, 6, 3, 2], [2, 3, 1, 1]]
+    assert state_from(record) == state
+    assert state_from({"start": 0, "end": 2, "runs": [[0, 1, 6, 3]]}) == ShareState(
+        0, 2, (ShareRun(0, 1, 6, 3, 0),)
+    )

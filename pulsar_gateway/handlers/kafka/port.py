@@ -363,6 +363,9 @@ class ShareRun:
     last: int
     state: int  # share_partition.py's record states
     delivery_count: int
+    # the broker dispatching: how many of the broker's redeliveries of the entry were the
+    # gateway's own giving back (share_partition.py, `take_handed`); 0 otherwise
+    returns: int = 0
 
 
 @dataclass(frozen=True)

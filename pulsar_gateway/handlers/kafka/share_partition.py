@@ -36,6 +36,7 @@ class InFlight:
     delivery_count: int
     member: str = ""
     deadline: float = 0.0
+    returns: int = 0  # the broker's redeliveries of the entry that the gateway caused
 
 
 @dataclass(frozen=True)
@@ -97,7 +98,9 @@ class SharePartition:
             elif status in (ACQUIRED, RETURNING):
                 status = ARCHIVED if run.delivery_count >= delivery_limit else AVAILABLE
             for offset in range(max(run.first, state.start), min(run.last + 1, state.end)):
-                partition.records[offset] = InFlight(status, run.delivery_count)
+                partition.records[offset] = InFlight(
+                    status, run.delivery_count, returns=run.returns
+                )
         for offset in range(state.start, state.end):  # a hole in stored runs: deliver again
             partition.records.setdefault(offset, InFlight(AVAILABLE, 0))
         partition._advance_start()
@@ -107,9 +110,9 @@ class SharePartition:
         runs: list[ShareRun] = []
         for offset in range(self.start, self.end):
             record = self.records[offset]
-            stored = (record.state, record.delivery_count)
+            stored = (record.state, record.delivery_count, record.returns)
             last = runs[-1] if runs else None
-            if last and last.last == offset - 1 and (last.state, last.delivery_count) == stored:
+            if last and last.last == offset - 1 and _kept(last) == stored:
                 runs[-1] = ShareRun(last.first, offset, *stored)
             else:
                 runs.append(ShareRun(offset, offset, *stored))
@@ -291,9 +294,18 @@ class SharePartition:
         changed = False
         for offset in range(first, last):
             record = self.records[offset]
-            if record.state not in (OTHER, RETURNING):
+            if record.state == RETURNING:
+                # the broker counts each time the gateway gave the entry back (its consumer
+                # closed, or the entry went back) as a redelivery, which delivered this
+                # record to no one: counted, a record held and given back without being
+                # acquired was archived one delivery early (docs/share-groups.md)
+                record.returns += 1
+                others = redelivery_count - record.returns
+                record.delivery_count = max(record.delivery_count, others)
+            elif record.state == OTHER:
+                record.delivery_count = max(record.delivery_count, redelivery_count)
+            else:
                 continue
-            record.delivery_count = max(record.delivery_count, redelivery_count)
             limited = record.delivery_count >= self.delivery_limit
             record.state = ARCHIVED if limited else AVAILABLE
             changed = True
@@ -363,6 +375,10 @@ def settled_within(state: ShareState) -> int:
         for run in state.runs
         if run.state in DONE and run.first < state.end and run.last >= state.start
     )
+
+
+def _kept(run: ShareRun) -> tuple[int, int, int]:
+    return run.state, run.delivery_count, run.returns
 
 
 def _runs(taken: list[tuple[int, int]]) -> list[Acquired]:

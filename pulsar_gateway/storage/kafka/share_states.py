@@ -1,7 +1,7 @@
 """Share groups' per-partition delivery state (KIP-932), kept in the metadata store.
 
 One key per share group and partition, `kafka-share/<group>/<pulsar partition topic>`
-(both percent-quoted), holding `{"start", "end", "runs": [[first, last, state, count]]}`:
+(both percent-quoted), holding `{"start", "end", "runs": [[first, last, state, count(, returns)]]}`:
 the share partition's bounds and its in-flight records as runs of equal state and delivery
 count, so a window of records delivered alike is one run however long. The store is
 written through Pulsar, so the state survives a gateway kill -9 and every cluster member
@@ -34,11 +34,19 @@ def state_record(state: ShareState) -> dict[str, Any]:
     record: dict[str, Any] = {
         "start": state.start,
         "end": state.end,
-        "runs": [[run.first, run.last, run.state, run.delivery_count] for run in state.runs],
+        "runs": [_run(run) for run in state.runs],
     }
     if state.floor:  # only where the offsets admin set one (broker dispatch)
         record["floor"] = state.floor
     return record
+
+
+def _run(run: ShareRun) -> list[int]:
+    """A run's four numbers, and the gateway's own returns of its entry to the broker
+    (`ShareRun.returns`) only where there are some: state written without the broker's
+    dispatch stays readable by a gateway that knows four."""
+    kept = [run.first, run.last, run.state, run.delivery_count]
+    return [*kept, run.returns] if run.returns else kept
 
 
 def state_from(record: Any) -> ShareState | None:
