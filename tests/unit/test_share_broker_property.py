@@ -256,6 +256,25 @@ def test_single_record_entries_are_consumed_once_and_none_is_lost(
         ("fetch", "a", 1),
     ],
 )
+# record 1, held at a restart, was not handed back within a lock duration: the start
+# passed it as another's and, when its entry came, it was taken with the broker's count
+# alone: delivered 5 times (deep fuzz; its counts are now kept while passed)
+@example(
+    [2, 1],
+    [
+        ("fetch", "a", 1),
+        ("fetch", "a", 1),
+        ("ack", "a", ACCEPT),
+        ("tick", LOCK),
+        ("fetch", "a", 1),
+        ("tick", LOCK),
+        ("fetch", "a", 2),
+        ("restart",),
+        ("fetch", "a", 1),
+        ("restart",),
+        ("fetch", "a", 1),
+    ],
+)
 def test_batches_are_consumed_once_without_restarts_and_none_is_lost(
     sizes: list[int], ops: list[tuple[Any, ...]]
 ) -> None:

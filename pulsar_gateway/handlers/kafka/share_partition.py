@@ -70,6 +70,11 @@ class SharePartition:
         # the Kafka topic id it was read for: a topic deleted and created again on the same
         # Pulsar topics (a backend that deletes) is another topic (share_groups.py)
         self.topic_id = ""
+        # the broker dispatching: records once the gateway's that the start passed as
+        # another's (returning, not handed back within a lock duration), by offset: their
+        # delivery counts and the gateway's own returns, for when their entry comes back
+        # (`take_handed`); the lowest dropped past `max_in_flight`
+        self.passed: dict[int, tuple[int, int]] = {}
 
     # ---- the durable form ----------------------------------------------------------------
 
@@ -93,6 +98,10 @@ class SharePartition:
         partition.floor = state.floor
         for run in state.runs:
             status = run.state
+            if run.last < state.start and status == OTHER:  # passed (`passed`)
+                for offset in range(run.first, run.last + 1):
+                    partition.passed[offset] = (run.delivery_count, run.returns)
+                continue
             if status in (ACQUIRED, RETURNING) and disowned:
                 status = RETURNING
             elif status in (ACQUIRED, RETURNING):
@@ -108,8 +117,12 @@ class SharePartition:
 
     def state(self) -> ShareState:
         runs: list[ShareRun] = []
-        for offset in range(self.start, self.end):
-            record = self.records[offset]
+        passed = (
+            (offset, InFlight(OTHER, count, returns=returns))
+            for offset, (count, returns) in sorted(self.passed.items())
+        )
+        in_window = ((offset, self.records[offset]) for offset in range(self.start, self.end))
+        for offset, record in (*passed, *in_window):
             stored = (record.state, record.delivery_count, record.returns)
             last = runs[-1] if runs else None
             if last and last.last == offset - 1 and _kept(last) == stored:
@@ -123,9 +136,9 @@ class SharePartition:
     def expire(self, now: float) -> bool:
         """Release every record whose lock lapsed; whether any did. A record returning to
         the broker that did not come back to the gateway within a lock duration went to
-        another consumer."""
+        another consumer (its counts kept in `passed`, with the return that sent it)."""
         changed = False
-        for record in self.records.values():
+        for offset, record in self.records.items():
             if record.state == ACQUIRED and record.deadline <= now:
                 self._release(record)
                 changed = True
@@ -134,6 +147,7 @@ class SharePartition:
                     record.deadline = now + self.lock_seconds
                 elif record.deadline <= now:
                     record.state = OTHER
+                    self._pass(offset, record.delivery_count, record.returns + 1)
                     changed = True
         if changed:
             self._advance_start()
@@ -163,6 +177,7 @@ class SharePartition:
             return
         for offset in range(self.start, min(log_start, self.end)):
             self.records.pop(offset, None)
+        self.passed = {o: kept for o, kept in self.passed.items() if o >= log_start}
         self.start = log_start
         self.end = max(self.end, log_start)
 
@@ -286,7 +301,8 @@ class SharePartition:
             return False
         if first < self.start:
             for offset in range(first, self.start):
-                self.records[offset] = InFlight(OTHER, 0)
+                count, returns = self.passed.pop(offset, (0, 0))
+                self.records[offset] = InFlight(OTHER, count, returns=returns)
             self.start = first
         for offset in range(self.end, last):
             self.records[offset] = InFlight(OTHER, 0)
@@ -302,8 +318,9 @@ class SharePartition:
                 record.returns += 1
                 others = redelivery_count - record.returns
                 record.delivery_count = max(record.delivery_count, others)
-            elif record.state == OTHER:
-                record.delivery_count = max(record.delivery_count, redelivery_count)
+            elif record.state == OTHER:  # (its own returns: one once the gateway's)
+                others = redelivery_count - record.returns
+                record.delivery_count = max(record.delivery_count, others)
             else:
                 continue
             limited = record.delivery_count >= self.delivery_limit
@@ -360,6 +377,11 @@ class SharePartition:
     def _release(self, record: InFlight) -> None:
         record.state = ARCHIVED if record.delivery_count >= self.delivery_limit else AVAILABLE
         record.member = ""
+
+    def _pass(self, offset: int, count: int, returns: int) -> None:
+        self.passed[offset] = (count, returns)
+        while len(self.passed) > self.max_in_flight:
+            del self.passed[min(self.passed)]
 
     def _advance_start(self) -> None:
         while self.start < self.end and self.records[self.start].state in DONE:
