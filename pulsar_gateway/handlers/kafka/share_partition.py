@@ -70,10 +70,11 @@ class SharePartition:
         # the Kafka topic id it was read for: a topic deleted and created again on the same
         # Pulsar topics (a backend that deletes) is another topic (share_groups.py)
         self.topic_id = ""
-        # the broker dispatching: records once the gateway's that the start passed as
-        # another's (returning, not handed back within a lock duration), by offset: their
-        # delivery counts and the gateway's own returns, for when their entry comes back
-        # (`take_handed`); the lowest dropped past `max_in_flight`
+        # the broker dispatching (`disown`): records the start passed (settled, or returning
+        # and not handed back within a lock duration), by offset: their delivery counts and
+        # the gateway's own returns, for when their entry comes back whole (`take_handed`);
+        # the first passed dropped past `max_in_flight`
+        self.broker = False
         self.passed: dict[int, tuple[int, int]] = {}
 
     # ---- the durable form ----------------------------------------------------------------
@@ -96,9 +97,10 @@ class SharePartition:
         (docs/share-groups.md, "What the share partition keeps")."""
         partition = cls(state.start, state.end, lock_seconds, delivery_limit, max_in_flight)
         partition.floor = state.floor
+        partition.broker = disowned
         for run in state.runs:
             status = run.state
-            if run.last < state.start and status == OTHER:  # passed (`passed`)
+            if run.last < state.start:  # passed (`passed`)
                 for offset in range(run.first, run.last + 1):
                     partition.passed[offset] = (run.delivery_count, run.returns)
                 continue
@@ -138,7 +140,7 @@ class SharePartition:
         the broker that did not come back to the gateway within a lock duration went to
         another consumer (its counts kept in `passed`, with the return that sent it)."""
         changed = False
-        for offset, record in self.records.items():
+        for record in self.records.values():
             if record.state == ACQUIRED and record.deadline <= now:
                 self._release(record)
                 changed = True
@@ -147,7 +149,7 @@ class SharePartition:
                     record.deadline = now + self.lock_seconds
                 elif record.deadline <= now:
                     record.state = OTHER
-                    self._pass(offset, record.delivery_count, record.returns + 1)
+                    record.returns += 1  # the return that sent it (`take_handed`)
                     changed = True
         if changed:
             self._advance_start()
@@ -275,6 +277,7 @@ class SharePartition:
         """Nothing unsettled is the gateway's until the broker hands it over (a new consumer
         of the subscription: after a restart, or the partition coming here): what was in
         flight is returning, its delivery counts kept for when the broker hands it again."""
+        self.broker = True
         for record in self.records.values():
             if record.state in (AVAILABLE, ACQUIRED):
                 record.state, record.member, record.deadline = RETURNING, "", 0.0
@@ -378,14 +381,14 @@ class SharePartition:
         record.state = ARCHIVED if record.delivery_count >= self.delivery_limit else AVAILABLE
         record.member = ""
 
-    def _pass(self, offset: int, count: int, returns: int) -> None:
-        self.passed[offset] = (count, returns)
-        while len(self.passed) > self.max_in_flight:
-            del self.passed[min(self.passed)]
-
     def _advance_start(self) -> None:
+        passed = self.passed
         while self.start < self.end and self.records[self.start].state in DONE:
-            del self.records[self.start]
+            record = self.records.pop(self.start)
+            if self.broker and (record.delivery_count or record.returns):
+                passed[self.start] = (record.delivery_count, record.returns)
+                if len(passed) > self.max_in_flight:  # the first passed (the lowest, mostly)
+                    del passed[next(iter(passed))]
             self.start += 1
 
 
