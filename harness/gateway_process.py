@@ -44,18 +44,34 @@ def _ephemeral_start() -> int:
 
 def free_port() -> int:
     """A loopback port free now and outside the ephemeral range (any free one if none is)."""
+    return free_ports(1)[0]
+
+
+def free_ports(count: int) -> list[int]:
+    """`count` different loopback ports, each free now (see `free_port`). Each is held bound
+    until all are picked: picked one by one, two settings of one process were once given
+    the same port (the quick start's `make run` then failed on "address in use", cc22)."""
     highest = _ephemeral_start() - 1
-    for _ in range(200):
-        port = random.randint(LOWEST_TEST_PORT, highest)
-        with socket.socket() as sock:
+    held: list[socket.socket] = []
+    try:
+        for _ in range(200 + count):
+            if len(held) == count:
+                break
+            sock = socket.socket()
             try:
-                sock.bind(("127.0.0.1", port))
+                sock.bind(("127.0.0.1", random.randint(LOWEST_TEST_PORT, highest)))
             except OSError:
+                sock.close()
                 continue
-            return port
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+            held.append(sock)
+        while len(held) < count:
+            sock = socket.socket()
+            sock.bind(("127.0.0.1", 0))
+            held.append(sock)
+        return [sock.getsockname()[1] for sock in held]
+    finally:
+        for sock in held:
+            sock.close()
 
 
 def set_flags(settings: dict[str, object]) -> list[str]:
@@ -77,13 +93,13 @@ class GatewayProcess:
         the process picks each one free, and picks it again if start-up finds it taken, so
         the caller reads it from `ports` after `start`, never picks it itself."""
         self.data_dir = data_dir
-        self.kafka_port = free_port()
-        self.metrics_port = free_port()
-        self.amqp_port = free_port()
-        self.broker_port = broker_port or free_port()
+        self.kafka_port, self.metrics_port, self.amqp_port, picked_broker, *others = free_ports(
+            4 + len(port_settings)
+        )
+        self.broker_port = broker_port or picked_broker
         self._own_broker_port = broker_port is None
         self.extra = extra or []
-        self.ports = {name: free_port() for name in port_settings}
+        self.ports = dict(zip(port_settings, others, strict=True))
         self.process: subprocess.Popen[bytes] | None = None
         self.log_path = data_dir / "gateway.log"
 
@@ -112,10 +128,11 @@ class GatewayProcess:
                 taken = "address already in use" in self._log_since(written).lower()
                 if not taken or attempt == 2:
                     raise
-            self.kafka_port, self.metrics_port, self.amqp_port = (free_port() for _ in range(3))
-            self.ports = {name: free_port() for name in self.ports}
+            picked = free_ports(4 + len(self.ports))
+            self.kafka_port, self.metrics_port, self.amqp_port = picked[:3]
+            self.ports = dict(zip(self.ports, picked[4:], strict=True))
             if self._own_broker_port:
-                self.broker_port = free_port()
+                self.broker_port = picked[3]
         raise AssertionError("unreachable")
 
     def _log_since(self, offset: int) -> str:

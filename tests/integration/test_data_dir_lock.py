@@ -10,17 +10,18 @@ from pathlib import Path
 
 from confluent_kafka import Producer
 
-from harness.gateway_process import REPO, GatewayProcess, free_port
+from harness.gateway_process import REPO, GatewayProcess, free_ports
 from pulsar_gateway.gateway.backend.embedded import DB_NAME, brokers_on
 
 
 def _second_run(data_dir: Path, *extra: str) -> subprocess.CompletedProcess[str]:
-    ports = {"kafka.port": free_port(), "metrics.port": free_port(), "amqp.port": free_port()}
+    names = ("kafka.port", "metrics.port", "amqp.port", "embedded.port")
+    ports = dict(zip(names, free_ports(len(names)), strict=True))
     flags = [arg for key, value in ports.items() for arg in ("--set", f"{key}={value}")]
     return subprocess.run(
         [sys.executable, "-m", "pulsar_gateway.cli", "run", "--data-dir", str(data_dir)]
         + flags
-        + ["--set", f"embedded.port={free_port()}", *extra],
+        + list(extra),
         capture_output=True,
         text=True,
         cwd=REPO,

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.gateway_process import REPO, free_port
+from harness.gateway_process import REPO, free_ports
 
 README = REPO / "README.md"
 
@@ -48,7 +48,7 @@ def clone(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def started(clone: Path) -> Iterator[dict[str, int]]:
     blocks = quick_start_blocks()
     assert blocks[0].strip() == "make run" and blocks[1].strip() == "make test"
-    ports = {"kafka": free_port(), "amqp": free_port(), "metrics": free_port()}
+    ports = dict(zip(("kafka", "amqp", "metrics"), free_ports(3), strict=True))
     args = " ".join(f"--{name}-port {port}" for name, port in ports.items())
     log = open(clone / "make-run.log", "wb")  # noqa: SIM115 - closed below
     process = subprocess.Popen(
