@@ -104,10 +104,9 @@ class SharePartition:
                 for offset in range(run.first, run.last + 1):
                     partition.passed[offset] = (run.delivery_count, run.returns)
                 continue
-            if status in (ACQUIRED, RETURNING) and disowned:
-                status = RETURNING
-            elif status in (ACQUIRED, RETURNING):
-                status = ARCHIVED if run.delivery_count >= delivery_limit else AVAILABLE
+            if status in (ACQUIRED, RETURNING):
+                limited = run.delivery_count >= delivery_limit
+                status = RETURNING if disowned else ARCHIVED if limited else AVAILABLE
             for offset in range(max(run.first, state.start), min(run.last + 1, state.end)):
                 partition.records[offset] = InFlight(
                     status, run.delivery_count, returns=run.returns
@@ -313,19 +312,16 @@ class SharePartition:
         changed = False
         for offset in range(first, last):
             record = self.records[offset]
-            if record.state == RETURNING:
-                # the broker counts each time the gateway gave the entry back (its consumer
-                # closed, or the entry went back) as a redelivery, which delivered this
-                # record to no one: counted, a record held and given back without being
-                # acquired was archived one delivery early (docs/share-groups.md)
-                record.returns += 1
-                others = redelivery_count - record.returns
-                record.delivery_count = max(record.delivery_count, others)
-            elif record.state == OTHER:  # (its own returns: one once the gateway's)
-                others = redelivery_count - record.returns
-                record.delivery_count = max(record.delivery_count, others)
-            else:
+            if record.state not in (OTHER, RETURNING):
                 continue
+            if record.state == RETURNING:
+                record.returns += 1  # the gateway gave its entry back: one more redelivery
+            # the broker counts each time the gateway gave the entry back (its consumer
+            # closed, or the entry went back) as a redelivery, which delivered this record
+            # to no one: counted, a record held and given back without being acquired was
+            # archived one delivery early (docs/share-groups.md)
+            others = redelivery_count - record.returns
+            record.delivery_count = max(record.delivery_count, others)
             limited = record.delivery_count >= self.delivery_limit
             record.state = ARCHIVED if limited else AVAILABLE
             changed = True
