@@ -64,6 +64,9 @@ class MemoryPartitionLog(_Breakable):
         self.view_lags = False
         self._unseen: list[tuple[ProducerStamp, int]] = []
         self.ends_reached = 0  # how often `reach_end` was called
+        # when set and not yet fired, reads wait for it: entries on their way from storage,
+        # which a read without `wait` leaves for a later read
+        self.arriving: asyncio.Event | None = None
 
     @property
     def topic(self) -> str:
@@ -150,8 +153,14 @@ class MemoryPartitionLog(_Breakable):
             producer.epoch, (*kept, batch)[-KEEP_BATCHES:]
         )
 
-    async def read(self, offset: int, max_bytes: int, room: int | None = None) -> list[LogEntry]:
+    async def read(
+        self, offset: int, max_bytes: int, room: int | None = None, wait: bool = True
+    ) -> list[LogEntry]:
         self._check()
+        if self.arriving is not None and not self.arriving.is_set():
+            if not wait:
+                return []
+            await self.arriving.wait()
         if offset < self.log_start or offset > self.next_offset:
             raise OffsetOutOfRange(offset)
         if offset == self.next_offset:

@@ -1,5 +1,6 @@
-"""A Fetch after a restart (issue 32): its partitions' logs are opened together, and each
-partition's read from Pulsar is started before the first is read.
+"""A Fetch after a restart (issue 32): its partitions' logs are opened together, each
+partition's read from Pulsar is started before the first is read, and once a Fetch has its
+min_bytes it takes only what is at hand.
 
 Traced on the bench (bench/cold_fetch.py, 200,000 records in 3 partitions): the first Fetch
 after a restart opened the three partition logs one after another (each a few round trips
@@ -15,12 +16,12 @@ import asyncio
 from typing import Any
 
 from harness.kafka_memory_store import MemoryPartitionLog
-from pulsar_gateway.gateway.messages import StoredMessage
+from pulsar_gateway.gateway.messages import MORE, SEQ, StoredMessage
 from pulsar_gateway.handlers.kafka.port import StorageError, TopicRecord
 from pulsar_gateway.kafka_codec.errors import ErrorCode
 from pulsar_gateway.kafka_codec.protocol.messages import ApiKey
 from pulsar_gateway.storage.kafka.partition_log import PartitionLog
-from tests.unit.test_fetch_limits import fetch_body, fill
+from tests.unit.test_fetch_limits import fetch_body, fill, sizes
 from tests.unit.test_kafka_apis import Broker, fetched
 
 
@@ -158,5 +159,125 @@ def test_a_log_closed_while_a_read_is_prepared_leaves_no_reader_open() -> None:
         await asyncio.wait_for(opening.wait(), 5)
         await log.close()
         assert closed == [True]
+
+    asyncio.run(scenario())
+
+
+def _log_of(broker: Broker, partition: int) -> MemoryPartitionLog:
+    topics: Any = broker.storage.topics
+    (log,) = [log for name, log in topics.logs.items() if name.endswith(f"-partition-{partition}")]
+    return log
+
+
+def test_a_fetch_that_has_its_min_bytes_takes_no_partition_whose_entries_are_on_their_way() -> None:
+    """Partition 1's entries are on their way from storage (and never come here): the Fetch
+    answers with partition 0's record and none of partition 1's, instead of waiting for
+    them (the first Fetch after a restart waited for every partition's reader)."""
+
+    async def scenario() -> None:
+        broker = Broker(default_partitions=2)
+        for partition in range(2):
+            await fill(broker, "orders", [[b"v%d" % partition]], partition)
+        late = _log_of(broker, 1)
+        late.arriving = asyncio.Event()
+        body = fetch_body([("orders", 0, 0, 1 << 20), ("orders", 1, 0, 1 << 20)])
+        response = await asyncio.wait_for(broker.call(ApiKey.FETCH, 12, body), 30)
+        first, second = response["responses"][0]["partitions"]
+        assert fetched(first) == [(0, b"v0")]
+        assert fetched(second) == []
+        assert (second["error_code"], second["high_watermark"]) == (ErrorCode.NONE, 1)
+
+    asyncio.run(scenario())
+
+
+def test_a_fetch_short_of_its_min_bytes_waits_for_entries_on_their_way() -> None:
+    async def scenario() -> None:
+        broker = Broker(default_partitions=2)
+        for partition in range(2):
+            await fill(broker, "orders", [[b"v%d" % partition]], partition)
+        alone = await broker.call(ApiKey.FETCH, 12, fetch_body([("orders", 0, 0, 1 << 20)]))
+        late = _log_of(broker, 1)
+        late.arriving = asyncio.Event()
+        body = fetch_body([("orders", 0, 0, 1 << 20), ("orders", 1, 0, 1 << 20)])
+        body.update(min_bytes=sizes(alone)[0] + 1, max_wait_ms=60_000)
+        call = asyncio.create_task(broker.call(ApiKey.FETCH, 12, body))
+        for _ in range(100):
+            await asyncio.sleep(0)
+        assert not call.done()  # partition 0's record alone is short of min_bytes
+        late.arriving.set()
+        response = await asyncio.wait_for(call, 30)
+        partitions = response["responses"][0]["partitions"]
+        assert [fetched(p) for p in partitions] == [[(0, b"v0")], [(0, b"v1")]]
+
+    asyncio.run(scenario())
+
+
+def test_a_read_without_wait_leaves_entries_on_their_way_for_the_next_read() -> None:
+    async def scenario() -> None:
+        messages = [StoredMessage((1, i, -1), b"h" * 100, "", {}, 0, 1) for i in range(50)]
+        backend = _Backend(messages)
+        log = PartitionLog(backend, None, "t")  # type: ignore[arg-type]
+        log.next_offset = 50  # nothing in the tail: reads go to history
+        assert await log.read(10, 100_000, wait=False) == []  # and a reader is opened
+        for _ in range(100):
+            await asyncio.sleep(0)
+        assert backend.opened == 1
+        assert await log.read(10, 100_000, wait=False) == []  # still on its way
+        backend.go.set()  # the broker sends
+        entries = await log.read(10, 100_000)
+        assert [entry.offset for entry in entries] == list(range(10, 50))
+        assert backend.opened == 1  # the reader opened for the first read
+        await log.close()
+
+    asyncio.run(scenario())
+
+
+class _Parts:
+    """A reader handing out `first`, then `rest` only once `go` is set: a read with a
+    timeout of 0 gets nothing before that."""
+
+    def __init__(self, first: list[StoredMessage], rest: list[StoredMessage]) -> None:
+        self.parts = [first, rest]
+        self.go = asyncio.Event()
+
+    async def read_batch(self, limit: int, timeout: float | None = None, **_: Any) -> Any:
+        if len(self.parts) == 1 and not self.go.is_set():
+            if timeout == 0:
+                return []
+            await self.go.wait()
+        return self.parts.pop(0) if self.parts else []
+
+    async def close(self) -> None:
+        pass
+
+
+def test_a_read_without_wait_never_ends_inside_a_batch() -> None:
+    """Messages 0-1 are one record batch each, 2-3 one batch; 3 comes later: a read that
+    takes what is at hand still waits for it rather than hand out part of a batch."""
+
+    async def scenario() -> None:
+        stamps = ["0", "1", "2" + MORE, "3"]
+        messages = [
+            StoredMessage((1, i, -1), b"v", "", {SEQ: stamp}, 0, 1, "gw-a.b")
+            for i, stamp in enumerate(stamps)
+        ]
+        stream = _Parts(messages[:3], messages[3:])
+
+        class Backend:
+            async def open_log_reader(self, *_: Any, **__: Any) -> _Parts:
+                return stream
+
+        log = PartitionLog(Backend(), None, "t")  # type: ignore[arg-type]
+        log.next_offset = 4
+        log.prepare_read(0, 100_000)
+        for _ in range(100):  # the prepared reader reads ahead what is at hand
+            await asyncio.sleep(0)
+        read = asyncio.create_task(log.read(0, 100_000, wait=False))
+        for _ in range(100):
+            await asyncio.sleep(0)
+        assert not read.done()  # waiting for the batch's rest
+        stream.go.set()
+        assert [entry.offset for entry in await read] == [0, 1, 2, 3]
+        await log.close()
 
     asyncio.run(scenario())

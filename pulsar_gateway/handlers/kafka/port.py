@@ -178,10 +178,13 @@ class PartitionLog(ProducerStateStore, Protocol):
         the records of, one each, which the log may serve to fetches in their place."""
         ...
 
-    async def read(self, offset: int, max_bytes: int, room: int | None = None) -> list[LogEntry]:
+    async def read(
+        self, offset: int, max_bytes: int, room: int | None = None, wait: bool = True
+    ) -> list[LogEntry]:
         """Entries from the one holding `offset` on (at least one when any, unless it alone
         is over `room` bytes), about `max_bytes` in all, each with the offset of its first
-        record."""
+        record. Without `wait`, only entries at hand: none of those still on their way from
+        storage, which come for a later read (a Fetch that has its min_bytes answers)."""
         ...
 
     def data_future(self) -> asyncio.Future[None]:

@@ -148,6 +148,7 @@ class HistoryReader:
         limit: int,
         batches: bool = True,
         room: int | None = None,
+        wait: bool = True,
     ) -> HistoryRead:
         """Messages from the one holding `offset` up to `limit` (where the tail began),
         at least one (unless it alone is over `room` bytes) and up to about `max_bytes`,
@@ -156,7 +157,10 @@ class HistoryReader:
         a fetch that read more than it served (a message over what its response had left:
         `room`) made the next read count again from a checkpoint (issue 32).
         With `batches`, a batched entry the gateway wrote, read from its first record on,
-        comes as one Kafka batch standing for its messages (read_batches.py)."""
+        comes as one Kafka batch standing for its messages (read_batches.py).
+        Without `wait`, only what has come from Pulsar already (`_on_the_way`)."""
+        if not wait and self._on_the_way(offset, max_bytes):
+            return HistoryRead([], False)
         preparing = self._preparing.get(offset)
         if preparing is not None:
             await asyncio.wait([preparing])  # however it ends; not cancelled with this read
@@ -175,6 +179,10 @@ class HistoryReader:
         try:
             while cursor.next_offset < limit:
                 batch, cursor.pending = cursor.pending, []
+                if not batch and not wait:
+                    batch = await cursor.stream.read_batch(1000, timeout=0, whole=whole)
+                    if not batch and edges.at_edge:  # else a batch's rest is waited for
+                        break  # the rest is on its way: read ahead below, for the next read
                 if not batch:
                     # the messages are stored, so a second without one is a reader that
                     # stopped short (docs/backend.md, 'Readers skip or stall'): reopened
@@ -230,6 +238,21 @@ class HistoryReader:
             await cursor.close()
         rest_in_tail = bool(out) and not edges.at_edge and cursor.next_offset == limit
         return HistoryRead(out, rest_in_tail)
+
+    def _on_the_way(self, offset: int, max_bytes: int) -> bool:
+        """Whether a read at `offset` would wait for entries already asked of Pulsar: its
+        cursor is being opened, or is reading ahead (what it holds is taken with what it
+        reads, `Cursor.settle`). A Fetch that has its min_bytes takes none of those
+        (docs/offsets.md, "A Fetch answers with what is at hand"): they come for the next
+        Fetch. With no cursor at all one is prepared for that next read; only when none
+        may be (MAX_CURSORS) is this read left to open its own and wait."""
+        if offset in self._preparing:
+            return True
+        cursor = self._cursors.get(offset)
+        if cursor is None:
+            self.prepare(offset, max_bytes)
+            return offset in self._preparing
+        return cursor.ahead is not None and not cursor.ahead.done()
 
     async def offset_by_scan(self, mid: MessageKey) -> int:
         """Offset of the first message at or after `mid`, counted from the checkpoint before

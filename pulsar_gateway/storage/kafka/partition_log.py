@@ -549,7 +549,9 @@ class PartitionLog:
         self._data_waiters.append(future)
         return future
 
-    async def read(self, offset: int, max_bytes: int, room: int | None = None) -> list[LogEntry]:
+    async def read(
+        self, offset: int, max_bytes: int, room: int | None = None, wait: bool = True
+    ) -> list[LogEntry]:
         """Messages from the one holding `offset` on (at least one if any, unless over `room`
         bytes), up to about `max_bytes`, each with the offset of its first record."""
         self.last_used = time.monotonic()
@@ -558,7 +560,7 @@ class PartitionLog:
         if offset == self.next_offset:
             return []
         if offset < self.tail_start:
-            return await self._read_history(offset, max_bytes, True, room)
+            return await self._read_history(offset, max_bytes, True, room, wait)
         entries = self._tail.read(offset, max_bytes)
         return [] if entries and room is not None and entries[0].message.size > room else entries
 
@@ -567,10 +569,10 @@ class PartitionLog:
             self._history.prepare(offset, max_bytes)
 
     async def _read_history(
-        self, offset: int, size: int, batches: bool, room: int | None = None
+        self, offset: int, size: int, batches: bool, room: int | None = None, wait: bool = True
     ) -> list[LogEntry]:
         limit = self.tail_start
-        out, rest_in_tail = await self._history.read(offset, size, limit, batches, room)
+        out, rest_in_tail = await self._history.read(offset, size, limit, batches, room, wait)
         if rest_in_tail and limit >= self.tail_start:
             out += self._tail.read(limit, 1)  # the batch's rest, which the tail begins with
         return out

@@ -91,7 +91,7 @@ async def handle(context: KafkaContext, header: Any, request: dict[str, Any]) ->
     committed = request.get("isolation_level", 0) == READ_COMMITTED
     while True:
         body, total = await _collect(
-            context.turns, wanted, logs, max_bytes, append_time, codecs, committed
+            context.turns, wanted, logs, max_bytes, append_time, codecs, committed, min_bytes
         )
         remaining = deadline - time.monotonic()
         if total >= min_bytes or remaining <= 0 or _has_errors(body):
@@ -222,7 +222,11 @@ async def _collect(
     append_time: set[str],
     codecs: dict[str, int | None],
     committed: bool = False,
+    min_bytes: int = 1,
 ) -> tuple[dict[str, Any], int]:
+    """The response to one pass over the partitions, and its records' bytes. Reads wait
+    for storage only while the response has less than `min_bytes`: after that it takes
+    what is at hand (docs/offsets.md, "A Fetch answers with what is at hand")."""
     total = 0
     first = True  # no partition has returned records yet: KIP-74's minimum of one batch
     responses = []
@@ -242,7 +246,9 @@ async def _collect(
             aborted = None
             if budget > 0 or first:
                 try:
-                    messages = await _read(turns, log, offset, max(budget, 1), first)
+                    messages = await _read(
+                        turns, log, offset, max(budget, 1), first, min_bytes - total
+                    )
                 except OffsetOutOfRange:
                     code = ErrorCode.OFFSET_OUT_OF_RANGE
                     messages = []
@@ -275,7 +281,12 @@ async def _collect(
 
 
 async def _read(
-    turns: LoopTurns, log: PartitionLog, offset: int, budget: int, min_one: bool = True
+    turns: LoopTurns,
+    log: PartitionLog,
+    offset: int,
+    budget: int,
+    min_one: bool = True,
+    needed: int = 1,
 ) -> list[LogEntry]:
     """`log.read(offset, budget)`, `turns.bytes_per_turn` at a time with a turn of the loop
     between reads, and before the first while other paced handlers wait for theirs
@@ -289,10 +300,15 @@ async def _read(
     KIP-74's first batch of a response): the encoding drops any other such message, and a
     read below the tail that read one left its cursor past what the fetch served, so the
     next fetch counted again from a checkpoint (issue 32: every fetch after a restart of
-    entries over half a step)."""
+    entries over half a step).
+
+    The reads wait for storage only until `needed` bytes are read (the Fetch's min_bytes
+    less what it has): a first Fetch after a restart waited for every partition's reader to
+    bring its first entries, a read after a batch for the next one (issue 32)."""
     step = turns.bytes_per_turn
     await turns.turn_if_busy()
-    entries = slice_ = await log.read(offset, min(budget, step), None if min_one else budget)
+    room = None if min_one else budget
+    entries = slice_ = await log.read(offset, min(budget, step), room, wait=needed > 0)
     size = 0
     while slice_:
         sizes = [entry.message.size for entry in slice_]
@@ -304,7 +320,7 @@ async def _read(
         await turns.turn()
         last = entries[-1]
         after = last.offset + records_in(last.message)
-        more = await log.read(after, min(budget - size, step), budget - size)
+        more = await log.read(after, min(budget - size, step), budget - size, size < needed)
         slice_ = [entry for entry in more if entry.offset > last.offset]
         entries += slice_
     return entries
