@@ -19,7 +19,8 @@ from typing import Any, NamedTuple
 from pulsar_gateway.gateway.backend.resend_filter import ResendFilter
 from pulsar_gateway.gateway.messages import MessageKey
 from pulsar_gateway.gateway.metadata_store import MetadataStore
-from pulsar_gateway.storage.kafka.transaction_index import AbortedTransaction
+from pulsar_gateway.storage.kafka.producer_state import ProducerStateIndex
+from pulsar_gateway.storage.kafka.transaction_index import AbortedTransaction, TransactionIndex
 
 log = logging.getLogger("gateway.partition")
 
@@ -29,11 +30,10 @@ ABORTED_PREFIX = "kafka-aborted-txn/"  # + topic/marker offset: [producer id, fi
 
 
 class Stored(NamedTuple):
-    """What the metadata store holds for a reopened partition to resume from."""
+    """What a reopened partition resumes from, as the metadata store holds it."""
 
-    producers: dict[str, Any] | None  # the idempotent producers at the last checkpoint
-    transactions: dict[str, Any] | None  # the open transactions at the last checkpoint
-    aborted: list[AbortedTransaction]
+    producers: ProducerStateIndex  # the idempotent producers at the last checkpoint
+    transactions: TransactionIndex  # the open transactions then, and the aborted ones
 
 
 class Start(NamedTuple):
@@ -72,7 +72,10 @@ class OffsetCheckpoints:
         ]
         # only the last is needed: a reopened log restores it and replays what follows
         last = entries[-1][1] if entries else {}
-        return Stored(last.get("producers"), last.get("txns"), aborted)
+        transactions = TransactionIndex(last.get("txns"))
+        for one in aborted:
+            transactions.add_aborted(one)
+        return Stored(ProducerStateIndex(last.get("producers")), transactions)
 
     def last(self) -> Start | None:
         """The newest checkpoint, where a reopened partition resumes (None: there is none)."""

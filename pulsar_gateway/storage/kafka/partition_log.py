@@ -49,6 +49,7 @@ log = logging.getLogger("gateway.partition")
 # Opening: the pauses between asking the broker whether the tailer has caught up.
 CATCH_UP_FIRST_PAUSE = 0.01
 CATCH_UP_MAX_PAUSE = 0.5
+CATCH_UP_DOUBTS = 8  # "nothing more" answers doubted at most (`reach_end`): 1.6 s of pauses
 # The tailer's back-off between attempts to reopen a failed reader, doubling from the first.
 RETRY_FIRST_SECONDS = 0.1
 RETRY_MAX_SECONDS = 1.0
@@ -107,6 +108,7 @@ class PartitionLog:
         self._numbered = NumberedWhileAppending()
         self._send_order = SendOrder()  # appends keep their batches in the order sent
         self._last_id: MessageKey | None = None
+        self._resumed_at: MessageKey | None = None  # the checkpoint `open` resumed from
         self._id_waiters = IdWaiters()  # appends waiting for the tailer to number an id
         self._data_waiters: list[asyncio.Future[None]] = []
         self._stream: LogReader | None = None
@@ -118,20 +120,13 @@ class PartitionLog:
 
     # ---- lifecycle -------------------------------------------------------------------------
 
-    def _load_checkpoints(self) -> None:
-        stored = self._checkpoints.load()
-        self._producers = ProducerStateIndex(stored.producers)
-        self._transactions = TransactionIndex(stored.transactions)
-        for aborted in stored.aborted:
-            self._transactions.add_aborted(aborted)
-
     async def open(self) -> None:
-        self._load_checkpoints()
+        self._producers, self._transactions = self._checkpoints.load()
         last = self._checkpoints.last()
-        start: MessageKey = EARLIEST
-        self.next_offset = 0
+        start, self.next_offset = EARLIEST, 0
         if last is not None:
             start, self.next_offset, self._resends = last
+            self._resumed_at = start
         self._stream = await self.backend.open_log_reader(
             self.topic, start, receiver_queue_size=2000, as_one=True
         )
@@ -149,7 +144,7 @@ class PartitionLog:
         takeover"). BackendError: the broker does not say where it ends, or the log closed."""
         stream = self._stream
         assert stream is not None
-        pause = CATCH_UP_FIRST_PAUSE
+        pause, doubts, resumed = CATCH_UP_FIRST_PAUSE, 0, self._resumed_at or EARLIEST
         while True:
             if self._task is None or self._task.done():
                 raise BackendError(f"{self.topic}: the partition log is closed")
@@ -162,7 +157,11 @@ class PartitionLog:
             except (TimeoutError, ConnectionError) as exc:
                 raise BackendError(f"{self.topic}: where the log ends: {exc}") from exc
             if not more and stream.last_passed == self._last_id:  # all passed on is numbered
-                break
+                # but a reopened log owes its checkpoint's message, which is stored: a "no
+                # more" before it is numbered came too early (docs/offsets.md, "Checkpoints")
+                if (self._last_id or EARLIEST) >= resumed or doubts == CATCH_UP_DOUBTS:
+                    break
+                doubts += 1
             # takes its waiter along however it ends (one left would keep the log busy)
             await self.wait_for_data(numbered, pause)
             # messages that number nothing (resends) end no wait: ask again, less often
