@@ -114,12 +114,18 @@ class _Backend:
         return self.stream
 
 
+def _history_only() -> tuple[PartitionLog, _Backend]:
+    """A log of 50 stored messages (one record each), none in its tail: reads go to history."""
+    messages = [StoredMessage((1, i, -1), b"h" * 100, "", {}, 0, 1) for i in range(50)]
+    backend = _Backend(messages)
+    log = PartitionLog(backend, None, "t")  # type: ignore[arg-type]
+    log.next_offset = 50
+    return log, backend
+
+
 def test_a_prepared_read_opens_its_reader_before_it_is_asked_and_the_read_uses_it() -> None:
     async def scenario() -> None:
-        messages = [StoredMessage((1, i, -1), b"h" * 100, "", {}, 0, 1) for i in range(50)]
-        backend = _Backend(messages)
-        log = PartitionLog(backend, None, "t")  # type: ignore[arg-type]
-        log.next_offset = 50  # nothing in the tail: reads go to history
+        log, backend = _history_only()
         log.prepare_read(10, 100_000)
         log.prepare_read(10, 100_000)  # once per offset
         for _ in range(200):  # the reader is opened without a read asking
@@ -214,10 +220,7 @@ def test_a_fetch_short_of_its_min_bytes_waits_for_entries_on_their_way() -> None
 
 def test_a_read_without_wait_leaves_entries_on_their_way_for_the_next_read() -> None:
     async def scenario() -> None:
-        messages = [StoredMessage((1, i, -1), b"h" * 100, "", {}, 0, 1) for i in range(50)]
-        backend = _Backend(messages)
-        log = PartitionLog(backend, None, "t")  # type: ignore[arg-type]
-        log.next_offset = 50  # nothing in the tail: reads go to history
+        log, backend = _history_only()
         assert await log.read(10, 100_000, wait=False) == []  # and a reader is opened
         for _ in range(100):
             await asyncio.sleep(0)
