@@ -156,7 +156,8 @@ def entries(
         fields = [b"\x0a", table[n + 12], _SEQ_NAME, table[n], text]
         properties = message.properties
         if properties:
-            if properties != last_properties:  # an AMQP group's mostly repeat: encoded once
+            # an AMQP group's mostly repeat: encoded once; in their order (headers' order)
+            if properties != last_properties or list(properties) != list(last_properties or ()):
                 last_properties, last_encoded = properties, encode_properties(properties)
             fields.append(last_encoded)
         key = message.key

@@ -460,7 +460,8 @@ def split_batch(
                     known = times.get(raw)
                     if known is None:
                         event_time, q = decode_varint(data, p + 1, stop)
-                        times[raw] = (event_time, q - p)
+                        if q - p <= 7:  # the whole varint is in `raw`, so `raw` names it
+                            times[raw] = (event_time, q - p)
                         p = q
                     else:
                         event_time = known[0]
