@@ -135,6 +135,7 @@ def entries(
     keys: dict[str, tuple[bytes, bytes]] = {}  # key -> its partition and ordering key fields
     times: dict[int, bytes] = {}  # event time -> its field
     last_properties: dict[str, str] | None = None  # the last message's, and their fields
+    last_order: list[str] = []  # their names in order (headers keep their order)
     last_encoded = b""
     table = VARINTS
     sizes = PAYLOAD_SIZES
@@ -157,8 +158,9 @@ def entries(
         properties = message.properties
         if properties:
             # an AMQP group's mostly repeat: encoded once; in their order (headers' order)
-            if properties != last_properties or list(properties) != list(last_properties or ()):
-                last_properties, last_encoded = properties, encode_properties(properties)
+            if properties != last_properties or list(properties) != last_order:
+                last_properties, last_order = properties, list(properties)
+                last_encoded = encode_properties(properties)
             fields.append(last_encoded)
         key = message.key
         key_fields = None
