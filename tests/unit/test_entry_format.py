@@ -16,7 +16,7 @@ from pulsar_gateway.kafka_codec.entry_format import (
     format_of,
     records_of,
 )
-from pulsar_gateway.kafka_codec.protocol.wire_types import BlobParts
+from pulsar_gateway.kafka_codec.protocol.wire_types import BY_REFERENCE, BlobParts
 from pulsar_gateway.kafka_codec.record_batch import Record, decode_batches, encode_batch
 from pulsar_gateway.kafka_codec.record_mapping import to_message
 
@@ -130,7 +130,39 @@ def test_a_fetch_answer_in_parts_is_the_joined_one_without_copying_stored_batche
         held = {id(e.message.payload) for e in entries if KAFKA.wrote(e.message)}
         views = [p for p in records.parts if isinstance(p, memoryview)]
         assert views and all(id(view.obj) in held for view in views)
-    body = {
+    body = _fetch_body(records, offset)
+    for version in (4, 12):
+        in_parts = protocol.encode_response(1, version, 7, body)
+        assert b"".join(protocol.encode_response_parts(1, version, 7, body)) == in_parts
+        body["responses"][0]["partitions"][0]["records"] = bytes(joined)
+        assert in_parts == protocol.encode_response(1, version, 7, body)
+        body["responses"][0]["partitions"][0]["records"] = records
+
+
+def test_a_fetch_answer_for_the_socket_holds_big_stored_batches_as_they_are_held() -> None:
+    """`encode_response_parts` gives a Fetch answer as buffers whose bytes are
+    `encode_response`'s, with a stored batch of BY_REFERENCE bytes or more among them as
+    the view of it `encode_entry_parts` made, not a copy (wire_types.PartsWriter)."""
+    big = _batch([bytes(range(256)) * 160] * 2, 0)  # 80 KiB
+    entries = [
+        LogEntry(100, big),
+        LogEntry(102, _stored(to_message(b"k", b"v", 5, []), 0)),
+        LogEntry(103, _batch([b"small"], 0)),
+    ]
+    records, count = encode_entry_parts(entries)
+    assert count == 4
+    body = _fetch_body(records, 104)
+    for version in (4, 12, 16):
+        parts = protocol.encode_response_parts(1, version, 7, body)
+        assert b"".join(parts) == protocol.encode_response(1, version, 7, body)
+        held = [p for p in parts if isinstance(p, memoryview) and p.obj is big.payload]
+        assert len(held) == 1 and held[0].nbytes >= BY_REFERENCE
+        assert all(isinstance(p, bytearray) for p in parts if p is not held[0])
+
+
+def _fetch_body(records: object, offset: int) -> dict:
+    """A Fetch response body with one partition holding `records`."""
+    return {
         "throttle_time_ms": 0,
         "error_code": 0,
         "session_id": 0,
@@ -152,8 +184,3 @@ def test_a_fetch_answer_in_parts_is_the_joined_one_without_copying_stored_batche
             }
         ],
     }
-    for version in (4, 12):
-        in_parts = protocol.encode_response(1, version, 7, body)
-        body["responses"][0]["partitions"][0]["records"] = bytes(joined)
-        assert in_parts == protocol.encode_response(1, version, 7, body)
-        body["responses"][0]["partitions"][0]["records"] = records

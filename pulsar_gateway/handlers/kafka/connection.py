@@ -34,9 +34,11 @@ from pulsar_gateway.handlers.kafka.body_reader import BodyReader
 from pulsar_gateway.handlers.kafka.context import KafkaContext
 from pulsar_gateway.handlers.kafka.requests import (
     ENTRY_BYTES,
+    Answer,
     ConnectionClosing,
     DecodedRequest,
     admit,
+    answer_size,
     charge_produce,
     decode_off_loop,
     droppable,
@@ -84,7 +86,7 @@ class KafkaConnection:
         self.peer = peer
         self.queued = queued
         self.decoder = decoder
-        self.responses: asyncio.Queue[tuple[asyncio.Task[bytes | None], int] | None] = (
+        self.responses: asyncio.Queue[tuple[asyncio.Task[Answer | None], int] | None] = (
             asyncio.Queue(MAX_PIPELINED)
         )
         self.loop = asyncio.get_running_loop()
@@ -104,10 +106,10 @@ class KafkaConnection:
         # reads not yet answered (`droppable`): a long poll for a client that has gone is
         # dropped, not waited out (it would keep its partitions from closing for up to its
         # max_wait), and so is a 99,999-topic Metadata (it held its budget for seconds)
-        self._fetches: set[asyncio.Task[bytes | None]] = set()
+        self._fetches: set[asyncio.Task[Answer | None]] = set()
         # one Fetch at a time: the last one's answer written (`_fetch_in_turn`)
         self._last_fetch_written: asyncio.Future[None] | None = None
-        self._written_when: dict[asyncio.Task[bytes | None], asyncio.Future[None]] = {}
+        self._written_when: dict[asyncio.Task[Answer | None], asyncio.Future[None]] = {}
         self._reading: asyncio.Task[None] | None = None
         self.opened = now
         # SASL on: until the first login, smaller frames and budget, and a deadline;
@@ -223,7 +225,7 @@ class KafkaConnection:
             raise
         self.last_activity = self.loop.time()
         self.unanswered += 1
-        task: asyncio.Task[bytes | None]
+        task: asyncio.Task[Answer | None]
         if header.api_key in SASL_APIS:
             # settled before the next frame is read (which may depend on it), in a
             # thread: PLAIN's PBKDF2 takes ~2 ms, which the other connections would wait
@@ -246,8 +248,8 @@ class KafkaConnection:
         await self.responses.put((task, held))
 
     def _fetch_in_turn(
-        self, answer_of: Coroutine[Any, Any, bytes | None]
-    ) -> asyncio.Task[bytes | None]:
+        self, answer_of: Coroutine[Any, Any, Answer | None]
+    ) -> asyncio.Task[Answer | None]:
         """A Fetch's task, which starts once the connection's previous Fetch has been
         written out. A Fetch request is a hundred bytes and its answer up to megabytes:
         pipelined (64 at a time) by connections that never read, their answers were all
@@ -256,7 +258,7 @@ class KafkaConnection:
         previous, written = self._last_fetch_written, self.loop.create_future()
         self._last_fetch_written = written
 
-        async def in_turn() -> bytes | None:
+        async def in_turn() -> Answer | None:
             if previous is not None:
                 await asyncio.wait([previous])  # however it ended
             return await answer_of
@@ -265,14 +267,14 @@ class KafkaConnection:
         self._fetches.add(task)
         self._written_when[task] = written
 
-        def done(_: asyncio.Task[bytes | None]) -> None:
+        def done(_: asyncio.Task[Answer | None]) -> None:
             self._fetches.discard(task)
             answer_of.close()  # never started when the wait was cancelled
 
         task.add_done_callback(done)
         return task
 
-    def _written(self, task: asyncio.Task[bytes | None]) -> None:
+    def _written(self, task: asyncio.Task[Answer | None]) -> None:
         """The task's answer is out (or never will be): its connection's next Fetch may go."""
         written = self._written_when.pop(task, None)
         if written is not None and not written.done():
@@ -478,7 +480,8 @@ class KafkaConnection:
         stack, and a write per answer was a tenth of the gateway's produce time (py-spy).
         Nothing waits while answers are held (`out` is written before every await), so
         what `_written` and the byte budget promise still holds."""
-        out: list[bytes] = []  # answers ready, not yet handed to the socket
+        # answers ready, not yet handed to the socket (a Fetch answer in several buffers)
+        out: list[bytes | bytearray | memoryview] = []
         while True:
             try:
                 item = self.responses.get_nowait()
@@ -508,8 +511,11 @@ class KafkaConnection:
                 await self._write_out(out)
                 return self._stop_writing()
             if response is not None:
-                out.append(response)
-                if sum(map(len, out)) > WRITE_BUFFER_HIGH and not await self._write_out(out):
+                if isinstance(response, bytes):
+                    out.append(response)
+                else:
+                    out += response
+                if answer_size(out) > WRITE_BUFFER_HIGH and not await self._write_out(out):
                     return self._stop_writing(unread=True)
             self._written(task)
             # given back once handed to the socket (next, before any wait): a client that
@@ -520,7 +526,7 @@ class KafkaConnection:
             # not kept while the next answer is awaited: a Metadata's is megabytes
             del task, response
 
-    async def _write_out(self, out: list[bytes]) -> bool:
+    async def _write_out(self, out: list[bytes | bytearray | memoryview]) -> bool:
         """The held answers to the socket, in order (emptied); False if the client then
         read nothing for frame_timeout_seconds with over WRITE_BUFFER_HIGH queued."""
         if not out:
@@ -585,7 +591,7 @@ class KafkaConnection:
                 item[0].add_done_callback(_read_outcome)
 
 
-def _read_outcome(task: asyncio.Task[bytes | None]) -> None:
+def _read_outcome(task: asyncio.Task[Answer | None]) -> None:
     if not task.cancelled():
         task.exception()
 

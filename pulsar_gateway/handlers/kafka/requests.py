@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import time
+from collections.abc import Callable
 from concurrent.futures import Executor
 from typing import Any, NamedTuple
 
@@ -45,6 +46,17 @@ INLINE_ENTRIES = 2000
 # What one decoded array entry costs in memory, for the listener's queued-bytes budget:
 # measured 237 B for the smallest (a Produce v9 topic entry: a dict and an empty list).
 ENTRY_BYTES = 256
+
+# a response frame for the socket, size prefix included: one buffer, or (a Fetch answer)
+# buffers to write one after another (protocol.encode_response_parts)
+Answer = bytes | list[bytes | bytearray | memoryview]
+
+
+def answer_size(frame: Answer) -> int:
+    """The bytes of a response frame, in one buffer or several."""
+    if isinstance(frame, bytes):
+        return len(frame)
+    return sum(part.nbytes if isinstance(part, memoryview) else len(part) for part in frame)
 
 
 class ConnectionClosing(Exception):
@@ -127,7 +139,7 @@ async def respond(
     request: DecodedRequest,
     throttle_ms: int = 0,
     turn: ProduceTurn | OrderedTurn | None = None,
-) -> bytes | None:
+) -> Answer | None:
     """The response frame (size prefix included) to one decoded request, or None (acks=0).
 
     `throttle_ms`: what `charge_produce` gave this request (a Produce over its quota).
@@ -149,7 +161,7 @@ async def _respond(
     request: DecodedRequest,
     throttle_ms: int,
     turn: ProduceTurn | OrderedTurn | None,
-) -> bytes | None:
+) -> Answer | None:
     header = request.header
     assert request.body is not None
     try:
@@ -173,18 +185,19 @@ async def _respond(
         return _fetch_measured(context, context.quotas, header, body)
     if body is None:
         return None
+    # a Fetch answer goes out as the stored batches are held (protocol.encode_response_parts)
+    encode: Callable[[int, int, int, dict[str, Any]], Answer] = (
+        protocol.encode_response_parts
+        if header.api_key == ApiKey.FETCH
+        else protocol.encode_response
+    )
     if header.api_key != ApiKey.PRODUCE and _many_entries(body):
         # a big answer (Metadata of thousands of topics) is encoded off the event loop, as a
         # big request is decoded: the body is this task's alone
         return await asyncio.get_running_loop().run_in_executor(
-            None,
-            protocol.encode_response,
-            header.api_key,
-            header.api_version,
-            header.correlation_id,
-            body,
+            None, encode, header.api_key, header.api_version, header.correlation_id, body
         )
-    return protocol.encode_response(header.api_key, header.api_version, header.correlation_id, body)
+    return encode(header.api_key, header.api_version, header.correlation_id, body)
 
 
 def _many_entries(body: dict[str, Any], limit: int = INLINE_ENTRIES) -> bool:
@@ -220,18 +233,19 @@ def charge_produce(context: KafkaContext, request: DecodedRequest) -> int:
 
 def _fetch_measured(
     context: KafkaContext, quotas: ClientQuotas, header: protocol.RequestHeader, body: dict
-) -> bytes:
+) -> Answer:
     """A Fetch response counted against the client's consumer_byte_rate quota; over it, it
     goes without its records (as Kafka sends a throttled Fetch: the client fetches them
     again after its back-off) and the connection is muted for the throttle time."""
-    encoded = protocol.encode_response(
+    encoded = protocol.encode_response_parts(
         header.api_key, header.api_version, header.correlation_id, body
     )
+    size = answer_size(encoded)
     user, client_id = context.access.user, header.client_id or ""
-    throttle = quotas.throttle_ms(CONSUMER_BYTE_RATE, user, client_id, len(encoded))
+    throttle = quotas.throttle_ms(CONSUMER_BYTE_RATE, user, client_id, size)
     if not throttle:
         return encoded
-    quotas.refund(CONSUMER_BYTE_RATE, user, client_id, len(encoded))  # not sent after all
+    quotas.refund(CONSUMER_BYTE_RATE, user, client_id, size)  # not sent after all
     for topic in body["responses"]:
         for partition in topic["partitions"]:
             partition["records"] = b""
@@ -253,9 +267,10 @@ async def answer(
     to its response (tests and tools), in line behind the requests `answer` was given before
     on the context's connection (`context.order`), if it has one."""
     request = decode(header, frame, context.settings.max_request_entries)
-    return await respond(
+    response = await respond(
         context, request, charge_produce(context, request), admit(context, request)
     )
+    return response if response is None or isinstance(response, bytes) else b"".join(response)
 
 
 def admit(context: KafkaContext, request: DecodedRequest) -> ProduceTurn | OrderedTurn | None:

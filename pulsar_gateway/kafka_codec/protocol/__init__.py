@@ -32,6 +32,7 @@ from pulsar_gateway.kafka_codec.protocol.wire_types import (
     _UNLIMITED,
     KafkaDecodeError,
     KafkaEncodeError,
+    PartsWriter,
     TooManyEntries,
     _as_view,
     _Reader,
@@ -52,6 +53,7 @@ __all__ = [
     "decode_response",
     "encode_request",
     "encode_response",
+    "encode_response_parts",
     "parse_request_header",
 ]
 
@@ -156,14 +158,41 @@ def encode_response(
     Header v1 (with an empty tagged section) for flexible versions, v0 otherwise; ApiVersions
     always uses v0 so that a client can read it whatever version it asked for.
     """
-    codec = _codec(api_key, api_version, True, KafkaEncodeError)
     out = BytesIO()
+    _encode_response_into(out, api_key, api_version, correlation_id, body)
+    return _patched(out)
+
+
+def encode_response_parts(
+    api_key: int, api_version: int, correlation_id: int, body: Mapping[str, Any]
+) -> list[bytes | bytearray | memoryview]:
+    """`encode_response` as a list of buffers for one writev: the big parts of `BlobParts`
+    values (a Fetch answer's stored batches) as they are held, not copied
+    (wire_types.PartsWriter). The buffers are the caller's; none is written to again."""
+    out = PartsWriter()
+    _encode_response_into(out, api_key, api_version, correlation_id, body)
+    parts = out.finished()
+    first = parts[0]
+    assert isinstance(first, bytearray), "the header is written first, into a chunk"
+    _I32.pack_into(first, 0, out.size - 4)
+    return parts
+
+
+def _encode_response_into(
+    out: BytesIO | PartsWriter,
+    api_key: int,
+    api_version: int,
+    correlation_id: int,
+    body: Mapping[str, Any],
+) -> None:
+    """The response, behind a size prefix of 0 for the caller to patch, written to `out`."""
+    codec = _codec(api_key, api_version, True, KafkaEncodeError)
     out.write(_I32.pack(0))
     out.write(_I32.pack(correlation_id))
     flexible = _is_flexible(_messages().RESPONSE_FLEXIBLE_FROM, api_key, api_version)
     if flexible and api_key != API_VERSIONS_KEY:
         out.write(b"\x00")
-    return _finish(codec, body, out, api_key, api_version, "Response")
+    _build(codec, body, out, api_key, api_version, "Response")
 
 
 def encode_request(
@@ -290,6 +319,27 @@ def _finish(
     kind: str,
 ) -> bytes:
     """Append the body, back-patch the size prefix; explain failures with the field's path."""
+    _build(codec, body, out, api_key, api_version, kind)
+    return _patched(out)
+
+
+def _patched(out: BytesIO) -> bytes:
+    """What `out` holds, its size prefix (the first 4 bytes) set to the bytes after it."""
+    size = out.tell() - 4
+    out.seek(0)
+    out.write(_I32.pack(size))
+    return out.getvalue()
+
+
+def _build(
+    codec: construct.Compiled,
+    body: Mapping[str, Any],
+    out: BytesIO | PartsWriter,
+    api_key: int,
+    api_version: int,
+    kind: str,
+) -> None:
+    """Append the body to `out`; explain failures with the field's path."""
     try:
         codec.buildfunc(body, out, None)  # as in _decode, without construct's context
     except Exception as exc:
@@ -301,10 +351,6 @@ def _finish(
         except Exception:
             pass
         raise KafkaEncodeError(f"{name}: {exc}") from exc
-    size = out.tell() - 4
-    out.seek(0)
-    out.write(_I32.pack(size))
-    return out.getvalue()
 
 
 def _is_flexible(first_flexible: dict[int, int], api_key: int, api_version: int) -> bool:
