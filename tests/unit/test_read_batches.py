@@ -287,6 +287,7 @@ class _EntryStream:
         timeout: float | None = None,
         expect_more: bool = False,
         whole: WholeEntry | None = None,
+        max_bytes: int | None = None,
     ) -> list[StoredMessage]:
         self.reads += 1
         out: list[StoredMessage] = []
@@ -408,11 +409,12 @@ class _TailedStream(_EntryStream):
         timeout: float | None = None,
         expect_more: bool = False,
         whole: WholeEntry | None = None,
+        max_bytes: int | None = None,
     ) -> list[StoredMessage]:
         if not self.raw:
             await asyncio.sleep(timeout or 0)
             return []
-        return await super().read_batch(limit, timeout, expect_more, whole)
+        return await super().read_batch(limit, timeout, expect_more, whole, max_bytes)
 
 
 def test_after_a_restart_the_tailer_numbers_whole_entries_as_message_by_message() -> None:

@@ -258,3 +258,35 @@ def test_after_a_restart_the_tailer_reads_an_entry_it_no_longer_knows_as_one_ite
         assert stream.last_passed == (4, 3, 2)
 
     asyncio.run(scenario())
+
+
+def test_a_read_makes_entries_into_messages_only_up_to_its_byte_bound() -> None:
+    """`max_bytes` bounds what one read makes of the entries the broker sent (a read ahead
+    of one fetch's worth made all it held, 5-6 MB, while a Fetch waited): entries are made
+    until those made hold the bound, at least one, and the rest wait as they came for the
+    next read, in order."""
+
+    async def scenario() -> None:
+        delivered = []
+        for entry_id in range(1, 6):
+            messages = [OutMessage(b"v%d" % i, "k", None, 1000 + i) for i in range(3)]
+            (built,) = entries(messages, 10 * entry_id, True, 10_000)
+            metadata = MessageMetadata(
+                producer_name="gw-x.native",
+                sequence_id=10 * entry_id,
+                publish_time=5,
+                num_messages_in_batch=3,
+            )
+            delivered.append(ReceivedEntry(MessageId(4, entry_id, -1), metadata, built.payload))
+        stream = NativeReaderStream(None, "t", (4, 1, 0), written=WrittenEntries(), as_one=True)  # type: ignore[arg-type]
+        stream._consumer = _Consumer(delivered)  # type: ignore[assignment]
+        first = await stream.read_batch(1000, timeout=0.1, whole=kafka_batch, max_bytes=0)
+        assert [m.id for m in first] == [(4, 1, 0)]
+        size = first[0].size
+        two = await stream.read_batch(1000, timeout=0.1, whole=kafka_batch, max_bytes=size + 1)
+        assert [m.id for m in two] == [(4, 2, 0), (4, 3, 0)]
+        rest = await stream.read_batch(1000, timeout=0.1, whole=kafka_batch)
+        assert [m.id for m in rest] == [(4, 4, 0), (4, 5, 0)]
+        assert all(records_in(m) == 3 for m in first + two + rest)
+
+    asyncio.run(scenario())

@@ -164,20 +164,25 @@ class NativeReaderStream:
         timeout: float | None = None,
         expect_more: bool = False,
         whole: WholeEntry | None = None,
+        max_bytes: int | None = None,
     ) -> list[StoredMessage]:
         """Up to `limit` new messages, waiting up to `timeout` (None: forever) for the first;
         `expect_more`: messages are known to be stored past this reader, so an empty wait
         asks the broker and reopens a reader that stopped short (ReaderStream's rule).
         `whole`: a batched entry that is new from its first message on is offered to it
-        whole, and what it makes stands for the entry's messages (None: split as usual)."""
+        whole, and what it makes stands for the entry's messages (None: split as usual).
+        `max_bytes`: entries stop being made into messages once those made hold this many
+        bytes (at least one entry is); the rest wait as they came. A whole entry is one
+        item of up to a megabyte, so `limit` alone let one read make every entry the broker
+        had sent (a read ahead of 1 MB made 5-6 MB, 50 ms a fetch then waited out)."""
         out = self._take_held(limit)
         if out:
             return out
-        out = await self._receive(limit, timeout, whole)
+        out = await self._receive(limit, timeout, whole, max_bytes)
         if out or not expect_more or not await self.has_more():
             return out
         await self.reopen()
-        return await self._receive(limit, timeout, whole)
+        return await self._receive(limit, timeout, whole, max_bytes)
 
     def _take_held(self, limit: int) -> list[StoredMessage]:
         held = self._held
@@ -188,7 +193,11 @@ class NativeReaderStream:
         return out
 
     async def _receive(
-        self, limit: int, timeout: float | None, whole: WholeEntry | None = None
+        self,
+        limit: int,
+        timeout: float | None,
+        whole: WholeEntry | None = None,
+        max_bytes: int | None = None,
     ) -> list[StoredMessage]:
         consumer = self._consumer
         if consumer is None:
@@ -198,6 +207,9 @@ class NativeReaderStream:
         last = self._seen
         loop = asyncio.get_running_loop()
         deadline = None if timeout is None else loop.time() + timeout
+        # bytes still to make into messages (-1: no bound); once out of room, entries are
+        # taken only until one gives a message (an entry all replayed gives none)
+        room = -1 if max_bytes is None else max(max_bytes, 0)
         while not out:  # entries that were all before the start end no wait
             if not entries:
                 left = None if deadline is None else max(0.0, deadline - loop.time())
@@ -207,7 +219,7 @@ class NativeReaderStream:
                     raise ConnectionError(f"reading {self._topic} failed: {exc}") from exc
                 if not entries:
                     break  # the timeout ran out
-            while entries and len(out) < limit:
+            while entries and len(out) < limit and (room or not out):
                 entry = entries.popleft()
                 if self._as_one:
                     # one item only for an entry wholly new: one met from inside (a start in
@@ -223,6 +235,8 @@ class NativeReaderStream:
                 if not messages:
                     continue
                 first = messages[0].id
+                if room > 0:
+                    room = max(room - sum(message.size for message in messages), 0)
                 if (first > last) if last is not None else (first >= self._floor):
                     # the whole entry is new (ids rise within it): no check per message
                     out += messages

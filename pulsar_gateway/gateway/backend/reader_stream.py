@@ -147,16 +147,18 @@ class ReaderStream:
         timeout: float | None = None,
         expect_more: bool = False,
         whole: WholeEntry | None = None,
+        max_bytes: int | None = None,
     ) -> list[StoredMessage]:
         """Up to `limit` new messages, waiting up to `timeout` (None: forever) for the first.
 
         `expect_more`: the caller knows messages are stored past this reader (a history
         read, a load to a marker). A wait that times out empty then asks the broker,
         and a reader that has stopped short of stored messages (pulsar-lite, seen with
-        chunked messages) is reopened at the last message it passed on. `whole` is not
-        used: pulsar-client hands out messages one by one, never an entry whole.
+        chunked messages) is reopened at the last message it passed on. `whole` and
+        `max_bytes` are not used: pulsar-client hands out messages one by one, never an
+        entry whole, so `limit` bounds what a read makes.
         """
-        del whole
+        del whole, max_bytes
         out: list[StoredMessage] = []
         for _ in range(3):
             try:
