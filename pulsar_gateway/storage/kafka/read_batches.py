@@ -89,7 +89,7 @@ MIN_MISSES = 256
 # 9,000 records of 100 bytes: more than one-table-look-up offset deltas reach, 8,192)
 MAX_RECORDS = 1 << 20
 # a record's first part for each length a one- or two-byte varint holds: the record
-# before's "no headers" and the length (the hot path's concatenations halved)
+# before's "no headers" and the length, one concatenation from what the record needs
 _LEADS = tuple(b"\x00" + VARINTS[n << 1] for n in range(VARINT_TABLE_SIZE >> 1))
 
 
