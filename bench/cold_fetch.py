@@ -17,7 +17,8 @@ headered record is stored with its headers as a JSON property, which fetch parse
 `--idempotent` produces with `enable.idempotence=true` (Java clients' default since 3.0):
 every stored record then carries the producer's stamp (storage/kafka/producer_state.py).
 `--profile` records py-spy under each fetch and prints the functions holding the most
-samples (collapsed stacks beside `--out`).
+samples (collapsed stacks beside `--out`). `--out` gets the run as JSON and as one
+self-contained HTML page with charts.
 
     python -m bench.cold_fetch [--records 100000] [--rounds 2] [--headers] [--idempotent]
         [--profile]
@@ -45,6 +46,7 @@ from bench.kafka_throughput import (
 )
 from bench.native_produce import CHOICES, print_numbers, profiled, summarise
 from harness.gateway_process import GatewayProcess
+from pulsar_gateway.tools.html_report import grouped_bar_chart, page, table
 
 # the topic's configs for each `--format`
 FORMATS: dict[str, dict[str, str]] = {
@@ -161,6 +163,56 @@ def one_round(
         gateway.stop()
 
 
+def report(results: dict[str, Any]) -> str:
+    """The run as one self-contained page: each round's rates beside its peers' (same
+    broker, same run), the ratios, and CPU per record of every process."""
+    rounds = [
+        (f"round {number}, {choice}", numbers)
+        for number, round_results in enumerate(results["rounds"])
+        for choice, numbers in round_results.items()
+    ]
+    labels = [label for label, _ in rounds]
+    rates = {
+        "gateway (Kafka consumer)": [n["cold_fetch_rps"] for _, n in rounds],
+        "pulsar-client reader, same topics": [n.get("stored_reader_rps", 0) for _, n in rounds],
+        "pulsar-client reader, bare": [n.get("direct_read_rps", 0) for _, n in rounds],
+    }
+    cpu = {
+        "gateway": [n["gateway_cpu_us_per_record"] for _, n in rounds],
+        "broker": [n["broker_cpu_us_per_record"] for _, n in rounds],
+        "Kafka consumer": [n["consumer_cpu_us_per_record"] for _, n in rounds],
+        "pulsar-client reader": [n.get("stored_reader_cpu_us_per_record", 0) for _, n in rounds],
+    }
+    rows = [
+        {
+            "round": label,
+            "fetch rec/s": round(n["cold_fetch_rps"]),
+            "vs bare reader": round(n.get("vs_direct_reader", 0), 2),
+            "vs reader of the same topics": round(n.get("vs_stored_reader", 0), 2),
+            "load": round(n["load_average"], 2),
+        }
+        for label, n in rounds
+    ]
+    tail = results["tail"]
+    title = (
+        f"Fetch after a restart: {results['records']:,} records of {results['size']} B"
+        + (", two headers each" if results["headers"] else "")
+        + (", idempotent producer" if results["idempotent"] else "")
+    )
+    return page(
+        title,
+        [
+            table(rows),
+            grouped_bar_chart("records/s", labels, rates, "rec/s"),
+            grouped_bar_chart("CPU per record", labels, cpu, "µs"),
+            f"<p>Tail fetch (the writer, right after the produce): "
+            f"{tail['tail_fetch_rps']:,.0f} records/s, gateway "
+            f"{tail['gateway_cpu_us_per_record']:.2f} µs a record.</p>",
+        ],
+        results,
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--records", type=int, default=100_000)
@@ -214,6 +266,7 @@ def main() -> None:
                 round_results[choice] = one_round(choice, data, args, ends, tag)
             results["rounds"].append(round_results)
     args.out.with_suffix(".json").write_text(json.dumps(results, indent=2))
+    args.out.with_suffix(".html").write_text(report(results))
     print_numbers("tail fetch (the writer, right after the produce):", results["tail"], 40)
     for number, round_results in enumerate(results["rounds"]):
         for choice, numbers in round_results.items():
