@@ -5,7 +5,6 @@ from __future__ import annotations
 import base64
 import json
 import os
-import random
 import re
 import signal
 import socket
@@ -20,58 +19,13 @@ from prometheus_client.parser import text_string_to_metric_families
 from harness.machine_load import load_per_core
 from harness.waiting import wait_until
 from pulsar_gateway.gateway.backend.embedded import process_alive
+from pulsar_gateway.gateway.loopback_ports import free_port as free_port  # for tests, benches
+from pulsar_gateway.gateway.loopback_ports import free_ports
 
 REPO = Path(__file__).resolve().parents[1]
 # HTTP Basic for the management port's /api/ and /cluster: guest, from loopback an
 # administrator (docs/security.md, "The management port")
 GUEST = {"Authorization": "Basic " + base64.b64encode(b"guest:guest").decode()}
-
-
-# Test ports come from below the kernel's ephemeral range: a port picked there stays free
-# until the gateway binds it, whereas an ephemeral one can be taken in between by any
-# socket bound to port 0 or any outgoing connection (a worker's member-to-member listener
-# took another worker's metrics port that way, and the supervisor gave up on it).
-LOWEST_TEST_PORT = 20000
-
-
-def _ephemeral_start() -> int:
-    try:
-        with open("/proc/sys/net/ipv4/ip_local_port_range") as ports:
-            return int(ports.read().split()[0])
-    except (OSError, ValueError, IndexError):
-        return 32768
-
-
-def free_port() -> int:
-    """A loopback port free now and outside the ephemeral range (any free one if none is)."""
-    return free_ports(1)[0]
-
-
-def free_ports(count: int) -> list[int]:
-    """`count` different loopback ports, each free now (see `free_port`). Each is held bound
-    until all are picked: picked one by one, two settings of one process were once given
-    the same port (the quick start's `make run` then failed on "address in use", cc22)."""
-    highest = _ephemeral_start() - 1
-    held: list[socket.socket] = []
-    try:
-        for _ in range(200 + count):
-            if len(held) == count:
-                break
-            sock = socket.socket()
-            try:
-                sock.bind(("127.0.0.1", random.randint(LOWEST_TEST_PORT, highest)))
-            except OSError:
-                sock.close()
-                continue
-            held.append(sock)
-        while len(held) < count:
-            sock = socket.socket()
-            sock.bind(("127.0.0.1", 0))
-            held.append(sock)
-        return [sock.getsockname()[1] for sock in held]
-    finally:
-        for sock in held:
-            sock.close()
 
 
 def set_flags(settings: dict[str, object]) -> list[str]:

@@ -9,20 +9,18 @@ import asyncio
 import os
 import re
 import signal
+import socket
 import stat
 import subprocess
 import sys
+import urllib.request
 from pathlib import Path
 
 from harness.gateway_process import GatewayProcess
 from harness.waiting import async_wait_until, wait_until
-from pulsar_gateway.gateway.backend.embedded import (
-    EmbeddedBroker,
-    broker_binary,
-    free_port,
-    process_alive,
-)
+from pulsar_gateway.gateway.backend.embedded import EmbeddedBroker, broker_binary, process_alive
 from pulsar_gateway.gateway.backend.pulsar_backend import PulsarBackend
+from pulsar_gateway.gateway.loopback_ports import free_port
 from pulsar_gateway.gateway.messages import OutMessage
 
 TOPIC = "persistent://public/default/layout-check"
@@ -82,6 +80,41 @@ async def _write_and_read(service_url: str, payload: bytes | None) -> list[bytes
         return found
     finally:
         await backend.close()
+
+
+def _read_url(url: str) -> str:
+    with urllib.request.urlopen(url, timeout=10) as page:
+        return page.read().decode()
+
+
+def test_ports_picked_and_taken_before_the_broker_binds_them_are_picked_again(
+    tmp_path: Path,
+) -> None:
+    """A port picked free can be taken before the broker binds it (a full test run once
+    failed so): the broker is started again on fresh ports, and reached on them. The
+    ports are taken here by listening sockets, the service port in one broker, the
+    metrics port (the broker runs on without metrics then) in another."""
+
+    async def scenario() -> None:
+        for taken_setting in ("port", "metrics_port"):
+            broker = EmbeddedBroker(tmp_path / taken_setting, start_timeout=60)
+            with socket.socket() as squatter:
+                squatter.bind(("127.0.0.1", getattr(broker, taken_setting)))
+                squatter.listen()
+                taken = squatter.getsockname()[1]
+                await broker.start()
+                try:
+                    assert getattr(broker, taken_setting) != taken
+                    assert (
+                        b"already in use" in (tmp_path / taken_setting / "broker.log").read_bytes()
+                    )
+                    assert await _write_and_read(broker.service_url, b"x") == [b"x"]
+                    page = await asyncio.to_thread(_read_url, broker.metrics_url)
+                    assert "pulsar" in page
+                finally:
+                    await broker.stop()
+
+    asyncio.run(scenario())
 
 
 def test_broker_files_are_private(tmp_path: Path) -> None:

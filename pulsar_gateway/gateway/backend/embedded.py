@@ -30,7 +30,6 @@ import logging
 import os
 import re
 import signal
-import socket
 import stat
 import subprocess
 import time
@@ -39,6 +38,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from pulsar_gateway.gateway.data_dir_lock import BROKER_LOCK, DataDirLock
+from pulsar_gateway.gateway.loopback_ports import free_port, free_ports
+from pulsar_gateway.gateway.process_sockets import listening_ports
 from pulsar_gateway.gateway.waiting import cancel_and_wait
 
 log = logging.getLogger("gateway.embedded")
@@ -48,6 +49,11 @@ log = logging.getLogger("gateway.embedded")
 # skips removing that connection's consumers, and a Shared subscription keeps dispatching to
 # the dead one: docs/backend.md, "A reset connection leaves its consumers behind".
 RESET_LINE = re.compile(rb"Connection error from (\S+): [^\n]*\(os error \d+\)")
+# The broker's log lines when a port it was given is taken: the service port (it exits) or
+# its metrics port (it runs on without its metrics).
+PORT_TAKEN_LINE = re.compile(rb"Address already in use")
+# Start-ups on ports picked afresh after one was taken (loopback_ports.py says how).
+PORT_ATTEMPTS = 3
 # At most this much of the broker's log is read per look (it grows with its own errors).
 LOG_READ_LIMIT = 1 << 20
 
@@ -60,12 +66,6 @@ def broker_binary() -> Path:
     if not path.exists():
         raise FileNotFoundError(f"pulsar-lite binary not found at {path}")
     return path
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket() as sock:
-        sock.bind((host, 0))
-        return sock.getsockname()[1]
 
 
 def render_config(metrics_port: int | None = None) -> str:
@@ -257,6 +257,7 @@ class EmbeddedBroker:
         # absolute: the child's working directory is the data directory (module docstring)
         self.data_dir = data_dir.absolute()
         self._misplaced = misplaced_database_dir(data_dir)
+        self._own_port = not port  # picked here: picked again if taken at start-up
         self.port = port or free_port()
         self.metrics_port = free_port()  # its Prometheus page: topic sizes for the console
         self.start_timeout = start_timeout
@@ -300,12 +301,37 @@ class EmbeddedBroker:
         if self._misplaced is not None:
             move_misplaced_database(self.data_dir, self._misplaced)
         config_path = self.data_dir / "pulsar-lite.toml"
-        write_private(config_path, render_config(self.metrics_port))
         await asyncio.to_thread(stop_orphans, self.data_dir / DB_NAME)
-        await self._spawn(config_path)
+        await self._spawn_on_free_ports(config_path)
         self._watch = asyncio.create_task(self._watch_process(config_path))
         if self.heal_resets:
             self._log_watch = asyncio.create_task(self._watch_log())
+
+    async def _spawn_on_free_ports(self, config_path: Path) -> None:
+        """Spawn the broker; a port picked here and found taken by the time the broker binds
+        it (loopback_ports.py) is picked again, the service port only if it was not given."""
+        for attempt in range(PORT_ATTEMPTS):
+            write_private(config_path, render_config(self.metrics_port))
+            try:
+                await self._spawn(config_path)
+            except RuntimeError:
+                if attempt == PORT_ATTEMPTS - 1 or not self._port_taken() or not self._own_port:
+                    raise
+            else:
+                if not self._port_taken() or attempt == PORT_ATTEMPTS - 1:
+                    return
+                await self._terminate()  # running, but without its metrics page
+            log.warning("a port picked for the embedded broker was taken; picking again")
+            picked = free_ports(2)
+            self.metrics_port = picked[1]
+            if self._own_port:
+                self.port = picked[0]
+
+    def _port_taken(self) -> bool:
+        """Whether the broker started last logged that a port it was given is taken."""
+        with open(self.data_dir / "broker.log", "rb") as broker_log:
+            broker_log.seek(self._log_position)
+            return PORT_TAKEN_LINE.search(broker_log.read(LOG_READ_LIMIT)) is not None
 
     async def _spawn(self, config_path: Path) -> None:
         command = [
@@ -346,6 +372,8 @@ class EmbeddedBroker:
         log.info("embedded pulsar-lite pid %s ready on %s", self._process.pid, self.service_url)
 
     async def _wait_ready(self) -> None:
+        """Until the broker listens on its port: the broker process itself, where /proc
+        says (process_sockets.py: another process may hold a port picked for it)."""
         assert self._process is not None
         deadline = asyncio.get_running_loop().time() + self.start_timeout
         while True:
@@ -354,17 +382,25 @@ class EmbeddedBroker:
                     f"pulsar-lite exited with {self._process.returncode} during start-up; "
                     f"see {self.data_dir / 'broker.log'}"
                 )
-            try:
-                _, writer = await asyncio.open_connection("127.0.0.1", self.port)
-                writer.close()
+            if await self._listening(self._process.pid):
                 return
-            except OSError:
-                if asyncio.get_running_loop().time() > deadline:
-                    await self._terminate()
-                    raise RuntimeError(
-                        f"pulsar-lite not ready on port {self.port} after {self.start_timeout}s"
-                    ) from None
-                await asyncio.sleep(0.05)
+            if asyncio.get_running_loop().time() > deadline:
+                await self._terminate()
+                raise RuntimeError(
+                    f"pulsar-lite not ready on port {self.port} after {self.start_timeout}s"
+                )
+            await asyncio.sleep(0.05)
+
+    async def _listening(self, pid: int) -> bool:
+        ports = await asyncio.to_thread(listening_ports, pid)
+        if ports is not None:
+            return self.port in ports
+        try:  # no /proc: whoever answers on the port
+            _, writer = await asyncio.open_connection("127.0.0.1", self.port)
+        except OSError:
+            return False
+        writer.close()
+        return True
 
     async def _watch_process(self, config_path: Path) -> None:
         while not self._stopping:
