@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -23,20 +22,16 @@ import time
 import urllib.request
 from pathlib import Path
 
+from pulsar_gateway.gateway.loopback_ports import free_ports
+
 BIN = Path(sys.executable).parent
 TOPIC = "orders-smoke"
 RECORDS = 600
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 class Gateway:
     def __init__(self, root: Path, name: str) -> None:
-        self.kafka, self.amqp, self.http = free_port(), free_port(), free_port()
+        self.kafka, self.amqp, self.http = free_ports(3)
         self.data = root / name
         self.log = (root / f"{name}.log").open("w")
         self.process = subprocess.Popen(

@@ -6,7 +6,6 @@ its connections with 320 and releases the vhost."""
 from __future__ import annotations
 
 import asyncio
-import socket
 
 import aiormq
 import pytest
@@ -17,14 +16,9 @@ from harness.waiting import async_wait_until
 from pulsar_gateway.gateway import metrics
 from pulsar_gateway.gateway.cluster.view import Member, vhost_key
 from pulsar_gateway.gateway.config import AmqpSection
+from pulsar_gateway.gateway.loopback_ports import free_ports
 from pulsar_gateway.handlers.amqp.server import AmqpServer
 from pulsar_gateway.handlers.amqp.vhost_owners import VhostOwners
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def _member(name: str, node: int, member_port: int) -> Member:
@@ -40,7 +34,7 @@ def _handed_off() -> float:
 
 def test_a_connection_reaches_its_vhost_owner_and_is_closed_when_the_vhost_moves() -> None:
     async def scenario() -> None:
-        ports = {"a": _free_port(), "b": _free_port()}
+        ports = dict(zip("ab", free_ports(2), strict=True))
         a, b = _member("a", 0, ports["a"]), _member("b", 1, ports["b"])
         views = {"a": FixedView(a, [b]), "b": FixedView(b, [a])}
         store = MemoryStore()
