@@ -28,6 +28,19 @@ REPO = Path(__file__).resolve().parents[1]
 GUEST = {"Authorization": "Basic " + base64.b64encode(b"guest:guest").decode()}
 
 
+def answers_for(health: dict, data_dir: Path) -> bool:
+    """Whether a /health answer is from a gateway of `data_dir` (a worker's is under it).
+    Ports are picked free, not reserved, so two tests running at once may pick the same
+    one: the slower gateway then stops on "address already in use", but its test, asking
+    /health on that port, was answered ok by the other test's gateway (and then found
+    nothing on its Kafka port, cc46)."""
+    answered = health.get("data_dir")
+    if not isinstance(answered, str):
+        return False
+    ours = Path(os.path.realpath(REPO / data_dir))
+    return Path(os.path.realpath(answered)).is_relative_to(ours)
+
+
 def set_flags(settings: dict[str, object]) -> list[str]:
     """`--set key=value` flags for `pulsar-gateway run`, one pair per setting."""
     return [arg for key, value in settings.items() for arg in ("--set", f"{key}={value}")]
@@ -126,7 +139,7 @@ class GatewayProcess:
             if self.process.poll() is not None:
                 raise RuntimeError(f"gateway exited {self.process.returncode}:\n{self.log_tail()}")
             health = self.health()
-            if health and health.get("ok"):
+            if health and health.get("ok") and answers_for(health, self.data_dir):
                 return self
             time.sleep(0.1)
         # a gateway that never became ready is stopped (and its broker with it), or it

@@ -12,7 +12,7 @@ import sys
 import urllib.request
 from pathlib import Path
 
-from harness.gateway_process import GUEST, REPO, free_port, set_flags
+from harness.gateway_process import GUEST, REPO, answers_for, free_port, set_flags
 from harness.raw_kafka_socket import recv_frame
 from harness.waiting import wait_until
 from pulsar_gateway.kafka_codec import protocol
@@ -136,7 +136,7 @@ class WorkersProcess:
                 raise RuntimeError(f"supervisor exited {self.process.returncode}:\n{self.tail()}")
             for index in range(self.count):
                 health = self.health(index)
-                if not health or not health.get("ok"):
+                if not health or not health.get("ok") or not answers_for(health, self.data_dir):
                     return False
                 cluster = health.get("cluster") or {}
                 if not cluster.get("serving") or len(cluster.get("members", [])) != self.count:
