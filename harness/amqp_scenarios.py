@@ -37,6 +37,19 @@ def _settled_count(ch, queue: str) -> int:
     return wait_until_stable(lambda: _count(ch, queue), 2, message=f"the count of {queue}")
 
 
+def _count_reaching(ch, queue: str, expected: int, wait: float = 5.0) -> int:
+    """The queue's message count once it is `expected`, or as it is after `wait` seconds:
+    RabbitMQ enqueues a fanned-out message on each queue asynchronously (the publish's nack
+    from one full queue may come before another queue has it), so a count read right after
+    was 0 where it is 1 a moment later (cc48, beside busy loops)."""
+    deadline = time.time() + wait
+    count = _count(ch, queue)
+    while count != expected and time.time() < deadline:
+        time.sleep(0.05)
+        count = _count(ch, queue)
+    return count
+
+
 def _get_all(ch, queue: str, settle: bool = True, wait: float = 3.0) -> Transcript:
     out: Transcript = []
     deadline = time.time() + wait
@@ -495,7 +508,7 @@ def overflow_modes(url: str, p: str) -> Transcript:
         log.append(("fanout", "confirmed"))
     except pika.exceptions.NackError:
         log.append(("fanout", "nacked"))
-    log.append(("fanout-other", _count(ch, other), _count(ch, full)))
+    log.append(("fanout-other", _count_reaching(ch, other, 1), _count(ch, full)))
     plain = conn.channel()  # no confirms: a refused publish just is not there
     plain.basic_publish("", full, b"unconfirmed")
     log.append(("unconfirmed", _count(ch, full)))
