@@ -12,7 +12,7 @@ import sys
 import urllib.request
 from pathlib import Path
 
-from harness.gateway_process import GUEST, REPO, answers_for, free_port, set_flags
+from harness.gateway_process import GUEST, REPO, answers_for, free_port, free_ports, set_flags
 from harness.raw_kafka_socket import recv_frame
 from harness.waiting import wait_until
 from pulsar_gateway.kafka_codec import protocol
@@ -39,6 +39,19 @@ def free_port_run(count: int, attempts: int = 200) -> int:
     raise RuntimeError(f"no run of {count} free ports")
 
 
+def _distinct(count: int) -> tuple[int, int, int, int]:
+    """The workers' Kafka and metrics port runs, the AMQP port and the broker's, no two the
+    same: picked one after another, each free when picked, the AMQP port was once the first
+    worker's Kafka port, and that worker could never start (cc55)."""
+    for _ in range(100):
+        kafka, metrics = free_port_run(count), free_port_run(count)
+        amqp, broker = free_ports(2)
+        runs = set(range(kafka, kafka + count)) | set(range(metrics, metrics + count))
+        if len(runs) == 2 * count and not {amqp, broker} & runs:
+            return kafka, metrics, amqp, broker
+    raise RuntimeError("no distinct ports for the workers")
+
+
 class WorkersProcess:
     """A supervisor with `count` workers in a data directory of its own."""
 
@@ -54,10 +67,7 @@ class WorkersProcess:
         self.data_dir = data_dir
         self.count = count
         self.workers_arg = workers_arg or str(count)
-        self.kafka_base = free_port_run(count)
-        self.metrics_base = free_port_run(count)
-        self.amqp_port = free_port()
-        self.broker_port = free_port()
+        self.kafka_base, self.metrics_base, self.amqp_port, self.broker_port = _distinct(count)
         self.settings = settings or {}
         self.process: subprocess.Popen[bytes] | None = None
         self.log_path = data_dir / "supervisor.log"
