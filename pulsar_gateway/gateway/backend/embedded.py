@@ -38,7 +38,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from pulsar_gateway.gateway.data_dir_lock import BROKER_LOCK, DataDirLock
-from pulsar_gateway.gateway.loopback_ports import free_port, free_ports
+from pulsar_gateway.gateway.loopback_ports import free_ports
 from pulsar_gateway.gateway.process_sockets import listening_ports
 from pulsar_gateway.gateway.waiting import cancel_and_wait
 
@@ -258,8 +258,9 @@ class EmbeddedBroker:
         self.data_dir = data_dir.absolute()
         self._misplaced = misplaced_database_dir(data_dir)
         self._own_port = not port  # picked here: picked again if taken at start-up
-        self.port = port or free_port()
-        self.metrics_port = free_port()  # its Prometheus page: topic sizes for the console
+        self.port = port
+        self.metrics_port = 0  # its Prometheus page: topic sizes for the console
+        self._pick_ports()
         self.start_timeout = start_timeout
         self.restart_limit = restart_limit
         self.restart_window = restart_window
@@ -322,10 +323,15 @@ class EmbeddedBroker:
                     return
                 await self._terminate()  # running, but without its metrics page
             log.warning("a port picked for the embedded broker was taken; picking again")
-            picked = free_ports(2)
-            self.metrics_port = picked[1]
-            if self._own_port:
-                self.port = picked[0]
+            self._pick_ports()
+
+    def _pick_ports(self) -> None:
+        """The metrics port, and the service port unless it was given: two different ports
+        picked together (one after another, each free when picked, they could be the same)."""
+        first, second = free_ports(2)
+        if self._own_port:
+            self.port = first
+        self.metrics_port = first if second == self.port else second
 
     def _port_taken(self) -> bool:
         """Whether the broker started last logged that a port it was given is taken."""
