@@ -42,6 +42,7 @@ from pulsar_gateway.kafka_codec.record_mapping import (
     headers_of,
     to_message,
 )
+from pulsar_gateway.storage.kafka import whole_entry
 from pulsar_gateway.storage.kafka.partition_log import PartitionLog
 from pulsar_gateway.storage.kafka.producer_state import FROM, PRODUCER
 from pulsar_gateway.storage.kafka.read_batches import is_read_batch, kafka_batch, messages_of
@@ -127,6 +128,9 @@ def test_an_entry_read_whole_serves_what_message_by_message_serves(
         count = entry.num_messages
         one_by_one = split_entry((3, 4, 0), entry.payload, count)
         made = kafka_batch((3, 4, 0), entry.payload, count, PUBLISHED, PRODUCER_NAME)
+        # the compiled twin the gateway runs (docs/compiled.md) makes the very same
+        twin = whole_entry.kafka_batch((3, 4, 0), entry.payload, count, PUBLISHED, PRODUCER_NAME)
+        assert twin == made
         plain = (whole or count == 1) and all(
             _as_mapped(m.properties) and m.event_time > 0 for m in entry.note.messages
         )
@@ -168,6 +172,8 @@ def test_a_damaged_entry_is_never_read_wrong(messages: list[OutMessage], data: A
     else:
         del payload[data.draw(st.integers(0, len(payload) - 1)) :]
     made = kafka_batch((1, 1, 0), bytes(payload), entry.num_messages, PUBLISHED, PRODUCER_NAME)
+    twin = whole_entry.kafka_batch
+    assert twin((1, 1, 0), bytes(payload), entry.num_messages, PUBLISHED, PRODUCER_NAME) == made
     if made is not None:
         one_by_one = split_entry((1, 1, 0), bytes(payload), entry.num_messages)
         try:
@@ -252,6 +258,9 @@ def test_keys_times_and_sizes_as_producers_send_them_read_whole(
     [entry] = entries(messages, 500, True, 1 << 22)
     made = kafka_batch((2, 5, 0), entry.payload, count, PUBLISHED, PRODUCER_NAME)
     assert made is not None
+    assert (
+        whole_entry.kafka_batch((2, 5, 0), entry.payload, count, PUBLISHED, PRODUCER_NAME) == made
+    )
     one_by_one = split_entry((2, 5, 0), entry.payload, count)
     assert _served(made, 0) == _one_by_one(one_by_one, 0)
     assert messages_of(made) == one_by_one

@@ -27,13 +27,9 @@ from pulsar_gateway.gateway.messages import (
 )
 from pulsar_gateway.gateway.waiting import cancel_and_wait
 from pulsar_gateway.storage.kafka.offset_checkpoints import OffsetCheckpoints
-from pulsar_gateway.storage.kafka.read_batches import (
-    first_sequence,
-    is_read_batch,
-    kafka_batch,
-    messages_of,
-)
+from pulsar_gateway.storage.kafka.read_batches import first_sequence, is_read_batch, messages_of
 from pulsar_gateway.storage.kafka.whole_batches import BatchEdges
+from pulsar_gateway.storage.kafka.whole_entry import kafka_batch
 
 log = logging.getLogger("gateway.partition")
 

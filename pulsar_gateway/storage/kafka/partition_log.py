@@ -38,11 +38,12 @@ from pulsar_gateway.storage.kafka.append_offsets import IdWaiters, NumberedWhile
 from pulsar_gateway.storage.kafka.history_reader import HistoryReader
 from pulsar_gateway.storage.kafka.offset_checkpoints import OffsetCheckpoints
 from pulsar_gateway.storage.kafka.producer_state import ProducerStateIndex, produced, stamp
-from pulsar_gateway.storage.kafka.read_batches import as_numbered, kafka_batch
+from pulsar_gateway.storage.kafka.read_batches import as_numbered
 from pulsar_gateway.storage.kafka.send_order import SendOrder
 from pulsar_gateway.storage.kafka.tail_store import TailStore
 from pulsar_gateway.storage.kafka.transaction_index import TransactionIndex
 from pulsar_gateway.storage.kafka.whole_batches import WholeBatches
+from pulsar_gateway.storage.kafka.whole_entry import kafka_batch
 
 log = logging.getLogger("gateway.partition")
 

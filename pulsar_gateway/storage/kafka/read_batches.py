@@ -103,7 +103,8 @@ def kafka_batch(
     knows): named by its first message, carrying the last one's stamp.
 
     Written for speed (`_write_records`): this is most of a fetch after a restart (py-spy),
-    so every Python operation a record costs counts."""
+    so every Python operation a record costs counts; the gateway runs this module compiled
+    (docs/compiled.md), and the tests hold the compiled twin to this source's results."""
     if not 0 < count <= MAX_RECORDS:
         return None
     table = VARINTS
