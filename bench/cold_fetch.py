@@ -46,6 +46,7 @@ from bench.kafka_throughput import (
 )
 from bench.native_produce import CHOICES, print_numbers, profiled, summarise
 from harness.gateway_process import GatewayProcess
+from pulsar_gateway.storage.kafka.whole_entry import HOT_MODULES
 from pulsar_gateway.tools.html_report import grouped_bar_chart, page, table
 
 # the topic's configs for each `--format`
@@ -205,6 +206,7 @@ def report(results: dict[str, Any]) -> str:
             table(rows),
             grouped_bar_chart("records/s", labels, rates, "rec/s"),
             grouped_bar_chart("CPU per record", labels, cpu, "µs"),
+            f"<p>The gateway's hot modules: {results.get('hot_modules', 'not recorded')}.</p>",
             f"<p>Tail fetch (the writer, right after the produce): "
             f"{tail['tail_fetch_rps']:,.0f} records/s, gateway "
             f"{tail['gateway_cpu_us_per_record']:.2f} µs a record.</p>",
@@ -240,6 +242,8 @@ def main() -> None:
         "size": args.size,
         "headers": args.headers,
         "idempotent": args.idempotent,
+        # the gateways run this tree: with its compiled twins or without (docs/compiled.md)
+        "hot_modules": HOT_MODULES,
         "rounds": [],
     }
     with tempfile.TemporaryDirectory() as scratch:
@@ -267,6 +271,7 @@ def main() -> None:
             results["rounds"].append(round_results)
     args.out.with_suffix(".json").write_text(json.dumps(results, indent=2))
     args.out.with_suffix(".html").write_text(report(results))
+    print(f"the gateway's hot modules: {HOT_MODULES}")
     print_numbers("tail fetch (the writer, right after the produce):", results["tail"], 40)
     for number, round_results in enumerate(results["rounds"]):
         for choice, numbers in round_results.items():

@@ -47,6 +47,7 @@ from rich.table import Table
 from bench.report import bar_chart, write_report
 from harness.gateway_process import GatewayProcess
 from harness.tansu_process import TansuProcess
+from pulsar_gateway.storage.kafka.whole_entry import HOT_MODULES
 
 console = Console()
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
@@ -507,6 +508,8 @@ def main() -> None:
         "environment": {
             "cpus": os.cpu_count(),
             "python": platform.python_version(),
+            # compiled twins or not (docs/compiled.md): the gateways run this tree
+            "gateway_hot_modules": HOT_MODULES,
             "load_average_at_start": os.getloadavg(),
         },
     }
