@@ -69,6 +69,7 @@ class GatewayProcess:
         self.ports = dict(zip(port_settings, others, strict=True))
         self.process: subprocess.Popen[bytes] | None = None
         self.log_path = data_dir / "gateway.log"
+        self.cwd = REPO  # where the process starts
 
     @property
     def amqp_url(self) -> str:
@@ -107,9 +108,10 @@ class GatewayProcess:
             log.seek(offset)
             return log.read().decode(errors="replace")
 
-    def _start(self, timeout: float) -> GatewayProcess:
-        self.data_dir.mkdir(parents=True, exist_ok=True)
-        command = [
+    def _command(self) -> list[str]:
+        """The `pulsar-gateway run` command line on the ports picked (a subclass may start
+        the gateway otherwise: `cwd` and this, and still be started again on taken ports)."""
+        return [
             sys.executable,
             "-m",
             "pulsar_gateway.cli",
@@ -129,9 +131,18 @@ class GatewayProcess:
             *self.extra,
             *set_flags(dict(self.ports)),
         ]
+
+    def _start(self, timeout: float) -> GatewayProcess:
+        # the log's directory only: a gateway makes its data directory itself (0700)
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        command = self._command()
         log = open(self.log_path, "ab")  # noqa: SIM115 - closed with the process
         self.process = subprocess.Popen(
-            command, stdout=log, stderr=log, cwd=REPO, env={**os.environ, "PYTHONUNBUFFERED": "1"}
+            command,
+            stdout=log,
+            stderr=log,
+            cwd=self.cwd,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
         )
         log.close()
         deadline = time.time() + timeout

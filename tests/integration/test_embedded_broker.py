@@ -154,32 +154,18 @@ class MakeRunGateway(GatewayProcess):
 
     def __init__(self, home: Path) -> None:
         super().__init__(home / "data")
-        self.home = home
+        self.home = self.cwd = home
         self.log_path = home / "gateway.log"
 
-    def start(self, timeout: float = 60) -> MakeRunGateway:
-        command = [
+    def _command(self) -> list[str]:
+        """Started in `home`, on the ports picked, with no --data-dir (`GatewayProcess.start`
+        picks them again when one was taken meanwhile: cc57)."""
+        return [
             *(sys.executable, "-m", "pulsar_gateway.cli", "run"),
             *("--kafka-port", str(self.kafka_port), "--amqp-port", str(self.amqp_port)),
             *("--metrics-port", str(self.metrics_port)),
             *("--set", f"embedded.port={self.broker_port}"),
         ]
-        with open(self.log_path, "ab") as log:
-            self.process = subprocess.Popen(
-                command,
-                stdout=log,
-                stderr=log,
-                cwd=self.home,
-                env={**os.environ, "PYTHONUNBUFFERED": "1"},
-            )
-        process = self.process
-        wait_until(
-            lambda: process.poll() is not None or (self.health() or {}).get("ok"),
-            timeout,
-            message="the gateway to be ready",
-        )
-        assert process.poll() is None, f"gateway exited:\n{self.log_tail()}"
-        return self
 
 
 def _listeners(pid: int) -> set[str]:
