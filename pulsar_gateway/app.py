@@ -50,7 +50,7 @@ from pulsar_gateway.storage.kafka.share_states import ShareStateStore
 from pulsar_gateway.storage.kafka.subscription_position import ack_position
 from pulsar_gateway.storage.kafka.topic_deletion import forget_with_topic
 from pulsar_gateway.storage.kafka.topics import TopicService
-from pulsar_gateway.storage.kafka.whole_entry import HOT_MODULES as COMPILED
+from pulsar_gateway.storage.kafka.whole_entry import HOT_MODULES
 from pulsar_gateway.storage.users import UsersStore
 
 log = logging.getLogger("gateway")
@@ -358,7 +358,7 @@ class Gateway:
         self.ready = True
         self._trimming = asyncio.create_task(self._trim_now_and_then(), name="heap trimmer")
         parts = [f"{lst.name} {lst.address[0]}:{lst.address[1]}" for lst in self.listeners]
-        parts.append(f"backend {service_url}, hot modules {COMPILED or 'interpreted'}")
+        parts.append(f"backend {service_url}, hot modules {HOT_MODULES}")
         log.info("pulsar-gateway ready: %s", ", ".join(parts))
         # what start-up made (modules, codecs' tables, settings, ~70,000 objects) lives as
         # long as the process: out of the collector's reach, a full collection no longer
