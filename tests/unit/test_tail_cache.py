@@ -45,13 +45,13 @@ def test_the_least_recently_used_tails_shrink_to_stay_under_the_shared_limit() -
         b._index(_messages(100, 5))  # 10 in all: over, down to 90% from the oldest user
         assert cache.used <= limit - limit // 10
         assert a.tail_start == 3 and b.tail_start == 0  # a lost its three oldest
-        assert cache.used == sum(log._tail_size for log in logs)
+        assert cache.used == sum(log._tail.size for log in logs)
         c._index(_messages(200, 6))  # 6 more: over again; a empties first, then b shrinks
         assert cache.used <= limit - limit // 10 and a.tail_start == a.next_offset == 5
         assert c.tail_start == 0
-        assert cache.used == sum(log._tail_size for log in logs)
+        assert cache.used == sum(log._tail.size for log in logs)
         await c.close()
-        assert cache.used == sum(log._tail_size for log in (a, b))
+        assert cache.used == sum(log._tail.size for log in (a, b))
 
     asyncio.run(scenario())
 
@@ -62,7 +62,7 @@ def test_each_partition_still_keeps_to_its_own_limit() -> None:
         limit = EACH * 45 // 10  # room for four and a half messages
         log = PartitionLog(None, _Metadata(), "p", tail_bytes=limit, tail_budget=cache)  # type: ignore[arg-type]
         log._index(_messages(0, 10))
-        assert log._tail_size <= limit and cache.used == log._tail_size
+        assert log._tail.size <= limit and cache.used == log._tail.size
         assert log.tail_start == 6
 
     asyncio.run(scenario())

@@ -251,8 +251,7 @@ class PartitionLog:
                 await asyncio.sleep(min(RETRY_MAX_SECONDS, RETRY_FIRST_SECONDS * 2**failures))
 
     def _owed_a_stored_message(self) -> bool:
-        """Whether an append waits for a message past what the reader passed on: its send
-        receipt says the broker stored it, so the reader is owed it."""
+        """Whether an append waits for a message past the reader's: its receipt proves it."""
         first = self._id_waiters.first
         last = self._whole.last_id or self._last_id
         return first is not None and (last is None or first > last)
@@ -261,12 +260,19 @@ class PartitionLog:
         """Whether the broker holds messages the reader is not being sent. A broker that does
         not answer at all (stalled, or gone while the connection looks up) is no reason to
         reopen: the reader goes on where it is once the broker answers, or the client sees
-        the connection drop."""
+        the connection drop. Entries that came while it answered were late, not stalled:
+        they are numbered and the reader kept (docs/backend.md, "Readers skip or stall")."""
         try:
-            return await stream.has_more(timeout=STALL_PROBE_SECONDS)
+            if not await stream.has_more(timeout=STALL_PROBE_SECONDS):
+                return False
         except (TimeoutError, ConnectionError) as exc:
             log.debug("tailer of %s: no answer on what is stored: %r", self.topic, exc)
             return False
+        late = await stream.read_batch(2000, timeout=0, whole=kafka_batch)
+        if late:
+            log.info("tailer of %s: %d came while asked if it stalled", self.topic, len(late))
+            self._index_whole(late)
+        return not late
 
     def _index_whole(self, batch: list[StoredMessage], release: bool = False) -> None:
         """Number what the reader passed on, but never part of a Kafka record batch: the
@@ -366,11 +372,6 @@ class PartitionLog:
             delta, self._tail_charged = tail.size - self._tail_charged, tail.size
             self.tail_budget.charge(self, delta)
 
-    @property
-    def _tail_size(self) -> int:
-        """What the tail holds in memory (`TailStore.size`)."""
-        return self._tail.size
-
     def shrink_tail(self, excess: int) -> None:
         """Drop the oldest cached messages until `excess` bytes are gone (or all are): the
         tail budget's eviction. Reads below the tail go to Pulsar instead."""
@@ -393,9 +394,8 @@ class PartitionLog:
         """Store messages; the future gives the offset of the first, as the tailer numbered
         it, once the whole batch is numbered (and so visible to fetches).
 
-        The messages' place in the partition is fixed by this call, before it returns:
-        appends are stored in the order they are called (docs/offsets.md, "One
-        connection's order").
+        The messages' place in the partition is fixed before this call returns: appends are
+        stored in the order called (docs/offsets.md, "One connection's order").
 
         `encoded`: the Kafka batch whose records the messages are, one each; kept in the
         tail cache for fetches when its records took consecutive offsets (tail_store.py).
